@@ -1,0 +1,94 @@
+package den
+
+import (
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+func queueIDs(qs []queue.Queue) []bson.ObjectID {
+	ids := make([]bson.ObjectID, len(qs))
+	for i, q := range qs {
+		ids[i] = q.ID
+	}
+	return ids
+}
+
+// free is how many more tasks of q this node may start now: the queue's
+// limit (per node for maxthreads, across nodes for threads) minus what runs.
+func (n *Node) free(q queue.Queue, running queue.Running) int {
+	if q.Global {
+		return q.MaxThreads - running.Queue(q.ID)
+	}
+	return q.MaxThreads - running.Node(q.ID, n.cfg.Name)
+}
+
+// claim claims tasks queue by queue until each queue's limit or the node's
+// limit (nil: none) is reached, and hands each to a runner. Which queue goes
+// first rotates from pass to pass, so that under a node limit no queue
+// starves the others.
+func (n *Node) claim(ctx context.Context, queues []queue.Queue, running queue.Running, limit *int, gfs string) error {
+	nodeRunning := running.NodeTotal(n.cfg.Name)
+	if len(queues) == 0 {
+		return nil
+	}
+	n.offset = (n.offset + 1) % len(queues)
+	for i := range queues {
+		q := queues[(n.offset+i)%len(queues)]
+		free := n.free(q, running)
+		for free > 0 && (limit == nil || nodeRunning < *limit) {
+			if ctx.Err() != nil {
+				return nil
+			}
+			id, ok, err := n.claimOne(ctx, q)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				break
+			}
+			free--
+			nodeRunning++
+			if ctx.Err() != nil {
+				// Shutting down between claim and hand-over: put it back.
+				n.release(id, "node stopping")
+				return nil
+			}
+			mode := gfs
+			if q.GFS != "" {
+				mode = q.GFS
+			}
+			if err := n.spawn(q, id, mode); err != nil {
+				n.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", id.Hex()), zap.Error(err))
+				n.release(id, "runner did not start")
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// claimOne makes one claim. The claim is not cancelled by shutdown: a claim
+// interrupted half way could leave a task claimed that nobody knows about.
+func (n *Node) claimOne(ctx context.Context, q queue.Queue) (bson.ObjectID, bool, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return n.store.Claim(cctx, q, n.cfg.Name, n.now())
+}
+
+// release puts a claimed task back in its queue.
+func (n *Node) release(id bson.ObjectID, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ok, err := n.store.Release(ctx, id, n.cfg.Name, n.now())
+	switch {
+	case err != nil:
+		n.log.Error("cannot put a claimed task back; it will be reaped as orphaned", zap.String("task_id", id.Hex()), zap.String("why", why), zap.Error(err))
+	case ok:
+		n.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
+	}
+}

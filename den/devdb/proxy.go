@@ -1,0 +1,187 @@
+package devdb
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+)
+
+// Wire protocol constants (MongoDB OP_MSG).
+const (
+	headerLen      = 16
+	opMsg          = 2013
+	flagMoreToCome = 1 << 1
+	maxMessageLen  = 48 << 20
+)
+
+// proxy accepts MongoDB client connections and forwards each to its own
+// upstream connection, holding one lock from the moment a request is written
+// upstream until its reply has been read back, so the upstream server runs
+// one command at a time.
+type proxy struct {
+	ln       net.Listener
+	upstream string
+	mu       sync.Mutex // serializes commands across all connections
+	wg       sync.WaitGroup
+	connsMu  sync.Mutex
+	conns    map[net.Conn]struct{}
+}
+
+func newProxy(ln net.Listener, upstream string) *proxy {
+	return &proxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
+}
+
+// serve accepts connections until ctx is done, then closes them all.
+func (p *proxy) serve(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		p.ln.Close()
+		p.connsMu.Lock()
+		for c := range p.conns {
+			c.Close()
+		}
+		p.connsMu.Unlock()
+	}()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			break
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(ctx, c)
+		}()
+	}
+	p.wg.Wait()
+}
+
+func (p *proxy) track(c net.Conn, add bool) {
+	p.connsMu.Lock()
+	defer p.connsMu.Unlock()
+	if add {
+		p.conns[c] = struct{}{}
+	} else {
+		delete(p.conns, c)
+	}
+}
+
+func (p *proxy) handle(ctx context.Context, client net.Conn) {
+	defer client.Close()
+	p.track(client, true)
+	defer p.track(client, false)
+	var d net.Dialer
+	up, err := d.DialContext(ctx, "tcp", p.upstream)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	p.track(up, true)
+	defer p.track(up, false)
+	for {
+		req, err := readMessage(client)
+		if err != nil {
+			return
+		}
+		replies, err := p.roundTrip(up, req)
+		if err != nil {
+			return
+		}
+		for _, r := range replies {
+			if _, err := client.Write(r); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// roundTrip sends one request upstream and reads its replies under the lock.
+// Handshakes (hello, isMaster) change nothing and skip the lock, so that
+// the driver's monitoring never waits behind a command.
+func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
+	if !isHandshake(req) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
+	if _, err := up.Write(req); err != nil {
+		return nil, err
+	}
+	if moreToCome(req) {
+		return nil, nil // fire-and-forget write: no reply
+	}
+	var replies [][]byte
+	for {
+		r, err := readMessage(up)
+		if err != nil {
+			return nil, err
+		}
+		replies = append(replies, r)
+		if !moreToCome(r) {
+			return replies, nil
+		}
+	}
+}
+
+func readMessage(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(hdr[:]))
+	if n < headerLen || n > maxMessageLen {
+		return nil, fmt.Errorf("bad message length %d", n)
+	}
+	msg := make([]byte, n)
+	copy(msg, hdr[:])
+	if _, err := io.ReadFull(r, msg[4:]); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func opCode(msg []byte) uint32 { return binary.LittleEndian.Uint32(msg[12:16]) }
+
+func moreToCome(msg []byte) bool {
+	return opCode(msg) == opMsg && len(msg) >= headerLen+4 &&
+		binary.LittleEndian.Uint32(msg[headerLen:])&flagMoreToCome != 0
+}
+
+// isHandshake reports whether msg is a hello/isMaster command (OP_MSG with
+// the command first in its body section, or a legacy OP_QUERY).
+func isHandshake(msg []byte) bool {
+	var doc []byte
+	switch opCode(msg) {
+	case opMsg:
+		if len(msg) < headerLen+5 || msg[headerLen+4] != 0 {
+			return false
+		}
+		doc = msg[headerLen+5:]
+	case 2004: // OP_QUERY: flags, cstring collection, skip, return, document
+		rest := msg[headerLen+4:]
+		i := bytes.IndexByte(rest, 0)
+		if i < 0 || len(rest) < i+9 {
+			return false
+		}
+		doc = rest[i+9:]
+	default:
+		return false
+	}
+	if len(doc) < 6 {
+		return false
+	}
+	name := doc[5:]
+	end := bytes.IndexByte(name, 0)
+	if end < 0 {
+		return false
+	}
+	switch string(name[:end]) {
+	case "hello", "isMaster", "ismaster":
+		return true
+	}
+	return false
+}
+

@@ -1,0 +1,92 @@
+package devdb
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+)
+
+// Config says where the database keeps its data and listens.
+type Config struct {
+	// Dir holds the SQLite files; it is created if missing and survives
+	// restarts.
+	Dir string
+	// Listen is the address clients connect to; default 127.0.0.1:0 (a free
+	// port).
+	Listen string
+	// Log receives FerretDB's own log at Warn and above; nil discards it.
+	Log io.Writer
+}
+
+// Server is a running embedded database.
+type Server struct {
+	uri  string
+	done chan struct{}
+}
+
+// URI is the mongodb:// URI clients use.
+func (s *Server) URI() string { return s.uri }
+
+// Done is closed when the server has stopped.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Start starts the database; it runs until ctx is done.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, fmt.Errorf("devdb: no data directory")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("devdb: create data directory: %w", err)
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("devdb: data directory: %w", err)
+	}
+	listen := cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("devdb: listen on %s: %w", listen, err)
+	}
+	logOut := cfg.Log
+	if logOut == nil {
+		logOut = io.Discard
+	}
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + strings.TrimSuffix(dir, "/") + "/",
+		Logger:    slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("devdb: start FerretDB: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ferretDone := make(chan struct{})
+	go func() {
+		defer close(ferretDone)
+		f.Run(ctx)
+	}()
+	upstream := strings.TrimSuffix(strings.TrimPrefix(f.MongoDBURI(), "mongodb://"), "/")
+	s := &Server{done: make(chan struct{})}
+	host := ln.Addr().String()
+	s.uri = "mongodb://" + host + "/"
+	p := newProxy(ln, upstream)
+	go func() {
+		defer close(s.done)
+		defer cancel()
+		p.serve(ctx)
+		<-ferretDone
+	}()
+	return s, nil
+}

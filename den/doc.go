@@ -1,0 +1,15 @@
+// Package den is the Disbatch execution node: the loop that, once a
+// second, writes this node's document, reaps its orphaned tasks and claims
+// queued tasks up to the queues' and the node's maxthreads, starting a task
+// runner process (package runner) for each.
+//
+// Files: node.go (configuration, start-up, the loop and shutdown), tick.go
+// (one pass of the loop), claim.go (claiming within limits), spawn.go
+// (starting and watching runner processes), filter.go (activequeues and
+// ignorequeues), notice.go (logging a condition once when it starts and once
+// when it clears).
+//
+// Subpackages: runner (the task runner), config (configuration files),
+// devdb (the embedded development database), dentest (the test harness),
+// backoff (retries).
+package den

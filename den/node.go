@@ -1,0 +1,201 @@
+package den
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/backoff"
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/queue"
+)
+
+// Config is a node's configuration. A zero field means its default, given in
+// its comment.
+type Config struct {
+	// Name is this node's name in the nodes collection and in the node field
+	// of the tasks it claims. Default: the hostname.
+	Name string
+	// Interval is the time between passes of the loop. Default 1s.
+	Interval time.Duration
+	// OrphanAge is how long a task may stay claimed (-1) by this node
+	// without a runner starting it before it is marked orphaned (-6).
+	// Default 5m, as the protocol recommends.
+	OrphanAge time.Duration
+	// ActiveQueues and IgnoreQueues select the queues this node serves
+	// (queue _ids as hex, or names). When both are empty the active
+	// document of the config collection may set them.
+	ActiveQueues []string
+	IgnoreQueues []string
+	// GFS is where task output goes: "true" (always GridFS), "false" (in
+	// the task document), "auto" (in the document when it fits, else
+	// GridFS). A queue's own gfs field wins. Default: the config
+	// collection's, else auto.
+	GFS string
+	// Runner says how to start task runner processes.
+	Runner RunnerCommand
+	// URI and Database are handed to task runners so they reach the same
+	// database as the node.
+	URI      string
+	Database string
+	// SweepEvery is how often the node looks for malformed tasks in its
+	// queues (a queue field written as a string, a status that is not a
+	// number) and fails them with the reason in stderr. Default 30s.
+	SweepEvery time.Duration
+	// Retry is the backoff while MongoDB is unreachable at start.
+	Retry backoff.Policy
+}
+
+// Node is one Disbatch execution node.
+type Node struct {
+	cfg     Config
+	store   *queue.Store
+	plugins *plugins.Registry
+	log     *zap.Logger
+	now     func() time.Time
+
+	notes     notices
+	wake      chan struct{} // a runner finished: claim again now
+	offset    int           // rotates which queue claims first
+	lastSweep time.Time
+	// nodeQueues is the queues array of the last node document written.
+	nodeQueues []queue.NodeQueue
+
+	runnersMu sync.Mutex
+	runners   map[int]string // pid -> task id, of runners this process started
+}
+
+// New returns a node working on db. now may be nil (time.Now).
+func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger, now func() time.Time) (*Node, error) {
+	if cfg.Name == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("node name: no name configured and no hostname: %w", err)
+		}
+		cfg.Name = host
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.OrphanAge <= 0 {
+		cfg.OrphanAge = 5 * time.Minute
+	}
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = 30 * time.Second
+	}
+	if cfg.GFS != "" {
+		mode, err := queue.NormalizeGFS(cfg.GFS)
+		if err != nil {
+			return nil, fmt.Errorf("node gfs setting: %w", err)
+		}
+		cfg.GFS = mode
+	}
+	if cfg.Database == "" {
+		cfg.Database = db.Name()
+	}
+	if err := cfg.Runner.check(); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		reg = plugins.Default()
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Node{
+		cfg:     cfg,
+		store:   queue.NewStore(db),
+		plugins: reg,
+		log:     log.With(zap.String("node", cfg.Name)),
+		now:     now,
+		wake:    make(chan struct{}, 1),
+		runners: map[int]string{},
+	}, nil
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Run runs the node until ctx is done: it waits for MongoDB, ensures the
+// indexes, then runs the loop. On cancellation it stops claiming, puts back
+// any task it claimed but did not hand to a runner, writes its node
+// document one last time and returns nil. Running tasks are not touched:
+// their runners are separate processes and finish on their own.
+func (n *Node) Run(ctx context.Context) error {
+	n.log.Info("node starting", zap.Strings("plugins", n.plugins.Names()), zap.String("database", n.cfg.Database))
+	if err := n.start(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			n.shutdown()
+			return nil
+		case <-t.C:
+		case <-n.wake:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+		n.tick(ctx)
+		t.Reset(n.cfg.Interval)
+	}
+}
+
+// start waits for MongoDB and ensures the protocol's indexes, retrying with
+// backoff and logging the outage once.
+func (n *Node) start(ctx context.Context) error {
+	waited := false
+	err := n.cfg.Retry.Retry(ctx, func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		conflicts, err := n.store.EnsureIndexes(cctx)
+		for _, c := range conflicts {
+			n.log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
+		}
+		return err
+	}, func(attempt int, err error) {
+		if attempt == 1 {
+			waited = true
+			n.log.Warn("MongoDB unreachable; retrying with backoff until it answers", zap.Error(err))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("wait for MongoDB: %w", err)
+	}
+	if waited {
+		n.log.Info("MongoDB reachable")
+	}
+	return nil
+}
+
+// shutdown writes the node document one last time.
+func (n *Node) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	n.runnersMu.Lock()
+	running := len(n.runners)
+	n.runnersMu.Unlock()
+	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.nodeQueues, n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
+	}
+	n.log.Info("node stopped; running tasks continue in their runners", zap.Int("runners", running))
+}

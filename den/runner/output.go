@@ -1,0 +1,145 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/gridfs"
+	"github.com/den-project/den/queue"
+)
+
+// InlineLimit is the most output (stdout and stderr together) kept in the
+// task document; more goes to GridFS. MongoDB documents are limited to 16
+// MiB, and Disbatch uses the same 15 MiB.
+const InlineLimit = 15 << 20
+
+// outputs holds a task's stdout and stderr while its plugin runs. It keeps
+// them in memory while they may still go into the task document, and
+// switches both to streaming GridFS files as soon as they cannot (gfs true,
+// or more than the inline limit), so memory stays bounded whatever the
+// plugin prints. Writes from several goroutines are safe.
+type outputs struct {
+	ctx     context.Context
+	bucket  *gridfs.Bucket
+	taskID  bson.ObjectID
+	limit   int
+	mu      sync.Mutex
+	stdout  *sink
+	stderr  *sink
+	spilled bool
+}
+
+type sink struct {
+	o    *outputs
+	name string
+	mem  bytes.Buffer
+	file *gridfs.Writer
+}
+
+func newOutputs(ctx context.Context, bucket *gridfs.Bucket, taskID bson.ObjectID, mode string) *outputs {
+	o := &outputs{ctx: ctx, bucket: bucket, taskID: taskID, limit: InlineLimit}
+	o.stdout = &sink{o: o, name: "stdout"}
+	o.stderr = &sink{o: o, name: "stderr"}
+	if mode == queue.GFSAlways {
+		o.spillLocked()
+	}
+	return o
+}
+
+func (o *outputs) metadata() bson.D { return bson.D{{Key: "task_id", Value: o.taskID}} }
+
+// spillLocked moves both outputs to GridFS files; o.mu must be held.
+func (o *outputs) spillLocked() error {
+	if o.spilled {
+		return nil
+	}
+	o.spilled = true
+	for _, s := range []*sink{o.stdout, o.stderr} {
+		s.file = o.bucket.Create(o.ctx, s.name, o.metadata())
+		if _, err := s.file.Write(s.mem.Bytes()); err != nil {
+			return err
+		}
+		s.mem = bytes.Buffer{}
+	}
+	return nil
+}
+
+func (s *sink) Write(p []byte) (int, error) {
+	o := s.o
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.spilled && o.stdout.mem.Len()+o.stderr.mem.Len()+len(p) > o.limit {
+		if err := o.spillLocked(); err != nil {
+			return 0, fmt.Errorf("store %s: %w", s.name, err)
+		}
+	}
+	if o.spilled {
+		return s.file.Write(p)
+	}
+	return s.mem.Write(p)
+}
+
+// appendLine adds a line the runner itself writes (a validation reason, a
+// panic) to stderr, on a line of its own.
+func (o *outputs) appendLine(line string) {
+	o.mu.Lock()
+	needNL := false
+	if !o.spilled {
+		b := o.stderr.mem.Bytes()
+		needNL = len(b) > 0 && b[len(b)-1] != '\n'
+	}
+	o.mu.Unlock()
+	if needNL {
+		line = "\n" + line
+	}
+	if len(line) > 0 && line[len(line)-1] != '\n' {
+		line += "\n"
+	}
+	o.stderr.Write([]byte(line))
+}
+
+// finish returns what the task document's stdout and stderr get: strings
+// when the output may stay in the document (gfs false or auto, it fits, and
+// it is valid UTF-8, as BSON strings must be), else the ids of the GridFS
+// files it was stored in.
+func (o *outputs) finish() (stdout, stderr any, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.spilled && (!utf8.Valid(o.stdout.mem.Bytes()) || !utf8.Valid(o.stderr.mem.Bytes())) {
+		if err := o.spillLocked(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !o.spilled {
+		return o.stdout.mem.String(), o.stderr.mem.String(), nil
+	}
+	for _, s := range []*sink{o.stdout, o.stderr} {
+		if err := s.file.Close(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return o.stdout.file.ID(), o.stderr.file.ID(), nil
+}
+
+// toGridFS stores output that was to go into the task document in GridFS
+// instead (when the task document can no longer take it) and returns the
+// file ids.
+func (o *outputs) toGridFS(ctx context.Context, stdout, stderr any) (outID, errID bson.ObjectID, err error) {
+	put := func(name string, v any) (bson.ObjectID, error) {
+		if id, ok := v.(bson.ObjectID); ok {
+			return id, nil
+		}
+		s, _ := v.(string)
+		return o.bucket.Put(ctx, name, o.metadata(), []byte(s))
+	}
+	if outID, err = put("stdout", stdout); err != nil {
+		return outID, errID, err
+	}
+	errID, err = put("stderr", stderr)
+	return outID, errID, err
+}

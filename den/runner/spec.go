@@ -1,0 +1,53 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// SpecEnv is the environment variable through which a node hands a runner
+// its Spec. The environment, unlike the command line, is not visible to
+// other users, and the MongoDB URI may hold a password.
+const SpecEnv = "DEN_TASK_RUNNER_SPEC"
+
+// Spec is everything a runner needs to know about its task.
+type Spec struct {
+	URI      string `json:"uri"`
+	Database string `json:"database"`
+	Node     string `json:"node"`
+	Task     string `json:"task"`   // the task's _id, hex
+	Plugin   string `json:"plugin"` // the plugin name of its queue
+	GFS      string `json:"gfs"`    // true, false or auto
+	LogJSON  bool   `json:"log_json,omitempty"`
+}
+
+// Env renders the spec as an environment entry.
+func (s Spec) Env() (string, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("encode runner spec: %w", err)
+	}
+	return SpecEnv + "=" + string(b), nil
+}
+
+// SpecFromEnv reads the spec the node passed.
+func SpecFromEnv() (Spec, error) {
+	var s Spec
+	raw := os.Getenv(SpecEnv)
+	if raw == "" {
+		return s, fmt.Errorf("%s is not set: the task runner is started by den, not by hand", SpecEnv)
+	}
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return s, fmt.Errorf("decode %s: %w", SpecEnv, err)
+	}
+	if _, err := bson.ObjectIDFromHex(s.Task); err != nil {
+		return s, fmt.Errorf("runner spec: bad task id %q: %w", s.Task, err)
+	}
+	if s.URI == "" || s.Database == "" || s.Node == "" {
+		return s, fmt.Errorf("runner spec: uri, database and node are required")
+	}
+	return s, nil
+}

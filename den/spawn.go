@@ -1,0 +1,114 @@
+package den
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/queue"
+)
+
+// RunnerCommand is how a node starts a task runner: Path with Args, with
+// the node's environment plus Env plus the runner's spec (runner.SpecEnv).
+// The default is this very binary with the hidden subcommand "task-runner".
+type RunnerCommand struct {
+	Path string
+	Args []string
+	Env  []string
+	// Log is the file runners append their log to; empty means the node's
+	// own stderr (under systemd, the journal).
+	Log string
+	// LogJSON makes runners log JSON lines.
+	LogJSON bool
+}
+
+func (c *RunnerCommand) check() error {
+	if c.Path != "" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary to start task runners: %w", err)
+	}
+	c.Path, c.Args = exe, []string{"task-runner"}
+	return nil
+}
+
+// spawn starts the runner of one claimed task in a session of its own, so
+// that signals to the node (Ctrl-C, systemctl stop) do not reach it and the
+// node can stop, restart or be upgraded while it runs.
+func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
+	spec := runner.Spec{
+		URI: n.cfg.URI, Database: n.cfg.Database, Node: n.cfg.Name,
+		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: n.cfg.Runner.LogJSON,
+	}
+	env, err := spec.Env()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(n.cfg.Runner.Path, n.cfg.Runner.Args...)
+	cmd.Env = append(append(os.Environ(), n.cfg.Runner.Env...), env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Stderr = os.Stderr
+	if n.cfg.Runner.Log != "" {
+		f, err := os.OpenFile(n.cfg.Runner.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("open runner log: %w", err)
+		}
+		defer f.Close() // the child has its own copy
+		cmd.Stderr = f
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", n.cfg.Runner.Path, err)
+	}
+	pid := cmd.Process.Pid
+	n.runnersMu.Lock()
+	n.runners[pid] = taskID.Hex()
+	n.runnersMu.Unlock()
+	n.log.Debug("task handed to a runner", zap.String("task_id", taskID.Hex()), zap.String("queue", q.Name), zap.Int("pid", pid))
+	go n.watch(cmd, taskID)
+	return nil
+}
+
+// watch waits for a runner this process started (so it does not linger as a
+// zombie) and then wakes the loop, so that a finished task frees its slot at
+// once instead of at the next interval. A runner that exits without having
+// started its task gets the task put back; one that died while running it
+// gets the task marked orphaned. The goroutine lives exactly as long as the
+// runner, or until the node process exits.
+func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
+	err := cmd.Wait()
+	n.runnersMu.Lock()
+	delete(n.runners, cmd.Process.Pid)
+	n.runnersMu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+	if err == nil {
+		return
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		n.log.Warn("lost track of a task runner", zap.String("task_id", taskID.Hex()), zap.Error(err))
+		return
+	}
+	n.log.Warn("task runner exited with an error", zap.String("task_id", taskID.Hex()), zap.String("exit", exit.String()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ok, err := n.store.Release(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok {
+		n.log.Info("claimed task put back in its queue", zap.String("task_id", taskID.Hex()), zap.String("why", "runner exited before starting it"))
+		return
+	}
+	if ok, err := n.store.MarkOrphaned(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok {
+		n.log.Warn("task orphaned: its runner died while running it", zap.String("task_id", taskID.Hex()), zap.String("exit", exit.String()))
+	}
+}

@@ -1,0 +1,177 @@
+package den
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+// tick is one pass of the loop: read the shared config and the queues, fill
+// missing counts, write the node document, reap orphans, fail malformed
+// tasks now and then, and claim. A MongoDB failure ends the pass; it is
+// logged when the outage starts and when it ends.
+func (n *Node) tick(ctx context.Context) {
+	err := n.pass(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		if n.notes.set("outage", "") {
+			n.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
+		}
+		return
+	}
+	if n.notes.clear("outage") {
+		n.log.Info("MongoDB reachable again")
+	}
+}
+
+func (n *Node) pass(ctx context.Context) error {
+	now := n.now()
+	shared, err := n.store.ActiveConfig(ctx)
+	if err != nil {
+		if n.notes.set("config", err.Error()) {
+			n.log.Warn("config collection: ignoring bad fields of the active document", zap.Error(err))
+		}
+	} else if n.notes.clear("config") {
+		n.log.Info("config collection: active document is valid again")
+	}
+	filter, gfs := n.effective(shared)
+
+	queues, bad, err := n.store.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	n.noteBadQueues(bad)
+	serve := n.serveable(queues, filter)
+
+	running, err := n.store.Running(ctx, queueIDs(queues))
+	if err != nil {
+		return err
+	}
+	for _, q := range queues {
+		if q.CountTodo == nil || q.CountTotal == nil {
+			if err := n.store.FillCounts(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+
+	entries := make([]queue.NodeQueue, 0, len(queues))
+	for _, q := range queues {
+		entries = append(entries, queue.NewNodeQueue(q, running.Queue(q.ID)))
+	}
+	limit, problem, err := n.store.Heartbeat(ctx, n.cfg.Name, entries, now)
+	if err != nil {
+		return err
+	}
+	n.nodeQueues = entries
+	if problem != "" {
+		if n.notes.set("node-maxthreads", problem) {
+			n.log.Warn("node document: " + problem)
+		}
+	} else if n.notes.clear("node-maxthreads") {
+		n.log.Info("node document: maxthreads is valid again")
+	}
+
+	reaped, err := n.store.ReapOrphans(ctx, n.cfg.Name, now.Add(-n.cfg.OrphanAge), now)
+	if err != nil {
+		return err
+	}
+	if reaped > 0 {
+		n.log.Warn("orphaned tasks: claimed by this node but never started by a runner", zap.Int64("count", reaped), zap.Duration("older_than", n.cfg.OrphanAge))
+	}
+
+	if now.Sub(n.lastSweep) >= n.cfg.SweepEvery {
+		if err := n.sweep(ctx, serve, now); err != nil {
+			return err
+		}
+		n.lastSweep = now
+	}
+	return n.claim(ctx, serve, running, limit, gfs)
+}
+
+// effective merges the node's own settings with the config collection's:
+// the node's (from its file, environment or flags) win.
+func (n *Node) effective(shared queue.SharedConfig) (queueFilter, string) {
+	active, ignore := n.cfg.ActiveQueues, n.cfg.IgnoreQueues
+	if len(active) == 0 && len(ignore) == 0 {
+		active, ignore = shared.ActiveQueues, shared.IgnoreQueues
+	}
+	gfs := n.cfg.GFS
+	if gfs == "" && shared.GFS != nil {
+		gfs = *shared.GFS
+	}
+	if gfs == "" {
+		gfs = queue.GFSAuto
+	}
+	return newQueueFilter(active, ignore), gfs
+}
+
+// serveable returns the queues this node claims from: those whose plugin is
+// registered here and that the filter allows. A queue without a plugin, and
+// a queue with a nonsense maxthreads, is logged once when that starts and
+// once when it is fixed.
+func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
+	var out []queue.Queue
+	seen := map[string]bool{}
+	for _, q := range queues {
+		if q.MaxThreadsProblem != "" {
+			key := "queue-limit:" + q.ID.Hex()
+			seen[key] = true
+			if n.notes.set(key, q.MaxThreadsProblem) {
+				n.log.Warn("queue has a bad maxthreads", zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
+			}
+		}
+		if _, ok := n.plugins.Lookup(q.Plugin); !ok {
+			key := "queue-plugin:" + q.ID.Hex()
+			seen[key] = true
+			if n.notes.set(key, q.Plugin) {
+				n.log.Warn("queue skipped: no plugin of that name is registered in this den binary",
+					zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+			}
+			continue
+		}
+		if filter.allows(q) {
+			out = append(out, q)
+		}
+	}
+	for _, key := range n.notes.keep("queue-", seen) {
+		n.log.Info("queue problem cleared", zap.String("what", key))
+	}
+	return out
+}
+
+func (n *Node) noteBadQueues(bad []queue.BadQueue) {
+	seen := map[string]bool{}
+	for _, b := range bad {
+		key := "bad-queue:" + fmt.Sprint(b.ID)
+		seen[key] = true
+		if n.notes.set(key, b.Reason.Error()) {
+			n.log.Warn("queue document skipped", zap.Error(b.Reason))
+		}
+	}
+	for _, key := range n.notes.keep("bad-queue:", seen) {
+		n.log.Info("queue document no longer malformed or gone", zap.String("what", key))
+	}
+}
+
+// sweep fails the malformed tasks of the served queues.
+func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
+	for _, q := range queues {
+		for _, kind := range queue.MalformedKinds {
+			failed, err := n.store.FailMalformed(ctx, q, kind, n.cfg.Name, now)
+			if err != nil {
+				return err
+			}
+			if failed > 0 {
+				n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int64("count", failed))
+			}
+		}
+	}
+	return nil
+}

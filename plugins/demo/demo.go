@@ -1,0 +1,111 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/queue"
+)
+
+// Name is the plugin name queues use.
+const Name = "Disbatch::Plugin::Demo"
+
+// ReportsCollection is where each task's report goes.
+const ReportsCollection = "reports"
+
+func init() {
+	plugins.Register(Name, plugins.Func(Run))
+}
+
+const mib = 1 << 20
+
+// big lists the commands that write bulk output, with the writer and size.
+var big = map[rune]struct {
+	stderr bool
+	size   int
+}{
+	'1': {false, 1 * mib}, '7': {false, 7 * mib}, '8': {false, 8 * mib}, 'e': {false, 15 * mib},
+	'A': {true, 1 * mib}, 'B': {true, 7 * mib}, 'C': {true, 8 * mib}, 'E': {true, 15 * mib},
+}
+
+// Run runs one demo task.
+func Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
+	var params struct {
+		Commands any  `bson:"commands"`
+		Counter  any  `bson:"counter"`
+		NoReport bool `bson:"noreport"`
+	}
+	if err := t.DecodeParameters(&params); err != nil {
+		return 2, err
+	}
+	commands := fmt.Sprint(params.Commands)
+	if params.Commands == nil {
+		commands = ""
+	}
+	report := bson.D{
+		{Key: "task_id", Value: t.ID},
+		{Key: "queue_id", Value: t.Queue},
+		{Key: "counter", Value: params.Counter},
+		{Key: "commands", Value: params.Commands},
+		{Key: "started", Value: time.Now().Unix()},
+	}
+	run := commands
+	if run == "*" {
+		run = "abc"
+	}
+	status, errors := 1, 0
+	var failure string
+	for _, c := range run {
+		if err := ctx.Err(); err != nil {
+			return 2, err
+		}
+		switch c {
+		case 'a':
+			io.WriteString(env.Stdout, "This is command 'a' for apple.\n")
+		case 'b':
+			io.WriteString(env.Stderr, "This is command 'b' for banana.\n")
+			errors++
+		case 'c':
+			io.WriteString(env.Stderr, "This is command 'c' for cry.\n")
+			errors++
+			status = 2
+			failure = "Task failed: This is command 'c' for cry.\n"
+		default:
+			if b, ok := big[c]; ok {
+				w := env.Stdout
+				if b.stderr {
+					w = env.Stderr
+				}
+				if _, err := w.Write(bytes.Repeat([]byte(string(c)), b.size)); err != nil {
+					return 2, fmt.Errorf("write %c output: %w", c, err)
+				}
+			}
+		}
+		if status != 1 {
+			break
+		}
+	}
+	report = append(report,
+		bson.E{Key: "errors", Value: errors},
+		bson.E{Key: "completed", Value: time.Now().Unix()},
+		bson.E{Key: "status", Value: map[bool]string{true: "SUCCESS", false: "FAILED"}[status == 1]},
+	)
+	if failure != "" {
+		report = append(report, bson.E{Key: "error", Value: failure})
+	}
+	if !params.NoReport {
+		if env.DB == nil {
+			return 2, fmt.Errorf("no database to write the report to")
+		}
+		if _, err := env.DB.Collection(ReportsCollection).InsertOne(ctx, report); err != nil {
+			return 2, fmt.Errorf("insert report: %w", err)
+		}
+	}
+	return status, nil
+}

@@ -1,0 +1,17 @@
+// Package demo is Disbatch::Plugin::Demo, the plugin every Disbatch
+// installation has for trying a queue out, with the Perl plugin's behaviour:
+//
+// The task parameter commands is a string of one-letter commands, "*"
+// meaning "abc". In order:
+//
+//	a  stdout: "This is command 'a' for apple.\n"
+//	b  stderr: "This is command 'b' for banana.\n" (an error, but the task still succeeds)
+//	c  stderr: "This is command 'c' for cry.\n"; the task fails with status 2 and stops there
+//	1 7 8 e   stdout: 1, 7, 8 or 15 MiB of that character (for trying GridFS)
+//	A B C E   stderr: the same sizes
+//
+// Each task inserts a document in the reports collection: task_id, queue_id,
+// counter (the parameter of that name, or null), commands, started and
+// completed (epoch seconds), errors (a count), status ("SUCCESS" or
+// "FAILED") and, for c, error. The parameter noreport: true skips it.
+package demo

@@ -1,0 +1,105 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+// Plugin runs tasks of the queues that name it.
+//
+// Run works on one task and returns its status: a positive integer, 1 for
+// success and 2 (or any other positive number) for failure. It writes the
+// task's output to env.Stdout and env.Stderr as it goes; the task runner
+// stores them (in the task document or in GridFS, streaming large output).
+//
+// A non-nil error fails the task: its text is appended to stderr and the
+// status becomes 2 unless Run returned another positive status. A status
+// that is not positive also becomes 2, with the reason in stderr. A panic
+// fails the task with the panic and its stack in stderr. Run must return
+// soon after ctx is done.
+//
+// Each task runs in a task-runner process of its own, so a plugin may keep
+// state in its value, but must not expect it to survive from task to task.
+type Plugin interface {
+	Run(ctx context.Context, task *queue.Task, env Env) (status int, err error)
+}
+
+// Env is what the task runner gives a plugin besides the task.
+type Env struct {
+	// Stdout and Stderr receive the task's output. Writes are never
+	// partial unless storage has failed for good.
+	Stdout io.Writer
+	Stderr io.Writer
+	// DB is the Disbatch database, for plugins that record results of
+	// their own (as Demo does in reports).
+	DB *mongo.Database
+	// Log is the task runner's logger, with the node and task id on it.
+	Log *zap.Logger
+}
+
+// Func adapts a function to a Plugin.
+type Func func(ctx context.Context, task *queue.Task, env Env) (int, error)
+
+// Run calls f.
+func (f Func) Run(ctx context.Context, task *queue.Task, env Env) (int, error) {
+	return f(ctx, task, env)
+}
+
+// Registry maps plugin names to plugins. The zero value is empty and ready.
+type Registry struct {
+	mu      sync.RWMutex
+	plugins map[string]Plugin
+}
+
+// Register adds a plugin under name. It panics if name is empty, the plugin
+// is nil or the name is taken: those are programming errors found at start.
+func (r *Registry) Register(name string, p Plugin) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name == "" || p == nil {
+		panic("plugins: Register needs a name and a plugin")
+	}
+	if _, dup := r.plugins[name]; dup {
+		panic(fmt.Sprintf("plugins: Register called twice for %q", name))
+	}
+	if r.plugins == nil {
+		r.plugins = map[string]Plugin{}
+	}
+	r.plugins[name] = p
+}
+
+// Lookup returns the plugin registered under name.
+func (r *Registry) Lookup(name string) (Plugin, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p, ok := r.plugins[name]
+	return p, ok
+}
+
+// Names returns the registered names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.plugins))
+	for n := range r.plugins {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+var defaultRegistry Registry
+
+// Default is the registry plugin packages fill from init.
+func Default() *Registry { return &defaultRegistry }
+
+// Register adds a plugin to the Default registry; see Registry.Register.
+func Register(name string, p Plugin) { defaultRegistry.Register(name, p) }

@@ -1,0 +1,84 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// unclaimed matches a task nobody has claimed: node -1 as the protocol
+// writes it, or null/missing as some writers leave it.
+var unclaimed = bson.D{{Key: "$in", Value: bson.A{Unclaimed, nil}}}
+
+// ClaimFilter is the protocol's claim filter for one queue:
+// {node: -1, status: -2, queue: <id>}, with node null accepted as unclaimed.
+func ClaimFilter(queueID bson.ObjectID) bson.D {
+	return bson.D{
+		{Key: "node", Value: unclaimed},
+		{Key: "status", Value: StatusQueued},
+		{Key: "queue", Value: queueID},
+	}
+}
+
+// ClaimSort is the claim's sort for a queue's sort setting: on _id, oldest
+// first for fifo, newest first for lifo, and none (the server's order) for
+// default.
+func ClaimSort(sort string) bson.D {
+	switch sort {
+	case SortFIFO:
+		return bson.D{{Key: "_id", Value: 1}}
+	case SortLIFO:
+		return bson.D{{Key: "_id", Value: -1}}
+	}
+	return nil
+}
+
+// Claim claims one queued task of q for node with a single findOneAndUpdate,
+// as the protocol requires, and returns its _id. It returns ok false when the
+// queue has nothing to claim.
+func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) (id bson.ObjectID, ok bool, err error) {
+	opts := options.FindOneAndUpdate().
+		SetReturnDocument(options.After).
+		SetProjection(bson.D{{Key: "_id", Value: 1}})
+	if sort := ClaimSort(q.Sort); sort != nil {
+		opts.SetSort(sort)
+	}
+	update := bson.D{{Key: "$set", Value: bson.D{
+		{Key: "node", Value: node},
+		{Key: "status", Value: StatusClaimed},
+		{Key: "mtime", Value: now},
+	}}}
+	var doc struct {
+		ID bson.ObjectID `bson:"_id"`
+	}
+	err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID), update, opts).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return id, false, nil
+	}
+	if err != nil {
+		return id, false, fmt.Errorf("claim task in queue %s: %w", q.ID.Hex(), err)
+	}
+	return doc.ID, true, nil
+}
+
+// Release puts a task this node claimed but never started back in its queue
+// (status -2, node -1). It does nothing if the task is no longer claimed by
+// node, and reports whether it released it.
+func (s *Store) Release(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (bool, error) {
+	res, err := s.tasks.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "node", Value: Unclaimed},
+			{Key: "status", Value: StatusQueued},
+			{Key: "mtime", Value: now},
+		}}})
+	if err != nil {
+		return false, fmt.Errorf("release task %s: %w", taskID.Hex(), err)
+	}
+	return res.ModifiedCount == 1, nil
+}

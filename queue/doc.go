@@ -1,0 +1,11 @@
+// Package queue owns the Disbatch 4 documents in MongoDB and every query
+// the protocol binds a node to: the shapes of the queues, tasks and nodes
+// collections, the status codes, the claim with findOneAndUpdate, orphan
+// reaping, the count_todo/count_total bookkeeping and the indexes.
+//
+// Field names, status codes and query shapes here are the contract of
+// Disbatch 4 (docs/DEN protocol): a Perl Disbatch node and den must be able to
+// work the same database at the same time, so nothing in this package may
+// write a field a Perl node would misread. Everything den adds beyond the
+// protocol is an optional field a Disbatch 4 node ignores.
+package queue

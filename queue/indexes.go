@@ -1,0 +1,108 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Index is one index the protocol needs.
+type Index struct {
+	Collection string
+	Keys       bson.D
+	Unique     bool
+}
+
+// Indexes are the indexes a Disbatch 4 node creates, exactly as the Perl
+// node does (same keys, same order, default names), so that den and Perl
+// nodes starting on the same database never conflict:
+//   - tasks: the claim's {node, status, queue} with either _id order for
+//     fifo/lifo, and {queue, status} for counting;
+//   - nodes: node, unique;
+//   - tasks.files / tasks.chunks: Disbatch's GridFS.
+var Indexes = []Index{
+	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
+	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
+	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: -1}}},
+	{Collection: TasksCollection, Keys: bson.D{{Key: "queue", Value: 1}, {Key: "status", Value: 1}}},
+	{Collection: NodesCollection, Keys: bson.D{{Key: "node", Value: 1}}, Unique: true},
+	{Collection: GridFSPrefix + ".files", Keys: bson.D{{Key: "filename", Value: 1}, {Key: "metadata.task_id", Value: 1}}},
+	{Collection: GridFSPrefix + ".chunks", Keys: bson.D{{Key: "files_id", Value: 1}, {Key: "n", Value: 1}}, Unique: true},
+}
+
+// Name is the index's default name, as MongoDB (and the Perl node) makes it.
+func (ix Index) Name() string {
+	parts := make([]string, 0, 2*len(ix.Keys))
+	for _, k := range ix.Keys {
+		parts = append(parts, k.Key, fmt.Sprint(k.Value))
+	}
+	return strings.Join(parts, "_")
+}
+
+// EnsureIndexes creates the protocol's indexes. It is idempotent: an index
+// that already exists is left alone.
+//
+// Each index is created by a command of its own, and only when it is not
+// listed already: the embedded development server (FerretDB 1.x) drops the
+// connection when one createIndexes names several indexes that all exist.
+// An index that exists with other options is reported in conflicts (the
+// node still works, perhaps more slowly) and not treated as an error.
+func (s *Store) EnsureIndexes(ctx context.Context) (conflicts []string, err error) {
+	existing := map[string]map[string]bool{}
+	for _, ix := range Indexes {
+		names, ok := existing[ix.Collection]
+		if !ok {
+			names, err = indexNames(ctx, s.db.Collection(ix.Collection))
+			if err != nil {
+				return nil, err
+			}
+			existing[ix.Collection] = names
+		}
+		if names[ix.Name()] {
+			continue
+		}
+		model := mongo.IndexModel{Keys: ix.Keys}
+		if ix.Unique {
+			model.Options = options.Index().SetUnique(true)
+		}
+		_, err := s.db.Collection(ix.Collection).Indexes().CreateOne(ctx, model)
+		var ce mongo.CommandError
+		if errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86) { // IndexOptionsConflict, IndexKeySpecsConflict
+			conflicts = append(conflicts, fmt.Sprintf("%s.%s: %s", ix.Collection, ix.Name(), ce.Message))
+			continue
+		}
+		if err != nil {
+			return conflicts, fmt.Errorf("create index %s on %s: %w", ix.Name(), ix.Collection, err)
+		}
+	}
+	return conflicts, nil
+}
+
+func indexNames(ctx context.Context, coll *mongo.Collection) (map[string]bool, error) {
+	names := map[string]bool{}
+	cur, err := coll.Indexes().List(ctx)
+	if err != nil {
+		// A collection that does not exist yet has no indexes; MongoDB
+		// answers NamespaceNotFound (26) for it, FerretDB an empty list.
+		var ce mongo.CommandError
+		if errors.As(err, &ce) && ce.Code == 26 {
+			return names, nil
+		}
+		return nil, fmt.Errorf("list indexes of %s: %w", coll.Name(), err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		if name, ok := cur.Current.Lookup("name").StringValueOK(); ok {
+			names[name] = true
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("list indexes of %s: %w", coll.Name(), err)
+	}
+	return names, nil
+}

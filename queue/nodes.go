@@ -1,0 +1,100 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// NodeQueue is one entry of a node document's queues array.
+type NodeQueue struct {
+	Name          string `bson:"name"`
+	ID            string `bson:"id"` // the queue's _id as a hex string
+	Constructor   string `bson:"constructor"`
+	MaxThreads    int    `bson:"maxthreads"`
+	TasksTodo     int64  `bson:"tasks_todo"`
+	TasksDoing    int64  `bson:"tasks_doing"`
+	TasksDone     int64  `bson:"tasks_done"`
+	Preemptive    int    `bson:"preemptive"`     // always 1, for legacy readers
+	TasksBackfill int    `bson:"tasks_backfill"` // always 0, for legacy readers
+}
+
+// NewNodeQueue fills a node document's queue entry the way the protocol
+// defines it: tasks_todo is count_todo minus the running tasks, tasks_done
+// is count_total minus count_todo, none below zero.
+func NewNodeQueue(q Queue, doing int) NodeQueue {
+	var todo, total int64
+	if q.CountTodo != nil {
+		todo = *q.CountTodo
+	}
+	if q.CountTotal != nil {
+		total = *q.CountTotal
+	}
+	return NodeQueue{
+		Name:        q.Name,
+		ID:          q.ID.Hex(),
+		Constructor: q.Plugin,
+		MaxThreads:  q.MaxThreads,
+		TasksTodo:   max(todo-int64(doing), 0),
+		TasksDoing:  int64(doing),
+		TasksDone:   max(total-todo, 0),
+		Preemptive:  1,
+	}
+}
+
+// NodeLimit is the node-wide limit an operator may set in the node
+// document's maxthreads: nil means no limit, 0 means run nothing.
+type NodeLimit = *int
+
+// Heartbeat upserts the node document: node, timestamp and queues. It never
+// writes maxthreads, which belongs to the operator, and returns the value the
+// operator set there. Problem is non-empty when that value is not a
+// non-negative whole number (it then counts as 0).
+func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, now time.Time) (limit NodeLimit, problem string, err error) {
+	if queues == nil {
+		queues = []NodeQueue{}
+	}
+	doc, err := s.nodes.FindOneAndUpdate(ctx,
+		bson.D{{Key: "node", Value: node}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "timestamp", Value: now},
+			{Key: "queues", Value: queues},
+		}}},
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After).
+			SetProjection(bson.D{{Key: "maxthreads", Value: 1}}),
+	).Raw()
+	if err != nil {
+		return nil, "", fmt.Errorf("update node document of %s: %w", node, err)
+	}
+	v := doc.Lookup("maxthreads")
+	if v.Type == 0 || v.Type == bson.TypeNull {
+		return nil, "", nil
+	}
+	n, ok := intValue(v)
+	if !ok || n < 0 {
+		zero := 0
+		return &zero, fmt.Sprintf("node maxthreads is %s, not a non-negative whole number or null; treating it as 0", describe(v)), nil
+	}
+	limit = new(int)
+	*limit = int(min(n, 1<<20))
+	return limit, "", nil
+}
+
+// NodeTimestamp returns when a node last wrote its document, and false when
+// there is no such node.
+func (s *Store) NodeTimestamp(ctx context.Context, node string) (time.Time, bool, error) {
+	doc, err := s.nodes.FindOne(ctx, bson.D{{Key: "node", Value: node}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read node document of %s: %w", node, err)
+	}
+	t, _ := timeValue(doc.Lookup("timestamp"))
+	return t, true, nil
+}

@@ -1,0 +1,96 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// ReapOrphans marks as orphaned (-6) this node's claimed tasks (-1) whose
+// mtime is older than cutoff: a runner never started them. mtime is an
+// ISODate, or a number of epoch seconds from older writers; MongoDB compares
+// only values of the same type, so each kind gets its own clause.
+func (s *Store) ReapOrphans(ctx context.Context, node string, cutoff, now time.Time) (int64, error) {
+	res, err := s.tasks.UpdateMany(ctx,
+		bson.D{
+			{Key: "node", Value: node},
+			{Key: "status", Value: StatusClaimed},
+			{Key: "$or", Value: bson.A{
+				bson.D{{Key: "mtime", Value: bson.D{{Key: "$lt", Value: cutoff}}}},
+				bson.D{{Key: "mtime", Value: bson.D{{Key: "$lt", Value: float64(cutoff.UnixNano()) / 1e9}}}},
+			}},
+		},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}}}})
+	if err != nil {
+		return 0, fmt.Errorf("reap orphaned tasks of node %s: %w", node, err)
+	}
+	return res.ModifiedCount, nil
+}
+
+// Malformed is a kind of task document that can never be claimed as it is,
+// so that it would sit in its queue forever: the node fails it instead,
+// with the reason in its stderr.
+type Malformed struct {
+	reason func(q Queue) string
+	filter func(q Queue) bson.D
+}
+
+// MalformedKinds are the malformed tasks a node looks for in each queue it
+// serves. Every filter starts with an equality on queue so that the
+// {queue, status} index serves it.
+var MalformedKinds = []Malformed{
+	{
+		reason: func(q Queue) string {
+			return fmt.Sprintf("den: task not run: its queue field is the string %q; it must be ObjectId(%q)", q.ID.Hex(), q.ID.Hex())
+		},
+		filter: func(q Queue) bson.D {
+			return bson.D{{Key: "queue", Value: q.ID.Hex()}, {Key: "status", Value: StatusQueued}}
+		},
+	},
+	{
+		reason: func(Queue) string {
+			return "den: task not run: its status is a string; it must be the number -2 to be queued"
+		},
+		filter: func(q Queue) bson.D {
+			return bson.D{{Key: "queue", Value: q.ID}, {Key: "status", Value: bson.D{{Key: "$type", Value: "string"}}}}
+		},
+	},
+	{
+		reason: func(Queue) string { return "den: task not run: it has no status; it must be the number -2 to be queued" },
+		filter: func(q Queue) bson.D {
+			return bson.D{{Key: "queue", Value: q.ID}, {Key: "status", Value: nil}}
+		},
+	},
+}
+
+// FailMalformed fails the tasks of queue q that match kind m, and returns
+// how many it failed.
+func (s *Store) FailMalformed(ctx context.Context, q Queue, m Malformed, node string, now time.Time) (int64, error) {
+	reason := m.reason(q)
+	res, err := s.tasks.UpdateMany(ctx, m.filter(q), bson.D{{Key: "$set", Value: bson.D{
+		{Key: "status", Value: StatusFailed},
+		{Key: "node", Value: node},
+		{Key: "stdout", Value: ""},
+		{Key: "stderr", Value: reason},
+		{Key: "mtime", Value: now},
+	}}})
+	if err != nil {
+		return 0, fmt.Errorf("fail malformed tasks of queue %s: %w", q.ID.Hex(), err)
+	}
+	return res.ModifiedCount, nil
+}
+
+// MarkOrphaned marks one task this node was running as orphaned (-6), for a
+// runner that died without recording a result. It does nothing if the task
+// is no longer this node's running task.
+func (s *Store) MarkOrphaned(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (bool, error) {
+	res, err := s.tasks.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusRunning}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}}}})
+	if err != nil {
+		return false, fmt.Errorf("mark task %s orphaned: %w", taskID.Hex(), err)
+	}
+	return res.ModifiedCount == 1, nil
+}

@@ -1,0 +1,155 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// Sort orders a queue may ask for. The sort is on the tasks' _id.
+const (
+	SortDefault = "default"
+	SortFIFO    = "fifo"
+	SortLIFO    = "lifo"
+)
+
+// Queue is a parsed queue document.
+//
+// The protocol spells the plugin `constructor` and the per-node limit
+// `maxthreads`; later Disbatch 4 releases write `plugin` and `threads`. Both
+// spellings are accepted; the protocol's wins when both are present.
+//
+// The two limits do not mean the same thing to the Perl nodes that write
+// them: `maxthreads` caps the tasks of the queue on each node, while the
+// later `threads` caps the tasks of the queue on all nodes together. den
+// honours each as its writers do (see Global), so that it can share a queue
+// with either kind of Perl node.
+type Queue struct {
+	ID     bson.ObjectID
+	Name   string
+	Plugin string
+	// MaxThreads is the number of tasks of this queue one node may run at
+	// once. A missing or null limit, and a nonsense one, count as 0.
+	MaxThreads int
+	// MaxThreadsProblem says why MaxThreads was forced to 0 when the stored
+	// value was not a non-negative whole number; empty otherwise.
+	MaxThreadsProblem string
+	// Global is true when the limit came from `threads`: it then caps the
+	// queue's running tasks across all nodes, not on each node.
+	Global bool
+	Sort              string
+	// GFS is the queue's own output storage setting (true, false, auto), or
+	// empty to use the node's.
+	GFS string
+	// CountTodo and CountTotal are nil when missing or null (the node fills
+	// them in).
+	CountTodo  *int64
+	CountTotal *int64
+}
+
+// ParseQueue reads a queue document. It fails only when the document cannot
+// be used at all (no ObjectId _id, no plugin name); a bad limit or sort is
+// reported in the Queue and replaced by a safe value.
+func ParseQueue(raw bson.Raw) (Queue, error) {
+	var q Queue
+	id, ok := raw.Lookup("_id").ObjectIDOK()
+	if !ok {
+		return q, fmt.Errorf("queue _id is %s, not an ObjectId", describe(raw.Lookup("_id")))
+	}
+	q.ID = id
+	if name, ok := raw.Lookup("name").StringValueOK(); ok {
+		q.Name = name
+	}
+	plugin := raw.Lookup("constructor")
+	if plugin.Type == 0 || plugin.Type == bson.TypeNull {
+		plugin = raw.Lookup("plugin")
+	}
+	q.Plugin, ok = plugin.StringValueOK()
+	if !ok || strings.TrimSpace(q.Plugin) == "" {
+		return q, fmt.Errorf("queue %s (%q) has no plugin: constructor is %s", id.Hex(), q.Name, describe(plugin))
+	}
+
+	limit := raw.Lookup("maxthreads")
+	if limit.Type == 0 || limit.Type == bson.TypeNull {
+		if alt := raw.Lookup("threads"); alt.Type != 0 {
+			limit = alt
+			q.Global = true
+		}
+	}
+	switch n, ok := intValue(limit); {
+	case limit.Type == 0 || limit.Type == bson.TypeNull:
+		q.MaxThreads = 0
+	case !ok || n < 0:
+		q.MaxThreadsProblem = fmt.Sprintf("maxthreads is %s, not a non-negative whole number; treating it as 0", describe(limit))
+	case n > 1<<20:
+		q.MaxThreads = 1 << 20
+	default:
+		q.MaxThreads = int(n)
+	}
+
+	q.Sort = SortDefault
+	if s, ok := raw.Lookup("sort").StringValueOK(); ok {
+		switch strings.ToLower(s) {
+		case SortFIFO, SortLIFO:
+			q.Sort = strings.ToLower(s)
+		}
+	}
+	if g := raw.Lookup("gfs"); g.Type != 0 && g.Type != bson.TypeNull {
+		if mode, err := ParseGFS(g); err == nil {
+			q.GFS = mode
+		}
+	}
+	if n, ok := intValue(raw.Lookup("count_todo")); ok {
+		q.CountTodo = &n
+	}
+	if n, ok := intValue(raw.Lookup("count_total")); ok {
+		q.CountTotal = &n
+	}
+	return q, nil
+}
+
+// Output storage modes (the `gfs` setting of Disbatch's config and queues).
+const (
+	GFSAlways = "true"  // always GridFS
+	GFSNever  = "false" // in the task document (GridFS only when that is impossible)
+	GFSAuto   = "auto"  // in the task document when it fits, else GridFS
+)
+
+// ErrBadGFS is returned for a gfs setting that is none of true, false, auto.
+var ErrBadGFS = errors.New(`gfs must be true, false or "auto"`)
+
+// ParseGFS reads a gfs setting as Disbatch writes it: a boolean (also 1/0 and
+// the strings "true"/"false") or the string "auto".
+func ParseGFS(v bson.RawValue) (string, error) {
+	switch v.Type {
+	case bson.TypeBoolean:
+		if v.Boolean() {
+			return GFSAlways, nil
+		}
+		return GFSNever, nil
+	case bson.TypeString:
+		return NormalizeGFS(v.StringValue())
+	}
+	if n, ok := intValue(v); ok && (n == 0 || n == 1) {
+		if n == 1 {
+			return GFSAlways, nil
+		}
+		return GFSNever, nil
+	}
+	return "", fmt.Errorf("%w, got %s", ErrBadGFS, describe(v))
+}
+
+// NormalizeGFS reads a gfs setting written as text.
+func NormalizeGFS(s string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "true", "1", "yes":
+		return GFSAlways, nil
+	case "false", "0", "no":
+		return GFSNever, nil
+	case "auto", "":
+		return GFSAuto, nil
+	}
+	return "", fmt.Errorf("%w, got %q", ErrBadGFS, s)
+}

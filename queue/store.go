@@ -1,0 +1,29 @@
+package queue
+
+import (
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Store is the Disbatch 4 database of one node or task runner: the protocol's
+// collections in one MongoDB database.
+type Store struct {
+	db     *mongo.Database
+	tasks  *mongo.Collection
+	queues *mongo.Collection
+	nodes  *mongo.Collection
+	config *mongo.Collection
+}
+
+// NewStore returns the store for a database.
+func NewStore(db *mongo.Database) *Store {
+	return &Store{
+		db:     db,
+		tasks:  db.Collection(TasksCollection),
+		queues: db.Collection(QueuesCollection),
+		nodes:  db.Collection(NodesCollection),
+		config: db.Collection(ConfigCollection),
+	}
+}
+
+// Database returns the underlying database.
+func (s *Store) Database() *mongo.Database { return s.db }
