@@ -42,9 +42,9 @@ func ClaimSort(sort string) bson.D {
 // as the protocol requires, and returns its _id. It returns ok false when the
 // queue has nothing to claim.
 func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) (id bson.ObjectID, ok bool, err error) {
-	opts := options.FindOneAndUpdate().
-		SetReturnDocument(options.After).
-		SetProjection(bson.D{{Key: "_id", Value: 1}})
+	// No projection: FerretDB (the development server) does not implement
+	// one on findAndModify, and a task document is small.
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	if sort := ClaimSort(q.Sort); sort != nil {
 		opts.SetSort(sort)
 	}

@@ -65,8 +65,7 @@ func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, 
 			{Key: "timestamp", Value: now},
 			{Key: "queues", Value: queues},
 		}}},
-		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After).
-			SetProjection(bson.D{{Key: "maxthreads", Value: 1}}),
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
 	).Raw()
 	if err != nil {
 		return nil, "", fmt.Errorf("update node document of %s: %w", node, err)

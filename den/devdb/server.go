@@ -21,7 +21,8 @@ type Config struct {
 	// Listen is the address clients connect to; default 127.0.0.1:0 (a free
 	// port).
 	Listen string
-	// Log receives FerretDB's own log at Warn and above; nil discards it.
+	// Log receives FerretDB's own log at Error level (it logs every error
+	// reply at Warn, which a node provokes on purpose); nil discards it.
 	Log io.Writer
 }
 
@@ -65,7 +66,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + strings.TrimSuffix(dir, "/") + "/",
-		Logger:    slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:    slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
 		ln.Close()

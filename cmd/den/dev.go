@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/den/devdb"
+	"github.com/den-project/den/plugins/demo"
+	"github.com/den-project/den/queue"
+)
+
+func newDevCmd() *cobra.Command {
+	var dir, listen string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a node on an embedded development database (no MongoDB needed)",
+		Long: `Start the embedded development database (data kept in --data between runs),
+print its mongodb:// URI, create a demo queue when there is no queue, and run
+a node on it until Ctrl-C. Insert tasks with mongosh or any driver.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load("", cmd.Flags())
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			dbCtx, stopDB := context.WithCancel(context.Background())
+			defer stopDB()
+			srv, err := devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: listen, Log: os.Stderr})
+			if err != nil && !cmd.Flags().Changed("listen") {
+				// The default port is taken (a real mongod?): use any free one.
+				srv, err = devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: "127.0.0.1:0", Log: os.Stderr})
+			}
+			if err != nil {
+				return err
+			}
+			cfg.MongoURI, cfg.RunnerURI = srv.URI(), srv.URI()
+			qid, created, err := ensureDemoQueue(ctx, srv.URI(), cfg.Database)
+			if err != nil {
+				return err
+			}
+			printDevBanner(srv.URI(), dir, cfg.Database, qid, created)
+			return runNode(ctx, cfg)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "data", defaultDataDir(), "directory for the database files (kept between runs)")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:27017", "address of the database (port 0: any free port)")
+	config.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// ensureDemoQueue creates a queue "demo" for Disbatch::Plugin::Demo when
+// the database has no queue, and returns the id of the demo queue (zero if
+// there are other queues).
+func ensureDemoQueue(ctx context.Context, uri, database string) (id string, created bool, err error) {
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return "", false, err
+	}
+	defer client.Disconnect(context.WithoutCancel(ctx))
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	store := queue.NewStore(client.Database(database))
+	n, err := store.CountQueues(cctx)
+	if err != nil {
+		return "", false, fmt.Errorf("dev database: %w", err)
+	}
+	if n > 0 {
+		return "", false, nil
+	}
+	oid, err := store.CreateQueue(cctx, "demo", demo.Name, 2, queue.SortFIFO)
+	if err != nil {
+		return "", false, fmt.Errorf("dev database: %w", err)
+	}
+	return oid.Hex(), true, nil
+}
+
+func printDevBanner(uri, dir, database, qid string, created bool) {
+	fmt.Printf("\nden dev: database %s at %s (data in %s)\n", database, uri, dir)
+	if created {
+		fmt.Printf("den dev: created queue \"demo\" (%s) for %s\n", qid, demo.Name)
+	}
+	fmt.Printf(`den dev: add a task from another terminal, for example:
+
+  mongosh '%s%s' --eval '
+    const q = db.queues.findOne({name: "demo"});
+    db.tasks.insertOne({queue: q._id, status: -2, node: -1, parameters: {commands: "*"},
+                        ctime: new Date(), mtime: new Date(), stdout: null, stderr: null});
+    db.queues.updateOne({_id: q._id}, {$inc: {count_total: 1, count_todo: 1}})'
+
+`, uri, database)
+}

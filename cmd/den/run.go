@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den"
+	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/plugins"
+)
+
+func newRunCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the node against MongoDB until SIGTERM or SIGINT",
+		Long: `Run the node against the MongoDB named by the configuration (file, then
+DEN_* environment, then flags) until SIGTERM or SIGINT. Stopping the node
+does not stop running tasks: their runners finish on their own.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load("", cmd.Flags())
+			if err != nil {
+				return err
+			}
+			if cfg.MongoURI == "" {
+				return errors.New("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runNode(ctx, cfg)
+		},
+	}
+	config.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// runNode connects to MongoDB and runs a node until ctx is done.
+func runNode(ctx context.Context, cfg config.Config) error {
+	log, json, err := newLogger(cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	defer log.Sync()
+	for _, w := range cfg.Warnings {
+		log.Warn(w)
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("den").
+		SetServerSelectionTimeout(10 * time.Second))
+	if err != nil {
+		return fmt.Errorf("MongoDB URI: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		client.Disconnect(dctx)
+	}()
+	node, err := den.New(den.Config{
+		Name:         cfg.Node,
+		Interval:     cfg.Interval,
+		OrphanAge:    cfg.OrphanAge,
+		ActiveQueues: cfg.ActiveQueues,
+		IgnoreQueues: cfg.IgnoreQueues,
+		GFS:          cfg.GFS,
+		URI:          cfg.RunnerURI,
+		Database:     cfg.Database,
+		Runner:       den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: json},
+	}, client.Database(cfg.Database), plugins.Default(), log, nil)
+	if err != nil {
+		return err
+	}
+	if cfg.File != "" {
+		log.Info("configuration loaded", zap.String("file", cfg.File))
+	}
+	return node.Run(ctx)
+}

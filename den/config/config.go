@@ -1,0 +1,267 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/den-project/den/queue"
+)
+
+// Config is a node's configuration after loading.
+type Config struct {
+	// MongoURI and Database locate the Disbatch database.
+	MongoURI string
+	Database string
+	// RunnerURI is the URI task runners use: MongoURI, or MongoURI with the
+	// task_runner credentials of a Disbatch config file.
+	RunnerURI string
+	// Node is the node name; empty means the hostname.
+	Node         string
+	Interval     time.Duration
+	OrphanAge    time.Duration
+	ActiveQueues []string
+	IgnoreQueues []string
+	// GFS is "true", "false", "auto", or empty when not configured (then
+	// the config collection decides, else auto).
+	GFS       string
+	LogLevel  string
+	LogFormat string // auto, json or console
+	RunnerLog string // file for task runner logs; empty: the node's stderr
+	// File is the configuration file that was read, if any.
+	File string
+	// Warnings are problems that do not stop the node (keys of a Disbatch
+	// file den does not know), for the caller to log.
+	Warnings []string
+}
+
+// Keys of den's own file, with their defaults.
+var defaults = map[string]any{
+	"mongo.uri":      "",
+	"mongo.database": "disbatch",
+	"node":           "",
+	"interval":       "1s",
+	"orphan_age":     "5m",
+	"activequeues":   []string{},
+	"ignorequeues":   []string{},
+	"gfs":            "",
+	"log.level":      "info",
+	"log.format":     "auto",
+	"runner.log":     "",
+}
+
+// AddFlags defines the flags that override the file and environment.
+func AddFlags(fs *pflag.FlagSet) {
+	fs.StringP("config", "c", "", "configuration file: den YAML, or a Disbatch config.json")
+	fs.String("mongo-uri", "", "MongoDB URI (env DEN_MONGO_URI)")
+	fs.String("database", "", "database name (env DEN_DATABASE; default disbatch)")
+	fs.String("node", "", "node name (env DEN_NODE; default the hostname)")
+	fs.String("gfs", "", "task output storage: true, false or auto")
+	fs.Duration("interval", 0, "time between passes of the node loop (default 1s)")
+	fs.StringSlice("activequeues", nil, "serve only these queues (ids or names)")
+	fs.StringSlice("ignorequeues", nil, "serve all queues but these (ids or names)")
+	fs.String("log-level", "", "debug, info, warn or error")
+	fs.String("log-format", "", "auto (console on a terminal, else JSON), json or console")
+}
+
+var flagKeys = map[string]string{
+	"mongo-uri": "mongo.uri", "database": "mongo.database", "node": "node", "gfs": "gfs",
+	"interval": "interval", "activequeues": "activequeues", "ignorequeues": "ignorequeues",
+	"log-level": "log.level", "log-format": "log.format",
+}
+
+// Load reads the configuration: defaults, then the file (path, or the
+// --config flag when path is empty), then the environment, then the flags
+// that were set. fs may be nil. Errors name the file and the problem.
+func Load(path string, fs *pflag.FlagSet) (Config, error) {
+	v := viper.New()
+	for k, d := range defaults {
+		v.SetDefault(k, d)
+	}
+	if path == "" && fs != nil {
+		path, _ = fs.GetString("config")
+	}
+	var runnerUser *url.Userinfo
+	var warnings []string
+	if path != "" {
+		var err error
+		runnerUser, warnings, err = readFile(v, path)
+		if err != nil {
+			return Config{}, err
+		}
+	}
+	v.SetEnvPrefix("DEN")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	v.BindEnv("mongo.database", "DEN_DATABASE", "DEN_MONGO_DATABASE")
+	if fs != nil {
+		for flag, key := range flagKeys {
+			if f := fs.Lookup(flag); f != nil && f.Changed {
+				v.BindPFlag(key, f)
+			}
+		}
+	}
+	c, err := build(v, path, runnerUser)
+	c.Warnings = warnings
+	return c, err
+}
+
+func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error) {
+	c := Config{
+		MongoURI:     strings.TrimSpace(v.GetString("mongo.uri")),
+		Database:     strings.TrimSpace(v.GetString("mongo.database")),
+		Node:         strings.TrimSpace(v.GetString("node")),
+		ActiveQueues: list(v.Get("activequeues")),
+		IgnoreQueues: list(v.Get("ignorequeues")),
+		LogLevel:     strings.ToLower(v.GetString("log.level")),
+		LogFormat:    strings.ToLower(v.GetString("log.format")),
+		RunnerLog:    v.GetString("runner.log"),
+		File:         path,
+	}
+	fail := func(format string, args ...any) (Config, error) {
+		msg := fmt.Sprintf(format, args...)
+		if path != "" {
+			return Config{}, fmt.Errorf("configuration (file %s, environment, flags): %s", path, msg)
+		}
+		return Config{}, fmt.Errorf("configuration: %s", msg)
+	}
+	var err error
+	if c.Interval, err = duration(v, "interval"); err != nil || c.Interval <= 0 {
+		return fail("interval %q must be a positive duration such as 1s", v.GetString("interval"))
+	}
+	if c.OrphanAge, err = duration(v, "orphan_age"); err != nil || c.OrphanAge <= 0 {
+		return fail("orphan_age %q must be a positive duration such as 5m", v.GetString("orphan_age"))
+	}
+	if g := v.GetString("gfs"); g != "" {
+		if c.GFS, err = queue.NormalizeGFS(g); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
+		return fail("log.level %q must be debug, info, warn or error", c.LogLevel)
+	}
+	if !slices.Contains([]string{"auto", "json", "console"}, c.LogFormat) {
+		return fail("log.format %q must be auto, json or console", c.LogFormat)
+	}
+	if c.Database == "" {
+		return fail("database is empty")
+	}
+	if c.MongoURI != "" {
+		if !strings.Contains(c.MongoURI, "://") {
+			c.MongoURI = "mongodb://" + c.MongoURI
+		}
+		u, err := url.Parse(c.MongoURI)
+		if err != nil || (u.Scheme != "mongodb" && u.Scheme != "mongodb+srv") || u.Host == "" {
+			return fail("mongo URI %q is not a mongodb:// URI", redact(c.MongoURI))
+		}
+		c.RunnerURI = c.MongoURI
+		if runnerUser != nil {
+			u.User = runnerUser
+			c.RunnerURI = u.String()
+		}
+	}
+	return c, nil
+}
+
+func duration(v *viper.Viper, key string) (time.Duration, error) {
+	switch d := v.Get(key).(type) {
+	case time.Duration:
+		return d, nil
+	case int, int64, float64:
+		// A bare number is seconds, as in Disbatch's own settings.
+		return time.Duration(v.GetFloat64(key) * float64(time.Second)), nil
+	}
+	return time.ParseDuration(v.GetString(key))
+}
+
+// list reads a list written as an array, or as a comma-separated string
+// (from the environment).
+func list(val any) []string {
+	var out []string
+	switch x := val.(type) {
+	case []string:
+		out = x
+	case []any:
+		for _, e := range x {
+			out = append(out, fmt.Sprint(e))
+		}
+	case string:
+		out = strings.Split(x, ",")
+	}
+	res := []string{}
+	for _, s := range out {
+		if s = strings.TrimSpace(s); s != "" {
+			res = append(res, s)
+		}
+	}
+	return res
+}
+
+func redact(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil || u.User == nil {
+		return uri
+	}
+	return u.Redacted()
+}
+
+// readFile loads a configuration file into v. It returns the credentials
+// task runners should use, when a Disbatch file names them, and warnings.
+func readFile(v *viper.Viper, path string) (*url.Userinfo, []string, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("configuration file: %w", err)
+	}
+	isJSON := strings.EqualFold(filepath.Ext(path), ".json") || bytes.Contains(src, []byte(`"mongohost"`))
+	if !isJSON {
+		v.SetConfigType("yaml")
+		if err := v.ReadConfig(bytes.NewReader(src)); err != nil {
+			return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		}
+		var unknown []string
+		for _, k := range v.AllKeys() {
+			if _, ok := defaults[k]; !ok && v.InConfig(k) {
+				unknown = append(unknown, k)
+			}
+		}
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			return nil, nil, fmt.Errorf("configuration file %s: unknown keys %s (known: %s)", path, strings.Join(unknown, ", "), strings.Join(knownKeys(), ", "))
+		}
+		return nil, nil, nil
+	}
+	m, err := parseRelaxedJSON(src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+	}
+	ours, runnerUser, unknown, err := fromDisbatch(m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+	}
+	if err := v.MergeConfigMap(ours); err != nil {
+		return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+	}
+	var warnings []string
+	if len(unknown) > 0 {
+		warnings = append(warnings, fmt.Sprintf("configuration file %s: ignoring keys den does not use: %s", path, strings.Join(unknown, ", ")))
+	}
+	return runnerUser, warnings, nil
+}
+
+func knownKeys() []string {
+	keys := make([]string, 0, len(defaults))
+	for k := range defaults {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

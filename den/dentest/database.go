@@ -1,0 +1,77 @@
+package dentest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// URI is the server's mongodb:// URI.
+func URI() string { return serverURI }
+
+// Client is a client of the server, shared by the package's tests.
+func Client() *mongo.Client { return client }
+
+// DB returns a new database for test t, named after it, dropped when the
+// test ends.
+func DB(t testing.TB) *mongo.Database {
+	t.Helper()
+	if client == nil {
+		t.Fatal("dentest: no server; call dentest.Main from TestMain")
+	}
+	db := client.Database(dbName(t.Name()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := db.Drop(ctx); err != nil {
+			t.Logf("dentest: drop database %s: %v", db.Name(), err)
+		}
+	})
+	return db
+}
+
+// dbName makes a valid, unique database name from a test name: letters,
+// digits and _, at most 60 bytes.
+func dbName(test string) string {
+	var b strings.Builder
+	for _, r := range test {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	name := b.String()
+	if len(name) > 45 {
+		name = name[:45]
+	}
+	return fmt.Sprintf("t_%s_%08x", name, rand.Uint32())
+}
+
+// Context returns a context for test t that ends with it, bounded so that a
+// hung server fails the test instead of hanging the suite.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond every 50ms until it returns true, and fails the
+// test if it has not by the deadline. The deadline is generous on purpose:
+// it catches a hang, it does not measure speed.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

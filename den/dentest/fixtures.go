@@ -1,0 +1,77 @@
+package dentest
+
+import (
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Queue inserts a queue document the way the protocol writes one and
+// returns its _id. extra fields are appended (or override nothing: use
+// distinct keys).
+func Queue(t testing.TB, db *mongo.Database, name, plugin string, maxthreads int, sort string, extra ...bson.E) bson.ObjectID {
+	t.Helper()
+	id := bson.NewObjectID()
+	doc := bson.D{
+		{Key: "_id", Value: id}, {Key: "name", Value: name}, {Key: "constructor", Value: plugin},
+		{Key: "maxthreads", Value: maxthreads}, {Key: "sort", Value: sort},
+		{Key: "count_todo", Value: 0}, {Key: "count_total", Value: 0},
+	}
+	doc = append(doc, extra...)
+	if _, err := db.Collection("queues").InsertOne(Context(t), doc); err != nil {
+		t.Fatalf("insert queue %s: %v", name, err)
+	}
+	return id
+}
+
+// Tasks inserts one queued task per parameters document, as a user would
+// from the mongo shell, increments the queue's counts, and returns the ids
+// in insertion order.
+func Tasks(t testing.TB, db *mongo.Database, queueID bson.ObjectID, params ...bson.D) []bson.ObjectID {
+	t.Helper()
+	ids := make([]bson.ObjectID, len(params))
+	docs := make([]any, len(params))
+	now := time.Now()
+	for i, p := range params {
+		ids[i] = bson.NewObjectID()
+		docs[i] = bson.D{
+			{Key: "_id", Value: ids[i]}, {Key: "queue", Value: queueID}, {Key: "status", Value: -2},
+			{Key: "node", Value: -1}, {Key: "parameters", Value: p}, {Key: "ctime", Value: now},
+			{Key: "mtime", Value: now}, {Key: "stdout", Value: nil}, {Key: "stderr", Value: nil},
+		}
+	}
+	ctx := Context(t)
+	if len(docs) > 0 {
+		if _, err := db.Collection("tasks").InsertMany(ctx, docs); err != nil {
+			t.Fatalf("insert tasks: %v", err)
+		}
+	}
+	_, err := db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: queueID}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: len(params)}, {Key: "count_total", Value: len(params)}}}})
+	if err != nil {
+		t.Fatalf("count tasks: %v", err)
+	}
+	return ids
+}
+
+// CountTasks counts the tasks matching filter.
+func CountTasks(t testing.TB, db *mongo.Database, filter bson.D) int64 {
+	t.Helper()
+	n, err := db.Collection("tasks").CountDocuments(Context(t), filter)
+	if err != nil {
+		t.Fatalf("count tasks: %v", err)
+	}
+	return n
+}
+
+// Task reads one task document.
+func Task(t testing.TB, db *mongo.Database, id bson.ObjectID) bson.Raw {
+	t.Helper()
+	raw, err := db.Collection("tasks").FindOne(Context(t), bson.D{{Key: "_id", Value: id}}).Raw()
+	if err != nil {
+		t.Fatalf("read task %s: %v", id.Hex(), err)
+	}
+	return raw
+}

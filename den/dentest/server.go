@@ -1,0 +1,179 @@
+package dentest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// Environment variables the harness reads.
+const (
+	// EnvURI names a real MongoDB to test against instead of the embedded
+	// server.
+	EnvURI = "DEN_TEST_MONGODB_URI"
+	// EnvRole makes a re-executed test binary run a role instead of tests.
+	EnvRole = "DEN_TEST_ROLE"
+	// EnvDenBinary names a prebuilt den binary for the embedded server,
+	// saving a build per package.
+	EnvDenBinary = "DEN_TEST_DEN_BINARY"
+)
+
+var (
+	serverURI string
+	client    *mongo.Client
+	denBinary string
+)
+
+// Main runs a test package: a role when the binary was re-executed with
+// DEN_TEST_ROLE=<name>, else the tests, with a server. Call it from
+// TestMain; it does not return.
+func Main(m *testing.M, roles map[string]func() int) {
+	if role := os.Getenv(EnvRole); role != "" {
+		fn, ok := roles[role]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "dentest: unknown role %q\n", role)
+			os.Exit(2)
+		}
+		os.Exit(fn())
+	}
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "dentest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dentest:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	serverURI = os.Getenv(EnvURI)
+	if serverURI == "" {
+		stop, err := startServer(tmp)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dentest: start the embedded server:", err)
+			return 1
+		}
+		defer stop()
+	}
+	client, err = mongo.Connect(options.Client().ApplyURI(serverURI))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dentest: connect:", err)
+		return 1
+	}
+	defer client.Disconnect(context.Background())
+	return m.Run()
+}
+
+// DenBinary returns the den binary the harness built (or was given), for
+// tests that run den itself. It is empty when testing against
+// DEN_TEST_MONGODB_URI without DEN_TEST_DEN_BINARY; BuildDen builds it then.
+func DenBinary() string { return denBinary }
+
+// BuildDen returns a den binary, building it (without -race) into dir if
+// the harness has none yet.
+func BuildDen(dir string) (string, error) {
+	if denBinary != "" {
+		return denBinary, nil
+	}
+	if b := os.Getenv(EnvDenBinary); b != "" {
+		denBinary = b
+		return b, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	out := filepath.Join(dir, "den")
+	cmd := exec.Command(goTool, "build", "-o", out, "./cmd/den")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/den: %v\n%s", err, b)
+	}
+	denBinary = out
+	return out, nil
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+}
+
+// startServer starts `den devdb` and returns a function that stops it.
+func startServer(tmp string) (func(), error) {
+	bin, err := BuildDen(tmp)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "devdb", "--data", filepath.Join(tmp, "db"), "--listen", "127.0.0.1:0", "--exit-on-stdin-eof")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(stdout)
+		if s.Scan() {
+			line <- s.Text()
+		}
+		close(line)
+		io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l, ok := <-line:
+		if !ok || !strings.HasPrefix(l, "mongodb://") {
+			cmd.Process.Kill()
+			return nil, fmt.Errorf("den devdb printed %q, not a URI", l)
+		}
+		serverURI = l
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("den devdb did not start within 2 minutes")
+	}
+	return func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}, nil
+}

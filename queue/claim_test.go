@@ -1,0 +1,317 @@
+package queue_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/queue"
+)
+
+func params(n int) []bson.D {
+	out := make([]bson.D, n)
+	for i := range out {
+		out[i] = bson.D{{Key: "i", Value: i}}
+	}
+	return out
+}
+
+func mustQueue(t *testing.T, store *queue.Store, id bson.ObjectID) queue.Queue {
+	t.Helper()
+	qs, _, err := store.Queues(dentest.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.ID == id {
+			return q
+		}
+	}
+	t.Fatalf("queue %s not found", id.Hex())
+	return queue.Queue{}
+}
+
+// Concurrent claimers on different "nodes" never claim a task twice and
+// together claim every task.
+func TestClaimIsAtomic(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
+	const tasks, claimers = 60, 6
+	dentest.Tasks(t, db, qid, params(tasks)...)
+	q := mustQueue(t, store, qid)
+
+	var mu sync.Mutex
+	seen := map[bson.ObjectID]string{}
+	var wg sync.WaitGroup
+	for c := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := string(rune('a' + c))
+			for {
+				id, ok, err := store.Claim(dentest.Context(t), q, node, time.Now())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !ok {
+					return
+				}
+				mu.Lock()
+				if prev, dup := seen[id]; dup {
+					t.Errorf("task %s claimed by %s and %s", id.Hex(), prev, node)
+				}
+				seen[id] = node
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != tasks {
+		t.Fatalf("claimed %d distinct tasks, want %d", len(seen), tasks)
+	}
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: queue.StatusClaimed}}); n != tasks {
+		t.Fatalf("%d tasks have status -1, want %d", n, tasks)
+	}
+}
+
+func TestClaimOrder(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		sort    string
+		reverse bool
+	}{{"fifo", false}, {"lifo", true}} {
+		t.Run(tc.sort, func(t *testing.T) {
+			t.Parallel()
+			db := dentest.DB(t)
+			store := queue.NewStore(db)
+			qid := dentest.Queue(t, db, "q", "P", 1, tc.sort)
+			ids := dentest.Tasks(t, db, qid, params(5)...)
+			q := mustQueue(t, store, qid)
+			for i := range ids {
+				want := ids[i]
+				if tc.reverse {
+					want = ids[len(ids)-1-i]
+				}
+				got, ok, err := store.Claim(dentest.Context(t), q, "n", time.Now())
+				if err != nil || !ok {
+					t.Fatalf("claim %d: ok=%v err=%v", i, ok, err)
+				}
+				if got != want {
+					t.Fatalf("claim %d got %s, want %s", i, got.Hex(), want.Hex())
+				}
+			}
+		})
+	}
+}
+
+// Only unclaimed queued tasks of the queue are claimed; node null counts as
+// unclaimed.
+func TestClaimFilter(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
+	other := dentest.Queue(t, db, "other", "P", 1, "fifo")
+	ctx := dentest.Context(t)
+	nullNode := bson.NewObjectID()
+	_, err := db.Collection("tasks").InsertMany(ctx, []any{
+		bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: -2}, {Key: "node", Value: "someone"}, {Key: "parameters", Value: bson.D{}}},
+		bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: -4}, {Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}},
+		bson.D{{Key: "queue", Value: other}, {Key: "status", Value: -2}, {Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}},
+		bson.D{{Key: "_id", Value: nullNode}, {Key: "queue", Value: qid}, {Key: "status", Value: -2}, {Key: "node", Value: nil}, {Key: "parameters", Value: bson.D{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := mustQueue(t, store, qid)
+	id, ok, err := store.Claim(ctx, q, "n", time.Now())
+	if err != nil || !ok || id != nullNode {
+		t.Fatalf("claim = %s, %v, %v; want the task with node null", id.Hex(), ok, err)
+	}
+	if _, ok, _ := store.Claim(ctx, q, "n", time.Now()); ok {
+		t.Fatal("claimed a task that was not claimable")
+	}
+	// Release puts it back, once.
+	if ok, err := store.Release(ctx, id, "n", time.Now()); err != nil || !ok {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if ok, _ := store.Release(ctx, id, "n", time.Now()); ok {
+		t.Fatal("released a task twice")
+	}
+	raw := dentest.Task(t, db, id)
+	if st, _ := raw.Lookup("status").AsInt64OK(); st != -2 {
+		t.Fatalf("released task has status %d", st)
+	}
+	if n, _ := raw.Lookup("node").AsInt64OK(); n != -1 {
+		t.Fatalf("released task has node %v", raw.Lookup("node"))
+	}
+}
+
+func TestReapOrphans(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	ctx := dentest.Context(t)
+	now := time.Now()
+	old, fresh := now.Add(-6*time.Minute), now.Add(-time.Minute)
+	type task struct {
+		node   string
+		status int
+		mtime  any
+		reaped bool
+	}
+	cases := map[string]task{
+		"old date":             {"me", -1, old, true},
+		"old epoch int":        {"me", -1, old.Unix(), true},
+		"old epoch double":     {"me", -1, float64(old.Unix()), true},
+		"fresh date":           {"me", -1, fresh, false},
+		"fresh epoch":          {"me", -1, fresh.Unix(), false},
+		"old but running":      {"me", 0, old, false},
+		"old but another node": {"other", -1, old, false},
+	}
+	ids := map[string]bson.ObjectID{}
+	for name, c := range cases {
+		ids[name] = bson.NewObjectID()
+		_, err := db.Collection("tasks").InsertOne(ctx, bson.D{
+			{Key: "_id", Value: ids[name]}, {Key: "queue", Value: bson.NewObjectID()}, {Key: "node", Value: c.node},
+			{Key: "status", Value: c.status}, {Key: "mtime", Value: c.mtime}, {Key: "parameters", Value: bson.D{}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := store.ReapOrphans(ctx, "me", now.Add(-5*time.Minute), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Errorf("reaped %d, want 3", n)
+	}
+	for name, c := range cases {
+		st, _ := dentest.Task(t, db, ids[name]).Lookup("status").AsInt64OK()
+		if got := st == queue.StatusOrphaned; got != c.reaped {
+			t.Errorf("%s: status %d, reaped=%v want %v", name, st, got, c.reaped)
+		}
+	}
+}
+
+func TestFillAndDecrementCounts(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	ctx := dentest.Context(t)
+	qid := bson.NewObjectID()
+	_, err := db.Collection("queues").InsertOne(ctx, bson.D{{Key: "_id", Value: qid}, {Key: "name", Value: "q"},
+		{Key: "constructor", Value: "P"}, {Key: "count_todo", Value: nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []int{-2, -2, -1, 0, 1, 2, -6} {
+		db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: st}})
+	}
+	q := mustQueue(t, store, qid)
+	if q.CountTodo != nil || q.CountTotal != nil {
+		t.Fatal("counts should start unset")
+	}
+	if err := store.FillCounts(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	q = mustQueue(t, store, qid)
+	if *q.CountTotal != 7 || *q.CountTodo != 5 {
+		t.Fatalf("count_total=%d count_todo=%d, want 7 and 5", *q.CountTotal, *q.CountTodo)
+	}
+	for range 7 {
+		if err := store.DecrementTodo(ctx, qid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q = mustQueue(t, store, qid); *q.CountTodo != 0 {
+		t.Fatalf("count_todo=%d after over-decrementing, want 0", *q.CountTodo)
+	}
+}
+
+func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	ctx := dentest.Context(t)
+	limit, problem, err := store.Heartbeat(ctx, "n1", nil, time.Now())
+	if err != nil || limit != nil || problem != "" {
+		t.Fatalf("first heartbeat: %v %q %v", limit, problem, err)
+	}
+	for _, tc := range []struct {
+		set     any
+		want    *int
+		problem bool
+	}{
+		{int32(3), ptr(3), false},
+		{0.0, ptr(0), false},
+		{nil, nil, false},
+		{-1, ptr(0), true},
+		{"5", ptr(0), true},
+	} {
+		db.Collection("nodes").UpdateOne(ctx, bson.D{{Key: "node", Value: "n1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: tc.set}}}})
+		limit, problem, err := store.Heartbeat(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (limit == nil) != (tc.want == nil) || (limit != nil && *limit != *tc.want) || (problem != "") != tc.problem {
+			t.Errorf("maxthreads %v: limit %v problem %q", tc.set, deref(limit), problem)
+		}
+		raw, _ := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n1"}}).Raw()
+		if got := raw.Lookup("maxthreads"); tc.set != nil && got.Type == 0 {
+			t.Errorf("heartbeat removed maxthreads %v", tc.set)
+		}
+	}
+	if n, _ := db.Collection("nodes").CountDocuments(ctx, bson.D{}); n != 1 {
+		t.Fatalf("%d node documents, want 1", n)
+	}
+}
+
+func ptr(i int) *int { return &i }
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func TestEnsureIndexesIsIdempotent(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	for i := range 3 {
+		if conflicts, err := store.EnsureIndexes(dentest.Context(t)); err != nil || len(conflicts) > 0 {
+			t.Fatalf("start %d: %v %v", i, conflicts, err)
+		}
+	}
+	cur, err := db.Collection("tasks").Indexes().List(dentest.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for cur.Next(dentest.Context(t)) {
+		names = append(names, cur.Current.Lookup("name").StringValue())
+	}
+	for _, want := range []string{"node_1_status_1_queue_1", "node_1_status_1_queue_1__id_1", "node_1_status_1_queue_1__id_-1", "queue_1_status_1"} {
+		found := false
+		for _, n := range names {
+			found = found || n == want
+		}
+		if !found {
+			t.Errorf("index %s missing from %v", want, names)
+		}
+	}
+	// The node index is unique.
+	ctx := dentest.Context(t)
+	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "x"}})
+	if _, err := db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "x"}}); err == nil {
+		t.Error("two node documents with one name were accepted")
+	}
+}
