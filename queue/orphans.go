@@ -58,7 +58,9 @@ var MalformedKinds = []Malformed{
 		},
 	},
 	{
-		reason: func(Queue) string { return "den: task not run: it has no status; it must be the number -2 to be queued" },
+		reason: func(Queue) string {
+			return "den: task not run: it has no status; it must be the number -2 to be queued"
+		},
 		filter: func(q Queue) bson.D {
 			return bson.D{{Key: "queue", Value: q.ID}, {Key: "status", Value: nil}}
 		},

@@ -39,7 +39,7 @@ type Queue struct {
 	// Global is true when the limit came from `threads`: it then caps the
 	// queue's running tasks across all nodes, not on each node.
 	Global bool
-	Sort              string
+	Sort   string
 	// GFS is the queue's own output storage setting (true, false, auto), or
 	// empty to use the node's.
 	GFS string

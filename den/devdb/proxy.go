@@ -184,4 +184,3 @@ func isHandshake(msg []byte) bool {
 	}
 	return false
 }
-

@@ -224,4 +224,3 @@ func isFileID(v any) bool {
 	_, ok := v.(bson.ObjectID)
 	return ok
 }
-

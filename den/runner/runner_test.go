@@ -1,0 +1,273 @@
+package runner_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/gridfs"
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/queue"
+)
+
+// setup makes a queue with one task claimed by node "n", and a runner for
+// it using plugin p.
+type setup struct {
+	db     *mongo.Database
+	queue  bson.ObjectID
+	task   bson.ObjectID
+	runner *runner.Runner
+	logs   *observer.ObservedLogs
+}
+
+func newSetup(t *testing.T, p plugins.Plugin, gfs string, params bson.D) setup {
+	t.Helper()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", "Test::P", 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, params)
+	_, err := db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: ids[0]}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "n"}, {Key: "status", Value: -1}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &plugins.Registry{}
+	if p != nil {
+		reg.Register("Test::P", p)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+	return setup{db: db, queue: qid, task: ids[0], logs: logs, runner: &runner.Runner{
+		Spec: runner.Spec{Node: "n", Task: ids[0].Hex(), Plugin: "Test::P", GFS: gfs},
+		DB:   db, Plugins: reg, Log: log,
+	}}
+}
+
+// output returns a task's stdout or stderr, reading GridFS when the field
+// holds a file id.
+func output(t *testing.T, db *mongo.Database, raw bson.Raw, field string) (string, bool) {
+	t.Helper()
+	v := raw.Lookup(field)
+	if id, ok := v.ObjectIDOK(); ok {
+		b, err := gridfs.NewBucket(db, "tasks").ReadFile(dentest.Context(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b), true
+	}
+	return v.StringValue(), false
+}
+
+func status(raw bson.Raw) int64 {
+	s, _ := raw.Lookup("status").AsInt64OK()
+	return s
+}
+
+func write(stdout, stderr string, st int, err error) plugins.Func {
+	return func(_ context.Context, _ *queue.Task, env plugins.Env) (int, error) {
+		io.WriteString(env.Stdout, stdout)
+		io.WriteString(env.Stderr, stderr)
+		return st, err
+	}
+}
+
+func TestResultValidation(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name       string
+		plugin     plugins.Plugin
+		params     bson.D
+		status     int64
+		stderrHas  string
+		stdoutWant string
+	}{
+		{"success", write("out", "", 1, nil), bson.D{}, 1, "", "out"},
+		{"failure", write("", "bad", 2, nil), bson.D{}, 2, "bad", ""},
+		{"custom positive status", write("", "", 7, nil), bson.D{}, 7, "", ""},
+		{"zero status", write("x", "", 0, nil), bson.D{}, 2, "must be a positive integer", "x"},
+		{"negative status", write("", "", -3, nil), bson.D{}, 2, "returned status -3", ""},
+		{"error", write("", "partial", 1, errors.New("disk on fire")), bson.D{}, 2, "partial\nden: plugin returned an error: disk on fire", ""},
+		{"panic", plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) { panic("boom") }), bson.D{}, 2, "panicked: boom", ""},
+		{"no such plugin", nil, bson.D{}, 2, `no plugin "Test::P" is registered`, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSetup(t, tc.plugin, "auto", tc.params)
+			if err := s.runner.Run(dentest.Context(t)); err != nil {
+				t.Fatal(err)
+			}
+			raw := dentest.Task(t, s.db, s.task)
+			if status(raw) != tc.status {
+				t.Errorf("status %d, want %d", status(raw), tc.status)
+			}
+			stderr, _ := output(t, s.db, raw, "stderr")
+			if !strings.Contains(stderr, tc.stderrHas) {
+				t.Errorf("stderr %q lacks %q", stderr, tc.stderrHas)
+			}
+			if tc.name == "panic" && !strings.Contains(stderr, "goroutine") {
+				t.Errorf("stderr of a panic has no stack: %q", stderr)
+			}
+			if stdout, _ := output(t, s.db, raw, "stdout"); stdout != tc.stdoutWant {
+				t.Errorf("stdout %q, want %q", stdout, tc.stdoutWant)
+			}
+			if _, ok := raw.Lookup("mtime").TimeOK(); !ok {
+				t.Error("mtime not a date")
+			}
+		})
+	}
+}
+
+func TestMalformedTaskIsFailedNotRun(t *testing.T) {
+	t.Parallel()
+	ran := false
+	s := newSetup(t, plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) { ran = true; return 1, nil }), "auto", nil)
+	ctx := dentest.Context(t)
+	s.db.Collection("tasks").UpdateOne(ctx, bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "parameters", Value: ""}}}})
+	if err := s.runner.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw := dentest.Task(t, s.db, s.task)
+	stderr, _ := output(t, s.db, raw, "stderr")
+	if ran || status(raw) != 2 || !strings.Contains(stderr, "parameters is missing") {
+		t.Fatalf("ran=%v status=%d stderr=%q", ran, status(raw), stderr)
+	}
+}
+
+// The gfs setting decides where output goes; count_todo goes down by one.
+func TestOutputStorage(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", runner.InlineLimit/2+1) // two of these do not fit inline
+	cases := []struct {
+		name           string
+		gfs            string
+		stdout, stderr string
+		wantFiles      bool
+	}{
+		{"auto small", "auto", "out", "err", false},
+		{"auto too big together", "auto", big, big, true},
+		{"auto invalid utf-8", "auto", "bad \xff byte", "", true},
+		{"false small", "false", "out", "err", false},
+		{"true small", "true", "out", "err", true},
+		{"true empty", "true", "", "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSetup(t, write(tc.stdout, tc.stderr, 1, nil), tc.gfs, bson.D{})
+			s.db.Collection("queues").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.queue}}, bson.D{{Key: "$set", Value: bson.D{{Key: "count_todo", Value: 5}}}})
+			if err := s.runner.Run(dentest.Context(t)); err != nil {
+				t.Fatal(err)
+			}
+			raw := dentest.Task(t, s.db, s.task)
+			out, outFile := output(t, s.db, raw, "stdout")
+			errOut, errFile := output(t, s.db, raw, "stderr")
+			if out != tc.stdout || errOut != tc.stderr {
+				t.Fatalf("stored output differs (stdout %d bytes, stderr %d bytes)", len(out), len(errOut))
+			}
+			if outFile != tc.wantFiles || errFile != tc.wantFiles {
+				t.Fatalf("in GridFS: stdout %v stderr %v, want %v", outFile, errFile, tc.wantFiles)
+			}
+			if tc.wantFiles {
+				files, err := gridfs.NewBucket(s.db, "tasks").Find(dentest.Context(t), s.task)
+				if err != nil || len(files) != 2 {
+					t.Fatalf("files with metadata.task_id: %d, %v", len(files), err)
+				}
+			}
+			q, _ := s.db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.queue}}).Raw()
+			if n, _ := q.Lookup("count_todo").AsInt64OK(); n != 4 {
+				t.Fatalf("count_todo %d, want 4", n)
+			}
+		})
+	}
+}
+
+// A task that is no longer claimed by the node is not run.
+func TestDoesNotRunATaskNoLongerClaimed(t *testing.T) {
+	t.Parallel()
+	ran := false
+	s := newSetup(t, plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) { ran = true; return 1, nil }), "auto", bson.D{})
+	s.db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -6}}}})
+	if err := s.runner.Run(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ran || status(dentest.Task(t, s.db, s.task)) != -6 {
+		t.Fatal("runner ran or changed a task that was not its own")
+	}
+}
+
+// When the task is reaped while it runs, the runner does not overwrite the
+// new state, keeps the output in GridFS under metadata.task_id, and says so.
+func TestTaskChangedWhileRunning(t *testing.T) {
+	t.Parallel()
+	var db *mongo.Database
+	var taskID bson.ObjectID
+	p := plugins.Func(func(ctx context.Context, task *queue.Task, env plugins.Env) (int, error) {
+		io.WriteString(env.Stdout, "work done before the reaping\n")
+		_, err := db.Collection("tasks").UpdateOne(ctx, bson.D{{Key: "_id", Value: taskID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -6}}}})
+		return 1, err
+	})
+	s := newSetup(t, p, "auto", bson.D{})
+	db, taskID = s.db, s.task
+	if err := s.runner.Run(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	raw := dentest.Task(t, s.db, s.task)
+	if status(raw) != -6 || raw.Lookup("stdout").Type != bson.TypeNull {
+		t.Fatalf("task was overwritten: %s", raw)
+	}
+	files, err := gridfs.NewBucket(s.db, "tasks").Find(dentest.Context(t), s.task)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("want stdout and stderr files, got %d (%v)", len(files), err)
+	}
+	var stdout []byte
+	for _, f := range files {
+		if f.Filename == "stdout" {
+			stdout, _ = gridfs.NewBucket(s.db, "tasks").ReadFile(dentest.Context(t), f.ID)
+		}
+	}
+	if !bytes.Equal(stdout, []byte("work done before the reaping\n")) {
+		t.Fatalf("stdout kept: %q", stdout)
+	}
+	if s.logs.FilterMessageSnippet("task changed while it ran").Len() != 1 {
+		t.Fatalf("no log line about the conflict: %v", s.logs.All())
+	}
+}
+
+// Output far beyond the inline limit streams into GridFS as it is written.
+func TestLargeOutputStreams(t *testing.T) {
+	t.Parallel()
+	line := []byte(strings.Repeat("é", 500) + "\n")
+	const lines = 20000 // ~20 MB
+	p := plugins.Func(func(ctx context.Context, _ *queue.Task, env plugins.Env) (int, error) {
+		for range lines {
+			if _, err := env.Stdout.Write(line); err != nil {
+				return 2, err
+			}
+		}
+		return 1, nil
+	})
+	s := newSetup(t, p, "auto", bson.D{})
+	start := time.Now()
+	if err := s.runner.Run(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stored %d MB in %s", len(line)*lines>>20, time.Since(start))
+	raw := dentest.Task(t, s.db, s.task)
+	out, inFile := output(t, s.db, raw, "stdout")
+	if !inFile || len(out) != len(line)*lines {
+		t.Fatalf("stdout in GridFS %v, %d bytes", inFile, len(out))
+	}
+}
