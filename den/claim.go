@@ -51,8 +51,18 @@ func (n *Node) claim(ctx context.Context, queues []queue.Queue, running queue.Ru
 			if !ok {
 				break
 			}
+			if q.Global {
+				over, err := n.overQueueLimit(ctx, q)
+				if err != nil || over {
+					n.release(id, "queue-wide threads limit reached by other nodes")
+					return err
+				}
+			}
 			free--
 			nodeRunning++
+			if n.cfg.BeforeHandOver != nil {
+				n.cfg.BeforeHandOver(id)
+			}
 			if ctx.Err() != nil {
 				// Shutting down between claim and hand-over: put it back.
 				n.release(id, "node stopping")
@@ -70,6 +80,18 @@ func (n *Node) claim(ctx context.Context, queues []queue.Queue, running queue.Ru
 		}
 	}
 	return nil
+}
+
+// overQueueLimit checks, after a claim and before its hand-over, that the
+// queue-wide limit (threads) still holds with it. Nodes count and then claim,
+// so two nodes can both claim the last slot; but the later of two checks
+// sees both claims, so at least one of them gives its claim back and the
+// limit holds among den nodes.
+func (n *Node) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	count, err := n.store.RunningInQueue(cctx, q.ID)
+	return count > int64(q.MaxThreads), err
 }
 
 // claimOne makes one claim. The claim is not cancelled by shutdown: a claim

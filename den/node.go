@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
@@ -50,6 +51,10 @@ type Config struct {
 	SweepEvery time.Duration
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
+	// BeforeHandOver, when set, is called after each claim and before the
+	// task's runner starts. It exists so tests can stop a node in exactly
+	// that window; production leaves it nil.
+	BeforeHandOver func(taskID bson.ObjectID)
 }
 
 // Node is one Disbatch execution node.

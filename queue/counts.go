@@ -122,3 +122,16 @@ func (s *Store) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error 
 	}
 	return nil
 }
+
+// RunningInQueue counts the claimed and running tasks of one queue on all
+// nodes.
+func (s *Store) RunningInQueue(ctx context.Context, queueID bson.ObjectID) (int64, error) {
+	n, err := s.tasks.CountDocuments(ctx, bson.D{
+		{Key: "queue", Value: queueID},
+		{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count running tasks of queue %s: %w", queueID.Hex(), err)
+	}
+	return n, nil
+}

@@ -11,10 +11,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.uber.org/zap/zaptest"
-	"go.uber.org/zap/zaptest/observer"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"

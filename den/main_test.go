@@ -1,0 +1,103 @@
+package den_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den"
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/plugins"
+	_ "github.com/den-project/den/plugins/demo"
+)
+
+// The test binary plays the task runner for the nodes the tests start (so
+// the test plugins are available to runners), and a whole node for the
+// tests that kill one.
+func TestMain(m *testing.M) {
+	dentest.Main(m, map[string]func() int{
+		"task-runner": runnerRole,
+		"node":        nodeRole,
+	})
+}
+
+func runnerRole() int {
+	spec, err := runner.SpecFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	log, _ := zap.NewDevelopment()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := runner.Main(ctx, spec, plugins.Default(), log); err != nil {
+		log.Error("runner failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// Environment of the node role.
+const (
+	envNodeURI      = "DEN_TEST_NODE_URI"
+	envNodeDB       = "DEN_TEST_NODE_DB"
+	envNodeName     = "DEN_TEST_NODE_NAME"
+	envNodeRunLog   = "DEN_TEST_NODE_RUNNER_LOG"
+	envHandOverWait = "DEN_TEST_HANDOVER_WAIT" // milliseconds
+)
+
+func nodeRole() int {
+	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv(envNodeURI)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	log, _ := zap.NewDevelopment()
+	cfg := runnerConfig(os.Getenv(envNodeName), os.Getenv(envNodeURI), os.Getenv(envNodeDB), os.Getenv(envNodeRunLog))
+	if ms, _ := strconv.Atoi(os.Getenv(envHandOverWait)); ms > 0 {
+		cfg.BeforeHandOver = func(bson.ObjectID) {
+			fmt.Println("claimed") // the test waits for this line
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	node, err := den.New(cfg, client.Database(os.Getenv(envNodeDB)), plugins.Default(), log, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := node.Run(ctx); err != nil {
+		log.Error("node failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// runnerConfig is a node configuration whose runners are this test binary.
+func runnerConfig(name, uri, database, runnerLog string) den.Config {
+	exe, _ := os.Executable()
+	return den.Config{
+		Name:       name,
+		Interval:   100 * time.Millisecond,
+		URI:        uri,
+		Database:   database,
+		SweepEvery: 200 * time.Millisecond,
+		Runner: den.RunnerCommand{
+			Path: exe,
+			Env:  []string{dentest.EnvRole + "=task-runner"},
+			Log:  runnerLog,
+		},
+	}
+}

@@ -1,0 +1,272 @@
+package den_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/den-project/den/den"
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/plugins/demo"
+)
+
+// running is a node running in the test process until the test ends.
+type running struct {
+	logs *observer.ObservedLogs
+	stop func()
+}
+
+// startNode runs a node named name on db; its runners are this test binary.
+func startNode(t *testing.T, db *mongo.Database, name string, tweak ...func(*den.Config)) running {
+	t.Helper()
+	cfg := runnerConfig(name, dentest.URI(), db.Name(), filepath.Join(t.TempDir(), "runners.log"))
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	core, logs := observer.New(zapcore.InfoLevel)
+	node, err := den.New(cfg, db, plugins.Default(), zap.New(core), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := node.Run(ctx); err != nil {
+			t.Errorf("node %s: %v", name, err)
+		}
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return running{logs: logs, stop: stop}
+}
+
+func sleepTasks(n, ms int) []bson.D {
+	out := make([]bson.D, n)
+	for i := range out {
+		out[i] = bson.D{{Key: "ms", Value: ms}, {Key: "i", Value: i}}
+	}
+	return out
+}
+
+func countDone(t *testing.T, db *mongo.Database) func() int64 {
+	return func() int64 {
+		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}})
+	}
+}
+
+func peak(t *testing.T, db *mongo.Database, key string) int64 {
+	t.Helper()
+	raw, err := db.Collection("concurrency").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: key}}).Raw()
+	if err != nil {
+		t.Fatalf("concurrency %s: %v", key, err)
+	}
+	p, _ := raw.Lookup("peak").AsInt64OK()
+	return p
+}
+
+// Three nodes with different names on one database work several queues
+// together: every task runs exactly once, and the bookkeeping adds up.
+func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	const queues, perQueue = 3, 80
+	var all []bson.ObjectID
+	for q := range queues {
+		qid := dentest.Queue(t, db, "demo"+string(rune('A'+q)), demo.Name, 3, []string{"fifo", "lifo", "default"}[q])
+		params := make([]bson.D, perQueue)
+		for i := range params {
+			cmd := "a"
+			if i%10 == 0 {
+				cmd = "c"
+			}
+			params[i] = bson.D{{Key: "commands", Value: cmd}, {Key: "counter", Value: i}}
+		}
+		all = append(all, dentest.Tasks(t, db, qid, params...)...)
+	}
+	start := time.Now()
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		startNode(t, db, name)
+	}
+	total := int64(len(all))
+	dentest.Eventually(t, 4*time.Minute, "all tasks finished", func() bool { return countDone(t, db)() == total })
+	t.Logf("%d tasks on 3 nodes in %s", total, time.Since(start))
+
+	ctx := dentest.Context(t)
+	// Exactly one report per task.
+	cur, err := db.Collection("reports").Aggregate(ctx, bson.A{
+		bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$task_id"}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reports := map[bson.ObjectID]int{}
+	for cur.Next(ctx) {
+		reports[cur.Current.Lookup("_id").ObjectID()] = int(cur.Current.Lookup("n").AsInt64())
+	}
+	for _, id := range all {
+		if reports[id] != 1 {
+			t.Errorf("task %s has %d reports", id.Hex(), reports[id])
+		}
+	}
+	if len(reports) != len(all) {
+		t.Errorf("%d reports for %d tasks", len(reports), len(all))
+	}
+	// Status: c fails with 2, a succeeds.
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 2}}); n != queues*perQueue/10 {
+		t.Errorf("%d failed tasks, want %d", n, queues*perQueue/10)
+	}
+	// Which nodes did the work, and the queue counts.
+	byNode := map[string]int64{}
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		byNode[name] = dentest.CountTasks(t, db, bson.D{{Key: "node", Value: name}})
+	}
+	t.Logf("tasks per node: %v", byNode)
+	qcur, _ := db.Collection("queues").Find(ctx, bson.D{})
+	for qcur.Next(ctx) {
+		if todo, _ := qcur.Current.Lookup("count_todo").AsInt64OK(); todo != 0 {
+			t.Errorf("queue %s count_todo %d, want 0", qcur.Current.Lookup("name"), todo)
+		}
+	}
+	// Each node document follows the protocol.
+	for _, name := range []string{"node-a", "node-b", "node-c"} {
+		raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: name}}).Raw()
+		if err != nil {
+			t.Fatalf("node document %s: %v", name, err)
+		}
+		if _, ok := raw.Lookup("timestamp").TimeOK(); !ok {
+			t.Errorf("node %s timestamp is not a date", name)
+		}
+		arr, _ := raw.Lookup("queues").Array().Values()
+		if len(arr) != queues {
+			t.Fatalf("node %s lists %d queues", name, len(arr))
+		}
+		q := arr[0].Document()
+		for _, f := range []string{"name", "id", "constructor", "maxthreads", "tasks_todo", "tasks_doing", "tasks_done", "preemptive", "tasks_backfill"} {
+			if _, err := q.LookupErr(f); err != nil {
+				t.Errorf("node %s queue entry lacks %s", name, f)
+			}
+		}
+	}
+}
+
+// maxthreads of queues and of the node are never exceeded, observed from
+// inside the plugin; a queue limit written as threads holds across nodes.
+func TestLimitsHold(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	qa := dentest.Queue(t, db, "a", sleepPlugin, 2, "fifo")
+	qb := dentest.Queue(t, db, "b", sleepPlugin, 3, "fifo")
+	// A later-Disbatch queue: threads caps the queue on all nodes together.
+	qg := bson.NewObjectID()
+	db.Collection("queues").InsertOne(ctx, bson.D{{Key: "_id", Value: qg}, {Key: "name", Value: "g"}, {Key: "plugin", Value: sleepPlugin}, {Key: "threads", Value: 2}})
+	dentest.Tasks(t, db, qa, sleepTasks(10, 400)...)
+	dentest.Tasks(t, db, qb, sleepTasks(10, 400)...)
+	dentest.Tasks(t, db, qg, sleepTasks(10, 400)...)
+	// The operator limits node n1 to 4 tasks in all.
+	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "n1"}, {Key: "maxthreads", Value: 4}})
+	startNode(t, db, "n1")
+	startNode(t, db, "n2")
+	dentest.Eventually(t, 3*time.Minute, "all tasks finished", func() bool { return countDone(t, db)() == 30 })
+
+	for _, node := range []string{"n1", "n2"} {
+		if p := peak(t, db, "queue:"+qa.Hex()+":"+node); p > 2 {
+			t.Errorf("queue a ran %d at once on %s, limit 2", p, node)
+		}
+		if p := peak(t, db, "queue:"+qb.Hex()+":"+node); p > 3 {
+			t.Errorf("queue b ran %d at once on %s, limit 3", p, node)
+		}
+	}
+	if p := peak(t, db, "node:n1"); p > 4 || p < 2 {
+		t.Errorf("node n1 ran %d at once, limit 4 (and real concurrency expected)", p)
+	}
+	if p := peak(t, db, "queue:"+qg.Hex()); p > 2 {
+		t.Errorf("queue g ran %d at once on all nodes, threads limit 2", p)
+	}
+	if p := peak(t, db, "node:n2"); p < 3 {
+		t.Errorf("node n2 (no limit) never ran more than %d at once", p)
+	}
+}
+
+// A node limit of 0 runs nothing; a queue limit of 0 runs nothing.
+func TestZeroLimitsRunNothing(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	q0 := dentest.Queue(t, db, "zero", sleepPlugin, 0, "fifo")
+	q1 := dentest.Queue(t, db, "one", sleepPlugin, 1, "fifo")
+	dentest.Tasks(t, db, q0, sleepTasks(2, 0)...)
+	dentest.Tasks(t, db, q1, sleepTasks(2, 0)...)
+	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "n"}, {Key: "maxthreads", Value: 0}})
+	startNode(t, db, "n")
+	// Let the node make several passes.
+	dentest.Eventually(t, time.Minute, "node heartbeats", func() bool {
+		raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n"}}).Raw()
+		return err == nil && raw.Lookup("queues").Type == bson.TypeArray
+	})
+	time.Sleep(time.Second)
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -2}}); n != 4 {
+		t.Fatalf("%d tasks still queued, want 4 (node maxthreads 0)", n)
+	}
+	// Lift the node limit: queue one runs, queue zero still does not.
+	db.Collection("nodes").UpdateOne(ctx, bson.D{{Key: "node", Value: "n"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: nil}}}})
+	dentest.Eventually(t, time.Minute, "queue one done", func() bool {
+		return dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: q1}, {Key: "status", Value: 1}}) == 2
+	})
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: q0}, {Key: "status", Value: -2}}); n != 2 {
+		t.Fatalf("queue with maxthreads 0 ran tasks")
+	}
+}
+
+// With one slot, tasks run in _id order for fifo and reverse for lifo.
+func TestQueueOrder(t *testing.T) {
+	t.Parallel()
+	for _, sort := range []string{"fifo", "lifo"} {
+		t.Run(sort, func(t *testing.T) {
+			t.Parallel()
+			db := dentest.DB(t)
+			qid := dentest.Queue(t, db, "q", sleepPlugin, 1, sort)
+			ids := dentest.Tasks(t, db, qid, sleepTasks(6, 0)...)
+			startNode(t, db, "n")
+			dentest.Eventually(t, 2*time.Minute, "all done", func() bool { return countDone(t, db)() == 6 })
+			cur, err := db.Collection("runs").Find(dentest.Context(t), bson.D{}, options.Find().SetSort(bson.D{{Key: "seq", Value: 1}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var order []bson.ObjectID
+			for cur.Next(dentest.Context(t)) {
+				order = append(order, cur.Current.Lookup("task_id").ObjectID())
+			}
+			for i, got := range order {
+				want := ids[i]
+				if sort == "lifo" {
+					want = ids[len(ids)-1-i]
+				}
+				if got != want {
+					t.Fatalf("run %d was task %d", i, indexOf(ids, got))
+				}
+			}
+		})
+	}
+}
+
+func indexOf(ids []bson.ObjectID, id bson.ObjectID) int {
+	for i, x := range ids {
+		if x == id {
+			return i
+		}
+	}
+	return -1
+}
