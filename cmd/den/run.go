@@ -53,8 +53,9 @@ func runNode(ctx context.Context, cfg config.Config) error {
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
-	client, err := mongo.Connect(options.Client().ApplyURI(cfg.MongoURI).SetAppName("den").
-		SetServerSelectionTimeout(10 * time.Second))
+	// Defaults first, so that options written in the URI win.
+	client, err := mongo.Connect(options.Client().SetAppName("den").
+		SetServerSelectionTimeout(10 * time.Second).ApplyURI(cfg.MongoURI))
 	if err != nil {
 		return fmt.Errorf("MongoDB URI: %w", err)
 	}

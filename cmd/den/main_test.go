@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/plugins/demo"
+)
+
+func TestMain(m *testing.M) { dentest.Main(m, nil) }
+
+// denBin returns the den binary, built once for the package.
+func denBin(t *testing.T) string {
+	t.Helper()
+	bin, err := dentest.BuildDen(os.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu chan struct{}
+	b  bytes.Buffer
+}
+
+func newBuffer() *lockedBuffer { return &lockedBuffer{mu: make(chan struct{}, 1)} }
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu <- struct{}{}
+	defer func() { <-l.mu }()
+	return l.b.Write(p)
+}
+func (l *lockedBuffer) String() string {
+	l.mu <- struct{}{}
+	defer func() { <-l.mu }()
+	return l.b.String()
+}
+
+func start(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.Command(denBin(t), args...)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	stdout, stderr := newBuffer(), newBuffer()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("den %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout, stderr)
+		}
+	})
+	return cmd, stdout, stderr
+}
+
+func demoTask(t *testing.T, db *mongo.Database, qid bson.ObjectID, commands string) bson.ObjectID {
+	t.Helper()
+	id := bson.NewObjectID()
+	_, err := db.Collection("tasks").InsertOne(dentest.Context(t), bson.D{
+		{Key: "_id", Value: id}, {Key: "queue", Value: qid}, {Key: "status", Value: -2}, {Key: "node", Value: -1},
+		{Key: "parameters", Value: bson.D{{Key: "commands", Value: commands}}},
+		{Key: "ctime", Value: time.Now()}, {Key: "mtime", Value: time.Now()}, {Key: "stdout", Value: nil}, {Key: "stderr", Value: nil},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func waitStatus(t *testing.T, db *mongo.Database, id bson.ObjectID, want int64) bson.Raw {
+	t.Helper()
+	var raw bson.Raw
+	dentest.Eventually(t, time.Minute, fmt.Sprintf("task status %d", want), func() bool {
+		raw = dentest.Task(t, db, id)
+		st, _ := raw.Lookup("status").AsInt64OK()
+		return st == want
+	})
+	return raw
+}
+
+func stopAndWait(t *testing.T, cmd *exec.Cmd, sig syscall.Signal) time.Duration {
+	t.Helper()
+	sent := time.Now()
+	cmd.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("den exited with %v after %v, want 0", err, sig)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("den did not exit within 30s of %v", sig)
+	}
+	return time.Since(sent)
+}
+
+// den run with an existing Disbatch config.json runs the demo plugin's
+// tasks, and exits 0 on SIGTERM.
+func TestRunWithDisbatchConfig(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "demo", demo.Name, 2, "fifo")
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`{
+  # as in /etc/disbatch/config.json
+  "mongohost": %q,
+  "database": %q,
+  "gfs": "auto",
+  "plugins": ["Disbatch::Plugin::Demo"],
+}`, strings.TrimSuffix(dentest.URI(), "/"), db.Name())), 0o600)
+	cmd, _, stderr := start(t, "run", "--config", cfg, "--node", "e2e", "--log-format", "json")
+	ok := demoTask(t, db, qid, "ab")
+	fail := demoTask(t, db, qid, "*") // abc: c fails the task
+	raw := waitStatus(t, db, ok, 1)
+	if raw.Lookup("stdout").StringValue() != "This is command 'a' for apple.\n" ||
+		raw.Lookup("stderr").StringValue() != "This is command 'b' for banana.\n" {
+		t.Fatalf("task ab stored %s", raw)
+	}
+	raw = waitStatus(t, db, fail, 2)
+	if raw.Lookup("stderr").StringValue() != "This is command 'b' for banana.\nThis is command 'c' for cry.\n" {
+		t.Fatalf("task * stored %s", raw)
+	}
+	var report bson.M
+	if err := db.Collection("reports").FindOne(dentest.Context(t), bson.D{{Key: "task_id", Value: fail}}).Decode(&report); err != nil {
+		t.Fatal(err)
+	}
+	if report["status"] != "FAILED" || report["commands"] != "*" || report["queue_id"] != qid || report["error"] == nil {
+		t.Fatalf("report %v", report)
+	}
+	took := stopAndWait(t, cmd, syscall.SIGTERM)
+	t.Logf("exit %s after SIGTERM", took)
+	if !strings.Contains(stderr.String(), `"msg":"node stopped`) {
+		t.Fatalf("no JSON shutdown line in log:\n%s", stderr)
+	}
+}
+
+func TestConfigErrorsExitNonZero(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("gfs: maybe\n"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--config", bad}, bad},
+		{[]string{"run", "--config", "/nonexistent/den.yaml"}, "/nonexistent/den.yaml"},
+		{[]string{"run"}, "no MongoDB configured"},
+	} {
+		cmd := exec.Command(denBin(t), tc.args...)
+		cmd.Env = append(os.Environ(), "DEN_MONGO_URI=")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Errorf("den %v succeeded", tc.args)
+			continue
+		}
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("den %v said %q, want it to mention %q", tc.args, out, tc.want)
+		}
+	}
+}
+
+// den dev on a fresh data directory: prints the URI, creates the demo
+// queue, runs tasks inserted by a client; restarted on the same directory,
+// the data is still there and no second demo queue appears.
+func TestDev(t *testing.T) {
+	t.Parallel()
+	data := filepath.Join(t.TempDir(), "data")
+	var uri string
+	for round := range 2 {
+		cmd, stdout, _ := start(t, "dev", "--data", data, "--listen", "127.0.0.1:0", "--node", "dev")
+		dentest.Eventually(t, time.Minute, "URI printed", func() bool {
+			for _, f := range strings.Fields(stdout.String()) {
+				if strings.HasPrefix(f, "mongodb://") {
+					uri = f
+					return true
+				}
+			}
+			return false
+		})
+		client, err := mongo.Connect(options.Client().ApplyURI(uri))
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := client.Database("disbatch")
+		var q bson.M
+		if err := db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "name", Value: "demo"}}).Decode(&q); err != nil {
+			t.Fatalf("round %d: no demo queue: %v", round, err)
+		}
+		if n, _ := db.Collection("queues").CountDocuments(dentest.Context(t), bson.D{}); n != 1 {
+			t.Fatalf("round %d: %d queues", round, n)
+		}
+		id := demoTask(t, db, q["_id"].(bson.ObjectID), "a")
+		waitStatus(t, db, id, 1)
+		if n, _ := db.Collection("tasks").CountDocuments(dentest.Context(t), bson.D{{Key: "status", Value: 1}}); n != int64(round+1) {
+			t.Fatalf("round %d: %d finished tasks, want %d (data kept between runs)", round, n, round+1)
+		}
+		client.Disconnect(context.Background())
+		stopAndWait(t, cmd, syscall.SIGINT)
+	}
+}
+
+// Started while MongoDB is down, the node logs the outage once, and starts
+// working when MongoDB comes up.
+func TestWaitsForMongoDB(t *testing.T) {
+	t.Parallel()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	_, _, stderr := start(t, "run", "--mongo-uri", "mongodb://"+addr+"/?serverSelectionTimeoutMS=300", "--database", "d", "--node", "waiter", "--log-format", "json")
+	time.Sleep(3 * time.Second)
+	if c := strings.Count(stderr.String(), "MongoDB unreachable"); c != 1 {
+		t.Fatalf("outage logged %d times in 3s, want once:\n%s", c, stderr)
+	}
+	start(t, "devdb", "--data", t.TempDir(), "--listen", addr)
+	dentest.Eventually(t, 2*time.Minute, "node running", func() bool { return strings.Contains(stderr.String(), "node running") })
+	if !strings.Contains(stderr.String(), "MongoDB reachable") {
+		t.Fatalf("recovery not logged:\n%s", stderr)
+	}
+
+}
