@@ -94,7 +94,7 @@ func printDevBanner(uri, dir, database, qid string, created bool) {
 
   mongosh '%s%s' --eval '
     const q = db.queues.findOne({name: "demo"});
-    db.tasks.insertOne({queue: q._id, status: -2, node: -1, parameters: {commands: "*"},
+    db.tasks.insertOne({queue: q._id, status: -2, node: -1, parameters: {commands: "ab"},
                         ctime: new Date(), mtime: new Date(), stdout: null, stderr: null});
     db.queues.updateOne({_id: q._id}, {$inc: {count_total: 1, count_todo: 1}})'
 
