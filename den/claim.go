@@ -55,7 +55,10 @@ func (n *Node) claim(ctx context.Context, queues []queue.Queue, running queue.Ru
 				over, err := n.overQueueLimit(ctx, q)
 				if err != nil || over {
 					n.release(id, "queue-wide threads limit reached by other nodes")
-					return err
+					if err != nil {
+						return err
+					}
+					break
 				}
 			}
 			free--
@@ -96,10 +99,19 @@ func (n *Node) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) 
 
 // claimOne makes one claim. The claim is not cancelled by shutdown: a claim
 // interrupted half way could leave a task claimed that nobody knows about.
+// If the claim's reply is lost, the claim may still have landed: the task
+// is then put back, recognised by the claim's own mtime.
 func (n *Node) claimOne(ctx context.Context, q queue.Queue) (bson.ObjectID, bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return n.store.Claim(cctx, q, n.cfg.Name, n.now())
+	at := n.now().Truncate(time.Millisecond)
+	id, ok, err := n.store.Claim(cctx, q, n.cfg.Name, at)
+	if err != nil {
+		if released, rerr := n.store.ReleaseLost(cctx, q, n.cfg.Name, at); rerr == nil && released > 0 {
+			n.log.Warn("a claim failed after it landed; task put back", zap.Error(err))
+		}
+	}
+	return id, ok, err
 }
 
 // release puts a claimed task back in its queue.

@@ -2,10 +2,12 @@ package den
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -51,6 +53,20 @@ type Config struct {
 	SweepEvery time.Duration
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
+	// MaxTermination is the default time between SIGTERM and SIGKILL when
+	// a task is stopped (cancelled or timed out), for tasks and queues that
+	// do not set max_termination_time. Default 10s.
+	MaxTermination time.Duration
+	// DeadNodeAfter is how long a node may go without writing its node
+	// document before live nodes rescue its tasks. Default 5m; keep it far
+	// above any node's Interval.
+	DeadNodeAfter time.Duration
+	// RescueEvery is how often the node looks for dead runners and dead
+	// nodes. Default 10s (and once at start).
+	RescueEvery time.Duration
+	// PluginConfig holds each plugin's section of the configuration
+	// (JSON), by plugin name; runners hand it to the plugin.
+	PluginConfig map[string]json.RawMessage
 	// BeforeHandOver, when set, is called after each claim and before the
 	// task's runner starts. It exists so tests can stop a node in exactly
 	// that window; production leaves it nil.
@@ -65,10 +81,22 @@ type Node struct {
 	log     *zap.Logger
 	now     func() time.Time
 
-	notes     notices
-	wake      chan struct{} // a runner finished: claim again now
-	offset    int           // rotates which queue claims first
-	lastSweep time.Time
+	notes      notices
+	wake       chan struct{} // a runner finished: claim again now
+	offset     int           // rotates which queue claims first
+	lastSweep  time.Time
+	lastRescue time.Time
+
+	// startFailures counts runners in a row that exited before starting
+	// their task; claiming pauses until pausedUntil.
+	startFailures atomic.Int64
+	pauseMu       sync.Mutex
+	pausedUntil   time.Time
+
+	// cancelling maps the run token of each cancelled task whose runner
+	// was sent SIGTERM to when it gets SIGKILL.
+	cancelMu   sync.Mutex
+	cancelling map[bson.ObjectID]time.Time
 	// nodeQueues is the queues array of the last node document written.
 	nodeQueues []queue.NodeQueue
 
@@ -94,6 +122,15 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = 30 * time.Second
 	}
+	if cfg.MaxTermination <= 0 {
+		cfg.MaxTermination = 10 * time.Second
+	}
+	if cfg.DeadNodeAfter <= 0 {
+		cfg.DeadNodeAfter = 5 * time.Minute
+	}
+	if cfg.RescueEvery <= 0 {
+		cfg.RescueEvery = 10 * time.Second
+	}
 	if cfg.GFS != "" {
 		mode, err := queue.NormalizeGFS(cfg.GFS)
 		if err != nil {
@@ -117,13 +154,14 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		now = time.Now
 	}
 	return &Node{
-		cfg:     cfg,
-		store:   queue.NewStore(db),
-		plugins: reg,
-		log:     log.With(zap.String("node", cfg.Name)),
-		now:     now,
-		wake:    make(chan struct{}, 1),
-		runners: map[int]string{},
+		cfg:        cfg,
+		store:      queue.NewStore(db),
+		plugins:    reg,
+		log:        log.With(zap.String("node", cfg.Name)),
+		now:        now,
+		wake:       make(chan struct{}, 1),
+		runners:    map[int]string{},
+		cancelling: map[bson.ObjectID]time.Time{},
 	}, nil
 }
 
@@ -175,6 +213,13 @@ func (n *Node) start(ctx context.Context) error {
 		conflicts, err := n.store.EnsureIndexes(cctx)
 		for _, c := range conflicts {
 			n.log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
+		}
+		if err != nil && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err) {
+			// MongoDB answered, but refused (no privilege to create
+			// indexes, duplicates under a unique key): the node can work
+			// without the index, so say so and go on.
+			n.log.Error("could not create the protocol's indexes; running without them", zap.Error(err))
+			return nil
 		}
 		return err
 	}, func(attempt int, err error) {

@@ -44,11 +44,13 @@ func (c *RunnerCommand) check() error {
 
 // spawn starts the runner of one claimed task in a session of its own, so
 // that signals to the node (Ctrl-C, systemctl stop) do not reach it and the
-// node can stop, restart or be upgraded while it runs.
+// node can stop, restart or be upgraded while it runs. The runner leads its
+// own process group, which is what cancellation signals.
 func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	spec := runner.Spec{
 		URI: n.cfg.URI, Database: n.cfg.Database, Node: n.cfg.Name,
 		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: n.cfg.Runner.LogJSON,
+		Grace: n.cfg.MaxTermination.Seconds(), PluginConfig: n.cfg.PluginConfig[q.Plugin],
 	}
 	env, err := spec.Env()
 	if err != nil {
@@ -80,20 +82,26 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 
 // watch waits for a runner this process started (so it does not linger as a
 // zombie) and then wakes the loop, so that a finished task frees its slot at
-// once instead of at the next interval. A runner that exits without having
-// started its task gets the task put back; one that died while running it
-// gets the task marked orphaned. The goroutine lives exactly as long as the
-// runner, or until the node process exits.
+// once instead of at the next interval.
+//
+// A runner that failed before starting its task gets the task put back, and
+// claiming pauses with a growing backoff, so that a broken runner setup
+// (bad credentials, a missing binary) does not spin. A runner that died
+// while running its task gets the task rescued (retried or orphaned). The
+// goroutine lives exactly as long as the runner, or until the node process
+// exits.
 func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 	err := cmd.Wait()
+	pid := cmd.Process.Pid
 	n.runnersMu.Lock()
-	delete(n.runners, cmd.Process.Pid)
+	delete(n.runners, pid)
 	n.runnersMu.Unlock()
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
 	if err == nil {
+		n.startFailures.Store(0)
+		if n.notes.clear("runner-start") {
+			n.log.Info("task runners start tasks again")
+		}
+		n.wakeUp()
 		return
 	}
 	var exit *exec.ExitError
@@ -101,14 +109,45 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 		n.log.Warn("lost track of a task runner", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		return
 	}
-	n.log.Warn("task runner exited with an error", zap.String("task_id", taskID.Hex()), zap.String("exit", exit.String()))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if ok, err := n.store.Release(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok {
-		n.log.Info("claimed task put back in its queue", zap.String("task_id", taskID.Hex()), zap.String("why", "runner exited before starting it"))
+		failures := n.startFailures.Add(1)
+		pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
+		n.pauseClaims(pause)
+		if n.notes.set("runner-start", "") {
+			n.log.Error("a task runner exited before starting its task; task put back, claiming paused with backoff (see the runner log)",
+				zap.String("task_id", taskID.Hex()), zap.String("exit", exit.String()))
+		}
 		return
 	}
-	if ok, err := n.store.MarkOrphaned(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok {
-		n.log.Warn("task orphaned: its runner died while running it", zap.String("task_id", taskID.Hex()), zap.String("exit", exit.String()))
+	defer n.wakeUp()
+	doc, err := n.store.Task(ctx, taskID)
+	if err != nil || doc == nil {
+		return
 	}
+	if r, ok := queue.RunnerOf(doc); ok && r.PID == pid {
+		n.rescue(ctx, doc, fmt.Sprintf("task runner (pid %d) died: %s", pid, exit))
+	}
+}
+
+func (n *Node) wakeUp() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) pauseClaims(d time.Duration) {
+	n.pauseMu.Lock()
+	defer n.pauseMu.Unlock()
+	if until := n.now().Add(d); until.After(n.pausedUntil) {
+		n.pausedUntil = until
+	}
+}
+
+func (n *Node) claimsPaused() bool {
+	n.pauseMu.Lock()
+	defer n.pauseMu.Unlock()
+	return n.now().Before(n.pausedUntil)
 }

@@ -3,7 +3,10 @@ package den
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"go.uber.org/zap"
 
@@ -15,7 +18,11 @@ import (
 // tasks now and then, and claim. A MongoDB failure ends the pass; it is
 // logged when the outage starts and when it ends.
 func (n *Node) tick(ctx context.Context) {
-	err := n.pass(ctx)
+	// A pass has a deadline, so that one hung connection cannot stop the
+	// heartbeat for good.
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err := n.pass(pctx)
 	if ctx.Err() != nil {
 		return
 	}
@@ -34,8 +41,11 @@ func (n *Node) pass(ctx context.Context) error {
 	now := n.now()
 	shared, err := n.store.ActiveConfig(ctx)
 	if err != nil {
-		if n.notes.set("config", err.Error()) {
-			n.log.Warn("config collection: ignoring bad fields of the active document", zap.Error(err))
+		return err // never fall back to serving every queue
+	}
+	if len(shared.Problems) > 0 {
+		if n.notes.set("config", strings.Join(shared.Problems, "; ")) {
+			n.log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
 		}
 	} else if n.notes.clear("config") {
 		n.log.Info("config collection: active document is valid again")
@@ -86,11 +96,31 @@ func (n *Node) pass(ctx context.Context) error {
 		n.log.Warn("orphaned tasks: claimed by this node but never started by a runner", zap.Int64("count", reaped), zap.Duration("older_than", n.cfg.OrphanAge))
 	}
 
+	byID := make(map[bson.ObjectID]queue.Queue, len(queues))
+	for _, q := range queues {
+		byID[q.ID] = q
+	}
+	if err := n.cancel(ctx, byID); err != nil {
+		return err
+	}
+	if now.Sub(n.lastRescue) >= n.cfg.RescueEvery {
+		if err := n.rescueDeadRunners(ctx, byID); err != nil {
+			return err
+		}
+		if err := n.rescueDeadNodes(ctx, byID); err != nil {
+			return err
+		}
+		n.lastRescue = now
+	}
+
 	if now.Sub(n.lastSweep) >= n.cfg.SweepEvery {
 		if err := n.sweep(ctx, serve, now); err != nil {
 			return err
 		}
 		n.lastSweep = now
+	}
+	if n.claimsPaused() {
+		return nil
 	}
 	return n.claim(ctx, serve, running, limit, gfs)
 }
@@ -170,6 +200,11 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 			}
 			if failed > 0 {
 				n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int64("count", failed))
+			}
+			for range failed {
+				if err := n.store.DecrementTodo(ctx, q.ID); err != nil {
+					return err
+				}
 			}
 		}
 	}

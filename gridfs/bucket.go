@@ -1,6 +1,8 @@
 package gridfs
 
 import (
+	"time"
+
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -12,6 +14,9 @@ type Bucket struct {
 	files     *mongo.Collection
 	chunks    *mongo.Collection
 	chunkSize int
+	// retryFor bounds how long one write keeps retrying while MongoDB is
+	// unreachable.
+	retryFor time.Duration
 }
 
 // NewBucket returns the bucket with the given prefix ("tasks" for task
@@ -21,6 +26,7 @@ func NewBucket(db *mongo.Database, prefix string) *Bucket {
 		files:     db.Collection(prefix + ".files"),
 		chunks:    db.Collection(prefix + ".chunks"),
 		chunkSize: ChunkSize,
+		retryFor:  2 * time.Minute,
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/den-project/den/den/backoff"
 )
 
 // Writer streams one file into a bucket. Write stores every full chunk as it
@@ -94,7 +97,7 @@ func (w *Writer) flush(final bool) error {
 	} else {
 		data = bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: append([]byte(nil), w.buf[:cut]...)}
 	}
-	_, err := w.bucket.chunks.InsertOne(w.ctx, bson.D{
+	err := w.bucket.insert(w.ctx, w.bucket.chunks, bson.D{
 		{Key: "files_id", Value: w.id},
 		{Key: "n", Value: w.n},
 		{Key: "data", Value: data},
@@ -153,10 +156,28 @@ func (w *Writer) Close() error {
 	if w.metadata != nil {
 		doc = append(doc, bson.E{Key: "metadata", Value: w.metadata})
 	}
-	if _, err := w.bucket.files.InsertOne(w.ctx, doc); err != nil {
+	if err := w.bucket.insert(w.ctx, w.bucket.files, doc); err != nil {
 		w.err = fmt.Errorf("gridfs: store files document of %s %s: %w", w.filename, w.id.Hex(), err)
 	}
 	return w.err
+}
+
+// insert stores one document, retrying with backoff for up to the bucket's
+// retry time while MongoDB is unreachable. A duplicate key means an earlier
+// attempt landed although its reply was lost: that is success.
+func (b *Bucket) insert(ctx context.Context, coll *mongo.Collection, doc bson.D) error {
+	ctx, cancel := context.WithTimeout(ctx, b.retryFor)
+	defer cancel()
+	return backoff.Policy{Initial: 50 * time.Millisecond, Max: 5 * time.Second}.Retry(ctx, func(ctx context.Context) error {
+		_, err := coll.InsertOne(ctx, doc)
+		if err == nil || mongo.IsDuplicateKeyError(err) {
+			return nil
+		}
+		if mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
+			return err
+		}
+		return backoff.Permanent(err)
+	}, nil)
 }
 
 // Put stores data as one file and returns its _id.

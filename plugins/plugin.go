@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
@@ -43,6 +44,17 @@ type Env struct {
 	DB *mongo.Database
 	// Log is the task runner's logger, with the node and task id on it.
 	Log *zap.Logger
+	// Grace is how long a plugin that runs processes gives them between
+	// SIGTERM and SIGKILL once ctx is done (the task's
+	// max_termination_time). The runner itself waits that long for Run to
+	// return before it records the result without it.
+	Grace time.Duration
+	// Record sets a field of the task document along with the result, such
+	// as exit_code. Fields of the protocol and of den cannot be set.
+	Record func(field string, value any)
+	// Config decodes this plugin's section of the node configuration into
+	// v (JSON field names); it leaves v as is when there is none.
+	Config func(v any) error
 }
 
 // Func adapts a function to a Plugin.

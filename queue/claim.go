@@ -17,11 +17,17 @@ var unclaimed = bson.D{{Key: "$in", Value: bson.A{Unclaimed, nil}}}
 
 // ClaimFilter is the protocol's claim filter for one queue:
 // {node: -1, status: -2, queue: <id>}, with node null accepted as unclaimed.
-func ClaimFilter(queueID bson.ObjectID) bson.D {
+// Two conditions of den's own follow the indexed equalities, so the claim
+// still uses the {node, status, queue, _id} index: a task whose
+// start_after is in the future waits, and a cancelled one is never claimed.
+// A task without those fields is claimed exactly as Disbatch 4 claims it.
+func ClaimFilter(queueID bson.ObjectID, now time.Time) bson.D {
 	return bson.D{
 		{Key: "node", Value: unclaimed},
 		{Key: "status", Value: StatusQueued},
 		{Key: "queue", Value: queueID},
+		{Key: FieldStartAfter, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}},
+		{Key: FieldCancel, Value: bson.D{{Key: "$ne", Value: true}}},
 	}
 }
 
@@ -56,7 +62,7 @@ func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) 
 	var doc struct {
 		ID bson.ObjectID `bson:"_id"`
 	}
-	err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID), update, opts).Decode(&doc)
+	err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID, now), update, opts).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return id, false, nil
 	}
@@ -64,6 +70,19 @@ func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) 
 		return id, false, fmt.Errorf("claim task in queue %s: %w", q.ID.Hex(), err)
 	}
 	return doc.ID, true, nil
+}
+
+// ReleaseLost puts back a task this node may have claimed at claimedAt
+// without hearing the reply (the claim's reply was lost): the claim's mtime
+// tells it apart.
+func (s *Store) ReleaseLost(ctx context.Context, q Queue, node string, claimedAt time.Time) (int64, error) {
+	res, err := s.tasks.UpdateMany(ctx,
+		bson.D{{Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}, {Key: "queue", Value: q.ID}, {Key: "mtime", Value: claimedAt}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusQueued}}}})
+	if err != nil {
+		return 0, fmt.Errorf("release lost claim in queue %s: %w", q.ID.Hex(), err)
+	}
+	return res.ModifiedCount, nil
 }
 
 // Release puts a task this node claimed but never started back in its queue

@@ -16,11 +16,12 @@ type Index struct {
 	Collection string
 	Keys       bson.D
 	Unique     bool
+	Sparse     bool
 }
 
 // Indexes are the indexes a Disbatch 4 node creates, exactly as the Perl
 // node does (same keys, same order, default names), so that den and Perl
-// nodes starting on the same database never conflict:
+// nodes starting on the same database never conflict, and one of den's own:
 //   - tasks: the claim's {node, status, queue} with either _id order for
 //     fifo/lifo, and {queue, status} for counting;
 //   - nodes: node, unique;
@@ -33,6 +34,9 @@ var Indexes = []Index{
 	{Collection: NodesCollection, Keys: bson.D{{Key: "node", Value: 1}}, Unique: true},
 	{Collection: GridFSPrefix + ".files", Keys: bson.D{{Key: "filename", Value: 1}, {Key: "metadata.task_id", Value: 1}}},
 	{Collection: GridFSPrefix + ".chunks", Keys: bson.D{{Key: "files_id", Value: 1}, {Key: "n", Value: 1}}, Unique: true},
+	// den's own: finds cancelled tasks without scanning. Sparse, so it only
+	// holds the tasks someone cancelled.
+	{Collection: TasksCollection, Keys: bson.D{{Key: FieldCancel, Value: 1}, {Key: "status", Value: 1}}, Sparse: true},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.
@@ -67,8 +71,11 @@ func (s *Store) EnsureIndexes(ctx context.Context) (conflicts []string, err erro
 			continue
 		}
 		model := mongo.IndexModel{Keys: ix.Keys}
-		if ix.Unique {
+		switch {
+		case ix.Unique:
 			model.Options = options.Index().SetUnique(true)
+		case ix.Sparse:
+			model.Options = options.Index().SetSparse(true)
 		}
 		_, err := s.db.Collection(ix.Collection).Indexes().CreateOne(ctx, model)
 		var ce mongo.CommandError

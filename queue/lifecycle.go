@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -11,17 +12,50 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Start moves a task this node claimed to running (status 0) and returns the
-// document as it now stands. It returns ok false, and changes nothing, when
-// the task is gone or no longer claimed by node (reaped, released, deleted):
-// a runner must then not run it.
-func (s *Store) Start(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (doc bson.Raw, ok bool, err error) {
+// RunnerInfo identifies the task runner working on a task; it is stored in
+// the task's runner field (den's own, ignored by Disbatch 4 nodes). Token is
+// new for every start, so that every later write of that runner, and every
+// rescue of its task, is conditional on that very run: a runner cut off
+// from the database can never overwrite what happened to its task since.
+type RunnerInfo struct {
+	Token bson.ObjectID `bson:"token"`
+	PID   int           `bson:"pid"`
+	// Started is the runner process's start time in milliseconds since the
+	// epoch, so that a pid reused by another process is told apart.
+	Started int64  `bson:"started"`
+	Host    string `bson:"host"`
+}
+
+// RunnerOf reads a task's runner field.
+func RunnerOf(task bson.Raw) (RunnerInfo, bool) {
+	var r RunnerInfo
+	doc, ok := task.Lookup("runner").DocumentOK()
+	if !ok || bson.Unmarshal(doc, &r) != nil || r.Token.IsZero() {
+		return r, false
+	}
+	return r, true
+}
+
+// Start moves a task this node claimed to running (status 0), recording
+// the runner, and returns the document as it now stands. It returns ok
+// false, and changes nothing, when the task is gone or no longer claimed by
+// node (reaped, released, deleted): a runner must then not run it.
+func (s *Store) Start(ctx context.Context, taskID bson.ObjectID, node string, runner RunnerInfo, now time.Time) (doc bson.Raw, ok bool, err error) {
 	res := s.tasks.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}, {Key: "mtime", Value: now}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}, {Key: "mtime", Value: now}, {Key: "runner", Value: runner}}}},
 		options.FindOneAndUpdate().SetReturnDocument(options.After))
 	doc, err = res.Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
+		// An earlier attempt may have landed with its reply lost.
+		doc, err = s.Task(ctx, taskID)
+		if err != nil || doc == nil {
+			return nil, false, err
+		}
+		st, _ := intValue(doc.Lookup("status"))
+		if r, ok := RunnerOf(doc); ok && r.Token == runner.Token && st == StatusRunning {
+			return doc, true, nil
+		}
 		return nil, false, nil
 	}
 	if err != nil {
@@ -32,30 +66,50 @@ func (s *Store) Start(ctx context.Context, taskID bson.ObjectID, node string, no
 
 // Result is what a runner writes into a finished task. Stdout and Stderr are
 // each either a string (output stored in the task document) or the
-// bson.ObjectID of a tasks.files document.
+// bson.ObjectID of a tasks.files document. Extra holds more fields to set
+// (timed_out, exit_code, ...).
 type Result struct {
 	Status int
 	Stdout any
 	Stderr any
+	Extra  bson.D
 }
 
-// Finish records the result of a task this node is running (status 0 ->
+// running matches the task while it is still the given run of node.
+func running(taskID bson.ObjectID, node string, token bson.ObjectID) bson.D {
+	return bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusRunning}, {Key: "runner.token", Value: token}}
+}
+
+// Finish records the result of a task this run is running (status 0 ->
 // Result.Status). It reports false, and writes nothing, when the task is no
-// longer this node's running task: it was reaped or rescued meanwhile, and
-// the state someone else gave it wins.
-func (s *Store) Finish(ctx context.Context, taskID bson.ObjectID, node string, r Result, now time.Time) (bool, error) {
-	res, err := s.tasks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusRunning}},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "status", Value: r.Status},
-			{Key: "stdout", Value: r.Stdout},
-			{Key: "stderr", Value: r.Stderr},
-			{Key: "mtime", Value: now},
-		}}})
+// longer this run's: it was reaped, rescued, retried or cancelled meanwhile,
+// and the state someone else gave it wins.
+func (s *Store) Finish(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, r Result, now time.Time) (bool, error) {
+	set := bson.D{
+		{Key: "status", Value: r.Status},
+		{Key: "stdout", Value: r.Stdout},
+		{Key: "stderr", Value: r.Stderr},
+		{Key: "mtime", Value: now},
+	}
+	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), bson.D{{Key: "$set", Value: append(set, r.Extra...)}})
 	if err != nil {
 		return false, fmt.Errorf("record result of task %s: %w", taskID.Hex(), err)
 	}
 	return res.MatchedCount == 1, nil
+}
+
+// TooLarge reports whether err says a document would exceed MongoDB's
+// size limit (the result does not fit in the task document).
+func TooLarge(err error) bool {
+	var se mongo.ServerError
+	if errors.As(err, &se) {
+		for _, code := range []int{10334, 17419, 17420} {
+			if se.HasErrorCode(code) {
+				return true
+			}
+		}
+	}
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "too large")
 }
 
 // Task returns a task document, or nil when there is none.

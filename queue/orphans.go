@@ -84,12 +84,11 @@ func (s *Store) FailMalformed(ctx context.Context, q Queue, m Malformed, node st
 	return res.ModifiedCount, nil
 }
 
-// MarkOrphaned marks one task this node was running as orphaned (-6), for a
-// runner that died without recording a result. It does nothing if the task
-// is no longer this node's running task.
-func (s *Store) MarkOrphaned(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (bool, error) {
-	res, err := s.tasks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusRunning}},
+// MarkOrphaned marks one task as orphaned (-6), for a runner (identified by
+// its token) that died without recording a result. It does nothing if the
+// task is no longer that run's.
+func (s *Store) MarkOrphaned(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
+	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}}}})
 	if err != nil {
 		return false, fmt.Errorf("mark task %s orphaned: %w", taskID.Hex(), err)

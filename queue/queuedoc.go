@@ -47,13 +47,16 @@ type Queue struct {
 	// them in).
 	CountTodo  *int64
 	CountTotal *int64
+	// Raw is the whole document, for settings den reads per task
+	// (timeout, max_retries, ...).
+	Raw bson.Raw
 }
 
 // ParseQueue reads a queue document. It fails only when the document cannot
 // be used at all (no ObjectId _id, no plugin name); a bad limit or sort is
 // reported in the Queue and replaced by a safe value.
 func ParseQueue(raw bson.Raw) (Queue, error) {
-	var q Queue
+	q := Queue{Raw: raw}
 	id, ok := raw.Lookup("_id").ObjectIDOK()
 	if !ok {
 		return q, fmt.Errorf("queue _id is %s, not an ObjectId", describe(raw.Lookup("_id")))

@@ -25,7 +25,7 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, []BadQueue, error) {
 	var good []Queue
 	var bad []BadQueue
 	for cur.Next(ctx) {
-		q, err := ParseQueue(cur.Current)
+		q, err := ParseQueue(append(bson.Raw(nil), cur.Current...))
 		if err != nil {
 			bad = append(bad, BadQueue{ID: cur.Current.Lookup("_id"), Reason: err})
 			continue

@@ -57,6 +57,7 @@ var defaults = map[string]any{
 	"log.level":      "info",
 	"log.format":     "auto",
 	"runner.log":     "",
+	"disbatch_uri":   "", // internal: the URI a Disbatch config.json gave
 }
 
 // AddFlags defines the flags that override the file and environment.
@@ -109,6 +110,11 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 				v.BindPFlag(key, f)
 			}
 		}
+	}
+	// The file's task_runner user belongs to the file's own URI: not to a
+	// URI given in the environment or on the command line.
+	if runnerUser != nil && v.GetString("mongo.uri") != fileURI(v) {
+		runnerUser = nil
 	}
 	c, err := build(v, path, runnerUser)
 	c.Warnings = warnings
@@ -170,6 +176,14 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		}
 	}
 	return c, nil
+}
+
+// fileURI is the mongo URI the configuration file gave, if any.
+func fileURI(v *viper.Viper) string {
+	if m, ok := v.Get("disbatch_uri").(string); ok {
+		return m
+	}
+	return ""
 }
 
 func duration(v *viper.Viper, key string) (time.Duration, error) {

@@ -121,3 +121,16 @@ func TestRelaxJSON(t *testing.T) {
 		}
 	}
 }
+
+// The task_runner user of a Disbatch file is not grafted onto a URI given
+// in the environment.
+func TestRunnerUserOnlyForTheFilesURI(t *testing.T) {
+	t.Setenv("DEN_MONGO_URI", "mongodb://other:27017/")
+	c, err := Load("../../testdata/disbatch-config.json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MongoURI != "mongodb://other:27017/" || c.RunnerURI != c.MongoURI {
+		t.Fatalf("node %s runner %s", c.MongoURI, c.RunnerURI)
+	}
+}

@@ -53,7 +53,9 @@ func newOutputs(ctx context.Context, bucket *gridfs.Bucket, taskID bson.ObjectID
 
 func (o *outputs) metadata() bson.D { return bson.D{{Key: "task_id", Value: o.taskID}} }
 
-// spillLocked moves both outputs to GridFS files; o.mu must be held.
+// spillLocked moves both outputs to GridFS files; o.mu must be held. Both
+// files exist once it returns, even when storing failed: a failed
+// gridfs.Writer keeps failing, so later writes report the same error.
 func (o *outputs) spillLocked() error {
 	if o.spilled {
 		return nil
@@ -61,12 +63,15 @@ func (o *outputs) spillLocked() error {
 	o.spilled = true
 	for _, s := range []*sink{o.stdout, o.stderr} {
 		s.file = o.bucket.Create(o.ctx, s.name, o.metadata())
-		if _, err := s.file.Write(s.mem.Bytes()); err != nil {
-			return err
+	}
+	var first error
+	for _, s := range []*sink{o.stdout, o.stderr} {
+		if _, err := s.file.Write(s.mem.Bytes()); err != nil && first == nil {
+			first = err
 		}
 		s.mem = bytes.Buffer{}
 	}
-	return nil
+	return first
 }
 
 func (s *sink) Write(p []byte) (int, error) {

@@ -2,10 +2,15 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
+	"sync"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -16,6 +21,10 @@ import (
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when neither the
+// task, its queue nor the node sets max_termination_time.
+const DefaultGrace = 10 * time.Second
 
 // Runner runs one task.
 type Runner struct {
@@ -35,8 +44,8 @@ type Runner struct {
 }
 
 // Main connects to the database named in spec, runs the task and returns
-// when its result is stored. ctx cancellation (SIGTERM to the runner) asks
-// the plugin to stop; the result is still stored.
+// when its result is stored. ctx cancellation (SIGTERM to the runner) stops
+// the plugin; the result is still stored.
 func Main(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger) error {
 	client, err := mongo.Connect(options.Client().ApplyURI(spec.URI).SetAppName("den task-runner"))
 	if err != nil {
@@ -58,105 +67,202 @@ func (r *Runner) now() time.Time {
 	return time.Now()
 }
 
-// Run runs the task of r.Spec.
+// self describes this runner process, with a fresh token.
+func self() queue.RunnerInfo {
+	info := queue.RunnerInfo{Token: bson.NewObjectID(), PID: os.Getpid()}
+	if p, err := process.NewProcess(int32(info.PID)); err == nil {
+		info.Started, _ = p.CreateTime()
+	}
+	info.Host, _ = os.Hostname()
+	return info
+}
+
+// run is one run of a task, from start to recorded result.
+type run struct {
+	*Runner
+	log      *zap.Logger
+	store    *queue.Store
+	taskID   bson.ObjectID
+	info     queue.RunnerInfo
+	doc      bson.Raw
+	task     *queue.Task
+	opts     queue.Options
+	out      *outputs
+	started  time.Time
+	extraMu  sync.Mutex
+	extra    bson.D
+	timedOut bool
+}
+
+// Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
+// stop (SIGTERM): because its task was cancelled, or for any other reason.
 func (r *Runner) Run(ctx context.Context) error {
 	taskID, err := bson.ObjectIDFromHex(r.Spec.Task)
 	if err != nil {
 		return fmt.Errorf("task id %q: %w", r.Spec.Task, err)
 	}
-	log := r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))
-	store := queue.NewStore(r.DB)
+	t := &run{Runner: r, taskID: taskID, info: self(), store: queue.NewStore(r.DB),
+		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
+	ok, err := t.start(ctx)
+	if err != nil || !ok {
+		return err
+	}
+	// Output is stored with a context that outlives a stopped task: what the
+	// plugin printed before it was stopped is kept.
+	storeCtx := context.WithoutCancel(ctx)
+	t.out = newOutputs(storeCtx, gridfs.NewBucket(r.DB, queue.GridFSPrefix), taskID, r.Spec.GFS)
+	t.started = time.Now()
 
-	// Claimed -> running, only if the task is still ours.
-	startTimeout := r.StartTimeout
+	status := t.execute(ctx)
+	return t.record(storeCtx, ctx, status)
+}
+
+// start moves the task to running, retrying while MongoDB is unreachable.
+func (t *run) start(ctx context.Context) (bool, error) {
+	startTimeout := t.StartTimeout
 	if startTimeout <= 0 {
 		startTimeout = 5 * time.Minute
 	}
-	var doc bson.Raw
-	var ok bool
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
-	err = r.Retry.Retry(sctx, func(ctx context.Context) error {
-		doc, ok, err = store.Start(ctx, taskID, r.Spec.Node, r.now())
+	defer cancel()
+	now := t.now()
+	var ok bool
+	err := t.Retry.Retry(sctx, func(ctx context.Context) error {
+		var err error
+		t.doc, ok, err = t.store.Start(ctx, t.taskID, t.Spec.Node, t.info, now)
 		return err
 	}, func(attempt int, err error) {
 		if attempt == 1 {
-			log.Warn("cannot start task yet; retrying", zap.Error(err))
+			t.log.Warn("cannot start task yet; retrying", zap.Error(err))
 		}
 	})
-	cancel()
 	if err != nil {
-		return fmt.Errorf("start task %s: %w", r.Spec.Task, err)
+		return false, fmt.Errorf("start task %s: %w", t.Spec.Task, err)
 	}
 	if !ok {
-		log.Warn("task is no longer claimed by this node (released, reaped or deleted); not running it")
-		return nil
+		t.log.Warn("task is no longer claimed by this node (released, reaped or deleted); not running it")
+		return false, nil
 	}
-
-	bucket := gridfs.NewBucket(r.DB, queue.GridFSPrefix)
-	// Output is stored with a context that outlives a cancelled task: what
-	// the plugin printed before it was stopped is kept.
-	storeCtx := context.WithoutCancel(ctx)
-	out := newOutputs(storeCtx, bucket, taskID, r.Spec.GFS)
-
-	started := time.Now()
-	task, parseErr := queue.ParseTask(doc)
-	status := queue.StatusFailed
-	var queueID bson.ObjectID
-	if task != nil {
-		queueID = task.Queue
+	var queueDoc bson.Raw
+	if qid, ok := t.doc.Lookup("queue").ObjectIDOK(); ok {
+		queueDoc, _ = t.store.QueueDoc(ctx, qid)
 	}
-	switch plugin, found := r.Plugins.Lookup(r.Spec.Plugin); {
+	t.opts = queue.TaskOptions(t.doc, queueDoc)
+	if t.opts.MaxTermination == 0 {
+		t.opts.MaxTermination = DefaultGrace
+		if t.Spec.Grace > 0 {
+			t.opts.MaxTermination = time.Duration(t.Spec.Grace * float64(time.Second))
+		}
+	}
+	return true, nil
+}
+
+// execute runs the plugin, if the task can be run, and returns its status.
+func (t *run) execute(ctx context.Context) int {
+	task, parseErr := queue.ParseTask(t.doc)
+	t.task = task
+	plugin, found := t.Plugins.Lookup(t.Spec.Plugin)
+	switch {
+	case t.doc.Lookup(queue.FieldCancel).Equal(bson.RawValue{Type: bson.TypeBoolean, Value: []byte{1}}):
+		t.out.appendLine("den: cancelled before it started")
+		return queue.StatusCancelled
 	case parseErr != nil:
-		out.appendLine("den: task not run: " + parseErr.Error())
+		t.out.appendLine("den: task not run: " + parseErr.Error())
+		return queue.StatusFailed
 	case !found:
-		out.appendLine(fmt.Sprintf("den: task not run: no plugin %q is registered in this den binary", r.Spec.Plugin))
-	default:
-		log.Info("task started")
-		status = r.runPlugin(ctx, plugin, task, out, log)
+		t.out.appendLine(fmt.Sprintf("den: task not run: no plugin %q is registered in this den binary", t.Spec.Plugin))
+		return queue.StatusFailed
 	}
-
-	stdout, stderr, err := out.finish()
-	if err != nil {
-		// GridFS failed for good: keep what can be kept in the document.
-		log.Error("cannot store task output in GridFS", zap.Error(err))
-		stdout, stderr = "", "den: output could not be stored: "+err.Error()
+	t.log.Info("task started", zap.Int("attempt", t.opts.Attempts+1))
+	runCtx := ctx
+	if t.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, t.opts.Timeout)
+		defer cancel()
 	}
-	result := queue.Result{Status: status, Stdout: stdout, Stderr: stderr}
-	var recorded bool
-	r.retryForever(storeCtx, log, "record task result", func(ctx context.Context) error {
-		recorded, err = store.Finish(ctx, taskID, r.Spec.Node, result, r.now())
-		return err
-	})
-	if !recorded {
-		r.keepOrphanedOutput(storeCtx, store, out, taskID, result, log)
-		return nil
+	status := t.runPlugin(runCtx, plugin)
+	if ctx.Err() == nil && runCtx.Err() != nil {
+		t.timedOut = true
+		t.out.appendLine(fmt.Sprintf("den: task timed out after %s and was stopped", t.opts.Timeout))
+		return queue.StatusFailed
 	}
-	if !queueID.IsZero() {
-		r.retryForever(storeCtx, log, "decrement count_todo", func(ctx context.Context) error {
-			return store.DecrementTodo(ctx, queueID)
-		})
-	}
-	log.Info("task finished", zap.Int("status", status), zap.String("outcome", queue.StatusName(status)),
-		zap.Duration("took", time.Since(started)), zap.Bool("gridfs", isFileID(stdout)))
-	return nil
+	return status
 }
 
 // runPlugin calls the plugin, turns a panic or a bad status into a failure
-// with the reason in stderr, and returns the status to record.
-func (r *Runner) runPlugin(ctx context.Context, p plugins.Plugin, task *queue.Task, out *outputs, log *zap.Logger) (status int) {
-	var err error
-	func() {
+// with the reason in stderr, and returns the status to record. Once ctx is
+// done it waits at most the grace time for the plugin to return.
+func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
+	type result struct {
+		status int
+		err    error
+	}
+	done := make(chan result, 1)
+	env := plugins.Env{
+		Stdout: t.out.stdout, Stderr: t.out.stderr, DB: t.DB, Log: t.log,
+		Grace: t.opts.MaxTermination, Record: t.record1, Config: t.pluginConfig,
+	}
+	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				status, err = 0, nil
-				out.appendLine(fmt.Sprintf("den: plugin %s panicked: %v\n\n%s", r.Spec.Plugin, v, debug.Stack()))
-				log.Error("plugin panicked", zap.Any("panic", v))
-				status = queue.StatusFailed
+				t.out.appendLine(fmt.Sprintf("den: plugin %s panicked: %v\n\n%s", t.Spec.Plugin, v, debug.Stack()))
+				t.log.Error("plugin panicked", zap.Any("panic", v))
+				done <- result{status: queue.StatusFailed}
 			}
 		}()
-		status, err = p.Run(ctx, task, plugins.Env{Stdout: out.stdout, Stderr: out.stderr, DB: r.DB, Log: log})
+		st, err := p.Run(ctx, t.task, env)
+		done <- result{st, err}
 	}()
-	return validate(status, err, out)
+	select {
+	case res := <-done:
+		return validate(res.status, res.err, t.out)
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(t.opts.MaxTermination + time.Second)
+	defer grace.Stop()
+	select {
+	case res := <-done:
+		return validate(res.status, res.err, t.out)
+	case <-grace.C:
+		t.out.appendLine(fmt.Sprintf("den: plugin did not stop within %s of being asked to; recorded without it", t.opts.MaxTermination))
+		t.log.Warn("plugin ignored cancellation; abandoning it")
+		return queue.StatusFailed
+	}
+}
+
+// reserved are fields a plugin may not Record.
+var reserved = map[string]bool{
+	"_id": true, "queue": true, "status": true, "node": true, "parameters": true, "params": true,
+	"ctime": true, "mtime": true, "stdout": true, "stderr": true, "runner": true,
+	queue.FieldCancel: true, queue.FieldTimeout: true, queue.FieldMaxRetries: true, queue.FieldRetryDelay: true,
+	queue.FieldMaxTermination: true, queue.FieldStartAfter: true, queue.FieldAttempts: true, queue.FieldHistory: true,
+	"timed_out": true,
+}
+
+func (t *run) record1(field string, value any) {
+	if reserved[field] || field == "" {
+		t.log.Warn("plugin tried to record a reserved field; ignored", zap.String("field", field))
+		return
+	}
+	t.extraMu.Lock()
+	defer t.extraMu.Unlock()
+	for i := range t.extra {
+		if t.extra[i].Key == field {
+			t.extra[i].Value = value
+			return
+		}
+	}
+	t.extra = append(t.extra, bson.E{Key: field, Value: value})
+}
+
+func (t *run) pluginConfig(v any) error {
+	if len(t.Spec.PluginConfig) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(t.Spec.PluginConfig, v); err != nil {
+		return fmt.Errorf("configuration of plugin %s: %w", t.Spec.Plugin, err)
+	}
+	return nil
 }
 
 // validate applies the protocol's rule that a finished task has a positive
@@ -176,18 +282,112 @@ func validate(status int, err error, out *outputs) int {
 	return status
 }
 
+// record stores the outcome: cancelled (-5) when the task was cancelled
+// while it ran, else a retry when it failed with retries left, else the
+// final status.
+func (t *run) record(storeCtx, runCtx context.Context, status int) error {
+	if runCtx.Err() != nil && status != queue.StatusCancelled {
+		doc, err := t.store.Task(storeCtx, t.taskID)
+		if err == nil && doc != nil && doc.Lookup(queue.FieldCancel).Equal(bson.RawValue{Type: bson.TypeBoolean, Value: []byte{1}}) {
+			t.out.appendLine("den: cancelled while running")
+			status = queue.StatusCancelled
+		} else if !t.timedOut {
+			t.out.appendLine("den: the task runner was stopped by a signal")
+			status = queue.StatusFailed
+		}
+	}
+	if t.timedOut {
+		t.extra = append(t.extra, bson.E{Key: "timed_out", Value: true})
+	}
+	retry := status >= queue.StatusFailed && t.opts.Attempts < t.opts.MaxRetries
+	stdout, stderr, err := t.out.finish()
+	if err != nil {
+		t.log.Error("cannot store task output in GridFS", zap.Error(err))
+		stdout, stderr = "", "den: output could not be stored: "+err.Error()
+	}
+	if retry {
+		return t.retry(storeCtx, status, stdout, stderr)
+	}
+	result := queue.Result{Status: status, Stdout: stdout, Stderr: stderr, Extra: t.extra}
+	var recorded bool
+	t.retryForever(storeCtx, "record task result", func(ctx context.Context) error {
+		var err error
+		recorded, err = t.store.Finish(ctx, t.taskID, t.Spec.Node, t.info.Token, result, t.now())
+		if queue.TooLarge(err) && !isFileID(result.Stdout) {
+			t.log.Warn("result does not fit in the task document; storing the output in GridFS instead")
+			result.Stdout, result.Stderr, err = t.out.toGridFS(ctx, result.Stdout, result.Stderr)
+			if err == nil {
+				err = errors.New("retrying with the output in GridFS")
+			}
+		}
+		return err
+	})
+	if !recorded {
+		t.keepOrphanedOutput(storeCtx, result)
+		return nil
+	}
+	if status > 0 && t.task != nil {
+		t.retryForever(storeCtx, "decrement count_todo", func(ctx context.Context) error {
+			return t.store.DecrementTodo(ctx, t.task.Queue)
+		})
+	}
+	t.log.Info("task finished", zap.Int("status", status), zap.String("outcome", queue.StatusName(status)),
+		zap.Duration("took", time.Since(t.started)), zap.Bool("gridfs", isFileID(result.Stdout)), zap.Bool("timed_out", t.timedOut))
+	return nil
+}
+
+// retry puts the task back in its queue with this run in its history. The
+// run's output always goes to GridFS, so the history can point at it.
+func (t *run) retry(ctx context.Context, status int, stdout, stderr any) error {
+	entry := queue.HistoryEntry{
+		Attempt: t.opts.Attempts + 1, Node: t.Spec.Node, Status: status, TimedOut: t.timedOut,
+		Started: t.started, Ended: time.Now(),
+	}
+	t.extraMu.Lock()
+	for _, e := range t.extra {
+		switch e.Key {
+		case "exit_code":
+			if n, ok := e.Value.(int); ok {
+				entry.ExitCode = &n
+			}
+		case "signal":
+			entry.Signal, _ = e.Value.(string)
+		}
+	}
+	t.extraMu.Unlock()
+	t.retryForever(ctx, "store the attempt's output", func(ctx context.Context) error {
+		var err error
+		entry.Stdout, entry.Stderr, err = t.out.toGridFS(ctx, stdout, stderr)
+		return err
+	})
+	at := t.opts.RetryAt(t.now(), entry.Attempt)
+	var requeued bool
+	t.retryForever(ctx, "put the task back for a retry", func(ctx context.Context) error {
+		var err error
+		requeued, err = t.store.Retry(ctx, t.taskID, t.Spec.Node, t.info.Token, entry, at, t.now())
+		return err
+	})
+	if !requeued {
+		t.log.Warn("task changed while it ran; not retrying it (its output is in GridFS under metadata.task_id)")
+		return nil
+	}
+	t.log.Info("task failed; retrying later", zap.Int("status", status), zap.Int("attempt", entry.Attempt),
+		zap.Int("max_retries", t.opts.MaxRetries), zap.Time("start_after", at), zap.Bool("timed_out", t.timedOut))
+	return nil
+}
+
 // keepOrphanedOutput handles a result that could not be recorded because
 // the task changed under the runner: the output goes to GridFS under
 // metadata.task_id, and the log says what happened.
-func (r *Runner) keepOrphanedOutput(ctx context.Context, store *queue.Store, out *outputs, taskID bson.ObjectID, result queue.Result, log *zap.Logger) {
+func (t *run) keepOrphanedOutput(ctx context.Context, result queue.Result) {
 	var outID, errID bson.ObjectID
-	r.retryForever(ctx, log, "store output of a task that changed meanwhile", func(ctx context.Context) error {
+	t.retryForever(ctx, "store output of a task that changed meanwhile", func(ctx context.Context) error {
 		var err error
-		outID, errID, err = out.toGridFS(ctx, result.Stdout, result.Stderr)
+		outID, errID, err = t.out.toGridFS(ctx, result.Stdout, result.Stderr)
 		return err
 	})
 	fields := []zap.Field{zap.Int("status", result.Status), zap.String("stdout_file", outID.Hex()), zap.String("stderr_file", errID.Hex())}
-	doc, err := store.Task(ctx, taskID)
+	doc, err := t.store.Task(ctx, t.taskID)
 	switch {
 	case err != nil:
 		fields = append(fields, zap.NamedError("read_error", err))
@@ -198,25 +398,25 @@ func (r *Runner) keepOrphanedOutput(ctx context.Context, store *queue.Store, out
 		node, _ := doc.Lookup("node").StringValueOK()
 		fields = append(fields, zap.Int64("now_status", st), zap.String("now_node", node))
 	}
-	log.Warn("task changed while it ran (reaped, rescued or deleted): its state was left as is; output kept in GridFS under metadata.task_id", fields...)
+	t.log.Warn("task changed while it ran (reaped, rescued or deleted): its state was left as is; output kept in GridFS under metadata.task_id", fields...)
 }
 
 // retryForever retries a write that must land, logging when it starts
 // failing and when it recovers.
-func (r *Runner) retryForever(ctx context.Context, log *zap.Logger, what string, op func(context.Context) error) {
+func (t *run) retryForever(ctx context.Context, what string, op func(context.Context) error) {
 	failures := 0
-	err := r.Retry.Retry(ctx, op, func(attempt int, err error) {
+	err := t.Retry.Retry(ctx, op, func(attempt int, err error) {
 		failures = attempt
 		if attempt == 1 {
-			log.Warn("cannot "+what+"; retrying until it lands", zap.Error(err))
+			t.log.Warn("cannot "+what+"; retrying until it lands", zap.Error(err))
 		}
 	})
 	if err != nil {
-		log.Error("gave up: cannot "+what, zap.Error(err))
+		t.log.Error("gave up: cannot "+what, zap.Error(err))
 		return
 	}
 	if failures > 0 {
-		log.Info("done after retrying: "+what, zap.Int("attempts", failures+1))
+		t.log.Info("done after retrying: "+what, zap.Int("attempts", failures+1))
 	}
 }
 

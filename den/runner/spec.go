@@ -22,6 +22,10 @@ type Spec struct {
 	Plugin   string `json:"plugin"` // the plugin name of its queue
 	GFS      string `json:"gfs"`    // true, false or auto
 	LogJSON  bool   `json:"log_json,omitempty"`
+	// Grace is the node's default max_termination_time, in seconds.
+	Grace float64 `json:"grace,omitempty"`
+	// PluginConfig is the plugin's section of the node configuration.
+	PluginConfig json.RawMessage `json:"plugin_config,omitempty"`
 }
 
 // Env renders the spec as an environment entry.
