@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
 
@@ -157,7 +158,17 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 				n.log.Warn("queue has a bad maxthreads", zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
 			}
 		}
-		if _, ok := n.plugins.Lookup(q.Plugin); !ok {
+		p, ok := n.plugins.Lookup(q.Plugin)
+		if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(n.cfg.PluginConfig[q.Plugin]) {
+			key := "queue-plugin:" + q.ID.Hex()
+			seen[key] = true
+			if n.notes.set(key, "disabled") {
+				n.log.Warn("queue skipped: its plugin is off unless this node's configuration enables it",
+					zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+			}
+			continue
+		}
+		if !ok {
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
 			if n.notes.set(key, q.Plugin) {

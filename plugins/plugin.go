@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -55,6 +56,15 @@ type Env struct {
 	// Config decodes this plugin's section of the node configuration into
 	// v (JSON field names); it leaves v as is when there is none.
 	Config func(v any) error
+}
+
+// Gated is implemented by plugins that are off unless a node's
+// configuration turns them on (such as the command plugin). A node serves
+// the queues of a gated plugin only when Enabled returns true for the
+// plugin's section of its configuration; other nodes leave those tasks
+// queued for it.
+type Gated interface {
+	Enabled(config json.RawMessage) bool
 }
 
 // Func adapts a function to a Plugin.

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	// Built-in plugins register themselves.
+	_ "github.com/den-project/den/plugins/command"
 	_ "github.com/den-project/den/plugins/demo"
 )
 

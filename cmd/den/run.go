@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+
 	"errors"
 	"fmt"
 	"os/signal"
@@ -16,6 +18,7 @@ import (
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/config"
 	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/plugins/command"
 )
 
 func newRunCmd() *cobra.Command {
@@ -45,7 +48,7 @@ does not stop running tasks: their runners finish on their own.`,
 
 // runNode connects to MongoDB and runs a node until ctx is done.
 func runNode(ctx context.Context, cfg config.Config) error {
-	log, json, err := newLogger(cfg.LogLevel, cfg.LogFormat)
+	log, jsonLogs, err := newLogger(cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -64,16 +67,23 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		defer cancel()
 		client.Disconnect(dctx)
 	}()
+	commandPolicy, err := json.Marshal(cfg.Command)
+	if err != nil {
+		return fmt.Errorf("command policy: %w", err)
+	}
 	node, err := den.New(den.Config{
-		Name:         cfg.Node,
-		Interval:     cfg.Interval,
-		OrphanAge:    cfg.OrphanAge,
-		ActiveQueues: cfg.ActiveQueues,
-		IgnoreQueues: cfg.IgnoreQueues,
-		GFS:          cfg.GFS,
-		URI:          cfg.RunnerURI,
-		Database:     cfg.Database,
-		Runner:       den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: json},
+		Name:           cfg.Node,
+		Interval:       cfg.Interval,
+		OrphanAge:      cfg.OrphanAge,
+		ActiveQueues:   cfg.ActiveQueues,
+		IgnoreQueues:   cfg.IgnoreQueues,
+		GFS:            cfg.GFS,
+		URI:            cfg.RunnerURI,
+		Database:       cfg.Database,
+		Runner:         den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs},
+		MaxTermination: cfg.MaxTermination,
+		DeadNodeAfter:  cfg.DeadNodeAfter,
+		PluginConfig:   map[string]json.RawMessage{command.Name: commandPolicy},
 	}, client.Database(cfg.Database), plugins.Default(), log, nil)
 	if err != nil {
 		return err

@@ -37,6 +37,12 @@ type Config struct {
 	LogLevel  string
 	LogFormat string // auto, json or console
 	RunnerLog string // file for task runner logs; empty: the node's stderr
+	// MaxTermination is the default time between SIGTERM and SIGKILL when a
+	// task is stopped; DeadNodeAfter is when a silent node counts as dead.
+	MaxTermination time.Duration
+	DeadNodeAfter  time.Duration
+	// Command is the command plugin's policy (off by default).
+	Command CommandPolicy
 	// File is the configuration file that was read, if any.
 	File string
 	// Warnings are problems that do not stop the node (keys of a Disbatch
@@ -44,20 +50,35 @@ type Config struct {
 	Warnings []string
 }
 
+// CommandPolicy configures Disbatch::Plugin::Command (see package
+// plugins/command): off unless Enabled, and then only for Allow.
+type CommandPolicy struct {
+	Enabled bool     `json:"enabled"`
+	Allow   []string `json:"allow"`
+	Shell   bool     `json:"shell"`
+	Env     []string `json:"env"`
+}
+
 // Keys of den's own file, with their defaults.
 var defaults = map[string]any{
-	"mongo.uri":      "",
-	"mongo.database": "disbatch",
-	"node":           "",
-	"interval":       "1s",
-	"orphan_age":     "5m",
-	"activequeues":   []string{},
-	"ignorequeues":   []string{},
-	"gfs":            "",
-	"log.level":      "info",
-	"log.format":     "auto",
-	"runner.log":     "",
-	"disbatch_uri":   "", // internal: the URI a Disbatch config.json gave
+	"mongo.uri":            "",
+	"mongo.database":       "disbatch",
+	"node":                 "",
+	"interval":             "1s",
+	"orphan_age":           "5m",
+	"activequeues":         []string{},
+	"ignorequeues":         []string{},
+	"gfs":                  "",
+	"log.level":            "info",
+	"log.format":           "auto",
+	"runner.log":           "",
+	"max_termination_time": "10s",
+	"dead_node_after":      "5m",
+	"command.enabled":      false,
+	"command.allow":        []string{},
+	"command.shell":        false,
+	"command.env":          []string{},
+	"disbatch_uri":         "", // internal: the URI a Disbatch config.json gave
 }
 
 // AddFlags defines the flags that override the file and environment.
@@ -146,6 +167,24 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	if c.OrphanAge, err = duration(v, "orphan_age"); err != nil || c.OrphanAge <= 0 {
 		return fail("orphan_age %q must be a positive duration such as 5m", v.GetString("orphan_age"))
+	}
+	if c.MaxTermination, err = duration(v, "max_termination_time"); err != nil || c.MaxTermination <= 0 {
+		return fail("max_termination_time %q must be a positive duration such as 10s", v.GetString("max_termination_time"))
+	}
+	if c.DeadNodeAfter, err = duration(v, "dead_node_after"); err != nil || c.DeadNodeAfter < time.Minute {
+		return fail("dead_node_after %q must be a duration of at least 1m (far above the loop interval)", v.GetString("dead_node_after"))
+	}
+	c.Command = CommandPolicy{
+		Enabled: v.GetBool("command.enabled"), Allow: list(v.Get("command.allow")),
+		Shell: v.GetBool("command.shell"), Env: list(v.Get("command.env")),
+	}
+	if c.Command.Enabled && len(c.Command.Allow) == 0 {
+		return fail("command.enabled is true but command.allow lists no executable or directory")
+	}
+	for _, a := range c.Command.Allow {
+		if !filepath.IsAbs(a) {
+			return fail("command.allow entry %q must be an absolute path", a)
+		}
 	}
 	if g := v.GetString("gfs"); g != "" {
 		if c.GFS, err = queue.NormalizeGFS(g); err != nil {

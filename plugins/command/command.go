@@ -1,0 +1,156 @@
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/queue"
+)
+
+// Name is the plugin name queues use.
+const Name = "Disbatch::Plugin::Command"
+
+func init() {
+	plugins.Register(Name, Plugin{})
+}
+
+// Plugin runs external programs.
+type Plugin struct{}
+
+// Enabled reports whether a node's configuration turns the plugin on.
+func (Plugin) Enabled(config json.RawMessage) bool {
+	p, err := ParsePolicy(config)
+	return err == nil && p.Enabled
+}
+
+type params struct {
+	Command []string          `bson:"command"`
+	Shell   string            `bson:"shell"`
+	Dir     string            `bson:"dir"`
+	Env     map[string]string `bson:"env"`
+	Stdin   string            `bson:"stdin"`
+}
+
+// Run runs the task's program.
+func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
+	var policy Policy
+	if env.Config != nil {
+		if err := env.Config(&policy); err != nil {
+			return 2, err
+		}
+	}
+	if !policy.Enabled {
+		return 2, errors.New("command refused: the command plugin is not enabled on this node (command.enabled)")
+	}
+	var p params
+	if err := t.DecodeParameters(&p); err != nil {
+		return 2, fmt.Errorf("command refused: %w (command must be an array of strings, shell a string, env an object of strings)", err)
+	}
+	argv := p.Command
+	switch {
+	case p.Shell != "" && len(p.Command) > 0:
+		return 2, errors.New("command refused: give either command or shell, not both")
+	case p.Shell != "":
+		if !policy.Shell {
+			return 2, errors.New("command refused: the shell parameter is not allowed on this node (command.shell)")
+		}
+		argv = []string{Shell, "-c", p.Shell}
+	case len(argv) == 0:
+		return 2, errors.New("command refused: the task has no command parameter (an array: program and arguments)")
+	}
+	path, err := policy.resolve(argv[0])
+	if err != nil {
+		return 2, err
+	}
+	environ, err := policy.environment(p.Env)
+	if err != nil {
+		return 2, err
+	}
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Dir = p.Dir
+	cmd.Env = environ
+	cmd.Stdin = strings.NewReader(p.Stdin)
+	cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
+	// Its own process group, so that stopping it stops what it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A descendant that keeps the output open after the program exits does
+	// not hold the task forever.
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		return 2, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	done := make(chan struct{})
+	go stopOnCancel(ctx, cmd.Process.Pid, env.Grace, done)
+	err = cmd.Wait()
+	close(done)
+	return outcome(cmd, err, env)
+}
+
+// stopOnCancel sends SIGTERM to the program's process group when ctx is
+// done, and SIGKILL after grace, unless the program ends first.
+func stopOnCancel(ctx context.Context, pgid int, grace time.Duration, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	syscall.Kill(-pgid, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// outcome turns the program's end into a status, recording exit_code or
+// signal.
+func outcome(cmd *exec.Cmd, err error, env plugins.Env) (int, error) {
+	st := cmd.ProcessState
+	if st == nil {
+		return 2, fmt.Errorf("wait for %s: %w", cmd.Args[0], err)
+	}
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		sig := ws.Signal()
+		name := signalName(sig)
+		if env.Record != nil {
+			env.Record("signal", name)
+		}
+		fmt.Fprintf(env.Stderr, "\nden: %s was killed by signal %s\n", cmd.Args[0], name)
+		return 2, nil
+	}
+	code := st.ExitCode()
+	if env.Record != nil {
+		env.Record("exit_code", code)
+	}
+	if code == 0 {
+		if errors.Is(err, exec.ErrWaitDelay) {
+			fmt.Fprintf(env.Stderr, "\nden: %s exited but left a process holding its output; output after that was not kept\n", cmd.Args[0])
+		}
+		return 1, nil
+	}
+	fmt.Fprintf(env.Stderr, "\nden: %s exited with code %d\n", cmd.Args[0], code)
+	return 2, nil
+}
+
+func signalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP",
+		syscall.SIGSEGV: "SIGSEGV", syscall.SIGABRT: "SIGABRT", syscall.SIGPIPE: "SIGPIPE", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGILL: "SIGILL", syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2",
+	}
+	if n, ok := names[sig]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d (%s)", int(sig), sig)
+}

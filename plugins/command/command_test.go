@@ -1,0 +1,152 @@
+package command_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/gridfs"
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/plugins/command"
+)
+
+func TestMain(m *testing.M) { dentest.Main(m, nil) }
+
+// runTask runs one command task through a real runner and returns the task
+// document.
+func runTask(t *testing.T, policy command.Policy, params bson.D, extra ...bson.E) bson.Raw {
+	t.Helper()
+	raw, _ := runTaskIn(t, dentest.DB(t), policy, params, extra...)
+	return raw
+}
+
+func runTaskIn(t *testing.T, db *mongo.Database, policy command.Policy, params bson.D, extra ...bson.E) (bson.Raw, *mongo.Database) {
+	t.Helper()
+	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
+	id := dentest.Tasks(t, db, qid, params)[0]
+	set := append(bson.D{{Key: "node", Value: "n"}, {Key: "status", Value: -1}}, extra...)
+	db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}})
+	cfg, _ := json.Marshal(policy)
+	r := &runner.Runner{
+		Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: command.Name, GFS: "auto", PluginConfig: cfg},
+		DB:   db, Plugins: plugins.Default(), Log: zaptest.NewLogger(t),
+	}
+	if err := r.Run(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	return dentest.Task(t, db, id), db
+}
+
+func text(t *testing.T, raw bson.Raw, field string) string {
+	v := raw.Lookup(field)
+	if s, ok := v.StringValueOK(); ok {
+		return s
+	}
+	t.Fatalf("%s is %s", field, v.Type)
+	return ""
+}
+
+var sh = command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}}
+
+func TestCommandOutcomes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		policy   command.Policy
+		params   bson.D
+		status   int64
+		stdout   string
+		stderr   string
+		exitCode any
+		signal   string
+	}{
+		{name: "exit 0", policy: sh, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "echo hello; echo oops >&2"}}},
+			status: 1, stdout: "hello\n", stderr: "oops\n", exitCode: int32(0)},
+		{name: "exit 3", policy: sh, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "exit 3"}}},
+			status: 2, stderr: "exited with code 3", exitCode: int32(3)},
+		{name: "killed by a signal", policy: sh, params: bson.D{{Key: "shell", Value: "kill -KILL $$"}},
+			status: 2, stderr: "killed by signal SIGKILL", signal: "SIGKILL"},
+		{name: "stdin, dir and env", policy: sh, params: bson.D{{Key: "shell", Value: `read x; echo "$x $(pwd) $GREETING"`}, {Key: "stdin", Value: "in\n"}, {Key: "dir", Value: "/tmp"}, {Key: "env", Value: bson.D{{Key: "GREETING", Value: "hi"}}}},
+			status: 1, stdout: "in /tmp hi\n", exitCode: int32(0)},
+		{name: "environment not inherited", policy: sh, params: bson.D{{Key: "shell", Value: `echo "[$HOME]"`}},
+			status: 1, stdout: "[]\n", exitCode: int32(0)},
+		{name: "not allowed", policy: command.Policy{Enabled: true, Allow: []string{"/usr/bin/true"}}, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "echo no"}}},
+			status: 2, stderr: "is not allowed on this node"},
+		{name: "shell not allowed", policy: command.Policy{Enabled: true, Allow: []string{"/bin/sh"}}, params: bson.D{{Key: "shell", Value: "echo no"}},
+			status: 2, stderr: "shell parameter is not allowed"},
+		{name: "disabled", policy: command.Policy{}, params: bson.D{{Key: "command", Value: bson.A{"/bin/true"}}},
+			status: 2, stderr: "not enabled on this node"},
+		{name: "LD_PRELOAD refused", policy: sh, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "true"}}, {Key: "env", Value: bson.D{{Key: "LD_PRELOAD", Value: "/tmp/x.so"}}}},
+			status: 2, stderr: "may not set the environment variable"},
+		{name: "malformed command", policy: sh, params: bson.D{{Key: "command", Value: "/bin/true"}},
+			status: 2, stderr: "command must be an array"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			raw := runTask(t, tc.policy, tc.params)
+			if st, _ := raw.Lookup("status").AsInt64OK(); st != tc.status {
+				t.Errorf("status %d, want %d (stderr %q)", st, tc.status, raw.Lookup("stderr"))
+			}
+			if tc.stdout != "" && text(t, raw, "stdout") != tc.stdout {
+				t.Errorf("stdout %q, want %q", text(t, raw, "stdout"), tc.stdout)
+			}
+			if !strings.Contains(text(t, raw, "stderr"), tc.stderr) {
+				t.Errorf("stderr %q lacks %q", text(t, raw, "stderr"), tc.stderr)
+			}
+			if tc.exitCode != nil && raw.Lookup("exit_code").AsInt64() != int64(tc.exitCode.(int32)) {
+				t.Errorf("exit_code %v, want %v", raw.Lookup("exit_code"), tc.exitCode)
+			}
+			if tc.signal != "" && raw.Lookup("signal").StringValue() != tc.signal {
+				t.Errorf("signal %v, want %s", raw.Lookup("signal"), tc.signal)
+			}
+		})
+	}
+}
+
+// A timeout stops a program that ignores SIGTERM: SIGKILL after the grace
+// time; the task fails with timed_out and keeps the output so far.
+func TestTimeoutKillsStubbornProgram(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	raw := runTask(t, sh, bson.D{{Key: "shell", Value: `trap "" TERM; echo started; sleep 30 & wait; sleep 30`}},
+		bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
+	took := time.Since(start)
+	if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
+		t.Fatalf("status %d timed_out %v", st, raw.Lookup("timed_out"))
+	}
+	if text(t, raw, "stdout") != "started\n" {
+		t.Errorf("partial stdout %q", text(t, raw, "stdout"))
+	}
+	if !strings.Contains(text(t, raw, "stderr"), "timed out after 1s") || !strings.Contains(text(t, raw, "stderr"), "SIGKILL") {
+		t.Errorf("stderr %q", text(t, raw, "stderr"))
+	}
+	if took > 25*time.Second {
+		t.Errorf("took %s: the program was not killed", took)
+	}
+}
+
+// Output larger than the inline limit streams into GridFS.
+func TestLargeOutputGoesToGridFS(t *testing.T) {
+	t.Parallel()
+	raw, db := runTaskIn(t, dentest.DB(t), sh, bson.D{{Key: "command", Value: bson.A{"/usr/bin/head", "-c", "20000000", "/dev/zero"}}})
+	id, ok := raw.Lookup("stdout").ObjectIDOK()
+	if !ok {
+		t.Fatalf("stdout %s, want a GridFS file", raw.Lookup("stdout").Type)
+	}
+	r, err := gridfs.NewBucket(db, "tasks").Open(dentest.Context(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if r.Length != 20000000 {
+		t.Fatalf("stored %d bytes", r.Length)
+	}
+}

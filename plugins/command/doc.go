@@ -1,0 +1,34 @@
+// Package command is Disbatch::Plugin::Command: it runs an external program
+// as a task, so that a queue can run programs without Go code.
+//
+// Parameters of a task:
+//
+//	command: ["/usr/bin/convert", "in.png", "out.jpg"]   // argv (required, unless shell)
+//	shell:   "make -C /srv/build all"                     // instead of command: run by /bin/sh -c (only if the node allows shell)
+//	dir:     "/srv/build"                                  // working directory (optional)
+//	env:     {LANG: "C.UTF-8"}                             // environment variables to set (optional)
+//	stdin:   "text"                                        // standard input (optional; default empty)
+//
+// Exit 0 is status 1; any other exit is status 2 with exit_code recorded in
+// the task; death by a signal is status 2 with signal recorded and named in
+// stderr. Output streams to storage as the program writes it.
+//
+// Security: anyone who can write to the tasks collection could run programs
+// on every node, so the plugin is off unless the node's configuration
+// enables it (a node with it off does not serve its queues), and then runs
+// only the executables the configuration allows: explicit paths, or
+// directories whose executables (at any depth) are allowed. Symbolic links
+// are resolved before the check. The program does not inherit the
+// runner's environment, except the variables the configuration lists; a
+// task may set variables of its own, except those that change how
+// programs are loaded or started (LD_*, BASH_ENV, ENV, ...). A refused task
+// fails with the reason in stderr.
+//
+// Node configuration (den YAML):
+//
+//	command:
+//	  enabled: true
+//	  allow: [/usr/local/bin/, /opt/jobs/run.sh]
+//	  shell: false        # allow the shell parameter (/bin/sh must be allowed too)
+//	  env: [PATH, LANG]   # inherited from the node's environment
+package command
