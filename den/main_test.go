@@ -2,6 +2,7 @@ package den_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,6 +20,7 @@ import (
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/plugins/command"
 	_ "github.com/den-project/den/plugins/demo"
 )
 
@@ -88,12 +90,15 @@ func nodeRole() int {
 // runnerConfig is a node configuration whose runners are this test binary.
 func runnerConfig(name, uri, database, runnerLog string) den.Config {
 	exe, _ := os.Executable()
+	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}})
 	return den.Config{
-		Name:       name,
-		Interval:   100 * time.Millisecond,
-		URI:        uri,
-		Database:   database,
-		SweepEvery: 200 * time.Millisecond,
+		Name:         name,
+		Interval:     100 * time.Millisecond,
+		URI:          uri,
+		Database:     database,
+		SweepEvery:   200 * time.Millisecond,
+		RescueEvery:  200 * time.Millisecond,
+		PluginConfig: map[string]json.RawMessage{command.Name: policy},
 		Runner: den.RunnerCommand{
 			Path: exe,
 			Env:  []string{dentest.EnvRole + "=task-runner"},

@@ -20,8 +20,33 @@ import (
 // concurrency collection (to prove limits hold).
 const sleepPlugin = "Test::Sleep"
 
+// Test::Flaky fails (status 2) until parameters.succeed_on attempts have
+// been made, then succeeds; each run is recorded in runs.
+const flakyPlugin = "Test::Flaky"
+
 func init() {
 	plugins.Register(sleepPlugin, plugins.Func(sleepRun))
+	plugins.Register(flakyPlugin, plugins.Func(flakyRun))
+}
+
+func flakyRun(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
+	var p struct {
+		SucceedOn int `bson:"succeed_on"`
+	}
+	if err := t.DecodeParameters(&p); err != nil {
+		return 2, err
+	}
+	attempts, _ := t.Raw.Lookup("attempts").AsInt64OK()
+	_, err := env.DB.Collection("runs").InsertOne(ctx, bson.D{{Key: "task_id", Value: t.ID}, {Key: "attempt", Value: attempts + 1}, {Key: "started", Value: time.Now()}})
+	if err != nil {
+		return 2, err
+	}
+	if int(attempts)+1 < p.SucceedOn {
+		fmt.Fprintf(env.Stderr, "attempt %d fails\n", attempts+1)
+		return 2, nil
+	}
+	fmt.Fprintf(env.Stdout, "attempt %d succeeds\n", attempts+1)
+	return 1, nil
 }
 
 func sleepRun(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {

@@ -271,3 +271,35 @@ func TestLargeOutputStreams(t *testing.T) {
 		t.Fatalf("stdout in GridFS %v, %d bytes", inFile, len(out))
 	}
 }
+
+// A node cut off long enough to be declared dead comes back: its task was
+// rescued and claimed again (same node name, new run). The old runner's
+// result must not overwrite the new run; its output is kept in GridFS.
+func TestStaleRunnerDoesNotOverwriteANewRun(t *testing.T) {
+	t.Parallel()
+	var db *mongo.Database
+	var taskID bson.ObjectID
+	newToken := bson.NewObjectID()
+	p := plugins.Func(func(ctx context.Context, task *queue.Task, env plugins.Env) (int, error) {
+		io.WriteString(env.Stdout, "late result\n")
+		_, err := db.Collection("tasks").UpdateOne(ctx, bson.D{{Key: "_id", Value: taskID}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "runner.token", Value: newToken}, {Key: "attempts", Value: 1}}}})
+		return 1, err
+	})
+	s := newSetup(t, p, "auto", bson.D{})
+	db, taskID = s.db, s.task
+	if err := s.runner.Run(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	raw := dentest.Task(t, s.db, s.task)
+	if status(raw) != 0 || raw.Lookup("runner", "token").ObjectID() != newToken {
+		t.Fatalf("the new run was overwritten: %s", raw)
+	}
+	files, _ := gridfs.NewBucket(s.db, "tasks").Find(dentest.Context(t), s.task)
+	if len(files) != 2 {
+		t.Fatalf("output not kept in GridFS: %d files", len(files))
+	}
+	if s.logs.FilterMessageSnippet("task changed while it ran").Len() != 1 {
+		t.Fatal("conflict not logged")
+	}
+}
