@@ -257,4 +257,3 @@ func TestStartAfter(t *testing.T) {
 		t.Fatalf("started at %s, before start_after %s", s, due)
 	}
 }
-
