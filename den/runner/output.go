@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -37,7 +36,7 @@ type outputs struct {
 type sink struct {
 	o    *outputs
 	name string
-	mem  bytes.Buffer
+	mem  blocks
 	file *gridfs.Writer
 }
 
@@ -66,10 +65,9 @@ func (o *outputs) spillLocked() error {
 	}
 	var first error
 	for _, s := range []*sink{o.stdout, o.stderr} {
-		if _, err := s.file.Write(s.mem.Bytes()); err != nil && first == nil {
+		if err := s.mem.drainTo(s.file); err != nil && first == nil {
 			first = err
 		}
-		s.mem = bytes.Buffer{}
 	}
 	return first
 }
@@ -95,8 +93,8 @@ func (o *outputs) appendLine(line string) {
 	o.mu.Lock()
 	needNL := false
 	if !o.spilled {
-		b := o.stderr.mem.Bytes()
-		needNL = len(b) > 0 && b[len(b)-1] != '\n'
+		last, ok := o.stderr.mem.lastByte()
+		needNL = ok && last != '\n'
 	}
 	o.mu.Unlock()
 	if needNL {
@@ -115,13 +113,14 @@ func (o *outputs) appendLine(line string) {
 func (o *outputs) finish() (stdout, stderr any, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.spilled && (!utf8.Valid(o.stdout.mem.Bytes()) || !utf8.Valid(o.stderr.mem.Bytes())) {
+	if !o.spilled {
+		stdout, stderr := o.stdout.mem.String(), o.stderr.mem.String()
+		if utf8.ValidString(stdout) && utf8.ValidString(stderr) {
+			return stdout, stderr, nil
+		}
 		if err := o.spillLocked(); err != nil {
 			return nil, nil, err
 		}
-	}
-	if !o.spilled {
-		return o.stdout.mem.String(), o.stderr.mem.String(), nil
 	}
 	for _, s := range []*sink{o.stdout, o.stderr} {
 		if err := s.file.Close(); err != nil {
