@@ -1,0 +1,45 @@
+package queue_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/queue"
+)
+
+// The claim, with den's start_after and cancel conditions, still uses the
+// protocol's {node, status, queue, _id} index. MongoDB's explain shows it;
+// FerretDB (the embedded server) never uses indexes for such filters, so
+// there the plan is only logged. Run with DEN_TEST_MONGODB_URI to check.
+func TestClaimUsesIndex(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
+	dentest.Tasks(t, db, qid, params(50)...)
+	var out bson.Raw
+	err := db.RunCommand(dentest.Context(t), bson.D{{Key: "explain", Value: bson.D{
+		{Key: "findAndModify", Value: "tasks"},
+		{Key: "query", Value: queue.ClaimFilter(qid, time.Now())},
+		{Key: "sort", Value: queue.ClaimSort(queue.SortFIFO)},
+		{Key: "update", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -1}}}}},
+	}}}).Decode(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := out.Lookup("queryPlanner").String()
+	if out.Lookup("serverInfo", "ferretdbVersion").Type != 0 {
+		t.Logf("FerretDB plan (it does not use indexes here): %s", plan)
+		return
+	}
+	if !strings.Contains(plan, "IXSCAN") || !strings.Contains(plan, "node_1_status_1_queue_1") || strings.Contains(plan, "COLLSCAN") {
+		t.Fatalf("claim does not use the claim index: %s", plan)
+	}
+}
