@@ -98,10 +98,12 @@ func (n *Node) stopRunner(ctx context.Context, doc bson.Raw, r queue.RunnerInfo,
 }
 
 // onThisHost reports whether a runner runs on this machine: only then can
-// the node signal it or tell whether it is alive.
+// the node signal it or tell whether it is alive. A pid of 0 or 1 is never
+// a runner: signalling -0 would hit the node's own process group, and -1
+// every process.
 func (n *Node) onThisHost(r queue.RunnerInfo) bool {
 	host, _ := os.Hostname()
-	return r.Host == host
+	return r.Host == host && r.PID > 1
 }
 
 // alive reports whether the runner process still exists: a process with

@@ -123,20 +123,3 @@ func (s *Store) Task(ctx context.Context, taskID bson.ObjectID) (bson.Raw, error
 	}
 	return doc, nil
 }
-
-// FailUnstarted fails a task this node claimed but cannot run (for example
-// its document is malformed), with reason as its stderr.
-func (s *Store) FailUnstarted(ctx context.Context, taskID bson.ObjectID, node, reason string, now time.Time) (bool, error) {
-	res, err := s.tasks.UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "status", Value: StatusFailed},
-			{Key: "stdout", Value: ""},
-			{Key: "stderr", Value: reason},
-			{Key: "mtime", Value: now},
-		}}})
-	if err != nil {
-		return false, fmt.Errorf("fail task %s: %w", taskID.Hex(), err)
-	}
-	return res.MatchedCount == 1, nil
-}

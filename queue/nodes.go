@@ -2,12 +2,10 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -82,18 +80,4 @@ func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, 
 	limit = new(int)
 	*limit = int(min(n, 1<<20))
 	return limit, "", nil
-}
-
-// NodeTimestamp returns when a node last wrote its document, and false when
-// there is no such node.
-func (s *Store) NodeTimestamp(ctx context.Context, node string) (time.Time, bool, error) {
-	doc, err := s.nodes.FindOne(ctx, bson.D{{Key: "node", Value: node}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, false, nil
-	}
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("read node document of %s: %w", node, err)
-	}
-	t, _ := timeValue(doc.Lookup("timestamp"))
-	return t, true, nil
 }

@@ -24,6 +24,3 @@ func NewStore(db *mongo.Database) *Store {
 		config: db.Collection(ConfigCollection),
 	}
 }
-
-// Database returns the underlying database.
-func (s *Store) Database() *mongo.Database { return s.db }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // Wire protocol constants (MongoDB OP_MSG).
@@ -49,7 +51,12 @@ func (p *proxy) serve(ctx context.Context) {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			break
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				break
+			}
+			// A temporary failure (out of file descriptors): wait, go on.
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
 		p.wg.Add(1)
 		go func() {
