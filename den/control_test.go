@@ -1,11 +1,14 @@
 package den_test
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -255,5 +258,58 @@ func TestStartAfter(t *testing.T) {
 	started, _ := db.Collection("runs").FindOne(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}).Raw()
 	if s := started.Lookup("started").Time(); s.Before(due) {
 		t.Fatalf("started at %s, before start_after %s", s, due)
+	}
+}
+
+// A runner field written by hand (pid 1, or the pid of a process that is
+// not this task's runner) never makes the node signal anything.
+func TestForgedRunnerIsNeverSignalled(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	qid := dentest.Queue(t, db, "q", sleepPlugin, 0, "fifo")
+	victim := exec.Command("sleep", "30")
+	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group leader, like a runner
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	p, _ := process.NewProcess(int32(victim.Process.Pid))
+	started, _ := p.CreateTime()
+	host, _ := os.Hostname()
+	for _, pid := range []int{1, victim.Process.Pid} {
+		db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "queue", Value: qid}, {Key: "node", Value: "n"}, {Key: "status", Value: 0},
+			{Key: "cancel", Value: true}, {Key: "parameters", Value: bson.D{}},
+			{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: pid}, {Key: "started", Value: started}, {Key: "host", Value: host}}}})
+	}
+	startNode(t, db, "n", func(c *den.Config) { c.MaxTermination = 100 * time.Millisecond })
+	// The node records -5 for both after the grace time, without signalling.
+	dentest.Eventually(t, time.Minute, "cancels recorded", func() bool {
+		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -5}}) == 2
+	})
+	if err := victim.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the process named by a forged runner field was signalled: %v", err)
+	}
+}
+
+// A node that stopped writing its document while its runner still works
+// (systemctl stop with KillMode=process): the runner's heartbeat keeps its
+// task from being rescued and run twice.
+func TestStoppedNodesBeatingRunnerIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	qid := dentest.Queue(t, db, "q", "Not::Here", 0, "fifo")
+	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "stopped"}, {Key: "timestamp", Value: time.Now().Add(-time.Hour)}})
+	id := bson.NewObjectID()
+	db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "queue", Value: qid}, {Key: "node", Value: "stopped"}, {Key: "status", Value: 0},
+		{Key: "parameters", Value: bson.D{}}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 4242}, {Key: "host", Value: "elsewhere"}, {Key: "beat", Value: time.Now()}}}})
+	n := startNode(t, db, "live", func(c *den.Config) { c.DeadNodeAfter = time.Minute })
+	time.Sleep(time.Second) // several rescue passes
+	if st := status(t, db, id); st != 0 {
+		t.Fatalf("a task whose runner beats was rescued: status %d", st)
+	}
+	if c := n.logs.FilterMessage("rescued the tasks of a dead node").Len(); c != 0 {
+		t.Fatalf("rescue logged %d times", c)
 	}
 }

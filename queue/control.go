@@ -158,7 +158,12 @@ func (s *Store) Rescue(ctx context.Context, task bson.Raw, queue bson.Raw, reaso
 	opts := TaskOptions(task, queue)
 	var update bson.D
 	newStatus := StatusOrphaned
-	if opts.Attempts < opts.MaxRetries {
+	if v, _ := task.Lookup(FieldCancel).BooleanOK(); v {
+		// Cancelled, and its runner is gone: it is cancelled, not orphaned
+		// or retried.
+		update = bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}}
+		newStatus = StatusCancelled
+	} else if opts.Attempts < opts.MaxRetries {
 		nodeName, _ := node.StringValueOK()
 		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: nodeName, Status: StatusOrphaned, Reason: reason, Ended: now}
 		if r, ok := RunnerOf(task); ok {

@@ -24,6 +24,28 @@ type RunnerInfo struct {
 	// epoch, so that a pid reused by another process is told apart.
 	Started int64  `bson:"started"`
 	Host    string `bson:"host"`
+	// Beat is when the runner last said it is alive; it beats while its
+	// task runs, so a stopped node's runners are not taken for dead.
+	Beat time.Time `bson:"beat,omitempty"`
+}
+
+// LastSign is the last time the run was known alive: its beat, else its
+// start.
+func (r RunnerInfo) LastSign() time.Time {
+	if !r.Beat.IsZero() {
+		return r.Beat
+	}
+	return time.UnixMilli(r.Started)
+}
+
+// Beat records that a run is alive. It reports false when the task is no
+// longer that run's.
+func (s *Store) Beat(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
+	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), bson.D{{Key: "$set", Value: bson.D{{Key: "runner.beat", Value: now}}}})
+	if err != nil {
+		return false, fmt.Errorf("heartbeat of task %s: %w", taskID.Hex(), err)
+	}
+	return res.MatchedCount == 1, nil
 }
 
 // RunnerOf reads a task's runner field.
@@ -95,7 +117,18 @@ func (s *Store) Finish(ctx context.Context, taskID bson.ObjectID, node string, t
 	if err != nil {
 		return false, fmt.Errorf("record result of task %s: %w", taskID.Hex(), err)
 	}
-	return res.MatchedCount == 1, nil
+	if res.MatchedCount == 1 {
+		return true, nil
+	}
+	// An earlier attempt may have landed with its reply lost: the task then
+	// has this run's token and the result's status.
+	doc, err := s.Task(ctx, taskID)
+	if err != nil || doc == nil {
+		return false, err
+	}
+	st, _ := intValue(doc.Lookup("status"))
+	ru, ok := RunnerOf(doc)
+	return ok && ru.Token == token && st == int64(r.Status), nil
 }
 
 // TooLarge reports whether err says a document would exceed MongoDB's

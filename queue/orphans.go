@@ -83,15 +83,3 @@ func (s *Store) FailMalformed(ctx context.Context, q Queue, m Malformed, node st
 	}
 	return res.ModifiedCount, nil
 }
-
-// MarkOrphaned marks one task as orphaned (-6), for a runner (identified by
-// its token) that died without recording a result. It does nothing if the
-// task is no longer that run's.
-func (s *Store) MarkOrphaned(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
-	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token),
-		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}}}})
-	if err != nil {
-		return false, fmt.Errorf("mark task %s orphaned: %w", taskID.Hex(), err)
-	}
-	return res.ModifiedCount == 1, nil
-}

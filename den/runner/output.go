@@ -31,6 +31,9 @@ type outputs struct {
 	stdout  *sink
 	stderr  *sink
 	spilled bool
+	// finished is set by finish: later writes (from a plugin abandoned after
+	// its grace time) fail instead of storing output nobody will record.
+	finished bool
 }
 
 type sink struct {
@@ -76,6 +79,9 @@ func (s *sink) Write(p []byte) (int, error) {
 	o := s.o
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.finished {
+		return 0, fmt.Errorf("%s: the task's result is already recorded", s.name)
+	}
 	if !o.spilled && o.stdout.mem.Len()+o.stderr.mem.Len()+len(p) > o.limit {
 		if err := o.spillLocked(); err != nil {
 			return 0, fmt.Errorf("store %s: %w", s.name, err)
@@ -113,6 +119,7 @@ func (o *outputs) appendLine(line string) {
 func (o *outputs) finish() (stdout, stderr any, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.finished = true
 	if !o.spilled {
 		stdout, stderr := o.stdout.mem.String(), o.stderr.mem.String()
 		if utf8.ValidString(stdout) && utf8.ValidString(stderr) {

@@ -113,8 +113,40 @@ func (r *Runner) Run(ctx context.Context) error {
 	t.out = newOutputs(storeCtx, gridfs.NewBucket(r.DB, queue.GridFSPrefix), taskID, r.Spec.GFS)
 	t.started = time.Now()
 
+	stopBeat := t.beat(ctx)
 	status := t.execute(ctx)
+	stopBeat()
 	return t.record(storeCtx, ctx, status)
+}
+
+// beat records that the run is alive, every Spec.Beat, until stopped: a
+// node that stopped writing its own document while its runners still work
+// is then not taken for dead with them.
+func (t *run) beat(ctx context.Context) (stop func()) {
+	every := 30 * time.Second
+	if t.Spec.Beat > 0 {
+		every = time.Duration(t.Spec.Beat * float64(time.Second))
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				bctx, bcancel := context.WithTimeout(ctx, every)
+				if _, err := t.store.Beat(bctx, t.taskID, t.Spec.Node, t.info.Token, t.now()); err != nil {
+					t.log.Debug("heartbeat failed", zap.Error(err))
+				}
+				bcancel()
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // start moves the task to running, retrying while MongoDB is unreachable.
@@ -145,7 +177,16 @@ func (t *run) start(ctx context.Context) (bool, error) {
 	}
 	var queueDoc bson.Raw
 	if qid, ok := t.doc.Lookup("queue").ObjectIDOK(); ok {
-		queueDoc, _ = t.store.QueueDoc(ctx, qid)
+		// The queue's settings (timeout, max_retries) must not be lost to
+		// a passing error.
+		err := t.Retry.Retry(sctx, func(ctx context.Context) error {
+			var err error
+			queueDoc, err = t.store.QueueDoc(ctx, qid)
+			return err
+		}, nil)
+		if err != nil {
+			t.log.Warn("could not read the task's queue; running without its settings", zap.Error(err))
+		}
 	}
 	t.opts = queue.TaskOptions(t.doc, queueDoc)
 	if t.opts.MaxTermination == 0 {
@@ -218,7 +259,9 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 		return validate(res.status, res.err, t.out)
 	case <-ctx.Done():
 	}
-	grace := time.NewTimer(t.opts.MaxTermination + time.Second)
+	// The plugin's own grace, plus the time a program's leftover children
+	// may hold its output open (the command plugin's WaitDelay), plus slack.
+	grace := time.NewTimer(t.opts.MaxTermination + 7*time.Second)
 	defer grace.Stop()
 	select {
 	case res := <-done:
@@ -296,19 +339,22 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 			status = queue.StatusFailed
 		}
 	}
+	stdout, stderr, err := t.out.finish() // a plugin abandoned after its grace can write no more
+	t.extraMu.Lock()
 	if t.timedOut {
 		t.extra = append(t.extra, bson.E{Key: "timed_out", Value: true})
 	}
+	extra := append(bson.D(nil), t.extra...)
+	t.extraMu.Unlock()
 	retry := status >= queue.StatusFailed && t.opts.Attempts < t.opts.MaxRetries
-	stdout, stderr, err := t.out.finish()
 	if err != nil {
 		t.log.Error("cannot store task output in GridFS", zap.Error(err))
 		stdout, stderr = "", "den: output could not be stored: "+err.Error()
 	}
 	if retry {
-		return t.retry(storeCtx, status, stdout, stderr)
+		return t.retry(storeCtx, status, stdout, stderr, extra)
 	}
-	result := queue.Result{Status: status, Stdout: stdout, Stderr: stderr, Extra: t.extra}
+	result := queue.Result{Status: status, Stdout: stdout, Stderr: stderr, Extra: extra}
 	var recorded bool
 	t.retryForever(storeCtx, "record task result", func(ctx context.Context) error {
 		var err error
@@ -338,13 +384,12 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 
 // retry puts the task back in its queue with this run in its history. The
 // run's output always goes to GridFS, so the history can point at it.
-func (t *run) retry(ctx context.Context, status int, stdout, stderr any) error {
+func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra bson.D) error {
 	entry := queue.HistoryEntry{
 		Attempt: t.opts.Attempts + 1, Node: t.Spec.Node, Status: status, TimedOut: t.timedOut,
 		Started: t.started, Ended: time.Now(),
 	}
-	t.extraMu.Lock()
-	for _, e := range t.extra {
+	for _, e := range extra {
 		switch e.Key {
 		case "exit_code":
 			if n, ok := e.Value.(int); ok {
@@ -354,7 +399,6 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any) error {
 			entry.Signal, _ = e.Value.(string)
 		}
 	}
-	t.extraMu.Unlock()
 	t.retryForever(ctx, "store the attempt's output", func(ctx context.Context) error {
 		var err error
 		entry.Stdout, entry.Stderr, err = t.out.toGridFS(ctx, stdout, stderr)

@@ -24,6 +24,9 @@ type Spec struct {
 	LogJSON  bool   `json:"log_json,omitempty"`
 	// Grace is the node's default max_termination_time, in seconds.
 	Grace float64 `json:"grace,omitempty"`
+	// Beat is how often, in seconds, the runner records that it is alive
+	// (default 30).
+	Beat float64 `json:"beat,omitempty"`
 	// PluginConfig is the plugin's section of the node configuration.
 	PluginConfig json.RawMessage `json:"plugin_config,omitempty"`
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -69,6 +70,9 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if err != nil {
 		return 2, err
 	}
+	if p.Shell == "" && !policy.Shell && interpreter(path) && !policy.listed(path) {
+		return 2, fmt.Errorf("command refused: %s is a shell or interpreter, which would run any code; this node allows that only with command.shell or by listing %s itself in command.allow", argv[0], argv[0])
+	}
 	environ, err := policy.environment(p.Env)
 	if err != nil {
 		return 2, err
@@ -79,37 +83,51 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	cmd.Env = environ
 	cmd.Stdin = strings.NewReader(p.Stdin)
 	cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
-	// Its own process group, so that stopping it stops what it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so that stopping it stops what it started;
+	// and killed if the runner dies (Pdeathsig fires when the thread that
+	// started it exits, so this goroutine keeps its thread until Wait).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// A descendant that keeps the output open after the program exits does
 	// not hold the task forever.
 	cmd.WaitDelay = 5 * time.Second
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return 2, fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	done := make(chan struct{})
-	go stopOnCancel(ctx, cmd.Process.Pid, env.Grace, done)
+	exited := make(chan struct{})
+	stopped := make(chan struct{})
+	go stopOnCancel(ctx, cmd.Process.Pid, env.Grace, exited, stopped)
 	err = cmd.Wait()
-	close(done)
+	close(exited)
+	<-stopped
 	return outcome(cmd, err, env)
 }
 
 // stopOnCancel sends SIGTERM to the program's process group when ctx is
-// done, and SIGKILL after grace, unless the program ends first.
-func stopOnCancel(ctx context.Context, pgid int, grace time.Duration, done <-chan struct{}) {
+// done, then SIGKILL once grace has passed, unless by then the whole group
+// is gone. The group is watched, not just the program: children that ignore
+// SIGTERM after their parent exited are killed too.
+func stopOnCancel(ctx context.Context, pgid int, grace time.Duration, exited <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
 	select {
-	case <-done:
+	case <-exited:
 		return
 	case <-ctx.Done():
 	}
 	syscall.Kill(-pgid, syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		syscall.Kill(-pgid, syscall.SIGKILL)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			if syscall.Kill(-pgid, 0) != nil {
+				return // the whole group is gone
+			}
+		default:
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
 // outcome turns the program's end into a status, recording exit_code or

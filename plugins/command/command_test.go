@@ -2,7 +2,9 @@ package command_test
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +87,8 @@ func TestCommandOutcomes(t *testing.T) {
 			status: 2, stderr: "not enabled on this node"},
 		{name: "LD_PRELOAD refused", policy: sh, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "true"}}, {Key: "env", Value: bson.D{{Key: "LD_PRELOAD", Value: "/tmp/x.so"}}}},
 			status: 2, stderr: "may not set the environment variable"},
+		{name: "interpreter through a directory", policy: command.Policy{Enabled: true, Allow: []string{"/usr/bin/"}}, params: bson.D{{Key: "command", Value: bson.A{"/usr/bin/env", "sh", "-c", "echo no"}}},
+			status: 2, stderr: "is a shell or interpreter"},
 		{name: "malformed command", policy: sh, params: bson.D{{Key: "command", Value: "/bin/true"}},
 			status: 2, stderr: "command must be an array"},
 	}
@@ -149,4 +153,20 @@ func TestLargeOutputGoesToGridFS(t *testing.T) {
 	if r.Length != 20000000 {
 		t.Fatalf("stored %d bytes", r.Length)
 	}
+}
+
+// A child that ignores SIGTERM after its parent has exited is killed too
+// when the task times out.
+func TestTimeoutKillsLeftoverChildren(t *testing.T) {
+	t.Parallel()
+	raw := runTask(t, sh, bson.D{{Key: "shell", Value: `sh -c 'trap "" TERM; exec sleep 60' & echo $!; wait`}},
+		bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
+	if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
+		t.Fatalf("status %d timed_out %v", st, raw.Lookup("timed_out"))
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(text(t, raw, "stdout")))
+	if err != nil {
+		t.Fatalf("stdout %q", text(t, raw, "stdout"))
+	}
+	dentest.Eventually(t, 10*time.Second, "the child is gone", func() bool { return syscall.Kill(pid, 0) != nil })
 }

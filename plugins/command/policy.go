@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -98,13 +99,47 @@ func (p Policy) allows(real string) bool {
 }
 
 // unsafeEnv reports whether a task may not set an environment variable:
-// those that make a program load or run other code.
+// those that make a program load or run other code, or find other
+// programs.
 func unsafeEnv(name string) bool {
 	switch name {
-	case "BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "PYTHONSTARTUP", "PERL5OPT", "NODE_OPTIONS", "GCONV_PATH":
+	case "PATH", "BASH_ENV", "ENV", "IFS", "PS4", "SHELLOPTS", "BASHOPTS", "GCONV_PATH", "LOCPATH",
+		"HOSTALIASES", "GLIBC_TUNABLES", "MALLOC_CHECK_", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS",
+		"JDK_JAVA_OPTIONS", "CLASSPATH", "TMPDIR", "HOME", "EDITOR", "VISUAL", "PAGER", "SSH_ASKPASS":
 		return true
 	}
-	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "BASH_FUNC_") || name == "" || strings.ContainsAny(name, "=\x00")
+	for _, prefix := range []string{"LD_", "BASH_FUNC_", "GIT_", "PYTHON", "PERL", "RUBY", "NODE_", "LUA_", "PHP", "DYLD_"} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return name == "" || strings.ContainsAny(name, "=\x00")
+}
+
+// interpreters are programs that run code given to them: allowing one by a
+// directory allows anything.
+var interpreters = []string{"sh", "bash", "dash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish", "busybox", "env",
+	"python", "perl", "ruby", "node", "nodejs", "php", "lua", "tclsh", "wish", "awk", "gawk", "mawk", "nawk", "expect", "xargs", "sudo", "su", "nice", "nohup", "timeout", "setsid", "strace", "gdb"}
+
+func interpreter(path string) bool {
+	base := filepath.Base(path)
+	for _, name := range interpreters {
+		if base == name || (strings.HasPrefix(base, name) && strings.Trim(base[len(name):], "0123456789.") == "") {
+			return true
+		}
+	}
+	return false
+}
+
+// listed reports whether a resolved path is allowed as a file of its own
+// (not just through a directory).
+func (p Policy) listed(real string) bool {
+	for _, a := range p.Allow {
+		if ra, err := filepath.EvalSymlinks(a); err == nil && ra == real {
+			return true
+		}
+	}
+	return false
 }
 
 // environment builds the program's environment: the listed variables from
@@ -117,7 +152,7 @@ func (p Policy) environment(task map[string]string) ([]string, error) {
 		}
 	}
 	for name, v := range task {
-		if unsafeEnv(name) {
+		if unsafeEnv(name) || slices.Contains(p.Env, name) {
 			return nil, fmt.Errorf("command refused: a task may not set the environment variable %q", name)
 		}
 		env = append(env, name+"="+v)

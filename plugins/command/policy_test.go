@@ -73,3 +73,23 @@ func TestEnvironment(t *testing.T) {
 		}
 	}
 }
+
+func TestInterpretersNeedExplicitPermission(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/usr/bin/python3.11": true, "/usr/bin/perl": true, "/bin/dash": true, "/usr/bin/env": true,
+		"/usr/bin/envsubst": false, "/usr/bin/shred": false, "/usr/bin/head": false, "/usr/bin/rsync": false,
+	} {
+		if got := interpreter(path); got != want {
+			t.Errorf("interpreter(%s) = %v", path, got)
+		}
+	}
+	p := Policy{Env: []string{"PATH", "LANG"}}
+	if _, err := p.environment(map[string]string{"LANG": "x"}); err == nil {
+		t.Error("a task overrode a variable the node passes on")
+	}
+	for _, bad := range []string{"PATH", "GIT_SSH_COMMAND", "PYTHONPATH", "PERL5LIB", "JAVA_TOOL_OPTIONS", "NODE_OPTIONS"} {
+		if _, err := p.environment(map[string]string{bad: "x"}); err == nil {
+			t.Errorf("task may set %s", bad)
+		}
+	}
+}
