@@ -49,8 +49,10 @@ func (b *Bucket) Open(ctx context.Context, id bson.ObjectID) (*Reader, error) {
 	f.Length, _ = raw.Lookup("length").AsInt64OK()
 	f.MD5, _ = raw.Lookup("md5").StringValueOK()
 	f.Metadata, _ = raw.Lookup("metadata").DocumentOK()
+	// Small batches: a reader holds a few chunks at a time, whatever the
+	// file's size (and FerretDB does not cap its batches by bytes).
 	cur, err := b.chunks.Find(ctx, bson.D{{Key: "files_id", Value: id}},
-		options.Find().SetSort(bson.D{{Key: "n", Value: 1}}))
+		options.Find().SetSort(bson.D{{Key: "n", Value: 1}}).SetBatchSize(8))
 	if err != nil {
 		return nil, fmt.Errorf("gridfs: read chunks of %s: %w", id.Hex(), err)
 	}

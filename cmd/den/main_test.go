@@ -145,6 +145,11 @@ func TestRunWithDisbatchConfig(t *testing.T) {
 	if report["status"] != "FAILED" || report["commands"] != "*" || report["queue_id"] != qid || report["error"] == nil {
 		t.Fatalf("report %v", report)
 	}
+	// den output prints what was stored.
+	out, err := exec.Command(denBin(t), "output", fail.Hex(), "--stderr", "--mongo-uri", dentest.URI(), "--database", db.Name()).CombinedOutput()
+	if err != nil || string(out) != "This is command 'b' for banana.\nThis is command 'c' for cry.\n" {
+		t.Fatalf("den output --stderr: %v %q", err, out)
+	}
 	took := stopAndWait(t, cmd, syscall.SIGTERM)
 	t.Logf("exit %s after SIGTERM", took)
 	if !strings.Contains(stderr.String(), `"msg":"node stopped`) {

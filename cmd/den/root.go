@@ -17,6 +17,6 @@ queue names, and records status, stdout and stderr the way Disbatch does.
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newDevCmd(), newDevDBCmd(), newTaskRunnerCmd())
+	root.AddCommand(newRunCmd(), newDevCmd(), newDevDBCmd(), newOutputCmd(), newTaskRunnerCmd())
 	return root
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -53,6 +54,21 @@ func TestCommandOutputStreamsWithBoundedMemory(t *testing.T) {
 	r.Close()
 	if r.Length != size {
 		t.Fatalf("stored %d bytes, want %d", r.Length, size)
+	}
+	// den output streams it back from GridFS.
+	out, err := os.Create(t.TempDir() + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := exec.Command(denBin(t), "output", id.Hex(), "--mongo-uri", dentest.URI(), "--database", db.Name())
+	show.Stdout = out
+	var errOut strings.Builder
+	show.Stderr = &errOut
+	if err := show.Run(); err != nil {
+		t.Fatalf("den output: %v: %s", err, errOut.String())
+	}
+	if st, _ := out.Stat(); st.Size() != size {
+		t.Fatalf("den output printed %d bytes, want %d", st.Size(), size)
 	}
 	// Generous. Measured here: 31-32 MiB for 100 and 200 MB with gfs true
 	// (streaming from the first byte), 59 MiB with gfs auto (the first 15

@@ -17,7 +17,9 @@ const (
 	headerLen      = 16
 	opMsg          = 2013
 	flagMoreToCome = 1 << 1
-	maxMessageLen  = 48 << 20
+	// MongoDB's limit is 48 MiB, but FerretDB does not cap replies by size:
+	// allow more rather than drop the connection.
+	maxMessageLen = 256 << 20
 )
 
 // proxy accepts MongoDB client connections and forwards each to its own
