@@ -5,7 +5,8 @@
 //
 // Files: node.go (configuration, start-up, the loop and shutdown), tick.go
 // (one pass of the loop), claim.go (claiming within limits), spawn.go
-// (starting and watching runner processes), filter.go (activequeues and
+// (starting and watching runner processes), control.go (cancellation, and
+// rescue of tasks whose runner or node died), filter.go (activequeues and
 // ignorequeues), notice.go (logging a condition once when it starts and once
 // when it clears).
 //

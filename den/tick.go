@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/plugins"
@@ -15,9 +14,10 @@ import (
 )
 
 // tick is one pass of the loop: read the shared config and the queues, fill
-// missing counts, write the node document, reap orphans, fail malformed
-// tasks now and then, and claim. A MongoDB failure ends the pass; it is
-// logged when the outage starts and when it ends.
+// missing counts, write the node document, reap orphans, carry out
+// cancellations, now and then rescue the tasks of dead runners and dead
+// nodes and fail malformed tasks, and claim. A MongoDB failure ends the
+// pass; it is logged when the outage starts and when it ends.
 func (n *Node) tick(ctx context.Context) {
 	// A pass has a deadline, so that one hung connection cannot stop the
 	// heartbeat for good.
