@@ -241,3 +241,32 @@ func TestWaitsForMongoDB(t *testing.T) {
 	}
 
 }
+
+// MongoDB goes away while the node runs: the outage is logged once, not
+// every second; when MongoDB is back the node says so and works again.
+func TestMongoDBOutageMidRun(t *testing.T) {
+	t.Parallel()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	data := t.TempDir()
+	dbProc, _, _ := start(t, "devdb", "--data", data, "--listen", addr)
+	_, _, stderr := start(t, "run", "--mongo-uri", "mongodb://"+addr+"/?serverSelectionTimeoutMS=500", "--database", "d", "--node", "survivor", "--log-format", "json")
+	dentest.Eventually(t, time.Minute, "node running", func() bool { return strings.Contains(stderr.String(), "node running") })
+	dbProc.Process.Signal(syscall.SIGKILL)
+	dbProc.Wait()
+	time.Sleep(4 * time.Second) // several passes fail
+	if c := strings.Count(stderr.String(), "MongoDB unreachable or failing"); c != 1 {
+		t.Fatalf("outage logged %d times, want once:\n%s", c, stderr)
+	}
+	start(t, "devdb", "--data", data, "--listen", addr)
+	dentest.Eventually(t, time.Minute, "recovery logged", func() bool { return strings.Contains(stderr.String(), "MongoDB reachable again") })
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(context.Background())
+	db := client.Database("d")
+	qid := dentest.Queue(t, db, "demo", demo.Name, 1, "fifo")
+	waitStatus(t, db, demoTask(t, db, qid, "a"), 1)
+}
