@@ -198,9 +198,9 @@ func (n *Node) rescueDeadRunners(ctx context.Context, queues map[bson.ObjectID]q
 		}
 		switch {
 		case n.onThisHost(r) && !alive(r):
-			n.rescueWith(ctx, doc, queues, fmt.Sprintf("task runner (pid %d) is gone", r.PID))
+			n.rescueWith(ctx, doc, queueDoc(doc, queues), fmt.Sprintf("task runner (pid %d) is gone", r.PID))
 		case !n.onThisHost(r) && now.Sub(r.LastSign()) > n.cfg.DeadNodeAfter:
-			n.rescueWith(ctx, doc, queues, fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339)))
+			n.rescueWith(ctx, doc, queueDoc(doc, queues), fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339)))
 		}
 	}
 	return nil
@@ -228,7 +228,7 @@ func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]que
 			if r, ok := queue.RunnerOf(doc); ok && now.Sub(r.LastSign()) < n.cfg.DeadNodeAfter {
 				continue // its runner is still at work
 			}
-			counts[n.rescueWith(ctx, doc, queues, fmt.Sprintf("node %s stopped updating its node document (dead for %s)", name, n.cfg.DeadNodeAfter))]++
+			counts[n.rescueWith(ctx, doc, queueDoc(doc, queues), fmt.Sprintf("node %s stopped updating its node document (dead for %s)", name, n.cfg.DeadNodeAfter))]++
 		}
 		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
 			n.log.Warn("rescued the tasks of a dead node", zap.String("dead_node", name),
@@ -246,13 +246,22 @@ func (n *Node) rescue(ctx context.Context, doc bson.Raw, reason string) int {
 		n.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
 		return 0
 	}
-	return n.rescueWith(ctx, doc, map[bson.ObjectID]queue.Queue{qid: {Raw: qdoc}}, reason)
+	return n.rescueWith(ctx, doc, qdoc, reason)
 }
 
-func (n *Node) rescueWith(ctx context.Context, doc bson.Raw, queues map[bson.ObjectID]queue.Queue, reason string) int {
-	qid, _ := doc.Lookup("queue").ObjectIDOK()
+// queueDoc returns the document of a task's queue from the queues read
+// this pass, or nil.
+func queueDoc(task bson.Raw, queues map[bson.ObjectID]queue.Queue) bson.Raw {
+	qid, _ := task.Lookup("queue").ObjectIDOK()
+	return queues[qid].Raw
+}
+
+// rescueWith rescues one task with its queue's settings (qdoc may be nil)
+// and returns the task's new status, or 0 when someone else got there
+// first.
+func (n *Node) rescueWith(ctx context.Context, doc, qdoc bson.Raw, reason string) int {
 	id, _ := doc.Lookup("_id").ObjectIDOK()
-	st, err := n.store.Rescue(ctx, doc, queues[qid].Raw, reason, n.now())
+	st, err := n.store.Rescue(ctx, doc, qdoc, reason, n.now())
 	switch {
 	case err != nil:
 		n.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))

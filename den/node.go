@@ -100,8 +100,9 @@ type Node struct {
 	// nodeQueues is the queues array of the last node document written.
 	nodeQueues []queue.NodeQueue
 
-	runnersMu sync.Mutex
-	runners   map[int]string // pid -> task id, of runners this process started
+	// runners counts the runner processes this process started that are
+	// still running.
+	runners atomic.Int64
 }
 
 // New returns a node working on db. now may be nil (time.Now).
@@ -160,7 +161,6 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		log:        log.With(zap.String("node", cfg.Name)),
 		now:        now,
 		wake:       make(chan struct{}, 1),
-		runners:    map[int]string{},
 		cancelling: map[bson.ObjectID]time.Time{},
 	}, nil
 }
@@ -241,11 +241,9 @@ func (n *Node) start(ctx context.Context) error {
 func (n *Node) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	n.runnersMu.Lock()
-	running := len(n.runners)
-	n.runnersMu.Unlock()
+	running := n.runners.Load()
 	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.nodeQueues, n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
-	n.log.Info("node stopped; running tasks continue in their runners", zap.Int("runners", running))
+	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }

@@ -73,9 +73,7 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		return fmt.Errorf("start %s: %w", n.cfg.Runner.Path, err)
 	}
 	pid := cmd.Process.Pid
-	n.runnersMu.Lock()
-	n.runners[pid] = taskID.Hex()
-	n.runnersMu.Unlock()
+	n.runners.Add(1)
 	n.log.Debug("task handed to a runner", zap.String("task_id", taskID.Hex()), zap.String("queue", q.Name), zap.Int("pid", pid))
 	go n.watch(cmd, taskID)
 	return nil
@@ -94,9 +92,7 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
-	n.runnersMu.Lock()
-	delete(n.runners, pid)
-	n.runnersMu.Unlock()
+	n.runners.Add(-1)
 	if err == nil {
 		n.startFailures.Store(0)
 		if n.notes.clear("runner-start") {
