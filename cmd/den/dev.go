@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/den-project/den/den/config"
 	"github.com/den-project/den/den/devdb"
@@ -63,7 +61,7 @@ a node on it until Ctrl-C. Insert tasks with mongosh or any driver.`,
 // the database has no queue, and returns the id of the demo queue (zero if
 // there are other queues).
 func ensureDemoQueue(ctx context.Context, uri, database string) (id string, created bool, err error) {
-	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	client, err := connect(uri, "den dev")
 	if err != nil {
 		return "", false, err
 	}

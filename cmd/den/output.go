@@ -9,8 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/den-project/den/den/config"
 	"github.com/den-project/den/gridfs"
@@ -54,7 +52,7 @@ den run (--config, DEN_MONGO_URI, --mongo-uri, ...).`,
 }
 
 func printOutput(ctx context.Context, cfg config.Config, id bson.ObjectID, field string, w io.Writer) error {
-	client, err := mongo.Connect(options.Client().SetServerSelectionTimeout(10 * time.Second).ApplyURI(cfg.MongoURI))
+	client, err := connect(cfg.MongoURI, "den output")
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den"
@@ -56,11 +54,9 @@ func runNode(ctx context.Context, cfg config.Config) error {
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
-	// Defaults first, so that options written in the URI win.
-	client, err := mongo.Connect(options.Client().SetAppName("den").
-		SetServerSelectionTimeout(10 * time.Second).ApplyURI(cfg.MongoURI))
+	client, err := connect(cfg.MongoURI, "den")
 	if err != nil {
-		return fmt.Errorf("MongoDB URI: %w", err)
+		return err
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

@@ -27,7 +27,7 @@ func TestCommandOutputStreamsWithBoundedMemory(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "command", Value: bson.A{"/usr/bin/head", "-c", strconv.Itoa(size), "/dev/zero"}}})[0]
-	db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "n"}, {Key: "status", Value: -1}}}})
+	dentest.Claim(t, db, id, "n")
 	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/usr/bin/head"}})
 	env, err := runner.Spec{URI: dentest.URI(), Database: db.Name(), Node: "n", Task: id.Hex(), Plugin: command.Name, GFS: "auto", PluginConfig: policy}.Env()
 	if err != nil {

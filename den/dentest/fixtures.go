@@ -56,6 +56,16 @@ func Tasks(t testing.TB, db *mongo.Database, queueID bson.ObjectID, params ...bs
 	return ids
 }
 
+// Claim marks a task claimed (status -1) by node, as a node's claim does,
+// setting extra fields too: for tests that run a task runner directly.
+func Claim(t testing.TB, db *mongo.Database, id bson.ObjectID, node string, extra ...bson.E) {
+	t.Helper()
+	set := append(bson.D{{Key: "node", Value: node}, {Key: "status", Value: -1}}, extra...)
+	if _, err := db.Collection("tasks").UpdateOne(Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}); err != nil {
+		t.Fatalf("claim task %s: %v", id.Hex(), err)
+	}
+}
+
 // CountTasks counts the tasks matching filter.
 func CountTasks(t testing.TB, db *mongo.Database, filter bson.D) int64 {
 	t.Helper()

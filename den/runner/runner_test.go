@@ -38,11 +38,7 @@ func newSetup(t *testing.T, p plugins.Plugin, gfs string, params bson.D) setup {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", "Test::P", 1, "fifo")
 	ids := dentest.Tasks(t, db, qid, params)
-	_, err := db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: ids[0]}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "n"}, {Key: "status", Value: -1}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dentest.Claim(t, db, ids[0], "n")
 	reg := &plugins.Registry{}
 	if p != nil {
 		reg.Register("Test::P", p)

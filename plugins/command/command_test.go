@@ -33,8 +33,7 @@ func runTaskIn(t *testing.T, db *mongo.Database, policy command.Policy, params b
 	t.Helper()
 	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
 	id := dentest.Tasks(t, db, qid, params)[0]
-	set := append(bson.D{{Key: "node", Value: "n"}, {Key: "status", Value: -1}}, extra...)
-	db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}})
+	dentest.Claim(t, db, id, "n", extra...)
 	cfg, _ := json.Marshal(policy)
 	r := &runner.Runner{
 		Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: command.Name, GFS: "auto", PluginConfig: cfg},

@@ -35,7 +35,7 @@ func TestBulkOutput(t *testing.T) {
 			db := dentest.DB(t)
 			qid := dentest.Queue(t, db, "demo", demo.Name, 1, "fifo")
 			id := dentest.Tasks(t, db, qid, bson.D{{Key: "commands", Value: tc.commands}, {Key: "counter", Value: 7}})[0]
-			db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "n"}, {Key: "status", Value: -1}}}})
+			dentest.Claim(t, db, id, "n")
 			r := &runner.Runner{Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: demo.Name, GFS: "auto"}, DB: db, Plugins: plugins.Default(), Log: zaptest.NewLogger(t)}
 			if err := r.Run(dentest.Context(t)); err != nil {
 				t.Fatal(err)

@@ -1,0 +1,21 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// connect returns a MongoDB client for uri, named app in the server's
+// logs. The defaults are set before the URI is applied, so that options
+// written in the URI (serverSelectionTimeoutMS, ...) win.
+func connect(uri, app string) (*mongo.Client, error) {
+	client, err := mongo.Connect(options.Client().SetAppName(app).
+		SetServerSelectionTimeout(10 * time.Second).ApplyURI(uri))
+	if err != nil {
+		return nil, fmt.Errorf("MongoDB URI: %w", err)
+	}
+	return client, nil
+}
