@@ -108,10 +108,13 @@ func (n *Node) stopRunner(ctx context.Context, id bson.ObjectID, doc bson.Raw, r
 		return err
 	}
 	if ok {
-		log.Warn("cancelled task's runner did not stop in time: recorded -5 and sent SIGKILL to its process group")
 		if isRunnerOf(r, id) {
 			syscall.Kill(-r.PID, syscall.SIGKILL)
+			log.Warn("cancelled task's runner did not stop in time: recorded -5 and sent SIGKILL to its process group")
+		} else {
+			log.Warn("cancelled task's runner did not record a result in time: recorded -5")
 		}
+		n.stopLeftovers(ctx, id, r, 0)
 	}
 	return nil
 }
@@ -259,9 +262,26 @@ func queueDoc(task bson.Raw, queues map[bson.ObjectID]queue.Queue) bson.Raw {
 // rescueWith rescues one task with its queue's settings (qdoc may be nil)
 // and returns the task's new status, or 0 when someone else got there
 // first.
+//
+// A run on this host is stopped first: a runner that is alive but hung is
+// killed with its group, then whatever the run left is stopped (see
+// leftovers.go), so that a retry never overlaps it. The count goes into
+// the task's history (leftover_processes).
 func (n *Node) rescueWith(ctx context.Context, doc, qdoc bson.Raw, reason string) int {
 	id, _ := doc.Lookup("_id").ObjectIDOK()
-	st, err := n.store.Rescue(ctx, doc, qdoc, reason, n.now())
+	leftovers := 0
+	if r, ok := queue.RunnerOf(doc); ok && n.onThisHost(r) {
+		n.killHungRunner(id, r)
+		grace := queue.TaskOptions(doc, qdoc).MaxTermination
+		if grace == 0 {
+			grace = n.cfg.MaxTermination
+		}
+		var busy bool
+		if leftovers, busy = n.stopLeftovers(ctx, id, r, grace); busy {
+			return 0 // another pass is stopping this run, and rescues it after
+		}
+	}
+	st, err := n.store.Rescue(ctx, doc, qdoc, reason, leftovers, n.now())
 	switch {
 	case err != nil:
 		n.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))

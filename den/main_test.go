@@ -35,19 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 func runnerRole() int {
-	spec, err := runner.SpecFromEnv()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	log, _ := zap.NewDevelopment()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := runner.Main(ctx, spec, plugins.Default(), log); err != nil {
-		log.Error("runner failed", zap.Error(err))
-		return 1
-	}
-	return 0
+	return runner.Process(plugins.Default(), func(runner.Spec) (*zap.Logger, error) { return zap.NewDevelopment() })
 }
 
 // Environment of the node role.

@@ -64,6 +64,11 @@ type Config struct {
 	// RescueEvery is how often the node looks for dead runners and dead
 	// nodes. Default 10s (and once at start).
 	RescueEvery time.Duration
+	// Cgroups says whether each run gets a cgroup v2 of its own: "auto"
+	// (default: when this process's cgroup is delegated to it, as under
+	// systemd with Delegate=yes) or "off" (process tree only). "on" is auto
+	// that fails New when no cgroup can be used.
+	Cgroups string
 	// PluginConfig holds each plugin's section of the configuration
 	// (JSON), by plugin name; runners hand it to the plugin.
 	PluginConfig map[string]json.RawMessage
@@ -103,6 +108,14 @@ type Node struct {
 	// runners counts the runner processes this process started that are
 	// still running.
 	runners atomic.Int64
+
+	// cgroup is the delegated cgroup v2 directory runs get cgroups under;
+	// empty when runs are contained by their process tree only.
+	cgroup string
+	// stopping holds the run tokens whose leftovers are being stopped, so
+	// that two rescue passes do not do it at once.
+	stopMu   sync.Mutex
+	stopping map[bson.ObjectID]bool
 }
 
 // New returns a node working on db. now may be nil (time.Now).
@@ -154,11 +167,18 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if now == nil {
 		now = time.Now
 	}
+	log = log.With(zap.String("node", cfg.Name))
+	cgroup, err := detectCgroup(cfg.Cgroups, log)
+	if err != nil {
+		return nil, err
+	}
 	return &Node{
+		cgroup:     cgroup,
+		stopping:   map[bson.ObjectID]bool{},
 		cfg:        cfg,
 		store:      queue.NewStore(db),
 		plugins:    reg,
-		log:        log.With(zap.String("node", cfg.Name)),
+		log:        log,
 		now:        now,
 		wake:       make(chan struct{}, 1),
 		cancelling: map[bson.ObjectID]time.Time{},

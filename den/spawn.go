@@ -51,7 +51,8 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		URI: n.cfg.URI, Database: n.cfg.Database, Node: n.cfg.Name,
 		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: n.cfg.Runner.LogJSON,
 		Grace: n.cfg.MaxTermination.Seconds(), PluginConfig: n.cfg.PluginConfig[q.Plugin],
-		Beat: min(max(n.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
+		Beat:   min(max(n.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
+		Cgroup: n.cgroup,
 	}
 	env, err := spec.Env()
 	if err != nil {

@@ -96,17 +96,20 @@ func (o Options) RetryAt(now time.Time, attempt int) time.Time {
 
 // HistoryEntry records one run that was retried (or rescued).
 type HistoryEntry struct {
-	Attempt  int       `bson:"attempt"`
-	Node     string    `bson:"node"`
-	Status   int       `bson:"status"`
-	ExitCode *int      `bson:"exit_code,omitempty"`
-	Signal   string    `bson:"signal,omitempty"`
-	TimedOut bool      `bson:"timed_out"`
-	Reason   string    `bson:"reason,omitempty"`
-	Started  time.Time `bson:"started,omitempty"`
-	Ended    time.Time `bson:"ended"`
-	Stdout   any       `bson:"stdout"`
-	Stderr   any       `bson:"stderr"`
+	Attempt  int    `bson:"attempt"`
+	Node     string `bson:"node"`
+	Status   int    `bson:"status"`
+	ExitCode *int   `bson:"exit_code,omitempty"`
+	Signal   string `bson:"signal,omitempty"`
+	TimedOut bool   `bson:"timed_out"`
+	Reason   string `bson:"reason,omitempty"`
+	// Leftovers counts the processes of the run that den stopped after it
+	// ended or its runner died.
+	Leftovers int       `bson:"leftover_processes,omitempty"`
+	Started   time.Time `bson:"started,omitempty"`
+	Ended     time.Time `bson:"ended"`
+	Stdout    any       `bson:"stdout"`
+	Stderr    any       `bson:"stderr"`
 }
 
 // requeue is the update that puts a task back in its queue for another
@@ -138,11 +141,12 @@ func (s *Store) Retry(ctx context.Context, taskID bson.ObjectID, node string, to
 
 // Rescue handles a claimed or running task whose runner or node is dead:
 // it goes back to its queue when it has retries left, else it is orphaned
-// (-6). The update is conditional on the task being in exactly the state
+// (-6). leftovers is how many processes of the dead run the caller stopped
+// first; it is recorded in the history entry, or in the task. The update is conditional on the task being in exactly the state
 // read (same node, status and run), so that when several live nodes rescue
 // at once, one of them does it and the others change nothing. It returns
 // the status the task now has, or 0 when someone else got there first.
-func (s *Store) Rescue(ctx context.Context, task bson.Raw, queue bson.Raw, reason string, now time.Time) (int, error) {
+func (s *Store) Rescue(ctx context.Context, task bson.Raw, queue bson.Raw, reason string, leftovers int, now time.Time) (int, error) {
 	id, _ := task.Lookup("_id").ObjectIDOK()
 	node := task.Lookup("node")
 	st, _ := intValue(task.Lookup("status"))
@@ -165,16 +169,18 @@ func (s *Store) Rescue(ctx context.Context, task bson.Raw, queue bson.Raw, reaso
 		newStatus = StatusCancelled
 	} else if opts.Attempts < opts.MaxRetries {
 		nodeName, _ := node.StringValueOK()
-		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: nodeName, Status: StatusOrphaned, Reason: reason, Ended: now}
+		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: nodeName, Status: StatusOrphaned, Reason: reason, Ended: now, Leftovers: leftovers}
 		if r, ok := RunnerOf(task); ok {
 			entry.Started = time.UnixMilli(r.Started)
 		}
 		update = requeue(entry, opts.RetryAt(now, opts.Attempts+1), now)
 		newStatus = StatusQueued
 	} else {
-		update = bson.D{{Key: "$set", Value: bson.D{
-			{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}, {Key: "orphan_reason", Value: reason},
-		}}}
+		set := bson.D{{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}, {Key: "orphan_reason", Value: reason}}
+		if leftovers > 0 {
+			set = append(set, bson.E{Key: "leftover_processes", Value: leftovers})
+		}
+		update = bson.D{{Key: "$set", Value: set}}
 	}
 	res, err := s.tasks.UpdateOne(ctx, filter, update)
 	if err != nil {

@@ -79,6 +79,7 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		Runner:         den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs},
 		MaxTermination: cfg.MaxTermination,
 		DeadNodeAfter:  cfg.DeadNodeAfter,
+		Cgroups:        cfg.Cgroups,
 		PluginConfig:   map[string]json.RawMessage{command.Name: commandPolicy},
 	}, client.Database(cfg.Database), plugins.Default(), log, nil)
 	if err != nil {

@@ -1,11 +1,10 @@
 package main
 
 import (
-	"context"
-	"os/signal"
-	"syscall"
+	"os"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/plugins"
@@ -23,23 +22,20 @@ func newTaskRunnerCmd() *cobra.Command {
 	}
 }
 
-// runTaskRunner is the body of a task runner process. SIGTERM and SIGINT
-// ask the plugin to stop; the result is still recorded.
+// runTaskRunner is the body of a task runner process (its supervisor or
+// its worker; see den/runner). SIGTERM and SIGINT ask the plugin to stop;
+// the result is still recorded.
 func runTaskRunner() error {
-	spec, err := runner.SpecFromEnv()
-	if err != nil {
-		return err
+	code := runner.Process(plugins.Default(), func(spec runner.Spec) (*zap.Logger, error) {
+		format := "console"
+		if spec.LogJSON {
+			format = "json"
+		}
+		log, _, err := newLogger("info", format)
+		return log, err
+	})
+	if code != 0 {
+		os.Exit(code)
 	}
-	format := "console"
-	if spec.LogJSON {
-		format = "json"
-	}
-	log, _, err := newLogger("info", format)
-	if err != nil {
-		return err
-	}
-	defer log.Sync()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return runner.Main(ctx, spec, plugins.Default(), log)
+	return nil
 }

@@ -41,6 +41,9 @@ type Config struct {
 	// task is stopped; DeadNodeAfter is when a silent node counts as dead.
 	MaxTermination time.Duration
 	DeadNodeAfter  time.Duration
+	// Cgroups is auto, on or off: whether each run gets a cgroup v2 of its
+	// own (auto: where the node's cgroup is delegated to it).
+	Cgroups string
 	// Command is the command plugin's policy (off by default).
 	Command CommandPolicy
 	// File is the configuration file that was read, if any.
@@ -74,6 +77,7 @@ var defaults = map[string]any{
 	"runner.log":           "",
 	"max_termination_time": "10s",
 	"dead_node_after":      "5m",
+	"cgroups":              "auto",
 	"command.enabled":      false,
 	"command.allow":        []string{},
 	"command.shell":        false,
@@ -173,6 +177,10 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	if c.DeadNodeAfter, err = duration(v, "dead_node_after"); err != nil || c.DeadNodeAfter < time.Minute {
 		return fail("dead_node_after %q must be a duration of at least 1m (far above the loop interval)", v.GetString("dead_node_after"))
+	}
+	c.Cgroups = strings.ToLower(v.GetString("cgroups"))
+	if !slices.Contains([]string{"auto", "on", "off"}, c.Cgroups) {
+		return fail("cgroups %q must be auto, on or off", v.GetString("cgroups"))
 	}
 	c.Command = CommandPolicy{
 		Enabled: v.GetBool("command.enabled"), Allow: list(v.Get("command.allow")),

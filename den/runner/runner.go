@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/backoff"
+	"github.com/den-project/den/den/contain"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -41,12 +43,17 @@ type Runner struct {
 	// Retry is the backoff of final writes, which are retried until they
 	// land.
 	Retry backoff.Policy
+
+	// supervisor is set in a worker under a supervisor (see supervise.go);
+	// a Runner used in-process has none, and contains nothing.
+	supervisor *link
 }
 
-// Main connects to the database named in spec, runs the task and returns
+// work connects to the database named in spec, runs the task and returns
 // when its result is stored. ctx cancellation (SIGTERM to the runner) stops
-// the plugin; the result is still stored.
-func Main(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger) error {
+// the plugin; the result is still stored. sup is the worker's link to its
+// supervisor.
+func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link) error {
 	client, err := mongo.Connect(options.Client().ApplyURI(spec.URI).SetAppName("den task-runner"))
 	if err != nil {
 		return fmt.Errorf("connect to MongoDB: %w", err)
@@ -56,7 +63,7 @@ func Main(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 		defer cancel()
 		client.Disconnect(dctx)
 	}()
-	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log}
+	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup}
 	return r.Run(ctx)
 }
 
@@ -67,8 +74,21 @@ func (r *Runner) now() time.Time {
 	return time.Now()
 }
 
-// self describes this runner process, with a fresh token.
-func self() queue.RunnerInfo {
+// self describes this run: under a supervisor, the supervisor's pid and
+// start time (the process that leads the run's group, which the node
+// watches and signals) and the token of the run marker it set; else this
+// process, with a fresh token.
+func (r *Runner) self() queue.RunnerInfo {
+	if sup := r.supervisor; sup != nil {
+		info := queue.RunnerInfo{Token: bson.NewObjectID(), PID: sup.pid, Started: sup.started}
+		if _, token, ok := strings.Cut(os.Getenv(contain.EnvRun), "."); ok {
+			if id, err := bson.ObjectIDFromHex(token); err == nil {
+				info.Token = id
+			}
+		}
+		info.Host, _ = os.Hostname()
+		return info
+	}
 	info := queue.RunnerInfo{Token: bson.NewObjectID(), PID: os.Getpid()}
 	if p, err := process.NewProcess(int32(info.PID)); err == nil {
 		info.Started, _ = p.CreateTime()
@@ -101,7 +121,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("task id %q: %w", r.Spec.Task, err)
 	}
-	t := &run{Runner: r, taskID: taskID, info: self(), store: queue.NewStore(r.DB),
+	t := &run{Runner: r, taskID: taskID, info: r.self(), store: queue.NewStore(r.DB),
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	ok, err := t.start(ctx)
 	if err != nil || !ok {
@@ -116,8 +136,38 @@ func (r *Runner) Run(ctx context.Context) error {
 	stopBeat := t.beat(ctx)
 	status := t.execute(ctx)
 	stopBeat()
+	t.stopLeftovers(storeCtx)
 	return t.record(storeCtx, ctx, status)
 }
+
+// stopLeftovers stops every process the run left behind (a daemon, a
+// double-forked child, a program its plugin abandoned) before the result is
+// recorded, so that a retry never overlaps this run. The count goes into
+// the task (leftover_processes) and a line of stderr.
+func (t *run) stopLeftovers(ctx context.Context) {
+	if t.supervisor == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, t.opts.MaxTermination+time.Minute)
+	defer cancel()
+	n, err := t.supervisor.stopLeftovers(sctx, t.opts.MaxTermination)
+	if err != nil {
+		t.log.Error("could not stop the run's leftover processes", zap.Error(err))
+		return
+	}
+	if n == 0 {
+		return
+	}
+	t.log.Info("stopped processes the task left running", zap.Int("processes", n))
+	t.out.appendLine(fmt.Sprintf("den: stopped %d process(es) the task left running when it ended", n))
+	t.extraMu.Lock()
+	t.extra = append(t.extra, bson.E{Key: FieldLeftovers, Value: n})
+	t.extraMu.Unlock()
+}
+
+// FieldLeftovers is the task field that counts the processes a run left
+// running when it ended and that den stopped.
+const FieldLeftovers = "leftover_processes"
 
 // beat records that the run is alive, every Spec.Beat, until stopped: a
 // node that stopped writing its own document while its runners still work
@@ -193,6 +243,11 @@ func (t *run) start(ctx context.Context) (bool, error) {
 		t.opts.MaxTermination = DefaultGrace
 		if t.Spec.Grace > 0 {
 			t.opts.MaxTermination = time.Duration(t.Spec.Grace * float64(time.Second))
+		}
+	}
+	if t.supervisor != nil {
+		if err := t.supervisor.setGrace(t.opts.MaxTermination); err != nil {
+			t.log.Warn("cannot tell the supervisor the task's grace time", zap.Error(err))
 		}
 	}
 	return true, nil
@@ -279,7 +334,7 @@ var reserved = map[string]bool{
 	"ctime": true, "mtime": true, "stdout": true, "stderr": true, "runner": true,
 	queue.FieldCancel: true, queue.FieldTimeout: true, queue.FieldMaxRetries: true, queue.FieldRetryDelay: true,
 	queue.FieldMaxTermination: true, queue.FieldStartAfter: true, queue.FieldAttempts: true, queue.FieldHistory: true,
-	"timed_out": true,
+	"timed_out": true, FieldLeftovers: true,
 }
 
 func (t *run) record1(field string, value any) {
@@ -397,6 +452,8 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 			}
 		case "signal":
 			entry.Signal, _ = e.Value.(string)
+		case FieldLeftovers:
+			entry.Leftovers, _ = e.Value.(int)
 		}
 	}
 	t.retryForever(ctx, "store the attempt's output", func(ctx context.Context) error {

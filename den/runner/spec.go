@@ -27,6 +27,10 @@ type Spec struct {
 	// Beat is how often, in seconds, the runner records that it is alive
 	// (default 30).
 	Beat float64 `json:"beat,omitempty"`
+	// Cgroup is the node's delegated cgroup v2 directory, under which the
+	// runner puts its run in a cgroup of its own; empty: none (the run is
+	// contained by its process tree only).
+	Cgroup string `json:"cgroup,omitempty"`
 	// PluginConfig is the plugin's section of the node configuration.
 	PluginConfig json.RawMessage `json:"plugin_config,omitempty"`
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/den-project/den/den/contain"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
@@ -77,16 +79,23 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if err != nil {
 		return 2, err
 	}
+	// The run marker goes last, so that nothing a task sets can replace it:
+	// it is how a node finds this run's processes if their runner dies.
+	if m, ok := os.LookupEnv(contain.EnvRun); ok {
+		environ = append(environ, contain.EnvRun+"="+m)
+	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
 	cmd.Dir = p.Dir
 	cmd.Env = environ
 	cmd.Stdin = strings.NewReader(p.Stdin)
 	cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
-	// Its own process group, so that stopping it stops what it started;
-	// and killed if the runner dies (Pdeathsig fires when the thread that
-	// started it exits, so this goroutine keeps its thread until Wait).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Its own session and process group, so that stopping it stops what it
+	// started and it has no terminal; and killed if the runner dies
+	// (Pdeathsig fires when the thread that started it exits, so this
+	// goroutine keeps its thread until Wait). What escapes the group is
+	// stopped by the runner's supervisor when the task ends (den/runner).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 	// A descendant that keeps the output open after the program exits does
 	// not hold the task forever.
 	cmd.WaitDelay = 5 * time.Second

@@ -1,0 +1,135 @@
+package contain
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// runPrefix starts the name of every run's cgroup.
+const runPrefix = "den-run-"
+
+// DetectCgroup returns the directory of this process's cgroup v2 when the
+// process may create cgroups in it (the node's delegated subtree, as
+// systemd's Delegate=yes gives a service), or an error saying why not. On a
+// hybrid system the v2 hierarchy mounted beside the v1 controllers counts.
+func DetectCgroup() (string, error) {
+	mount, err := cgroup2Mount()
+	if err != nil {
+		return "", err
+	}
+	rel, err := ownCgroup2()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(mount, rel)
+	probe := filepath.Join(dir, fmt.Sprintf("den-probe-%d", os.Getpid()))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return "", fmt.Errorf("cgroup %s is not delegated to this process: %w", dir, err)
+	}
+	if err := os.Remove(probe); err != nil {
+		return "", fmt.Errorf("remove probe cgroup %s: %w", probe, err)
+	}
+	return dir, nil
+}
+
+func cgroup2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		for i, f := range fields {
+			if f == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", errors.New("no cgroup v2 hierarchy is mounted")
+}
+
+func ownCgroup2() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("read own cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			return rel, nil
+		}
+	}
+	return "", errors.New("this process has no cgroup v2 membership")
+}
+
+// RunCgroup is the directory of one run's cgroup under parent. It is made
+// from the task id and run token alone, so that a runner field written by
+// hand can never name another cgroup.
+func RunCgroup(parent, taskID, token string) string {
+	return filepath.Join(parent, runPrefix+taskID+"-"+token)
+}
+
+// CreateCgroup creates a run's cgroup and returns it opened, for
+// SysProcAttr.CgroupFD (the child starts inside it).
+func CreateCgroup(dir string) (*os.File, error) {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// CgroupProcs lists the processes in a cgroup; none when it does not exist.
+func CgroupProcs(dir string) []int32 {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var out []int32
+	for _, f := range strings.Fields(string(b)) {
+		if n, err := strconv.ParseInt(f, 10, 32); err == nil {
+			out = append(out, int32(n))
+		}
+	}
+	return out
+}
+
+// KillCgroup kills every process in a cgroup at once (cgroup.kill, Linux
+// 5.14), or one by one where the kernel lacks it.
+func KillCgroup(dir string) {
+	if os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0) == nil {
+		return
+	}
+	for _, pid := range CgroupProcs(dir) {
+		syscall.Kill(int(pid), syscall.SIGKILL)
+	}
+}
+
+// RemoveCgroup removes a run's cgroup once it is empty, waiting up to
+// within for its last processes to be reaped. A cgroup that does not
+// exist is no error.
+func RemoveCgroup(dir string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+		time.Sleep(poll)
+	}
+}

@@ -1,0 +1,115 @@
+package contain_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/den-project/den/den/contain"
+)
+
+// start starts sh -c script with extra environment and returns it; the
+// test reaps it.
+func start(t *testing.T, script string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+func live(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+// Stop ends a process that ignores SIGTERM with SIGKILL once the grace
+// time is over, and one that honours SIGTERM at once.
+func TestStopEscalatesToSIGKILL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		script string
+	}{
+		{"honours SIGTERM", "exec sleep 100"},
+		{"ignores SIGTERM", `trap "" TERM; exec sleep 100`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := start(t, tc.script)
+			time.Sleep(100 * time.Millisecond) // let the trap be set
+			pid := int32(cmd.Process.Pid)
+			reaped := make(chan struct{})
+			go func() { cmd.Wait(); close(reaped) }()
+			n := contain.Stop(context.Background(), func() []int32 {
+				if live(int(pid)) {
+					return []int32{pid}
+				}
+				return nil
+			}, 300*time.Millisecond, nil)
+			if n != 1 {
+				t.Errorf("Stop signalled %d processes, want 1", n)
+			}
+			select {
+			case <-reaped:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the process was not stopped")
+			}
+			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); tc.name == "ignores SIGTERM" && ws.Signal() != syscall.SIGKILL {
+				t.Errorf("ended by %v, want SIGKILL", ws)
+			}
+		})
+	}
+}
+
+// Marked finds exactly the processes that carry a run's marker, and
+// Descendants finds a process's children and grandchildren.
+func TestMarkedAndDescendants(t *testing.T) {
+	t.Parallel()
+	marker := contain.Marker("task", "token-"+strconv.Itoa(os.Getpid()))
+	mine := start(t, "sleep 100 & exec sleep 100", contain.EnvRun+"="+marker)
+	other := start(t, "exec sleep 100", contain.EnvRun+"="+marker+"x")
+	var found []int32
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if found = contain.Marked(context.Background(), marker, 0); len(found) == 2 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(found) != 2 {
+		t.Fatalf("Marked found %v, want the shell and its child", found)
+	}
+	for _, p := range found {
+		if int(p) == other.Process.Pid {
+			t.Errorf("Marked found a process with another marker")
+		}
+	}
+	desc := contain.Descendants(context.Background(), int32(os.Getpid()))
+	has := func(pid int) bool {
+		for _, d := range desc {
+			if int(d) == pid {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(mine.Process.Pid) || !has(other.Process.Pid) {
+		t.Errorf("Descendants %v lacks the test's children %d and %d", desc, mine.Process.Pid, other.Process.Pid)
+	}
+	if d := contain.Descendants(context.Background(), int32(os.Getpid()), int32(mine.Process.Pid)); len(d) >= len(desc) {
+		t.Errorf("skipping a child did not drop it and its own children: %v vs %v", d, desc)
+	}
+}

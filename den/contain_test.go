@@ -1,0 +1,289 @@
+package den_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den"
+	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/plugins/command"
+)
+
+// containment is one way a node can contain runs: by process tree only
+// (a subreaper and the run marker), or with a cgroup per run as well.
+type containment struct {
+	name    string
+	cgroups string
+}
+
+// containments returns the ways this machine can contain runs; the cgroup
+// one is skipped, with the reason, where no cgroup v2 is delegated to us.
+func containments(t *testing.T) []containment {
+	return []containment{{"subreaper", "off"}, {"cgroup", "on"}}
+}
+
+func (c containment) start(t *testing.T) {
+	t.Helper()
+	if c.cgroups == "on" {
+		if _, err := contain.DetectCgroup(); err != nil {
+			t.Skipf("cgroup containment cannot be checked here: %v", err)
+		}
+	}
+}
+
+// liveProcess reports whether pid is a process that has not exited (a
+// zombie has).
+func liveProcess(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+func readPids(t *testing.T, file string) []int {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("read pids: %v", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("pids file %q", b)
+		}
+		pids = append(pids, n)
+	}
+	return pids
+}
+
+// escapers is a shell fragment that starts processes trying to outlive
+// their task, each writing its pid to $dir/pids: one in a session of its
+// own, a double-forked one that ignores SIGTERM, and one whose parent exits
+// at once.
+func escapers(dir string) string {
+	return fmt.Sprintf(`
+setsid sleep 1001 & echo $! >> %[1]s/pids
+( ( trap "" TERM; exec sleep 1002 ) & echo $! >> %[1]s/pids )
+sh -c 'sleep 1003 & echo $! >> %[1]s/pids'
+`, dir)
+}
+
+// Every process a task starts is stopped when the task ends, however it
+// ends, before its result is recorded: in a session of its own, double
+// forked, or ignoring SIGTERM (SIGKILL after max_termination_time).
+func TestContainmentStopsEveryProcessWhenTaskEnds(t *testing.T) {
+	t.Parallel()
+	endings := []struct {
+		name   string
+		tail   string
+		extra  bson.E
+		cancel bool
+		want   int64
+	}{
+		{name: "exit 0", tail: "exit 0", want: 1},
+		{name: "exit 3", tail: "exit 3", want: 2},
+		{name: "timeout", tail: "sleep 60", extra: bson.E{Key: "timeout", Value: 2}, want: 2},
+		{name: "cancel", tail: "sleep 60", cancel: true, want: -5},
+	}
+	for _, c := range containments(t) {
+		for _, e := range endings {
+			t.Run(c.name+"/"+e.name, func(t *testing.T) {
+				t.Parallel()
+				c.start(t)
+				db := dentest.DB(t)
+				dir := t.TempDir()
+				qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+				params := bson.D{{Key: "shell", Value: escapers(dir) + "touch " + dir + "/ready\n" + e.tail}}
+				id := dentest.Tasks(t, db, qid, params)[0]
+				if e.extra.Key != "" {
+					if _, err := db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{e.extra}}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
+				dentest.Eventually(t, time.Minute, "the program started its children", func() bool {
+					_, err := os.Stat(filepath.Join(dir, "ready"))
+					return err == nil
+				})
+				pids := readPids(t, filepath.Join(dir, "pids"))
+				if len(pids) != 3 {
+					t.Fatalf("pids %v", pids)
+				}
+				if c.cgroups == "on" {
+					cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pids[0]))
+					if !strings.Contains(string(cg), "den-run-"+id.Hex()) {
+						t.Errorf("the task's process is not in the run's cgroup: %s", cg)
+					}
+				}
+				if e.cancel {
+					cancel(t, db, id)
+				}
+				raw := waitFor(t, db, id, e.want)
+				// Checked at once: they were stopped before the result was
+				// recorded, not some time after.
+				for _, pid := range pids {
+					if liveProcess(pid) {
+						t.Errorf("process %d outlived its task (%s)", pid, e.name)
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+				if n, _ := raw.Lookup("leftover_processes").AsInt64OK(); n < 1 {
+					t.Errorf("leftover_processes %v, want at least the one in its own session", raw.Lookup("leftover_processes"))
+				}
+				if c.cgroups == "on" {
+					// Removed by the supervisor once its worker has exited,
+					// a moment after the result is recorded.
+					dentest.Eventually(t, 30*time.Second, "the run's cgroup is removed", func() bool {
+						entries, _ := filepath.Glob(filepath.Join(mustCgroup(t), "den-run-"+id.Hex()+"-*"))
+						return len(entries) == 0
+					})
+				}
+			})
+		}
+	}
+}
+
+func mustCgroup(t *testing.T) string {
+	dir, err := contain.DetectCgroup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// childOf returns the first child process of pid.
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatalf("children of %d: %v", pid, err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		t.Fatalf("process %d has no child", pid)
+	}
+	n, _ := strconv.Atoi(f[0])
+	return n
+}
+
+// A task runner killed with SIGKILL (its supervisor, the pid the task
+// records, or the worker under it) does not leave its program running: the
+// retry starts only once every process of the killed run is gone, and
+// nothing of it survives.
+func TestContainmentKilledRunnerRetryNeverOverlaps(t *testing.T) {
+	t.Parallel()
+	for _, c := range containments(t) {
+		for _, victim := range []string{"supervisor", "worker"} {
+			t.Run(c.name+"/"+victim, func(t *testing.T) {
+				t.Parallel()
+				c.start(t)
+				db := dentest.DB(t)
+				dir := t.TempDir()
+				qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+				script := fmt.Sprintf(`
+if [ -e %[1]s/first ]; then
+  for p in $(cat %[1]s/pids); do
+    if [ -e /proc/$p ] && ! grep -q '^State:.Z' /proc/$p/status; then echo "OVERLAP $p"; fi
+  done
+  echo second run
+  exit 0
+fi
+touch %[1]s/first
+setsid sh -c 'trap "" TERM; while :; do sleep 0.2; done' & echo $! >> %[1]s/pids
+%[2]s
+touch %[1]s/ready
+sleep 1000
+`, dir, escapers(dir))
+				id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: script}})[0]
+				if _, err := db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "max_retries", Value: 1}, {Key: "retry_delay", Value: 0}}}}); err != nil {
+					t.Fatal(err)
+				}
+				startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
+				dentest.Eventually(t, time.Minute, "the first run started its children", func() bool {
+					_, err := os.Stat(filepath.Join(dir, "ready"))
+					return err == nil
+				})
+				pids := readPids(t, filepath.Join(dir, "pids"))
+				target := runnerPID(t, db, id)
+				if victim == "worker" {
+					target = childOf(t, target)
+				}
+				if err := syscall.Kill(target, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				raw := waitFor(t, db, id, 1)
+				for _, pid := range pids {
+					if liveProcess(pid) {
+						t.Errorf("process %d of the killed run survived", pid)
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+				out := raw.Lookup("stdout").StringValue()
+				if strings.Contains(out, "OVERLAP") || !strings.Contains(out, "second run") {
+					t.Errorf("the retry overlapped the killed run: %q", out)
+				}
+				h, _ := raw.Lookup("history").Array().Values()
+				if len(h) != 1 {
+					t.Fatalf("history %v", h)
+				}
+				if victim == "supervisor" {
+					// The node stopped them, and says so.
+					if n, _ := h[0].Document().Lookup("leftover_processes").AsInt64OK(); n < 2 {
+						t.Errorf("history leftover_processes %v, want the processes the node stopped", h[0].Document().Lookup("leftover_processes"))
+					}
+				}
+			})
+		}
+	}
+}
+
+// With a cgroup per run, even a process that clears its environment (so it
+// carries no run marker) and leaves the process tree with setsid is stopped
+// when the runner is SIGKILLed. Without a delegated cgroup this is the one
+// case den cannot catch (README: Containment).
+func TestContainmentCgroupCatchesProcessesWithoutMarker(t *testing.T) {
+	t.Parallel()
+	c := containment{"cgroup", "on"}
+	c.start(t)
+	db := dentest.DB(t)
+	dir := t.TempDir()
+	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+	script := fmt.Sprintf(`
+env -i setsid sleep 1004 & echo $! >> %[1]s/pids
+touch %[1]s/ready
+sleep 1000
+`, dir)
+	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: script}})[0]
+	startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
+	dentest.Eventually(t, time.Minute, "the run started its child", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ready"))
+		return err == nil
+	})
+	pids := readPids(t, filepath.Join(dir, "pids"))
+	if err := syscall.Kill(runnerPID(t, db, id), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	raw := waitFor(t, db, id, -6)
+	for _, pid := range pids {
+		if liveProcess(pid) {
+			t.Errorf("process %d without the run marker survived its killed runner", pid)
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if n, _ := raw.Lookup("leftover_processes").AsInt64OK(); n < 1 {
+		t.Errorf("leftover_processes %v", raw.Lookup("leftover_processes"))
+	}
+}

@@ -1,0 +1,110 @@
+package den
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/queue"
+)
+
+// This file keeps a dead run from outliving its runner. A runner normally
+// stops everything its task started (its supervisor is a child subreaper;
+// see den/runner). When the runner itself is killed, what its task started
+// keeps running; before the node retries or fails such a task it stops
+// what is left of the run, found by the run's own identity: its cgroup
+// (named from the task id and run token), and every process carrying the
+// run marker DEN_RUN=<task>.<token> that started after the run. A retry
+// therefore never overlaps the run it replaces.
+
+// detectCgroup decides, once at start, whether runs get cgroups of their
+// own, and logs what containment holds on this machine.
+func detectCgroup(mode string, log *zap.Logger) (string, error) {
+	switch mode {
+	case "", "auto", "on":
+	case "off":
+		log.Info("task containment: process tree (child subreaper) and run marker; per-run cgroups are off (cgroups: off)")
+		return "", nil
+	default:
+		return "", fmt.Errorf("cgroups: %q is not auto, on or off", mode)
+	}
+	dir, err := contain.DetectCgroup()
+	if err != nil {
+		if mode == "on" {
+			return "", fmt.Errorf("cgroups: on, but %w", err)
+		}
+		log.Info("task containment: process tree (child subreaper) and run marker; no per-run cgroups", zap.String("why", err.Error()))
+		return "", nil
+	}
+	log.Info("task containment: a cgroup per run, plus process tree and run marker", zap.String("cgroup", dir))
+	return dir, nil
+}
+
+// stopLeftovers stops what is left of a run of task id whose runner r is
+// gone, and returns how many processes it stopped. It waits up to grace
+// for them to end on SIGTERM before SIGKILL. It reports busy, and does
+// nothing, when another goroutine is stopping the same run: the caller
+// must then leave the task to it.
+func (n *Node) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.RunnerInfo, grace time.Duration) (stopped int, busy bool) {
+	n.stopMu.Lock()
+	if n.stopping[r.Token] {
+		n.stopMu.Unlock()
+		return 0, true
+	}
+	n.stopping[r.Token] = true
+	n.stopMu.Unlock()
+	defer func() {
+		n.stopMu.Lock()
+		delete(n.stopping, r.Token)
+		n.stopMu.Unlock()
+	}()
+	marker := contain.Marker(id.Hex(), r.Token.Hex())
+	var cgroup string
+	if n.cgroup != "" {
+		cgroup = contain.RunCgroup(n.cgroup, id.Hex(), r.Token.Hex())
+	}
+	find := func() []int32 {
+		pids := contain.Marked(ctx, marker, r.Started)
+		for _, p := range contain.CgroupProcs(cgroup) {
+			if !contains(pids, p) {
+				pids = append(pids, p)
+			}
+		}
+		return pids
+	}
+	stopped = contain.Stop(ctx, find, grace, nil)
+	if cgroup != "" {
+		contain.KillCgroup(cgroup)
+		if err := contain.RemoveCgroup(cgroup, 10*time.Second); err != nil {
+			n.log.Warn("cannot remove a dead run's cgroup", zap.String("task_id", id.Hex()), zap.Error(err))
+		}
+	}
+	if stopped > 0 {
+		n.log.Warn("stopped processes a dead runner's task left running", zap.String("task_id", id.Hex()), zap.Int("processes", stopped))
+	}
+	return stopped, false
+}
+
+func contains(pids []int32, p int32) bool {
+	for _, q := range pids {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// killHungRunner kills a runner that is alive but has stopped beating, with
+// its whole group, before its task is rescued. Only a process proven to be
+// this task's runner is signalled.
+func (n *Node) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
+	if n.onThisHost(r) && isRunnerOf(r, id) {
+		n.log.Warn("killing a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
+		syscall.Kill(-r.PID, syscall.SIGKILL)
+	}
+}

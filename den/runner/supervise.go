@@ -1,0 +1,357 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/process"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/plugins"
+)
+
+// A task runner is two processes. The node starts the supervisor, which
+// leads the run's session and process group and is a child subreaper; it
+// starts the worker, which connects to MongoDB and runs the task. Every
+// process the task starts stays below the supervisor: those whose parent
+// exits are re-parented to it, not to init, however often they fork or
+// call setsid. When the task ends, and before its result is recorded, the
+// worker asks the supervisor to stop every process left; when the worker
+// itself dies, the supervisor stops what it left and exits, and the node
+// rescues the task only after that. The supervisor holds no database
+// connection and runs no plugin code, so it can reap any child it is given.
+//
+// The worker's control channel to its supervisor is file descriptor 3, a
+// socket, with one line per request: "grace <ms>" (the task's
+// max_termination_time, for a worker that dies) and "stop <ms>" (stop all
+// other processes of the run), answered by "stopped <n>".
+
+// Environment of the worker.
+const (
+	envWorker     = "DEN_RUNNER_WORKER"     // "1" in the worker
+	envSupervisor = "DEN_RUNNER_SUPERVISOR" // the supervisor's pid and start time, "pid:ms"
+	controlFD     = 3
+)
+
+// Process is the body of a task-runner process: the supervisor when the
+// node started it, the worker when the supervisor did. It returns the
+// process's exit code. newLog builds the logger from the spec.
+func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int {
+	spec, err := SpecFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "den task-runner:", err)
+		return 2
+	}
+	log, err := newLog(spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "den task-runner:", err)
+		return 2
+	}
+	defer log.Sync()
+	if os.Getenv(envWorker) == "" {
+		return supervise(spec, log.With(zap.String("node", spec.Node), zap.String("task_id", spec.Task), zap.String("role", "supervisor")))
+	}
+	link, err := linkFromEnv()
+	if err != nil {
+		log.Error("task runner worker without its supervisor", zap.Error(err))
+		return 2
+	}
+	defer link.close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := work(ctx, spec, reg, log, link); err != nil {
+		log.Error("task runner failed", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// supervise runs the supervisor: it starts the worker, reaps every child
+// it is given, answers the worker's requests, and once the worker has
+// exited stops whatever is left and exits with the worker's code.
+func supervise(spec Spec, log *zap.Logger) int {
+	// The worker's PDEATHSIG fires when the thread that started it exits.
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		log.Error("cannot become a child subreaper; refusing to run the task uncontained", zap.Error(err))
+		return 2
+	}
+	token := bson.NewObjectID()
+	marker := contain.Marker(spec.Task, token.Hex())
+	started := int64(0)
+	if t, err := processStart(os.Getpid()); err == nil {
+		started = t
+	}
+	var cgroup string
+	var cgroupFD *os.File
+	if spec.Cgroup != "" {
+		cgroup = contain.RunCgroup(spec.Cgroup, spec.Task, token.Hex())
+		f, err := contain.CreateCgroup(cgroup)
+		if err != nil {
+			log.Warn("cannot create the run's cgroup; containing it by process tree only", zap.Error(err))
+			cgroup = ""
+		} else {
+			cgroupFD = f
+			defer f.Close()
+		}
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		log.Error("create the worker's control socket", zap.Error(err))
+		return 2
+	}
+	ours := os.NewFile(uintptr(fds[0]), "control")
+	defer ours.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		log.Error("find this binary to start the worker", zap.Error(err))
+		return 2
+	}
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	env := append(os.Environ(), envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10),
+		contain.EnvRun+"="+marker)
+	attr := &syscall.ProcAttr{
+		Env:   env,
+		Files: []uintptr{0, 1, 2, uintptr(fds[1])},
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	}
+	if cgroupFD != nil {
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(cgroupFD.Fd())
+	}
+	worker, err := syscall.ForkExec(exe, os.Args, attr)
+	syscall.Close(fds[1])
+	if err != nil && cgroupFD != nil {
+		log.Warn("cannot start the worker inside the run's cgroup; containing it by process tree only", zap.Error(err))
+		contain.RemoveCgroup(cgroup, time.Second)
+		cgroup, attr.Sys.UseCgroupFD = "", false
+		worker, err = syscall.ForkExec(exe, os.Args, attr)
+	}
+	if err != nil {
+		log.Error("start the task runner worker", zap.Error(err))
+		return 2
+	}
+	s := &supervisor{log: log, worker: worker, cgroup: cgroup, grace: DefaultGrace}
+	if spec.Grace > 0 {
+		s.grace = time.Duration(spec.Grace * float64(time.Second))
+	}
+	requests := make(chan string)
+	go readRequests(ours, requests)
+	// SIGCHLDs can merge; a slow tick makes sure none is missed.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for s.workerStatus == nil {
+		select {
+		case <-tick.C:
+			s.reap()
+		case sig := <-sigs:
+			if sig == syscall.SIGCHLD {
+				s.reap()
+				continue
+			}
+			// Asked to stop (a node signals the whole group, so the worker
+			// has this too; an operator may signal only this process).
+			syscall.Kill(worker, sig.(syscall.Signal))
+		case req, ok := <-requests:
+			if !ok {
+				requests = nil // the worker closed its end; wait for it to exit
+				continue
+			}
+			s.handle(req, ours)
+		}
+	}
+	signal.Reset(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	n := s.stopAll(context.Background(), true)
+	if n > 0 {
+		log.Warn("stopped processes the task left behind after its runner exited", zap.Int("processes", n))
+	}
+	if cgroup != "" {
+		if err := contain.RemoveCgroup(cgroup, 10*time.Second); err != nil {
+			log.Warn("cannot remove the run's cgroup", zap.Error(err))
+		}
+	}
+	ws := *s.workerStatus
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		log.Error("task runner worker was killed; the node rescues its task", zap.String("signal", ws.Signal().String()))
+		return 128 + int(ws.Signal())
+	}
+	return 1
+}
+
+type supervisor struct {
+	log          *zap.Logger
+	worker       int
+	cgroup       string
+	grace        time.Duration
+	workerStatus *syscall.WaitStatus
+}
+
+// reap collects every child that has exited: the worker (whose status it
+// keeps) and any process of the run re-parented here.
+func (s *supervisor) reap() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		if pid == s.worker {
+			s.workerStatus = &ws
+		}
+	}
+}
+
+// handle answers one request of the worker.
+func (s *supervisor) handle(req string, reply *os.File) {
+	verb, arg, _ := strings.Cut(req, " ")
+	ms, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || ms < 0 {
+		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
+		return
+	}
+	switch verb {
+	case "grace":
+		s.grace = time.Duration(ms) * time.Millisecond
+	case "stop":
+		s.grace = time.Duration(ms) * time.Millisecond
+		n := s.stopAll(context.Background(), false)
+		fmt.Fprintf(reply, "stopped %d\n", n)
+	}
+}
+
+// stopAll stops every process of the run but the worker: the supervisor's
+// descendants, and the members of the run's cgroup. With workerGone the
+// cgroup is killed as a whole at the end.
+func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
+	me := int32(os.Getpid())
+	find := func() []int32 {
+		pids := contain.Descendants(ctx, me, int32(s.worker))
+		if s.cgroup != "" {
+			seen := map[int32]bool{}
+			for _, p := range pids {
+				seen[p] = true
+			}
+			for _, p := range contain.CgroupProcs(s.cgroup) {
+				if p != int32(s.worker) && !seen[p] && !isZombie(p) {
+					pids = append(pids, p)
+				}
+			}
+		}
+		return pids
+	}
+	n := contain.Stop(ctx, find, s.grace, s.reap)
+	if workerGone && s.cgroup != "" {
+		contain.KillCgroup(s.cgroup)
+	}
+	s.reap()
+	return n
+}
+
+func isZombie(pid int32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
+}
+
+func readRequests(f *os.File, out chan<- string) {
+	defer close(out)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		out <- sc.Text()
+	}
+}
+
+// link is the worker's end of the control channel.
+type link struct {
+	f       *os.File
+	r       *bufio.Reader
+	pid     int
+	started int64
+}
+
+func linkFromEnv() (*link, error) {
+	v := os.Getenv(envSupervisor)
+	pidText, startText, ok := strings.Cut(v, ":")
+	pid, err1 := strconv.Atoi(pidText)
+	started, err2 := strconv.ParseInt(startText, 10, 64)
+	if !ok || err1 != nil || err2 != nil || pid != os.Getppid() {
+		return nil, fmt.Errorf("%s=%q does not name this process's parent", envSupervisor, v)
+	}
+	syscall.CloseOnExec(controlFD) // never handed on to the task's programs
+	f := os.NewFile(controlFD, "supervisor")
+	if f == nil {
+		return nil, errors.New("no control channel on fd 3")
+	}
+	return &link{f: f, r: bufio.NewReader(f), pid: pid, started: started}, nil
+}
+
+func (l *link) close() { l.f.Close() }
+
+// setGrace tells the supervisor the task's max_termination_time, for the
+// case where the worker dies with processes left.
+func (l *link) setGrace(grace time.Duration) error {
+	_, err := fmt.Fprintf(l.f, "grace %d\n", grace.Milliseconds())
+	return err
+}
+
+// stopLeftovers asks the supervisor to stop every process of the run other
+// than the worker, and returns how many it stopped.
+func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, error) {
+	if _, err := fmt.Fprintf(l.f, "stop %d\n", grace.Milliseconds()); err != nil {
+		return 0, fmt.Errorf("ask the supervisor to stop leftover processes: %w", err)
+	}
+	type answer struct {
+		line string
+		err  error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		line, err := l.r.ReadString('\n')
+		got <- answer{line, err}
+	}()
+	select {
+	case a := <-got:
+		if a.err != nil {
+			return 0, fmt.Errorf("read the supervisor's answer: %w", a.err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(a.line, "stopped ")))
+		if err != nil {
+			return 0, fmt.Errorf("supervisor answered %q", a.line)
+		}
+		return n, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// processStart is a process's start time in milliseconds since the epoch,
+// as the node checks it.
+func processStart(pid int) (int64, error) {
+	p, err := process.NewProcess(int32(pid))
+	if err != nil {
+		return 0, err
+	}
+	return p.CreateTime()
+}
