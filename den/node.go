@@ -61,6 +61,9 @@ type Config struct {
 	// document before live nodes rescue its tasks. Default 5m; keep it far
 	// above any node's Interval.
 	DeadNodeAfter time.Duration
+	// MaxOutput is the most bytes a task may write to each of stdout and
+	// stderr (0: runner.DefaultMaxOutput); tasks and queues may lower it.
+	MaxOutput int64
 	// RescueEvery is how often the node looks for dead runners and dead
 	// nodes. Default 10s (and once at start).
 	RescueEvery time.Duration

@@ -30,6 +30,10 @@ const (
 	// FieldMaxTermination: seconds between SIGTERM and SIGKILL when a run
 	// is stopped (task, else queue, else the node's default).
 	FieldMaxTermination = "max_termination_time"
+	// FieldMaxOutput: the most bytes a run may write to each of stdout
+	// and stderr (task, else queue); it can lower the node's max_output,
+	// never raise it. Past it the run is stopped and fails.
+	FieldMaxOutput = "max_output"
 	// FieldStartAfter: an ISODate before which the task is not claimed.
 	FieldStartAfter = "start_after"
 	// FieldAttempts counts the runs that were retried; FieldHistory lists
@@ -44,6 +48,7 @@ type Options struct {
 	MaxRetries     int
 	RetryDelay     time.Duration
 	MaxTermination time.Duration // 0: the node's default
+	MaxOutput      int64         // bytes per stream; 0: the node's max_output
 	Attempts       int
 }
 
@@ -79,6 +84,9 @@ func TaskOptions(task, queue bson.Raw) Options {
 	}
 	if d, ok := seconds(lookup(FieldMaxTermination)); ok {
 		o.MaxTermination = d
+	}
+	if n, ok := intValue(lookup(FieldMaxOutput)); ok && n > 0 {
+		o.MaxOutput = n
 	}
 	if n, ok := intValue(task.Lookup(FieldAttempts)); ok && n > 0 {
 		o.Attempts = int(n)

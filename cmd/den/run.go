@@ -15,6 +15,7 @@ import (
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/command"
 )
@@ -67,6 +68,11 @@ func runNode(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return fmt.Errorf("command policy: %w", err)
 	}
+	policy, err := command.ParsePolicy(commandPolicy)
+	if err != nil {
+		return err
+	}
+	policy.LogBoundary(log, sandbox.LandlockABI())
 	node, err := den.New(den.Config{
 		Name:           cfg.Node,
 		Interval:       cfg.Interval,
@@ -78,6 +84,7 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		Database:       cfg.Database,
 		Runner:         den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs},
 		MaxTermination: cfg.MaxTermination,
+		MaxOutput:      cfg.MaxOutput,
 		DeadNodeAfter:  cfg.DeadNodeAfter,
 		Cgroups:        cfg.Cgroups,
 		PluginConfig:   map[string]json.RawMessage{command.Name: commandPolicy},

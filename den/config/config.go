@@ -3,11 +3,13 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +46,9 @@ type Config struct {
 	// Cgroups is auto, on or off: whether each run gets a cgroup v2 of its
 	// own (auto: where the node's cgroup is delegated to it).
 	Cgroups string
+	// MaxOutput is the most bytes a task may write to each of stdout and
+	// stderr; a task or queue may lower it.
+	MaxOutput int64
 	// Command is the command plugin's policy (off by default).
 	Command CommandPolicy
 	// File is the configuration file that was read, if any.
@@ -56,10 +61,12 @@ type Config struct {
 // CommandPolicy configures Disbatch::Plugin::Command (see package
 // plugins/command): off unless Enabled, and then only for Allow.
 type CommandPolicy struct {
-	Enabled bool     `json:"enabled"`
-	Allow   []string `json:"allow"`
-	Shell   bool     `json:"shell"`
-	Env     []string `json:"env"`
+	Enabled  bool     `json:"enabled"`
+	Allow    []string `json:"allow"`
+	Shell    bool     `json:"shell"`
+	Env      []string `json:"env"`
+	EnvAllow []string `json:"env_allow"`
+	Landlock string   `json:"landlock"`
 }
 
 // Keys of den's own file, with their defaults.
@@ -82,6 +89,9 @@ var defaults = map[string]any{
 	"command.allow":        []string{},
 	"command.shell":        false,
 	"command.env":          []string{},
+	"command.env_allow":    []string{},
+	"command.landlock":     "required",
+	"max_output":           int64(1 << 30),
 	"disbatch_uri":         "", // internal: the URI a Disbatch config.json gave
 }
 
@@ -182,9 +192,11 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	if !slices.Contains([]string{"auto", "on", "off"}, c.Cgroups) {
 		return fail("cgroups %q must be auto, on or off", v.GetString("cgroups"))
 	}
-	c.Command = CommandPolicy{
-		Enabled: v.GetBool("command.enabled"), Allow: list(v.Get("command.allow")),
-		Shell: v.GetBool("command.shell"), Env: list(v.Get("command.env")),
+	if c.MaxOutput, err = count(v, "max_output"); err != nil || c.MaxOutput <= 0 {
+		return fail("max_output %v must be a positive number of bytes (default 1073741824, 1 GiB)", v.Get("max_output"))
+	}
+	if c.Command, err = commandPolicy(v); err != nil {
+		return fail("%v", err)
 	}
 	if c.Command.Enabled && len(c.Command.Allow) == 0 {
 		return fail("command.enabled is true but command.allow lists no executable or directory")
@@ -242,6 +254,90 @@ func duration(v *viper.Viper, key string) (time.Duration, error) {
 		return time.Duration(v.GetFloat64(key) * float64(time.Second)), nil
 	}
 	return time.ParseDuration(v.GetString(key))
+}
+
+// commandPolicy reads the command section, refusing values of the wrong
+// type: a typo such as enabled: "yes" or allow: 5 is an error, not a
+// default. (The plugin checks the values themselves.)
+func commandPolicy(v *viper.Viper) (CommandPolicy, error) {
+	var p CommandPolicy
+	var err error
+	if p.Enabled, err = boolean(v, "command.enabled"); err != nil {
+		return p, err
+	}
+	if p.Shell, err = boolean(v, "command.shell"); err != nil {
+		return p, err
+	}
+	for key, dst := range map[string]*[]string{"command.allow": &p.Allow, "command.env": &p.Env, "command.env_allow": &p.EnvAllow} {
+		if *dst, err = strictList(v, key); err != nil {
+			return p, err
+		}
+	}
+	ll, ok := v.Get("command.landlock").(string)
+	if !ok {
+		return p, fmt.Errorf("command.landlock must be required or optional, not %v", v.Get("command.landlock"))
+	}
+	p.Landlock = strings.ToLower(strings.TrimSpace(ll))
+	if p.Landlock != "required" && p.Landlock != "optional" {
+		return p, fmt.Errorf("command.landlock %q must be required or optional", ll)
+	}
+	return p, nil
+}
+
+// boolean reads a true/false key: a YAML boolean, or "true"/"false" from
+// the environment.
+func boolean(v *viper.Viper, key string) (bool, error) {
+	switch b := v.Get(key).(type) {
+	case bool:
+		return b, nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(b)) {
+		case "true":
+			return true, nil
+		case "false":
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%s must be true or false, not %v", key, v.Get(key))
+}
+
+// strictList reads a list of strings: a YAML array of strings, or a
+// comma-separated string (from the environment).
+func strictList(v *viper.Viper, key string) ([]string, error) {
+	switch x := v.Get(key).(type) {
+	case []any:
+		for _, e := range x {
+			if _, ok := e.(string); !ok {
+				return nil, fmt.Errorf("%s must be a list of strings; %v is not a string", key, e)
+			}
+		}
+	case []string, string, nil:
+	default:
+		return nil, fmt.Errorf("%s must be a list of strings, not %v", key, x)
+	}
+	return list(v.Get(key)), nil
+}
+
+// count reads a whole number: a YAML integer, or digits from the
+// environment.
+func count(v *viper.Viper, key string) (int64, error) {
+	switch n := v.Get(key).(type) {
+	case int:
+		return int64(n), nil
+	case int64:
+		return n, nil
+	case uint64:
+		if n <= math.MaxInt64 {
+			return int64(n), nil
+		}
+	case float64:
+		if n == math.Trunc(n) && math.Abs(n) < 1<<53 {
+			return int64(n), nil
+		}
+	case string:
+		return strconv.ParseInt(strings.TrimSpace(n), 10, 64)
+	}
+	return 0, fmt.Errorf("%s must be a whole number, not %v", key, v.Get(key))
 }
 
 // list reads a list written as an array, or as a comma-separated string

@@ -15,6 +15,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/sandbox"
 )
 
 // Environment variables the harness reads.
@@ -35,10 +37,14 @@ var (
 	denBinary string
 )
 
-// Main runs a test package: a role when the binary was re-executed with
-// DEN_TEST_ROLE=<name>, else the tests, with a server. Call it from
-// TestMain; it does not return.
+// Main runs a test package: a program in its sandbox when the command
+// plugin re-executed the binary for one (den/sandbox), a role when the
+// binary was re-executed with DEN_TEST_ROLE=<name>, else the tests, with a
+// server. Call it from TestMain; it does not return.
 func Main(m *testing.M, roles map[string]func() int) {
+	// A program started by the command plugin from the test binary enters
+	// its sandbox here, as in den's own main.
+	sandbox.Main()
 	if role := os.Getenv(EnvRole); role != "" {
 		fn, ok := roles[role]
 		if !ok {

@@ -17,6 +17,10 @@ import (
 // MiB, and Disbatch uses the same 15 MiB.
 const InlineLimit = 15 << 20
 
+// DefaultMaxOutput is the most a task may write to each of stdout and
+// stderr when the node's configuration sets no max_output: 1 GiB.
+const DefaultMaxOutput = 1 << 30
+
 // outputs holds a task's stdout and stderr while its plugin runs. It keeps
 // them in memory while they may still go into the task document, and
 // switches both to streaming GridFS files as soon as they cannot (gfs true,
@@ -34,17 +38,26 @@ type outputs struct {
 	// finished is set by finish: later writes (from a plugin abandoned after
 	// its grace time) fail instead of storing output nobody will record.
 	finished bool
+	// max is the most each stream keeps (max_output). The first write past
+	// it is cut there, a line saying so ends the stream, onCut is called
+	// once, and later writes are discarded: memory stays flat.
+	max   int64
+	onCut func()
+	cut   string // the first stream that was cut, "" while none
 }
 
 type sink struct {
-	o    *outputs
-	name string
-	mem  blocks
-	file *gridfs.Writer
+	o       *outputs
+	name    string
+	mem     blocks
+	file    *gridfs.Writer
+	written int64 // what the plugin wrote, counted up to max
+	midLine bool  // the plugin's last byte was not a newline
+	cut     bool  // passed max; what follows is discarded
 }
 
 func newOutputs(ctx context.Context, bucket *gridfs.Bucket, taskID bson.ObjectID, mode string) *outputs {
-	o := &outputs{ctx: ctx, bucket: bucket, taskID: taskID, limit: InlineLimit}
+	o := &outputs{ctx: ctx, bucket: bucket, taskID: taskID, limit: InlineLimit, max: DefaultMaxOutput}
 	o.stdout = &sink{o: o, name: "stdout"}
 	o.stderr = &sink{o: o, name: "stderr"}
 	if mode == queue.GFSAlways {
@@ -75,6 +88,25 @@ func (o *outputs) spillLocked() error {
 	return first
 }
 
+// setMax sets the cap of each stream and what to call when one passes it.
+func (o *outputs) setMax(max int64, onCut func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.max, o.onCut = max, onCut
+}
+
+// cutStream returns the name of the first stream that passed max_output,
+// or "".
+func (o *outputs) cutStream() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.cut
+}
+
+// Write stores what the plugin writes, up to max_output. Past it, the
+// write is cut, a line saying so ends the stream, and what follows is
+// discarded (reported as written, so a program is stopped by den, not by
+// a broken pipe).
 func (s *sink) Write(p []byte) (int, error) {
 	o := s.o
 	o.mu.Lock()
@@ -82,6 +114,43 @@ func (s *sink) Write(p []byte) (int, error) {
 	if o.finished {
 		return 0, fmt.Errorf("%s: the task's result is already recorded", s.name)
 	}
+	if s.cut {
+		return len(p), nil
+	}
+	keep := p
+	if int64(len(p)) > o.max-s.written {
+		keep = p[:o.max-s.written]
+	}
+	if _, err := s.writeLocked(keep); err != nil {
+		return 0, err
+	}
+	s.written += int64(len(keep))
+	if len(keep) > 0 {
+		s.midLine = keep[len(keep)-1] != '\n'
+	}
+	if len(keep) == len(p) {
+		return len(p), nil
+	}
+	s.cut = true
+	line := fmt.Sprintf("den: %s was cut at %d bytes (max_output); the rest was discarded\n", s.name, o.max)
+	if s.midLine {
+		line = "\n" + line
+	}
+	if _, err := s.writeLocked([]byte(line)); err != nil {
+		return 0, err
+	}
+	if o.cut == "" {
+		o.cut = s.name
+		if o.onCut != nil {
+			o.onCut()
+		}
+	}
+	return len(p), nil
+}
+
+// writeLocked stores p, in memory or in GridFS; o.mu must be held.
+func (s *sink) writeLocked(p []byte) (int, error) {
+	o := s.o
 	if !o.spilled && o.stdout.mem.Len()+o.stderr.mem.Len()+len(p) > o.limit {
 		if err := o.spillLocked(); err != nil {
 			return 0, fmt.Errorf("store %s: %w", s.name, err)
@@ -109,7 +178,13 @@ func (o *outputs) appendLine(line string) {
 	if len(line) > 0 && line[len(line)-1] != '\n' {
 		line += "\n"
 	}
-	o.stderr.Write([]byte(line))
+	// The runner's own lines are kept past max_output: they say why the
+	// task ended.
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.finished {
+		o.stderr.writeLocked([]byte(line))
+	}
 }
 
 // finish returns what the task document's stdout and stderr get: strings

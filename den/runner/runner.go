@@ -276,13 +276,37 @@ func (t *run) execute(ctx context.Context) int {
 		runCtx, cancel = context.WithTimeout(ctx, t.opts.Timeout)
 		defer cancel()
 	}
-	status := t.runPlugin(runCtx, plugin)
+	// Output past max_output stops the plugin (cancelling its context) and
+	// fails the task.
+	pluginCtx, stopPlugin := context.WithCancel(runCtx)
+	defer stopPlugin()
+	maxOutput := t.maxOutput()
+	t.out.setMax(maxOutput, stopPlugin)
+	status := t.runPlugin(pluginCtx, plugin)
+	if stream := t.out.cutStream(); stream != "" {
+		t.out.appendLine(fmt.Sprintf("den: task failed: its %s passed max_output (%d bytes), so it was stopped", stream, maxOutput))
+		return queue.StatusFailed
+	}
 	if ctx.Err() == nil && runCtx.Err() != nil {
 		t.timedOut = true
 		t.out.appendLine(fmt.Sprintf("den: task timed out after %s and was stopped", t.opts.Timeout))
 		return queue.StatusFailed
 	}
 	return status
+}
+
+// maxOutput is the cap of each output stream: the node's max_output
+// (default DefaultMaxOutput), lowered, never raised, by the task's or its
+// queue's.
+func (t *run) maxOutput() int64 {
+	limit := int64(DefaultMaxOutput)
+	if t.Spec.MaxOutput > 0 {
+		limit = t.Spec.MaxOutput
+	}
+	if t.opts.MaxOutput > 0 {
+		limit = min(limit, t.opts.MaxOutput)
+	}
+	return limit
 }
 
 // runPlugin calls the plugin, turns a panic or a bad status into a failure
@@ -333,7 +357,7 @@ var reserved = map[string]bool{
 	"_id": true, "queue": true, "status": true, "node": true, "parameters": true, "params": true,
 	"ctime": true, "mtime": true, "stdout": true, "stderr": true, "runner": true,
 	queue.FieldCancel: true, queue.FieldTimeout: true, queue.FieldMaxRetries: true, queue.FieldRetryDelay: true,
-	queue.FieldMaxTermination: true, queue.FieldStartAfter: true, queue.FieldAttempts: true, queue.FieldHistory: true,
+	queue.FieldMaxTermination: true, queue.FieldMaxOutput: true, queue.FieldStartAfter: true, queue.FieldAttempts: true, queue.FieldHistory: true,
 	"timed_out": true, FieldLeftovers: true,
 }
 

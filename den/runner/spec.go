@@ -31,6 +31,10 @@ type Spec struct {
 	// runner puts its run in a cgroup of its own; empty: none (the run is
 	// contained by its process tree only).
 	Cgroup string `json:"cgroup,omitempty"`
+	// MaxOutput is the node's max_output: the most bytes a task may write
+	// to each of stdout and stderr (0: DefaultMaxOutput). A task or queue
+	// may lower it.
+	MaxOutput int64 `json:"max_output,omitempty"`
 	// PluginConfig is the plugin's section of the node configuration.
 	PluginConfig json.RawMessage `json:"plugin_config,omitempty"`
 }

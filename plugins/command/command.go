@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
@@ -27,10 +28,15 @@ func init() {
 // Plugin runs external programs.
 type Plugin struct{}
 
-// Enabled reports whether a node's configuration turns the plugin on.
+// Enabled reports whether a node's configuration turns the plugin on, and
+// the machine can enforce its boundary (see Policy.Boundary).
 func (Plugin) Enabled(config json.RawMessage) bool {
 	p, err := ParsePolicy(config)
-	return err == nil && p.Enabled
+	if err != nil || !p.Enabled {
+		return false
+	}
+	_, err = p.Boundary(sandbox.LandlockABI())
+	return err == nil
 }
 
 type params struct {
@@ -43,11 +49,15 @@ type params struct {
 
 // Run runs the task's program.
 func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
-	var policy Policy
+	var raw json.RawMessage
 	if env.Config != nil {
-		if err := env.Config(&policy); err != nil {
+		if err := env.Config(&raw); err != nil {
 			return 2, err
 		}
+	}
+	policy, err := ParsePolicy(raw)
+	if err != nil {
+		return 2, err
 	}
 	if !policy.Enabled {
 		return 2, errors.New("command refused: the command plugin is not enabled on this node (command.enabled)")
@@ -72,8 +82,9 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if err != nil {
 		return 2, err
 	}
-	if p.Shell == "" && !policy.Shell && interpreter(path) && !policy.listed(path) {
-		return 2, fmt.Errorf("command refused: %s is a shell or interpreter, which would run any code; this node allows that only with command.shell or by listing %s itself in command.allow", argv[0], argv[0])
+	landlock, err := policy.Boundary(sandbox.LandlockABI())
+	if err != nil {
+		return 2, err
 	}
 	environ, err := policy.environment(p.Env)
 	if err != nil {
@@ -84,10 +95,14 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if m, ok := os.LookupEnv(contain.EnvRun); ok {
 		environ = append(environ, contain.EnvRun+"="+m)
 	}
-	cmd := exec.Command(path, argv[1:]...)
-	cmd.Args[0] = argv[0]
+	// The program starts through den's sandbox, which confines it and all
+	// it starts to executing what command.allow allows (Landlock), then
+	// becomes the program (same pid).
+	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: landlock}, environ)
+	if err != nil {
+		return 2, err
+	}
 	cmd.Dir = p.Dir
-	cmd.Env = environ
 	cmd.Stdin = strings.NewReader(p.Stdin)
 	cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
 	// Its own session and process group, so that stopping it stops what it

@@ -55,41 +55,104 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-func TestEnvironment(t *testing.T) {
+// The node's listed variables are passed on, nothing else of its
+// environment is.
+func TestEnvironmentPassesOnOnlyListedNodeVariables(t *testing.T) {
 	t.Setenv("DEN_TEST_KEEP", "kept")
-	t.Setenv("DEN_TEST_SECRET", "secret")
-	p := Policy{Env: []string{"DEN_TEST_KEEP"}}
+	t.Setenv("TEST_SECRET", "secret")
+	t.Setenv("TEST_KEEP", "kept")
+	p := Policy{Env: []string{"TEST_KEEP"}, EnvAllow: []string{"MINE"}}
 	env, err := p.environment(map[string]string{"MINE": "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	joined := strings.Join(env, " ")
-	if !strings.Contains(joined, "DEN_TEST_KEEP=kept") || !strings.Contains(joined, "MINE=1") || strings.Contains(joined, "SECRET") {
-		t.Fatalf("environment %v", env)
+	if got := strings.Join(env, " "); got != "TEST_KEEP=kept MINE=1" {
+		t.Fatalf("environment %q", got)
 	}
-	for _, bad := range []string{"LD_PRELOAD", "LD_LIBRARY_PATH", "BASH_ENV", "BASH_FUNC_x%%"} {
-		if _, err := p.environment(map[string]string{bad: "x"}); err == nil {
-			t.Errorf("task may set %s", bad)
+}
+
+// A task may set only the variables command.env_allow lists (names, or
+// prefixes ending in * or _); never den's own (DEN_*), never one the node
+// passes on. With nothing allowed, the variables that turn tar, make or
+// openssl into a shell, and the loader's, are refused.
+func TestTaskEnvironmentIsAnAllowlist(t *testing.T) {
+	none := Policy{Env: []string{"PATH"}}
+	some := Policy{Env: []string{"PATH"}, EnvAllow: []string{"LANG", "LC_*", "MYAPP_"}}
+	cases := []struct {
+		p       Policy
+		name    string
+		allowed bool
+	}{
+		{none, "TAR_OPTIONS", false}, {none, "MAKEFLAGS", false}, {none, "MAKEFILES", false},
+		{none, "OPENSSL_CONF", false}, {none, "LD_PRELOAD", false}, {none, "LANG", false},
+		{some, "LANG", true}, {some, "LC_ALL", true}, {some, "MYAPP_MODE", true},
+		{some, "LANGUAGE", false}, {some, "MYAPP", false}, {some, "TAR_OPTIONS", false},
+		{some, "MAKEFLAGS", false}, {some, "MAKEFILES", false}, {some, "OPENSSL_CONF", false},
+		{some, "LD_PRELOAD", false}, {some, "PATH", false}, {some, "DEN_RUN", false},
+		{some, "BASH_FUNC_x%%", false}, {some, "", false},
+		{Policy{EnvAllow: []string{"DEN*"}}, "DEN_RUN", false},
+	}
+	for _, tc := range cases {
+		env, err := tc.p.environment(map[string]string{tc.name: "x"})
+		if tc.allowed && (err != nil || !strings.Contains(strings.Join(env, " "), tc.name+"=x")) {
+			t.Errorf("env_allow %v: %s refused: %v", tc.p.EnvAllow, tc.name, err)
+		}
+		if !tc.allowed && (err == nil || !strings.Contains(err.Error(), "command refused") || !strings.Contains(err.Error(), tc.name)) {
+			t.Errorf("env_allow %v: %s not refused (%v)", tc.p.EnvAllow, tc.name, err)
 		}
 	}
 }
 
-func TestInterpretersNeedExplicitPermission(t *testing.T) {
-	for path, want := range map[string]bool{
-		"/usr/bin/python3.11": true, "/usr/bin/perl": true, "/bin/dash": true, "/usr/bin/env": true,
-		"/usr/bin/envsubst": false, "/usr/bin/shred": false, "/usr/bin/head": false, "/usr/bin/rsync": false,
+// Wrong types and bad values in the plugin's configuration are errors.
+func TestPolicyConfigurationErrors(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"enabled": "yes"}`:                                    "cannot unmarshal",
+		`{"allow": "/usr/bin/"}`:                                "cannot unmarshal",
+		`{"env_allow": [1]}`:                                    "cannot unmarshal",
+		`{"enabeld": true}`:                                     "unknown field",
+		`{"landlock": "maybe"}`:                                 "must be required or optional",
+		`{"env_allow": ["DEN_*"]}`:                              "den's own",
+		`{"env_allow": ["D*"]}`:                                 "den's own",
+		`{"env_allow": ["*"]}`:                                  "must be a variable name",
+		`{"env_allow": ["A-B"]}`:                                "must be a variable name",
+		`{"env": ["DEN_TASK_RUNNER_SPEC"]}`:                     "den's own",
+		`{"enabled": true}`:                                     "lists no executable",
+		`{"enabled": true, "allow": ["usr/bin/"]}`:              "absolute path",
+		`{"enabled": true, "allow": ["/usr/bin/"], "env": [1]}`: "cannot unmarshal",
 	} {
-		if got := interpreter(path); got != want {
-			t.Errorf("interpreter(%s) = %v", path, got)
+		if _, err := ParsePolicy([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", raw, err, want)
 		}
 	}
-	p := Policy{Env: []string{"PATH", "LANG"}}
-	if _, err := p.environment(map[string]string{"LANG": "x"}); err == nil {
-		t.Error("a task overrode a variable the node passes on")
+	p, err := ParsePolicy([]byte(`{"enabled": true, "allow": ["/usr/bin/"], "env_allow": ["LANG", "LC_*", "MYAPP_", "DENTIST"], "landlock": "optional"}`))
+	if err != nil || !p.Enabled || p.Landlock != LandlockOptional {
+		t.Fatalf("valid policy: %+v, %v", p, err)
 	}
-	for _, bad := range []string{"PATH", "GIT_SSH_COMMAND", "PYTHONPATH", "PERL5LIB", "JAVA_TOOL_OPTIONS", "NODE_OPTIONS"} {
-		if _, err := p.environment(map[string]string{bad: "x"}); err == nil {
-			t.Errorf("task may set %s", bad)
+}
+
+// Without Landlock the plugin runs only when the configuration says
+// landlock: optional; with Landlock it always enforces it.
+func TestLandlockMissingRefusesThePluginUnlessOptional(t *testing.T) {
+	for _, tc := range []struct {
+		landlock string
+		abi      int
+		enforce  bool
+		refused  bool
+	}{
+		{"", 0, false, true},
+		{LandlockRequired, 0, false, true},
+		{LandlockOptional, 0, false, false},
+		{"", 1, true, false},
+		{LandlockRequired, 7, true, false},
+		{LandlockOptional, 7, true, false},
+	} {
+		p := Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}
+		enforce, err := p.Boundary(tc.abi)
+		if enforce != tc.enforce || (err != nil) != tc.refused {
+			t.Errorf("landlock %q, ABI %d: enforce %v, err %v", tc.landlock, tc.abi, enforce, err)
+		}
+		if tc.refused && !strings.Contains(err.Error(), "command.landlock is optional") {
+			t.Errorf("refusal does not say how to proceed: %v", err)
 		}
 	}
 }

@@ -1,0 +1,18 @@
+// Package sandbox starts a program inside an execute boundary the kernel
+// enforces: Landlock, handling only the right to execute files, so that the
+// program and every process it starts can execute only the files and
+// directories it was given (plus the dynamic loader that exec needs), and
+// no_new_privs, so that no set-user-ID program raises its privileges.
+//
+// Landlock restricts the calling process for good, and a task runner must
+// not be restricted (in tests it is the test binary itself). So the program
+// is started through this binary: Command builds an exec.Cmd that re-executes
+// os.Executable() with the boundary in the environment variable EnvSpec;
+// Main, called first thing in main() (and in the TestMain of test binaries
+// that run programs), finds it there, restricts itself, removes EnvSpec
+// from the environment and execve(2)s the program. The pid stays the same,
+// so the process group, session and parent-death signal the caller set up
+// hold for the program.
+//
+// Reading and writing files are not restricted; neither is the network.
+package sandbox

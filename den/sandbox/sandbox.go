@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// EnvSpec is the environment variable that carries a Spec from Command to
+// Main. It never reaches the program.
+const EnvSpec = "DEN_SANDBOX"
+
+// ExitFailed is the exit code of a sandbox that could not start its
+// program (as a shell's 126: found but could not be executed).
+const ExitFailed = 126
+
+// Spec is a program and the boundary it runs in.
+type Spec struct {
+	// Path is the program's file; Args its argv, Args[0] included.
+	Path string   `json:"path"`
+	Args []string `json:"args"`
+	// Exec lists the files, and directories (at any depth), whose files
+	// may be executed. Entries that do not exist are skipped.
+	Exec []string `json:"exec"`
+	// Landlock enforces Exec with Landlock; false sets only no_new_privs
+	// (for a machine without Landlock, where the operator accepted that).
+	Landlock bool `json:"landlock"`
+}
+
+// LandlockABI returns the Landlock ABI version the running kernel offers,
+// 0 when it has none (not built in, or not enabled at boot).
+func LandlockABI() int {
+	v, err := llsys.LandlockGetABIVersion()
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// Command returns a command that runs spec's program in its boundary, with
+// environment env. The caller sets its stdio, directory and SysProcAttr as
+// for the program itself.
+func Command(spec Spec, env []string) (*exec.Cmd, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: find this binary: %w", err)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: encode: %w", err)
+	}
+	cmd := exec.Command(self)
+	if len(spec.Args) > 0 {
+		cmd.Args[0] = spec.Args[0]
+	}
+	cmd.Env = append(slices.DeleteFunc(slices.Clone(env), isSpec), EnvSpec+"="+string(b))
+	return cmd, nil
+}
+
+func isSpec(kv string) bool { return strings.HasPrefix(kv, EnvSpec+"=") }
+
+// Main returns at once unless this process was started by Command. Then it
+// enters the boundary and executes the program, and does not return: if
+// that fails it writes the reason to stderr and exits with ExitFailed.
+// Call it first thing in main, before anything else runs.
+func Main() {
+	raw, ok := os.LookupEnv(EnvSpec)
+	if !ok {
+		return
+	}
+	err := enter(raw)
+	fmt.Fprintf(os.Stderr, "den: sandbox: %v\n", err)
+	os.Exit(ExitFailed)
+}
+
+func enter(raw string) error {
+	var spec Spec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return fmt.Errorf("decode %s: %w", EnvSpec, err)
+	}
+	if spec.Path == "" || len(spec.Args) == 0 {
+		return errors.New("no program given")
+	}
+	env := slices.DeleteFunc(os.Environ(), isSpec)
+	if spec.Landlock {
+		paths := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...))
+		execute := landlock.AccessFSSet(llsys.AccessFSExecute)
+		cfg, err := landlock.NewConfig(execute)
+		if err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+		// RestrictPaths sets no_new_privs too, on every thread.
+		if err := cfg.RestrictPaths(landlock.PathAccess(execute, paths...).IgnoreIfMissing()); err != nil {
+			return fmt.Errorf("landlock: %w", err)
+		}
+	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	// execve replaces every thread, and the program inherits the calling
+	// thread's restrictions, which RestrictPaths gave all of them.
+	err := syscall.Exec(spec.Path, spec.Args, env)
+	return fmt.Errorf("execute %s: %w", spec.Path, err)
+}
+
+// loaderGlobs are where dynamic loaders live on Linux distributions.
+var loaderGlobs = []string{
+	"/lib/ld-linux*.so*", "/lib64/ld-linux*.so*", "/lib/ld-musl-*.so*", "/lib/*/ld-linux*.so*",
+	"/usr/lib/ld-linux*.so*", "/usr/lib64/ld-linux*.so*", "/usr/lib/*/ld-linux*.so*", "/lib/ld64.so*", "/lib64/ld64.so*",
+}
+
+// Loaders returns the dynamic loaders programs need to be executed: the
+// ELF interpreters named by those of paths that are ELF files, and the
+// loaders found in the usual places. The kernel opens a program's loader
+// for execution, so the boundary must let it be executed.
+func Loaders(paths ...string) []string {
+	var out []string
+	for _, p := range paths {
+		if interp := interpreter(p); interp != "" && !slices.Contains(out, interp) {
+			out = append(out, interp)
+		}
+	}
+	for _, g := range loaderGlobs {
+		matches, _ := filepath.Glob(g)
+		for _, m := range matches {
+			if !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// interpreter returns the PT_INTERP of an ELF file, or "".
+func interpreter(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				return ""
+			}
+			return strings.TrimRight(string(b), "\x00")
+		}
+	}
+	return ""
+}
