@@ -75,6 +75,13 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"json without mongohost", "config.json", "{\"database\": \"d\"}", "mongohost must be a string"},
 		{"json activequeues not a list", "config.json", "{\"mongohost\": \"h\", \"database\": \"d\", \"activequeues\": \"q\"}", "activequeues must be an array"},
 		{"bad uri", "den.yaml", "mongo:\n  uri: http://x/\n", "not a mongodb:// URI"},
+		{"command.enabled not a boolean", "den.yaml", "command:\n  enabled: \"yes\"\n", "command.enabled must be true or false"},
+		{"command.allow not a list of strings", "den.yaml", "command:\n  allow: [1]\n", "command.allow must be a list of strings"},
+		{"command.env_allow not a list", "den.yaml", "command:\n  env_allow: 5\n", "command.env_allow must be a list of strings"},
+		{"command.landlock unknown", "den.yaml", "command:\n  landlock: sometimes\n", "command.landlock \"sometimes\" must be required or optional"},
+		{"command.landlock not a string", "den.yaml", "command:\n  landlock: false\n", "command.landlock must be required or optional"},
+		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots must be a positive number of bytes"},
+		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output 0 must be a positive"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,5 +139,35 @@ func TestRunnerUserOnlyForTheFilesURI(t *testing.T) {
 	}
 	if c.MongoURI != "mongodb://other:27017/" || c.RunnerURI != c.MongoURI {
 		t.Fatalf("node %s runner %s", c.MongoURI, c.RunnerURI)
+	}
+}
+
+// The command plugin's keys and max_output, with their defaults, from the
+// file and from the environment.
+func TestCommandAndMaxOutputKeys(t *testing.T) {
+	c, err := Load(write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 {
+		t.Fatalf("defaults: max_output %d, command %+v", c.MaxOutput, c.Command)
+	}
+	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n")
+	c, err = Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" {
+		t.Fatalf("file: max_output %d, command %+v", c.MaxOutput, c.Command)
+	}
+	t.Setenv("DEN_MAX_OUTPUT", "4096")
+	t.Setenv("DEN_COMMAND_ENABLED", "false")
+	t.Setenv("DEN_COMMAND_ENV_ALLOW", "MYAPP_")
+	c, err = Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxOutput != 4096 || c.Command.Enabled || strings.Join(c.Command.EnvAllow, ",") != "MYAPP_" {
+		t.Fatalf("environment: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -141,5 +142,22 @@ func TestOutputCapStopsCommand(t *testing.T) {
 	}
 	if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !strings.Contains(stderr, "passed max_output (100000 bytes)") {
 		t.Fatalf("status %d stderr %q", st, stderr)
+	}
+}
+
+// The program runs with no_new_privs (a set-user-ID program cannot raise
+// its privileges), and the sandbox's own variable never reaches it: its
+// environment is exactly what the policy gives.
+func TestProgramRunsWithNoNewPrivsAndOnlyItsEnvironment(t *testing.T) {
+	t.Parallel()
+	raw := runTask(t, sh, bson.D{{Key: "shell", Value: "grep NoNewPrivs /proc/self/status; env"}, {Key: "env", Value: bson.D{{Key: "GREETING", Value: "hi"}}}})
+	lines := strings.Split(strings.TrimSpace(text(t, raw, "stdout")), "\n")
+	if len(lines) == 0 || lines[0] != "NoNewPrivs:\t1" {
+		t.Fatalf("stdout %q: no_new_privs is not set", lines)
+	}
+	env := slices.DeleteFunc(lines[1:], func(l string) bool { return strings.HasPrefix(l, "PWD=") }) // dash sets PWD
+	slices.Sort(env)
+	if want := []string{"GREETING=hi", "PATH=" + os.Getenv("PATH")}; !slices.Equal(env, want) {
+		t.Fatalf("environment %q, want %q", env, want)
 	}
 }

@@ -15,20 +15,24 @@
 //
 // Security: anyone who can write to the tasks collection could run programs
 // on every node, so the plugin is off unless the node's configuration
-// enables it (a node with it off does not serve its queues), and then runs
-// only the executables the configuration allows: explicit paths, or
-// directories whose executables (at any depth) are allowed. Symbolic links
-// are resolved before the check. The program does not inherit the
-// runner's environment, except the variables the configuration lists; a
-// task may set variables of its own, except those that change how
-// programs are loaded or started (LD_*, BASH_ENV, ENV, ...). A refused task
-// fails with the reason in stderr.
+// enables it (a node with it off does not serve its queues). The task's
+// program must be allowed (command.allow: files, or directories at any
+// depth; symbolic links resolved), and the program and everything it starts
+// run inside an execute boundary the kernel enforces (Landlock, see
+// den/sandbox): they can execute only what command.allow allows, plus the
+// dynamic loader, with no_new_privs set. Where the kernel has no Landlock
+// the plugin stays off unless command.landlock is optional. The program
+// does not inherit the runner's environment, except the variables
+// command.env lists; a task may set only the variables command.env_allow
+// lists, and never DEN_*. A refused task fails with the reason in stderr.
 //
 // Node configuration (den YAML):
 //
 //	command:
 //	  enabled: true
-//	  allow: [/usr/local/bin/, /opt/jobs/run.sh]
-//	  shell: false        # allow the shell parameter (/bin/sh must be allowed too)
-//	  env: [PATH, LANG]   # inherited from the node's environment
+//	  allow: [/usr/local/bin/jobs/, /usr/bin/rsync]
+//	  shell: false            # allow the shell parameter (/bin/sh must be allowed too)
+//	  env: [PATH, LANG]       # inherited from the node's environment
+//	  env_allow: [LC_*, JOBS_] # what tasks may set: names, or prefixes ending in * or _
+//	  landlock: required      # or optional
 package command
