@@ -55,15 +55,6 @@ func runNode(ctx context.Context, cfg config.Config) error {
 	for _, w := range cfg.Warnings {
 		log.Warn(w)
 	}
-	client, err := connect(cfg.MongoURI, "den")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		client.Disconnect(dctx)
-	}()
 	commandPolicy, err := json.Marshal(cfg.Command)
 	if err != nil {
 		return fmt.Errorf("command policy: %w", err)
@@ -73,6 +64,15 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	policy.LogBoundary(log, sandbox.LandlockABI())
+	client, err := connect(cfg.MongoURI, "den")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		client.Disconnect(dctx)
+	}()
 	node, err := den.New(den.Config{
 		Name:           cfg.Node,
 		Interval:       cfg.Interval,
