@@ -45,6 +45,9 @@ const (
 	envNodeName     = "DEN_TEST_NODE_NAME"
 	envNodeRunLog   = "DEN_TEST_NODE_RUNNER_LOG"
 	envHandOverWait = "DEN_TEST_HANDOVER_WAIT" // milliseconds
+	// envNodeDefaults makes the node role use the production intervals
+	// (loop, sweeps, rescue) instead of the tests' fast ones.
+	envNodeDefaults = "DEN_TEST_NODE_DEFAULTS"
 )
 
 func nodeRole() int {
@@ -55,6 +58,9 @@ func nodeRole() int {
 	}
 	log, _ := zap.NewDevelopment()
 	cfg := runnerConfig(os.Getenv(envNodeName), os.Getenv(envNodeURI), os.Getenv(envNodeDB), os.Getenv(envNodeRunLog))
+	if os.Getenv(envNodeDefaults) != "" {
+		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery = 0, 0, 0
+	}
 	if ms, _ := strconv.Atoi(os.Getenv(envHandOverWait)); ms > 0 {
 		cfg.BeforeHandOver = func(bson.ObjectID) {
 			fmt.Println("claimed") // the test waits for this line

@@ -24,6 +24,9 @@ type RunnerInfo struct {
 	// epoch, so that a pid reused by another process is told apart.
 	Started int64  `bson:"started"`
 	Host    string `bson:"host"`
+	// At is when the run started the task (the runner's clock): the end
+	// of the wait from insert to start.
+	At time.Time `bson:"at,omitempty"`
 	// Beat is when the runner last said it is alive; it beats while its
 	// task runs, so a stopped node's runners are not taken for dead.
 	Beat time.Time `bson:"beat,omitempty"`

@@ -1,9 +1,28 @@
 #!/usr/bin/env bash
-# Runs den's benchmarks: claim throughput and GridFS streaming, against the
-# embedded server (or DEN_TEST_MONGODB_URI). Compare runs with benchstat:
+# Runs den's benchmarks against the embedded server:
+#  - BenchmarkCost (den/cost_bench_test.go): what one node costs the
+#    database, counted at the wire, for 1, 50 and 500 queues: commands per
+#    idle second, commands and new connections per Demo task, tasks/s
+#    against the floor of a bare client on the same server in the same run,
+#    insert-to-start latency, node RSS. Prints a markdown table.
+#  - BenchmarkClaim and BenchmarkWrite: claim throughput, GridFS streaming.
+# Compare runs with benchstat:
 #   scripts/bench.sh > old.txt; ...; scripts/bench.sh > new.txt
 #   go run golang.org/x/perf/cmd/benchstat@latest old.txt new.txt
+# DEN_BENCH_TASKS sets the tasks per cost run (default 200); COUNT the runs
+# of the micro-benchmarks (default 5); ONLY=cost or ONLY=micro picks one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${COUNT:-5}
-go test -run '^$' -bench . -benchmem -count "$count" ./queue/ ./gridfs/
+if [ "${ONLY:-}" != micro ]; then
+  table=$(mktemp)
+  trap 'rm -f "$table"' EXIT
+  DEN_BENCH_TABLE=$table go test -run '^$' -bench 'BenchmarkCost' -benchtime 1x -timeout 60m ./den/
+  echo
+  echo "| queues | idle commands/s | commands/task | new connections/task | tasks/s | floor tasks/s (den's share) | insert-to-start p50 / p99 ms (slot free) | node RSS MiB | node CPU % |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  cat "$table"
+fi
+if [ "${ONLY:-}" != cost ]; then
+  go test -run '^$' -bench 'BenchmarkClaim|BenchmarkWrite' -benchmem -count "$count" ./queue/ ./gridfs/
+fi

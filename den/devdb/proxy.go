@@ -33,6 +33,62 @@ type proxy struct {
 	wg       sync.WaitGroup
 	connsMu  sync.Mutex
 	conns    map[net.Conn]struct{}
+
+	statsMu sync.Mutex
+	stats   Stats
+}
+
+// Stats counts what clients sent through the proxy: for benchmarks, which
+// need the cost of a workload at the wire.
+type Stats struct {
+	// Connections is how many client connections were accepted.
+	Connections int64
+	// Commands counts requests by command name (the first key of the
+	// command document), handshakes (hello) included.
+	Commands map[string]int64
+}
+
+// Total is the number of commands, handshakes included.
+func (s Stats) Total() int64 {
+	var n int64
+	for _, c := range s.Commands {
+		n += c
+	}
+	return n
+}
+
+// Sub returns the counts of s since earlier.
+func (s Stats) Sub(earlier Stats) Stats {
+	out := Stats{Connections: s.Connections - earlier.Connections, Commands: map[string]int64{}}
+	for k, v := range s.Commands {
+		if d := v - earlier.Commands[k]; d != 0 {
+			out.Commands[k] = d
+		}
+	}
+	return out
+}
+
+func (p *proxy) count(name string, conn bool) {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	if p.stats.Commands == nil {
+		p.stats.Commands = map[string]int64{}
+	}
+	if conn {
+		p.stats.Connections++
+		return
+	}
+	p.stats.Commands[name]++
+}
+
+func (p *proxy) snapshot() Stats {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	out := Stats{Connections: p.stats.Connections, Commands: map[string]int64{}}
+	for k, v := range p.stats.Commands {
+		out.Commands[k] = v
+	}
+	return out
 }
 
 func newProxy(ln net.Listener, upstream string) *proxy {
@@ -81,6 +137,7 @@ func (p *proxy) track(c net.Conn, add bool) {
 
 func (p *proxy) handle(ctx context.Context, client net.Conn) {
 	defer client.Close()
+	p.count("", true)
 	p.track(client, true)
 	defer p.track(client, false)
 	var d net.Dialer
@@ -112,7 +169,9 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 // Handshakes (hello, isMaster) change nothing and skip the lock, so that
 // the driver's monitoring never waits behind a command.
 func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
-	if !isHandshake(req) {
+	name := commandName(req)
+	p.count(name, false)
+	if !handshake(name) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 	}
@@ -159,35 +218,41 @@ func moreToCome(msg []byte) bool {
 		binary.LittleEndian.Uint32(msg[headerLen:])&flagMoreToCome != 0
 }
 
-// isHandshake reports whether msg is a hello/isMaster command (OP_MSG with
-// the command first in its body section, or a legacy OP_QUERY).
-func isHandshake(msg []byte) bool {
+// commandName returns the name of the command in msg (OP_MSG with the
+// command first in its body section, or a legacy OP_QUERY), or "".
+func commandName(msg []byte) string {
 	var doc []byte
 	switch opCode(msg) {
 	case opMsg:
 		if len(msg) < headerLen+5 || msg[headerLen+4] != 0 {
-			return false
+			return ""
 		}
 		doc = msg[headerLen+5:]
 	case 2004: // OP_QUERY: flags, cstring collection, skip, return, document
 		rest := msg[headerLen+4:]
 		i := bytes.IndexByte(rest, 0)
 		if i < 0 || len(rest) < i+9 {
-			return false
+			return ""
 		}
 		doc = rest[i+9:]
 	default:
-		return false
+		return ""
 	}
 	if len(doc) < 6 {
-		return false
+		return ""
 	}
 	name := doc[5:]
 	end := bytes.IndexByte(name, 0)
 	if end < 0 {
-		return false
+		return ""
 	}
-	switch string(name[:end]) {
+	return string(name[:end])
+}
+
+// handshake reports whether a command is a hello/isMaster, which changes
+// nothing.
+func handshake(name string) bool {
+	switch name {
 	case "hello", "isMaster", "ismaster":
 		return true
 	}

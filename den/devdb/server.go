@@ -28,12 +28,23 @@ type Config struct {
 
 // Server is a running embedded database.
 type Server struct {
-	uri  string
-	done chan struct{}
+	uri    string
+	direct string
+	proxy  *proxy
+	done   chan struct{}
 }
 
 // URI is the mongodb:// URI clients use.
 func (s *Server) URI() string { return s.uri }
+
+// DirectURI reaches FerretDB without the proxy: its commands are not
+// counted in Stats, and are not serialized with the others, so it is only
+// for inserts and reads that need no atomicity (a benchmark's own
+// bookkeeping).
+func (s *Server) DirectURI() string { return s.direct }
+
+// Stats returns what clients have sent through URI so far.
+func (s *Server) Stats() Stats { return s.proxy.snapshot() }
 
 // Done is closed when the server has stopped.
 func (s *Server) Done() <-chan struct{} { return s.done }
@@ -83,6 +94,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	host := ln.Addr().String()
 	s.uri = "mongodb://" + host + "/"
 	p := newProxy(ln, upstream)
+	s.proxy, s.direct = p, "mongodb://"+upstream+"/"
 	go func() {
 		defer close(s.done)
 		defer cancel()

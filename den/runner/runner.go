@@ -208,6 +208,7 @@ func (t *run) start(ctx context.Context) (bool, error) {
 	sctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	now := t.now()
+	t.info.At = now
 	var ok bool
 	err := t.Retry.Retry(sctx, func(ctx context.Context) error {
 		var err error

@@ -1,0 +1,278 @@
+package den_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/process"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/den/devdb"
+	"github.com/den-project/den/plugins/demo"
+	"github.com/den-project/den/queue"
+)
+
+// BenchmarkCost measures what one node costs the database, counted at the
+// wire by the embedded server's proxy (the benchmark's own commands go
+// around it): commands per idle second, commands and new connections per
+// completed Demo task (maxthreads 4), tasks per second, insert-to-start
+// latency when a slot is free, and the node's RSS and CPU (its average
+// since start, runners not included); and, in the same run on the same
+// server, the floor: a bare client with 4 workers doing only what a Demo
+// task needs (claim, start, report insert, finish, count_todo).
+//
+// scripts/bench.sh runs it and prints a markdown table (DEN_BENCH_TABLE).
+// DEN_BENCH_TASKS sets the number of tasks (default 200).
+func BenchmarkCost(b *testing.B) {
+	for _, queues := range []int{1, 50, 500} {
+		b.Run(fmt.Sprintf("queues=%d", queues), func(b *testing.B) {
+			for range b.N {
+				benchCost(b, queues)
+			}
+		})
+	}
+}
+
+type costResult struct {
+	queues                   int
+	tasks                    int
+	idlePerSec, perTask      float64
+	connsPerTask             float64
+	tasksPerSec, floorPerSec float64
+	p50, p99                 time.Duration
+	rssMiB, cpuPercent       float64
+	topIdle, topTask         string
+}
+
+func benchCost(b *testing.B, queues int) {
+	tasks := 200
+	if n, err := fmt.Sscan(os.Getenv("DEN_BENCH_TASKS"), &tasks); n != 1 || err != nil || tasks <= 0 {
+		tasks = 200
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv, err := devdb.Start(ctx, devdb.Config{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	direct, err := mongo.Connect(options.Client().ApplyURI(srv.DirectURI()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer direct.Disconnect(context.Background())
+	db := direct.Database("bench")
+	var demoQueue bson.ObjectID
+	for i := range queues {
+		// Every queue is a Demo queue the node serves; all but the last
+		// stay empty.
+		id := dentest.Queue(b, db, fmt.Sprintf("q%03d", i), demo.Name, 4, "fifo")
+		if i == queues-1 {
+			demoQueue = id
+		}
+	}
+
+	node := benchNode(b, srv.URI(), "bench")
+	time.Sleep(5 * time.Second) // start-up: indexes, first passes, counts
+	before := srv.Stats()
+	const idleWindow = 10 * time.Second
+	time.Sleep(idleWindow)
+	idle := srv.Stats().Sub(before)
+	r := costResult{queues: queues, tasks: tasks}
+	r.idlePerSec = float64(idle.Total()) / idleWindow.Seconds()
+	r.topIdle = top(idle)
+
+	before = srv.Stats()
+	start := time.Now()
+	insertTasks(b, db, demoQueue, tasks)
+	dentest.Eventually(b, 10*time.Minute, "every task done", func() bool {
+		n, _ := db.Collection("tasks").CountDocuments(context.Background(), bson.D{{Key: "status", Value: 1}})
+		return n == int64(tasks)
+	})
+	took := time.Since(start)
+	work := srv.Stats().Sub(before)
+	r.perTask = float64(work.Total()) / float64(tasks)
+	r.connsPerTask = float64(work.Connections) / float64(tasks)
+	r.tasksPerSec = float64(tasks) / took.Seconds()
+	r.topTask = top(work)
+	r.p50, r.p99 = startLatency(b, db, demoQueue)
+	if p, err := process.NewProcess(int32(node.Process.Pid)); err == nil {
+		if m, err := p.MemoryInfo(); err == nil {
+			r.rssMiB = float64(m.RSS) / (1 << 20)
+		}
+		created, err1 := p.CreateTime()
+		times, err2 := p.Times()
+		if err1 == nil && err2 == nil {
+			r.cpuPercent = 100 * (times.User + times.System) / time.Since(time.UnixMilli(created)).Seconds()
+		}
+	}
+	node.Process.Kill()
+	node.Wait()
+
+	r.floorPerSec = floor(b, srv.URI(), db, tasks)
+
+	b.ReportMetric(r.idlePerSec, "idle-cmds/s")
+	b.ReportMetric(r.perTask, "cmds/task")
+	b.ReportMetric(r.connsPerTask, "conns/task")
+	b.ReportMetric(r.tasksPerSec, "tasks/s")
+	b.ReportMetric(r.floorPerSec, "floor-tasks/s")
+	b.ReportMetric(float64(r.p50.Milliseconds()), "p50-start-ms")
+	b.ReportMetric(float64(r.p99.Milliseconds()), "p99-start-ms")
+	b.ReportMetric(r.rssMiB, "node-RSS-MiB")
+	b.ReportMetric(r.cpuPercent, "node-CPU-%")
+	b.Logf("idle commands over %s: %s", idleWindow, r.topIdle)
+	b.Logf("commands for %d tasks: %s", tasks, r.topTask)
+	if file := os.Getenv("DEN_BENCH_TABLE"); file != "" {
+		appendRow(b, file, r)
+	}
+}
+
+// benchNode starts this test binary as a node with production intervals.
+func benchNode(b *testing.B, uri, name string) *exec.Cmd {
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), dentest.EnvRole+"=node", envNodeURI+"="+uri, envNodeDB+"=bench",
+		envNodeName+"="+name, envNodeRunLog+"="+filepath.Join(b.TempDir(), "runners.log"), envNodeDefaults+"=1")
+	log, err := os.Create(filepath.Join(b.TempDir(), "node.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// insertTasks inserts n Demo tasks, as a shell user would, with the
+// queue's counts.
+func insertTasks(b *testing.B, db *mongo.Database, qid bson.ObjectID, n int) {
+	docs := make([]any, n)
+	now := time.Now()
+	for i := range docs {
+		docs[i] = bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: queue.StatusQueued}, {Key: "node", Value: queue.Unclaimed},
+			{Key: "parameters", Value: bson.D{{Key: "commands", Value: "a"}}}, {Key: "ctime", Value: now}, {Key: "mtime", Value: now},
+			{Key: "stdout", Value: nil}, {Key: "stderr", Value: nil}}
+	}
+	if _, err := db.Collection("tasks").InsertMany(context.Background(), docs); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := db.Collection("queues").UpdateOne(context.Background(), bson.D{{Key: "_id", Value: qid}},
+		bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: n}, {Key: "count_total", Value: n}}}}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// latencyTasks is how many tasks startLatency inserts, one at a time.
+const latencyTasks = 20
+
+// startLatency inserts tasks one at a time, each once the one before has
+// finished (so a slot is free), and returns the p50 and p99 of the time
+// from a task's insert (ctime) to the start of its runner.
+func startLatency(b *testing.B, db *mongo.Database, qid bson.ObjectID) (p50, p99 time.Duration) {
+	var lat []time.Duration
+	for range latencyTasks {
+		if _, err := db.Collection("tasks").DeleteMany(context.Background(), bson.D{{Key: "status", Value: 1}}); err != nil {
+			b.Fatal(err)
+		}
+		insertTasks(b, db, qid, 1)
+		var raw bson.Raw
+		dentest.Eventually(b, time.Minute, "the task done", func() bool {
+			var err error
+			raw, err = db.Collection("tasks").FindOne(context.Background(), bson.D{{Key: "status", Value: 1}}).Raw()
+			return err == nil
+		})
+		ctime, ok1 := raw.Lookup("ctime").TimeOK()
+		at, ok2 := raw.Lookup("runner", "at").TimeOK()
+		if ok1 && ok2 {
+			lat = append(lat, at.Sub(ctime))
+		}
+	}
+	if len(lat) == 0 {
+		return 0, 0
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
+}
+
+// floor is the tasks per second of a bare client with 4 workers doing only
+// what a Demo task needs, through the same server.
+func floor(b *testing.B, uri string, bookkeeping *mongo.Database, n int) float64 {
+	qid := dentest.Queue(b, bookkeeping, "floor", "Floor", 4, "fifo")
+	insertTasks(b, bookkeeping, qid, n)
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer client.Disconnect(context.Background())
+	db := client.Database("bench")
+	tasks, queues, reports := db.Collection("tasks"), db.Collection("queues"), db.Collection(demo.ReportsCollection)
+	ctx := context.Background()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				raw, err := tasks.FindOneAndUpdate(ctx,
+					bson.D{{Key: "node", Value: queue.Unclaimed}, {Key: "status", Value: queue.StatusQueued}, {Key: "queue", Value: qid}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "floor"}, {Key: "status", Value: queue.StatusClaimed}, {Key: "mtime", Value: time.Now()}}}},
+					options.FindOneAndUpdate().SetSort(bson.D{{Key: "_id", Value: 1}}).SetReturnDocument(options.After)).Raw()
+				if err != nil {
+					return // no more tasks
+				}
+				id := raw.Lookup("_id").ObjectID()
+				tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: queue.StatusClaimed}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: queue.StatusRunning}, {Key: "mtime", Value: time.Now()}}}})
+				reports.InsertOne(ctx, bson.D{{Key: "task_id", Value: id}, {Key: "status", Value: "SUCCESS"}})
+				tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: queue.StatusRunning}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1}, {Key: "stdout", Value: "a\n"}, {Key: "stderr", Value: ""}, {Key: "mtime", Value: time.Now()}}}})
+				queues.UpdateOne(ctx, bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -1}}}})
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// top lists the commands of s, most frequent first.
+func top(s devdb.Stats) string {
+	type kv struct {
+		k string
+		v int64
+	}
+	var all []kv
+	for k, v := range s.Commands {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	var parts []string
+	for _, e := range all {
+		parts = append(parts, fmt.Sprintf("%s %d", e.k, e.v))
+	}
+	return fmt.Sprintf("%d connections; ", s.Connections) + strings.Join(parts, ", ")
+}
+
+func appendRow(b *testing.B, file string, r costResult) {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "| %d | %.1f | %.1f | %.2f | %.1f | %.1f (%.0f %%) | %d / %d | %.0f | %.1f |\n",
+		r.queues, r.idlePerSec, r.perTask, r.connsPerTask, r.tasksPerSec, r.floorPerSec, 100*r.tasksPerSec/r.floorPerSec,
+		r.p50.Milliseconds(), r.p99.Milliseconds(), r.rssMiB, r.cpuPercent)
+}
