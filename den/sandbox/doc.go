@@ -6,13 +6,19 @@
 //
 // Landlock restricts the calling process for good, and a task runner must
 // not be restricted (in tests it is the test binary itself). So the program
-// is started through this binary: Command builds an exec.Cmd that re-executes
-// os.Executable() with the boundary in the environment variable EnvSpec;
-// Main, called first thing in main() (and in the TestMain of test binaries
-// that run programs), finds it there, restricts itself, removes EnvSpec
-// from the environment and execve(2)s the program. The pid stays the same,
+// is started through this binary: Command builds an exec.Cmd that
+// re-executes it (/proc/self/exe) with the boundary in the environment
+// variable EnvSpec; Main, called first thing in main() (and in the TestMain
+// of test binaries that run programs), finds it there, restricts itself,
+// removes EnvSpec from the environment and execve(2)s the program. The pid stays the same,
 // so the process group, session and parent-death signal the caller set up
 // hold for the program.
 //
 // Reading and writing files are not restricted; neither is the network.
+//
+// Limit: the dynamic loader must be executable for any dynamically linked
+// program to start, and run as a program (ld-linux-x86-64.so.2 FILE) it
+// loads any ELF file it can read, which Landlock's execute right does not
+// cover. A program that can run commands with arguments of its caller's
+// choosing can therefore run any readable ELF program this way.
 package sandbox

@@ -25,6 +25,9 @@ const EnvSpec = "DEN_SANDBOX"
 // program (as a shell's 126: found but could not be executed).
 const ExitFailed = 126
 
+// selfExe names the running binary (Linux).
+const selfExe = "/proc/self/exe"
+
 // Spec is a program and the boundary it runs in.
 type Spec struct {
 	// Path is the program's file; Args its argv, Args[0] included.
@@ -52,15 +55,14 @@ func LandlockABI() int {
 // environment env. The caller sets its stdio, directory and SysProcAttr as
 // for the program itself.
 func Command(spec Spec, env []string) (*exec.Cmd, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: find this binary: %w", err)
-	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode: %w", err)
 	}
-	cmd := exec.Command(self)
+	// /proc/self/exe, read by the child before it executes, is this very
+	// binary even when its file was replaced or removed since (an upgrade
+	// while tasks run).
+	cmd := exec.Command(selfExe)
 	if len(spec.Args) > 0 {
 		cmd.Args[0] = spec.Args[0]
 	}
