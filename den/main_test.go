@@ -84,7 +84,7 @@ func nodeRole() int {
 // runnerConfig is a node configuration whose runners are this test binary.
 func runnerConfig(name, uri, database, runnerLog string) den.Config {
 	exe, _ := os.Executable()
-	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}})
+	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional})
 	return den.Config{
 		Name:         name,
 		Interval:     100 * time.Millisecond,

@@ -28,7 +28,7 @@ func TestCommandOutputStreamsWithBoundedMemory(t *testing.T) {
 	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "command", Value: bson.A{"/usr/bin/head", "-c", strconv.Itoa(size), "/dev/zero"}}})[0]
 	dentest.Claim(t, db, id, "n")
-	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/usr/bin/head"}})
+	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/usr/bin/head"}, Landlock: command.LandlockOptional})
 	env, err := runner.Spec{URI: dentest.URI(), Database: db.Name(), Node: "n", Task: id.Hex(), Plugin: command.Name, GFS: "auto", PluginConfig: policy}.Env()
 	if err != nil {
 		t.Fatal(err)
