@@ -37,7 +37,9 @@ type Plugin interface {
 // Env is what the task runner gives a plugin besides the task.
 type Env struct {
 	// Stdout and Stderr receive the task's output. Writes are never
-	// partial unless storage has failed for good.
+	// partial unless storage has failed for good. Each keeps at most the
+	// task's max_output bytes: past it, writes succeed but are discarded,
+	// ctx is cancelled and the task fails.
 	Stdout io.Writer
 	Stderr io.Writer
 	// DB is the Disbatch database, for plugins that record results of

@@ -7,7 +7,9 @@
 // A runner moves its task from claimed (-1) to running (0) only if the task
 // is still claimed by its node, runs the plugin, checks the result (the
 // status must be a positive integer), stores stdout and stderr (in the task
-// document or in Disbatch's GridFS, per the gfs setting), records the status
+// document or in Disbatch's GridFS, per the gfs setting; each stream at most
+// max_output bytes, past which the plugin is stopped and the task fails),
+// records the status
 // and decrements the queue's count_todo. Its final writes are retried until
 // they land. If the task changed under it (reaped, rescued, deleted), its
 // output is still stored in GridFS under metadata.task_id and the conflict is
