@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestResolve(t *testing.T) {
@@ -153,6 +157,29 @@ func TestLandlockMissingRefusesThePluginUnlessOptional(t *testing.T) {
 		}
 		if tc.refused && !strings.Contains(err.Error(), "command.landlock is optional") {
 			t.Errorf("refusal does not say how to proceed: %v", err)
+		}
+	}
+}
+
+// At start the node says what holds: an error when the plugin stays off
+// for want of Landlock, a warning naming what is not enforced when it runs
+// without it, nothing alarming when Landlock enforces the boundary.
+func TestLogBoundarySaysWhatIsNotEnforced(t *testing.T) {
+	for _, tc := range []struct {
+		landlock string
+		abi      int
+		level    zapcore.Level
+		has      string
+	}{
+		{LandlockRequired, 0, zapcore.ErrorLevel, "NOT enabled"},
+		{LandlockOptional, 0, zapcore.WarnLevel, "can execute anything on this machine"},
+		{LandlockRequired, 7, zapcore.InfoLevel, "Landlock enforces"},
+	} {
+		core, logs := observer.New(zapcore.DebugLevel)
+		Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), tc.abi)
+		all := logs.All()
+		if len(all) != 1 || all[0].Level != tc.level || !strings.Contains(all[0].Message, tc.has) {
+			t.Errorf("landlock %s, ABI %d: logged %v", tc.landlock, tc.abi, all)
 		}
 	}
 }
