@@ -19,8 +19,8 @@ if [ "${ONLY:-}" != micro ]; then
   trap 'rm -f "$table"' EXIT
   DEN_BENCH_TABLE=$table go test -run '^$' -bench 'BenchmarkCost' -benchtime 1x -timeout 60m ./den/
   echo
-  echo "| queues | idle commands/s | commands/task | new connections/task | tasks/s | floor tasks/s (den's share) | insert-to-start p50 / p99 ms (slot free) | node RSS MiB | node CPU % |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  echo "| queues | tasks done | idle commands/s | commands/task | new connections/task | tasks/s | floor tasks/s (den's share) | insert-to-start p50 / p99 ms (slot free) | node RSS MiB | node CPU % |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   cat "$table"
 fi
 if [ "${ONLY:-}" != cost ]; then
