@@ -57,6 +57,9 @@ func start(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffe
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	stdout, stderr := newBuffer(), newBuffer()
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// A task runner the node started may outlive it and hold its output
+	// pipes; Wait must not wait for it forever.
+	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
