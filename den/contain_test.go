@@ -13,8 +13,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/den"
-	"github.com/den-project/den/den/contain"
 	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/plugins/command"
 )
 

@@ -40,26 +40,21 @@ func (n *Node) cancel(ctx context.Context, queues map[bson.ObjectID]queue.Queue)
 		return err
 	}
 	live := map[bson.ObjectID]bool{}
-	for _, doc := range tasks {
-		id, ok := doc.Lookup("_id").ObjectIDOK()
-		if !ok {
-			continue
-		}
-		st, _ := doc.Lookup("status").AsInt64OK()
-		if st == queue.StatusClaimed {
-			if ok, err := n.store.CancelUnstarted(ctx, id, n.cfg.Name, now); err != nil {
+	for _, task := range tasks {
+		if task.Status == queue.StatusClaimed {
+			if ok, err := n.store.CancelUnstarted(ctx, task.ID, n.cfg.Name, now); err != nil {
 				return err
 			} else if ok {
-				n.log.Info("cancelled a claimed task before its runner started it", zap.String("task_id", id.Hex()))
+				n.log.Info("cancelled a claimed task before its runner started it", zap.String("task_id", task.ID.Hex()))
 			}
 			continue
 		}
-		r, ok := queue.RunnerOf(doc)
-		if !ok || !n.onThisHost(r) {
+		r := task.Runner
+		if r == nil || !n.onThisHost(*r) {
 			continue
 		}
 		live[r.Token] = true
-		if err := n.stopRunner(ctx, id, doc, r, queues, now); err != nil {
+		if err := n.stopRunner(ctx, task, queueOf(task, queues), now); err != nil {
 			return err
 		}
 	}
@@ -77,17 +72,14 @@ func (n *Node) cancel(ctx context.Context, queues map[bson.ObjectID]queue.Queue)
 // stopRunner sends SIGTERM to a cancelled task's runner group once, then
 // SIGKILL once its grace time is over, recording -5 itself if the runner
 // could not. Only a process proven to be this task's runner is signalled.
-func (n *Node) stopRunner(ctx context.Context, id bson.ObjectID, doc bson.Raw, r queue.RunnerInfo, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+func (n *Node) stopRunner(ctx context.Context, task queue.Task, q *queue.Queue, now time.Time) error {
+	id, r := task.ID, *task.Runner
 	log := n.log.With(zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	n.cancelMu.Lock()
 	deadline, signalled := n.cancelling[r.Token]
 	n.cancelMu.Unlock()
 	if !signalled {
-		qid, _ := doc.Lookup("queue").ObjectIDOK()
-		grace := queue.TaskOptions(doc, queues[qid].Raw).MaxTermination
-		if grace == 0 {
-			grace = n.cfg.MaxTermination
-		}
+		grace := n.grace(task, q)
 		// The runner gives the work grace to stop, then kills it and records
 		// the result; the node's own SIGKILL is only for a runner that hangs.
 		deadline = now.Add(grace + 10*time.Second)
@@ -108,11 +100,13 @@ func (n *Node) stopRunner(ctx context.Context, id bson.ObjectID, doc bson.Raw, r
 		return err
 	}
 	if ok {
-		if isRunnerOf(r, id) {
-			syscall.Kill(-r.PID, syscall.SIGKILL)
+		switch {
+		case !isRunnerOf(r, id):
+			log.Warn("cancelled task's runner did not record a result in time and is gone: recorded -5")
+		case syscall.Kill(-r.PID, syscall.SIGKILL) == nil:
 			log.Warn("cancelled task's runner did not stop in time: recorded -5 and sent SIGKILL to its process group")
-		} else {
-			log.Warn("cancelled task's runner did not record a result in time: recorded -5")
+		default:
+			log.Warn("cancelled task's runner did not stop in time: recorded -5; its process group was already gone")
 		}
 		n.stopLeftovers(ctx, id, r, 0)
 	}
@@ -182,59 +176,113 @@ func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
 	return false
 }
 
+// grace is how long a task's run gets between SIGTERM and SIGKILL.
+func (n *Node) grace(task queue.Task, q *queue.Queue) time.Duration {
+	if g := task.Options(q).MaxTermination; g > 0 {
+		return g
+	}
+	return n.cfg.MaxTermination
+}
+
 // rescueDeadRunners rescues this node's running tasks whose runner process
 // is gone, for example after the node itself was restarted. Live runners
 // are left alone. A runner recorded on another host under this node's name
 // (the node moved, as a container does) counts as gone once it has not
-// beaten for dead_node_after.
+// beaten for dead_node_after. A task this node's name holds at 0 with no
+// runner recorded was not started by a den runner (a writer set it by
+// hand, or a node of another kind shares the name); it is rescued once
+// its mtime is dead_node_after old, so that it cannot hold its queue's
+// slot for ever.
 func (n *Node) rescueDeadRunners(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
 	tasks, err := n.store.Mine(ctx, n.cfg.Name, false)
 	if err != nil {
 		return err
 	}
 	now := n.now()
-	for _, doc := range tasks {
-		st, _ := doc.Lookup("status").AsInt64OK()
-		r, ok := queue.RunnerOf(doc)
-		if st != queue.StatusRunning || !ok {
+	for _, task := range tasks {
+		if task.Status != queue.StatusRunning {
 			continue
 		}
+		r := task.Runner
 		switch {
-		case n.onThisHost(r) && !alive(r):
-			n.rescueWith(ctx, doc, queueDoc(doc, queues), fmt.Sprintf("task runner (pid %d) is gone", r.PID))
-		case !n.onThisHost(r) && now.Sub(r.LastSign()) > n.cfg.DeadNodeAfter:
-			n.rescueWith(ctx, doc, queueDoc(doc, queues), fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339)))
+		case r == nil:
+			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
+				continue
+			}
+			n.rescueWith(ctx, task, queueOf(task, queues), fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter))
+		case n.onThisHost(*r) && !alive(*r):
+			n.rescueWith(ctx, task, queueOf(task, queues), fmt.Sprintf("task runner (pid %d) is gone", r.PID))
+		case !n.onThisHost(*r) && now.Sub(r.LastSign()) > n.cfg.DeadNodeAfter:
+			n.rescueWith(ctx, task, queueOf(task, queues), fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339)))
 		}
 	}
 	return nil
 }
 
-// rescueDeadNodes rescues the claimed and running tasks of nodes that have
-// not written their node document for DeadNodeAfter. A stopped node's
-// runners keep working (KillMode=process), so a running task is rescued
-// only when its runner has not beaten for DeadNodeAfter either. Several live
-// nodes may do this at once: each task's rescue is conditional, so it
-// happens once.
-func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
-	now := n.now()
-	dead, err := n.store.DeadNodes(ctx, n.cfg.Name, now.Add(-n.cfg.DeadNodeAfter))
+// rescueStaleClaims rescues this node's claims that no runner took up
+// within orphan_age: a retry when retries are left, else orphaned (-6).
+func (n *Node) rescueStaleClaims(ctx context.Context, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+	stale, err := n.store.StaleClaims(ctx, n.cfg.Name, now.Add(-n.cfg.OrphanAge))
 	if err != nil {
 		return err
 	}
-	for _, name := range dead {
-		tasks, err := n.store.NodeTasks(ctx, name)
+	for _, task := range stale {
+		n.rescueWith(ctx, task, queueOf(task, queues), fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge))
+	}
+	return nil
+}
+
+// rescueDeadNodes rescues the claimed and running tasks of nodes that have
+// not written their node document for DeadNodeAfter, and of node names
+// that have no node document at all (a writer's typo, a node of another
+// kind, a document deleted by hand) once the task's mtime is that old. A
+// stopped node's runners keep working (KillMode=process), so a running task
+// is rescued only when its runner has not beaten for DeadNodeAfter either.
+// Several live nodes may do this at once: each task's rescue is
+// conditional, so it happens once.
+func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
+	now := n.now()
+	seen, err := n.store.NodesSeen(ctx)
+	if err != nil {
+		return err
+	}
+	holders, err := n.store.ClaimingNodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, holder := range holders {
+		name, isName := holder.StringValueOK()
+		if isName && name == n.cfg.Name {
+			continue
+		}
+		last, known := seen[name]
+		if isName && known && now.Sub(last) <= n.cfg.DeadNodeAfter {
+			continue // alive
+		}
+		label := name
+		if !isName {
+			label = holder.String()
+		}
+		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, n.cfg.DeadNodeAfter)
+		if !isName || !known {
+			why = fmt.Sprintf("claimed under node %s, which has no node document", label)
+		}
+		tasks, err := n.store.NodeTasks(ctx, holder)
 		if err != nil {
 			return err
 		}
 		counts := map[int]int{}
-		for _, doc := range tasks {
-			if r, ok := queue.RunnerOf(doc); ok && now.Sub(r.LastSign()) < n.cfg.DeadNodeAfter {
+		for _, task := range tasks {
+			if r := task.Runner; r != nil && now.Sub(r.LastSign()) < n.cfg.DeadNodeAfter {
 				continue // its runner is still at work
 			}
-			counts[n.rescueWith(ctx, doc, queueDoc(doc, queues), fmt.Sprintf("node %s stopped updating its node document (dead for %s)", name, n.cfg.DeadNodeAfter))]++
+			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
+				continue // give a node that has just started time to write its document
+			}
+			counts[n.rescueWith(ctx, task, queueOf(task, queues), why)]++
 		}
 		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
-			n.log.Warn("rescued the tasks of a dead node", zap.String("dead_node", name),
+			n.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
 				zap.Int("orphaned", counts[queue.StatusOrphaned]), zap.Int("retried", counts[queue.StatusQueued]), zap.Int("cancelled", counts[queue.StatusCancelled]))
 		}
 	}
@@ -242,24 +290,24 @@ func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]que
 }
 
 // rescue rescues one task, reading its queue's settings.
-func (n *Node) rescue(ctx context.Context, doc bson.Raw, reason string) int {
-	qid, _ := doc.Lookup("queue").ObjectIDOK()
-	qdoc, err := n.store.QueueDoc(ctx, qid)
+func (n *Node) rescue(ctx context.Context, task queue.Task, reason string) int {
+	q, err := n.store.QueueDoc(ctx, task.Queue)
 	if err != nil {
 		n.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
 		return 0
 	}
-	return n.rescueWith(ctx, doc, qdoc, reason)
+	return n.rescueWith(ctx, task, q, reason)
 }
 
-// queueDoc returns the document of a task's queue from the queues read
-// this pass, or nil.
-func queueDoc(task bson.Raw, queues map[bson.ObjectID]queue.Queue) bson.Raw {
-	qid, _ := task.Lookup("queue").ObjectIDOK()
-	return queues[qid].Raw
+// queueOf returns a task's queue from the queues read this pass, or nil.
+func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue {
+	if q, ok := queues[task.Queue]; ok {
+		return &q
+	}
+	return nil
 }
 
-// rescueWith rescues one task with its queue's settings (qdoc may be nil)
+// rescueWith rescues one task with its queue's settings (q may be nil)
 // and returns the task's new status, or 0 when someone else got there
 // first.
 //
@@ -267,21 +315,17 @@ func queueDoc(task bson.Raw, queues map[bson.ObjectID]queue.Queue) bson.Raw {
 // killed with its group, then whatever the run left is stopped (see
 // leftovers.go), so that a retry never overlaps it. The count goes into
 // the task's history (leftover_processes).
-func (n *Node) rescueWith(ctx context.Context, doc, qdoc bson.Raw, reason string) int {
-	id, _ := doc.Lookup("_id").ObjectIDOK()
+func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, reason string) int {
+	id := task.ID
 	leftovers := 0
-	if r, ok := queue.RunnerOf(doc); ok && n.onThisHost(r) {
-		n.killHungRunner(id, r)
-		grace := queue.TaskOptions(doc, qdoc).MaxTermination
-		if grace == 0 {
-			grace = n.cfg.MaxTermination
-		}
+	if r := task.Runner; r != nil && n.onThisHost(*r) {
+		n.killHungRunner(id, *r)
 		var busy bool
-		if leftovers, busy = n.stopLeftovers(ctx, id, r, grace); busy {
+		if leftovers, busy = n.stopLeftovers(ctx, id, *r, n.grace(task, q)); busy {
 			return 0 // another pass is stopping this run, and rescues it after
 		}
 	}
-	st, err := n.store.Rescue(ctx, doc, qdoc, reason, leftovers, n.now())
+	st, err := n.store.Rescue(ctx, task, q, reason, leftovers, n.now())
 	switch {
 	case err != nil:
 		n.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))

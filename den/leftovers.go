@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
-	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/queue"
 )
 

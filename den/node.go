@@ -14,7 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
-	"github.com/den-project/den/den/backoff"
+	"github.com/den-project/den/den/internal/backoff"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
@@ -94,6 +94,8 @@ type Node struct {
 	offset     int           // rotates which queue claims first
 	lastSweep  time.Time
 	lastRescue time.Time
+	// lastBeat is when a pass last wrote the node document (UnixNano).
+	lastBeat atomic.Int64
 
 	// startFailures counts runners in a row that exited before starting
 	// their task; claiming pauses until pausedUntil.
@@ -134,16 +136,16 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		cfg.Interval = time.Second
 	}
 	if cfg.OrphanAge <= 0 {
-		cfg.OrphanAge = 5 * time.Minute
+		cfg.OrphanAge = queue.DefaultOrphanAge
 	}
 	if cfg.SweepEvery <= 0 {
 		cfg.SweepEvery = 30 * time.Second
 	}
 	if cfg.MaxTermination <= 0 {
-		cfg.MaxTermination = 10 * time.Second
+		cfg.MaxTermination = queue.DefaultGrace
 	}
 	if cfg.DeadNodeAfter <= 0 {
-		cfg.DeadNodeAfter = 5 * time.Minute
+		cfg.DeadNodeAfter = queue.DefaultDeadNodeAfter
 	}
 	if cfg.RescueEvery <= 0 {
 		cfg.RescueEvery = 10 * time.Second
@@ -205,6 +207,9 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
+	n.lastBeat.Store(n.now().UnixNano())
+	stopAlive := n.keepAlive(ctx)
+	defer stopAlive()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -251,13 +256,60 @@ func (n *Node) start(ctx context.Context) error {
 			n.log.Warn("MongoDB unreachable; retrying with backoff until it answers", zap.Error(err))
 		}
 	})
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err() // stopped while waiting: MongoDB's answer was the cancellation
+	}
 	if err != nil {
 		return fmt.Errorf("wait for MongoDB: %w", err)
 	}
 	if waited {
 		n.log.Info("MongoDB reachable")
 	}
+	// Claims of this node's earlier life were never handed to a runner
+	// that still exists (a runner moves its claim to 0 before anything
+	// else, and fails to if the claim is gone): put them back now rather
+	// than orphan them after orphan_age.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	released, err := n.store.ReleaseClaims(cctx, n.cfg.Name, n.now())
+	switch {
+	case err != nil:
+		n.log.Warn("could not put back the claims of this node's earlier run; they are rescued after orphan_age", zap.Error(err))
+	case released > 0:
+		n.log.Warn("put back tasks this node had claimed before it restarted, never started", zap.Int64("count", released))
+	}
 	return nil
+}
+
+// keepAlive writes the node document's timestamp when no pass has written
+// it for two intervals (a pass slowed by a large document or a slow
+// server), so that other nodes do not take this one for dead. Normally it
+// writes nothing. The returned func stops it.
+func (n *Node) keepAlive(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(n.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			now := n.now()
+			if now.Sub(time.Unix(0, n.lastBeat.Load())) < 2*n.cfg.Interval {
+				continue
+			}
+			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := n.store.Alive(actx, n.cfg.Name, now); err == nil {
+				n.lastBeat.Store(now.UnixNano())
+			}
+			acancel()
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // shutdown writes the node document one last time.

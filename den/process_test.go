@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 )
 
@@ -162,25 +163,121 @@ func TestBadInput(t *testing.T) {
 	dentest.Eventually(t, time.Minute, "fix noticed", func() bool { return n.logs.FilterMessage("queue problem cleared").Len() == 1 })
 }
 
-// A node reaps its own orphans: tasks it claimed long ago that no runner
-// started, whatever kind of mtime they carry.
-func TestNodeReapsItsOrphans(t *testing.T) {
+// Every state a dead or misbehaving writer can leave a task in is
+// resolved by a running node:
+//   - its own claims that no runner started within orphan_age are rescued,
+//     whatever kind of mtime they carry: retried when retries are left
+//     (history says why), else orphaned (-6);
+//   - claims of a node name that has no node document are rescued the same
+//     way once their mtime is dead_node_after old;
+//   - a task at 0 under its own name with no runner recorded is rescued
+//     after dead_node_after, so the task queued behind it runs;
+//   - a live node's claims are left alone.
+func TestNodeResolvesStuckTasks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "Not::Here", 1, "fifo")
-	old := time.Now().Add(-10 * time.Minute)
-	ids := []bson.ObjectID{bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()}
-	db.Collection("tasks").InsertMany(ctx, []any{
-		bson.D{{Key: "_id", Value: ids[0]}, {Key: "queue", Value: qid}, {Key: "status", Value: -1}, {Key: "node", Value: "n"}, {Key: "mtime", Value: old}},
-		bson.D{{Key: "_id", Value: ids[1]}, {Key: "queue", Value: qid}, {Key: "status", Value: -1}, {Key: "node", Value: "n"}, {Key: "mtime", Value: old.Unix()}},
-		bson.D{{Key: "_id", Value: ids[2]}, {Key: "queue", Value: qid}, {Key: "status", Value: -1}, {Key: "node", Value: "other"}, {Key: "mtime", Value: old}},
-	})
-	startNode(t, db, "n")
-	dentest.Eventually(t, time.Minute, "orphans reaped", func() bool {
-		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -6}}) == 2
-	})
-	if st, _ := dentest.Task(t, db, ids[2]).Lookup("status").AsInt64OK(); st != -1 {
-		t.Fatal("reaped another node's task")
+	busy := dentest.Queue(t, db, "busy", sleepPlugin, 1, "fifo")
+	if _, err := db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "alive"}, {Key: "timestamp", Value: time.Now().Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
 	}
+	startNode(t, db, "n", func(c *den.Config) { c.OrphanAge = time.Minute; c.DeadNodeAfter = time.Minute })
+	// Running (past its start, which puts back its earlier claims).
+	waitPassesFrom(t, db, "n", time.Now())
+	old := time.Now().Add(-10 * time.Minute)
+	type stuck struct {
+		node   any
+		status int
+		mtime  any
+		extra  bson.E
+		want   int64
+	}
+	cases := map[string]stuck{
+		"own claim, ISODate":          {"n", -1, old, bson.E{}, -6},
+		"own claim, epoch seconds":    {"n", -1, old.Unix(), bson.E{}, -6},
+		"own claim, retries left":     {"n", -1, old, bson.E{Key: "max_retries", Value: 2}, -2},
+		"unknown node's claim":        {"ghost", -1, old, bson.E{}, -6},
+		"unknown node's running task": {"ghost", 0, old, bson.E{}, -6},
+		"non-string node":             {int32(7), 0, old, bson.E{}, -6},
+		"live node's claim":           {"alive", -1, old, bson.E{}, -1},
+		"unknown node, recent":        {"ghost", -1, time.Now().Add(time.Hour), bson.E{}, -1},
+	}
+	ids := map[string]bson.ObjectID{}
+	var docs []any
+	for name, c := range cases {
+		ids[name] = bson.NewObjectID()
+		doc := bson.D{{Key: "_id", Value: ids[name]}, {Key: "queue", Value: qid}, {Key: "status", Value: c.status}, {Key: "node", Value: c.node}, {Key: "mtime", Value: c.mtime}, {Key: "parameters", Value: bson.D{}}}
+		if c.extra.Key != "" {
+			doc = append(doc, c.extra)
+		}
+		docs = append(docs, doc)
+	}
+	// A task held at 0 under this node's name with no runner, at the head
+	// of a queue with maxthreads 1, and a task queued behind it.
+	held := bson.NewObjectID()
+	docs = append(docs, bson.D{{Key: "_id", Value: held}, {Key: "queue", Value: busy}, {Key: "status", Value: 0}, {Key: "node", Value: "n"}, {Key: "mtime", Value: old}, {Key: "parameters", Value: bson.D{}}})
+	if _, err := db.Collection("tasks").InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	behind := dentest.Tasks(t, db, busy, sleepTasks(1, 0)...)[0]
+	for name, c := range cases {
+		if c.want == int64(c.status) {
+			continue
+		}
+		dentest.Eventually(t, time.Minute, name+" resolved", func() bool { return status(t, db, ids[name]) == c.want })
+	}
+	waitFor(t, db, behind, 1)
+	if st := status(t, db, held); st != -6 {
+		t.Errorf("task held at 0 without a runner has status %d, want -6", st)
+	}
+	raw := dentest.Task(t, db, ids["own claim, retries left"])
+	if r := raw.Lookup("history", "0", "reason").StringValue(); !strings.Contains(r, "never started") {
+		t.Errorf("history of a retried stale claim says %q", r)
+	}
+	// Rescue passes that started after all that (rescue_every is 200ms):
+	// what must be left alone still is.
+	waitPassesFrom(t, db, "n", time.Now().Add(time.Second))
+	for name, c := range cases {
+		if c.want == int64(c.status) {
+			if st := status(t, db, ids[name]); st != c.want {
+				t.Errorf("%s: status %d, want it left at %d", name, st, c.want)
+			}
+		}
+	}
+}
+
+// A node restarted under the same name puts back the claims of its earlier
+// life at once: a task it had claimed, never started, with retries left or
+// not, goes back to its queue and runs.
+func TestRestartedNodeReleasesItsClaims(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo")
+	ids := dentest.Tasks(t, db, qid, sleepTasks(2, 0)...)
+	for _, id := range ids {
+		dentest.Claim(t, db, id, "n", bson.E{Key: "mtime", Value: time.Now()})
+	}
+	n := startNode(t, db, "n")
+	for _, id := range ids {
+		waitFor(t, db, id, 1)
+	}
+	if c := n.logs.FilterMessageSnippet("put back tasks this node had claimed before it restarted").Len(); c != 1 {
+		t.Errorf("release logged %d times, want once", c)
+	}
+}
+
+// waitPassesFrom waits until node has written its node document with a
+// timestamp after at: a pass started after at, so every check of an
+// earlier pass has run.
+func waitPassesFrom(t *testing.T, db *mongo.Database, node string, at time.Time) {
+	t.Helper()
+	dentest.Eventually(t, time.Minute, "a pass after "+at.Format(time.StampMilli), func() bool {
+		raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: node}}).Raw()
+		if err != nil {
+			return false
+		}
+		ts, ok := raw.Lookup("timestamp").TimeOK()
+		return ok && ts.After(at)
+	})
 }

@@ -120,12 +120,12 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 		return
 	}
 	defer n.wakeUp()
-	doc, err := n.store.Task(ctx, taskID)
-	if err != nil || doc == nil {
+	task, err := n.store.Task(ctx, taskID)
+	if err != nil || task == nil {
 		return
 	}
-	if r, ok := queue.RunnerOf(doc); ok && r.PID == pid {
-		n.rescue(ctx, doc, fmt.Sprintf("task runner (pid %d) died: %s", pid, exit))
+	if r := task.Runner; r != nil && r.PID == pid {
+		n.rescue(ctx, *task, fmt.Sprintf("task runner (pid %d) died: %s", pid, exit))
 	}
 }
 

@@ -23,9 +23,21 @@ func (n *Node) tick(ctx context.Context) {
 	// heartbeat for good.
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	started := n.now()
 	err := n.pass(pctx)
 	if ctx.Err() != nil {
 		return
+	}
+	if err != nil && pctx.Err() != nil {
+		// The pass ran out of time: slow, not necessarily unreachable.
+		if n.notes.set("slow", "") {
+			n.log.Warn("a pass took longer than its 1-minute limit; the node stays alive and goes on (large documents or a slow server?)",
+				zap.Duration("took", n.now().Sub(started)), zap.Error(err))
+		}
+		return
+	}
+	if n.notes.clear("slow") {
+		n.log.Info("passes finish in time again")
 	}
 	if err != nil {
 		if n.notes.set("outage", "") {
@@ -66,6 +78,9 @@ func (n *Node) pass(ctx context.Context) error {
 	}
 	for _, q := range queues {
 		if q.CountTodo == nil || q.CountTotal == nil {
+			if len(q.BadCounts) > 0 {
+				n.log.Warn("queue counts are not numbers: recounting them from the tasks", zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.Strings("fields", q.BadCounts))
+			}
 			if err := n.store.FillCounts(ctx, q); err != nil {
 				return err
 			}
@@ -80,6 +95,7 @@ func (n *Node) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	n.lastBeat.Store(now.UnixNano())
 	n.nodeQueues = entries
 	if problem != "" {
 		if n.notes.set("node-maxthreads", problem) {
@@ -87,14 +103,6 @@ func (n *Node) pass(ctx context.Context) error {
 		}
 	} else if n.notes.clear("node-maxthreads") {
 		n.log.Info("node document: maxthreads is valid again")
-	}
-
-	reaped, err := n.store.ReapOrphans(ctx, n.cfg.Name, now.Add(-n.cfg.OrphanAge), now)
-	if err != nil {
-		return err
-	}
-	if reaped > 0 {
-		n.log.Warn("orphaned tasks: claimed by this node but never started by a runner", zap.Int64("count", reaped), zap.Duration("older_than", n.cfg.OrphanAge))
 	}
 
 	byID := make(map[bson.ObjectID]queue.Queue, len(queues))
@@ -105,6 +113,9 @@ func (n *Node) pass(ctx context.Context) error {
 		return err
 	}
 	if now.Sub(n.lastRescue) >= n.cfg.RescueEvery {
+		if err := n.rescueStaleClaims(ctx, byID, now); err != nil {
+			return err
+		}
 		if err := n.rescueDeadRunners(ctx, byID); err != nil {
 			return err
 		}
@@ -201,8 +212,14 @@ func (n *Node) noteBadQueues(bad []queue.BadQueue) {
 	}
 }
 
-// sweep fails the malformed tasks of the served queues.
+// sweep fails the malformed tasks of the served queues, and rewrites
+// start_after and cancel values of other types (epoch seconds, date
+// strings, 1, "yes") as the ISODate or boolean the claim and cancellation
+// queries match, failing the queued tasks whose value means nothing.
 func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
+	if err := n.normalize(ctx, queues, now); err != nil {
+		return err
+	}
 	for _, q := range queues {
 		for _, kind := range queue.MalformedKinds {
 			failed, err := n.store.FailMalformed(ctx, q, kind, n.cfg.Name, now)
@@ -218,6 +235,50 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// normalize handles the tasks of the served queues whose start_after or
+// cancel the claim and cancel queries cannot match as they are.
+func (n *Node) normalize(ctx context.Context, queues []queue.Queue, now time.Time) error {
+	tasks, err := n.store.Irregular(ctx, queueIDs(queues))
+	if err != nil {
+		return err
+	}
+	fixed := 0
+	for _, t := range tasks {
+		bad := t.Unreadable()
+		if len(bad) == 0 {
+			ok, err := n.store.Normalize(ctx, t)
+			if err != nil {
+				return err
+			}
+			if ok {
+				fixed++
+			}
+			continue
+		}
+		reason := strings.Join(bad, "; ")
+		if t.Status != queue.StatusQueued {
+			if n.notes.set("irregular:"+t.ID.Hex(), reason) {
+				n.log.Warn("a claimed or running task has a field den cannot read; leaving it as it is", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
+			}
+			continue
+		}
+		ok, err := n.store.FailQueued(ctx, t, n.cfg.Name, reason, now)
+		if err != nil {
+			return err
+		}
+		if ok {
+			n.log.Warn("failed a task that cannot be run as written (reason in its stderr)", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
+			if err := n.store.DecrementTodo(ctx, t.Queue); err != nil {
+				return err
+			}
+		}
+	}
+	if fixed > 0 {
+		n.log.Info("rewrote start_after or cancel values as the ISODate or boolean they mean", zap.Int("tasks", fixed))
 	}
 	return nil
 }

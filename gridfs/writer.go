@@ -13,7 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/den-project/den/den/backoff"
+	"github.com/cenkalti/backoff/v5"
 )
 
 // Writer streams one file into a bucket. Write stores every full chunk as it
@@ -168,16 +168,19 @@ func (w *Writer) Close() error {
 func (b *Bucket) insert(ctx context.Context, coll *mongo.Collection, doc bson.D) error {
 	ctx, cancel := context.WithTimeout(ctx, b.retryFor)
 	defer cancel()
-	return backoff.Policy{Initial: 50 * time.Millisecond, Max: 5 * time.Second}.Retry(ctx, func(ctx context.Context) error {
+	policy := backoff.NewExponentialBackOff()
+	policy.InitialInterval, policy.MaxInterval = 50*time.Millisecond, 5*time.Second
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		_, err := coll.InsertOne(ctx, doc)
 		if err == nil || mongo.IsDuplicateKeyError(err) {
-			return nil
+			return struct{}{}, nil
 		}
 		if mongo.IsNetworkError(err) || mongo.IsTimeout(err) {
-			return err
+			return struct{}{}, err
 		}
-		return backoff.Permanent(err)
-	}, nil)
+		return struct{}{}, backoff.Permanent(err)
+	}, backoff.WithBackOff(policy), backoff.WithMaxElapsedTime(0))
+	return err
 }
 
 // Put stores data as one file and returns its _id.

@@ -34,6 +34,12 @@ type Plugin interface {
 	Run(ctx context.Context, task *queue.Task, env Env) (status int, err error)
 }
 
+// EnvRun is the environment variable that marks every process of a run
+// (DEN_RUN=<task id>.<run token>): den finds what a dead run left by it. A
+// plugin that starts programs keeps it in their environment (the runner's
+// own environment has it; an environment built from scratch must copy it).
+const EnvRun = "DEN_RUN"
+
 // Env is what the task runner gives a plugin besides the task.
 type Env struct {
 	// Stdout and Stderr receive the task's output. Writes are never

@@ -18,16 +18,22 @@ var unclaimed = bson.D{{Key: "$in", Value: bson.A{Unclaimed, nil}}}
 // ClaimFilter is the protocol's claim filter for one queue:
 // {node: -1, status: -2, queue: <id>}, with node null accepted as unclaimed.
 // Two conditions of den's own follow the indexed equalities, so the claim
-// still uses the {node, status, queue, _id} index: a task whose
-// start_after is in the future waits, and a cancelled one is never claimed.
-// A task without those fields is claimed exactly as Disbatch 4 claims it.
+// still uses the {node, status, queue, _id} index: start_after must be
+// unset or an ISODate not in the future, and cancel unset or false. A
+// start_after or cancel of another type (epoch seconds, a string) waits
+// until the sweep has turned it into an ISODate or a boolean, or failed
+// the task (NormalizeTasks): it is never run early, nor run cancelled. A
+// task without those fields is claimed exactly as Disbatch 4 claims it.
 func ClaimFilter(queueID bson.ObjectID, now time.Time) bson.D {
 	return bson.D{
 		{Key: "node", Value: unclaimed},
 		{Key: "status", Value: StatusQueued},
 		{Key: "queue", Value: queueID},
-		{Key: FieldStartAfter, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: now}}}}},
-		{Key: FieldCancel, Value: bson.D{{Key: "$ne", Value: true}}},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: FieldStartAfter, Value: nil}},
+			bson.D{{Key: FieldStartAfter, Value: bson.D{{Key: "$lte", Value: now}}}},
+		}},
+		{Key: FieldCancel, Value: bson.D{{Key: "$in", Value: bson.A{nil, false}}}},
 	}
 }
 
@@ -48,11 +54,18 @@ func ClaimSort(sort string) bson.D {
 // as the protocol requires, and returns its _id. It returns ok false when the
 // queue has nothing to claim.
 func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) (id bson.ObjectID, ok bool, err error) {
-	// No projection: FerretDB (the development server) does not implement
-	// one on findAndModify, and a task document is small.
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-	if sort := ClaimSort(q.Sort); sort != nil {
-		opts.SetSort(sort)
+	// Only the _id comes back (a task document may be up to 16 MiB), where
+	// the server implements a projection on findAndModify; the
+	// development server (FerretDB) does not, and gets the claim without.
+	claimOpts := func(project bool) *options.FindOneAndUpdateOptionsBuilder {
+		opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+		if project {
+			opts.SetProjection(bson.D{{Key: "_id", Value: 1}})
+		}
+		if sort := ClaimSort(q.Sort); sort != nil {
+			opts.SetSort(sort)
+		}
+		return opts
 	}
 	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "node", Value: node},
@@ -62,7 +75,12 @@ func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) 
 	var doc struct {
 		ID bson.ObjectID `bson:"_id"`
 	}
-	err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID, now), update, opts).Decode(&doc)
+	project := !s.noClaimProjection.Load()
+	err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID, now), update, claimOpts(project)).Decode(&doc)
+	if project && notImplemented(err) {
+		s.noClaimProjection.Store(true)
+		err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID, now), update, claimOpts(false)).Decode(&doc)
+	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return id, false, nil
 	}
@@ -100,4 +118,12 @@ func (s *Store) Release(ctx context.Context, taskID bson.ObjectID, node string, 
 		return false, fmt.Errorf("release task %s: %w", taskID.Hex(), err)
 	}
 	return res.ModifiedCount == 1, nil
+}
+
+// notImplemented reports whether the server refused a command option it
+// does not implement (code 238, NotImplemented): the server refused the
+// whole command, so nothing was written.
+func notImplemented(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && se.HasErrorCode(238)
 }

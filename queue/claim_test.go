@@ -153,7 +153,9 @@ func TestClaimFilter(t *testing.T) {
 	}
 }
 
-func TestReapOrphans(t *testing.T) {
+// Stale claims are found by mtime of either type; rescuing one puts it
+// back with its history when it has retries left, else orphans it.
+func TestStaleClaimsAreRescued(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	store := queue.NewStore(db)
@@ -164,7 +166,7 @@ func TestReapOrphans(t *testing.T) {
 		node   string
 		status int
 		mtime  any
-		reaped bool
+		stale  bool
 	}
 	cases := map[string]task{
 		"old date":             {"me", -1, old, true},
@@ -181,23 +183,49 @@ func TestReapOrphans(t *testing.T) {
 		_, err := db.Collection("tasks").InsertOne(ctx, bson.D{
 			{Key: "_id", Value: ids[name]}, {Key: "queue", Value: bson.NewObjectID()}, {Key: "node", Value: c.node},
 			{Key: "status", Value: c.status}, {Key: "mtime", Value: c.mtime}, {Key: "parameters", Value: bson.D{}},
+			{Key: "max_retries", Value: 1},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	n, err := store.ReapOrphans(ctx, "me", now.Add(-5*time.Minute), now)
+	stale, err := store.StaleClaims(ctx, "me", now.Add(-5*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 {
-		t.Errorf("reaped %d, want 3", n)
+	got := map[bson.ObjectID]queue.Task{}
+	for _, task := range stale {
+		got[task.ID] = task
 	}
 	for name, c := range cases {
-		st, _ := dentest.Task(t, db, ids[name]).Lookup("status").AsInt64OK()
-		if got := st == queue.StatusOrphaned; got != c.reaped {
-			t.Errorf("%s: status %d, reaped=%v want %v", name, st, got, c.reaped)
+		if _, ok := got[ids[name]]; ok != c.stale {
+			t.Errorf("%s: stale=%v, want %v", name, ok, c.stale)
 		}
+	}
+	if len(stale) != 3 {
+		t.Fatalf("%d stale claims, want 3", len(stale))
+	}
+	// The first rescue retries (max_retries 1), with the reason in history.
+	first := got[ids["old date"]]
+	if st, err := store.Rescue(ctx, first, nil, "never started", 0, now); err != nil || st != queue.StatusQueued {
+		t.Fatalf("rescue = %d, %v; want a retry (-2)", st, err)
+	}
+	raw := dentest.Task(t, db, first.ID)
+	if st, _ := raw.Lookup("status").AsInt64OK(); st != queue.StatusQueued {
+		t.Fatalf("status %d after a rescue with retries left", st)
+	}
+	if r := raw.Lookup("history", "0", "reason").StringValue(); r != "never started" {
+		t.Fatalf("history reason %q", r)
+	}
+	// The same state read twice: the second rescue changes nothing.
+	if st, err := store.Rescue(ctx, first, nil, "never started", 0, now); err != nil || st != 0 {
+		t.Fatalf("second rescue of the same state = %d, %v; want 0", st, err)
+	}
+	// No retries left: orphaned.
+	last := got[ids["old epoch int"]]
+	last.Attempts = 1
+	if st, err := store.Rescue(ctx, last, nil, "never started", 0, now); err != nil || st != queue.StatusOrphaned {
+		t.Fatalf("rescue without retries left = %d, %v; want -6", st, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Task control fields: den's own, optional, ignored by Disbatch 4 nodes.
@@ -34,7 +35,9 @@ const (
 	// and stderr (task, else queue); it can lower the node's max_output,
 	// never raise it. Past it the run is stopped and fails.
 	FieldMaxOutput = "max_output"
-	// FieldStartAfter: an ISODate before which the task is not claimed.
+	// FieldStartAfter: a time before which the task is not claimed (an
+	// ISODate; epoch seconds and date strings are turned into one by the
+	// sweep, see NormalizeTasks).
 	FieldStartAfter = "start_after"
 	// FieldAttempts counts the runs that were retried; FieldHistory lists
 	// them, one HistoryEntry each.
@@ -52,46 +55,38 @@ type Options struct {
 	Attempts       int
 }
 
-// seconds reads a non-negative number of seconds.
-func seconds(v bson.RawValue) (time.Duration, bool) {
-	f, ok := v.AsFloat64OK()
-	if !ok || f < 0 || math.IsNaN(f) || f > 1e9 {
-		return 0, false
+// Options returns the control settings of task t: its own, else its
+// queue's (q may be nil), else the defaults.
+func (t Task) Options(q *Queue) Options {
+	var qc Control
+	if q != nil {
+		qc = q.Control
 	}
-	return time.Duration(f * float64(time.Second)), true
-}
-
-// TaskOptions reads the control settings of a task; queue may be nil.
-func TaskOptions(task, queue bson.Raw) Options {
-	o := Options{RetryDelay: 10 * time.Second}
-	lookup := func(field string) bson.RawValue {
-		if v := task.Lookup(field); v.Type != 0 && v.Type != bson.TypeNull {
-			return v
-		}
-		if queue != nil {
-			return queue.Lookup(field)
-		}
-		return bson.RawValue{}
+	o := Options{RetryDelay: 10 * time.Second, Attempts: t.Attempts}
+	if d := pick(t.Control.Timeout, qc.Timeout); d != nil {
+		o.Timeout = *d
 	}
-	if d, ok := seconds(lookup(FieldTimeout)); ok {
-		o.Timeout = d
+	if n := pick(t.Control.MaxRetries, qc.MaxRetries); n != nil {
+		o.MaxRetries = *n
 	}
-	if n, ok := intValue(lookup(FieldMaxRetries)); ok && n > 0 {
-		o.MaxRetries = int(min(n, 1000))
+	if d := pick(t.Control.RetryDelay, qc.RetryDelay); d != nil {
+		o.RetryDelay = *d
 	}
-	if d, ok := seconds(lookup(FieldRetryDelay)); ok {
-		o.RetryDelay = d
+	if d := pick(t.Control.MaxTermination, qc.MaxTermination); d != nil {
+		o.MaxTermination = *d
 	}
-	if d, ok := seconds(lookup(FieldMaxTermination)); ok {
-		o.MaxTermination = d
-	}
-	if n, ok := intValue(lookup(FieldMaxOutput)); ok && n > 0 {
-		o.MaxOutput = n
-	}
-	if n, ok := intValue(task.Lookup(FieldAttempts)); ok && n > 0 {
-		o.Attempts = int(n)
+	if n := pick(t.Control.MaxOutput, qc.MaxOutput); n != nil && *n > 0 {
+		o.MaxOutput = *n
 	}
 	return o
+}
+
+// pick returns the task's setting, else the queue's.
+func pick[T any](task, queue *T) *T {
+	if task != nil {
+		return task
+	}
+	return queue
 }
 
 // RetryAt is when attempt number attempt (1 for the first retry) may start:
@@ -149,37 +144,38 @@ func (s *Store) Retry(ctx context.Context, taskID bson.ObjectID, node string, to
 
 // Rescue handles a claimed or running task whose runner or node is dead:
 // it goes back to its queue when it has retries left, else it is orphaned
-// (-6). leftovers is how many processes of the dead run the caller stopped
-// first; it is recorded in the history entry, or in the task. The update is conditional on the task being in exactly the state
-// read (same node, status and run), so that when several live nodes rescue
-// at once, one of them does it and the others change nothing. It returns
-// the status the task now has, or 0 when someone else got there first.
-func (s *Store) Rescue(ctx context.Context, task bson.Raw, queue bson.Raw, reason string, leftovers int, now time.Time) (int, error) {
-	id, _ := task.Lookup("_id").ObjectIDOK()
-	node := task.Lookup("node")
-	st, _ := intValue(task.Lookup("status"))
-	filter := bson.D{{Key: "_id", Value: id}, {Key: "node", Value: node}, {Key: "status", Value: st}}
-	if r, ok := RunnerOf(task); ok {
-		filter = append(filter, bson.E{Key: "runner.token", Value: r.Token})
+// (-6); a cancelled one is cancelled (-5). leftovers is how many processes
+// of the dead run the caller stopped first; it is recorded in the history
+// entry, or in the task. The update is conditional on the task being in
+// exactly the state read (same node, status, run and mtime), so that when
+// several live nodes rescue at once, one of them does it and the others
+// change nothing. q is the task's queue (nil: unknown). It returns the
+// status the task now has, or 0 when someone else got there first.
+func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, reason string, leftovers int, now time.Time) (int, error) {
+	if !task.StatusOK {
+		return 0, fmt.Errorf("rescue task %s: its status is not a number", task.ID.Hex())
+	}
+	filter := bson.D{{Key: "_id", Value: task.ID}, {Key: "node", Value: task.nodeRaw}, {Key: "status", Value: task.Status}}
+	if task.Runner != nil {
+		filter = append(filter, bson.E{Key: "runner.token", Value: task.Runner.Token})
 	} else {
 		filter = append(filter, bson.E{Key: "runner", Value: nil})
 	}
-	if mt := task.Lookup("mtime"); mt.Type != 0 {
-		filter = append(filter, bson.E{Key: "mtime", Value: mt})
+	if task.mtimeRaw.Type != 0 {
+		filter = append(filter, bson.E{Key: "mtime", Value: task.mtimeRaw})
 	}
-	opts := TaskOptions(task, queue)
+	opts := task.Options(q)
 	var update bson.D
 	newStatus := StatusOrphaned
-	if v, _ := task.Lookup(FieldCancel).BooleanOK(); v {
+	if task.Cancel {
 		// Cancelled, and its runner is gone: it is cancelled, not orphaned
 		// or retried.
 		update = bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}}
 		newStatus = StatusCancelled
 	} else if opts.Attempts < opts.MaxRetries {
-		nodeName, _ := node.StringValueOK()
-		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: nodeName, Status: StatusOrphaned, Reason: reason, Ended: now, Leftovers: leftovers}
-		if r, ok := RunnerOf(task); ok {
-			entry.Started = time.UnixMilli(r.Started)
+		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: task.Node, Status: StatusOrphaned, Reason: reason, Ended: now, Leftovers: leftovers}
+		if task.Runner != nil {
+			entry.Started = time.UnixMilli(task.Runner.Started)
 		}
 		update = requeue(entry, opts.RetryAt(now, opts.Attempts+1), now)
 		newStatus = StatusQueued
@@ -192,7 +188,7 @@ func (s *Store) Rescue(ctx context.Context, task bson.Raw, queue bson.Raw, reaso
 	}
 	res, err := s.tasks.UpdateOne(ctx, filter, update)
 	if err != nil {
-		return 0, fmt.Errorf("rescue task %s: %w", id.Hex(), err)
+		return 0, fmt.Errorf("rescue task %s: %w", task.ID.Hex(), err)
 	}
 	if res.MatchedCount == 0 {
 		return 0, nil
@@ -218,7 +214,7 @@ func (s *Store) CancelQueued(ctx context.Context, now time.Time) (int64, error) 
 
 // Mine returns this node's claimed and running tasks, optionally only
 // those with cancel set.
-func (s *Store) Mine(ctx context.Context, node string, cancelled bool) ([]bson.Raw, error) {
+func (s *Store) Mine(ctx context.Context, node string, cancelled bool) ([]Task, error) {
 	filter := bson.D{{Key: "node", Value: node}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}
 	if cancelled {
 		filter = append(filter, bson.E{Key: FieldCancel, Value: true})
@@ -226,20 +222,33 @@ func (s *Store) Mine(ctx context.Context, node string, cancelled bool) ([]bson.R
 	return s.findTasks(ctx, filter)
 }
 
-// NodeTasks returns the claimed and running tasks of a node.
-func (s *Store) NodeTasks(ctx context.Context, node any) ([]bson.Raw, error) {
+// NodeTasks returns the claimed and running tasks of a node (its name as
+// stored, which need not be a string).
+func (s *Store) NodeTasks(ctx context.Context, node any) ([]Task, error) {
 	return s.findTasks(ctx, bson.D{{Key: "node", Value: node}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}})
 }
 
-func (s *Store) findTasks(ctx context.Context, filter bson.D) ([]bson.Raw, error) {
-	cur, err := s.tasks.Find(ctx, filter)
+// stateFields are the fields of a task a pass needs: everything but the
+// parameters and the output, which may be large (a task document can be
+// up to 16 MiB).
+var stateFields = bson.D{{Key: "parameters", Value: 0}, {Key: "params", Value: 0}, {Key: "stdout", Value: 0}, {Key: "stderr", Value: 0}, {Key: FieldHistory, Value: 0}}
+
+// findTasks returns the tasks matching filter without their parameters and
+// output. A document without an ObjectId _id is skipped (nothing can be
+// done to it by _id).
+func (s *Store) findTasks(ctx context.Context, filter bson.D) ([]Task, error) {
+	cur, err := s.tasks.Find(ctx, filter, options.Find().SetProjection(stateFields))
 	if err != nil {
 		return nil, fmt.Errorf("find tasks: %w", err)
 	}
 	defer cur.Close(ctx)
-	var out []bson.Raw
+	var out []Task
 	for cur.Next(ctx) {
-		out = append(out, append(bson.Raw(nil), cur.Current...))
+		t, err := DecodeTask(append(bson.Raw(nil), cur.Current...))
+		if err != nil {
+			continue
+		}
+		out = append(out, t)
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("find tasks: %w", err)
@@ -272,25 +281,30 @@ func (s *Store) CancelRunning(ctx context.Context, taskID bson.ObjectID, node st
 	return res.ModifiedCount == 1, nil
 }
 
-// DeadNodes returns the names of nodes whose document was last written
-// before cutoff, other than self.
-func (s *Store) DeadNodes(ctx context.Context, self string, cutoff time.Time) ([]string, error) {
-	cur, err := s.nodes.Find(ctx, bson.D{{Key: "node", Value: bson.D{{Key: "$ne", Value: self}}}, {Key: "timestamp", Value: bson.D{{Key: "$lt", Value: cutoff}}}})
+// NodesSeen returns when each node last wrote its node document (zero
+// when its timestamp is not a date).
+func (s *Store) NodesSeen(ctx context.Context) (map[string]time.Time, error) {
+	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "timestamp", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("find dead nodes: %w", err)
+		return nil, fmt.Errorf("read node documents: %w", err)
 	}
 	defer cur.Close(ctx)
-	var out []string
+	out := map[string]time.Time{}
 	for cur.Next(ctx) {
 		if n, ok := cur.Current.Lookup("node").StringValueOK(); ok {
-			out = append(out, n)
+			at, _ := timeValue(cur.Current.Lookup("timestamp"))
+			out[n] = at
 		}
 	}
-	return out, cur.Err()
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read node documents: %w", err)
+	}
+	return out, nil
 }
 
-// QueueDoc returns a queue document, or nil.
-func (s *Store) QueueDoc(ctx context.Context, id bson.ObjectID) (bson.Raw, error) {
+// QueueDoc returns a queue, or nil when there is none. A queue document
+// that cannot be used is an error.
+func (s *Store) QueueDoc(ctx context.Context, id bson.ObjectID) (*Queue, error) {
 	raw, err := s.queues.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -298,5 +312,9 @@ func (s *Store) QueueDoc(ctx context.Context, id bson.ObjectID) (bson.Raw, error
 	if err != nil {
 		return nil, fmt.Errorf("read queue %s: %w", id.Hex(), err)
 	}
-	return raw, nil
+	q, err := ParseQueue(raw)
+	if err != nil {
+		return nil, fmt.Errorf("read queue %s: %w", id.Hex(), err)
+	}
+	return &q, nil
 }

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -81,16 +82,21 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 }
 
 // FillCounts sets count_total and count_todo of a queue where they are null
-// or missing, from the tasks collection: count_todo counts the tasks with a
-// status of 0 or less. A count someone else filled meanwhile is left as is.
+// or missing, or hold something other than a number (q.BadCounts), from the
+// tasks collection: count_todo counts the tasks with a status of 0 or less.
+// A count someone else set meanwhile is left as is.
 func (s *Store) FillCounts(ctx context.Context, q Queue) error {
 	fill := func(field string, filter bson.D) error {
 		n, err := s.tasks.CountDocuments(ctx, filter)
 		if err != nil {
 			return fmt.Errorf("count %s of queue %s: %w", field, q.ID.Hex(), err)
 		}
+		cond := bson.D{{Key: field, Value: nil}}
+		if slices.Contains(q.BadCounts, field) {
+			cond = bson.D{{Key: field, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}}}
+		}
 		_, err = s.queues.UpdateOne(ctx,
-			bson.D{{Key: "_id", Value: q.ID}, {Key: field, Value: nil}},
+			append(bson.D{{Key: "_id", Value: q.ID}}, cond...),
 			bson.D{{Key: "$set", Value: bson.D{{Key: field, Value: n}}}})
 		if err != nil {
 			return fmt.Errorf("set %s of queue %s: %w", field, q.ID.Hex(), err)

@@ -51,42 +51,35 @@ func (s *Store) Beat(ctx context.Context, taskID bson.ObjectID, node string, tok
 	return res.MatchedCount == 1, nil
 }
 
-// RunnerOf reads a task's runner field.
-func RunnerOf(task bson.Raw) (RunnerInfo, bool) {
-	var r RunnerInfo
-	doc, ok := task.Lookup("runner").DocumentOK()
-	if !ok || bson.Unmarshal(doc, &r) != nil || r.Token.IsZero() {
-		return r, false
-	}
-	return r, true
-}
-
 // Start moves a task this node claimed to running (status 0), recording
-// the runner, and returns the document as it now stands. It returns ok
-// false, and changes nothing, when the task is gone or no longer claimed by
-// node (reaped, released, deleted): a runner must then not run it.
-func (s *Store) Start(ctx context.Context, taskID bson.ObjectID, node string, runner RunnerInfo, now time.Time) (doc bson.Raw, ok bool, err error) {
+// the runner, and returns the task as it now stands. It returns ok false,
+// and changes nothing, when the task is gone or no longer claimed by node
+// (reaped, released, deleted): a runner must then not run it.
+func (s *Store) Start(ctx context.Context, taskID bson.ObjectID, node string, runner RunnerInfo, now time.Time) (task *Task, ok bool, err error) {
 	res := s.tasks.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}, {Key: "mtime", Value: now}, {Key: "runner", Value: runner}}}},
 		options.FindOneAndUpdate().SetReturnDocument(options.After))
-	doc, err = res.Raw()
+	doc, err := res.Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		// An earlier attempt may have landed with its reply lost.
-		doc, err = s.Task(ctx, taskID)
-		if err != nil || doc == nil {
+		t, err := s.Task(ctx, taskID)
+		if err != nil || t == nil {
 			return nil, false, err
 		}
-		st, _ := intValue(doc.Lookup("status"))
-		if r, ok := RunnerOf(doc); ok && r.Token == runner.Token && st == StatusRunning {
-			return doc, true, nil
+		if t.Runner != nil && t.Runner.Token == runner.Token && t.Status == StatusRunning {
+			return t, true, nil
 		}
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("start task %s: %w", taskID.Hex(), err)
 	}
-	return doc, true, nil
+	t, err := DecodeTask(doc)
+	if err != nil {
+		return nil, false, fmt.Errorf("start task %s: %w", taskID.Hex(), err)
+	}
+	return &t, true, nil
 }
 
 // Result is what a runner writes into a finished task. Stdout and Stderr are
@@ -125,13 +118,11 @@ func (s *Store) Finish(ctx context.Context, taskID bson.ObjectID, node string, t
 	}
 	// An earlier attempt may have landed with its reply lost: the task then
 	// has this run's token and the result's status.
-	doc, err := s.Task(ctx, taskID)
-	if err != nil || doc == nil {
+	t, err := s.Task(ctx, taskID)
+	if err != nil || t == nil {
 		return false, err
 	}
-	st, _ := intValue(doc.Lookup("status"))
-	ru, ok := RunnerOf(doc)
-	return ok && ru.Token == token && st == int64(r.Status), nil
+	return t.Runner != nil && t.Runner.Token == token && t.Status == r.Status, nil
 }
 
 // TooLarge reports whether err says a document would exceed MongoDB's
@@ -148,8 +139,8 @@ func TooLarge(err error) bool {
 	return err != nil && strings.Contains(strings.ToLower(err.Error()), "too large")
 }
 
-// Task returns a task document, or nil when there is none.
-func (s *Store) Task(ctx context.Context, taskID bson.ObjectID) (bson.Raw, error) {
+// Task returns a task, or nil when there is none.
+func (s *Store) Task(ctx context.Context, taskID bson.ObjectID) (*Task, error) {
 	doc, err := s.tasks.FindOne(ctx, bson.D{{Key: "_id", Value: taskID}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -157,5 +148,9 @@ func (s *Store) Task(ctx context.Context, taskID bson.ObjectID) (bson.Raw, error
 	if err != nil {
 		return nil, fmt.Errorf("read task %s: %w", taskID.Hex(), err)
 	}
-	return doc, nil
+	t, err := DecodeTask(doc)
+	if err != nil {
+		return nil, fmt.Errorf("read task %s: %w", taskID.Hex(), err)
+	}
+	return &t, nil
 }

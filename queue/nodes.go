@@ -81,3 +81,14 @@ func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, 
 	*limit = int(min(n, 1<<20))
 	return limit, "", nil
 }
+
+// Alive writes only the timestamp of the node document: the node is alive
+// while a slow pass has not yet written the whole document.
+func (s *Store) Alive(ctx context.Context, node string, now time.Time) error {
+	_, err := s.nodes.UpdateOne(ctx, bson.D{{Key: "node", Value: node}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "timestamp", Value: now}}}}, options.UpdateOne().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("update timestamp of node %s: %w", node, err)
+	}
+	return nil
+}

@@ -43,18 +43,24 @@ type Queue struct {
 	// GFS is the queue's own output storage setting (true, false, auto), or
 	// empty to use the node's.
 	GFS string
-	// CountTodo and CountTotal are nil when missing or null (the node fills
-	// them in).
+	// CountTodo and CountTotal are nil when missing, null or not a number
+	// (the node fills them in).
 	CountTodo  *int64
 	CountTotal *int64
+	// BadCounts names the count fields that hold something other than a
+	// number (a string, say): FillCounts recounts and rewrites them.
+	BadCounts []string
+	// Control holds the queue's defaults for its tasks' control settings.
+	Control Control
 	// Raw is the whole document, for settings den reads per task
 	// (timeout, max_retries, ...).
 	Raw bson.Raw
 }
 
-// ParseQueue reads a queue document. It fails only when the document cannot
-// be used at all (no ObjectId _id, no plugin name); a bad limit or sort is
-// reported in the Queue and replaced by a safe value.
+// ParseQueue reads a queue document. It fails when the document cannot be
+// used: no ObjectId _id, no plugin name, a gfs or a control setting
+// (timeout, max_retries, ...) that cannot be read. A bad limit is reported
+// in the Queue and replaced by 0; an unknown sort is the default order.
 func ParseQueue(raw bson.Raw) (Queue, error) {
 	q := Queue{Raw: raw}
 	id, ok := raw.Lookup("_id").ObjectIDOK()
@@ -99,16 +105,31 @@ func ParseQueue(raw bson.Raw) (Queue, error) {
 			q.Sort = strings.ToLower(s)
 		}
 	}
-	if g := raw.Lookup("gfs"); g.Type != 0 && g.Type != bson.TypeNull {
-		if mode, err := ParseGFS(g); err == nil {
-			q.GFS = mode
+	if g := raw.Lookup("gfs"); !absent(g) {
+		mode, err := ParseGFS(g)
+		if err != nil {
+			return q, fmt.Errorf("queue %s (%q): gfs: %w", id.Hex(), q.Name, err)
 		}
+		q.GFS = mode
 	}
-	if n, ok := intValue(raw.Lookup("count_todo")); ok {
-		q.CountTodo = &n
+	for _, c := range []struct {
+		field string
+		to    **int64
+	}{{"count_todo", &q.CountTodo}, {"count_total", &q.CountTotal}} {
+		v := raw.Lookup(c.field)
+		if absent(v) {
+			continue
+		}
+		if n, ok := intValue(v); ok {
+			*c.to = &n
+			continue
+		}
+		q.BadCounts = append(q.BadCounts, c.field)
 	}
-	if n, ok := intValue(raw.Lookup("count_total")); ok {
-		q.CountTotal = &n
+	var problems []string
+	q.Control, problems = DecodeControl(raw)
+	if len(problems) > 0 {
+		return q, fmt.Errorf("queue %s (%q): %s", id.Hex(), q.Name, strings.Join(problems, "; "))
 	}
 	return q, nil
 }

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"sync/atomic"
+
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
@@ -12,6 +14,9 @@ type Store struct {
 	queues *mongo.Collection
 	nodes  *mongo.Collection
 	config *mongo.Collection
+	// noClaimProjection is set once the server refused a projection on
+	// findAndModify (the development server does).
+	noClaimProjection atomic.Bool
 }
 
 // NewStore returns the store for a database.

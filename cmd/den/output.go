@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -65,21 +66,21 @@ func printOutput(ctx context.Context, cfg config.Config, id bson.ObjectID, field
 	if doc == nil {
 		return fmt.Errorf("no task %s in database %s", id.Hex(), cfg.Database)
 	}
-	v := doc.Lookup(field)
-	switch v.Type {
-	case bson.TypeString:
-		_, err = io.WriteString(w, v.StringValue())
+	text, file, err := doc.Output(field)
+	switch {
+	case errors.Is(err, queue.ErrNoOutput):
+		return fmt.Errorf("task %s has no %s yet (status %d, %s)", id.Hex(), field, doc.Status, queue.StatusName(doc.Status))
+	case err != nil:
+		return fmt.Errorf("task %s: %w", id.Hex(), err)
+	case file.IsZero():
+		_, err = io.WriteString(w, text)
 		return err
-	case bson.TypeObjectID:
-		r, err := gridfs.NewBucket(db, queue.GridFSPrefix).Open(ctx, v.ObjectID())
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		_, err = io.Copy(w, r)
-		return err
-	case bson.TypeNull, 0:
-		return fmt.Errorf("task %s has no %s yet (status %v)", id.Hex(), field, doc.Lookup("status"))
 	}
-	return fmt.Errorf("task %s: %s is %s, neither a string nor a GridFS file id", id.Hex(), field, v.Type)
+	r, err := gridfs.NewBucket(db, queue.GridFSPrefix).Open(ctx, file)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	_, err = io.Copy(w, r)
+	return err
 }

@@ -75,15 +75,15 @@ var defaults = map[string]any{
 	"mongo.database":       "disbatch",
 	"node":                 "",
 	"interval":             "1s",
-	"orphan_age":           "5m",
+	"orphan_age":           queue.DefaultOrphanAge.String(),
 	"activequeues":         []string{},
 	"ignorequeues":         []string{},
 	"gfs":                  "",
 	"log.level":            "info",
 	"log.format":           "auto",
 	"runner.log":           "",
-	"max_termination_time": "10s",
-	"dead_node_after":      "5m",
+	"max_termination_time": queue.DefaultGrace.String(),
+	"dead_node_after":      queue.DefaultDeadNodeAfter.String(),
 	"cgroups":              "auto",
 	"command.enabled":      false,
 	"command.allow":        []string{},
@@ -157,6 +157,31 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 }
 
 func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error) {
+	fail := func(format string, args ...any) (Config, error) {
+		msg := fmt.Sprintf(format, args...)
+		if path != "" {
+			return Config{}, fmt.Errorf("configuration (file %s, environment, flags): %s", path, msg)
+		}
+		return Config{}, fmt.Errorf("configuration: %s", msg)
+	}
+	// Keys read as text must be text (a number is taken as written): a
+	// list or a map there is a mistake, never a default.
+	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups"} {
+		switch x := v.Get(key).(type) {
+		case nil, string, int, int64, uint64, float64:
+		case bool:
+			if key != "gfs" {
+				return fail("%s must be text, not %v", key, x)
+			}
+		default:
+			return fail("%s must be a single value, not %v (%T)", key, x, x)
+		}
+	}
+	for _, key := range []string{"activequeues", "ignorequeues"} {
+		if _, err := strictList(v, key); err != nil {
+			return fail("%v", err)
+		}
+	}
 	c := Config{
 		MongoURI:     strings.TrimSpace(v.GetString("mongo.uri")),
 		Database:     strings.TrimSpace(v.GetString("mongo.database")),
@@ -167,13 +192,6 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		LogFormat:    strings.ToLower(v.GetString("log.format")),
 		RunnerLog:    v.GetString("runner.log"),
 		File:         path,
-	}
-	fail := func(format string, args ...any) (Config, error) {
-		msg := fmt.Sprintf(format, args...)
-		if path != "" {
-			return Config{}, fmt.Errorf("configuration (file %s, environment, flags): %s", path, msg)
-		}
-		return Config{}, fmt.Errorf("configuration: %s", msg)
 	}
 	var err error
 	if c.Interval, err = duration(v, "interval"); err != nil || c.Interval <= 0 {
@@ -217,8 +235,8 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	if !slices.Contains([]string{"auto", "json", "console"}, c.LogFormat) {
 		return fail("log.format %q must be auto, json or console", c.LogFormat)
 	}
-	if c.Database == "" {
-		return fail("database is empty")
+	if err := ValidDatabase(c.Database); err != nil {
+		return fail("%v", err)
 	}
 	if c.MongoURI != "" {
 		if !strings.Contains(c.MongoURI, "://") {
@@ -421,4 +439,18 @@ func knownKeys() []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// ValidDatabase checks a MongoDB database name: not empty, under 64 bytes,
+// none of the characters MongoDB refuses (/\. "$*<>:|? and NUL).
+func ValidDatabase(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("database name is empty")
+	case len(name) >= 64:
+		return fmt.Errorf("database name %q is %d bytes; MongoDB allows at most 63", name, len(name))
+	case strings.ContainsAny(name, "/\\. \"$*<>:|?\x00"):
+		return fmt.Errorf("database name %q contains a character MongoDB refuses in database names (one of /\\. \"$*<>:|?)", name)
+	}
+	return nil
 }

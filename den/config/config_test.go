@@ -82,6 +82,13 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"command.landlock not a string", "den.yaml", "command:\n  landlock: false\n", "command.landlock must be required or optional"},
 		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots must be a positive number of bytes"},
 		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output 0 must be a positive"},
+		{"node a list", "den.yaml", "node: [a, b]\n", "node must be a single value"},
+		{"command.enabled a sentence", "den.yaml", "command:\n  enabled: \"yes please\"\n", "command.enabled must be true or false"},
+		{"database with a slash", "den.yaml", "mongo:\n  database: a/b\n", "database name \"a/b\" contains a character"},
+		{"database with a dot", "den.yaml", "mongo:\n  database: bad.db\n", "database name \"bad.db\" contains a character"},
+		{"database too long", "den.yaml", "mongo:\n  database: " + strings.Repeat("d", 64) + "\n", "at most 63"},
+		{"activequeues a list of lists", "den.yaml", "activequeues: [[a]]\n", "activequeues must be a list of strings"},
+		{"gfs a list", "den.yaml", "gfs: [true]\n", "gfs must be a single value"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

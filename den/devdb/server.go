@@ -74,8 +74,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		logOut = io.Discard
 	}
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
-		Handler:   "sqlite",
+		Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Handler:  "sqlite",
 		// synchronous(normal): in WAL mode a commit no longer waits for an
 		// fsync; an application crash loses nothing, a power loss may
 		// lose the last commits. Right for a development database, and

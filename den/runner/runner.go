@@ -17,8 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap"
 
-	"github.com/den-project/den/den/backoff"
-	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/den/internal/backoff"
+	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -26,7 +26,7 @@ import (
 
 // DefaultGrace is the time between SIGTERM and SIGKILL when neither the
 // task, its queue nor the node sets max_termination_time.
-const DefaultGrace = 10 * time.Second
+const DefaultGrace = queue.DefaultGrace
 
 // Runner runs one task.
 type Runner struct {
@@ -104,7 +104,6 @@ type run struct {
 	store    *queue.Store
 	taskID   bson.ObjectID
 	info     queue.RunnerInfo
-	doc      bson.Raw
 	task     *queue.Task
 	opts     queue.Options
 	out      *outputs
@@ -173,7 +172,7 @@ const FieldLeftovers = "leftover_processes"
 // node that stopped writing its own document while its runners still work
 // is then not taken for dead with them.
 func (t *run) beat(ctx context.Context) (stop func()) {
-	every := 30 * time.Second
+	every := queue.DefaultBeat
 	if t.Spec.Beat > 0 {
 		every = time.Duration(t.Spec.Beat * float64(time.Second))
 	}
@@ -212,7 +211,7 @@ func (t *run) start(ctx context.Context) (bool, error) {
 	var ok bool
 	err := t.Retry.Retry(sctx, func(ctx context.Context) error {
 		var err error
-		t.doc, ok, err = t.store.Start(ctx, t.taskID, t.Spec.Node, t.info, now)
+		t.task, ok, err = t.store.Start(ctx, t.taskID, t.Spec.Node, t.info, now)
 		return err
 	}, func(attempt int, err error) {
 		if attempt == 1 {
@@ -226,20 +225,20 @@ func (t *run) start(ctx context.Context) (bool, error) {
 		t.log.Warn("task is no longer claimed by this node (released, reaped or deleted); not running it")
 		return false, nil
 	}
-	var queueDoc bson.Raw
-	if qid, ok := t.doc.Lookup("queue").ObjectIDOK(); ok {
+	var q *queue.Queue
+	if !t.task.Queue.IsZero() {
 		// The queue's settings (timeout, max_retries) must not be lost to
 		// a passing error.
 		err := t.Retry.Retry(sctx, func(ctx context.Context) error {
 			var err error
-			queueDoc, err = t.store.QueueDoc(ctx, qid)
+			q, err = t.store.QueueDoc(ctx, t.task.Queue)
 			return err
 		}, nil)
 		if err != nil {
 			t.log.Warn("could not read the task's queue; running without its settings", zap.Error(err))
 		}
 	}
-	t.opts = queue.TaskOptions(t.doc, queueDoc)
+	t.opts = t.task.Options(q)
 	if t.opts.MaxTermination == 0 {
 		t.opts.MaxTermination = DefaultGrace
 		if t.Spec.Grace > 0 {
@@ -256,16 +255,14 @@ func (t *run) start(ctx context.Context) (bool, error) {
 
 // execute runs the plugin, if the task can be run, and returns its status.
 func (t *run) execute(ctx context.Context) int {
-	task, parseErr := queue.ParseTask(t.doc)
-	t.task = task
 	plugin, found := t.Plugins.Lookup(t.Spec.Plugin)
 	switch {
-	case t.doc.Lookup(queue.FieldCancel).Equal(bson.RawValue{Type: bson.TypeBoolean, Value: []byte{1}}):
+	case len(t.task.Problems) > 0:
+		t.out.appendLine("den: task not run: " + strings.Join(t.task.Problems, "; "))
+		return queue.StatusFailed
+	case t.task.Cancel:
 		t.out.appendLine("den: cancelled before it started")
 		return queue.StatusCancelled
-	case parseErr != nil:
-		t.out.appendLine("den: task not run: " + parseErr.Error())
-		return queue.StatusFailed
 	case !found:
 		t.out.appendLine(fmt.Sprintf("den: task not run: no plugin %q is registered in this den binary", t.Spec.Plugin))
 		return queue.StatusFailed
@@ -410,8 +407,8 @@ func validate(status int, err error, out *outputs) int {
 // final status.
 func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	if runCtx.Err() != nil && status != queue.StatusCancelled {
-		doc, err := t.store.Task(storeCtx, t.taskID)
-		if err == nil && doc != nil && doc.Lookup(queue.FieldCancel).Equal(bson.RawValue{Type: bson.TypeBoolean, Value: []byte{1}}) {
+		task, err := t.store.Task(storeCtx, t.taskID)
+		if err == nil && task != nil && task.Cancel {
 			t.out.appendLine("den: cancelled while running")
 			status = queue.StatusCancelled
 		} else if !t.timedOut {
@@ -513,16 +510,14 @@ func (t *run) keepOrphanedOutput(ctx context.Context, result queue.Result) {
 		return err
 	})
 	fields := []zap.Field{zap.Int("status", result.Status), zap.String("stdout_file", outID.Hex()), zap.String("stderr_file", errID.Hex())}
-	doc, err := t.store.Task(ctx, t.taskID)
+	task, err := t.store.Task(ctx, t.taskID)
 	switch {
 	case err != nil:
 		fields = append(fields, zap.NamedError("read_error", err))
-	case doc == nil:
+	case task == nil:
 		fields = append(fields, zap.String("now", "deleted"))
 	default:
-		st, _ := doc.Lookup("status").AsInt64OK()
-		node, _ := doc.Lookup("node").StringValueOK()
-		fields = append(fields, zap.Int64("now_status", st), zap.String("now_node", node))
+		fields = append(fields, zap.Int("now_status", task.Status), zap.String("now_node", task.Node))
 	}
 	t.log.Warn("task changed while it ran (reaped, rescued or deleted): its state was left as is; output kept in GridFS under metadata.task_id", fields...)
 }

@@ -18,7 +18,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/plugins"
 )
 

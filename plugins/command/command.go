@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/den-project/den/den/contain"
 	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -92,8 +91,8 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	}
 	// The run marker goes last, so that nothing a task sets can replace it:
 	// it is how a node finds this run's processes if their runner dies.
-	if m, ok := os.LookupEnv(contain.EnvRun); ok {
-		environ = append(environ, contain.EnvRun+"="+m)
+	if m, ok := os.LookupEnv(plugins.EnvRun); ok {
+		environ = append(environ, plugins.EnvRun+"="+m)
 	}
 	// The program starts through den's sandbox, which confines it and all
 	// it starts to executing what command.allow allows (Landlock), then

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/den-project/den/den/contain"
+	"github.com/den-project/den/den/internal/contain"
 )
 
 // start starts sh -c script with extra environment and returns it; the

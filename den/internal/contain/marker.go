@@ -5,10 +5,13 @@ import (
 	"strings"
 
 	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/den-project/den/plugins"
 )
 
-// EnvRun is the variable that marks every process of a run.
-const EnvRun = "DEN_RUN"
+// EnvRun is the variable that marks every process of a run; plugins that
+// start programs keep it (see plugins.EnvRun).
+const EnvRun = plugins.EnvRun
 
 // Marker is the value of EnvRun for one run of a task: the task id and the
 // run's token, both hex.

@@ -1,0 +1,106 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// The claim and the cancellation queries match start_after as an ISODate
+// and cancel as a boolean. Users also write epoch seconds, date strings, 1
+// and "yes"; such tasks are found here and rewritten in the form the
+// queries match, or failed with the reason when the value means nothing.
+
+// irregular matches tasks, not finished, whose start_after or cancel is
+// set to a value of another type than the queries match.
+func irregular(queueIDs []bson.ObjectID) bson.D {
+	return bson.D{
+		{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
+		{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusQueued, StatusClaimed, StatusRunning}}}},
+		{Key: "$or", Value: bson.A{
+			bson.D{{Key: FieldStartAfter, Value: bson.D{{Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
+			bson.D{{Key: FieldCancel, Value: bson.D{{Key: "$nin", Value: bson.A{true, false, nil}}}}},
+		}},
+	}
+}
+
+// Irregular returns the unfinished tasks of the given queues whose
+// start_after is not an ISODate or whose cancel is not a boolean, without
+// their parameters and output.
+func (s *Store) Irregular(ctx context.Context, queueIDs []bson.ObjectID) ([]Task, error) {
+	if len(queueIDs) == 0 {
+		return nil, nil
+	}
+	cur, err := s.tasks.Find(ctx, irregular(queueIDs), options.Find().SetProjection(stateFields).SetLimit(1000))
+	if err != nil {
+		return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
+	}
+	defer cur.Close(ctx)
+	var out []Task
+	for cur.Next(ctx) {
+		if t, err := DecodeTask(append(bson.Raw(nil), cur.Current...)); err == nil {
+			out = append(out, t)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
+	}
+	return out, nil
+}
+
+// Unreadable returns the problems with start_after and cancel of t: what
+// makes an irregular task impossible to normalize.
+func (t Task) Unreadable() []string {
+	var out []string
+	for _, p := range t.Problems {
+		if strings.HasPrefix(p, FieldStartAfter+" ") || strings.HasPrefix(p, FieldCancel+" ") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Normalize rewrites the start_after and cancel of t as an ISODate and a
+// boolean, the values they were read as, conditional on both being still
+// as read. It reports whether it did.
+func (s *Store) Normalize(ctx context.Context, t Task) (bool, error) {
+	filter := bson.D{{Key: "_id", Value: t.ID}}
+	var set bson.D
+	if v := t.Raw.Lookup(FieldStartAfter); !absent(v) && v.Type != bson.TypeDateTime {
+		filter = append(filter, bson.E{Key: FieldStartAfter, Value: v})
+		set = append(set, bson.E{Key: FieldStartAfter, Value: t.StartAfter})
+	}
+	if v := t.Raw.Lookup(FieldCancel); !absent(v) && v.Type != bson.TypeBoolean {
+		filter = append(filter, bson.E{Key: FieldCancel, Value: v})
+		set = append(set, bson.E{Key: FieldCancel, Value: t.Cancel})
+	}
+	if len(set) == 0 {
+		return false, nil
+	}
+	res, err := s.tasks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: set}})
+	if err != nil {
+		return false, fmt.Errorf("normalize task %s: %w", t.ID.Hex(), err)
+	}
+	return res.ModifiedCount == 1, nil
+}
+
+// FailQueued fails (status 2) a queued task that can never run as it is,
+// with the reason as its stderr, conditional on its still being queued. It
+// reports whether it did; the caller counts it as done in its queue.
+func (s *Store) FailQueued(ctx context.Context, t Task, node, reason string, now time.Time) (bool, error) {
+	res, err := s.tasks.UpdateOne(ctx,
+		bson.D{{Key: "_id", Value: t.ID}, {Key: "status", Value: StatusQueued}, {Key: "node", Value: unclaimed}},
+		bson.D{{Key: "$set", Value: bson.D{
+			{Key: "status", Value: StatusFailed}, {Key: "node", Value: node},
+			{Key: "stdout", Value: ""}, {Key: "stderr", Value: "den: task not run: " + reason + "\n"},
+			{Key: "mtime", Value: now},
+		}}})
+	if err != nil {
+		return false, fmt.Errorf("fail task %s: %w", t.ID.Hex(), err)
+	}
+	return res.ModifiedCount == 1, nil
+}
