@@ -58,7 +58,9 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 0}}) == 3
 	})
 	running := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 0}})
-	node.Process.Signal(syscall.SIGKILL)
+	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	node.Wait()
 	// The runners outlive the node and finish their tasks.
 	dentest.Eventually(t, 2*time.Minute, "running tasks finished without the node", func() bool {
@@ -93,7 +95,9 @@ func TestSIGTERMPutsClaimedTaskBack(t *testing.T) {
 		t.Fatalf("task not claimed by the node: %s", raw)
 	}
 	sent := time.Now()
-	node.Process.Signal(syscall.SIGTERM)
+	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	if err := node.Wait(); err != nil {
 		t.Fatalf("node exited with %v, want 0", err)
 	}
@@ -119,18 +123,17 @@ func TestSIGTERMPutsClaimedTaskBack(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	good := dentest.Queue(t, db, "good", sleepPlugin, 2, "fifo")
 	silly := dentest.Queue(t, db, "silly", sleepPlugin, 0, "fifo")
-	db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: "lots"}}}})
-	db.Collection("queues").InsertOne(ctx, bson.D{{Key: "name", Value: "no plugin field"}})
-	db.Collection("queues").InsertOne(ctx, bson.D{{Key: "name", Value: "unknown plugin"}, {Key: "constructor", Value: "Nope::Plugin"}})
+	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: "lots"}}}})
+	dentest.Insert(t, db.Collection("queues"), bson.D{{Key: "name", Value: "no plugin field"}})
+	dentest.Insert(t, db.Collection("queues"), bson.D{{Key: "name", Value: "unknown plugin"}, {Key: "constructor", Value: "Nope::Plugin"}})
 	stringQueue, stringStatus, noParams := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
-	db.Collection("tasks").InsertMany(ctx, []any{
+	dentest.Insert(t, db.Collection("tasks"),
 		bson.D{{Key: "_id", Value: stringQueue}, {Key: "queue", Value: good.Hex()}, {Key: "status", Value: -2}, {Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}},
 		bson.D{{Key: "_id", Value: stringStatus}, {Key: "queue", Value: good}, {Key: "status", Value: "-2"}, {Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}},
 		bson.D{{Key: "_id", Value: noParams}, {Key: "queue", Value: good}, {Key: "status", Value: -2}, {Key: "node", Value: -1}},
-	})
+	)
 	okIDs := dentest.Tasks(t, db, good, sleepTasks(3, 0)...)
 	n := startNode(t, db, "n")
 	dentest.Eventually(t, time.Minute, "good tasks done", func() bool {
@@ -151,14 +154,14 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	// Several more passes: each problem is still logged exactly once.
-	time.Sleep(time.Second)
+	waitPasses(t, db, []string{"n"}, 3, 0)
 	for _, msg := range []string{"queue document skipped", "queue has a bad maxthreads", "queue skipped: no plugin"} {
 		if c := n.logs.FilterMessageSnippet(msg).Len(); c != 1 {
 			t.Errorf("%q logged %d times, want once", msg, c)
 		}
 	}
 	// Fixing the limit is logged once too.
-	db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 1}}}})
+	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 1}}}})
 	dentest.Eventually(t, time.Minute, "fix noticed", func() bool { return n.logs.FilterMessage("queue problem cleared").Len() == 1 })
 }
 
@@ -167,15 +170,14 @@ func TestBadInput(t *testing.T) {
 func TestNodeReapsItsOrphans(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "Not::Here", 1, "fifo")
 	old := time.Now().Add(-10 * time.Minute)
 	ids := []bson.ObjectID{bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()}
-	db.Collection("tasks").InsertMany(ctx, []any{
+	dentest.Insert(t, db.Collection("tasks"),
 		bson.D{{Key: "_id", Value: ids[0]}, {Key: "queue", Value: qid}, {Key: "status", Value: -1}, {Key: "node", Value: "n"}, {Key: "mtime", Value: old}},
 		bson.D{{Key: "_id", Value: ids[1]}, {Key: "queue", Value: qid}, {Key: "status", Value: -1}, {Key: "node", Value: "n"}, {Key: "mtime", Value: old.Unix()}},
 		bson.D{{Key: "_id", Value: ids[2]}, {Key: "queue", Value: qid}, {Key: "status", Value: -1}, {Key: "node", Value: "other"}, {Key: "mtime", Value: old}},
-	})
+	)
 	startNode(t, db, "n")
 	dentest.Eventually(t, time.Minute, "orphans reaped", func() bool {
 		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -6}}) == 2
