@@ -68,7 +68,7 @@ func TestCancelQueuedTask(t *testing.T) {
 	startNode(t, db, "n")
 	waitFor(t, db, ids[1], 1)
 	raw := waitFor(t, db, ids[0], -5)
-	if n, _ := db.Collection("runs").CountDocuments(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}); n != 0 {
+	if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: ids[0]}}); n != 0 {
 		t.Fatal("a cancelled queued task ran")
 	}
 	if !strings.Contains(raw.Lookup("stderr").StringValue(), "cancelled before it started") {
@@ -155,7 +155,7 @@ func TestRestartedNodeRescuesOnlyDeadRunners(t *testing.T) {
 	nodeProcess(t, db, "phoenix")
 	waitFor(t, db, ids[0], -6)
 	waitFor(t, db, ids[1], 1)
-	if n, _ := db.Collection("runs").CountDocuments(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[1]}}); n != 1 {
+	if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: ids[1]}}); n != 1 {
 		t.Fatalf("live task ran %d times", n)
 	}
 }
@@ -247,13 +247,16 @@ func TestRetriesWithHistoryAndBackoff(t *testing.T) {
 		}
 	}
 	// Backoff: retry n waits retry_delay * 2^(n-1), jittered ±20%.
-	cur, _ := db.Collection("runs").Find(dentest.Context(t), bson.D{{Key: "task_id", Value: id}}, options.Find().SetSort(bson.D{{Key: "attempt", Value: 1}}))
+	cur, err := db.Collection("runs").Find(dentest.Context(t), bson.D{{Key: "task_id", Value: id}}, options.Find().SetSort(bson.D{{Key: "attempt", Value: 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var starts []time.Time
 	for cur.Next(dentest.Context(t)) {
 		starts = append(starts, cur.Current.Lookup("started").Time())
 	}
-	if len(starts) != 3 {
-		t.Fatalf("%d runs, want 3", len(starts))
+	if err := cur.Err(); err != nil || len(starts) != 3 {
+		t.Fatalf("%d runs (%v), want 3", len(starts), err)
 	}
 	for i, minWait := range []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond} {
 		ended := h[i].Document().Lookup("ended").Time()
@@ -280,7 +283,10 @@ func TestStartAfter(t *testing.T) {
 		t.Fatal("claimed before start_after")
 	}
 	waitFor(t, db, ids[0], 1)
-	started, _ := db.Collection("runs").FindOne(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}).Raw()
+	started, err := db.Collection("runs").FindOne(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if s := started.Lookup("started").Time(); s.Before(due) {
 		t.Fatalf("started at %s, before start_after %s", s, due)
 	}

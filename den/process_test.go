@@ -72,8 +72,7 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 	nodeProcess(t, db, "victim")
 	dentest.Eventually(t, 2*time.Minute, "all tasks finished after the restart", func() bool { return countDone(t, db)() == int64(len(ids)) })
 	for _, id := range ids {
-		n, _ := db.Collection("runs").CountDocuments(dentest.Context(t), bson.D{{Key: "task_id", Value: id}})
-		if n != 1 {
+		if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: id}}); n != 1 {
 			t.Errorf("task %s ran %d times", id.Hex(), n)
 		}
 	}

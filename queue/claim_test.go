@@ -272,7 +272,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 			t.Errorf("heartbeat removed maxthreads %v", tc.set)
 		}
 	}
-	if n, _ := db.Collection("nodes").CountDocuments(ctx, bson.D{}); n != 1 {
+	if n := dentest.Count(t, db.Collection("nodes"), bson.D{}); n != 1 {
 		t.Fatalf("%d node documents, want 1", n)
 	}
 }

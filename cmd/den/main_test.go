@@ -222,12 +222,12 @@ func TestDev(t *testing.T) {
 		if err := db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "name", Value: "demo"}}).Decode(&q); err != nil {
 			t.Fatalf("round %d: no demo queue: %v", round, err)
 		}
-		if n, _ := db.Collection("queues").CountDocuments(dentest.Context(t), bson.D{}); n != 1 {
+		if n := dentest.Count(t, db.Collection("queues"), bson.D{}); n != 1 {
 			t.Fatalf("round %d: %d queues", round, n)
 		}
 		id := demoTask(t, db, q["_id"].(bson.ObjectID), "a")
 		waitStatus(t, db, id, 1)
-		if n, _ := db.Collection("tasks").CountDocuments(dentest.Context(t), bson.D{{Key: "status", Value: 1}}); n != int64(round+1) {
+		if n := dentest.Count(t, db.Collection("tasks"), bson.D{{Key: "status", Value: 1}}); n != int64(round+1) {
 			t.Fatalf("round %d: %d finished tasks, want %d (data kept between runs)", round, n, round+1)
 		}
 		client.Disconnect(context.Background())

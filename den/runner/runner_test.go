@@ -182,7 +182,10 @@ func TestOutputStorage(t *testing.T) {
 					t.Fatalf("files with metadata.task_id: %d, %v", len(files), err)
 				}
 			}
-			q, _ := s.db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.queue}}).Raw()
+			q, err := s.db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.queue}}).Raw()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if n, _ := q.Lookup("count_todo").AsInt64OK(); n != 4 {
 				t.Fatalf("count_todo %d, want 4", n)
 			}

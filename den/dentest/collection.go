@@ -43,3 +43,14 @@ func Delete(t testing.TB, coll *mongo.Collection, filter any) {
 		t.Fatalf("delete from %s: %d documents matched %v, want 1", coll.Name(), res.DeletedCount, filter)
 	}
 }
+
+// Count counts the documents of coll that filter matches, and fails the
+// test if it cannot: a count of 0 read from an error proves nothing.
+func Count(t testing.TB, coll *mongo.Collection, filter any) int64 {
+	t.Helper()
+	n, err := coll.CountDocuments(Context(t), filter)
+	if err != nil {
+		t.Fatalf("count %s: %v", coll.Name(), err)
+	}
+	return n
+}
