@@ -217,6 +217,9 @@ sleep 1000
 					return err == nil
 				})
 				pids := readPids(t, filepath.Join(dir, "pids"))
+				if len(pids) != 4 {
+					t.Fatalf("pids %v, want the first run's 4 processes", pids)
+				}
 				target := runnerPID(t, db, id)
 				if victim == "worker" {
 					target = childOf(t, target)
@@ -273,6 +276,9 @@ sleep 1000
 		return err == nil
 	})
 	pids := readPids(t, filepath.Join(dir, "pids"))
+	if len(pids) != 1 {
+		t.Fatalf("pids %v, want the run's one process", pids)
+	}
 	if err := syscall.Kill(runnerPID(t, db, id), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package den_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ func status(t *testing.T, db *mongo.Database, id bson.ObjectID) int64 {
 
 func waitFor(t *testing.T, db *mongo.Database, id bson.ObjectID, want int64) bson.Raw {
 	t.Helper()
-	dentest.Eventually(t, 2*time.Minute, "task status "+string(rune('0'+want)), func() bool { return status(t, db, id) == want })
+	dentest.Eventually(t, 2*time.Minute, fmt.Sprintf("task %s status %d", id.Hex(), want), func() bool { return status(t, db, id) == want })
 	return dentest.Task(t, db, id)
 }
 
@@ -39,9 +40,23 @@ func cancel(t *testing.T, db *mongo.Database, id bson.ObjectID) {
 	}
 }
 
+// runnerPID returns the pid a running task's runner recorded. It never
+// returns 0 or less: syscall.Kill(0, ...) would signal the test itself.
 func runnerPID(t *testing.T, db *mongo.Database, id bson.ObjectID) int {
+	t.Helper()
 	pid, _ := dentest.Task(t, db, id).Lookup("runner", "pid").AsInt64OK()
+	if pid <= 1 {
+		t.Fatalf("task %s records runner pid %d", id.Hex(), pid)
+	}
 	return int(pid)
+}
+
+// kill sends sig to pid and fails the test if it cannot.
+func kill(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatalf("kill %d with %v: %v", pid, sig, err)
+	}
 }
 
 func TestCancelQueuedTask(t *testing.T) {
@@ -53,7 +68,7 @@ func TestCancelQueuedTask(t *testing.T) {
 	startNode(t, db, "n")
 	waitFor(t, db, ids[1], 1)
 	raw := waitFor(t, db, ids[0], -5)
-	if n, _ := db.Collection("runs").CountDocuments(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}); n != 0 {
+	if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: ids[0]}}); n != 0 {
 		t.Fatal("a cancelled queued task ran")
 	}
 	if !strings.Contains(raw.Lookup("stderr").StringValue(), "cancelled before it started") {
@@ -67,13 +82,14 @@ func TestCancelRunningStubbornProgram(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
-	mark := filepath.Join(t.TempDir(), "started")
-	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: `trap "" TERM; echo started; touch ` + mark + `; while true; do sleep 1; done`}})[0]
+	ready := filepath.Join(t.TempDir(), "ready")
+	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: `trap "" TERM; echo started; touch ` + ready + `; while true; do sleep 1; done`}})[0]
 	startNode(t, db, "n")
 	waitFor(t, db, id, 0)
-	// The trap is set and the line printed (a slow machine may take a
-	// while to start the shell).
-	dentest.Eventually(t, time.Minute, "program started", func() bool { _, err := os.Stat(mark); return err == nil })
+	dentest.Eventually(t, time.Minute, "the program printed", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 	pid := runnerPID(t, db, id)
 	sent := time.Now()
 	cancel(t, db, id)
@@ -96,12 +112,12 @@ func TestKilledRunnerIsRescued(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo")
 	ids := dentest.Tasks(t, db, qid, sleepTasks(2, 60000)...)
-	db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: ids[1]}},
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[1]}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "max_retries", Value: 1}, {Key: "retry_delay", Value: 1}}}})
 	startNode(t, db, "n")
 	waitFor(t, db, ids[0], 0)
 	waitFor(t, db, ids[1], 0)
-	syscall.Kill(runnerPID(t, db, ids[0]), syscall.SIGKILL)
+	kill(t, runnerPID(t, db, ids[0]), syscall.SIGKILL)
 	raw := waitFor(t, db, ids[0], -6)
 	// The node's watch of its child ("died") or its periodic check ("is
 	// gone"), whichever sees it first.
@@ -109,8 +125,8 @@ func TestKilledRunnerIsRescued(t *testing.T) {
 		t.Errorf("orphan_reason %s", raw.Lookup("orphan_reason"))
 	}
 	// The second one had a retry left: it is run again and succeeds.
-	syscall.Kill(runnerPID(t, db, ids[1]), syscall.SIGKILL)
-	db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: ids[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "parameters.ms", Value: 0}}}})
+	kill(t, runnerPID(t, db, ids[1]), syscall.SIGKILL)
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "parameters.ms", Value: 0}}}})
 	raw = waitFor(t, db, ids[1], 1)
 	if a, _ := raw.Lookup("attempts").AsInt64OK(); a != 1 {
 		t.Errorf("attempts %d, want 1", a)
@@ -131,13 +147,15 @@ func TestRestartedNodeRescuesOnlyDeadRunners(t *testing.T) {
 	node, _ := nodeProcess(t, db, "phoenix")
 	waitFor(t, db, ids[0], 0)
 	waitFor(t, db, ids[1], 0)
-	node.Process.Signal(syscall.SIGKILL)
+	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	node.Wait()
-	syscall.Kill(runnerPID(t, db, ids[0]), syscall.SIGKILL)
+	kill(t, runnerPID(t, db, ids[0]), syscall.SIGKILL)
 	nodeProcess(t, db, "phoenix")
 	waitFor(t, db, ids[0], -6)
 	waitFor(t, db, ids[1], 1)
-	if n, _ := db.Collection("runs").CountDocuments(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[1]}}); n != 1 {
+	if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: ids[1]}}); n != 1 {
 		t.Fatalf("live task ran %d times", n)
 	}
 }
@@ -149,10 +167,9 @@ func TestRestartedNodeRescuesOnlyDeadRunners(t *testing.T) {
 func TestDeadNodeRescuedOnce(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "unserved", "Not::Here", 0, "fifo", bson.E{Key: "max_retries", Value: 1}, bson.E{Key: "retry_delay", Value: 3600})
 	old := time.Now().Add(-time.Hour)
-	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "ghost"}, {Key: "timestamp", Value: old}})
+	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "ghost"}, {Key: "timestamp", Value: old}})
 	var ids []bson.ObjectID
 	for i := range 6 {
 		id := bson.NewObjectID()
@@ -167,14 +184,16 @@ func TestDeadNodeRescuedOnce(t *testing.T) {
 			doc = append(doc, bson.E{Key: "max_retries", Value: 0})
 		}
 		doc = append(doc, bson.E{Key: "status", Value: st})
-		db.Collection("tasks").InsertOne(ctx, doc)
+		dentest.Insert(t, db.Collection("tasks"), doc)
 	}
-	fast := func(c *den.Config) { c.DeadNodeAfter = time.Minute }
+	var rescueEvery time.Duration
+	fast := func(c *den.Config) { c.DeadNodeAfter = time.Minute; rescueEvery = c.RescueEvery }
 	nodes := []running{startNode(t, db, "live1", fast), startNode(t, db, "live2", fast), startNode(t, db, "live3", fast)}
 	dentest.Eventually(t, time.Minute, "ghost's tasks rescued", func() bool {
 		return dentest.CountTasks(t, db, bson.D{{Key: "node", Value: "ghost"}}) == 2 // the two orphaned keep node ghost
 	})
-	time.Sleep(time.Second) // more passes: nothing is rescued twice
+	// Two more rescue passes of every node: nothing is rescued twice.
+	waitPasses(t, db, []string{"live1", "live2", "live3"}, 2, rescueEvery)
 	for i, id := range ids {
 		raw := dentest.Task(t, db, id)
 		st, _ := raw.Lookup("status").AsInt64OK()
@@ -228,13 +247,16 @@ func TestRetriesWithHistoryAndBackoff(t *testing.T) {
 		}
 	}
 	// Backoff: retry n waits retry_delay * 2^(n-1), jittered ±20%.
-	cur, _ := db.Collection("runs").Find(dentest.Context(t), bson.D{{Key: "task_id", Value: id}}, options.Find().SetSort(bson.D{{Key: "attempt", Value: 1}}))
+	cur, err := db.Collection("runs").Find(dentest.Context(t), bson.D{{Key: "task_id", Value: id}}, options.Find().SetSort(bson.D{{Key: "attempt", Value: 1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var starts []time.Time
 	for cur.Next(dentest.Context(t)) {
 		starts = append(starts, cur.Current.Lookup("started").Time())
 	}
-	if len(starts) != 3 {
-		t.Fatalf("%d runs, want 3", len(starts))
+	if err := cur.Err(); err != nil || len(starts) != 3 {
+		t.Fatalf("%d runs (%v), want 3", len(starts), err)
 	}
 	for i, minWait := range []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond} {
 		ended := h[i].Document().Lookup("ended").Time()
@@ -254,14 +276,17 @@ func TestStartAfter(t *testing.T) {
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo")
 	ids := dentest.Tasks(t, db, qid, sleepTasks(2, 0)...)
 	due := time.Now().Add(2 * time.Second)
-	db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "start_after", Value: due}}}})
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "start_after", Value: due}}}})
 	startNode(t, db, "n")
 	waitFor(t, db, ids[1], 1)
 	if time.Now().Before(due) && status(t, db, ids[0]) != -2 {
 		t.Fatal("claimed before start_after")
 	}
 	waitFor(t, db, ids[0], 1)
-	started, _ := db.Collection("runs").FindOne(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}).Raw()
+	started, err := db.Collection("runs").FindOne(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if s := started.Lookup("started").Time(); s.Before(due) {
 		t.Fatalf("started at %s, before start_after %s", s, due)
 	}
@@ -272,19 +297,28 @@ func TestStartAfter(t *testing.T) {
 func TestForgedRunnerIsNeverSignalled(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 0, "fifo")
 	victim := exec.Command("sleep", "30")
 	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group leader, like a runner
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
-	p, _ := process.NewProcess(int32(victim.Process.Pid))
-	started, _ := p.CreateTime()
+	// Reaped as soon as it ends, so that a killed victim shows as gone
+	// (signal 0 succeeds on a zombie).
+	exited := make(chan struct{})
+	go func() { victim.Wait(); close(exited) }()
+	t.Cleanup(func() { victim.Process.Kill(); <-exited })
+	p, err := process.NewProcess(int32(victim.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := p.CreateTime()
+	if err != nil {
+		t.Fatal(err)
+	}
 	host, _ := os.Hostname()
 	for _, pid := range []int{1, victim.Process.Pid} {
-		db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "queue", Value: qid}, {Key: "node", Value: "n"}, {Key: "status", Value: 0},
+		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: qid}, {Key: "node", Value: "n"}, {Key: "status", Value: 0},
 			{Key: "cancel", Value: true}, {Key: "parameters", Value: bson.D{}},
 			{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: pid}, {Key: "started", Value: started}, {Key: "host", Value: host}}}})
 	}
@@ -293,29 +327,41 @@ func TestForgedRunnerIsNeverSignalled(t *testing.T) {
 	dentest.Eventually(t, time.Minute, "cancels recorded", func() bool {
 		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -5}}) == 2
 	})
-	if err := victim.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Fatalf("the process named by a forged runner field was signalled: %v", err)
+	select {
+	case <-exited:
+		t.Fatalf("the process named by a forged runner field was signalled: %v", victim.ProcessState)
+	default:
+	}
+	if !liveProcess(victim.Process.Pid) {
+		t.Fatal("the process named by a forged runner field is not running")
 	}
 }
 
 // A node that stopped writing its document while its runner still works
 // (systemctl stop with KillMode=process): the runner's heartbeat keeps its
-// task from being rescued and run twice.
+// task from being rescued and run twice, pass after pass, while the same
+// node's task whose runner stopped beating is rescued (which shows that
+// the passes did look at the dead node's tasks).
 func TestStoppedNodesBeatingRunnerIsLeftAlone(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "Not::Here", 0, "fifo")
-	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "stopped"}, {Key: "timestamp", Value: time.Now().Add(-time.Hour)}})
-	id := bson.NewObjectID()
-	db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "queue", Value: qid}, {Key: "node", Value: "stopped"}, {Key: "status", Value: 0},
-		{Key: "parameters", Value: bson.D{}}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 4242}, {Key: "host", Value: "elsewhere"}, {Key: "beat", Value: time.Now()}}}})
-	n := startNode(t, db, "live", func(c *den.Config) { c.DeadNodeAfter = time.Minute })
-	time.Sleep(time.Second) // several rescue passes
-	if st := status(t, db, id); st != 0 {
+	long := time.Now().Add(-time.Hour)
+	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "stopped"}, {Key: "timestamp", Value: long}})
+	beating, silent := bson.NewObjectID(), bson.NewObjectID()
+	for id, beat := range map[bson.ObjectID]time.Time{beating: time.Now(), silent: long} {
+		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}, {Key: "queue", Value: qid}, {Key: "node", Value: "stopped"}, {Key: "status", Value: 0},
+			{Key: "parameters", Value: bson.D{}}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 4242}, {Key: "host", Value: "elsewhere"}, {Key: "beat", Value: beat}}}})
+	}
+	var rescueEvery time.Duration
+	n := startNode(t, db, "live", func(c *den.Config) { c.DeadNodeAfter = time.Minute; rescueEvery = c.RescueEvery })
+	waitFor(t, db, silent, -6)
+	waitPasses(t, db, []string{"live"}, 2, rescueEvery)
+	if st := status(t, db, beating); st != 0 {
 		t.Fatalf("a task whose runner beats was rescued: status %d", st)
 	}
-	if c := n.logs.FilterMessage("rescued the tasks of a dead node").Len(); c != 0 {
-		t.Fatalf("rescue logged %d times", c)
+	logged := n.logs.FilterMessage("rescued the tasks of a dead node").All()
+	if len(logged) != 1 || logged[0].ContextMap()["orphaned"] != int64(1) {
+		t.Fatalf("rescues logged: %v, want one line for the silent runner's task", logged)
 	}
 }

@@ -2,6 +2,7 @@ package den_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -229,6 +230,15 @@ func floor(b *testing.B, uri string, bookkeeping *mongo.Database, n int) float64
 	ctx := context.Background()
 	start := time.Now()
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error // the first write that failed: the rate would be wrong
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed == nil {
+			failed = err
+		}
+	}
 	for range 4 {
 		wg.Add(1)
 		go func() {
@@ -238,20 +248,39 @@ func floor(b *testing.B, uri string, bookkeeping *mongo.Database, n int) float64
 					bson.D{{Key: "node", Value: queue.Unclaimed}, {Key: "status", Value: queue.StatusQueued}, {Key: "queue", Value: qid}},
 					bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "floor"}, {Key: "status", Value: queue.StatusClaimed}, {Key: "mtime", Value: time.Now()}}}},
 					options.FindOneAndUpdate().SetSort(bson.D{{Key: "_id", Value: 1}}).SetReturnDocument(options.After)).Raw()
-				if err != nil {
+				if errors.Is(err, mongo.ErrNoDocuments) {
 					return // no more tasks
 				}
+				if err != nil {
+					fail(fmt.Errorf("claim: %w", err))
+					return
+				}
 				id := raw.Lookup("_id").ObjectID()
-				tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: queue.StatusClaimed}},
-					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: queue.StatusRunning}, {Key: "mtime", Value: time.Now()}}}})
-				reports.InsertOne(ctx, bson.D{{Key: "task_id", Value: id}, {Key: "status", Value: "SUCCESS"}})
-				tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: queue.StatusRunning}},
-					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1}, {Key: "stdout", Value: "a\n"}, {Key: "stderr", Value: ""}, {Key: "mtime", Value: time.Now()}}}})
-				queues.UpdateOne(ctx, bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -1}}}})
+				if _, err := tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: queue.StatusClaimed}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: queue.StatusRunning}, {Key: "mtime", Value: time.Now()}}}}); err != nil {
+					fail(fmt.Errorf("start: %w", err))
+					return
+				}
+				if _, err := reports.InsertOne(ctx, bson.D{{Key: "task_id", Value: id}, {Key: "status", Value: "SUCCESS"}}); err != nil {
+					fail(fmt.Errorf("report: %w", err))
+					return
+				}
+				if _, err := tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: queue.StatusRunning}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1}, {Key: "stdout", Value: "a\n"}, {Key: "stderr", Value: ""}, {Key: "mtime", Value: time.Now()}}}}); err != nil {
+					fail(fmt.Errorf("finish: %w", err))
+					return
+				}
+				if _, err := queues.UpdateOne(ctx, bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -1}}}}); err != nil {
+					fail(fmt.Errorf("count_todo: %w", err))
+					return
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	if failed != nil {
+		b.Fatalf("floor client: %v", failed)
+	}
 	return float64(n) / time.Since(start).Seconds()
 }
 

@@ -66,7 +66,7 @@ func TestTaskFieldsAsWritersWriteThem(t *testing.T) {
 		}
 	}
 	// Passes after all the above: the future tasks wait, as ISODates.
-	waitPassesFrom(t, db, "n", time.Now().Add(time.Second))
+	waitPasses(t, db, []string{"n"}, 2, 200*time.Millisecond)
 	for i, c := range cases {
 		if c.want != -2 {
 			continue
@@ -121,7 +121,7 @@ func TestQueueFieldsAsWritersWriteThem(t *testing.T) {
 	for _, id := range ids {
 		waitFor(t, db, id, 1)
 	}
-	waitPassesFrom(t, db, "n", time.Now().Add(time.Second))
+	waitPasses(t, db, []string{"n"}, 2, 200*time.Millisecond)
 	for i, id := range held {
 		if st := status(t, db, id); st != -2 {
 			t.Errorf("queue with %v: its task has status %d; the queue must be skipped", bad[i], st)
@@ -191,5 +191,5 @@ func TestOddTasksGetAnOutcome(t *testing.T) {
 		}
 		t.Logf("%-80s -> %d", line, st)
 	}
-	waitPassesFrom(t, db, "n", time.Now().Add(time.Second))
+	waitPasses(t, db, []string{"n"}, 2, 200*time.Millisecond)
 }

@@ -282,7 +282,7 @@ func (n *Node) start(ctx context.Context) error {
 }
 
 // keepAlive writes the node document's timestamp when no pass has written
-// it for two intervals (a pass slowed by a large document or a slow
+// it for two intervals, and at least 10 seconds, (a pass slowed by a large document or a slow
 // server), so that other nodes do not take this one for dead. Normally it
 // writes nothing. The returned func stops it.
 func (n *Node) keepAlive(ctx context.Context) (stop func()) {
@@ -299,7 +299,7 @@ func (n *Node) keepAlive(ctx context.Context) (stop func()) {
 			case <-t.C:
 			}
 			now := n.now()
-			if now.Sub(time.Unix(0, n.lastBeat.Load())) < 2*n.cfg.Interval {
+			if now.Sub(time.Unix(0, n.lastBeat.Load())) < max(2*n.cfg.Interval, 10*time.Second) {
 				continue
 			}
 			actx, acancel := context.WithTimeout(ctx, 5*time.Second)

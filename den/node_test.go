@@ -133,11 +133,19 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 		byNode[name] = dentest.CountTasks(t, db, bson.D{{Key: "node", Value: name}})
 	}
 	t.Logf("tasks per node: %v", byNode)
-	qcur, _ := db.Collection("queues").Find(ctx, bson.D{})
+	qcur, err := db.Collection("queues").Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
 	for qcur.Next(ctx) {
+		seen++
 		if todo, _ := qcur.Current.Lookup("count_todo").AsInt64OK(); todo != 0 {
 			t.Errorf("queue %s count_todo %d, want 0", qcur.Current.Lookup("name"), todo)
 		}
+	}
+	if err := qcur.Err(); err != nil || seen != queues {
+		t.Fatalf("read %d queues (%v), want %d", seen, err, queues)
 	}
 	// Each node document follows the protocol.
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
@@ -166,17 +174,16 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 func TestLimitsHold(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	qa := dentest.Queue(t, db, "a", sleepPlugin, 2, "fifo")
 	qb := dentest.Queue(t, db, "b", sleepPlugin, 3, "fifo")
 	// A later-Disbatch queue: threads caps the queue on all nodes together.
 	qg := bson.NewObjectID()
-	db.Collection("queues").InsertOne(ctx, bson.D{{Key: "_id", Value: qg}, {Key: "name", Value: "g"}, {Key: "plugin", Value: sleepPlugin}, {Key: "threads", Value: 2}})
+	dentest.Insert(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qg}, {Key: "name", Value: "g"}, {Key: "plugin", Value: sleepPlugin}, {Key: "threads", Value: 2}})
 	dentest.Tasks(t, db, qa, sleepTasks(10, 400)...)
 	dentest.Tasks(t, db, qb, sleepTasks(10, 400)...)
 	dentest.Tasks(t, db, qg, sleepTasks(10, 400)...)
 	// The operator limits node n1 to 4 tasks in all.
-	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "n1"}, {Key: "maxthreads", Value: 4}})
+	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n1"}, {Key: "maxthreads", Value: 4}})
 	startNode(t, db, "n1")
 	startNode(t, db, "n2")
 	dentest.Eventually(t, 3*time.Minute, "all tasks finished", func() bool { return countDone(t, db)() == 30 })
@@ -204,24 +211,19 @@ func TestLimitsHold(t *testing.T) {
 func TestZeroLimitsRunNothing(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	q0 := dentest.Queue(t, db, "zero", sleepPlugin, 0, "fifo")
 	q1 := dentest.Queue(t, db, "one", sleepPlugin, 1, "fifo")
 	dentest.Tasks(t, db, q0, sleepTasks(2, 0)...)
 	dentest.Tasks(t, db, q1, sleepTasks(2, 0)...)
-	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "n"}, {Key: "maxthreads", Value: 0}})
+	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n"}, {Key: "maxthreads", Value: 0}})
 	startNode(t, db, "n")
-	// Let the node make several passes.
-	dentest.Eventually(t, time.Minute, "node heartbeats", func() bool {
-		raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n"}}).Raw()
-		return err == nil && raw.Lookup("queues").Type == bson.TypeArray
-	})
-	time.Sleep(time.Second)
+	// Several passes of the node, each of which would have claimed.
+	waitPasses(t, db, []string{"n"}, 3, 0)
 	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -2}}); n != 4 {
 		t.Fatalf("%d tasks still queued, want 4 (node maxthreads 0)", n)
 	}
 	// Lift the node limit: queue one runs, queue zero still does not.
-	db.Collection("nodes").UpdateOne(ctx, bson.D{{Key: "node", Value: "n"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: nil}}}})
+	dentest.Update(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: nil}}}})
 	dentest.Eventually(t, time.Minute, "queue one done", func() bool {
 		return dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: q1}, {Key: "status", Value: 1}}) == 2
 	})
@@ -248,6 +250,9 @@ func TestQueueOrder(t *testing.T) {
 			var order []bson.ObjectID
 			for cur.Next(dentest.Context(t)) {
 				order = append(order, cur.Current.Lookup("task_id").ObjectID())
+			}
+			if err := cur.Err(); err != nil || len(order) != len(ids) {
+				t.Fatalf("%d runs recorded (%v), want %d", len(order), err, len(ids))
 			}
 			for i, got := range order {
 				want := ids[i]

@@ -59,7 +59,9 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 0}}) == 3
 	})
 	running := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 0}})
-	node.Process.Signal(syscall.SIGKILL)
+	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	node.Wait()
 	// The runners outlive the node and finish their tasks.
 	dentest.Eventually(t, 2*time.Minute, "running tasks finished without the node", func() bool {
@@ -71,8 +73,7 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 	nodeProcess(t, db, "victim")
 	dentest.Eventually(t, 2*time.Minute, "all tasks finished after the restart", func() bool { return countDone(t, db)() == int64(len(ids)) })
 	for _, id := range ids {
-		n, _ := db.Collection("runs").CountDocuments(dentest.Context(t), bson.D{{Key: "task_id", Value: id}})
-		if n != 1 {
+		if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: id}}); n != 1 {
 			t.Errorf("task %s ran %d times", id.Hex(), n)
 		}
 	}
@@ -94,7 +95,9 @@ func TestSIGTERMPutsClaimedTaskBack(t *testing.T) {
 		t.Fatalf("task not claimed by the node: %s", raw)
 	}
 	sent := time.Now()
-	node.Process.Signal(syscall.SIGTERM)
+	if err := node.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
 	if err := node.Wait(); err != nil {
 		t.Fatalf("node exited with %v, want 0", err)
 	}
@@ -120,18 +123,17 @@ func TestSIGTERMPutsClaimedTaskBack(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	good := dentest.Queue(t, db, "good", sleepPlugin, 2, "fifo")
 	silly := dentest.Queue(t, db, "silly", sleepPlugin, 0, "fifo")
-	db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: "lots"}}}})
-	db.Collection("queues").InsertOne(ctx, bson.D{{Key: "name", Value: "no plugin field"}})
-	db.Collection("queues").InsertOne(ctx, bson.D{{Key: "name", Value: "unknown plugin"}, {Key: "constructor", Value: "Nope::Plugin"}})
+	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: "lots"}}}})
+	dentest.Insert(t, db.Collection("queues"), bson.D{{Key: "name", Value: "no plugin field"}})
+	dentest.Insert(t, db.Collection("queues"), bson.D{{Key: "name", Value: "unknown plugin"}, {Key: "constructor", Value: "Nope::Plugin"}})
 	stringQueue, stringStatus, noParams := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
-	db.Collection("tasks").InsertMany(ctx, []any{
+	dentest.Insert(t, db.Collection("tasks"),
 		bson.D{{Key: "_id", Value: stringQueue}, {Key: "queue", Value: good.Hex()}, {Key: "status", Value: -2}, {Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}},
 		bson.D{{Key: "_id", Value: stringStatus}, {Key: "queue", Value: good}, {Key: "status", Value: "-2"}, {Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}},
 		bson.D{{Key: "_id", Value: noParams}, {Key: "queue", Value: good}, {Key: "status", Value: -2}, {Key: "node", Value: -1}},
-	})
+	)
 	okIDs := dentest.Tasks(t, db, good, sleepTasks(3, 0)...)
 	n := startNode(t, db, "n")
 	dentest.Eventually(t, time.Minute, "good tasks done", func() bool {
@@ -152,14 +154,14 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	// Several more passes: each problem is still logged exactly once.
-	time.Sleep(time.Second)
+	waitPasses(t, db, []string{"n"}, 3, 0)
 	for _, msg := range []string{"queue document skipped", "queue has a bad maxthreads", "queue skipped: no plugin"} {
 		if c := n.logs.FilterMessageSnippet(msg).Len(); c != 1 {
 			t.Errorf("%q logged %d times, want once", msg, c)
 		}
 	}
 	// Fixing the limit is logged once too.
-	db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 1}}}})
+	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 1}}}})
 	dentest.Eventually(t, time.Minute, "fix noticed", func() bool { return n.logs.FilterMessage("queue problem cleared").Len() == 1 })
 }
 
@@ -176,15 +178,15 @@ func TestBadInput(t *testing.T) {
 func TestNodeResolvesStuckTasks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "Not::Here", 1, "fifo")
 	busy := dentest.Queue(t, db, "busy", sleepPlugin, 1, "fifo")
+	ctx := dentest.Context(t)
 	if _, err := db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "alive"}, {Key: "timestamp", Value: time.Now().Add(time.Hour)}}); err != nil {
 		t.Fatal(err)
 	}
 	startNode(t, db, "n", func(c *den.Config) { c.OrphanAge = time.Minute; c.DeadNodeAfter = time.Minute })
 	// Running (past its start, which puts back its earlier claims).
-	waitPassesFrom(t, db, "n", time.Now())
+	waitPasses(t, db, []string{"n"}, 1, 0)
 	old := time.Now().Add(-10 * time.Minute)
 	type stuck struct {
 		node   any
@@ -237,7 +239,7 @@ func TestNodeResolvesStuckTasks(t *testing.T) {
 	}
 	// Rescue passes that started after all that (rescue_every is 200ms):
 	// what must be left alone still is.
-	waitPassesFrom(t, db, "n", time.Now().Add(time.Second))
+	waitPasses(t, db, []string{"n"}, 2, 200*time.Millisecond)
 	for name, c := range cases {
 		if c.want == int64(c.status) {
 			if st := status(t, db, ids[name]); st != c.want {
@@ -265,19 +267,4 @@ func TestRestartedNodeReleasesItsClaims(t *testing.T) {
 	if c := n.logs.FilterMessageSnippet("put back tasks this node had claimed before it restarted").Len(); c != 1 {
 		t.Errorf("release logged %d times, want once", c)
 	}
-}
-
-// waitPassesFrom waits until node has written its node document with a
-// timestamp after at: a pass started after at, so every check of an
-// earlier pass has run.
-func waitPassesFrom(t *testing.T, db *mongo.Database, node string, at time.Time) {
-	t.Helper()
-	dentest.Eventually(t, time.Minute, "a pass after "+at.Format(time.StampMilli), func() bool {
-		raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: node}}).Raw()
-		if err != nil {
-			return false
-		}
-		ts, ok := raw.Lookup("timestamp").TimeOK()
-		return ok && ts.After(at)
-	})
 }

@@ -32,6 +32,11 @@ func chunks(t *testing.T, db *mongo.Database, id bson.ObjectID) []chunk {
 		t.Fatal(err)
 	}
 	var out []chunk
+	defer func() {
+		if err := cur.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}()
 	for cur.Next(ctx) {
 		n, _ := cur.Current.Lookup("n").AsInt64OK()
 		d := cur.Current.Lookup("data")
@@ -155,7 +160,7 @@ func TestReadsStandardGridFS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.Collection("tasks.files").InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "length", Value: int64(len(data))},
+	dentest.Insert(t, db.Collection("tasks.files"), bson.D{{Key: "_id", Value: id}, {Key: "length", Value: int64(len(data))},
 		{Key: "chunkSize", Value: size}, {Key: "filename", Value: "stdout"}})
 	got, err := gridfs.NewBucket(db, "tasks").ReadFile(ctx, id)
 	if err != nil || !bytes.Equal(got, data) {
@@ -172,7 +177,7 @@ func TestReaderDetectsDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db.Collection("tasks.chunks").DeleteOne(ctx, bson.D{{Key: "files_id", Value: id}, {Key: "n", Value: 1}})
+	dentest.Delete(t, db.Collection("tasks.chunks"), bson.D{{Key: "files_id", Value: id}, {Key: "n", Value: 1}})
 	if _, err := b.ReadFile(ctx, id); err == nil || !strings.Contains(err.Error(), "chunk 1 missing") {
 		t.Fatalf("err = %v", err)
 	}

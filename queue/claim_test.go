@@ -241,7 +241,7 @@ func TestFillAndDecrementCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, st := range []int{-2, -2, -1, 0, 1, 2, -6} {
-		db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: st}})
+		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: st}})
 	}
 	q := mustQueue(t, store, qid)
 	if q.CountTodo != nil || q.CountTotal != nil {
@@ -284,7 +284,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 		{-1, ptr(0), true},
 		{"5", ptr(0), true},
 	} {
-		db.Collection("nodes").UpdateOne(ctx, bson.D{{Key: "node", Value: "n1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: tc.set}}}})
+		dentest.Update(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: tc.set}}}})
 		limit, problem, err := store.Heartbeat(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, time.Now())
 		if err != nil {
 			t.Fatal(err)
@@ -292,12 +292,15 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 		if (limit == nil) != (tc.want == nil) || (limit != nil && *limit != *tc.want) || (problem != "") != tc.problem {
 			t.Errorf("maxthreads %v: limit %v problem %q", tc.set, deref(limit), problem)
 		}
-		raw, _ := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n1"}}).Raw()
+		raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n1"}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
 		if got := raw.Lookup("maxthreads"); tc.set != nil && got.Type == 0 {
 			t.Errorf("heartbeat removed maxthreads %v", tc.set)
 		}
 	}
-	if n, _ := db.Collection("nodes").CountDocuments(ctx, bson.D{}); n != 1 {
+	if n := dentest.Count(t, db.Collection("nodes"), bson.D{}); n != 1 {
 		t.Fatalf("%d node documents, want 1", n)
 	}
 }
@@ -327,6 +330,9 @@ func TestEnsureIndexesIsIdempotent(t *testing.T) {
 	for cur.Next(dentest.Context(t)) {
 		names = append(names, cur.Current.Lookup("name").StringValue())
 	}
+	if err := cur.Err(); err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"node_1_status_1_queue_1", "node_1_status_1_queue_1__id_1", "node_1_status_1_queue_1__id_-1", "queue_1_status_1"} {
 		found := false
 		for _, n := range names {
@@ -338,7 +344,7 @@ func TestEnsureIndexesIsIdempotent(t *testing.T) {
 	}
 	// The node index is unique.
 	ctx := dentest.Context(t)
-	db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "x"}})
+	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "x"}})
 	if _, err := db.Collection("nodes").InsertOne(ctx, bson.D{{Key: "node", Value: "x"}}); err == nil {
 		t.Error("two node documents with one name were accepted")
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -23,7 +24,9 @@ func newDevCmd() *cobra.Command {
 		Short: "Run a node on an embedded development database (no MongoDB needed)",
 		Long: `Start the embedded development database (data kept in --data between runs),
 print its mongodb:// URI, create a demo queue when there is no queue, and run
-a node on it until Ctrl-C. Insert tasks with mongosh or any driver.`,
+a node on it until Ctrl-C. Insert tasks with mongosh or any driver. One
+process at a time serves a data directory: a second den dev (or den devdb)
+on the same --data says which process holds it and exits 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load("", cmd.Flags())
@@ -35,7 +38,8 @@ a node on it until Ctrl-C. Insert tasks with mongosh or any driver.`,
 			dbCtx, stopDB := context.WithCancel(context.Background())
 			defer stopDB()
 			srv, err := devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: listen, Log: os.Stderr})
-			if err != nil && !cmd.Flags().Changed("listen") {
+			var inUse *devdb.LockedError
+			if err != nil && !errors.As(err, &inUse) && !cmd.Flags().Changed("listen") {
 				// The default port is taken (a real mongod?): use any free one.
 				srv, err = devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: "127.0.0.1:0", Log: os.Stderr})
 			}

@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -122,13 +124,16 @@ func TestRunWithDisbatchConfig(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "demo", demo.Name, 2, "fifo")
 	cfg := filepath.Join(t.TempDir(), "config.json")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`{
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{
   # as in /etc/disbatch/config.json
   "mongohost": %q,
   "database": %q,
   "gfs": "auto",
   "plugins": ["Disbatch::Plugin::Demo"],
 }`, strings.TrimSuffix(dentest.URI(), "/"), db.Name())), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd, _, stderr := start(t, "run", "--config", cfg, "--node", "e2e", "--log-format", "json")
 	ok := demoTask(t, db, qid, "ab")
 	fail := demoTask(t, db, qid, "*") // abc: c fails the task
@@ -163,14 +168,17 @@ func TestRunWithDisbatchConfig(t *testing.T) {
 func TestConfigErrorsExitNonZero(t *testing.T) {
 	t.Parallel()
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	os.WriteFile(bad, []byte("gfs: maybe\n"), 0o600)
+	if err := os.WriteFile(bad, []byte("gfs: maybe\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
-		want string
+		want []string
 	}{
-		{[]string{"run", "--config", bad}, bad},
-		{[]string{"run", "--config", "/nonexistent/den.yaml"}, "/nonexistent/den.yaml"},
-		{[]string{"run"}, "no MongoDB configured"},
+		// The file exists: the error names it and what is wrong in it.
+		{[]string{"run", "--config", bad}, []string{bad, "gfs must be"}},
+		{[]string{"run", "--config", "/nonexistent/den.yaml"}, []string{"/nonexistent/den.yaml"}},
+		{[]string{"run"}, []string{"no MongoDB configured"}},
 	} {
 		cmd := exec.Command(denBin(t), tc.args...)
 		cmd.Env = append(os.Environ(), "DEN_MONGO_URI=")
@@ -179,8 +187,10 @@ func TestConfigErrorsExitNonZero(t *testing.T) {
 			t.Errorf("den %v succeeded", tc.args)
 			continue
 		}
-		if !strings.Contains(string(out), tc.want) {
-			t.Errorf("den %v said %q, want it to mention %q", tc.args, out, tc.want)
+		for _, want := range tc.want {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("den %v said %q, want it to mention %q", tc.args, out, want)
+			}
 		}
 	}
 }
@@ -212,12 +222,12 @@ func TestDev(t *testing.T) {
 		if err := db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "name", Value: "demo"}}).Decode(&q); err != nil {
 			t.Fatalf("round %d: no demo queue: %v", round, err)
 		}
-		if n, _ := db.Collection("queues").CountDocuments(dentest.Context(t), bson.D{}); n != 1 {
+		if n := dentest.Count(t, db.Collection("queues"), bson.D{}); n != 1 {
 			t.Fatalf("round %d: %d queues", round, n)
 		}
 		id := demoTask(t, db, q["_id"].(bson.ObjectID), "a")
 		waitStatus(t, db, id, 1)
-		if n, _ := db.Collection("tasks").CountDocuments(dentest.Context(t), bson.D{{Key: "status", Value: 1}}); n != int64(round+1) {
+		if n := dentest.Count(t, db.Collection("tasks"), bson.D{{Key: "status", Value: 1}}); n != int64(round+1) {
 			t.Fatalf("round %d: %d finished tasks, want %d (data kept between runs)", round, n, round+1)
 		}
 		client.Disconnect(context.Background())
@@ -225,11 +235,77 @@ func TestDev(t *testing.T) {
 	}
 }
 
+// devURI waits for den dev (or devdb) to print its URI and returns it.
+func devURI(t *testing.T, stdout *lockedBuffer) string {
+	t.Helper()
+	var uri string
+	dentest.Eventually(t, time.Minute, "URI printed", func() bool {
+		for _, f := range strings.Fields(stdout.String()) {
+			if strings.HasPrefix(f, "mongodb://") {
+				uri = f
+				return true
+			}
+		}
+		return false
+	})
+	return uri
+}
+
+// One den dev at a time on a data directory: a second one (dev or devdb)
+// says which process holds it and exits 1 without serving anything; once
+// the first has exited, a new one starts on the same directory.
+func TestDevLocksDataDirectory(t *testing.T) {
+	t.Parallel()
+	data := filepath.Join(t.TempDir(), "data")
+	first, stdout, _ := start(t, "dev", "--data", data, "--listen", "127.0.0.1:0", "--node", "dev")
+	devURI(t, stdout)
+	for _, args := range [][]string{
+		{"dev", "--data", data, "--listen", "127.0.0.1:0", "--node", "dev2"},
+		{"devdb", "--data", data, "--listen", "127.0.0.1:0"},
+	} {
+		second, out2, err2 := start(t, args...)
+		done := make(chan error, 1)
+		go func() { done <- second.Wait() }()
+		select {
+		case err := <-done:
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("second den %s on the same directory: %v, want exit status 1", args[0], err)
+			}
+		case <-time.After(time.Minute):
+			second.Process.Kill()
+			<-done // one Wait at a time: start's cleanup waits too
+			t.Fatalf("second den %s on the same directory is still running a minute later", args[0])
+		}
+		msg := err2.String()
+		if !strings.Contains(msg, "in use by process "+strconv.Itoa(first.Process.Pid)) || !strings.Contains(msg, data) {
+			t.Errorf("second den %s said %q; want the first's pid %d and the directory", args[0], msg, first.Process.Pid)
+		}
+		if strings.Contains(out2.String(), "mongodb://") {
+			t.Errorf("second den %s printed a URI: %s", args[0], out2)
+		}
+	}
+	stopAndWait(t, first, syscall.SIGINT)
+	again, stdout, _ := start(t, "dev", "--data", data, "--listen", "127.0.0.1:0", "--node", "dev")
+	client, err := mongo.Connect(options.Client().ApplyURI(devURI(t, stdout)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(context.Background())
+	if n, err := client.Database("disbatch").Collection("queues").CountDocuments(dentest.Context(t), bson.D{}); err != nil || n != 1 {
+		t.Fatalf("restarted den dev: %d queues (%v), want the demo queue", n, err)
+	}
+	stopAndWait(t, again, syscall.SIGINT)
+}
+
 // Started while MongoDB is down, the node logs the outage once, and starts
 // working when MongoDB comes up.
 func TestWaitsForMongoDB(t *testing.T) {
 	t.Parallel()
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := l.Addr().String()
 	l.Close()
 	_, _, stderr := start(t, "run", "--mongo-uri", "mongodb://"+addr+"/?serverSelectionTimeoutMS=300", "--database", "d", "--node", "waiter", "--log-format", "json")
@@ -249,7 +325,10 @@ func TestWaitsForMongoDB(t *testing.T) {
 // every second; when MongoDB is back the node says so and works again.
 func TestMongoDBOutageMidRun(t *testing.T) {
 	t.Parallel()
-	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	addr := l.Addr().String()
 	l.Close()
 	data := t.TempDir()

@@ -49,7 +49,9 @@ func (s *Server) Stats() Stats { return s.proxy.snapshot() }
 // Done is closed when the server has stopped.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
-// Start starts the database; it runs until ctx is done.
+// Start starts the database; it runs until ctx is done. It holds an
+// exclusive lock on the data directory while it runs: when another process
+// serves the directory, Start returns a *LockedError naming it.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, fmt.Errorf("devdb: no data directory")
@@ -61,12 +63,17 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devdb: data directory: %w", err)
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
 	listen := cfg.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
+		unlock()
 		return nil, fmt.Errorf("devdb: listen on %s: %w", listen, err)
 	}
 	logOut := cfg.Log
@@ -85,6 +92,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	})
 	if err != nil {
 		ln.Close()
+		unlock()
 		return nil, fmt.Errorf("devdb: start FerretDB: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -101,6 +109,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.proxy, s.direct = p, "mongodb://"+upstream+"/"
 	go func() {
 		defer close(s.done)
+		defer unlock() // after FerretDB has closed its SQLite files
 		defer cancel()
 		p.serve(ctx)
 		<-ferretDone

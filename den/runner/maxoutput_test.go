@@ -51,10 +51,10 @@ func TestOutputCapStopsGoPlugin(t *testing.T) {
 			s.runner.Spec.MaxOutput = tc.node
 			ctx := dentest.Context(t)
 			if tc.queue != nil {
-				s.db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: s.queue}}, bson.D{{Key: "$set", Value: bson.D{{Key: "max_output", Value: tc.queue}}}})
+				dentest.Update(t, s.db.Collection("queues"), bson.D{{Key: "_id", Value: s.queue}}, bson.D{{Key: "$set", Value: bson.D{{Key: "max_output", Value: tc.queue}}}})
 			}
 			if tc.task != nil {
-				s.db.Collection("tasks").UpdateOne(ctx, bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$set", Value: bson.D{{Key: "max_output", Value: tc.task}}}})
+				dentest.Update(t, s.db.Collection("tasks"), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$set", Value: bson.D{{Key: "max_output", Value: tc.task}}}})
 			}
 			if err := s.runner.Run(ctx); err != nil {
 				t.Fatal(err)

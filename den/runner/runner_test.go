@@ -131,7 +131,7 @@ func TestMalformedTaskIsFailedNotRun(t *testing.T) {
 	ran := false
 	s := newSetup(t, plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) { ran = true; return 1, nil }), "auto", nil)
 	ctx := dentest.Context(t)
-	s.db.Collection("tasks").UpdateOne(ctx, bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "parameters", Value: ""}}}})
+	dentest.Update(t, s.db.Collection("tasks"), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "parameters", Value: ""}}}})
 	if err := s.runner.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestOutputStorage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newSetup(t, write(tc.stdout, tc.stderr, 1, nil), tc.gfs, bson.D{})
-			s.db.Collection("queues").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.queue}}, bson.D{{Key: "$set", Value: bson.D{{Key: "count_todo", Value: 5}}}})
+			dentest.Update(t, s.db.Collection("queues"), bson.D{{Key: "_id", Value: s.queue}}, bson.D{{Key: "$set", Value: bson.D{{Key: "count_todo", Value: 5}}}})
 			if err := s.runner.Run(dentest.Context(t)); err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +182,10 @@ func TestOutputStorage(t *testing.T) {
 					t.Fatalf("files with metadata.task_id: %d, %v", len(files), err)
 				}
 			}
-			q, _ := s.db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.queue}}).Raw()
+			q, err := s.db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.queue}}).Raw()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if n, _ := q.Lookup("count_todo").AsInt64OK(); n != 4 {
 				t.Fatalf("count_todo %d, want 4", n)
 			}
@@ -195,7 +198,7 @@ func TestDoesNotRunATaskNoLongerClaimed(t *testing.T) {
 	t.Parallel()
 	ran := false
 	s := newSetup(t, plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) { ran = true; return 1, nil }), "auto", bson.D{})
-	s.db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -6}}}})
+	dentest.Update(t, s.db.Collection("tasks"), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -6}}}})
 	if err := s.runner.Run(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +234,9 @@ func TestTaskChangedWhileRunning(t *testing.T) {
 	var stdout []byte
 	for _, f := range files {
 		if f.Filename == "stdout" {
-			stdout, _ = gridfs.NewBucket(s.db, "tasks").ReadFile(dentest.Context(t), f.ID)
+			if stdout, err = gridfs.NewBucket(s.db, "tasks").ReadFile(dentest.Context(t), f.ID); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if !bytes.Equal(stdout, []byte("work done before the reaping\n")) {
@@ -291,9 +296,9 @@ func TestStaleRunnerDoesNotOverwriteANewRun(t *testing.T) {
 	if status(raw) != 0 || raw.Lookup("runner", "token").ObjectID() != newToken {
 		t.Fatalf("the new run was overwritten: %s", raw)
 	}
-	files, _ := gridfs.NewBucket(s.db, "tasks").Find(dentest.Context(t), s.task)
-	if len(files) != 2 {
-		t.Fatalf("output not kept in GridFS: %d files", len(files))
+	files, err := gridfs.NewBucket(s.db, "tasks").Find(dentest.Context(t), s.task)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("output not kept in GridFS: %d files (%v)", len(files), err)
 	}
 	if s.logs.FilterMessageSnippet("task changed while it ran").Len() != 1 {
 		t.Fatal("conflict not logged")

@@ -14,15 +14,23 @@ import (
 func TestResolve(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
-	os.Mkdir(bin, 0o755)
 	tool := filepath.Join(bin, "tool")
-	os.WriteFile(tool, []byte("#!/bin/sh\n"), 0o755)
 	data := filepath.Join(bin, "data.txt")
-	os.WriteFile(data, []byte("x"), 0o644)
 	other := filepath.Join(dir, "other")
-	os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755)
 	link := filepath.Join(bin, "sneaky")
-	os.Symlink(other, link) // a link inside an allowed dir to a file outside it
+	// Each refusal below must come from the case, not from a fixture that
+	// was not made.
+	for _, err := range []error{
+		os.Mkdir(bin, 0o755),
+		os.WriteFile(tool, []byte("#!/bin/sh\n"), 0o755),
+		os.WriteFile(data, []byte("x"), 0o644),
+		os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755),
+		os.Symlink(other, link), // a link inside an allowed dir to a file outside it
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	single := Policy{Allow: []string{other}}
 	byDir := Policy{Allow: []string{bin + "/"}}
 	cases := []struct {

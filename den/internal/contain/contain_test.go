@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,13 +44,22 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 		name   string
 		script string
 	}{
-		{"honours SIGTERM", "exec sleep 100"},
-		{"ignores SIGTERM", `trap "" TERM; exec sleep 100`},
+		{"honours SIGTERM", `touch "$READY"; exec sleep 100`},
+		{"ignores SIGTERM", `trap "" TERM; touch "$READY"; exec sleep 100`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			cmd := start(t, tc.script)
-			time.Sleep(100 * time.Millisecond) // let the trap be set
+			ready := filepath.Join(t.TempDir(), "ready")
+			cmd := start(t, tc.script, "READY="+ready)
+			// The trap is set (and survives exec) once the file exists.
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if _, err := os.Stat(ready); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the script did not start")
+				}
+			}
 			pid := int32(cmd.Process.Pid)
 			reaped := make(chan struct{})
 			go func() { cmd.Wait(); close(reaped) }()
