@@ -163,19 +163,34 @@ func mustCgroup(t *testing.T) string {
 	return dir
 }
 
-// childOf returns the first child process of pid.
-func childOf(t *testing.T, pid int) int {
+// workerOf returns the task runner worker under the supervisor pid: its
+// child running the same executable. A subreaper's children also include
+// the task's orphans, and /proc/PID/task/TID/children lists only the
+// children a given thread started, so every thread is looked at.
+func workerOf(t *testing.T, pid int) int {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
-		t.Fatalf("children of %d: %v", pid, err)
+		t.Fatal(err)
 	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		t.Fatalf("process %d has no child", pid)
+	threads, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		t.Fatal(err)
 	}
-	n, _ := strconv.Atoi(f[0])
-	return n
+	for _, f := range threads {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, c := range strings.Fields(string(b)) {
+			if e, err := os.Readlink("/proc/" + c + "/exe"); err == nil && e == exe {
+				n, _ := strconv.Atoi(c)
+				return n
+			}
+		}
+	}
+	t.Fatalf("no task runner worker under supervisor %d", pid)
+	return 0
 }
 
 // A task runner killed with SIGKILL (its supervisor, the pid the task
@@ -222,7 +237,7 @@ sleep 1000
 				}
 				target := runnerPID(t, db, id)
 				if victim == "worker" {
-					target = childOf(t, target)
+					target = workerOf(t, target)
 				}
 				if err := syscall.Kill(target, syscall.SIGKILL); err != nil {
 					t.Fatal(err)

@@ -360,7 +360,7 @@ func TestStoppedNodesBeatingRunnerIsLeftAlone(t *testing.T) {
 	if st := status(t, db, beating); st != 0 {
 		t.Fatalf("a task whose runner beats was rescued: status %d", st)
 	}
-	logged := n.logs.FilterMessage("rescued the tasks of a dead node").All()
+	logged := n.logs.FilterMessage("rescued the tasks of a dead or unknown node").All()
 	if len(logged) != 1 || logged[0].ContextMap()["orphaned"] != int64(1) {
 		t.Fatalf("rescues logged: %v, want one line for the silent runner's task", logged)
 	}

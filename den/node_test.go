@@ -2,6 +2,7 @@ package den_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -29,11 +30,28 @@ type running struct {
 // startNode runs a node named name on db; its runners are this test binary.
 func startNode(t *testing.T, db *mongo.Database, name string, tweak ...func(*den.Config)) running {
 	t.Helper()
-	cfg := runnerConfig(name, dentest.URI(), db.Name(), filepath.Join(t.TempDir(), "runners.log"))
+	runnerLog := filepath.Join(t.TempDir(), "runners.log")
+	cfg := runnerConfig(name, dentest.URI(), db.Name(), runnerLog)
 	for _, f := range tweak {
 		f(&cfg)
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
+	// A failed test shows what the node and its runners said: a CI failure
+	// is then explained by its own output.
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, e := range logs.All() {
+			t.Logf("node %s: %s %s %v", name, e.Time.Format("15:04:05.000"), e.Message, e.ContextMap())
+		}
+		if b, err := os.ReadFile(runnerLog); err == nil {
+			if len(b) > 32<<10 {
+				b = b[len(b)-32<<10:]
+			}
+			t.Logf("runners of node %s:\n%s", name, b)
+		}
+	})
 	node, err := den.New(cfg, db, plugins.Default(), zap.New(core), nil)
 	if err != nil {
 		t.Fatal(err)
