@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/internal/backoff"
+	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
@@ -114,6 +115,10 @@ type Node struct {
 	// still running.
 	runners atomic.Int64
 
+	// relay serves runners their MongoDB connections; nil when runners
+	// connect directly (Runner.Direct).
+	relay *relay.Relay
+
 	// cgroup is the delegated cgroup v2 directory runs get cgroups under;
 	// empty when runs are contained by their process tree only.
 	cgroup string
@@ -177,7 +182,12 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if err != nil {
 		return nil, err
 	}
+	var rel *relay.Relay
+	if !cfg.Runner.Direct {
+		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
+	}
 	return &Node{
+		relay:      rel,
 		cgroup:     cgroup,
 		stopping:   map[bson.ObjectID]bool{},
 		cfg:        cfg,
@@ -199,6 +209,10 @@ func (n *Node) Name() string { return n.cfg.Name }
 // document one last time and returns nil. Running tasks are not touched:
 // their runners are separate processes and finish on their own.
 func (n *Node) Run(ctx context.Context) error {
+	if n.relay != nil {
+		// Runners still running switch to their own connections.
+		defer n.relay.Close()
+	}
 	n.log.Info("node starting", zap.Strings("plugins", n.plugins.Names()), zap.String("database", n.cfg.Database))
 	if err := n.start(ctx); err != nil {
 		if ctx.Err() != nil {

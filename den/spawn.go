@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
@@ -28,6 +29,12 @@ type RunnerCommand struct {
 	Log string
 	// LogJSON makes runners log JSON lines.
 	LogJSON bool
+	// Direct makes runners connect to MongoDB themselves (URI), as
+	// Disbatch's do. By default (false) they reach it through the node's
+	// relay, on the node's own connections: a task then opens no server
+	// connection (no handshake, TLS or authentication round trips, no
+	// endSessions). See package den/internal/relay.
+	Direct bool
 }
 
 func (c *RunnerCommand) check() error {
@@ -70,10 +77,31 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		defer f.Close() // the child has its own copy
 		cmd.Stderr = f
 	}
+	var relayCtl *os.File
+	if n.relay != nil {
+		ours, theirs, err := relay.ControlPair()
+		if err != nil {
+			return err
+		}
+		defer theirs.Close() // the child has its own copy
+		relayCtl = ours
+		cmd.ExtraFiles = []*os.File{theirs} // fd 3 in the runner
+		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=3")
+	}
 	if err := cmd.Start(); err != nil {
+		if relayCtl != nil {
+			relayCtl.Close()
+		}
 		return fmt.Errorf("start %s: %w", n.cfg.Runner.Path, err)
 	}
 	pid := cmd.Process.Pid
+	if relayCtl != nil {
+		// Served until the runner exits (closing its end) or the node
+		// stops; then the runner connects directly.
+		if err := n.relay.ServeControl(relayCtl, n.log.With(zap.String("task_id", taskID.Hex()))); err != nil {
+			n.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
+		}
+	}
 	n.runners.Add(1)
 	n.log.Debug("task handed to a runner", zap.String("task_id", taskID.Hex()), zap.String("queue", q.Name), zap.Int("pid", pid))
 	go n.watch(cmd, taskID)

@@ -14,7 +14,6 @@ import (
 	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/internal/backoff"
@@ -49,20 +48,17 @@ type Runner struct {
 	supervisor *link
 }
 
-// work connects to the database named in spec, runs the task and returns
-// when its result is stored. ctx cancellation (SIGTERM to the runner) stops
+// work connects to the database named in spec (through the node's relay
+// when relayCtl is its control channel), runs the task and returns when
+// its result is stored. ctx cancellation (SIGTERM to the runner) stops
 // the plugin; the result is still stored. sup is the worker's link to its
 // supervisor.
-func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link) error {
-	client, err := mongo.Connect(options.Client().ApplyURI(spec.URI).SetAppName("den task-runner"))
+func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File) error {
+	client, disconnect, err := connect(spec, relayCtl, log)
 	if err != nil {
-		return fmt.Errorf("connect to MongoDB: %w", err)
+		return err
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		client.Disconnect(dctx)
-	}()
+	defer disconnect(ctx)
 	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup}
 	return r.Run(ctx)
 }

@@ -49,6 +49,9 @@ const (
 // node started it, the worker when the supervisor did. It returns the
 // process's exit code. newLog builds the logger from the spec.
 func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int {
+	// First of all, before anything could start a program: the relay's
+	// control channel must never reach the task's programs.
+	relayCtl, relayErr := takeRelayControl()
 	spec, err := SpecFromEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "den task-runner:", err)
@@ -60,8 +63,11 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 		return 2
 	}
 	defer log.Sync()
+	if relayErr != nil {
+		log.Warn("cannot use the node's relay; connecting to MongoDB directly", zap.Error(relayErr))
+	}
 	if os.Getenv(envWorker) == "" {
-		return supervise(spec, log.With(zap.String("node", spec.Node), zap.String("task_id", spec.Task), zap.String("role", "supervisor")))
+		return supervise(spec, log.With(zap.String("node", spec.Node), zap.String("task_id", spec.Task), zap.String("role", "supervisor")), relayCtl)
 	}
 	link, err := linkFromEnv()
 	if err != nil {
@@ -71,7 +77,7 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 	defer link.close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := work(ctx, spec, reg, log, link); err != nil {
+	if err := work(ctx, spec, reg, log, link, relayCtl); err != nil {
 		log.Error("task runner failed", zap.Error(err))
 		return 1
 	}
@@ -80,8 +86,13 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 
 // supervise runs the supervisor: it starts the worker, reaps every child
 // it is given, answers the worker's requests, and once the worker has
-// exited stops whatever is left and exits with the worker's code.
-func supervise(spec Spec, log *zap.Logger) int {
+// exited stops whatever is left and exits with the worker's code. The
+// relay control channel, if any, goes to the worker (as fd 4) and to no
+// other process; the supervisor keeps no copy.
+func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
+	if relayCtl != nil {
+		defer relayCtl.Close() // also on the early returns below
+	}
 	// The worker's PDEATHSIG fires when the thread that started it exits.
 	runtime.LockOSThread()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -123,9 +134,14 @@ func supervise(spec Spec, log *zap.Logger) int {
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	env := append(os.Environ(), envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10),
 		contain.EnvRun+"="+marker)
+	files := []uintptr{0, 1, 2, uintptr(fds[1])}
+	if relayCtl != nil {
+		files = append(files, relayCtl.Fd())
+		env = append(env, EnvRelayFD+"="+strconv.Itoa(relayFD))
+	}
 	attr := &syscall.ProcAttr{
 		Env:   env,
-		Files: []uintptr{0, 1, 2, uintptr(fds[1])},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	}
 	if cgroupFD != nil {
@@ -142,6 +158,9 @@ func supervise(spec Spec, log *zap.Logger) int {
 	if err != nil {
 		log.Error("start the task runner worker", zap.Error(err))
 		return 2
+	}
+	if relayCtl != nil {
+		relayCtl.Close() // the worker has it; the node sees it close when the worker exits
 	}
 	s := &supervisor{log: log, worker: worker, cgroup: cgroup, grace: DefaultGrace}
 	if spec.Grace > 0 {
