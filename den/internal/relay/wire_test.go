@@ -80,13 +80,21 @@ func TestParseFoldsDocumentSequences(t *testing.T) {
 func TestParseRejectsMalformed(t *testing.T) {
 	good := buildMsg(t, 0, bson.D{{Key: "ping", Value: 1}}, "")
 	cases := map[string][]byte{
-		"short":               good[:10],
-		"length mismatch":     append(append([]byte(nil), good...), 0),
-		"unknown op":          func() []byte { b := append([]byte(nil), good...); b[12] = 99; return b }(),
-		"unknown flag":        func() []byte { b := append([]byte(nil), good...); b[16] = 1 << 3; return b }(),
-		"bad section kind":    func() []byte { b := append([]byte(nil), good...); b[20] = 5; return b }(),
-		"truncated body":      func() []byte { b := append([]byte(nil), good[:len(good)-2]...); binary.LittleEndian.PutUint32(b, uint32(len(b))); return b }(),
-		"two bodies":          func() []byte { b := append(append([]byte(nil), good...), good[20:]...); binary.LittleEndian.PutUint32(b, uint32(len(b))); return b }(),
+		"short":            good[:10],
+		"length mismatch":  append(append([]byte(nil), good...), 0),
+		"unknown op":       func() []byte { b := append([]byte(nil), good...); b[12] = 99; return b }(),
+		"unknown flag":     func() []byte { b := append([]byte(nil), good...); b[16] = 1 << 3; return b }(),
+		"bad section kind": func() []byte { b := append([]byte(nil), good...); b[20] = 5; return b }(),
+		"truncated body": func() []byte {
+			b := append([]byte(nil), good[:len(good)-2]...)
+			binary.LittleEndian.PutUint32(b, uint32(len(b)))
+			return b
+		}(),
+		"two bodies": func() []byte {
+			b := append(append([]byte(nil), good...), good[20:]...)
+			binary.LittleEndian.PutUint32(b, uint32(len(b)))
+			return b
+		}(),
 		"sequence repeats":    buildMsg(t, 0, bson.D{{Key: "insert", Value: "c"}, {Key: "documents", Value: 1}}, "documents", bson.D{}),
 		"no body, only flags": func() []byte { b := append([]byte(nil), good[:20]...); binary.LittleEndian.PutUint32(b, 20); return b }(),
 	}
