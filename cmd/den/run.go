@@ -82,7 +82,7 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		GFS:            cfg.GFS,
 		URI:            cfg.RunnerURI,
 		Database:       cfg.Database,
-		Runner:         den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs},
+		Runner:         den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs, Direct: !cfg.RunnerRelay},
 		MaxTermination: cfg.MaxTermination,
 		MaxOutput:      cfg.MaxOutput,
 		DeadNodeAfter:  cfg.DeadNodeAfter,

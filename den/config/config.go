@@ -39,6 +39,11 @@ type Config struct {
 	LogLevel  string
 	LogFormat string // auto, json or console
 	RunnerLog string // file for task runner logs; empty: the node's stderr
+	// RunnerRelay makes task runners reach MongoDB through the node's
+	// connections (runner.relay). Default true, except when a Disbatch
+	// file names a separate task_runner user: then runners keep
+	// connecting as that user unless runner.relay is set to true.
+	RunnerRelay bool
 	// MaxTermination is the default time between SIGTERM and SIGKILL when a
 	// task is stopped; DeadNodeAfter is when a silent node counts as dead.
 	MaxTermination time.Duration
@@ -82,6 +87,7 @@ var defaults = map[string]any{
 	"log.level":            "info",
 	"log.format":           "auto",
 	"runner.log":           "",
+	"runner.relay":         "", // true, false, or "" (unset: see Config.RunnerRelay)
 	"max_termination_time": queue.DefaultGrace.String(),
 	"dead_node_after":      queue.DefaultDeadNodeAfter.String(),
 	"cgroups":              "auto",
@@ -212,6 +218,12 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	if c.MaxOutput, err = count(v, "max_output"); err != nil || c.MaxOutput <= 0 {
 		return fail("max_output %v must be a positive number of bytes (default 1073741824, 1 GiB)", v.Get("max_output"))
+	}
+	c.RunnerRelay = runnerUser == nil
+	if x, ok := v.Get("runner.relay").(string); !ok || x != "" {
+		if c.RunnerRelay, err = boolean(v, "runner.relay"); err != nil {
+			return fail("%v", err)
+		}
 	}
 	if c.Command, err = commandPolicy(v); err != nil {
 		return fail("%v", err)

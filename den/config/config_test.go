@@ -41,6 +41,36 @@ func TestShippedExamplesLoad(t *testing.T) {
 	if !strings.Contains(c.RunnerURI, "task_runner:runner-pw@") {
 		t.Errorf("runner URI %s", c.RunnerURI)
 	}
+	if c.RunnerRelay {
+		t.Error("runners of a Disbatch file with a task_runner user go through the node's relay by default; want them to keep their own user")
+	}
+}
+
+func TestRunnerRelay(t *testing.T) {
+	if _, err := Load(write(t, "den.yaml", "runner:\n  relay: maybe\n"), nil); err == nil || !strings.Contains(err.Error(), "runner.relay must be true or false") {
+		t.Errorf("runner.relay: maybe gave %v", err)
+	}
+	for _, tc := range []struct {
+		file string
+		env  string
+		want bool
+	}{
+		{"mongo:\n  uri: mongodb://h/\n", "", true},
+		{"mongo:\n  uri: mongodb://h/\nrunner:\n  relay: false\n", "", false},
+		{"mongo:\n  uri: mongodb://h/\nrunner:\n  relay: true\n", "", true},
+		{"mongo:\n  uri: mongodb://h/\n", "false", false},
+	} {
+		if tc.env != "" {
+			t.Setenv("DEN_RUNNER_RELAY", tc.env)
+		}
+		c, err := Load(write(t, "den.yaml", tc.file), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.RunnerRelay != tc.want {
+			t.Errorf("file %q env %q: relay %v, want %v", tc.file, tc.env, c.RunnerRelay, tc.want)
+		}
+	}
 }
 
 func TestPrecedence(t *testing.T) {
