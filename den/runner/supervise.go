@@ -36,7 +36,10 @@ import (
 // The worker's control channel to its supervisor is file descriptor 3, a
 // socket, with one line per request: "grace <ms>" (the task's
 // max_termination_time, for a worker that dies) and "stop <ms>" (stop all
-// other processes of the run), answered by "stopped <n>".
+// other processes of the run), answered by "stopped <n>". When the node
+// relays MongoDB connections (EnvRelayFD), the worker also gets the relay's
+// control channel as file descriptor 4; the supervisor keeps no copy, and
+// both are close-on-exec in the worker.
 
 // Environment of the worker.
 const (
