@@ -403,7 +403,16 @@ func validate(status int, err error, out *outputs) int {
 // final status.
 func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	if runCtx.Err() != nil && status != queue.StatusCancelled {
-		task, err := t.store.Task(storeCtx, t.taskID)
+		// Retried a little: a read that fails once (the node's relay
+		// going away) must not turn a cancelled task into a failed one.
+		var task *queue.Task
+		rctx, cancel := context.WithTimeout(storeCtx, time.Minute)
+		err := t.Retry.Retry(rctx, func(ctx context.Context) error {
+			var err error
+			task, err = t.store.Task(ctx, t.taskID)
+			return err
+		}, nil)
+		cancel()
 		if err == nil && task != nil && task.Cancel {
 			t.out.appendLine("den: cancelled while running")
 			status = queue.StatusCancelled

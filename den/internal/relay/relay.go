@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,8 @@ const (
 	maxBatch = 2000
 	// maxSessions bounds the node-side sessions one peer may hold.
 	maxSessions = 10000
+	// drainTime is how long Close lets commands in flight finish.
+	drainTime = 5 * time.Second
 )
 
 // stripped are the driver's envelope fields, which the relay's own client
@@ -52,9 +55,14 @@ type Relay struct {
 	connIDs    atomic.Int64
 
 	lifeMu sync.Mutex // orders goServe's wg.Add before Close's Wait
+	// ctx ends when Close is called: connections stop reading requests.
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// cmdCtx is the context of commands: it ends drainTime after ctx, so
+	// that a graceful stop lets commands in flight finish and reply.
+	cmdCtx    context.Context
+	cmdCancel context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // limits are the values of the upstream hello the relay passes on.
@@ -73,16 +81,21 @@ func New(client *mongo.Client, log *zap.Logger) *Relay {
 	r := &Relay{client: client, log: log}
 	r.maxMessage.Store(defaultMaxMessage)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.cmdCtx, r.cmdCancel = context.WithCancel(context.Background())
 	return r
 }
 
-// Close closes every connection the relay serves, waits for them to end,
-// and ends their sessions. It does not disconnect the client.
+// Close stops serving: each connection finishes the command it is running
+// (for up to drainTime), sends its reply and is closed; sessions are ended.
+// It does not disconnect the client.
 func (r *Relay) Close() {
 	r.lifeMu.Lock()
 	r.cancel()
 	r.lifeMu.Unlock()
+	drained := time.AfterFunc(drainTime, r.cmdCancel)
 	r.wg.Wait()
+	drained.Stop()
+	r.cmdCancel()
 }
 
 // goServe runs f in a goroutine Close waits for; false when the relay is
@@ -130,7 +143,8 @@ func (r *Relay) NewPeer(log *zap.Logger) *Peer {
 }
 
 // Serve serves conn in a goroutine until the client closes it, a message
-// is malformed, or ctx or the peer ends. It closes conn.
+// is malformed, or ctx or the peer ends (then after the reply to the
+// command in flight). It closes conn.
 func (p *Peer) Serve(ctx context.Context, conn net.Conn) {
 	p.mu.Lock()
 	if p.closed {
@@ -149,20 +163,20 @@ func (p *Peer) Serve(ctx context.Context, conn net.Conn) {
 			p.mu.Unlock()
 			conn.Close()
 		}()
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
+		stop := context.AfterFunc(ctx, func() { stopReading(conn) })
 		defer stop()
 		p.serve(ctx, conn)
 	}()
 }
 
-// Close closes the peer's connections, waits for them, and ends its
-// sessions (which returns them to the client's pool; nothing is sent to
-// the server).
+// Close stops the peer's connections (each after replying to the command
+// in flight), waits for them, and ends its sessions (which returns them to
+// the client's pool; nothing is sent to the server).
 func (p *Peer) Close() {
 	p.mu.Lock()
 	p.closed = true
 	for c := range p.conns {
-		c.Close()
+		stopReading(c)
 	}
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -176,11 +190,18 @@ func (p *Peer) Close() {
 	}
 }
 
+// stopReading makes conn's pending and future reads fail at once, and
+// bounds the time left to write a reply.
+func stopReading(conn net.Conn) {
+	conn.SetReadDeadline(time.Now())
+	conn.SetWriteDeadline(time.Now().Add(drainTime))
+}
+
 func (p *Peer) serve(ctx context.Context, conn net.Conn) {
 	for {
 		raw, err := readMessage(conn, int(p.r.maxMessage.Load()))
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
 				p.log.Warn("relay: closing a connection that sent an unreadable message", zap.Error(err))
 			}
 			return
@@ -190,7 +211,7 @@ func (p *Peer) serve(ctx context.Context, conn net.Conn) {
 			p.log.Warn("relay: closing a connection that sent a malformed message", zap.Error(err))
 			return
 		}
-		reply := p.handle(ctx, m)
+		reply := p.handle(p.r.cmdCtx, m)
 		if m.moreToCome {
 			continue
 		}
