@@ -87,6 +87,8 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		relayCtl = ours
 		cmd.ExtraFiles = []*os.File{theirs} // fd 3 in the runner
 		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=3")
+	} else {
+		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=") // none, whatever the node inherited
 	}
 	if err := cmd.Start(); err != nil {
 		if relayCtl != nil {

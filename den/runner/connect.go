@@ -30,11 +30,11 @@ const relayFD = 4
 // removes its variable from the environment, so that no program the task
 // starts inherits either.
 func takeRelayControl() (*os.File, error) {
-	v, ok := os.LookupEnv(EnvRelayFD)
-	if !ok {
+	v := os.Getenv(EnvRelayFD)
+	os.Unsetenv(EnvRelayFD)
+	if v == "" {
 		return nil, nil
 	}
-	os.Unsetenv(EnvRelayFD)
 	fd, err := strconv.Atoi(v)
 	if err != nil || fd < 3 {
 		return nil, fmt.Errorf("%s=%q is not a file descriptor", EnvRelayFD, v)
