@@ -66,13 +66,13 @@ func TestRelayedTasksOpenNoServerConnections(t *testing.T) {
 	}
 	// Warm up: the relay's one upstream hello, the pool filled.
 	dentest.Tasks(t, db, qid, demoTasks(2)...)
-	dentest.Eventually(t, 2*time.Minute, "2 warm-up tasks done", finished(2))
+	dentest.Eventually(t, 5*time.Minute, "2 warm-up tasks done", finished(2))
 	dentest.Eventually(t, time.Minute, "the node's pool filled", func() bool { return srv.Stats().Connections >= pool+1 })
 
 	const tasks = 6
 	before := srv.Stats()
 	dentest.Tasks(t, db, qid, demoTasks(tasks)...)
-	dentest.Eventually(t, 2*time.Minute, "the tasks done", finished(2+tasks))
+	dentest.Eventually(t, 5*time.Minute, "the tasks done", finished(2+tasks))
 	got := srv.Stats().Sub(before)
 	t.Logf("%d tasks: %d connections, commands %v", tasks, got.Connections, got.Commands)
 	if got.Connections != 0 {
