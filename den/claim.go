@@ -2,6 +2,8 @@ package den
 
 import (
 	"context"
+	"math"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,69 +20,224 @@ func queueIDs(qs []queue.Queue) []bson.ObjectID {
 	return ids
 }
 
-// free is how many more tasks of q this node may start now: the queue's
-// limit (per node for maxthreads, across nodes for threads) minus what runs.
-func (n *Node) free(q queue.Queue, running queue.Running) int {
-	if q.Global {
-		return q.MaxThreads - running.Queue(q.ID)
-	}
-	return q.MaxThreads - running.Node(q.ID, n.cfg.Name)
+// claimState is what claiming needs from the last full pass: the queues
+// this node serves, its node-wide limit and output mode, and the claimed
+// and running counts of all nodes. Only the loop's goroutine uses it.
+type claimState struct {
+	ready   bool
+	serve   []queue.Queue
+	limit   queue.NodeLimit
+	gfs     string
+	running queue.Running
+	// empty holds the queues a claim found nothing in, with their counts
+	// then: they are not claimed from again until their counts change
+	// (a writer that inserts a task raises count_total), or a probe finds
+	// work in them.
+	empty map[bson.ObjectID]counts
 }
 
-// claim claims tasks queue by queue until each queue's limit or the node's
-// limit (nil: none) is reached, and hands each to a runner. Which queue goes
-// first rotates from pass to pass, so that under a node limit no queue
-// starves the others.
-func (n *Node) claim(ctx context.Context, queues []queue.Queue, running queue.Running, limit *int, gfs string) error {
-	nodeRunning := running.NodeTotal(n.cfg.Name)
-	if len(queues) == 0 {
+// counts are a queue's count_todo and count_total, -1 when unknown.
+type counts struct{ todo, total int64 }
+
+func countsOf(q queue.Queue) counts {
+	c := counts{-1, -1}
+	if q.CountTodo != nil {
+		c.todo = *q.CountTodo
+	}
+	if q.CountTotal != nil {
+		c.total = *q.CountTotal
+	}
+	return c
+}
+
+// claimable reports whether a claim in q may find something: it was not
+// found empty since its counts last changed.
+func (st *claimState) claimable(q queue.Queue) bool {
+	c, marked := st.empty[q.ID]
+	return !marked || c != countsOf(q)
+}
+
+// free is how many more tasks of q this node may start now: the queue's
+// limit (per node for maxthreads, across nodes for threads) minus what runs:
+// this node's own tasks as it holds them (exact between passes), and for
+// threads also the other nodes' as the last count saw them.
+func (n *Node) free(q queue.Queue, own map[bson.ObjectID]int) int {
+	if q.Global {
+		st := &n.claiming
+		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
+		return q.MaxThreads - max(others, 0) - own[q.ID]
+	}
+	return q.MaxThreads - own[q.ID]
+}
+
+// claim claims tasks until each queue's limit or the node's limit (nil:
+// none) is reached, and hands each to a runner. It makes one claim for
+// all the queues of one sort order that may have work (findOneAndUpdate
+// with queue: {$in: [...]}), so that its cost does not grow with the
+// number of queues; queues a claim found empty are left alone until their
+// counts change. With probe it first looks, with one query, for work
+// in the queues found empty (tasks inserted without raising the counts,
+// start_after times that have come).
+//
+// Under a node limit that leaves fewer free slots than queues with work,
+// it claims queue by queue, the first queue rotating from pass to pass, so
+// that no queue starves the others.
+func (n *Node) claim(ctx context.Context, probe bool) error {
+	st := &n.claiming
+	if !st.ready || len(st.serve) == 0 {
 		return nil
 	}
-	n.offset = (n.offset + 1) % len(queues)
-	for i := range queues {
-		q := queues[(n.offset+i)%len(queues)]
-		free := n.free(q, running)
-		for free > 0 && (limit == nil || nodeRunning < *limit) {
-			if ctx.Err() != nil {
-				return nil
+	for q := range n.arrived.take() {
+		delete(st.empty, q)
+	}
+	if probe {
+		if err := n.probe(ctx); err != nil {
+			return err
+		}
+	}
+	own, total := n.own.counts()
+	nodeFree := func() int {
+		if st.limit == nil {
+			return math.MaxInt
+		}
+		return *st.limit - total
+	}
+	var work []queue.Queue
+	for _, q := range st.serve {
+		if st.claimable(q) && n.free(q, own) > 0 {
+			work = append(work, q)
+		}
+	}
+	if len(work) == 0 || nodeFree() <= 0 {
+		return nil
+	}
+	// took is called for each claim: it counts it and reports whether the
+	// node may claim more.
+	took := func(q bson.ObjectID) bool {
+		own[q]++
+		total++
+		return nodeFree() > 0
+	}
+	if nodeFree() < len(work) {
+		n.offset = (n.offset + 1) % len(work)
+		for i := range work {
+			q := work[(n.offset+i)%len(work)]
+			if n.free(q, own) <= 0 {
+				continue
 			}
-			id, ok, err := n.claimOne(ctx, q)
-			if err != nil {
+			more, err := n.claimFrom(ctx, []queue.Queue{q}, own, took)
+			if err != nil || !more {
 				return err
 			}
-			if !ok {
-				break
-			}
-			if q.Global {
-				over, err := n.overQueueLimit(ctx, q)
-				if err != nil || over {
-					n.release(id, "queue-wide threads limit reached by other nodes")
-					if err != nil {
-						return err
-					}
-					break
-				}
-			}
-			free--
-			nodeRunning++
-			if n.cfg.BeforeHandOver != nil {
-				n.cfg.BeforeHandOver(id)
-			}
-			if ctx.Err() != nil {
-				// Shutting down between claim and hand-over: put it back.
-				n.release(id, "node stopping")
-				return nil
-			}
-			mode := gfs
-			if q.GFS != "" {
-				mode = q.GFS
-			}
-			if err := n.spawn(q, id, mode); err != nil {
-				n.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", id.Hex()), zap.Error(err))
-				n.release(id, "runner did not start")
-				return nil
+		}
+		return nil
+	}
+	for _, sort := range []string{queue.SortFIFO, queue.SortLIFO, queue.SortDefault} {
+		var group []queue.Queue
+		for _, q := range work {
+			if q.Sort == sort || (sort == queue.SortDefault && q.Sort != queue.SortFIFO && q.Sort != queue.SortLIFO) {
+				group = append(group, q)
 			}
 		}
+		for len(group) > 0 {
+			chunk := group[:min(len(group), queue.MaxClaimQueues)]
+			group = group[len(chunk):]
+			more, err := n.claimFrom(ctx, chunk, own, took)
+			if err != nil || !more {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// claimFrom claims from the given queues (one sort order) until they are
+// empty or full, and reports whether the node may claim more.
+func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.ObjectID]int, took func(bson.ObjectID) bool) (bool, error) {
+	st := &n.claiming
+	byID := make(map[bson.ObjectID]queue.Queue, len(qs))
+	ids := make([]bson.ObjectID, 0, len(qs))
+	for _, q := range qs {
+		byID[q.ID] = q
+		ids = append(ids, q.ID)
+	}
+	for len(ids) > 0 {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		c, ok, err := n.claimOne(ctx, ids, qs[0].Sort)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			for _, id := range ids {
+				st.empty[id] = countsOf(byID[id])
+			}
+			return true, nil
+		}
+		q, known := byID[c.Queue]
+		if !known { // cannot happen: the claim names these queues
+			n.release(c.ID, "claimed from a queue this node did not ask for")
+			return false, nil
+		}
+		n.own.claimed(c.ID, q.ID)
+		more := took(q.ID)
+		if n.free(q, own) <= 0 {
+			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
+		}
+		if q.Global {
+			over, err := n.overQueueLimit(ctx, q)
+			if err != nil || over {
+				n.release(c.ID, "queue-wide threads limit reached by other nodes")
+				if err != nil {
+					return false, err
+				}
+				ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
+				continue
+			}
+		}
+		if n.cfg.BeforeHandOver != nil {
+			n.cfg.BeforeHandOver(c.ID)
+		}
+		if ctx.Err() != nil {
+			// Shutting down between claim and hand-over: put it back.
+			n.release(c.ID, "node stopping")
+			return false, nil
+		}
+		mode := st.gfs
+		if q.GFS != "" {
+			mode = q.GFS
+		}
+		if err := n.spawn(q, c.ID, mode); err != nil {
+			n.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
+			n.release(c.ID, "runner did not start")
+			return false, nil
+		}
+		if !more {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// probe looks, with one query, for claimable tasks in the served queues
+// that claims found empty, and makes each queue it finds work in
+// claimable again.
+func (n *Node) probe(ctx context.Context) error {
+	st := &n.claiming
+	var ids []bson.ObjectID
+	for _, q := range st.serve {
+		if !st.claimable(q) {
+			ids = append(ids, q.ID)
+		}
+	}
+	for len(ids) > 0 {
+		id, ok, err := n.store.Probe(ctx, ids, n.now())
+		if err != nil || !ok {
+			return err
+		}
+		delete(st.empty, id)
+		ids = slices.DeleteFunc(ids, func(x bson.ObjectID) bool { return x == id })
 	}
 	return nil
 }
@@ -97,21 +254,22 @@ func (n *Node) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) 
 	return count > int64(q.MaxThreads), err
 }
 
-// claimOne makes one claim. The claim is not cancelled by shutdown: a claim
-// interrupted half way could leave a task claimed that nobody knows about.
-// If the claim's reply is lost, the claim may still have landed: the task
-// is then put back, recognised by the claim's own mtime.
-func (n *Node) claimOne(ctx context.Context, q queue.Queue) (bson.ObjectID, bool, error) {
+// claimOne makes one claim in the given queues. The claim is not
+// cancelled by shutdown: a claim interrupted half way could leave a task
+// claimed that nobody knows about. If the claim's reply is lost, the claim
+// may still have landed: the task is then put back, recognised by the
+// claim's own mtime.
+func (n *Node) claimOne(ctx context.Context, ids []bson.ObjectID, sort string) (queue.Claimed, bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	at := n.now().Truncate(time.Millisecond)
-	id, ok, err := n.store.Claim(cctx, q, n.cfg.Name, at)
+	c, ok, err := n.store.ClaimAny(cctx, ids, sort, n.cfg.Name, at)
 	if err != nil {
-		if released, rerr := n.store.ReleaseLost(cctx, q, n.cfg.Name, at); rerr == nil && released > 0 {
+		if released, rerr := n.store.ReleaseLost(cctx, ids, n.cfg.Name, at); rerr == nil && released > 0 {
 			n.log.Warn("a claim failed after it landed; task put back", zap.Error(err))
 		}
 	}
-	return id, ok, err
+	return c, ok, err
 }
 
 // release puts a claimed task back in its queue.
@@ -119,6 +277,9 @@ func (n *Node) release(id bson.ObjectID, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ok, err := n.store.Release(ctx, id, n.cfg.Name, n.now())
+	if err == nil {
+		n.own.done(id, n.now())
+	}
 	switch {
 	case err != nil:
 		n.log.Error("cannot put a claimed task back; it will be reaped as orphaned", zap.String("task_id", id.Hex()), zap.String("why", why), zap.Error(err))

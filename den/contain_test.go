@@ -51,6 +51,55 @@ func liveProcess(pid int) bool {
 	return i > 0 && i+2 < len(b) && b[i+2] != 'Z'
 }
 
+// proc is a process known by its pid and its start time, so that a pid the
+// kernel has given to another process since (pid_max is often 32768, and
+// the test suite starts many processes) is not taken for it.
+type proc struct {
+	pid   int
+	start string // field 22 of /proc/PID/stat; empty when already gone
+}
+
+// statFields returns the fields of /proc/PID/stat after the command name,
+// starting with the state (field 3).
+func statFields(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// readProcs reads the pids a program wrote to file, and their start times.
+func readProcs(t *testing.T, file string) []proc {
+	t.Helper()
+	var out []proc
+	for _, pid := range readPids(t, file) {
+		p := proc{pid: pid}
+		if f := statFields(pid); len(f) > 19 {
+			p.start = f[19]
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// alive reports whether the process still runs (a zombie does not).
+func (p proc) alive() bool {
+	f := statFields(p.pid)
+	return len(f) > 19 && p.start != "" && f[19] == p.start && f[0] != "Z"
+}
+
+// kill kills the process if it is still the same one.
+func (p proc) kill() {
+	if p.alive() {
+		syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+}
+
 func readPids(t *testing.T, file string) []int {
 	t.Helper()
 	b, err := os.ReadFile(file)
@@ -117,12 +166,12 @@ func TestContainmentStopsEveryProcessWhenTaskEnds(t *testing.T) {
 					_, err := os.Stat(filepath.Join(dir, "ready"))
 					return err == nil
 				})
-				pids := readPids(t, filepath.Join(dir, "pids"))
+				pids := readProcs(t, filepath.Join(dir, "pids"))
 				if len(pids) != 3 {
 					t.Fatalf("pids %v", pids)
 				}
 				if c.cgroups == "on" {
-					cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pids[0]))
+					cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pids[0].pid))
 					if !strings.Contains(string(cg), "den-run-"+id.Hex()) {
 						t.Errorf("the task's process is not in the run's cgroup: %s", cg)
 					}
@@ -133,10 +182,10 @@ func TestContainmentStopsEveryProcessWhenTaskEnds(t *testing.T) {
 				raw := waitFor(t, db, id, e.want)
 				// Checked at once: they were stopped before the result was
 				// recorded, not some time after.
-				for _, pid := range pids {
-					if liveProcess(pid) {
-						t.Errorf("process %d outlived its task (%s)", pid, e.name)
-						syscall.Kill(pid, syscall.SIGKILL)
+				for _, p := range pids {
+					if p.alive() {
+						t.Errorf("process %d outlived its task (%s)", p.pid, e.name)
+						p.kill()
 					}
 				}
 				if n, _ := raw.Lookup("leftover_processes").AsInt64OK(); n < 1 {
@@ -208,16 +257,20 @@ func TestContainmentKilledRunnerRetryNeverOverlaps(t *testing.T) {
 				dir := t.TempDir()
 				qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
 				script := fmt.Sprintf(`
+# A process is known by its pid and start time (stat field 22): pids are
+# reused.
+started() { sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f20; }
 if [ -e %[1]s/first ]; then
-  for p in $(cat %[1]s/pids); do
-    if [ -e /proc/$p ] && ! grep -q '^State:.Z' /proc/$p/status; then echo "OVERLAP $p"; fi
-  done
+  while read p st; do
+    if [ -n "$st" ] && [ "$(started $p)" = "$st" ] && ! grep -q '^State:.Z' /proc/$p/status; then echo "OVERLAP $p"; fi
+  done < %[1]s/ids
   echo second run
   exit 0
 fi
 touch %[1]s/first
 setsid sh -c 'trap "" TERM; while :; do sleep 0.2; done' & echo $! >> %[1]s/pids
 %[2]s
+for p in $(cat %[1]s/pids); do echo "$p $(started $p)" >> %[1]s/ids; done
 touch %[1]s/ready
 sleep 1000
 `, dir, escapers(dir))
@@ -231,7 +284,7 @@ sleep 1000
 					_, err := os.Stat(filepath.Join(dir, "ready"))
 					return err == nil
 				})
-				pids := readPids(t, filepath.Join(dir, "pids"))
+				pids := readProcs(t, filepath.Join(dir, "pids"))
 				if len(pids) != 4 {
 					t.Fatalf("pids %v, want the first run's 4 processes", pids)
 				}
@@ -243,10 +296,10 @@ sleep 1000
 					t.Fatal(err)
 				}
 				raw := waitFor(t, db, id, 1)
-				for _, pid := range pids {
-					if liveProcess(pid) {
-						t.Errorf("process %d of the killed run survived", pid)
-						syscall.Kill(pid, syscall.SIGKILL)
+				for _, p := range pids {
+					if p.alive() {
+						t.Errorf("process %d of the killed run survived", p.pid)
+						p.kill()
 					}
 				}
 				out := raw.Lookup("stdout").StringValue()
@@ -290,7 +343,7 @@ sleep 1000
 		_, err := os.Stat(filepath.Join(dir, "ready"))
 		return err == nil
 	})
-	pids := readPids(t, filepath.Join(dir, "pids"))
+	pids := readProcs(t, filepath.Join(dir, "pids"))
 	if len(pids) != 1 {
 		t.Fatalf("pids %v, want the run's one process", pids)
 	}
@@ -298,10 +351,10 @@ sleep 1000
 		t.Fatal(err)
 	}
 	raw := waitFor(t, db, id, -6)
-	for _, pid := range pids {
-		if liveProcess(pid) {
-			t.Errorf("process %d without the run marker survived its killed runner", pid)
-			syscall.Kill(pid, syscall.SIGKILL)
+	for _, p := range pids {
+		if p.alive() {
+			t.Errorf("process %d without the run marker survived its killed runner", p.pid)
+			p.kill()
 		}
 	}
 	if n, _ := raw.Lookup("leftover_processes").AsInt64OK(); n < 1 {

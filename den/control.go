@@ -24,23 +24,18 @@ import (
 // would otherwise stay claimed or running forever into orphans (-6), as the
 // protocol's reaping does.
 
-// cancel carries out cancel: true on tasks: queued ones (any node's) become
-// -5 without running; this node's claimed ones too; for this node's running
-// ones, the runner's process group gets SIGTERM, and SIGKILL after the
-// task's max_termination_time if it has not recorded a result by then.
-func (n *Node) cancel(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
+// cancel carries out cancel: true on this node's tasks (mine, as this pass
+// read them): claimed ones become -5 without running; for running ones,
+// the runner's process group gets SIGTERM, and SIGKILL after the task's
+// max_termination_time if it has not recorded a result by then. (Queued
+// tasks with cancel set are never claimed; the sweep records their -5.)
+func (n *Node) cancel(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
 	now := n.now()
-	if c, err := n.store.CancelQueued(ctx, now); err != nil {
-		return err
-	} else if c > 0 {
-		n.log.Info("cancelled queued tasks", zap.Int64("count", c))
-	}
-	tasks, err := n.store.Mine(ctx, n.cfg.Name, true)
-	if err != nil {
-		return err
-	}
 	live := map[bson.ObjectID]bool{}
-	for _, task := range tasks {
+	for _, task := range mine {
+		if !task.Cancel {
+			continue
+		}
 		if task.Status == queue.StatusClaimed {
 			if ok, err := n.store.CancelUnstarted(ctx, task.ID, n.cfg.Name, now); err != nil {
 				return err
@@ -193,13 +188,9 @@ func (n *Node) grace(task queue.Task, q *queue.Queue) time.Duration {
 // hand, or a node of another kind shares the name); it is rescued once
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
-func (n *Node) rescueDeadRunners(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
-	tasks, err := n.store.Mine(ctx, n.cfg.Name, false)
-	if err != nil {
-		return err
-	}
+func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
 	now := n.now()
-	for _, task := range tasks {
+	for _, task := range mine {
 		if task.Status != queue.StatusRunning {
 			continue
 		}
@@ -219,14 +210,15 @@ func (n *Node) rescueDeadRunners(ctx context.Context, queues map[bson.ObjectID]q
 	return nil
 }
 
-// rescueStaleClaims rescues this node's claims that no runner took up
-// within orphan_age: a retry when retries are left, else orphaned (-6).
-func (n *Node) rescueStaleClaims(ctx context.Context, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
-	stale, err := n.store.StaleClaims(ctx, n.cfg.Name, now.Add(-n.cfg.OrphanAge))
-	if err != nil {
-		return err
-	}
-	for _, task := range stale {
+// rescueStaleClaims rescues this node's claims (among mine) that no runner
+// took up within orphan_age: a retry when retries are left, else orphaned
+// (-6).
+func (n *Node) rescueStaleClaims(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+	cutoff := now.Add(-n.cfg.OrphanAge)
+	for _, task := range mine {
+		if task.Status != queue.StatusClaimed || task.Mtime.IsZero() || !task.Mtime.Before(cutoff) {
+			continue
+		}
 		n.rescueWith(ctx, task, queueOf(task, queues), fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge))
 	}
 	return nil

@@ -59,7 +59,7 @@ func nodeRole() int {
 	log, _ := zap.NewDevelopment()
 	cfg := runnerConfig(os.Getenv(envNodeName), os.Getenv(envNodeURI), os.Getenv(envNodeDB), os.Getenv(envNodeRunLog))
 	if os.Getenv(envNodeDefaults) != "" {
-		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery = 0, 0, 0
+		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery, cfg.RefreshEvery, cfg.RecheckEvery = 0, 0, 0, 0, 0
 	}
 	if ms, _ := strconv.Atoi(os.Getenv(envHandOverWait)); ms > 0 {
 		cfg.BeforeHandOver = func(bson.ObjectID) {
@@ -92,6 +92,8 @@ func runnerConfig(name, uri, database, runnerLog string) den.Config {
 		Database:     database,
 		SweepEvery:   200 * time.Millisecond,
 		RescueEvery:  200 * time.Millisecond,
+		RefreshEvery: 200 * time.Millisecond,
+		RecheckEvery: 200 * time.Millisecond,
 		PluginConfig: map[string]json.RawMessage{command.Name: policy},
 		Runner: den.RunnerCommand{
 			Path: exe,

@@ -48,10 +48,21 @@ type Config struct {
 	// database as the node.
 	URI      string
 	Database string
-	// SweepEvery is how often the node looks for malformed tasks in its
-	// queues (a queue field written as a string, a status that is not a
-	// number) and fails them with the reason in stderr. Default 30s.
+	// SweepEvery is how often the node cancels queued tasks whose cancel
+	// is set (the claim never takes them, so this only records -5), and
+	// looks for malformed tasks in its queues (a queue field written as a
+	// string, a status that is not a number) and fails them with the
+	// reason in stderr. Default 15s.
 	SweepEvery time.Duration
+	// RefreshEvery is how often the node reads the config collection and
+	// counts every node's claimed and running tasks (tasks_doing in its
+	// node document). Default 10s.
+	RefreshEvery time.Duration
+	// RecheckEvery is how often the node looks, with one query, for work
+	// in the queues a claim found empty whose counts have not changed
+	// since: tasks inserted without raising the counts, and tasks whose
+	// start_after has come, start at most this late. Default 5s.
+	RecheckEvery time.Duration
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
 	// MaxTermination is the default time between SIGTERM and SIGKILL when
@@ -66,7 +77,7 @@ type Config struct {
 	// stderr (0: runner.DefaultMaxOutput); tasks and queues may lower it.
 	MaxOutput int64
 	// RescueEvery is how often the node looks for dead runners and dead
-	// nodes. Default 10s (and once at start).
+	// nodes. Default 30s (and once at start).
 	RescueEvery time.Duration
 	// Cgroups says whether each run gets a cgroup v2 of its own: "auto"
 	// (default: when this process's cgroup is delegated to it, as under
@@ -76,6 +87,10 @@ type Config struct {
 	// PluginConfig holds each plugin's section of the configuration
 	// (JSON), by plugin name; runners hand it to the plugin.
 	PluginConfig map[string]json.RawMessage
+	// Arrivals tells the node of tasks as they are inserted, so that a
+	// free slot takes them at once. Default: a change stream on tasks,
+	// where the server has them (see arrivals.go); polling otherwise.
+	Arrivals ArrivalSource
 	// BeforeHandOver, when set, is called after each claim and before the
 	// task's runner starts. It exists so tests can stop a node in exactly
 	// that window; production leaves it nil.
@@ -90,11 +105,24 @@ type Node struct {
 	log     *zap.Logger
 	now     func() time.Time
 
-	notes      notices
-	wake       chan struct{} // a runner finished: claim again now
-	offset     int           // rotates which queue claims first
-	lastSweep  time.Time
-	lastRescue time.Time
+	notes       notices
+	wake        chan struct{} // a runner finished: claim again now
+	offset      int           // rotates which queue claims first
+	lastSweep   time.Time
+	lastRescue  time.Time
+	lastRecheck time.Time
+	// shared is the config collection's active document as last read, at
+	// sharedAt; runningAt is when every node's running tasks were last
+	// counted (into claiming.running).
+	shared    *queue.SharedConfig
+	sharedAt  time.Time
+	runningAt time.Time
+	// claiming is what a claim needs from the last full pass.
+	claiming claimState
+	// own is what this node holds (claimed and running tasks).
+	own *ownTasks
+	// arrived are the queues new tasks arrived in (see arrivals.go).
+	arrived arrivals
 	// lastBeat is when a pass last wrote the node document (UnixNano).
 	lastBeat atomic.Int64
 
@@ -144,7 +172,13 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		cfg.OrphanAge = queue.DefaultOrphanAge
 	}
 	if cfg.SweepEvery <= 0 {
-		cfg.SweepEvery = 30 * time.Second
+		cfg.SweepEvery = 15 * time.Second
+	}
+	if cfg.RefreshEvery <= 0 {
+		cfg.RefreshEvery = 10 * time.Second
+	}
+	if cfg.RecheckEvery <= 0 {
+		cfg.RecheckEvery = 5 * time.Second
 	}
 	if cfg.MaxTermination <= 0 {
 		cfg.MaxTermination = queue.DefaultGrace
@@ -153,7 +187,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		cfg.DeadNodeAfter = queue.DefaultDeadNodeAfter
 	}
 	if cfg.RescueEvery <= 0 {
-		cfg.RescueEvery = 10 * time.Second
+		cfg.RescueEvery = 30 * time.Second
 	}
 	if cfg.GFS != "" {
 		mode, err := queue.NormalizeGFS(cfg.GFS)
@@ -197,6 +231,8 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		now:        now,
 		wake:       make(chan struct{}, 1),
 		cancelling: map[bson.ObjectID]time.Time{},
+		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
+		own:        newOwnTasks(),
 	}, nil
 }
 
@@ -224,6 +260,10 @@ func (n *Node) Run(ctx context.Context) error {
 	n.lastBeat.Store(n.now().UnixNano())
 	stopAlive := n.keepAlive(ctx)
 	defer stopAlive()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	waitWatch := n.watchArrivals(wctx)
+	defer func() { stopWatch(); waitWatch() }()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -232,16 +272,11 @@ func (n *Node) Run(ctx context.Context) error {
 			n.shutdown()
 			return nil
 		case <-t.C:
+			n.tick(ctx, true)
+			t.Reset(n.cfg.Interval)
 		case <-n.wake:
-			if !t.Stop() {
-				select {
-				case <-t.C:
-				default:
-				}
-			}
+			n.tick(ctx, false) // a slot is free: claim now
 		}
-		n.tick(ctx)
-		t.Reset(n.cfg.Interval)
 	}
 }
 

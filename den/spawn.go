@@ -49,6 +49,11 @@ func (c *RunnerCommand) check() error {
 	return nil
 }
 
+// maxSpecQueue is the largest queue document handed to a runner in its
+// spec; a larger one (an environment string may not pass 128 KiB) the
+// runner reads itself.
+const maxSpecQueue = 32 << 10
+
 // spawn starts the runner of one claimed task in a session of its own, so
 // that signals to the node (Ctrl-C, systemctl stop) do not reach it and the
 // node can stop, restart or be upgraded while it runs. The runner leads its
@@ -60,6 +65,9 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		Grace: n.cfg.MaxTermination.Seconds(), PluginConfig: n.cfg.PluginConfig[q.Plugin],
 		Beat:   min(max(n.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
 		Cgroup: n.cgroup, MaxOutput: n.cfg.MaxOutput,
+	}
+	if len(q.Raw) <= maxSpecQueue {
+		spec.Queue = q.Raw
 	}
 	env, err := spec.Env()
 	if err != nil {
@@ -124,12 +132,14 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
 	n.runners.Add(-1)
+	// Once the task is dealt with, its slot is free: claim at once.
+	defer n.wakeUp()
+	defer func() { n.own.done(taskID, n.now()) }()
 	if err == nil {
 		n.startFailures.Store(0)
 		if n.notes.clear("runner-start") {
 			n.log.Info("task runners start tasks again")
 		}
-		n.wakeUp()
 		return
 	}
 	var exit *exec.ExitError
@@ -149,7 +159,6 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 		}
 		return
 	}
-	defer n.wakeUp()
 	task, err := n.store.Task(ctx, taskID)
 	if err != nil || task == nil {
 		return

@@ -13,18 +13,24 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// tick is one pass of the loop: read the shared config and the queues, fill
-// missing counts, write the node document, reap orphans, carry out
-// cancellations, now and then rescue the tasks of dead runners and dead
-// nodes and fail malformed tasks, and claim. A MongoDB failure ends the
+// tick is one pass of the loop. A full pass reads the queues, writes the
+// node document, carries out cancellations, now and then rescues the tasks
+// of dead runners and dead nodes and sweeps malformed tasks, and claims. A
+// short pass (full false: a runner has exited, so a slot is free) only
+// claims, with what the last full pass read. A MongoDB failure ends the
 // pass; it is logged when the outage starts and when it ends.
-func (n *Node) tick(ctx context.Context) {
+func (n *Node) tick(ctx context.Context, full bool) {
 	// A pass has a deadline, so that one hung connection cannot stop the
 	// heartbeat for good.
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	started := n.now()
-	err := n.pass(pctx)
+	var err error
+	if full {
+		err = n.pass(pctx)
+	} else if !n.claimsPaused() {
+		err = n.claim(pctx, false)
+	}
 	if ctx.Err() != nil {
 		return
 	}
@@ -35,6 +41,12 @@ func (n *Node) tick(ctx context.Context) {
 				zap.Duration("took", n.now().Sub(started)), zap.Error(err))
 		}
 		return
+	}
+	if !full {
+		if err != nil && n.notes.set("outage", "") {
+			n.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
+		}
+		return // a short pass cannot tell that an outage or slowness is over
 	}
 	if n.notes.clear("slow") {
 		n.log.Info("passes finish in time again")
@@ -50,20 +62,34 @@ func (n *Node) tick(ctx context.Context) {
 	}
 }
 
+// pass is a full pass. What it reads, and how often, is chosen so that an
+// idle node costs the database about 3 commands a second however many
+// queues there are (see the README's Performance section):
+//   - every pass: the queues (count_todo tells of new work), the node
+//     document, and, while this node holds tasks, its own claimed and
+//     running tasks (their cancel flags, and what it holds);
+//   - every RefreshEvery: the config collection, and the claimed and
+//     running counts of all nodes (tasks_doing in the node document; every
+//     pass while a queue-wide threads limit is in play);
+//   - every RecheckEvery: one query for work in queues found empty;
+//   - every RescueEvery and SweepEvery: rescues and sweeps.
 func (n *Node) pass(ctx context.Context) error {
 	now := n.now()
-	shared, err := n.store.ActiveConfig(ctx)
-	if err != nil {
-		return err // never fall back to serving every queue
-	}
-	if len(shared.Problems) > 0 {
-		if n.notes.set("config", strings.Join(shared.Problems, "; ")) {
-			n.log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
+	if n.shared == nil || now.Sub(n.sharedAt) >= n.cfg.RefreshEvery {
+		shared, err := n.store.ActiveConfig(ctx)
+		if err != nil {
+			return err // never fall back to serving every queue
 		}
-	} else if n.notes.clear("config") {
-		n.log.Info("config collection: active document is valid again")
+		n.shared, n.sharedAt = &shared, now
+		if len(shared.Problems) > 0 {
+			if n.notes.set("config", strings.Join(shared.Problems, "; ")) {
+				n.log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
+			}
+		} else if n.notes.clear("config") {
+			n.log.Info("config collection: active document is valid again")
+		}
 	}
-	filter, gfs := n.effective(shared)
+	filter, gfs := n.effective(*n.shared)
 
 	queues, bad, err := n.store.Queues(ctx)
 	if err != nil {
@@ -71,11 +97,6 @@ func (n *Node) pass(ctx context.Context) error {
 	}
 	n.noteBadQueues(bad)
 	serve := n.serveable(queues, filter)
-
-	running, err := n.store.Running(ctx, queueIDs(queues))
-	if err != nil {
-		return err
-	}
 	for _, q := range queues {
 		if q.CountTodo == nil || q.CountTotal == nil {
 			if len(q.BadCounts) > 0 {
@@ -87,9 +108,29 @@ func (n *Node) pass(ctx context.Context) error {
 		}
 	}
 
+	rescueDue := now.Sub(n.lastRescue) >= n.cfg.RescueEvery
+	var mine []queue.Task
+	if n.own.any() || rescueDue {
+		sent := n.now()
+		if mine, err = n.store.Mine(ctx, n.cfg.Name, false); err != nil {
+			return err
+		}
+		n.own.read(mine, sent)
+	}
+	st := &n.claiming
+	if st.running == nil || now.Sub(n.runningAt) >= n.cfg.RefreshEvery || n.globalInPlay(serve) {
+		running, err := n.store.Running(ctx, queueIDs(queues))
+		if err != nil {
+			return err
+		}
+		st.running, n.runningAt = running, now
+	}
+
+	own, _ := n.own.counts()
 	entries := make([]queue.NodeQueue, 0, len(queues))
 	for _, q := range queues {
-		entries = append(entries, queue.NewNodeQueue(q, running.Queue(q.ID)))
+		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
+		entries = append(entries, queue.NewNodeQueue(q, max(others, 0)+own[q.ID]))
 	}
 	limit, problem, err := n.store.Heartbeat(ctx, n.cfg.Name, entries, now)
 	if err != nil {
@@ -109,14 +150,14 @@ func (n *Node) pass(ctx context.Context) error {
 	for _, q := range queues {
 		byID[q.ID] = q
 	}
-	if err := n.cancel(ctx, byID); err != nil {
+	if err := n.cancel(ctx, mine, byID); err != nil {
 		return err
 	}
-	if now.Sub(n.lastRescue) >= n.cfg.RescueEvery {
-		if err := n.rescueStaleClaims(ctx, byID, now); err != nil {
+	if rescueDue {
+		if err := n.rescueStaleClaims(ctx, mine, byID, now); err != nil {
 			return err
 		}
-		if err := n.rescueDeadRunners(ctx, byID); err != nil {
+		if err := n.rescueDeadRunners(ctx, mine, byID); err != nil {
 			return err
 		}
 		if err := n.rescueDeadNodes(ctx, byID); err != nil {
@@ -124,17 +165,42 @@ func (n *Node) pass(ctx context.Context) error {
 		}
 		n.lastRescue = now
 	}
-
 	if now.Sub(n.lastSweep) >= n.cfg.SweepEvery {
 		if err := n.sweep(ctx, serve, now); err != nil {
 			return err
 		}
 		n.lastSweep = now
 	}
+
+	st.ready, st.serve, st.limit, st.gfs = true, serve, limit, gfs
+	for id := range st.empty {
+		if _, served := byID[id]; !served {
+			delete(st.empty, id)
+		}
+	}
 	if n.claimsPaused() {
 		return nil
 	}
-	return n.claim(ctx, serve, running, limit, gfs)
+	recheck := now.Sub(n.lastRecheck) >= n.cfg.RecheckEvery
+	if err := n.claim(ctx, recheck); err != nil {
+		return err
+	}
+	if recheck {
+		n.lastRecheck = now
+	}
+	return nil
+}
+
+// globalInPlay reports whether a served queue with a queue-wide threads
+// limit may have work: claims in it then need every node's running count
+// fresh each pass.
+func (n *Node) globalInPlay(serve []queue.Queue) bool {
+	for _, q := range serve {
+		if q.Global && n.claiming.claimable(q) {
+			return true
+		}
+	}
+	return false
 }
 
 // effective merges the node's own settings with the config collection's:
@@ -212,28 +278,41 @@ func (n *Node) noteBadQueues(bad []queue.BadQueue) {
 	}
 }
 
-// sweep fails the malformed tasks of the served queues, and rewrites
-// start_after and cancel values of other types (epoch seconds, date
-// strings, 1, "yes") as the ISODate or boolean the claim and cancellation
-// queries match, failing the queued tasks whose value means nothing.
+// sweep cancels the queued tasks whose cancel is set (-5: the claim never
+// takes them), fails the malformed tasks of the served queues, and
+// rewrites start_after and cancel values of other types (epoch seconds,
+// date strings, 1, "yes") as the ISODate or boolean the claim and
+// cancellation queries match, failing the queued tasks whose value means
+// nothing.
 func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
+	if c, err := n.store.CancelQueued(ctx, now); err != nil {
+		return err
+	} else if c > 0 {
+		n.log.Info("cancelled queued tasks", zap.Int64("count", c))
+	}
 	if err := n.normalize(ctx, queues, now); err != nil {
 		return err
 	}
-	for _, q := range queues {
-		for _, kind := range queue.MalformedKinds {
-			failed, err := n.store.FailMalformed(ctx, q, kind, n.cfg.Name, now)
-			if err != nil {
+	malformed, err := n.store.Malformed(ctx, queueIDs(queues))
+	if err != nil {
+		return err
+	}
+	failed := map[bson.ObjectID]int{}
+	for _, m := range malformed {
+		ok, err := n.store.FailMalformed(ctx, m, n.cfg.Name, now)
+		if err != nil {
+			return err
+		}
+		if ok {
+			failed[m.Queue]++
+			if err := n.store.DecrementTodo(ctx, m.Queue); err != nil {
 				return err
 			}
-			if failed > 0 {
-				n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int64("count", failed))
-			}
-			for range failed {
-				if err := n.store.DecrementTodo(ctx, q.ID); err != nil {
-					return err
-				}
-			}
+		}
+	}
+	for _, q := range queues {
+		if c := failed[q.ID]; c > 0 {
+			n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int("count", c))
 		}
 	}
 	return nil

@@ -15,20 +15,27 @@ import (
 // writes it, or null/missing as some writers leave it.
 var unclaimed = bson.D{{Key: "$in", Value: bson.A{Unclaimed, nil}}}
 
-// ClaimFilter is the protocol's claim filter for one queue:
+// ClaimFilter is the protocol's claim filter:
 // {node: -1, status: -2, queue: <id>}, with node null accepted as unclaimed.
-// Two conditions of den's own follow the indexed equalities, so the claim
-// still uses the {node, status, queue, _id} index: start_after must be
-// unset or an ISODate not in the future, and cancel unset or false. A
-// start_after or cancel of another type (epoch seconds, a string) waits
-// until the sweep has turned it into an ISODate or a boolean, or failed
-// the task (NormalizeTasks): it is never run early, nor run cancelled. A
-// task without those fields is claimed exactly as Disbatch 4 claims it.
-func ClaimFilter(queueID bson.ObjectID, now time.Time) bson.D {
+// Given several queues (of one sort order), queue is {$in: [...]}: one claim
+// then serves them all, and the {node, status, queue, _id} index still
+// serves it (MaxClaimQueues bounds the list so that the server can merge
+// the index ranges in _id order instead of sorting). Two conditions of
+// den's own follow the indexed equalities: start_after must be unset or an
+// ISODate not in the future, and cancel unset or false. A start_after or
+// cancel of another type (epoch seconds, a string) waits until the sweep
+// has turned it into an ISODate or a boolean, or failed the task
+// (NormalizeTasks): it is never run early, nor run cancelled. A task
+// without those fields is claimed exactly as Disbatch 4 claims it.
+func ClaimFilter(now time.Time, queueIDs ...bson.ObjectID) bson.D {
+	var inQueue any = bson.D{{Key: "$in", Value: queueIDs}}
+	if len(queueIDs) == 1 {
+		inQueue = queueIDs[0]
+	}
 	return bson.D{
 		{Key: "node", Value: unclaimed},
 		{Key: "status", Value: StatusQueued},
-		{Key: "queue", Value: queueID},
+		{Key: "queue", Value: inQueue},
 		{Key: "$or", Value: bson.A{
 			bson.D{{Key: FieldStartAfter, Value: nil}},
 			bson.D{{Key: FieldStartAfter, Value: bson.D{{Key: "$lte", Value: now}}}},
@@ -36,6 +43,12 @@ func ClaimFilter(queueID bson.ObjectID, now time.Time) bson.D {
 		{Key: FieldCancel, Value: bson.D{{Key: "$in", Value: bson.A{nil, false}}}},
 	}
 }
+
+// MaxClaimQueues is the most queues one claim names. MongoDB merges up to
+// 200 index ranges in sort order (internalQueryMaxScansToExplode); the
+// claim has two per queue (node -1 and null), and beyond the limit MongoDB
+// would sort every queued task of those queues in memory.
+const MaxClaimQueues = 50
 
 // ClaimSort is the claim's sort for a queue's sort setting: on _id, oldest
 // first for fifo, newest first for lifo, and none (the server's order) for
@@ -50,19 +63,36 @@ func ClaimSort(sort string) bson.D {
 	return nil
 }
 
-// Claim claims one queued task of q for node with a single findOneAndUpdate,
-// as the protocol requires, and returns its _id. It returns ok false when the
-// queue has nothing to claim.
+// Claim claims one queued task of q for node; see ClaimAny.
 func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) (id bson.ObjectID, ok bool, err error) {
-	// Only the _id comes back (a task document may be up to 16 MiB), where
-	// the server implements a projection on findAndModify; the
-	// development server (FerretDB) does not, and gets the claim without.
+	c, ok, err := s.ClaimAny(ctx, []bson.ObjectID{q.ID}, q.Sort, node, now)
+	return c.ID, ok, err
+}
+
+// Claimed is a task a claim took: its _id and its queue.
+type Claimed struct {
+	ID    bson.ObjectID `bson:"_id"`
+	Queue bson.ObjectID `bson:"queue"`
+}
+
+// ClaimAny claims one queued task of any of the given queues (at most
+// MaxClaimQueues, all with the given sort order) for node, with a single
+// findOneAndUpdate as the protocol requires. It returns ok false when
+// those queues have nothing to claim.
+func (s *Store) ClaimAny(ctx context.Context, queueIDs []bson.ObjectID, sort string, node string, now time.Time) (c Claimed, ok bool, err error) {
+	if len(queueIDs) == 0 {
+		return c, false, nil
+	}
+	// Only the _id and queue come back (a task document may be up to 16
+	// MiB), where the server implements a projection on findAndModify;
+	// the development server (FerretDB) does not, and gets the claim
+	// without.
 	claimOpts := func(project bool) *options.FindOneAndUpdateOptionsBuilder {
 		opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 		if project {
-			opts.SetProjection(bson.D{{Key: "_id", Value: 1}})
+			opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}})
 		}
-		if sort := ClaimSort(q.Sort); sort != nil {
+		if sort := ClaimSort(sort); sort != nil {
 			opts.SetSort(sort)
 		}
 		return opts
@@ -72,33 +102,31 @@ func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) 
 		{Key: "status", Value: StatusClaimed},
 		{Key: "mtime", Value: now},
 	}}}
-	var doc struct {
-		ID bson.ObjectID `bson:"_id"`
-	}
+	filter := ClaimFilter(now, queueIDs...)
 	project := !s.noClaimProjection.Load()
-	err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID, now), update, claimOpts(project)).Decode(&doc)
+	err = s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(project)).Decode(&c)
 	if project && notImplemented(err) {
 		s.noClaimProjection.Store(true)
-		err = s.tasks.FindOneAndUpdate(ctx, ClaimFilter(q.ID, now), update, claimOpts(false)).Decode(&doc)
+		err = s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(false)).Decode(&c)
 	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return id, false, nil
+		return c, false, nil
 	}
 	if err != nil {
-		return id, false, fmt.Errorf("claim task in queue %s: %w", q.ID.Hex(), err)
+		return c, false, fmt.Errorf("claim a task in %d queue(s) starting with %s: %w", len(queueIDs), queueIDs[0].Hex(), err)
 	}
-	return doc.ID, true, nil
+	return c, true, nil
 }
 
-// ReleaseLost puts back a task this node may have claimed at claimedAt
-// without hearing the reply (the claim's reply was lost): the claim's mtime
-// tells it apart.
-func (s *Store) ReleaseLost(ctx context.Context, q Queue, node string, claimedAt time.Time) (int64, error) {
+// ReleaseLost puts back a task this node may have claimed at claimedAt in
+// one of the given queues without hearing the reply (the claim's reply was
+// lost): the claim's mtime tells it apart.
+func (s *Store) ReleaseLost(ctx context.Context, queueIDs []bson.ObjectID, node string, claimedAt time.Time) (int64, error) {
 	res, err := s.tasks.UpdateMany(ctx,
-		bson.D{{Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}, {Key: "queue", Value: q.ID}, {Key: "mtime", Value: claimedAt}},
+		bson.D{{Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}, {Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: "mtime", Value: claimedAt}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusQueued}}}})
 	if err != nil {
-		return 0, fmt.Errorf("release lost claim in queue %s: %w", q.ID.Hex(), err)
+		return 0, fmt.Errorf("release a lost claim: %w", err)
 	}
 	return res.ModifiedCount, nil
 }
@@ -126,4 +154,26 @@ func (s *Store) Release(ctx context.Context, taskID bson.ObjectID, node string, 
 func notImplemented(err error) bool {
 	var se mongo.ServerError
 	return errors.As(err, &se) && se.HasErrorCode(238)
+}
+
+// Probe looks, without claiming, for a claimable task in any of the given
+// queues, and returns its queue. It finds tasks that writers inserted
+// without raising their queue's count_todo. It is one indexed query
+// however many queues it names: it has no sort, so the server need not
+// merge the index ranges in order.
+func (s *Store) Probe(ctx context.Context, queueIDs []bson.ObjectID, now time.Time) (queueID bson.ObjectID, ok bool, err error) {
+	if len(queueIDs) == 0 {
+		return queueID, false, nil
+	}
+	var doc struct {
+		Queue bson.ObjectID `bson:"queue"`
+	}
+	err = s.tasks.FindOne(ctx, ClaimFilter(now, queueIDs...), options.FindOne().SetProjection(bson.D{{Key: "queue", Value: 1}})).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return queueID, false, nil
+	}
+	if err != nil {
+		return queueID, false, fmt.Errorf("look for claimable tasks in %d queue(s): %w", len(queueIDs), err)
+	}
+	return doc.Queue, true, nil
 }

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,22 +13,37 @@ import (
 )
 
 // The claim, with den's start_after and cancel conditions, still uses the
-// protocol's {node, status, queue, _id} index. MongoDB's explain shows it;
-// FerretDB (the embedded server) never uses indexes for such filters, so
-// there the test is skipped. Run with DEN_TEST_MONGODB_URI to check.
+// protocol's {node, status, queue, _id} index, for one queue and for the
+// most queues one claim names (then merging the index ranges in _id order,
+// with no in-memory sort). MongoDB's explain shows it; FerretDB (the
+// embedded server) never uses indexes for such filters, so there the test
+// is skipped. Run with DEN_TEST_MONGODB_URI to check.
 func TestClaimUsesIndex(t *testing.T) {
 	t.Parallel()
+	for _, queues := range []int{1, queue.MaxClaimQueues} {
+		t.Run(fmt.Sprintf("queues=%d", queues), func(t *testing.T) {
+			t.Parallel()
+			explainClaim(t, queues)
+		})
+	}
+}
+
+func explainClaim(t *testing.T, queues int) {
 	db := dentest.DB(t)
 	store := queue.NewStore(db)
 	if _, err := store.EnsureIndexes(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
-	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
-	dentest.Tasks(t, db, qid, params(50)...)
+	var qids []bson.ObjectID
+	for i := range queues {
+		qid := dentest.Queue(t, db, fmt.Sprint("q", i), "P", 1, "fifo")
+		dentest.Tasks(t, db, qid, params(3)...)
+		qids = append(qids, qid)
+	}
 	var out bson.Raw
 	err := db.RunCommand(dentest.Context(t), bson.D{{Key: "explain", Value: bson.D{
 		{Key: "findAndModify", Value: "tasks"},
-		{Key: "query", Value: queue.ClaimFilter(qid, time.Now())},
+		{Key: "query", Value: queue.ClaimFilter(time.Now(), qids...)},
 		{Key: "sort", Value: queue.ClaimSort(queue.SortFIFO)},
 		{Key: "update", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -1}}}}},
 	}}}).Decode(&out)
@@ -42,7 +58,7 @@ func TestClaimUsesIndex(t *testing.T) {
 	if plan == "" {
 		t.Fatalf("explain returned no queryPlanner: %s", out)
 	}
-	if !strings.Contains(plan, "IXSCAN") || !strings.Contains(plan, "node_1_status_1_queue_1") || strings.Contains(plan, "COLLSCAN") {
+	if !strings.Contains(plan, "IXSCAN") || !strings.Contains(plan, "node_1_status_1_queue_1") || strings.Contains(plan, "COLLSCAN") || strings.Contains(plan, `"SORT"`) {
 		t.Fatalf("claim does not use the claim index: %s", plan)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // StaleClaims returns this node's claimed tasks (-1) whose mtime is older
@@ -47,7 +48,7 @@ func (s *Store) ClaimingNodes(ctx context.Context) ([]bson.RawValue, error) {
 	cur, err := s.tasks.Aggregate(ctx, bson.A{
 		bson.D{{Key: "$match", Value: bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}}},
 		bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$node"}}}},
-	})
+	}, options.Aggregate().SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("list nodes of running tasks: %w", err)
 	}
@@ -64,57 +65,90 @@ func (s *Store) ClaimingNodes(ctx context.Context) ([]bson.RawValue, error) {
 	return out, nil
 }
 
-// Malformed is a kind of task document that can never be claimed as it is,
+// MalformedTask is a task document that can never be claimed as it is,
 // so that it would sit in its queue forever: the node fails it instead,
 // with the reason in its stderr.
-type Malformed struct {
-	reason func(q Queue) string
-	filter func(q Queue) bson.D
+type MalformedTask struct {
+	ID     bson.ObjectID
+	Queue  bson.ObjectID
+	Reason string
+	// match is the task's queue and status as read: the fail is
+	// conditional on them.
+	match bson.D
 }
 
-// MalformedKinds are the malformed tasks a node looks for in each queue it
-// serves. Every filter starts with an equality on queue so that the
-// {queue, status} index serves it.
-var MalformedKinds = []Malformed{
-	{
-		reason: func(q Queue) string {
-			return fmt.Sprintf("den: task not run: its queue field is the string %q; it must be ObjectId(%q)", q.ID.Hex(), q.ID.Hex())
-		},
-		filter: func(q Queue) bson.D {
-			return bson.D{{Key: "queue", Value: q.ID.Hex()}, {Key: "status", Value: StatusQueued}}
-		},
-	},
-	{
-		reason: func(Queue) string {
-			return "den: task not run: its status is a string; it must be the number -2 to be queued"
-		},
-		filter: func(q Queue) bson.D {
-			return bson.D{{Key: "queue", Value: q.ID}, {Key: "status", Value: bson.D{{Key: "$type", Value: "string"}}}}
-		},
-	},
-	{
-		reason: func(Queue) string {
-			return "den: task not run: it has no status; it must be the number -2 to be queued"
-		},
-		filter: func(q Queue) bson.D {
-			return bson.D{{Key: "queue", Value: q.ID}, {Key: "status", Value: nil}}
-		},
-	},
+// Malformed finds, in one query, the malformed tasks of the given queues:
+// a queue field that is the queue's _id as a string, and a status that is
+// a string or missing. Each branch starts with the queue so that the
+// {queue, status} index serves it. At most 1000 are returned a time.
+func (s *Store) Malformed(ctx context.Context, queueIDs []bson.ObjectID) ([]MalformedTask, error) {
+	if len(queueIDs) == 0 {
+		return nil, nil
+	}
+	hexes := make([]string, len(queueIDs))
+	for i, id := range queueIDs {
+		hexes[i] = id.Hex()
+	}
+	in := func(v any) bson.D { return bson.D{{Key: "$in", Value: v}} }
+	filter := bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "queue", Value: in(hexes)}, {Key: "status", Value: StatusQueued}},
+		bson.D{{Key: "queue", Value: in(queueIDs)}, {Key: "status", Value: bson.D{{Key: "$type", Value: "string"}}}},
+		bson.D{{Key: "queue", Value: in(queueIDs)}, {Key: "status", Value: nil}},
+	}}}
+	cur, err := s.tasks.Find(ctx, filter, options.Find().
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: "status", Value: 1}}).SetLimit(1000))
+	if err != nil {
+		return nil, fmt.Errorf("find malformed tasks: %w", err)
+	}
+	defer cur.Close(ctx)
+	var out []MalformedTask
+	for cur.Next(ctx) {
+		raw := cur.Current
+		id, ok := raw.Lookup("_id").ObjectIDOK()
+		if !ok {
+			continue // nothing can be done to it by _id
+		}
+		m := MalformedTask{ID: id, match: bson.D{{Key: "_id", Value: id}}}
+		qv, st := raw.Lookup("queue"), raw.Lookup("status")
+		if hex, isString := qv.StringValueOK(); isString {
+			qid, err := bson.ObjectIDFromHex(hex)
+			if err != nil {
+				continue
+			}
+			m.Queue = qid
+			m.Reason = fmt.Sprintf("den: task not run: its queue field is the string %q; it must be ObjectId(%q)", hex, hex)
+			m.match = append(m.match, bson.E{Key: "queue", Value: hex}, bson.E{Key: "status", Value: StatusQueued})
+		} else {
+			m.Queue, _ = qv.ObjectIDOK()
+			m.match = append(m.match, bson.E{Key: "queue", Value: m.Queue})
+			if s, isString := st.StringValueOK(); isString {
+				m.Reason = "den: task not run: its status is a string; it must be the number -2 to be queued"
+				m.match = append(m.match, bson.E{Key: "status", Value: s})
+			} else {
+				m.Reason = "den: task not run: it has no status; it must be the number -2 to be queued"
+				m.match = append(m.match, bson.E{Key: "status", Value: nil})
+			}
+		}
+		out = append(out, m)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("find malformed tasks: %w", err)
+	}
+	return out, nil
 }
 
-// FailMalformed fails the tasks of queue q that match kind m, and returns
-// how many it failed.
-func (s *Store) FailMalformed(ctx context.Context, q Queue, m Malformed, node string, now time.Time) (int64, error) {
-	reason := m.reason(q)
-	res, err := s.tasks.UpdateMany(ctx, m.filter(q), bson.D{{Key: "$set", Value: bson.D{
+// FailMalformed fails a malformed task, if it is still as it was read, and
+// reports whether it did.
+func (s *Store) FailMalformed(ctx context.Context, m MalformedTask, node string, now time.Time) (bool, error) {
+	res, err := s.tasks.UpdateOne(ctx, m.match, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: StatusFailed},
 		{Key: "node", Value: node},
 		{Key: "stdout", Value: ""},
-		{Key: "stderr", Value: reason},
+		{Key: "stderr", Value: m.Reason},
 		{Key: "mtime", Value: now},
 	}}})
 	if err != nil {
-		return 0, fmt.Errorf("fail malformed tasks of queue %s: %w", q.ID.Hex(), err)
+		return false, fmt.Errorf("fail malformed task %s: %w", m.ID.Hex(), err)
 	}
-	return res.ModifiedCount, nil
+	return res.ModifiedCount == 1, nil
 }

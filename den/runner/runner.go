@@ -222,7 +222,12 @@ func (t *run) start(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	var q *queue.Queue
-	if !t.task.Queue.IsZero() {
+	if len(t.Spec.Queue) > 0 {
+		if parsed, err := queue.ParseQueue(bson.Raw(t.Spec.Queue)); err == nil && parsed.ID == t.task.Queue {
+			q = &parsed
+		}
+	}
+	if q == nil && !t.task.Queue.IsZero() {
 		// The queue's settings (timeout, max_retries) must not be lost to
 		// a passing error.
 		err := t.Retry.Retry(sctx, func(ctx context.Context) error {

@@ -35,6 +35,10 @@ type Spec struct {
 	// to each of stdout and stderr (0: DefaultMaxOutput). A task or queue
 	// may lower it.
 	MaxOutput int64 `json:"max_output,omitempty"`
+	// Queue is the task's queue document (BSON) as the node read it when
+	// it claimed the task, so that the runner need not read it again.
+	// Empty: the runner reads it.
+	Queue []byte `json:"queue,omitempty"`
 	// PluginConfig is the plugin's section of the node configuration.
 	PluginConfig json.RawMessage `json:"plugin_config,omitempty"`
 }

@@ -1,0 +1,113 @@
+package den
+
+import (
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+// ownTasks is what this node holds: the tasks under its name that are
+// claimed or running, by queue. It decides how many more tasks the node
+// may claim, between the passes that read them from the database, so that
+// a slot freed by a finished runner is claimed again at once without
+// asking the database what runs.
+//
+// It errs on the side of holding too much, never too little (a count too
+// low would run more tasks than maxthreads allows): a task stays held from
+// its claim until its runner process has exited, even when the database
+// already shows it finished, and a task read from the database is held
+// until a later read no longer shows it. Only the exit of a runner this
+// process started lets a task go between reads; a task whose runner has
+// exited is not taken back by a read that started before the exit.
+type ownTasks struct {
+	mu sync.Mutex
+	// held maps each held task to its queue.
+	held map[bson.ObjectID]bson.ObjectID
+	// local are the held tasks whose runner this process started and that
+	// has not exited yet.
+	local map[bson.ObjectID]bool
+	// gone are the tasks whose runner exited, with when: a read that
+	// began before then may still show them claimed or running.
+	gone map[bson.ObjectID]time.Time
+}
+
+func newOwnTasks() *ownTasks {
+	return &ownTasks{held: map[bson.ObjectID]bson.ObjectID{}, local: map[bson.ObjectID]bool{}, gone: map[bson.ObjectID]time.Time{}}
+}
+
+// claimed holds a task this node has just claimed.
+func (o *ownTasks) claimed(id, q bson.ObjectID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.held[id], o.local[id] = q, true
+	delete(o.gone, id)
+}
+
+// done lets go of a task whose runner exited, or whose claim was put back
+// or failed, at time at.
+func (o *ownTasks) done(id bson.ObjectID, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.held, id)
+	delete(o.local, id)
+	o.gone[id] = at
+}
+
+// read replaces what the database says this node holds with tasks, read
+// by a query sent at sent. Tasks of runners this process still runs stay
+// held whatever the read says; tasks whose runner exited after sent are
+// not held again.
+func (o *ownTasks) read(tasks []queue.Task, sent time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	held := make(map[bson.ObjectID]bson.ObjectID, len(tasks)+len(o.local))
+	for id := range o.local {
+		held[id] = o.held[id]
+	}
+	for _, t := range tasks {
+		if at, ok := o.gone[t.ID]; ok && !at.Before(sent) {
+			continue
+		}
+		held[t.ID] = t.Queue
+	}
+	o.held = held
+	for id, at := range o.gone {
+		if at.Before(sent.Add(-time.Minute)) {
+			delete(o.gone, id)
+		}
+	}
+}
+
+// count returns how many tasks of queue q this node holds.
+func (o *ownTasks) count(q bson.ObjectID) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, hq := range o.held {
+		if hq == q {
+			n++
+		}
+	}
+	return n
+}
+
+// counts returns how many tasks this node holds, by queue and in all.
+func (o *ownTasks) counts() (map[bson.ObjectID]int, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make(map[bson.ObjectID]int, len(o.held))
+	for _, q := range o.held {
+		out[q]++
+	}
+	return out, len(o.held)
+}
+
+// any reports whether this node holds any task.
+func (o *ownTasks) any() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.held) > 0
+}

@@ -1,0 +1,72 @@
+package den
+
+import (
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+// What the node holds never falls below what it runs: the races between a
+// read of its tasks and its runners' exits all err on the side of holding
+// too much (a count too low would break maxthreads).
+func TestOwnTasksNeverUndercount(t *testing.T) {
+	t.Parallel()
+	q := bson.NewObjectID()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	task := func(id bson.ObjectID) queue.Task { return queue.Task{ID: id, Queue: q} }
+	a, b, c := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
+	tests := []struct {
+		name string
+		run  func(o *ownTasks)
+		want int
+	}{
+		{"a claim holds at once", func(o *ownTasks) { o.claimed(a, q) }, 1},
+		{"a runner that already recorded its result holds until it exits", func(o *ownTasks) {
+			o.claimed(a, q)
+			o.read(nil, t0) // the database no longer shows it running
+		}, 1},
+		{"an exit lets go", func(o *ownTasks) {
+			o.claimed(a, q)
+			o.done(a, t0)
+		}, 0},
+		{"a read sent before an exit does not hold the task again", func(o *ownTasks) {
+			o.claimed(a, q)
+			o.done(a, t0.Add(time.Second))
+			o.read([]queue.Task{task(a)}, t0)
+		}, 0},
+		{"a read sent after an exit holds a task still shown running (a dead runner not yet rescued)", func(o *ownTasks) {
+			o.claimed(a, q)
+			o.done(a, t0)
+			o.read([]queue.Task{task(a)}, t0.Add(time.Second))
+		}, 1},
+		{"tasks of runners of an earlier node process are held as read", func(o *ownTasks) {
+			o.read([]queue.Task{task(b), task(c)}, t0)
+		}, 2},
+		{"and let go when a read no longer shows them", func(o *ownTasks) {
+			o.read([]queue.Task{task(b), task(c)}, t0)
+			o.read([]queue.Task{task(c)}, t0.Add(time.Second))
+		}, 1},
+		{"a task claimed again after its exit is held", func(o *ownTasks) {
+			o.claimed(a, q)
+			o.done(a, t0)
+			o.claimed(a, q) // retried, and claimed by this node again
+			o.read([]queue.Task{task(a)}, t0.Add(-time.Second))
+		}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o := newOwnTasks()
+			tt.run(o)
+			if got := o.count(q); got != tt.want {
+				t.Fatalf("holds %d, want %d", got, tt.want)
+			}
+			if _, total := o.counts(); total != tt.want {
+				t.Fatalf("holds %d in all, want %d", total, tt.want)
+			}
+		})
+	}
+}
