@@ -147,6 +147,7 @@ func TestRestartedNodeRescuesOnlyDeadRunners(t *testing.T) {
 	node, _ := nodeProcess(t, db, "phoenix")
 	waitFor(t, db, ids[0], 0)
 	waitFor(t, db, ids[1], 0)
+	waitSleeping(t, db, qid, 2)
 	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -59,6 +59,7 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 		return dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 0}}) == 3
 	})
 	running := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 0}})
+	waitSleeping(t, db, qid, running)
 	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package den_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,4 +133,21 @@ func TestRelayedTaskOutlivesItsNode(t *testing.T) {
 	if !strings.Contains(string(b), "connects to MongoDB directly") {
 		t.Errorf("the runner did not say it switched to a direct connection:\n%s", b)
 	}
+}
+
+// waitSleeping waits until n Test::Sleep runs of queue qid have made the
+// writes they make before sleeping, so that a node killed now has no
+// command of theirs in flight: through the relay, a command the node was
+// running when it died fails once (its outcome is unknown).
+func waitSleeping(t *testing.T, db *mongo.Database, qid bson.ObjectID, n int64) {
+	t.Helper()
+	dentest.Eventually(t, 2*time.Minute, fmt.Sprintf("%d runs sleeping", n), func() bool {
+		raw, err := db.Collection("concurrency").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: "queue:" + qid.Hex()}}).Raw()
+		if err != nil {
+			return false
+		}
+		now, _ := raw.Lookup("now").AsInt64OK()
+		peak, _ := raw.Lookup("peak").AsInt64OK()
+		return now >= n && peak >= n
+	})
 }

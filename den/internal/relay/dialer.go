@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -66,6 +67,109 @@ func NewDialer(ctl *os.File, fallback func(context.Context) (*mongo.Client, erro
 // DialContext returns a new connection to the relay; network and address
 // are ignored.
 func (d *Dialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+	c, err := d.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &conn{cur: c, d: d}, nil
+}
+
+// conn is a connection the runner's driver holds. When the node is gone,
+// every connection it served is dead, idle ones in the driver's pool too.
+// A request the node never read is sent again on a new connection from
+// the dialer (then the local relay): one written to a dead connection
+// (the write fails with EPIPE), or one left unread in the node's socket
+// when it closed (the read fails with ECONNRESET, which a unix socket
+// reports only when the closing side left data unread). Only a request
+// the node had read, and perhaps run, when it went away fails (EOF).
+type conn struct {
+	d      *Dialer
+	mu     sync.Mutex
+	cur    net.Conn
+	closed bool
+	// pending is the last request written, until a byte of its reply
+	// arrives.
+	pending []byte
+}
+
+func deadPeer(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+func (c *conn) current() net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	cur := c.current()
+	n, err := cur.Write(p)
+	if err != nil && n == 0 && deadPeer(err) {
+		var next net.Conn
+		if next, err = c.replace(cur); err == nil {
+			n, err = next.Write(p)
+		}
+	}
+	if err == nil {
+		c.pending = append(c.pending[:0], p...)
+	}
+	return n, err
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	cur := c.current()
+	n, err := cur.Read(p)
+	if n == 0 && err != nil && errors.Is(err, syscall.ECONNRESET) && len(c.pending) > 0 {
+		next, rerr := c.replace(cur)
+		if rerr != nil {
+			return n, err
+		}
+		if _, werr := next.Write(c.pending); werr != nil {
+			return n, werr
+		}
+		n, err = next.Read(p)
+	}
+	if n > 0 {
+		c.pending = c.pending[:0]
+	}
+	return n, err
+}
+
+// replace swaps cur for a new connection from the dialer.
+func (c *conn) replace(cur net.Conn) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	next, err := c.d.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		next.Close()
+		return nil, net.ErrClosed
+	}
+	c.cur = next
+	c.mu.Unlock()
+	cur.Close()
+	return next, nil
+}
+func (c *conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return c.cur.Close()
+}
+func (c *conn) LocalAddr() net.Addr                { return c.current().LocalAddr() }
+func (c *conn) RemoteAddr() net.Addr               { return c.current().RemoteAddr() }
+func (c *conn) SetDeadline(t time.Time) error      { return c.current().SetDeadline(t) }
+func (c *conn) SetReadDeadline(t time.Time) error  { return c.current().SetReadDeadline(t) }
+func (c *conn) SetWriteDeadline(t time.Time) error { return c.current().SetWriteDeadline(t) }
+
+// dial returns a new connection: from the node, or, once it is gone, from
+// the local relay.
+func (d *Dialer) dial(ctx context.Context) (net.Conn, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
