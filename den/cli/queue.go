@@ -59,6 +59,9 @@ A second queue of the same name is refused. Prints the new queue's id.`,
 			if !cmd.Flags().Changed("plugin") {
 				return usagef("give the queue's plugin with --plugin, e.g. --plugin Disbatch::Plugin::Demo")
 			}
+			if cmd.Flags().Changed("maxthreads") && cmd.Flags().Changed("threads") {
+				return usagef("give --maxthreads (per node) or --threads (on all nodes together), not both")
+			}
 			if !cmd.Flags().Changed("maxthreads") && !cmd.Flags().Changed("threads") {
 				if err := s.ParseQueueSetting(queue.SettingMaxThreads, "1"); err != nil {
 					return err
@@ -293,7 +296,7 @@ func newQueueDeleteCmd() *cobra.Command {
 		Short: "Delete a queue (refused while it has unfinished tasks, unless --force)",
 		Long: `Delete a queue document. Its tasks stay in the tasks collection, with their
 output, as Disbatch's own deleteQueue leaves them. A queue with unfinished
-tasks (status 0 or less: queued, running, held) is refused unless --force.
+tasks (queued, held, claimed or running) is refused unless --force.
 Asks for confirmation on a terminal; --yes skips it (and is required when
 stdin is not a terminal).`,
 		Args: cobra.ExactArgs(1),
@@ -308,8 +311,8 @@ stdin is not a terminal).`,
 			}
 			c := counts[q.ID]
 			force, _ := cmd.Flags().GetBool("force")
-			if n := c.Todo(); n > 0 && !force {
-				return fmt.Errorf("queue %s (%s) has %d unfinished tasks (status 0 or less); cancel them, or give --force", q.Name, q.ID.Hex(), n)
+			if n := c.Group(queue.GroupTodo) + c.Group(queue.GroupRunning); n > 0 && !force {
+				return fmt.Errorf("queue %s (%s) has %d unfinished tasks (queued, held, claimed or running); cancel them, or give --force", q.Name, q.ID.Hex(), n)
 			}
 			if err := confirm(cmd, fmt.Sprintf("delete queue %s (%s), which has %d tasks?", q.Name, q.ID.Hex(), c.Total())); err != nil {
 				return err
