@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -31,7 +32,7 @@ func Explain(path string, fs *pflag.FlagSet) ([]Setting, Config, error) {
 	}
 	inFile := viper.New()
 	if path != "" {
-		if _, _, err := readFile(inFile, path); err != nil {
+		if _, _, _, err := readFile(inFile, path); err != nil {
 			return nil, c, err
 		}
 	}
@@ -105,7 +106,20 @@ func effective(c Config) map[string]any {
 		"command.env_allow":    c.Command.EnvAllow,
 		"command.landlock":     c.Command.Landlock,
 		"max_output":           c.MaxOutput,
+		"plugins":              pluginValues(c.Plugins),
 	}
+}
+
+// pluginValues decodes the plugins' sections for display.
+func pluginValues(sections map[string]json.RawMessage) map[string]any {
+	out := map[string]any{}
+	for name, raw := range sections {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // String renders a setting's value for a table.
