@@ -38,6 +38,7 @@ const node = "plugintest"
 // Server is a database to run plugins against. Its methods may be called
 // from several goroutines.
 type Server struct {
+	uri    string
 	client *mongo.Client
 	db     *mongo.Database
 	stop   context.CancelFunc // stops the embedded server; nil for EnvURI
@@ -65,6 +66,7 @@ func Start(ctx context.Context) (*Server, error) {
 		}
 		s.stop, s.done, s.dir, uri = stop, srv.Done(), dir, srv.URI()
 	}
+	s.uri = uri
 	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetAppName("den plugintest"))
 	if err != nil {
 		s.Close()
@@ -102,6 +104,10 @@ func New(t testing.TB) *Server {
 // DB is the Server's database: the Disbatch database plugins get as
 // Env.DB, for checking what a plugin wrote there.
 func (s *Server) DB() *mongo.Database { return s.db }
+
+// URI is the server's mongodb:// URI, for running a den binary against the
+// Server's database (den run --mongo-uri URI --database DB().Name()).
+func (s *Server) URI() string { return s.uri }
 
 // Close drops the database, disconnects and stops the embedded server.
 func (s *Server) Close() error {
