@@ -154,6 +154,7 @@ type setup struct {
 	config any
 	fields bson.D
 	log    *zap.Logger
+	gfs    string
 }
 
 // Name is the plugin name of the task's queue, for a plugin that behaves
@@ -170,6 +171,11 @@ func Field(key string, value any) Option {
 	return func(s *setup) { s.fields = append(s.fields, bson.E{Key: key, Value: value}) }
 }
 
+// GFS is where the task's output goes, as the node's gfs setting: "true"
+// (GridFS), "false" (the task document) or "auto" (the default: GridFS
+// when it does not fit in the document).
+func GFS(mode string) Option { return func(s *setup) { s.gfs = mode } }
+
 // Log is the task runner's logger, which the plugin gets as Env.Log
 // (default: none).
 func Log(l *zap.Logger) Option { return func(s *setup) { s.log = l } }
@@ -179,7 +185,7 @@ func Log(l *zap.Logger) Option { return func(s *setup) { s.log = l } }
 // returns what den recorded. The error is for a run that could not be set
 // up or read back; a failing plugin is a Result with a failure Status.
 func (s *Server) Run(ctx context.Context, p plugins.Plugin, params any, opts ...Option) (Result, error) {
-	st := setup{name: DefaultPlugin, log: zap.NewNop()}
+	st := setup{name: DefaultPlugin, log: zap.NewNop(), gfs: "auto"}
 	for _, o := range opts {
 		o(&st)
 	}
@@ -212,7 +218,7 @@ func (s *Server) Run(ctx context.Context, p plugins.Plugin, params any, opts ...
 	var reg plugins.Registry
 	reg.Register(st.name, p)
 	r := &runner.Runner{
-		Spec: runner.Spec{Node: node, Task: id.Hex(), Plugin: st.name, GFS: "auto", PluginConfig: config},
+		Spec: runner.Spec{Node: node, Task: id.Hex(), Plugin: st.name, GFS: st.gfs, PluginConfig: config},
 		DB:   s.db, Plugins: &reg, Log: st.log,
 	}
 	if err := r.Run(ctx); err != nil {
