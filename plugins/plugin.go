@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
@@ -101,14 +102,18 @@ func NewEnv(env Env, plugin string, config json.RawMessage, record func(field st
 // exit_code), replacing what an earlier Record of the same field set. It
 // refuses, with an error saying why, a field of the protocol or of den (see
 // ReservedFields) and a name MongoDB would take for a path or an operator
-// (empty, starting with $, or containing . or NUL): the task is not
-// changed then.
+// (empty, starting with $, or containing . or NUL), and a value BSON cannot
+// encode (such as a channel): the task is not changed then.
 func (e Env) Record(field string, value any) error {
 	if err := CheckRecordField(field); err != nil {
 		return err
 	}
 	if e.host == nil || e.host.record == nil {
 		return fmt.Errorf("plugins: cannot record %q: this Env was not made by a task runner (plugins.NewEnv)", field)
+	}
+	// A value BSON cannot hold would make the task's final write fail.
+	if _, err := bson.Marshal(bson.D{{Key: field, Value: value}}); err != nil {
+		return fmt.Errorf("plugins: cannot record %q: the value cannot be stored in MongoDB: %w", field, err)
 	}
 	e.host.record(field, value)
 	return nil

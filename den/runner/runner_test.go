@@ -326,6 +326,9 @@ func TestPluginRecordsAndConfig(t *testing.T) {
 				io.WriteString(env.Stderr, err.Error()+"\n")
 			}
 		}
+		if err := env.Record("unstorable", make(chan int)); err != nil {
+			refused = append(refused, "unstorable")
+		}
 		for _, v := range []int{5, 6} {
 			if err := env.Record("mine", v); err != nil {
 				return plugins.StatusFailed, err
@@ -342,8 +345,8 @@ func TestPluginRecordsAndConfig(t *testing.T) {
 	if status(raw) != 1 || raw.Lookup("node").StringValue() != "n" {
 		t.Errorf("status %d node %s: a refused Record changed the task", status(raw), raw.Lookup("node"))
 	}
-	if len(refused) != 9 {
-		t.Errorf("refused %q, want all 9 reserved or malformed names", refused)
+	if len(refused) != 10 {
+		t.Errorf("refused %q, want all 9 reserved or malformed names and the unstorable value", refused)
 	}
 	if stdout, _ := output(t, s.db, raw, "stdout"); stdout != "hello from the config" {
 		t.Errorf("stdout %q: the plugin did not get its configuration section", stdout)
@@ -351,7 +354,7 @@ func TestPluginRecordsAndConfig(t *testing.T) {
 	if n, _ := raw.Lookup("mine").AsInt64OK(); n != 6 {
 		t.Errorf("mine = %v, want 6 (the last value recorded)", raw.Lookup("mine"))
 	}
-	for _, f := range []string{"timed_out", runner.FieldLeftovers, queue.FieldAttempts, "a", "$set"} {
+	for _, f := range []string{"timed_out", runner.FieldLeftovers, queue.FieldAttempts, "a", "$set", "unstorable"} {
 		if _, err := raw.LookupErr(f); err == nil {
 			t.Errorf("task has %s after the plugin's refused Record", f)
 		}
