@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,16 +66,14 @@ func benchCost(b *testing.B, queues int) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, err := devdb.Start(ctx, devdb.Config{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	direct, err := mongo.Connect(options.Client().ApplyURI(srv.DirectURI()))
+	srv := benchServer(ctx, b)
+	direct, err := mongo.Connect(options.Client().ApplyURI(srv.directURI))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer direct.Disconnect(context.Background())
-	db := direct.Database("bench")
+	db := direct.Database(srv.database)
+	defer db.Drop(context.Background())
 	var demoQueue bson.ObjectID
 	for i := range queues {
 		// Every queue is a Demo queue the node serves; all but the last
@@ -84,17 +84,19 @@ func benchCost(b *testing.B, queues int) {
 		}
 	}
 
-	node := benchNode(b, srv.URI(), "bench")
+	node := benchNode(b, srv.uri, srv.database, "bench")
 	time.Sleep(5 * time.Second) // start-up: indexes, first passes, counts
-	before := srv.Stats()
-	const idleWindow = 10 * time.Second
+	before := srv.stats()
+	// Two rescue periods (30s), so that every periodic read is counted at
+	// its share.
+	const idleWindow = 60 * time.Second
 	time.Sleep(idleWindow)
-	idle := srv.Stats().Sub(before)
+	idle := srv.stats().Sub(before)
 	r := costResult{queues: queues}
 	r.idlePerSec = float64(idle.Total()) / idleWindow.Seconds()
 	r.topIdle = top(idle)
 
-	before = srv.Stats()
+	before = srv.stats()
 	start := time.Now()
 	insertTasks(b, db, demoQueue, tasks)
 	// At most 10 minutes: a node too slow for that is measured on the
@@ -108,7 +110,7 @@ func benchCost(b *testing.B, queues int) {
 		b.Fatal("no task finished in 10 minutes")
 	}
 	took := time.Since(start)
-	work := srv.Stats().Sub(before)
+	work := srv.stats().Sub(before)
 	r.tasks = int(done)
 	r.perTask = float64(work.Total()) / float64(done)
 	r.connsPerTask = float64(work.Connections) / float64(done)
@@ -128,7 +130,7 @@ func benchCost(b *testing.B, queues int) {
 	node.Process.Kill()
 	node.Wait()
 
-	r.floorPerSec = floor(b, srv.URI(), db, tasks)
+	r.floorPerSec = floor(b, srv.uri, db, tasks)
 
 	b.ReportMetric(r.idlePerSec, "idle-cmds/s")
 	b.ReportMetric(r.perTask, "cmds/task")
@@ -147,10 +149,10 @@ func benchCost(b *testing.B, queues int) {
 }
 
 // benchNode starts this test binary as a node with production intervals.
-func benchNode(b *testing.B, uri, name string) *exec.Cmd {
+func benchNode(b *testing.B, uri, database, name string) *exec.Cmd {
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), dentest.EnvRole+"=node", envNodeURI+"="+uri, envNodeDB+"=bench",
+	cmd.Env = append(os.Environ(), dentest.EnvRole+"=node", envNodeURI+"="+uri, envNodeDB+"="+database,
 		envNodeName+"="+name, envNodeRunLog+"="+filepath.Join(b.TempDir(), "runners.log"), envNodeDefaults+"=1")
 	log, err := os.Create(filepath.Join(b.TempDir(), "node.log"))
 	if err != nil {
@@ -162,6 +164,41 @@ func benchNode(b *testing.B, uri, name string) *exec.Cmd {
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd
+}
+
+// costServer is where the cost benchmark runs: the embedded server (its
+// serializing proxy counts), or the MongoDB that DEN_TEST_MONGODB_URI names,
+// behind a counting proxy that serializes nothing.
+type costServer struct {
+	uri       string // through the counting proxy: the node's
+	directURI string // around it: the benchmark's own
+	database  string
+	stats     func() devdb.Stats
+}
+
+func benchServer(ctx context.Context, b *testing.B) costServer {
+	real := os.Getenv(dentest.EnvURI)
+	if real == "" {
+		srv, err := devdb.Start(ctx, devdb.Config{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return costServer{uri: srv.URI(), directURI: srv.DirectURI(), database: "bench", stats: srv.Stats}
+	}
+	u, err := url.Parse(real)
+	if err != nil || u.Scheme != "mongodb" || u.Host == "" || strings.Contains(u.Host, ",") {
+		b.Fatalf("%s: give one mongodb:// host (no +srv, no TLS) for the counting proxy: %v", dentest.EnvURI, err)
+	}
+	counter, err := devdb.Count(ctx, u.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("directConnection", "true")
+	u.RawQuery = q.Encode()
+	direct := u.String()
+	u.Host = counter.Addr()
+	return costServer{uri: u.String(), directURI: direct, database: fmt.Sprintf("den_bench_%d", time.Now().UnixNano()), stats: counter.Stats}
 }
 
 // insertTasks inserts n Demo tasks, as a shell user would, with the
@@ -195,6 +232,10 @@ func startLatency(b *testing.B, db *mongo.Database, qid bson.ObjectID) (p50, p99
 		if _, err := db.Collection("tasks").DeleteMany(context.Background(), bson.D{{Key: "status", Value: 1}}); err != nil {
 			b.Fatal(err)
 		}
+		// At a random moment of the node's pass interval, as users
+		// insert: right after a task is seen done would be in phase
+		// with the pass that started it, and measure a whole interval.
+		time.Sleep(rand.N(time.Second))
 		insertTasks(b, db, qid, 1)
 		var raw bson.Raw
 		dentest.Eventually(b, time.Minute, "the task done", func() bool {
@@ -225,7 +266,7 @@ func floor(b *testing.B, uri string, bookkeeping *mongo.Database, n int) float64
 		b.Fatal(err)
 	}
 	defer client.Disconnect(context.Background())
-	db := client.Database("bench")
+	db := client.Database(bookkeeping.Name())
 	tasks, queues, reports := db.Collection("tasks"), db.Collection("queues"), db.Collection(demo.ReportsCollection)
 	ctx := context.Background()
 	start := time.Now()

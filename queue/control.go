@@ -237,7 +237,7 @@ var stateFields = bson.D{{Key: "parameters", Value: 0}, {Key: "params", Value: 0
 // output. A document without an ObjectId _id is skipped (nothing can be
 // done to it by _id).
 func (s *Store) findTasks(ctx context.Context, filter bson.D) ([]Task, error) {
-	cur, err := s.tasks.Find(ctx, filter, options.Find().SetProjection(stateFields))
+	cur, err := s.tasks.Find(ctx, filter, options.Find().SetProjection(stateFields).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("find tasks: %w", err)
 	}
@@ -284,7 +284,7 @@ func (s *Store) CancelRunning(ctx context.Context, taskID bson.ObjectID, node st
 // NodesSeen returns when each node last wrote its node document (zero
 // when its timestamp is not a date).
 func (s *Store) NodesSeen(ctx context.Context) (map[string]time.Time, error) {
-	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "timestamp", Value: 1}}))
+	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "timestamp", Value: 1}}).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("read node documents: %w", err)
 	}

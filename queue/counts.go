@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Running holds how many tasks are claimed or running (status -1 or 0), per
@@ -53,7 +54,7 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "node", Value: "$node"}}},
 			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
 		}}},
-	})
+	}, options.Aggregate().SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("count running tasks: %w", err)
 	}

@@ -48,7 +48,7 @@ func (s *Store) ClaimingNodes(ctx context.Context) ([]bson.RawValue, error) {
 	cur, err := s.tasks.Aggregate(ctx, bson.A{
 		bson.D{{Key: "$match", Value: bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}}},
 		bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$node"}}}},
-	})
+	}, options.Aggregate().SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("list nodes of running tasks: %w", err)
 	}

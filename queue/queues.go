@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // BadQueue is a queue document that cannot be used, with the reason.
@@ -17,7 +18,7 @@ type BadQueue struct {
 // are returned apart, with the reason, so the caller can warn once and skip
 // them.
 func (s *Store) Queues(ctx context.Context) ([]Queue, []BadQueue, error) {
-	cur, err := s.queues.Find(ctx, bson.D{})
+	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetBatchSize(oneReply))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list queues: %w", err)
 	}

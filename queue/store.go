@@ -29,3 +29,9 @@ func NewStore(db *mongo.Database) *Store {
 		config: db.Collection(ConfigCollection),
 	}
 }
+
+// oneReply is the batch size of the reads a pass makes every time (queues,
+// node documents, this node's tasks, counts): their results come in one
+// reply, without getMore, even for hundreds of queues or nodes. The
+// server still caps a reply at 16 MiB.
+const oneReply = 100000

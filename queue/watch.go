@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -24,7 +25,9 @@ func (s *Store) WatchArrivals(ctx context.Context) (*Arrivals, error) {
 		{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}, {Key: "fullDocument.status", Value: StatusQueued}}}},
 		{{Key: "$project", Value: bson.D{{Key: "fullDocument.queue", Value: 1}}}},
 	}
-	cs, err := s.tasks.Watch(ctx, pipeline, options.ChangeStream())
+	// An idle stream costs one getMore per MaxAwaitTime (the server's
+	// default is 1 s); events still come as soon as they happen.
+	cs, err := s.tasks.Watch(ctx, pipeline, options.ChangeStream().SetMaxAwaitTime(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("watch task inserts: %w", err)
 	}

@@ -29,6 +29,7 @@ const (
 type proxy struct {
 	ln       net.Listener
 	upstream string
+	serial   bool       // run one command at a time upstream
 	mu       sync.Mutex // serializes commands across all connections
 	wg       sync.WaitGroup
 	connsMu  sync.Mutex
@@ -92,7 +93,7 @@ func (p *proxy) snapshot() Stats {
 }
 
 func newProxy(ln net.Listener, upstream string) *proxy {
-	return &proxy{ln: ln, upstream: upstream, conns: map[net.Conn]struct{}{}}
+	return &proxy{ln: ln, upstream: upstream, serial: true, conns: map[net.Conn]struct{}{}}
 }
 
 // serve accepts connections until ctx is done, then closes them all.
@@ -171,7 +172,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 	name := commandName(req)
 	p.count(name, false)
-	if !handshake(name) {
+	if p.serial && !handshake(name) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 	}
@@ -258,3 +259,35 @@ func handshake(name string) bool {
 	}
 	return false
 }
+
+// Counter is a proxy in front of any MongoDB server that counts what
+// clients send through it, without serializing anything: benchmarks use
+// it to count a node's commands against a real MongoDB (no TLS: it
+// forwards bytes).
+type Counter struct {
+	p    *proxy
+	done chan struct{}
+}
+
+// Count starts a counting proxy on a free loopback port, forwarding to
+// upstream (host:port), until ctx is done.
+func Count(ctx context.Context, upstream string) (*Counter, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("devdb: counting proxy: %w", err)
+	}
+	p := newProxy(ln, upstream)
+	p.serial = false
+	c := &Counter{p: p, done: make(chan struct{})}
+	go func() { defer close(c.done); p.serve(ctx) }()
+	return c, nil
+}
+
+// Addr is the proxy's host:port.
+func (c *Counter) Addr() string { return c.p.ln.Addr().String() }
+
+// Stats returns what clients have sent so far.
+func (c *Counter) Stats() Stats { return c.p.snapshot() }
+
+// Done is closed once the proxy has stopped.
+func (c *Counter) Done() <-chan struct{} { return c.done }
