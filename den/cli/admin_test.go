@@ -106,6 +106,7 @@ func TestCounts(t *testing.T) {
 	missing := dentest.Queue(t, db, "missing", demo.Name, 1, "fifo")
 	ids := dentest.Tasks(t, db, drift, bson.D{}, bson.D{}, bson.D{})
 	setTask(t, db, ids[0], bson.D{{Key: "status", Value: 1}})
+	setTask(t, db, ids[1], bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "w1"}}) // running: still to do
 	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: drift}}, bson.D{{Key: "$set", Value: bson.D{{Key: "count_todo", Value: 0}, {Key: "count_total", Value: 2}}}})
 	dentest.Tasks(t, db, fine, bson.D{})
 	dentest.Tasks(t, db, missing, bson.D{})

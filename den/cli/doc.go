@@ -7,8 +7,16 @@
 //
 //	func main() { os.Exit(cli.Main()) }
 //
-// Files: main.go (Main and exit codes), root.go (the command tree), run.go
-// (den run), dev.go and devdb.go (the embedded development database),
-// output.go (den output), taskrunner.go (the task runner process),
-// connect.go, logging.go.
+// The operator commands (queue, task, output, node, status, counts)
+// connect as den run does (config.Load: --config, DEN_*, --mongo-uri,
+// --database) and do everything through queue.Store (queue/admin.go): this
+// package names no document field. They print tables, or JSON with --json,
+// and exit 0 (done), 1 (operational error) or 2 (usage error).
+//
+// Files: main.go (Main, exit codes), root.go (the command tree), common.go
+// (connection, tables, JSON, confirmation), run.go (den run), dev.go and
+// devdb.go (the embedded development database), taskrunner.go (the task
+// runner process), queue.go, task.go, output.go, node.go, status.go,
+// counts.go, version.go, configcmd.go (the operator commands), connect.go,
+// logging.go.
 package cli
