@@ -60,7 +60,13 @@ func TestOutsidePluginModule(t *testing.T) {
 	den("", "queue", "create", "greet", "--plugin", "MyCorp::Plugin::Greet", "--maxthreads", "1")
 	den(`{"name": "Ada"}`+"\n", "task", "add", "greet")
 
-	node := exec.Command(bin, append([]string{"run", "--node", "outside", "--interval", "200ms"}, conn...)...)
+	// The node's configuration file gives the plugin its own section,
+	// which must reach the plugin in the live node's runners.
+	config := filepath.Join(t.TempDir(), "den.yaml")
+	if err := os.WriteFile(config, []byte("plugins:\n  MyCorp::Plugin::Greet:\n    greeting: Welcome\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	node := exec.Command(bin, append([]string{"run", "--config", config, "--node", "outside", "--interval", "200ms"}, conn...)...)
 	var logs strings.Builder
 	node.Stdout, node.Stderr = &logs, &logs
 	if err := node.Start(); err != nil {
@@ -90,7 +96,7 @@ func TestOutsidePluginModule(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if task.Status != 1 || task.Stdout != "Hello, Ada!\n" || task.Greeted != "Ada" {
-		t.Errorf("task finished with status %d, stdout %q, greeted %q; want 1, \"Hello, Ada!\\n\", Ada", task.Status, task.Stdout, task.Greeted)
+	if task.Status != 1 || task.Stdout != "Welcome, Ada!\n" || task.Greeted != "Ada" {
+		t.Errorf("task finished with status %d, stdout %q, greeted %q; want 1, \"Welcome, Ada!\\n\" (the greeting of the plugin's config section), Ada", task.Status, task.Stdout, task.Greeted)
 	}
 }
