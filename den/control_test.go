@@ -299,7 +299,7 @@ func TestForgedRunnerIsNeverSignalled(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 0, "fifo")
-	victim := exec.Command("sleep", "30")
+	victim := exec.Command("sleep", "600")                   // killed at cleanup; long enough for a slow node start
 	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group leader, like a runner
 	if err := victim.Start(); err != nil {
 		t.Fatal(err)

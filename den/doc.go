@@ -10,7 +10,7 @@
 // ignorequeues), notice.go (logging a condition once when it starts and once
 // when it clears).
 //
-// Subpackages: runner (the task runner), config (configuration files),
+// Subpackages: cli (the den command line), runner (the task runner), config (configuration files),
 // devdb (the embedded development database), dentest (the test harness),
 // backoff (retries).
 package den

@@ -7,6 +7,17 @@
 //
 //	import _ "github.com/den-project/den/plugins/demo"
 //
+// A plugin built outside den's repository lives in a module of its own,
+// whose main.go imports its plugin packages and calls cli.Main (package
+// den/cli); see testdata/outside-plugin and the README's "Writing a plugin".
+//
+// What a plugin gets and gives: the status constants StatusSucceeded and
+// StatusFailed; an Env with the task's output writers, the database, a
+// logger, and the methods Record (a field of the task document, refused
+// with an error for ReservedFields) and Config (its section of the node's
+// configuration file, plugins: {<name>: {...}}). Package plugintest runs a
+// plugin in a Go test.
+//
 // The node and the task runner look plugins up in a *Registry they are
 // given; Default is the registry that init functions fill.
 package plugins

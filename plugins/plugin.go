@@ -3,30 +3,45 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/queue"
 )
 
+// Statuses a plugin returns. They are the protocol's (package queue), so
+// that a plugin needs no other package to name them.
+const (
+	// StatusSucceeded: the task succeeded.
+	StatusSucceeded = queue.StatusSucceeded
+	// StatusFailed: the task failed. Any positive status other than
+	// StatusSucceeded is a failure too, recorded as returned.
+	StatusFailed = queue.StatusFailed
+)
+
 // Plugin runs tasks of the queues that name it.
 //
-// Run works on one task and returns its status: a positive integer, 1 for
-// success and 2 (or any other positive number) for failure. It writes the
-// task's output to env.Stdout and env.Stderr as it goes; the task runner
-// stores them (in the task document or in GridFS, streaming large output).
+// Run works on one task and returns its status: StatusSucceeded (1), or
+// StatusFailed (2) or any other positive integer for a failure. It writes
+// the task's output to env.Stdout and env.Stderr as it goes; the task
+// runner stores them (in the task document or in GridFS, streaming large
+// output).
 //
 // A non-nil error fails the task: its text is appended to stderr and the
-// status becomes 2 unless Run returned another positive status. A status
-// that is not positive also becomes 2, with the reason in stderr. A panic
-// fails the task with the panic and its stack in stderr. Run must return
-// soon after ctx is done.
+// status becomes StatusFailed unless Run returned another failure status.
+// A status that is not positive also becomes StatusFailed, with the reason
+// in stderr. A panic fails the task with the panic and its stack in stderr.
+// Run must return soon after ctx is done.
 //
 // Each task runs in a task-runner process of its own, so a plugin may keep
 // state in its value, but must not expect it to survive from task to task.
@@ -40,7 +55,9 @@ type Plugin interface {
 // own environment has it; an environment built from scratch must copy it).
 const EnvRun = "DEN_RUN"
 
-// Env is what the task runner gives a plugin besides the task.
+// Env is what the task runner gives a plugin besides the task. Its Record
+// and Config methods work on an Env made by NewEnv (the task runner and
+// package plugintest make them); on an Env literal they return an error.
 type Env struct {
 	// Stdout and Stderr receive the task's output. Writes are never
 	// partial unless storage has failed for good. Each keeps at most the
@@ -58,12 +75,94 @@ type Env struct {
 	// max_termination_time). The runner itself waits that long for Run to
 	// return before it records the result without it.
 	Grace time.Duration
-	// Record sets a field of the task document along with the result, such
-	// as exit_code. Fields of the protocol and of den cannot be set.
-	Record func(field string, value any)
-	// Config decodes this plugin's section of the node configuration into
-	// v (JSON field names); it leaves v as is when there is none.
-	Config func(v any) error
+
+	host *host
+}
+
+// host is what NewEnv adds to an Env: where records go, and the plugin's
+// configuration section.
+type host struct {
+	plugin string
+	config json.RawMessage
+	record func(field string, value any)
+}
+
+// NewEnv returns env with its Record and Config methods connected: record
+// receives each field a plugin records (after Record has refused reserved
+// and malformed names), and config is the plugin's section of the node
+// configuration (JSON; empty when it has none). plugin names the plugin in
+// errors. It is for task runners (den's, and package plugintest), not for
+// plugins.
+func NewEnv(env Env, plugin string, config json.RawMessage, record func(field string, value any)) Env {
+	env.host = &host{plugin: plugin, config: config, record: record}
+	return env
+}
+
+// Record sets a field of the task document along with the result (such as
+// exit_code), replacing what an earlier Record of the same field set. It
+// refuses, with an error saying why, a field of the protocol or of den (see
+// ReservedFields) and a name MongoDB would take for a path or an operator
+// (empty, starting with $, or containing . or NUL), and a value BSON cannot
+// encode (such as a channel): the task is not changed then.
+func (e Env) Record(field string, value any) error {
+	if err := CheckRecordField(field); err != nil {
+		return err
+	}
+	if e.host == nil || e.host.record == nil {
+		return fmt.Errorf("plugins: cannot record %q: this Env was not made by a task runner (plugins.NewEnv)", field)
+	}
+	// A value BSON cannot hold would make the task's final write fail.
+	if _, err := bson.Marshal(bson.D{{Key: field, Value: value}}); err != nil {
+		return fmt.Errorf("plugins: cannot record %q: the value cannot be stored in MongoDB: %w", field, err)
+	}
+	e.host.record(field, value)
+	return nil
+}
+
+// Config decodes this plugin's section of the node configuration
+// (plugins: {<plugin name>: {...}} in den's configuration file) into v,
+// with JSON field names (encoding/json rules: unknown fields are ignored).
+// It leaves v as is when the plugin has no section.
+func (e Env) Config(v any) error {
+	if e.host == nil || len(e.host.config) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(e.host.config, v); err != nil {
+		return fmt.Errorf("configuration of plugin %s: %w", e.host.plugin, err)
+	}
+	return nil
+}
+
+// reserved are the task fields a plugin may not Record: the protocol's
+// (the task document as Disbatch writes it, and the control fields den
+// reads) and den's own (runner, timed_out, leftover_processes).
+var reserved = []string{
+	"_id", "queue", "status", "node", "parameters", "params", "ctime", "mtime", "stdout", "stderr",
+	queue.FieldCancel, queue.FieldTimeout, queue.FieldMaxRetries, queue.FieldRetryDelay,
+	queue.FieldMaxTermination, queue.FieldMaxOutput, queue.FieldStartAfter, queue.FieldAttempts, queue.FieldHistory,
+	"runner", "timed_out", "leftover_processes",
+}
+
+// ReservedFields returns the task fields Env.Record refuses: the protocol's
+// and den's own, sorted.
+func ReservedFields() []string {
+	out := slices.Clone(reserved)
+	sort.Strings(out)
+	return out
+}
+
+// CheckRecordField returns why Env.Record refuses field, or nil if a plugin
+// may record it.
+func CheckRecordField(field string) error {
+	switch {
+	case field == "":
+		return errors.New("plugins: cannot record a field with an empty name")
+	case slices.Contains(reserved, field):
+		return fmt.Errorf("plugins: cannot record %q: it is a reserved field of the task (den or the protocol writes it; see plugins.ReservedFields)", field)
+	case strings.HasPrefix(field, "$") || strings.ContainsAny(field, ".\x00"):
+		return fmt.Errorf("plugins: cannot record %q: a field name must not start with $ or contain . or NUL (MongoDB reads those as operators or paths)", field)
+	}
+	return nil
 }
 
 // Gated is implemented by plugins that are off unless a node's

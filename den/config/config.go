@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/den-project/den/queue"
 )
@@ -56,11 +58,35 @@ type Config struct {
 	MaxOutput int64
 	// Command is the command plugin's policy (off by default).
 	Command CommandPolicy
+	// Plugins holds the sections of the file's plugins key: each plugin's
+	// settings, as JSON, by plugin name exactly as written (for example
+	// "MyCorp::Plugin::Resize"). Only den's YAML file has them; the
+	// environment and flags do not set them.
+	Plugins map[string]json.RawMessage
 	// File is the configuration file that was read, if any.
 	File string
 	// Warnings are problems that do not stop the node (keys of a Disbatch
 	// file den does not know), for the caller to log.
 	Warnings []string
+}
+
+// CommandPlugin is the plugin the command section configures.
+const CommandPlugin = "Disbatch::Plugin::Command"
+
+// PluginConfig returns what a node passes each plugin as its section of
+// the configuration (den.Config.PluginConfig): the plugins key's sections,
+// and the command section for Disbatch::Plugin::Command.
+func (c Config) PluginConfig() map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(c.Plugins)+1)
+	for name, section := range c.Plugins {
+		out[name] = section
+	}
+	command, err := json.Marshal(c.Command)
+	if err != nil {
+		panic(fmt.Sprintf("config: encode the command policy: %v", err)) // a struct of strings and bools
+	}
+	out[CommandPlugin] = command
+	return out
 }
 
 // CommandPolicy configures Disbatch::Plugin::Command (see package
@@ -98,7 +124,8 @@ var defaults = map[string]any{
 	"command.env_allow":    []string{},
 	"command.landlock":     "required",
 	"max_output":           int64(1 << 30),
-	"disbatch_uri":         "", // internal: the URI a Disbatch config.json gave
+	"plugins":              map[string]any{}, // read from the file as written, not through viper (see pluginSections)
+	"disbatch_uri":         "",               // internal: the URI a Disbatch config.json gave
 }
 
 // AddFlags defines the flags that override the file and environment.
@@ -134,9 +161,10 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	}
 	var runnerUser *url.Userinfo
 	var warnings []string
+	var sections map[string]json.RawMessage
 	if path != "" {
 		var err error
-		runnerUser, warnings, err = readFile(v, path)
+		runnerUser, sections, warnings, err = readFile(v, path)
 		if err != nil {
 			return Config{}, err
 		}
@@ -159,6 +187,7 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	}
 	c, err := build(v, path, runnerUser)
 	c.Warnings = warnings
+	c.Plugins = sections
 	return c, err
 }
 
@@ -402,46 +431,96 @@ func redact(uri string) string {
 }
 
 // readFile loads a configuration file into v. It returns the credentials
-// task runners should use, when a Disbatch file names them, and warnings.
-func readFile(v *viper.Viper, path string) (*url.Userinfo, []string, error) {
+// task runners should use, when a Disbatch file names them, the plugins'
+// sections, and warnings.
+func readFile(v *viper.Viper, path string) (*url.Userinfo, map[string]json.RawMessage, []string, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("configuration file: %w", err)
+		return nil, nil, nil, fmt.Errorf("configuration file: %w", err)
 	}
 	isJSON := strings.EqualFold(filepath.Ext(path), ".json") || bytes.Contains(src, []byte(`"mongohost"`))
 	if !isJSON {
 		v.SetConfigType("yaml")
 		if err := v.ReadConfig(bytes.NewReader(src)); err != nil {
-			return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+			return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
 		}
 		var unknown []string
 		for _, k := range v.AllKeys() {
-			if _, ok := defaults[k]; !ok && v.InConfig(k) {
+			if _, ok := defaults[k]; !ok && v.InConfig(k) && !strings.HasPrefix(k, "plugins.") {
 				unknown = append(unknown, k)
 			}
 		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
-			return nil, nil, fmt.Errorf("configuration file %s: unknown keys %s (known: %s)", path, strings.Join(unknown, ", "), strings.Join(knownKeys(), ", "))
+			return nil, nil, nil, fmt.Errorf("configuration file %s: unknown keys %s (known: %s)", path, strings.Join(unknown, ", "), strings.Join(knownKeys(), ", "))
 		}
-		return nil, nil, nil
+		sections, err := pluginSections(src)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		}
+		return nil, sections, nil, nil
 	}
 	m, err := parseRelaxedJSON(src)
 	if err != nil {
-		return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
 	}
 	ours, runnerUser, unknown, err := fromDisbatch(m)
 	if err != nil {
-		return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
 	}
 	if err := v.MergeConfigMap(ours); err != nil {
-		return nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
 	}
 	var warnings []string
 	if len(unknown) > 0 {
 		warnings = append(warnings, fmt.Sprintf("configuration file %s: ignoring keys den does not use: %s", path, strings.Join(unknown, ", ")))
 	}
-	return runnerUser, warnings, nil
+	return runnerUser, nil, warnings, nil
+}
+
+// pluginSections reads the plugins key of den's YAML file: a mapping from
+// plugin name to that plugin's settings (a mapping, or nothing). It reads
+// the YAML itself, not through viper, which lowercases keys and splits
+// them at dots: plugin names and their settings are kept as written.
+func pluginSections(src []byte) (map[string]json.RawMessage, error) {
+	var file struct {
+		Plugins yaml.Node `yaml:"plugins"`
+	}
+	if err := yaml.Unmarshal(src, &file); err != nil {
+		return nil, err
+	}
+	n := &file.Plugins
+	if n.Kind == 0 || n.Tag == "!!null" {
+		return nil, nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("plugins (line %d) must map plugin names to their settings, such as plugins: {MyCorp::Plugin::Resize: {quality: 80}}", n.Line)
+	}
+	out := map[string]json.RawMessage{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		name := key.Value
+		switch {
+		case key.Kind != yaml.ScalarNode || strings.TrimSpace(name) == "":
+			return nil, fmt.Errorf("plugins (line %d): a plugin name must be text", key.Line)
+		case name == CommandPlugin:
+			return nil, fmt.Errorf("plugins.%s (line %d): the command plugin is configured under command:, not plugins:", name, key.Line)
+		case val.Tag == "!!null":
+			continue
+		case val.Kind != yaml.MappingNode:
+			return nil, fmt.Errorf("plugins.%s (line %d): the settings must be a mapping of keys to values", name, val.Line)
+		}
+		var section map[string]any
+		if err := val.Decode(&section); err != nil {
+			return nil, fmt.Errorf("plugins.%s (line %d): %w", name, val.Line, err)
+		}
+		b, err := json.Marshal(section)
+		if err != nil {
+			return nil, fmt.Errorf("plugins.%s (line %d): settings cannot be passed on as JSON: %w", name, val.Line, err)
+		}
+		out[name] = b
+	}
+	return out, nil
 }
 
 func knownKeys() []string {

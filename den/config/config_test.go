@@ -208,3 +208,46 @@ func TestCommandAndMaxOutputKeys(t *testing.T) {
 		t.Fatalf("environment: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 }
+
+// Each plugin's section of the plugins key reaches it as written (names
+// and keys keep their case and dots), next to the command section; a
+// section that is not a mapping is an error naming the plugin.
+func TestPluginSections(t *testing.T) {
+	path := write(t, "den.yaml", `
+mongo:
+  uri: mongodb://db:27017/
+plugins:
+  MyCorp::Plugin::Resize:
+    Quality: 80
+    sizes: [small, large]
+    s3.bucket: photos
+  Empty::Plugin:
+command:
+  enabled: false
+`)
+	c, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.PluginConfig()
+	if want := `{"Quality":80,"s3.bucket":"photos","sizes":["small","large"]}`; string(got["MyCorp::Plugin::Resize"]) != want {
+		t.Errorf("section %s, want %s", got["MyCorp::Plugin::Resize"], want)
+	}
+	if s, ok := got["Empty::Plugin"]; ok {
+		t.Errorf("a plugin with no settings has a section: %s", s)
+	}
+	if !strings.Contains(string(got[CommandPlugin]), `"enabled":false`) {
+		t.Errorf("command section %s", got[CommandPlugin])
+	}
+
+	for body, want := range map[string]string{
+		"plugins: [A::Plugin]\n":                               "plugins (line 1) must map plugin names",
+		"plugins:\n  A::Plugin: 5\n":                           "plugins.A::Plugin (line 2): the settings must be a mapping",
+		"plugins:\n  Disbatch::Plugin::Command: {allow: []}\n": "configured under command:",
+	} {
+		_, err := Load(write(t, "den.yaml", body), nil)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "den.yaml") {
+			t.Errorf("%q: error %v, want one naming the file and %q", body, err, want)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -317,10 +316,9 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 		err    error
 	}
 	done := make(chan result, 1)
-	env := plugins.Env{
-		Stdout: t.out.stdout, Stderr: t.out.stderr, DB: t.DB, Log: t.log,
-		Grace: t.opts.MaxTermination, Record: t.record1, Config: t.pluginConfig,
-	}
+	env := plugins.NewEnv(plugins.Env{
+		Stdout: t.out.stdout, Stderr: t.out.stderr, DB: t.DB, Log: t.log, Grace: t.opts.MaxTermination,
+	}, t.Spec.Plugin, t.Spec.PluginConfig, t.record1)
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
@@ -351,20 +349,9 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	}
 }
 
-// reserved are fields a plugin may not Record.
-var reserved = map[string]bool{
-	"_id": true, "queue": true, "status": true, "node": true, "parameters": true, "params": true,
-	"ctime": true, "mtime": true, "stdout": true, "stderr": true, "runner": true,
-	queue.FieldCancel: true, queue.FieldTimeout: true, queue.FieldMaxRetries: true, queue.FieldRetryDelay: true,
-	queue.FieldMaxTermination: true, queue.FieldMaxOutput: true, queue.FieldStartAfter: true, queue.FieldAttempts: true, queue.FieldHistory: true,
-	"timed_out": true, FieldLeftovers: true,
-}
-
+// record1 keeps a field the plugin recorded (plugins.Env.Record has
+// refused reserved names) for the final write.
 func (t *run) record1(field string, value any) {
-	if reserved[field] || field == "" {
-		t.log.Warn("plugin tried to record a reserved field; ignored", zap.String("field", field))
-		return
-	}
 	t.extraMu.Lock()
 	defer t.extraMu.Unlock()
 	for i := range t.extra {
@@ -374,16 +361,6 @@ func (t *run) record1(field string, value any) {
 		}
 	}
 	t.extra = append(t.extra, bson.E{Key: field, Value: value})
-}
-
-func (t *run) pluginConfig(v any) error {
-	if len(t.Spec.PluginConfig) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(t.Spec.PluginConfig, v); err != nil {
-		return fmt.Errorf("configuration of plugin %s: %w", t.Spec.Plugin, err)
-	}
-	return nil
 }
 
 // validate applies the protocol's rule that a finished task has a positive

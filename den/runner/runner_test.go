@@ -304,3 +304,59 @@ func TestStaleRunnerDoesNotOverwriteANewRun(t *testing.T) {
 		t.Fatal("conflict not logged")
 	}
 }
+
+// A plugin's Record stores its fields with the result, the last value of a
+// field winning; reserved and malformed names are refused with an error and
+// leave the task as den writes it. Config hands the plugin its section of
+// the node configuration.
+func TestPluginRecordsAndConfig(t *testing.T) {
+	t.Parallel()
+	var refused []string
+	p := plugins.Func(func(_ context.Context, _ *queue.Task, env plugins.Env) (int, error) {
+		var cfg struct {
+			Greeting string `json:"greeting"`
+		}
+		if err := env.Config(&cfg); err != nil {
+			return plugins.StatusFailed, err
+		}
+		io.WriteString(env.Stdout, cfg.Greeting)
+		for _, f := range []string{"status", "stdout", "node", "timed_out", runner.FieldLeftovers, queue.FieldAttempts, "", "$set", "a.b"} {
+			if err := env.Record(f, "plugin value"); err != nil {
+				refused = append(refused, f)
+				io.WriteString(env.Stderr, err.Error()+"\n")
+			}
+		}
+		if err := env.Record("unstorable", make(chan int)); err != nil {
+			refused = append(refused, "unstorable")
+		}
+		for _, v := range []int{5, 6} {
+			if err := env.Record("mine", v); err != nil {
+				return plugins.StatusFailed, err
+			}
+		}
+		return plugins.StatusSucceeded, nil
+	})
+	s := newSetup(t, p, "false", bson.D{})
+	s.runner.Spec.PluginConfig = []byte(`{"greeting": "hello from the config"}`)
+	if err := s.runner.Run(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	raw := dentest.Task(t, s.db, s.task)
+	if status(raw) != 1 || raw.Lookup("node").StringValue() != "n" {
+		t.Errorf("status %d node %s: a refused Record changed the task", status(raw), raw.Lookup("node"))
+	}
+	if len(refused) != 10 {
+		t.Errorf("refused %q, want all 9 reserved or malformed names and the unstorable value", refused)
+	}
+	if stdout, _ := output(t, s.db, raw, "stdout"); stdout != "hello from the config" {
+		t.Errorf("stdout %q: the plugin did not get its configuration section", stdout)
+	}
+	if n, _ := raw.Lookup("mine").AsInt64OK(); n != 6 {
+		t.Errorf("mine = %v, want 6 (the last value recorded)", raw.Lookup("mine"))
+	}
+	for _, f := range []string{"timed_out", runner.FieldLeftovers, queue.FieldAttempts, "a", "$set", "unstorable"} {
+		if _, err := raw.LookupErr(f); err == nil {
+			t.Errorf("task has %s after the plugin's refused Record", f)
+		}
+	}
+}

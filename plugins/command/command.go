@@ -49,45 +49,43 @@ type params struct {
 // Run runs the task's program.
 func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 	var raw json.RawMessage
-	if env.Config != nil {
-		if err := env.Config(&raw); err != nil {
-			return 2, err
-		}
+	if err := env.Config(&raw); err != nil {
+		return plugins.StatusFailed, err
 	}
 	policy, err := ParsePolicy(raw)
 	if err != nil {
-		return 2, err
+		return plugins.StatusFailed, err
 	}
 	if !policy.Enabled {
-		return 2, errors.New("command refused: the command plugin is not enabled on this node (command.enabled)")
+		return plugins.StatusFailed, errors.New("command refused: the command plugin is not enabled on this node (command.enabled)")
 	}
 	var p params
 	if err := t.DecodeParameters(&p); err != nil {
-		return 2, fmt.Errorf("command refused: %w (command must be an array of strings, shell a string, env an object of strings)", err)
+		return plugins.StatusFailed, fmt.Errorf("command refused: %w (command must be an array of strings, shell a string, env an object of strings)", err)
 	}
 	argv := p.Command
 	switch {
 	case p.Shell != "" && len(p.Command) > 0:
-		return 2, errors.New("command refused: give either command or shell, not both")
+		return plugins.StatusFailed, errors.New("command refused: give either command or shell, not both")
 	case p.Shell != "":
 		if !policy.Shell {
-			return 2, errors.New("command refused: the shell parameter is not allowed on this node (command.shell)")
+			return plugins.StatusFailed, errors.New("command refused: the shell parameter is not allowed on this node (command.shell)")
 		}
 		argv = []string{Shell, "-c", p.Shell}
 	case len(argv) == 0:
-		return 2, errors.New("command refused: the task has no command parameter (an array: program and arguments)")
+		return plugins.StatusFailed, errors.New("command refused: the task has no command parameter (an array: program and arguments)")
 	}
 	path, err := policy.resolve(argv[0])
 	if err != nil {
-		return 2, err
+		return plugins.StatusFailed, err
 	}
 	landlock, err := policy.Boundary(sandbox.LandlockABI())
 	if err != nil {
-		return 2, err
+		return plugins.StatusFailed, err
 	}
 	environ, err := policy.environment(p.Env)
 	if err != nil {
-		return 2, err
+		return plugins.StatusFailed, err
 	}
 	// The run marker goes last, so that nothing a task sets can replace it:
 	// it is how a node finds this run's processes if their runner dies.
@@ -99,7 +97,7 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	// becomes the program (same pid).
 	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: landlock}, environ)
 	if err != nil {
-		return 2, err
+		return plugins.StatusFailed, err
 	}
 	cmd.Dir = p.Dir
 	cmd.Stdin = strings.NewReader(p.Stdin)
@@ -116,7 +114,7 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return 2, fmt.Errorf("start %s: %w", argv[0], err)
+		return plugins.StatusFailed, fmt.Errorf("start %s: %w", argv[0], err)
 	}
 	exited := make(chan struct{})
 	stopped := make(chan struct{})
@@ -158,30 +156,30 @@ func stopOnCancel(ctx context.Context, pgid int, grace time.Duration, exited <-c
 func outcome(cmd *exec.Cmd, err error, env plugins.Env) (int, error) {
 	st := cmd.ProcessState
 	if st == nil {
-		return 2, fmt.Errorf("wait for %s: %w", cmd.Args[0], err)
+		return plugins.StatusFailed, fmt.Errorf("wait for %s: %w", cmd.Args[0], err)
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		sig := ws.Signal()
 		name := signalName(sig)
-		if env.Record != nil {
-			env.Record("signal", name)
+		if err := env.Record("signal", name); err != nil {
+			return plugins.StatusFailed, err
 		}
 		fmt.Fprintf(env.Stderr, "\nden: %s was killed by signal %s\n", cmd.Args[0], name)
-		return 2, nil
+		return plugins.StatusFailed, nil
 	}
 	code := st.ExitCode()
-	if env.Record != nil {
-		env.Record("exit_code", code)
+	if err := env.Record("exit_code", code); err != nil {
+		return plugins.StatusFailed, err
 	}
 	if code == 0 {
 		if errors.Is(err, exec.ErrWaitDelay) {
 			fmt.Fprintf(env.Stderr, "\nden: %s exited but left a process holding its output; output after that was not kept\n", cmd.Args[0])
 		}
-		return 1, nil
+		return plugins.StatusSucceeded, nil
 	}
 	fmt.Fprintf(env.Stderr, "\nden: %s exited with code %d\n", cmd.Args[0], code)
-	return 2, nil
+	return plugins.StatusFailed, nil
 }
 
 func signalName(sig syscall.Signal) string {

@@ -42,7 +42,7 @@ func Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 		NoReport bool `bson:"noreport"`
 	}
 	if err := t.DecodeParameters(&params); err != nil {
-		return 2, err
+		return plugins.StatusFailed, err
 	}
 	commands := fmt.Sprint(params.Commands)
 	if params.Commands == nil {
@@ -59,11 +59,11 @@ func Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 	if run == "*" {
 		run = "abc"
 	}
-	status, errors := 1, 0
+	status, errors := plugins.StatusSucceeded, 0
 	var failure string
 	for _, c := range run {
 		if err := ctx.Err(); err != nil {
-			return 2, err
+			return plugins.StatusFailed, err
 		}
 		switch c {
 		case 'a':
@@ -74,7 +74,7 @@ func Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 		case 'c':
 			io.WriteString(env.Stderr, "This is command 'c' for cry.\n")
 			errors++
-			status = 2
+			status = plugins.StatusFailed
 			failure = "Task failed: This is command 'c' for cry.\n"
 		default:
 			if b, ok := big[c]; ok {
@@ -83,28 +83,28 @@ func Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 					w = env.Stderr
 				}
 				if _, err := w.Write(bytes.Repeat([]byte(string(c)), b.size)); err != nil {
-					return 2, fmt.Errorf("write %c output: %w", c, err)
+					return plugins.StatusFailed, fmt.Errorf("write %c output: %w", c, err)
 				}
 			}
 		}
-		if status != 1 {
+		if status != plugins.StatusSucceeded {
 			break
 		}
 	}
 	report = append(report,
 		bson.E{Key: "errors", Value: errors},
 		bson.E{Key: "completed", Value: time.Now().Unix()},
-		bson.E{Key: "status", Value: map[bool]string{true: "SUCCESS", false: "FAILED"}[status == 1]},
+		bson.E{Key: "status", Value: map[bool]string{true: "SUCCESS", false: "FAILED"}[status == plugins.StatusSucceeded]},
 	)
 	if failure != "" {
 		report = append(report, bson.E{Key: "error", Value: failure})
 	}
 	if !params.NoReport {
 		if env.DB == nil {
-			return 2, fmt.Errorf("no database to write the report to")
+			return plugins.StatusFailed, fmt.Errorf("no database to write the report to")
 		}
 		if _, err := env.DB.Collection(ReportsCollection).InsertOne(ctx, report); err != nil {
-			return 2, fmt.Errorf("insert report: %w", err)
+			return plugins.StatusFailed, fmt.Errorf("insert report: %w", err)
 		}
 	}
 	return status, nil

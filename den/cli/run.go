@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -87,7 +87,7 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		MaxOutput:      cfg.MaxOutput,
 		DeadNodeAfter:  cfg.DeadNodeAfter,
 		Cgroups:        cfg.Cgroups,
-		PluginConfig:   map[string]json.RawMessage{command.Name: commandPolicy},
+		PluginConfig:   cfg.PluginConfig(),
 	}, client.Database(cfg.Database), plugins.Default(), log, nil)
 	if err != nil {
 		return err

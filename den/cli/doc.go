@@ -1,0 +1,22 @@
+// Package cli is den's command line: the cobra command tree of the den
+// binary (run, dev, devdb, output, the hidden task-runner, and the operator
+// commands). Main builds it and runs it with the process's arguments; it is
+// what cmd/den calls, and what a plugin author's own main package calls
+// after importing its plugins, so that their binary is den with their
+// plugins registered:
+//
+//	func main() { os.Exit(cli.Main()) }
+//
+// The operator commands (queue, task, output, node, status, counts)
+// connect as den run does (config.Load: --config, DEN_*, --mongo-uri,
+// --database) and do everything through queue.Store (queue/admin.go): this
+// package names no document field. They print tables, or JSON with --json,
+// and exit 0 (done), 1 (operational error) or 2 (usage error).
+//
+// Files: main.go (Main, exit codes), root.go (the command tree), common.go
+// (connection, tables, JSON, confirmation), run.go (den run), dev.go and
+// devdb.go (the embedded development database), taskrunner.go (the task
+// runner process), queue.go, task.go, output.go, node.go, status.go,
+// counts.go, version.go, configcmd.go (the operator commands), connect.go,
+// logging.go.
+package cli

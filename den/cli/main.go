@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/den-project/den/den/sandbox"
+)
+
+// Exit codes of every den command, for scripts.
+const (
+	ExitOK    = 0 // done; for den counts check: no drift
+	ExitError = 1 // an operational error (MongoDB unreachable, no such task, drift found by den counts check)
+	ExitUsage = 2 // the command line is wrong: unknown command or flag, bad argument or value, a confirmation refused
+)
+
+// Main runs den with the process's arguments and returns the exit status
+// for os.Exit. Call it first thing in main: a program the command plugin
+// starts passes through here first to enter its sandbox (see den/sandbox).
+func Main() int {
+	sandbox.Main()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+}
+
+// run runs one command line with the given standard streams and returns
+// its exit status. Errors are printed to stderr, prefixed "den: ".
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	root := newRootCmd()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	wrapArgs(root)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "den:", err)
+	var ue usageError
+	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
+		return ExitUsage
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return ExitError
+}
+
+// usageError is a mistake on the command line: exit status 2.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exitError carries a chosen exit status with its message.
+type exitError struct {
+	code int
+	error
+}
+
+// wrapArgs makes every command's argument check a usage error.
+func wrapArgs(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		wrapArgs(sub)
+	}
+}

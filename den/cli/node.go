@@ -1,0 +1,171 @@
+package cli
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+func newNodeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "List nodes, and set a node's maxthreads",
+	}
+	cmd.AddCommand(newNodeListCmd(), newNodeSetCmd())
+	for _, c := range cmd.Commands() {
+		addDBFlags(c.Flags())
+		addJSONFlag(c.Flags())
+	}
+	return cmd
+}
+
+// nodeRow is a node as den node list prints it.
+type nodeRow struct {
+	Name       string         `json:"node"`
+	Heartbeat  *time.Time     `json:"timestamp"`
+	AgeSeconds *float64       `json:"heartbeat_age_seconds"`
+	MaxThreads *int           `json:"maxthreads"`
+	Problem    string         `json:"problem,omitempty"`
+	Running    int            `json:"running"`
+	PerQueue   map[string]int `json:"running_per_queue"`
+	Version    string         `json:"version,omitempty"`
+}
+
+func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error) {
+	nodes, err := d.store.Nodes(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	queues, _, err := d.store.Queues(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]bson.ObjectID, 0, len(queues))
+	names := map[bson.ObjectID]string{}
+	for _, q := range queues {
+		ids = append(ids, q.ID)
+		names[q.ID] = q.Name
+	}
+	running, err := d.store.Running(cmd.Context(), ids)
+	if err != nil {
+		return nil, err
+	}
+	rows := []nodeRow{}
+	for _, n := range nodes {
+		r := nodeRow{Name: n.Name, MaxThreads: n.MaxThreads, Problem: n.MaxThreadsProblem, Version: n.Version, PerQueue: map[string]int{}}
+		if !n.Timestamp.IsZero() {
+			ts := n.Timestamp
+			age := now.Sub(ts).Seconds()
+			r.Heartbeat, r.AgeSeconds = &ts, &age
+		}
+		for qid, byNode := range running {
+			if c := byNode[n.Name]; c > 0 {
+				r.PerQueue[names[qid]] += c
+				r.Running += c
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
+	t := newTable(cmd.OutOrStdout(), "NODE", "HEARTBEAT", "MAXTHREADS", "RUNNING", "PER QUEUE", "VERSION")
+	for _, r := range rows {
+		hb := "-"
+		if r.Heartbeat != nil {
+			hb = ago(now, *r.Heartbeat)
+			if now.Sub(*r.Heartbeat) > queue.DefaultDeadNodeAfter {
+				hb += " (dead?)"
+			}
+		}
+		limit := "none"
+		if r.MaxThreads != nil {
+			limit = strconv.Itoa(*r.MaxThreads)
+		}
+		if r.Problem != "" {
+			limit = "invalid (0)"
+		}
+		var per []string
+		for q, c := range r.PerQueue {
+			per = append(per, fmt.Sprintf("%s:%d", q, c))
+		}
+		sort.Strings(per)
+		pq := strings.Join(per, " ")
+		if pq == "" {
+			pq = "-"
+		}
+		v := r.Version
+		if v == "" {
+			v = "-"
+		}
+		t.row(r.Name, hb, limit, strconv.Itoa(r.Running), pq, v)
+	}
+	t.flush()
+}
+
+func newNodeListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List nodes: heartbeat age, maxthreads, tasks running per queue, version",
+		Long: `List the node documents: when each node last wrote its heartbeat (a node
+silent for longer than dead_node_after, 5 minutes by default, is taken for
+dead by the others), its node-wide maxthreads (none: no limit), the tasks
+claimed or running under its name per queue (counted from the tasks), and
+its version when it writes one.`,
+		Args: cobra.NoArgs,
+		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
+			now := time.Now()
+			rows, err := nodeRows(cmd, d, now)
+			if err != nil {
+				return err
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			printNodeTable(cmd, rows, now)
+			return nil
+		}),
+	}
+}
+
+func newNodeSetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "set NODE maxthreads N|none",
+		Short: "Set a node's node-wide maxthreads (none: no limit, 0: run nothing)",
+		Long: `Limit a node to N tasks across all its queues, by setting maxthreads in its
+node document (the node reads it and never overwrites it). none removes the
+limit; 0 makes the node run nothing new. The node must have a document.`,
+		Example: `  den node set worker01 maxthreads 8
+  den node set worker01 maxthreads none`,
+		Args: cobra.ExactArgs(3),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			if args[1] != "maxthreads" {
+				return usagef("%q: the only node setting is maxthreads", args[1])
+			}
+			var limit *int
+			if !strings.EqualFold(args[2], "none") {
+				n, err := strconv.Atoi(args[2])
+				if err != nil || n < 0 || n > 1<<20 {
+					return usagef("maxthreads %q: want a whole number from 0 to %d, or none", args[2], 1<<20)
+				}
+				limit = &n
+			}
+			if err := d.store.SetNodeMaxThreads(cmd.Context(), args[0], limit); err != nil {
+				return err
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "maxthreads": limit})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s: maxthreads %s\n", args[0], args[2])
+			return nil
+		}),
+	}
+}

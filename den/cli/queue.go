@@ -1,0 +1,383 @@
+package cli
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/queue"
+)
+
+func newQueueCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "queue",
+		Short: "Create, list, show, change and delete queues",
+	}
+	cmd.AddCommand(newQueueCreateCmd(), newQueueListCmd(), newQueueShowCmd(), newQueueSetCmd(), newQueueDeleteCmd())
+	for _, c := range cmd.Commands() {
+		addDBFlags(c.Flags())
+		addJSONFlag(c.Flags())
+	}
+	return cmd
+}
+
+// queueFlags maps den queue create's flags to queue settings.
+var queueFlags = []struct{ flag, key, help string }{
+	{"plugin", queue.SettingPlugin, "plugin the queue's tasks run with (written as constructor), e.g. Disbatch::Plugin::Demo (required)"},
+	{"maxthreads", queue.SettingMaxThreads, "tasks of the queue each node may run at once (default 1 unless --threads)"},
+	{"threads", queue.SettingThreads, "tasks of the queue all nodes together may run at once (instead of --maxthreads)"},
+	{"sort", queue.SettingSort, "order tasks are claimed in: fifo, lifo or default (default fifo)"},
+	{"gfs", queue.SettingGFS, "where output goes: true, false or auto (default: the node's)"},
+	{"timeout", queue.FieldTimeout, "seconds (or a duration such as 10m) a run may take"},
+	{"max-retries", queue.FieldMaxRetries, "retries of a failed run"},
+	{"retry-delay", queue.FieldRetryDelay, "seconds before the first retry (doubling after)"},
+	{"max-termination-time", queue.FieldMaxTermination, "seconds between SIGTERM and SIGKILL when a run is stopped"},
+	{"max-output", queue.FieldMaxOutput, "bytes a run may write to each of stdout and stderr"},
+}
+
+func newQueueCreateCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "create NAME --plugin PLUGIN [--maxthreads N | --threads N] [flags]",
+		Short: "Create a queue",
+		Long: `Create a queue document as the protocol defines it (name, constructor,
+maxthreads or threads, sort, counts at 0) with den's optional control
+defaults for its tasks. Values are checked with the decoders the nodes use.
+A second queue of the same name is refused. Prints the new queue's id.`,
+		Example: `  den queue create resize --plugin Disbatch::Plugin::Demo --maxthreads 4
+  den queue create jobs --plugin Disbatch::Plugin::Command --threads 10 --timeout 10m --max-retries 3`,
+		Args: cobra.ExactArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			var s queue.QueueSettings
+			if err := s.ParseQueueSetting(queue.SettingName, args[0]); err != nil {
+				return usageError{err}
+			}
+			if !cmd.Flags().Changed("plugin") {
+				return usagef("give the queue's plugin with --plugin, e.g. --plugin Disbatch::Plugin::Demo")
+			}
+			if cmd.Flags().Changed("maxthreads") && cmd.Flags().Changed("threads") {
+				return usagef("give --maxthreads (per node) or --threads (on all nodes together), not both")
+			}
+			if !cmd.Flags().Changed("maxthreads") && !cmd.Flags().Changed("threads") {
+				if err := s.ParseQueueSetting(queue.SettingMaxThreads, "1"); err != nil {
+					return err
+				}
+			}
+			if !cmd.Flags().Changed("sort") {
+				if err := s.ParseQueueSetting(queue.SettingSort, queue.SortFIFO); err != nil {
+					return err
+				}
+			}
+			for _, f := range queueFlags {
+				if cmd.Flags().Changed(f.flag) {
+					v, _ := cmd.Flags().GetString(f.flag)
+					if err := s.ParseQueueSetting(f.key, v); err != nil {
+						return usageError{fmt.Errorf("--%s: %w", f.flag, err)}
+					}
+				}
+			}
+			plugin, _ := cmd.Flags().GetString("plugin")
+			id, err := d.store.CreateQueueWith(cmd.Context(), s)
+			if err != nil {
+				return err
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]string{"id": id.Hex(), "name": args[0]})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "created queue %s (%s)\n", args[0], id.Hex())
+			warnPlugin(cmd, plugin)
+			return nil
+		}),
+	}
+	for _, f := range queueFlags {
+		cmd.Flags().String(f.flag, "", f.help)
+	}
+	return cmd
+}
+
+// warnPlugin says so when this den binary has no such plugin: the queue
+// may be meant for Perl nodes or another build, so it is not an error.
+func warnPlugin(cmd *cobra.Command, name string) {
+	if _, ok := plugins.Default().Lookup(name); !ok {
+		fmt.Fprintf(cmd.ErrOrStderr(), "den: note: this den has no plugin %q (it has %s); only nodes that have it will run the queue's tasks\n",
+			name, strings.Join(plugins.Default().Names(), ", "))
+	}
+}
+
+// queueRow is a queue as den queue list prints it.
+type queueRow struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Plugin     string `json:"plugin"`
+	Limit      int    `json:"limit"`
+	Global     bool   `json:"limit_on_all_nodes"`
+	Sort       string `json:"sort"`
+	Todo       int64  `json:"todo"`
+	Running    int64  `json:"running"`
+	Done       int64  `json:"done"`
+	Failed     int64  `json:"failed"`
+	Cancelled  int64  `json:"cancelled"`
+	CountTodo  *int64 `json:"count_todo"`
+	CountTotal *int64 `json:"count_total"`
+	Problem    string `json:"problem,omitempty"`
+}
+
+func newQueueRow(q queue.Queue, c queue.StatusCounts) queueRow {
+	return queueRow{
+		ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Limit: q.MaxThreads, Global: q.Global, Sort: q.Sort,
+		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
+		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
+		CountTodo: q.CountTodo, CountTotal: q.CountTotal, Problem: q.MaxThreadsProblem,
+	}
+}
+
+func (r queueRow) limit() string {
+	if r.Global {
+		return strconv.Itoa(r.Limit) + " (all nodes)"
+	}
+	return strconv.Itoa(r.Limit) + " per node"
+}
+
+func countText(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*n, 10)
+}
+
+func newQueueListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List queues with their tasks: todo, running, done, failed, cancelled",
+		Long: `List every queue with its tasks counted by state from the tasks themselves
+(one aggregation): todo (queued or held: -2, -3, -4), running (claimed or
+running: -1, 0), done (1), failed (2 and up, or orphaned -6), cancelled
+(-5); and the queue's stored count_todo/count_total (den counts check
+compares them).`,
+		Args: cobra.NoArgs,
+		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
+			rows, bad, err := queueRows(cmd, d)
+			if err != nil {
+				return err
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			printQueueTable(cmd, rows)
+			for _, b := range bad {
+				fmt.Fprintf(cmd.ErrOrStderr(), "den: queue %v cannot be used: %v\n", b.ID, b.Reason)
+			}
+			return nil
+		}),
+	}
+}
+
+func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.BadQueue, error) {
+	queues, bad, err := d.store.Queues(cmd.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	counts, err := d.store.TaskCounts(cmd.Context())
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := []queueRow{}
+	for _, q := range queues {
+		rows = append(rows, newQueueRow(q, counts[q.ID]))
+	}
+	slices.SortStableFunc(rows, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
+	return rows, bad, nil
+}
+
+func printQueueTable(cmd *cobra.Command, rows []queueRow) {
+	t := newTable(cmd.OutOrStdout(), "NAME", "ID", "PLUGIN", "LIMIT", "SORT", "TODO", "RUNNING", "DONE", "FAILED", "CANCELLED", "COUNT_TODO/TOTAL")
+	for _, r := range rows {
+		t.row(r.Name, r.ID, r.Plugin, r.limit(), r.Sort, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled),
+			countText(r.CountTodo)+"/"+countText(r.CountTotal))
+	}
+	t.flush()
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func newQueueShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show NAME|ID",
+		Short: "Show a queue's document and its tasks counted by status",
+		Args:  cobra.ExactArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			q, problem, err := d.store.FindQueue(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			counts, err := d.store.TaskCounts(cmd.Context())
+			if err != nil {
+				return err
+			}
+			c := counts[q.ID]
+			byStatus := map[string]int64{}
+			for st, n := range c.ByStatus {
+				byStatus[strconv.Itoa(st)] = n
+			}
+			if wantJSON(cmd) {
+				out := map[string]any{"queue": extJSON(q.Raw), "tasks_by_status": byStatus, "tasks": c.Total()}
+				if problem != nil {
+					out["problem"] = problem.Error()
+				}
+				return printJSON(cmd.OutOrStdout(), out)
+			}
+			w := cmd.OutOrStdout()
+			printDoc(w, q.Raw, "")
+			if problem != nil {
+				fmt.Fprintf(w, "\nproblem: %v\n", problem)
+			}
+			fmt.Fprintf(w, "\ntasks: %d\n", c.Total())
+			sts := make([]int, 0, len(c.ByStatus))
+			for st := range c.ByStatus {
+				sts = append(sts, st)
+			}
+			slices.Sort(sts)
+			for _, st := range sts {
+				fmt.Fprintf(w, "  %4d %-11s %d\n", st, queue.StatusName(st), c.ByStatus[st])
+			}
+			if c.Other > 0 {
+				fmt.Fprintf(w, "  status not a number: %d\n", c.Other)
+			}
+			return nil
+		}),
+	}
+}
+
+func newQueueSetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "set NAME|ID key=value...",
+		Short: "Change a queue's settings (value none removes a setting)",
+		Long: `Change settings of a queue, with the checks of den queue create. Keys:
+` + strings.Join(queue.QueueSettingKeys, ", ") + ` (plugin is accepted for
+constructor). The value none removes the key (the node's or den's default
+applies). Setting maxthreads removes threads and the other way round.`,
+		Example: `  den queue set resize maxthreads=8 timeout=10m
+  den queue set resize max_retries=none`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			var s queue.QueueSettings
+			for _, kv := range args[1:] {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok {
+					return usagef("%q: want key=value", kv)
+				}
+				if err := s.ParseQueueSetting(k, v); err != nil {
+					return usageError{err}
+				}
+			}
+			q, _, err := d.store.FindQueue(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if err := d.store.UpdateQueue(cmd.Context(), q.ID, s); err != nil {
+				return err
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]string{"id": q.ID.Hex(), "name": q.Name})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s (%s)\n", q.Name, q.ID.Hex())
+			return nil
+		}),
+	}
+}
+
+func newQueueDeleteCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "delete NAME|ID",
+		Short: "Delete a queue (refused while it has unfinished tasks, unless --force)",
+		Long: `Delete a queue document. Its tasks stay in the tasks collection, with their
+output, as Disbatch's own deleteQueue leaves them. A queue with unfinished
+tasks (queued, held, claimed or running) is refused unless --force.
+Asks for confirmation on a terminal; --yes skips it (and is required when
+stdin is not a terminal).`,
+		Args: cobra.ExactArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			q, _, err := d.store.FindQueue(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			counts, err := d.store.TaskCounts(cmd.Context())
+			if err != nil {
+				return err
+			}
+			c := counts[q.ID]
+			force, _ := cmd.Flags().GetBool("force")
+			if n := c.Group(queue.GroupTodo) + c.Group(queue.GroupRunning); n > 0 && !force {
+				return fmt.Errorf("queue %s (%s) has %d unfinished tasks (queued, held, claimed or running); cancel them, or give --force", q.Name, q.ID.Hex(), n)
+			}
+			if err := confirm(cmd, fmt.Sprintf("delete queue %s (%s), which has %d tasks?", q.Name, q.ID.Hex(), c.Total())); err != nil {
+				return err
+			}
+			if err := d.store.DeleteQueue(cmd.Context(), q.ID); err != nil {
+				return err
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"id": q.ID.Hex(), "name": q.Name, "deleted": true, "tasks_left": c.Total()})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted queue %s (%s); its %d tasks are left in tasks\n", q.Name, q.ID.Hex(), c.Total())
+			return nil
+		}),
+	}
+	cmd.Flags().Bool("force", false, "delete even when the queue has unfinished tasks")
+	cmd.Flags().BoolP("yes", "y", false, "do not ask for confirmation")
+	return cmd
+}
+
+// printDoc prints a document one field a line, dates as local times, and
+// nested documents indented.
+func printDoc(w interface{ Write([]byte) (int, error) }, raw bson.Raw, indent string) {
+	elems, _ := raw.Elements()
+	for _, e := range elems {
+		v := e.Value()
+		switch v.Type {
+		case bson.TypeEmbeddedDocument:
+			fmt.Fprintf(w, "%s%s:\n", indent, e.Key())
+			printDoc(w, v.Document(), indent+"  ")
+			continue
+		case bson.TypeArray:
+			vals, _ := v.Array().Values()
+			if len(vals) > 0 && vals[0].Type == bson.TypeEmbeddedDocument {
+				fmt.Fprintf(w, "%s%s:\n", indent, e.Key())
+				for i, x := range vals {
+					fmt.Fprintf(w, "%s  - [%d]\n", indent, i)
+					if d, ok := x.DocumentOK(); ok {
+						printDoc(w, d, indent+"    ")
+					}
+				}
+				continue
+			}
+		}
+		fmt.Fprintf(w, "%s%s: %s\n", indent, e.Key(), valueText(v))
+	}
+}
+
+// valueText renders a value for people.
+func valueText(v bson.RawValue) string {
+	switch v.Type {
+	case bson.TypeDateTime:
+		return stamp(v.Time())
+	case bson.TypeString:
+		s := v.StringValue()
+		if len(s) > 200 {
+			s = s[:200] + fmt.Sprintf("... (%d bytes)", len(v.StringValue()))
+		}
+		return strconv.Quote(s)
+	case bson.TypeObjectID:
+		return v.ObjectID().Hex()
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeBoolean, bson.TypeNull:
+		b, err := bson.MarshalExtJSON(bson.D{{Key: "v", Value: v}}, false, false)
+		if err == nil {
+			return strings.TrimSuffix(strings.TrimPrefix(string(b), `{"v":`), "}")
+		}
+	}
+	return v.String()
+}

@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/den-project/den/queue"
+)
+
+// failuresShown is how many recent failures den status lists.
+const failuresShown = 10
+
+func newStatusCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "One screen: queues, nodes, and the last failures",
+		Long: `Print the queues (as den queue list), the nodes (as den node list) and the
+last 10 tasks that failed (status 2 and up) or were orphaned (-6), most
+recently changed first, with the last line of their stderr.`,
+		Args: cobra.NoArgs,
+		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
+			now := time.Now()
+			queues, bad, err := queueRows(cmd, d)
+			if err != nil {
+				return err
+			}
+			nodes, err := nodeRows(cmd, d, now)
+			if err != nil {
+				return err
+			}
+			failures, err := d.store.RecentFailures(cmd.Context(), failuresShown)
+			if err != nil {
+				return err
+			}
+			names, err := queueNames(cmd, d)
+			if err != nil {
+				return err
+			}
+			type failure struct {
+				taskRow
+				Reason string `json:"reason"`
+			}
+			fr := []failure{}
+			for _, t := range failures {
+				f := failure{taskRow: taskRow{ID: t.ID.Hex(), Queue: t.Queue.Hex(), QueueName: names[t.Queue], StatusName: queue.StatusName(t.Status),
+					Node: t.Node, Ctime: timePtr(t.Ctime), Mtime: timePtr(t.Mtime)}}
+				st := t.Status
+				f.Status = &st
+				f.Reason = lastLine(t)
+				fr = append(fr, f)
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "nodes": nodes, "recent_failures": fr})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "database %s, %s\n\nQUEUES\n", d.cfg.Database, stamp(now))
+			if len(queues) == 0 {
+				fmt.Fprintln(w, "(none: den queue create NAME --plugin PLUGIN)")
+			} else {
+				printQueueTable(cmd, queues)
+			}
+			for _, b := range bad {
+				fmt.Fprintf(w, "queue %v cannot be used: %v\n", b.ID, b.Reason)
+			}
+			fmt.Fprintln(w, "\nNODES")
+			if len(nodes) == 0 {
+				fmt.Fprintln(w, "(none has written a heartbeat)")
+			} else {
+				printNodeTable(cmd, nodes, now)
+			}
+			fmt.Fprintln(w, "\nRECENT FAILURES")
+			if len(fr) == 0 {
+				fmt.Fprintln(w, "(none)")
+				return nil
+			}
+			t := newTable(w, "ID", "QUEUE", "STATUS", "NODE", "CHANGED", "STDERR (LAST LINE)")
+			for i, f := range failures {
+				node := f.Node
+				if node == "" {
+					node = "-"
+				}
+				t.row(f.ID.Hex(), fr[i].QueueName, statusText(f), node, ago(now, f.Mtime), fr[i].Reason)
+			}
+			t.flush()
+			return nil
+		}),
+	}
+	addDBFlags(cmd.Flags())
+	addJSONFlag(cmd.Flags())
+	return cmd
+}
+
+// lastLine is the last non-empty line of a task's stderr when it is in the
+// task document, cut to 80 characters; for output in GridFS it says so.
+func lastLine(t queue.Task) string {
+	text, file, err := t.Output(queue.StreamStderr)
+	switch {
+	case errors.Is(err, queue.ErrNoOutput):
+		return ""
+	case err != nil:
+		return err.Error()
+	case !file.IsZero():
+		return "(in GridFS: den output " + t.ID.Hex() + " --stderr)"
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	s := strings.TrimSpace(lines[len(lines)-1])
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}

@@ -1,0 +1,571 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/gridfs"
+	"github.com/den-project/den/queue"
+)
+
+func newTaskCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "task",
+		Short: "Add, list, show, cancel and retry tasks",
+	}
+	cmd.AddCommand(newTaskAddCmd(), newTaskListCmd(), newTaskShowCmd(), newTaskCancelCmd(), newTaskRetryCmd())
+	for _, c := range cmd.Commands() {
+		addDBFlags(c.Flags())
+		addJSONFlag(c.Flags())
+	}
+	return cmd
+}
+
+// maxLine is the longest line den task add reads: a task document is at
+// most 16 MiB.
+const maxLine = 16 << 20
+
+func newTaskAddCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "add QUEUE [--file F]",
+		Short: "Add tasks: one line of JSON parameters per task, from a file or stdin",
+		Long: `Add tasks to a queue (its name or id). Each line of --file (or of stdin
+when there is no --file) is one task's parameters: a JSON object, MongoDB
+extended JSON allowed ({"when": {"$date": "2026-11-23T10:00:00Z"}}).
+Blank lines are skipped.
+
+Every line is checked first: if any line is not a JSON object, den prints
+each bad line's number and why, inserts nothing, and exits 1. Then the
+tasks are inserted in batches of --batch, each batch in one command
+followed by raising the queue's count_todo and count_total by exactly what
+was inserted, so the counts stay right even if den is interrupted between
+batches. A progress line is shown on stderr when it is a terminal; a
+summary is printed at the end. All lines are held in memory while checked.`,
+		Example: `  printf '{"commands":"ab"}\n{"commands":"a"}\n' | den task add demo
+  den task add resize --file tasks.jsonl --config /etc/disbatch/config.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			file, _ := cmd.Flags().GetString("file")
+			batch, _ := cmd.Flags().GetInt("batch")
+			if batch < 1 || batch > 100000 {
+				return usagef("--batch %d: want 1 to 100000", batch)
+			}
+			q, problem, err := d.store.FindQueue(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if problem != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "den: note: queue %s has a problem nodes will skip it for: %v\n", q.Name, problem)
+			}
+			in := cmd.InOrStdin()
+			name := "stdin"
+			if file != "" {
+				f, err := os.Open(file)
+				if err != nil {
+					return fmt.Errorf("task file: %w", err)
+				}
+				defer f.Close()
+				in, name = f, file
+			}
+			params, err := readParams(in, name)
+			if err != nil {
+				return err
+			}
+			progress := isTerminalWriter(cmd.ErrOrStderr()) && !wantJSON(cmd)
+			done := 0
+			for start := 0; start < len(params); start += batch {
+				end := min(start+batch, len(params))
+				n, err := d.store.InsertTasks(cmd.Context(), q.ID, params[start:end], time.Now())
+				done += n
+				if err != nil {
+					if progress {
+						fmt.Fprintln(cmd.ErrOrStderr())
+					}
+					return fmt.Errorf("inserted %d of %d tasks into queue %s (counted in count_todo/count_total); lines %d and on were not inserted: %w",
+						done, len(params), q.Name, start+n+1, err)
+				}
+				if progress {
+					fmt.Fprintf(cmd.ErrOrStderr(), "\r%s %d/%d tasks", bar(done, len(params), 30), done, len(params))
+				}
+			}
+			if progress {
+				fmt.Fprintln(cmd.ErrOrStderr())
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"queue": q.ID.Hex(), "name": q.Name, "inserted": done})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added %d tasks to queue %s (%s)\n", done, q.Name, q.ID.Hex())
+			return nil
+		}),
+	}
+	cmd.Flags().StringP("file", "f", "", "file of tasks, one JSON object of parameters per line (default stdin)")
+	cmd.Flags().Int("batch", 1000, "tasks per insert")
+	return cmd
+}
+
+// bar draws a progress bar of width characters.
+func bar(done, total, width int) string {
+	n := width
+	if total > 0 {
+		n = done * width / total
+	}
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}
+
+// readParams reads one JSON object per line. Every bad line is reported,
+// by number, in one error; then nothing is returned.
+func readParams(r io.Reader, name string) ([]bson.Raw, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	var out []bson.Raw
+	var bad []string
+	line := 0
+	for sc.Scan() {
+		line++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		var doc bson.Raw
+		if text[0] != '{' {
+			bad = append(bad, fmt.Sprintf("line %d: not a JSON object", line))
+		} else if err := bson.UnmarshalExtJSON(text, false, &doc); err != nil {
+			bad = append(bad, fmt.Sprintf("line %d: %v", line, err))
+		} else {
+			out = append(out, doc)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s after line %d: %w", name, line, err)
+	}
+	if len(bad) > 0 {
+		shown := bad
+		if len(shown) > 20 {
+			shown = append(shown[:20:20], fmt.Sprintf("... and %d more", len(bad)-20))
+		}
+		return nil, fmt.Errorf("%s: %d of %d lines are not a task's parameters; nothing was inserted:\n  %s", name, len(bad), len(out)+len(bad), strings.Join(shown, "\n  "))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no tasks (one JSON object per line)", name)
+	}
+	return out, nil
+}
+
+// taskRow is a task as den task list prints it.
+type taskRow struct {
+	ID         string          `json:"id"`
+	Queue      string          `json:"queue"`
+	QueueName  string          `json:"queue_name"`
+	Status     *int            `json:"status"`
+	StatusName string          `json:"status_name"`
+	Node       string          `json:"node"`
+	Ctime      *time.Time      `json:"ctime"`
+	Mtime      *time.Time      `json:"mtime"`
+	Parameters json.RawMessage `json:"parameters"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func newTaskListCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List tasks, newest first (filters: --queue, --status, --node, --since)",
+		Example: `  den task list --queue demo --status failed,orphaned --since 24h
+  den task list --node worker01 --status running --json`,
+		Args: cobra.NoArgs,
+		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
+			f, err := taskFilter(cmd, d)
+			if err != nil {
+				return err
+			}
+			f.Limit, _ = cmd.Flags().GetInt64("limit")
+			if f.Limit < 0 {
+				return usagef("--limit %d: want 0 (no limit) or more", f.Limit)
+			}
+			tasks, err := d.store.ListTasks(cmd.Context(), f)
+			if err != nil {
+				return err
+			}
+			names, err := queueNames(cmd, d)
+			if err != nil {
+				return err
+			}
+			rows := []taskRow{}
+			for _, t := range tasks {
+				r := taskRow{ID: t.ID.Hex(), Queue: t.Queue.Hex(), QueueName: names[t.Queue], StatusName: "?", Node: t.Node,
+					Ctime: timePtr(t.Ctime), Mtime: timePtr(t.Mtime), Parameters: extJSON(t.Parameters)}
+				if t.StatusOK {
+					st := t.Status
+					r.Status, r.StatusName = &st, queue.StatusName(st)
+				}
+				rows = append(rows, r)
+			}
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), rows)
+			}
+			now := time.Now()
+			tb := newTable(cmd.OutOrStdout(), "ID", "QUEUE", "STATUS", "NODE", "CREATED", "CHANGED", "PARAMETERS")
+			for i, t := range tasks {
+				params := string(rows[i].Parameters)
+				if len(params) > 60 {
+					params = params[:57] + "..."
+				}
+				node := t.Node
+				if node == "" {
+					node = "-"
+				}
+				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), node, ago(now, t.Ctime), ago(now, t.Mtime), params)
+			}
+			tb.flush()
+			if len(tasks) == int(f.Limit) && f.Limit > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "den: showing the newest %d; --limit 0 shows all\n", f.Limit)
+			}
+			return nil
+		}),
+	}
+	addTaskFilterFlags(cmd)
+	cmd.Flags().Int64("limit", 50, "at most this many tasks (0: all)")
+	return cmd
+}
+
+func addTaskFilterFlags(cmd *cobra.Command) {
+	cmd.Flags().StringSlice("queue", nil, "only tasks of these queues (names or ids; repeat or separate with commas)")
+	cmd.Flags().StringSlice("status", nil, "only tasks with these statuses: codes or names (queued, claimed, running, succeeded, failed, cancelled, orphaned, blocked, terminated)")
+	cmd.Flags().String("node", "", "only tasks claimed by this node")
+	cmd.Flags().String("since", "", "only tasks created since: a duration back from now (24h, 30m) or a time (2026-11-23, 2026-11-23T10:00:00Z)")
+}
+
+// taskFilter reads the filter flags.
+func taskFilter(cmd *cobra.Command, d *database) (queue.TaskFilter, error) {
+	var f queue.TaskFilter
+	qs, _ := cmd.Flags().GetStringSlice("queue")
+	for _, ref := range qs {
+		q, _, err := d.store.FindQueue(cmd.Context(), ref)
+		if err != nil {
+			return f, err
+		}
+		f.Queues = append(f.Queues, q.ID)
+	}
+	sts, _ := cmd.Flags().GetStringSlice("status")
+	for _, s := range sts {
+		st, err := queue.ParseStatus(s)
+		if err != nil {
+			return f, usageError{err}
+		}
+		f.Statuses = append(f.Statuses, st)
+	}
+	f.Node, _ = cmd.Flags().GetString("node")
+	if since, _ := cmd.Flags().GetString("since"); since != "" {
+		t, err := parseSince(since, time.Now())
+		if err != nil {
+			return f, usageError{err}
+		}
+		f.Since = t
+	}
+	return f, nil
+}
+
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want a duration (24h) or a time (2026-11-23, 2026-11-23T10:00:00Z)", s)
+}
+
+func queueNames(cmd *cobra.Command, d *database) (map[bson.ObjectID]string, error) {
+	queues, _, err := d.store.Queues(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	names := map[bson.ObjectID]string{}
+	for _, q := range queues {
+		names[q.ID] = q.Name
+	}
+	return names, nil
+}
+
+// outputPlace says where one output stream of a task is.
+type outputPlace struct {
+	Stream string `json:"stream"`
+	Where  string `json:"where"` // inline, gridfs, none
+	File   string `json:"file,omitempty"`
+	Bytes  int64  `json:"bytes"`
+}
+
+func newTaskShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show TASK_ID",
+		Short: "Show a task: its document with dates, its history, and where its output is",
+		Args:  cobra.ExactArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			id, err := parseTaskID(args[0])
+			if err != nil {
+				return err
+			}
+			t, err := d.store.Task(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if t == nil {
+				return fmt.Errorf("no task %s in database %s", id.Hex(), d.cfg.Database)
+			}
+			bucket := gridfs.NewBucket(d.db, queue.GridFSPrefix)
+			var places []outputPlace
+			for _, stream := range []string{queue.StreamStdout, queue.StreamStderr} {
+				text, file, err := t.Output(stream)
+				p := outputPlace{Stream: stream}
+				switch {
+				case errors.Is(err, queue.ErrNoOutput):
+					p.Where = "none"
+				case err != nil:
+					p.Where = err.Error()
+				case file.IsZero():
+					p.Where, p.Bytes = "inline", int64(len(text))
+				default:
+					p.Where, p.File = "gridfs", file.Hex()
+					if r, err := bucket.Open(cmd.Context(), file); err == nil {
+						p.Bytes = r.Length
+						r.Close()
+					}
+				}
+				places = append(places, p)
+			}
+			files, err := bucket.Find(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if wantJSON(cmd) {
+				type fileRow struct {
+					ID       string `json:"id"`
+					Filename string `json:"filename"`
+					Bytes    int64  `json:"bytes"`
+				}
+				fr := []fileRow{}
+				for _, f := range files {
+					fr = append(fr, fileRow{f.ID.Hex(), f.Filename, f.Length})
+				}
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems})
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "task %s: %s\n\n", id.Hex(), statusText(*t))
+			printDoc(w, t.Raw, "")
+			fmt.Fprintln(w, "\noutput:")
+			for _, p := range places {
+				switch p.Where {
+				case "inline":
+					fmt.Fprintf(w, "  %s: in the task document, %d bytes\n", p.Stream, p.Bytes)
+				case "gridfs":
+					fmt.Fprintf(w, "  %s: GridFS file %s in tasks.files, %d bytes\n", p.Stream, p.File, p.Bytes)
+				default:
+					fmt.Fprintf(w, "  %s: %s\n", p.Stream, p.Where)
+				}
+			}
+			if len(files) > 0 {
+				fmt.Fprintf(w, "  GridFS files of this task (this run and earlier ones):\n")
+				for _, f := range files {
+					fmt.Fprintf(w, "    %s %s %d bytes\n", f.ID.Hex(), f.Filename, f.Length)
+				}
+			}
+			fmt.Fprintf(w, "  read it with: den output %s [--stderr]\n", id.Hex())
+			for _, p := range t.Problems {
+				fmt.Fprintf(w, "problem: %s\n", p)
+			}
+			return nil
+		}),
+	}
+}
+
+func newTaskCancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel TASK_ID...",
+		Short: "Cancel tasks: a queued one never starts, a running one is stopped (status -5)",
+		Long: `Set cancel: true on each task that has not ended. A queued task then never
+starts; a running one is stopped by its node (SIGTERM, then SIGKILL after
+max_termination_time). Either way its status becomes -5. A task that has
+already ended is left alone (and reported); an unknown id is an error
+(exit 1, after the others are done).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			var ids []bson.ObjectID
+			for _, a := range args {
+				id, err := parseTaskID(a)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			type result struct {
+				ID      string `json:"id"`
+				Outcome string `json:"outcome"` // cancelling, ended, missing
+			}
+			var results []result
+			missing := 0
+			for _, id := range ids {
+				o, err := d.store.Cancel(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				r := result{ID: id.Hex()}
+				switch o {
+				case queue.CancelSet:
+					r.Outcome = "cancelling"
+				case queue.CancelFinished:
+					r.Outcome = "ended"
+				default:
+					r.Outcome = "missing"
+					missing++
+				}
+				results = append(results, r)
+			}
+			if wantJSON(cmd) {
+				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
+					return err
+				}
+			} else {
+				for _, r := range results {
+					switch r.Outcome {
+					case "cancelling":
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: cancel requested (queued: never starts; running: its node stops it)\n", r.ID)
+					case "ended":
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: already ended; left alone\n", r.ID)
+					default:
+						fmt.Fprintf(cmd.OutOrStdout(), "%s: no such task\n", r.ID)
+					}
+				}
+			}
+			if missing > 0 {
+				return fmt.Errorf("%d of %d tasks do not exist in database %s", missing, len(ids), d.cfg.Database)
+			}
+			return nil
+		}),
+	}
+}
+
+func newTaskRetryCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "retry [TASK_ID...] [--queue Q] [--status S] [--node N] [--since T]",
+		Short: "Run ended tasks again: by id, or every task matching a filter",
+		Long: `Put ended tasks (finished, failed, cancelled, orphaned, held) back in their
+queue to run again now: status -2, node -1, attempts 0, and den's per-run
+fields (start_after, cancel, timed_out, exit_code, signal, orphan_reason,
+runner) removed; history is kept, output is replaced by the new run's.
+Queued, claimed and running tasks are left alone. Each update is
+conditional on the status read, and a task that had finished (status 1 and
+up) is counted in its queue's count_todo again; cancelled and orphaned
+tasks never left it.
+
+Give task ids, or a filter (at least one of --queue, --status, --node,
+--since). More than one task asks for confirmation on a terminal; --yes
+skips it and is required when stdin is not a terminal.`,
+		Example: `  den task retry 6b02ffcf2e2e26d413036425
+  den task retry --queue resize --status failed,orphaned --since 24h --yes`,
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			filtered := false
+			for _, f := range []string{"queue", "status", "node", "since"} {
+				filtered = filtered || cmd.Flags().Changed(f)
+			}
+			if len(args) > 0 && filtered {
+				return usagef("give task ids or a filter, not both")
+			}
+			if len(args) == 0 && !filtered {
+				return usagef("give task ids, or a filter (--queue, --status, --node, --since)")
+			}
+			var tasks []queue.Task
+			skipped := 0
+			if filtered {
+				f, err := taskFilter(cmd, d)
+				if err != nil {
+					return err
+				}
+				if tasks, err = d.store.RetryCandidates(cmd.Context(), f); err != nil {
+					return err
+				}
+			}
+			for _, a := range args {
+				id, err := parseTaskID(a)
+				if err != nil {
+					return err
+				}
+				t, err := d.store.Task(cmd.Context(), id)
+				if err != nil {
+					return err
+				}
+				if t == nil {
+					return fmt.Errorf("no task %s in database %s", id.Hex(), d.cfg.Database)
+				}
+				if !t.StatusOK || !retryable(t.Status) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "den: %s is %s; only ended tasks are retried\n", id.Hex(), statusText(*t))
+					skipped++
+					continue
+				}
+				tasks = append(tasks, *t)
+			}
+			if len(tasks) > 1 {
+				if err := confirm(cmd, fmt.Sprintf("retry %d tasks?", len(tasks))); err != nil {
+					return err
+				}
+			}
+			retried, recounted := 0, 0
+			var ids []string
+			for _, t := range tasks {
+				ok, err := d.store.RetryEnded(cmd.Context(), t, time.Now())
+				if err != nil {
+					return fmt.Errorf("after %d retried: %w", retried, err)
+				}
+				if !ok {
+					skipped++
+					continue
+				}
+				retried++
+				ids = append(ids, t.ID.Hex())
+				if queue.Finished(t.Status) {
+					recounted++
+				}
+			}
+			if wantJSON(cmd) {
+				if ids == nil {
+					ids = []string{}
+				}
+				return printJSON(cmd.OutOrStdout(), map[string]any{"retried": ids, "skipped": skipped, "count_todo_raised": recounted})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "retried %d tasks (count_todo raised by %d for those that had finished)", retried, recounted)
+			if skipped > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "; %d left alone (not ended, or changed meanwhile)", skipped)
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			if len(args) > 0 && retried < len(args) {
+				return exitError{ExitError, fmt.Errorf("%d of %d tasks were not retried", len(args)-retried, len(args))}
+			}
+			return nil
+		}),
+	}
+	addTaskFilterFlags(cmd)
+	cmd.Flags().BoolP("yes", "y", false, "do not ask for confirmation")
+	return cmd
+}
+
+// retryable reports whether den task retry puts a task with this status
+// back: anything but queued, claimed and running.
+func retryable(status int) bool {
+	return status != queue.StatusQueued && status != queue.StatusClaimed && status != queue.StatusRunning
+}

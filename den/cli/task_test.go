@@ -1,0 +1,292 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/gridfs"
+	"github.com/den-project/den/plugins/demo"
+)
+
+// den task add inserts one task per line in batches and raises the counts
+// by exactly what it inserted; a malformed line is reported by number and
+// nothing is inserted.
+func TestTaskAdd(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "bulk", demo.Name, 1, "fifo")
+
+	var lines strings.Builder
+	for i := range 2500 {
+		fmt.Fprintf(&lines, "{\"commands\": \"a\", \"n\": %d}\n", i)
+		if i == 10 {
+			lines.WriteString("\n") // blank lines are skipped
+		}
+	}
+	file := filepath.Join(t.TempDir(), "tasks.jsonl")
+	if err := os.WriteFile(file, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := denDB(t, db, "", "task", "add", "bulk", "--file", file, "--batch", "1000").must(t, ExitOK)
+	if !strings.Contains(r.stdout, "added 2500 tasks") {
+		t.Errorf("summary %q", r.stdout)
+	}
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: -2}, {Key: "node", Value: -1}}); n != 2500 {
+		t.Fatalf("%d queued tasks, want 2500", n)
+	}
+	if todo, total := counts(t, db, qid); todo != 2500 || total != 2500 {
+		t.Fatalf("counts %d/%d, want 2500/2500", todo, total)
+	}
+	last, err := db.Collection("tasks").FindOne(dentest.Context(t), bson.D{{Key: "parameters.n", Value: 2499}}).Raw()
+	if err != nil {
+		t.Fatalf("last line's task: %v", err)
+	}
+	if last.Lookup("parameters", "commands").StringValue() != "a" || last.Lookup("ctime").Type != bson.TypeDateTime || last.Lookup("stdout").Type != bson.TypeNull {
+		t.Fatalf("task document %v", last)
+	}
+
+	// From stdin, with a bad line: nothing inserted, the line named.
+	r = denDB(t, db, "{\"commands\":\"a\"}\n[1,2]\n{\"commands\":\"b\"}\n{\"commands\":\n", "task", "add", "bulk").must(t, ExitError)
+	if !strings.Contains(r.stderr, "line 2: not a JSON object") || !strings.Contains(r.stderr, "line 4:") || !strings.Contains(r.stderr, "nothing was inserted") {
+		t.Errorf("bad lines reported as %q", r.stderr)
+	}
+	if todo, total := counts(t, db, qid); todo != 2500 || total != 2500 || dentest.CountTasks(t, db, bson.D{}) != 2500 {
+		t.Fatalf("a refused file changed the queue: counts %d/%d", todo, total)
+	}
+	var added struct{ Inserted int }
+	denDB(t, db, "{\"commands\":\"ab\"}\n", "task", "add", qid.Hex(), "--json").must(t, ExitOK).decode(t, &added)
+	if added.Inserted != 1 || dentest.CountTasks(t, db, bson.D{{Key: "parameters.commands", Value: "ab"}}) != 1 {
+		t.Fatalf("stdin task: %+v", added)
+	}
+	denDB(t, db, "{}\n", "task", "add", "nope").must(t, ExitError)
+}
+
+// den task list filters by queue, status (names or codes), node and
+// creation time, newest first, up to --limit.
+func TestTaskList(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	a := dentest.Queue(t, db, "a", demo.Name, 1, "fifo")
+	b := dentest.Queue(t, db, "b", demo.Name, 1, "fifo")
+	old := bson.NewObjectIDFromTimestamp(time.Now().Add(-48 * time.Hour))
+	dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: old}, {Key: "queue", Value: a}, {Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "parameters", Value: bson.D{}}})
+	ta := dentest.Tasks(t, db, a, bson.D{{Key: "i", Value: 1}}, bson.D{{Key: "i", Value: 2}}, bson.D{{Key: "i", Value: 3}})
+	tb := dentest.Tasks(t, db, b, bson.D{{Key: "i", Value: 4}})
+	setTask(t, db, ta[1], bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "n1"}})
+	setTask(t, db, ta[2], bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "n2"}})
+
+	list := func(args ...string) []string {
+		t.Helper()
+		var rows []taskRow
+		denDB(t, db, "", append([]string{"task", "list", "--json"}, args...)...).must(t, ExitOK, args...).decode(t, &rows)
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		args []string
+		want []bson.ObjectID
+	}{
+		{nil, []bson.ObjectID{tb[0], ta[2], ta[1], ta[0], old}},
+		{[]string{"--queue", "a"}, []bson.ObjectID{ta[2], ta[1], ta[0], old}},
+		{[]string{"--queue", "a", "--status", "failed"}, []bson.ObjectID{ta[2], old}},
+		{[]string{"--status", "0,queued"}, []bson.ObjectID{tb[0], ta[1], ta[0]}},
+		{[]string{"--node", "n1"}, []bson.ObjectID{ta[1], old}},
+		{[]string{"--since", "24h", "--status", "2"}, []bson.ObjectID{ta[2]}},
+		{[]string{"--limit", "2"}, []bson.ObjectID{tb[0], ta[2]}},
+	} {
+		got := list(tc.args...)
+		var want []string
+		for _, id := range tc.want {
+			want = append(want, id.Hex())
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("task list %v:\n got %v\nwant %v", tc.args, got, want)
+		}
+	}
+	out := denDB(t, db, "", "task", "list", "--queue", "b").must(t, ExitOK).stdout
+	if !strings.Contains(out, tb[0].Hex()) || !strings.Contains(out, "-2 queued") || !strings.Contains(out, `{"i":4}`) {
+		t.Errorf("table:\n%s", out)
+	}
+	denDB(t, db, "", "task", "list", "--status", "sleeping").must(t, ExitUsage)
+	denDB(t, db, "", "task", "list", "--since", "yesterday").must(t, ExitUsage)
+}
+
+// den task show prints the document with dates and history, and where
+// the output is: in the document, or which GridFS file.
+func TestTaskShow(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
+	id := dentest.Tasks(t, db, qid, bson.D{{Key: "commands", Value: "a"}})[0]
+	file, err := gridfs.NewBucket(db, "tasks").Put(dentest.Context(t), "stderr", bson.D{{Key: "task_id", Value: id}}, []byte("oops\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	when := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	setTask(t, db, id, bson.D{{Key: "status", Value: 2}, {Key: "stdout", Value: "hello\n"}, {Key: "stderr", Value: file},
+		{Key: "history", Value: bson.A{bson.D{{Key: "attempt", Value: 1}, {Key: "node", Value: "n1"}, {Key: "status", Value: 2}, {Key: "ended", Value: when}}}}})
+	out := denDB(t, db, "", "task", "show", id.Hex()).must(t, ExitOK).stdout
+	for _, want := range []string{"2 failed", "stdout: in the task document, 6 bytes", "stderr: GridFS file " + file.Hex() + " in tasks.files, 5 bytes",
+		"history:", "attempt: 1", when.Local().Format("2006-01-02 15:04:05"), "den output " + id.Hex()} {
+		if !strings.Contains(out, want) {
+			t.Errorf("task show lacks %q:\n%s", want, out)
+		}
+	}
+	var shown struct {
+		Task   map[string]any `json:"task"`
+		Output []outputPlace  `json:"output"`
+	}
+	denDB(t, db, "", "task", "show", id.Hex(), "--json").must(t, ExitOK).decode(t, &shown)
+	if len(shown.Output) != 2 || shown.Output[0].Where != "inline" || shown.Output[1].Where != "gridfs" || shown.Output[1].File != file.Hex() || shown.Task["stdout"] != "hello\n" {
+		t.Fatalf("task show --json: %+v", shown)
+	}
+}
+
+// den task cancel sets cancel: true on tasks that have not ended, leaves
+// ended ones alone, and exits 1 for an id that does not exist.
+func TestTaskCancel(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{})
+	setTask(t, db, ids[1], bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "n1"}})
+	setTask(t, db, ids[2], bson.D{{Key: "status", Value: 1}})
+	denDB(t, db, "", "task", "cancel", ids[0].Hex(), ids[1].Hex(), ids[2].Hex()).must(t, ExitOK)
+	for i, want := range []bool{true, true, false} {
+		got, _ := dentest.Task(t, db, ids[i]).Lookup("cancel").BooleanOK()
+		if got != want {
+			t.Errorf("task %d: cancel %v, want %v", i, got, want)
+		}
+	}
+	r := denDB(t, db, "", "task", "cancel", bson.NewObjectID().Hex()).must(t, ExitError)
+	if !strings.Contains(r.stdout, "no such task") {
+		t.Errorf("missing task reported as %q", r.stdout)
+	}
+}
+
+// den task retry puts ended tasks back, by id or filter, keeps count_todo
+// right (den counts check finds no drift after), and asks before retrying
+// more than one.
+func TestTaskRetry(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{}, bson.D{}, bson.D{}, bson.D{})
+	// As the nodes leave them: finished tasks taken off count_todo,
+	// cancelled and orphaned ones not.
+	setTask(t, db, ids[0], bson.D{{Key: "status", Value: 1}, {Key: "node", Value: "n1"}})
+	setTask(t, db, ids[1], bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "exit_code", Value: 3}, {Key: "attempts", Value: 2}})
+	setTask(t, db, ids[2], bson.D{{Key: "status", Value: -5}, {Key: "cancel", Value: true}})
+	setTask(t, db, ids[3], bson.D{{Key: "status", Value: -6}, {Key: "orphan_reason", Value: "runner died"}})
+	setTask(t, db, ids[4], bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "n1"}})
+	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -2}}}})
+	denDB(t, db, "", "counts", "check").must(t, ExitOK)
+
+	// More than one, no terminal, no --yes: refused, nothing changed.
+	denDB(t, db, "y\n", "task", "retry", "--queue", "q").must(t, ExitUsage)
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -2}}); n != 1 {
+		t.Fatalf("%d queued tasks after a refused retry, want 1", n)
+	}
+	// One id: no confirmation. A running task is not retried.
+	denDB(t, db, "", "task", "retry", ids[1].Hex()).must(t, ExitOK)
+	raw := dentest.Task(t, db, ids[1])
+	if st, _ := raw.Lookup("status").AsInt64OK(); st != -2 || raw.Lookup("node").AsInt64() != -1 || raw.Lookup("exit_code").Type != 0 || raw.Lookup("attempts").AsInt64() != 0 {
+		t.Fatalf("retried task: %s", raw)
+	}
+	r := denDB(t, db, "", "task", "retry", ids[4].Hex()).must(t, ExitError)
+	if !strings.Contains(r.stderr, "only ended tasks") {
+		t.Errorf("retry of a running task said %q", r.stderr)
+	}
+	var out struct {
+		Retried []string `json:"retried"`
+		Raised  int      `json:"count_todo_raised"`
+	}
+	denDB(t, db, "", "task", "retry", "--queue", "q", "--yes", "--json").must(t, ExitOK).decode(t, &out)
+	if len(out.Retried) != 3 || out.Raised != 1 {
+		t.Fatalf("retry by filter: %+v", out)
+	}
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: -2}, {Key: "node", Value: -1}}); n != 5 {
+		t.Fatalf("%d queued tasks, want 5", n)
+	}
+	if todo, total := counts(t, db, qid); todo != 6 || total != 6 {
+		t.Fatalf("counts %d/%d, want 6/6", todo, total)
+	}
+	denDB(t, db, "", "counts", "check").must(t, ExitOK)
+	denDB(t, db, "", "task", "retry").must(t, ExitUsage)
+}
+
+// den output --follow waits for a running task to end and prints its
+// output as it is stored, then exits 0.
+func TestOutputFollow(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{})
+	setTask(t, db, ids[0], bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "n1"}})
+
+	var out, errOut syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"output", ids[0].Hex(), "--follow", "--mongo-uri", dentest.URI(), "--database", db.Name()},
+			strings.NewReader(""), &out, &errOut)
+	}()
+	dentest.Eventually(t, time.Minute, "follow says it waits", func() bool { return strings.Contains(errOut.String(), "0 running on node n1") })
+	select {
+	case code := <-done:
+		t.Fatalf("follow exited %d while the task runs: %s", code, errOut.String())
+	default:
+	}
+	// The run stores its first output while still running, then ends.
+	setTask(t, db, ids[0], bson.D{{Key: "stdout", Value: "first\n"}})
+	dentest.Eventually(t, time.Minute, "first output printed", func() bool { return out.String() == "first\n" })
+	setTask(t, db, ids[0], bson.D{{Key: "status", Value: 1}, {Key: "stdout", Value: "first\nsecond\n"}})
+	select {
+	case code := <-done:
+		if code != 0 || out.String() != "first\nsecond\n" {
+			t.Fatalf("follow: exit %d, printed %q; stderr %s", code, out.String(), errOut.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("follow did not end when the task did")
+	}
+
+	// Ended with output in GridFS: printed from the file.
+	file, err := gridfs.NewBucket(db, "tasks").Put(dentest.Context(t), "stdout", bson.D{{Key: "task_id", Value: ids[1]}}, []byte("from gridfs\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setTask(t, db, ids[1], bson.D{{Key: "status", Value: 2}, {Key: "stdout", Value: file}})
+	if r := denDB(t, db, "", "output", ids[1].Hex(), "--follow").must(t, ExitOK); r.stdout != "from gridfs\n" {
+		t.Fatalf("follow of an ended task printed %q", r.stdout)
+	}
+}
+
+// syncBuffer is a buffer the command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,137 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Setting is one key of the effective configuration, with where its value
+// came from.
+type Setting struct {
+	Key    string `json:"key"`
+	Value  any    `json:"value"`
+	Source string `json:"source"` // default, file PATH, environment NAME, flag --NAME
+}
+
+// Explain loads the configuration as Load does and says, for every key,
+// its effective value and which layer set it (the highest that did).
+// Passwords in URIs are redacted.
+func Explain(path string, fs *pflag.FlagSet) ([]Setting, Config, error) {
+	c, err := Load(path, fs)
+	if err != nil {
+		return nil, c, err
+	}
+	if path == "" && fs != nil {
+		path, _ = fs.GetString("config")
+	}
+	inFile := viper.New()
+	if path != "" {
+		if _, _, _, err := readFile(inFile, path); err != nil {
+			return nil, c, err
+		}
+	}
+	flagOf := map[string]string{}
+	if fs != nil {
+		for flag, key := range flagKeys {
+			if f := fs.Lookup(flag); f != nil && f.Changed {
+				flagOf[key] = flag
+			}
+		}
+	}
+	values := effective(c)
+	var out []Setting
+	for key := range defaults {
+		if key == "disbatch_uri" {
+			continue
+		}
+		s := Setting{Key: key, Value: values[key], Source: "default"}
+		if _, ok := values[key]; !ok {
+			s.Value = defaults[key]
+		}
+		switch {
+		case flagOf[key] != "":
+			s.Source = "flag --" + flagOf[key]
+		case envOf(key) != "":
+			s.Source = "environment " + envOf(key)
+		case path != "" && inFile.InConfig(key):
+			s.Source = "file " + path
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, c, nil
+}
+
+// envOf is the environment variable that sets key, or "".
+func envOf(key string) string {
+	names := []string{"DEN_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))}
+	if key == "mongo.database" {
+		names = []string{"DEN_DATABASE", "DEN_MONGO_DATABASE"}
+	}
+	for _, n := range names {
+		if _, ok := os.LookupEnv(n); ok {
+			return n
+		}
+	}
+	return ""
+}
+
+// effective is the loaded configuration by key, as the node uses it.
+func effective(c Config) map[string]any {
+	return map[string]any{
+		"mongo.uri":            redact(c.MongoURI),
+		"mongo.database":       c.Database,
+		"node":                 c.Node,
+		"interval":             c.Interval.String(),
+		"orphan_age":           c.OrphanAge.String(),
+		"activequeues":         c.ActiveQueues,
+		"ignorequeues":         c.IgnoreQueues,
+		"gfs":                  c.GFS,
+		"log.level":            c.LogLevel,
+		"log.format":           c.LogFormat,
+		"runner.log":           c.RunnerLog,
+		"max_termination_time": c.MaxTermination.String(),
+		"dead_node_after":      c.DeadNodeAfter.String(),
+		"cgroups":              c.Cgroups,
+		"command.enabled":      c.Command.Enabled,
+		"command.allow":        c.Command.Allow,
+		"command.shell":        c.Command.Shell,
+		"command.env":          c.Command.Env,
+		"command.env_allow":    c.Command.EnvAllow,
+		"command.landlock":     c.Command.Landlock,
+		"max_output":           c.MaxOutput,
+		"plugins":              pluginValues(c.Plugins),
+	}
+}
+
+// pluginValues decodes the plugins' sections for display.
+func pluginValues(sections map[string]json.RawMessage) map[string]any {
+	out := map[string]any{}
+	for name, raw := range sections {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// String renders a setting's value for a table.
+func (s Setting) String() string {
+	switch v := s.Value.(type) {
+	case []string:
+		return "[" + strings.Join(v, ", ") + "]"
+	case string:
+		if v == "" {
+			return `""`
+		}
+		return v
+	}
+	return fmt.Sprint(s.Value)
+}
