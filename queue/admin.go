@@ -470,6 +470,8 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	return s.collect(ctx, "list tasks", f.bson(), opts)
 }
 
+// collect runs a find on tasks and decodes what it returns; a document
+// without an ObjectId _id is skipped (nothing can be done to it by _id).
 func (s *Store) collect(ctx context.Context, what string, filter bson.D, opts *options.FindOptionsBuilder) ([]Task, error) {
 	cur, err := s.tasks.Find(ctx, filter, opts)
 	if err != nil {

@@ -237,23 +237,7 @@ var stateFields = bson.D{{Key: "parameters", Value: 0}, {Key: "params", Value: 0
 // output. A document without an ObjectId _id is skipped (nothing can be
 // done to it by _id).
 func (s *Store) findTasks(ctx context.Context, filter bson.D) ([]Task, error) {
-	cur, err := s.tasks.Find(ctx, filter, options.Find().SetProjection(stateFields).SetBatchSize(oneReply))
-	if err != nil {
-		return nil, fmt.Errorf("find tasks: %w", err)
-	}
-	defer cur.Close(ctx)
-	var out []Task
-	for cur.Next(ctx) {
-		t, err := DecodeTask(append(bson.Raw(nil), cur.Current...))
-		if err != nil {
-			continue
-		}
-		out = append(out, t)
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("find tasks: %w", err)
-	}
-	return out, nil
+	return s.collect(ctx, "find tasks", filter, options.Find().SetProjection(stateFields).SetBatchSize(oneReply))
 }
 
 // CancelUnstarted cancels a task of this node that is claimed but not yet
