@@ -214,11 +214,7 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
 func (n *Node) rescueStaleClaims(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
-	cutoff := now.Add(-n.cfg.OrphanAge)
-	for _, task := range mine {
-		if task.Status != queue.StatusClaimed || task.Mtime.IsZero() || !task.Mtime.Before(cutoff) {
-			continue
-		}
+	for _, task := range queue.StaleClaims(mine, now.Add(-n.cfg.OrphanAge)) {
 		n.rescueWith(ctx, task, queueOf(task, queues), fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge))
 	}
 	return nil

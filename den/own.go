@@ -81,19 +81,6 @@ func (o *ownTasks) read(tasks []queue.Task, sent time.Time) {
 	}
 }
 
-// count returns how many tasks of queue q this node holds.
-func (o *ownTasks) count(q bson.ObjectID) int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	n := 0
-	for _, hq := range o.held {
-		if hq == q {
-			n++
-		}
-	}
-	return n
-}
-
 // counts returns how many tasks this node holds, by queue and in all.
 func (o *ownTasks) counts() (map[bson.ObjectID]int, int) {
 	o.mu.Lock()

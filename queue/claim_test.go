@@ -153,7 +153,7 @@ func TestClaimFilter(t *testing.T) {
 	}
 }
 
-// Stale claims are found by mtime of either type; rescuing one puts it
+// Stale claims are found among a node's tasks by mtime of either type; rescuing one puts it
 // back with its history when it has retries left, else orphans it.
 func TestStaleClaimsAreRescued(t *testing.T) {
 	t.Parallel()
@@ -189,10 +189,11 @@ func TestStaleClaimsAreRescued(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stale, err := store.StaleClaims(ctx, "me", now.Add(-5*time.Minute))
+	mine, err := store.Mine(ctx, "me", false)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stale := queue.StaleClaims(mine, now.Add(-5*time.Minute))
 	got := map[bson.ObjectID]queue.Task{}
 	for _, task := range stale {
 		got[task.ID] = task

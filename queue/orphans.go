@@ -9,21 +9,20 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// StaleClaims returns this node's claimed tasks (-1) whose mtime is older
-// than cutoff: a runner never started them. The caller rescues each (see
-// Rescue): a retry when retries are left, else orphaned (-6), as the
-// protocol's reaping does. mtime is an ISODate, or a number of epoch
-// seconds from older writers; MongoDB compares only values of the same
-// type, so each kind gets its own clause.
-func (s *Store) StaleClaims(ctx context.Context, node string, cutoff time.Time) ([]Task, error) {
-	return s.findTasks(ctx, bson.D{
-		{Key: "node", Value: node},
-		{Key: "status", Value: StatusClaimed},
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: "mtime", Value: bson.D{{Key: "$lt", Value: cutoff}}}},
-			bson.D{{Key: "mtime", Value: bson.D{{Key: "$lt", Value: float64(cutoff.UnixNano()) / 1e9}}}},
-		}},
-	})
+// StaleClaims returns, among a node's tasks (as Mine reads them), its
+// claims (-1) whose mtime is older than cutoff: a runner never started
+// them. The caller rescues each (see Rescue): a retry when retries are
+// left, else orphaned (-6), as the protocol's reaping does. mtime is an
+// ISODate, or a number of epoch seconds from older writers (DecodeTask
+// reads both); a claim without one is never stale.
+func StaleClaims(mine []Task, cutoff time.Time) []Task {
+	var out []Task
+	for _, t := range mine {
+		if t.Status == StatusClaimed && !t.Mtime.IsZero() && t.Mtime.Before(cutoff) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // ReleaseClaims puts every task claimed (-1) by node back in its queue,

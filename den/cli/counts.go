@@ -80,12 +80,8 @@ func newCountsCheckCmd() *cobra.Command {
 				}
 				rows = append(rows, r)
 			}
-			if wantJSON(cmd) {
-				if err := printJSON(cmd.OutOrStdout(), rows); err != nil {
-					return err
-				}
-			} else {
-				printDrift(cmd, rows)
+			if err := showDrift(cmd, rows); err != nil {
+				return err
 			}
 			if bad > 0 {
 				return exitError{ExitError, fmt.Errorf("counts drift in %d of %d queues; den counts fix corrects them", bad, len(rows))}
@@ -125,12 +121,8 @@ reported (exit 1); run den counts fix again.`,
 				}
 				rows = append(rows, r)
 			}
-			if wantJSON(cmd) {
-				if err := printJSON(cmd.OutOrStdout(), rows); err != nil {
-					return err
-				}
-			} else {
-				printDrift(cmd, rows)
+			if err := showDrift(cmd, rows); err != nil {
+				return err
 			}
 			if conflicts > 0 {
 				return exitError{ExitError, fmt.Errorf("%d queues changed while being fixed; run den counts fix again", conflicts)}
@@ -138,4 +130,13 @@ reported (exit 1); run den counts fix again.`,
 			return nil
 		}),
 	}
+}
+
+// showDrift prints the rows as JSON with --json, else as a table.
+func showDrift(cmd *cobra.Command, rows []driftRow) error {
+	if wantJSON(cmd) {
+		return printJSON(cmd.OutOrStdout(), rows)
+	}
+	printDrift(cmd, rows)
+	return nil
 }
