@@ -35,8 +35,7 @@ const (
 	FieldHasDependents = "has_dependents"
 )
 
-// Blocked is a task that waits for others, or a queued one with after that
-// den has not registered yet.
+// Blocked is a task that waits for others.
 type Blocked struct {
 	ID      bson.ObjectID
 	Queue   bson.ObjectID
@@ -50,18 +49,15 @@ type Blocked struct {
 }
 
 // BlockedTasks returns up to limit tasks of the given queues that wait
-// for others (status -4 with after) or that have after but were not yet
-// registered (queued -2). The claim index {node, status, queue} serves it.
+// for others (status -4 with after). The claim index {node, status, queue}
+// serves it. A queued task (-2) with after is not looked at: any node may
+// have claimed it already, and looking would scan a queue's whole backlog.
 func (s *Store) BlockedTasks(ctx context.Context, queueIDs []bson.ObjectID, limit int64) ([]Blocked, error) {
 	if len(queueIDs) == 0 {
 		return nil, nil
 	}
-	exists := bson.D{{Key: "$exists", Value: true}}
-	filter := bson.D{{Key: "node", Value: Unclaimed}, {Key: "$or", Value: bson.A{
-		bson.D{{Key: "status", Value: StatusBlocked}, {Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: FieldAfter, Value: exists}},
-		bson.D{{Key: "status", Value: StatusQueued}, {Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: FieldAfter, Value: exists},
-			{Key: FieldAfterWas, Value: bson.D{{Key: "$exists", Value: false}}}},
-	}}}
+	filter := bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusBlocked},
+		{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: FieldAfter, Value: bson.D{{Key: "$exists", Value: true}}}}
 	cur, err := s.tasks.Find(ctx, filter, options.Find().SetLimit(limit).SetBatchSize(oneReply).SetProjection(bson.D{
 		{Key: "queue", Value: 1}, {Key: "status", Value: 1}, {Key: FieldAfter, Value: 1}, {Key: FieldWaiting, Value: 1}, {Key: FieldAfterWas, Value: 1}}))
 	if err != nil {
