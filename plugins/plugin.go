@@ -140,7 +140,10 @@ var reserved = []string{
 	"_id", "queue", "status", "node", "parameters", "params", "ctime", "mtime", "stdout", "stderr",
 	queue.FieldCancel, queue.FieldTimeout, queue.FieldMaxRetries, queue.FieldRetryDelay,
 	queue.FieldMaxTermination, queue.FieldMaxOutput, queue.FieldStartAfter, queue.FieldAttempts, queue.FieldHistory,
-	"runner", "timed_out", "leftover_processes",
+	"runner", "timed_out", "leftover_processes", "orphan_reason",
+	queue.FieldOutcome, queue.FieldOutcomeReason, queue.FieldLive, queue.FieldLiveUntil,
+	queue.FieldAfter, queue.FieldWaiting, queue.FieldAfterWas, queue.FieldHasDependents,
+	queue.FieldEndBefore, queue.FieldExpired, queue.FieldMaxTimeouts, queue.FieldTimeouts,
 }
 
 // ReservedFields returns the task fields Env.Record refuses: the protocol's

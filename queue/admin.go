@@ -33,7 +33,7 @@ const (
 // QueueSettingKeys lists every key den queue set accepts, in the order
 // help texts show them.
 var QueueSettingKeys = []string{SettingName, SettingPlugin, SettingMaxThreads, SettingThreads, SettingSort, SettingGFS,
-	FieldTimeout, FieldMaxRetries, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput}
+	FieldTimeout, FieldMaxRetries, FieldMaxTimeouts, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput}
 
 // QueueSettings are values to write into a queue document, each already
 // checked and in the form den writes it. Unset lists keys to remove.
@@ -91,7 +91,7 @@ func (s *QueueSettings) ParseQueueSetting(key, value string) error {
 			return fmt.Errorf("%s %s", key, err)
 		}
 		v = seconds(d)
-	case FieldMaxRetries:
+	case FieldMaxRetries, FieldMaxTimeouts:
 		n, err := DecodeCount(text)
 		if err != nil || n > 1000 {
 			return fmt.Errorf("%s %q: want a whole number from 0 to 1000", key, value)
@@ -600,7 +600,7 @@ func (s *Store) RetryEnded(ctx context.Context, t Task, now time.Time) (bool, er
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "status", Value: StatusQueued}, {Key: "node", Value: Unclaimed}, {Key: FieldAttempts, Value: 0}, {Key: "mtime", Value: now}}},
 			{Key: "$unset", Value: bson.D{{Key: FieldStartAfter, Value: ""}, {Key: FieldCancel, Value: ""}, {Key: "timed_out", Value: ""},
-				{Key: "exit_code", Value: ""}, {Key: "signal", Value: ""}, {Key: "orphan_reason", Value: ""}, {Key: "runner", Value: ""},
+				{Key: "exit_code", Value: ""}, {Key: "signal", Value: ""}, {Key: "orphan_reason", Value: ""}, {Key: "runner", Value: ""}, {Key: FieldTimeouts, Value: ""}, {Key: FieldExpired, Value: ""},
 				{Key: FieldOutcome, Value: ""}, {Key: FieldOutcomeReason, Value: ""}, {Key: "leftover_processes", Value: ""}, unsetLive, {Key: FieldLiveUntil, Value: ""}}},
 		})
 	if err != nil {

@@ -39,6 +39,18 @@ const (
 	// ISODate; epoch seconds and date strings are turned into one by the
 	// sweep, see NormalizeTasks).
 	FieldStartAfter = "start_after"
+	// FieldEndBefore: a time by which the task must have finished (task
+	// only; seed 004). A run that has not started by then never starts,
+	// one still running then is stopped; either way the task fails (2)
+	// with expired: true and is not retried.
+	FieldEndBefore = "end_before"
+	FieldExpired   = "expired"
+	// FieldMaxTimeouts: how many timed-out runs are retried, counted apart
+	// from other failures (task, else queue; seed 004). Unset, a timeout is
+	// a failure like any other and counts against max_retries.
+	FieldMaxTimeouts = "max_timeouts"
+	// FieldTimeouts counts the runs that timed out and were retried.
+	FieldTimeouts = "timeouts"
 	// FieldAttempts counts the runs that were retried; FieldHistory lists
 	// them, one HistoryEntry each.
 	FieldAttempts = "attempts"
@@ -53,6 +65,27 @@ type Options struct {
 	MaxTermination time.Duration // 0: the node's default
 	MaxOutput      int64         // bytes per stream; 0: the node's max_output
 	Attempts       int
+	// MaxTimeouts is nil when timeouts count as failures (max_retries);
+	// Timeouts counts the timed-out runs retried so far.
+	MaxTimeouts *int
+	Timeouts    int
+	// EndBefore is the task's deadline; zero: none.
+	EndBefore time.Time
+}
+
+// CanRetry reports whether a run that ended badly (timedOut: by its
+// timeout) may be retried. With max_timeouts set, timed-out runs are
+// counted against it and other failures against max_retries, apart
+// (attempts minus timeouts); without, every retried run counts against
+// max_retries.
+func (o Options) CanRetry(timedOut bool) bool {
+	if o.MaxTimeouts == nil {
+		return o.Attempts < o.MaxRetries
+	}
+	if timedOut {
+		return o.Timeouts < *o.MaxTimeouts
+	}
+	return o.Attempts-o.Timeouts < o.MaxRetries
 }
 
 // Options returns the control settings of task t: its own, else its
@@ -62,7 +95,8 @@ func (t Task) Options(q *Queue) Options {
 	if q != nil {
 		qc = q.Control
 	}
-	o := Options{RetryDelay: 10 * time.Second, Attempts: t.Attempts}
+	o := Options{RetryDelay: 10 * time.Second, Attempts: t.Attempts, Timeouts: t.Timeouts, EndBefore: t.EndBefore,
+		MaxTimeouts: pick(t.Control.MaxTimeouts, qc.MaxTimeouts)}
 	if d := pick(t.Control.Timeout, qc.Timeout); d != nil {
 		o.Timeout = *d
 	}
@@ -120,6 +154,10 @@ type HistoryEntry struct {
 // requeue is the update that puts a task back in its queue for another
 // attempt, with the run recorded in its history.
 func requeue(entry HistoryEntry, startAfter, now time.Time) bson.D {
+	inc := bson.D{{Key: FieldAttempts, Value: 1}}
+	if entry.TimedOut {
+		inc = append(inc, bson.E{Key: FieldTimeouts, Value: 1})
+	}
 	return bson.D{
 		{Key: "$set", Value: bson.D{
 			{Key: "status", Value: StatusQueued},
@@ -128,7 +166,7 @@ func requeue(entry HistoryEntry, startAfter, now time.Time) bson.D {
 			{Key: "mtime", Value: now},
 		}},
 		{Key: "$unset", Value: bson.D{{Key: "runner", Value: ""}, unsetLive}},
-		{Key: "$inc", Value: bson.D{{Key: FieldAttempts, Value: 1}}},
+		{Key: "$inc", Value: inc},
 		{Key: "$push", Value: bson.D{{Key: FieldHistory, Value: entry}}},
 	}
 }
@@ -177,7 +215,7 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, le
 			Outcome{OutcomeCancelled, "cancelled, and its runner is gone (" + reason + ")"}.set()...)
 		update = bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{unsetLive}}}
 		newStatus = StatusCancelled
-	} else if opts.Attempts < opts.MaxRetries {
+	} else if opts.CanRetry(false) {
 		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: task.Node, Status: StatusOrphaned, Outcome: why.Kind, Reason: reason, Ended: now, Leftovers: leftovers}
 		if task.Runner != nil {
 			entry.Started = time.UnixMilli(task.Runner.Started)

@@ -121,6 +121,7 @@ type Control struct {
 	RetryDelay     *time.Duration
 	MaxTermination *time.Duration
 	MaxOutput      *int64
+	MaxTimeouts    *int
 }
 
 // DecodeControl reads the control settings of a task or queue document.
@@ -161,5 +162,9 @@ func DecodeControl(doc bson.Raw) (Control, []string) {
 		c.MaxRetries = &r
 	}
 	c.MaxOutput = count(FieldMaxOutput, math.MaxInt64)
+	if n := count(FieldMaxTimeouts, 1000); n != nil {
+		r := int(*n)
+		c.MaxTimeouts = &r
+	}
 	return c, problems
 }

@@ -43,8 +43,12 @@ type Task struct {
 	// LiveUntil is when the last reader's request for live output runs
 	// out (zero: none; see live.go). An odd value counts as none.
 	LiveUntil time.Time
-	// Attempts counts the runs that were retried.
+	// Attempts counts the runs that were retried; Timeouts those of them
+	// that timed out.
 	Attempts int
+	Timeouts int
+	// EndBefore is the task's deadline (zero: none).
+	EndBefore time.Time
 	// Problems lists the fields that could not be decoded, each as "field
 	// why". A task with problems is failed with them as the reason, never
 	// run.
@@ -138,6 +142,20 @@ func DecodeTask(raw bson.Raw) (Task, error) {
 			t.Problems = append(t.Problems, FieldAttempts+" "+err.Error())
 		}
 		t.Attempts = int(min(n, 1<<20))
+	}
+	if v := raw.Lookup(FieldTimeouts); !absent(v) {
+		n, err := DecodeCount(v)
+		if err != nil {
+			t.Problems = append(t.Problems, FieldTimeouts+" "+err.Error())
+		}
+		t.Timeouts = int(min(n, 1<<20))
+	}
+	if v := raw.Lookup(FieldEndBefore); !absent(v) {
+		at, err := DecodeTime(v)
+		if err != nil {
+			t.Problems = append(t.Problems, FieldEndBefore+" "+err.Error())
+		}
+		t.EndBefore = at
 	}
 	return t, nil
 }

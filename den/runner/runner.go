@@ -111,6 +111,7 @@ type run struct {
 	extraMu  sync.Mutex
 	extra    bson.D
 	timedOut bool
+	expired  bool // end_before passed
 	// pluginErr is the error the plugin returned, or its panic.
 	pluginErr string
 	// outcome is who decided how the run ended, set where den decides it;
@@ -277,6 +278,11 @@ func (t *run) execute(ctx context.Context) int {
 		t.outcome = queue.Outcome{Kind: queue.OutcomeCancelled, Reason: "cancelled before it started"}
 		t.out.appendLine("den: cancelled before it started")
 		return queue.StatusCancelled
+	case !t.opts.EndBefore.IsZero() && !t.now().Before(t.opts.EndBefore):
+		t.expired = true
+		t.outcome = queue.Outcome{Kind: queue.OutcomeExpired, Reason: fmt.Sprintf("not started before its end_before (%s)", t.opts.EndBefore.UTC().Format(time.RFC3339))}
+		t.out.appendLine("den: task not run: " + t.outcome.Reason)
+		return queue.StatusFailed
 	case !found:
 		t.outcome = queue.Outcome{Kind: queue.OutcomePlugin, Reason: fmt.Sprintf("no plugin %q is registered in this den binary", t.Spec.Plugin)}
 		t.out.appendLine("den: task not run: " + t.outcome.Reason)
@@ -284,9 +290,17 @@ func (t *run) execute(ctx context.Context) int {
 	}
 	t.log.Info("task started", zap.Int("attempt", t.opts.Attempts+1))
 	runCtx := ctx
-	if t.opts.Timeout > 0 {
+	// The run's deadline: its timeout, or the task's end_before if that
+	// comes first.
+	limit, byEnd := t.opts.Timeout, false
+	if end := t.opts.EndBefore; !end.IsZero() {
+		if left := end.Sub(t.now()); limit == 0 || left < limit {
+			limit, byEnd = max(left, time.Millisecond), true
+		}
+	}
+	if limit > 0 {
 		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, t.opts.Timeout)
+		runCtx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
 	}
 	// Output past max_output stops the plugin (cancelling its context) and
@@ -298,6 +312,12 @@ func (t *run) execute(ctx context.Context) int {
 	status := t.runPlugin(pluginCtx, plugin)
 	if stream := t.out.cutStream(); stream != "" {
 		t.outcome = queue.Outcome{Kind: queue.OutcomeResourceKilled, Reason: fmt.Sprintf("its %s passed max_output (%d bytes), so it was stopped", stream, maxOutput)}
+		t.out.appendLine("den: task failed: " + t.outcome.Reason)
+		return queue.StatusFailed
+	}
+	if ctx.Err() == nil && runCtx.Err() != nil && byEnd {
+		t.expired = true
+		t.outcome = queue.Outcome{Kind: queue.OutcomeExpired, Reason: fmt.Sprintf("still running at its end_before (%s), so it was stopped", t.opts.EndBefore.UTC().Format(time.RFC3339))}
 		t.out.appendLine("den: task failed: " + t.outcome.Reason)
 		return queue.StatusFailed
 	}
@@ -471,11 +491,15 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	if t.timedOut {
 		t.extra = append(t.extra, bson.E{Key: "timed_out", Value: true})
 	}
+	if t.expired {
+		t.extra = append(t.extra, bson.E{Key: queue.FieldExpired, Value: true})
+	}
 	extra := append(bson.D(nil), t.extra...)
 	t.extraMu.Unlock()
 	outcome := t.decided(status, extra)
 	extra = append(extra, outcome.Fields()...)
-	retry := status >= queue.StatusFailed && t.opts.Attempts < t.opts.MaxRetries
+	// An expired task is never retried: its time is up.
+	retry := status >= queue.StatusFailed && !t.expired && t.opts.CanRetry(t.timedOut)
 	if err != nil {
 		t.log.Error("cannot store task output in GridFS", zap.Error(err))
 		stdout, stderr = "", "den: output could not be stored: "+err.Error()
