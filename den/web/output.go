@@ -114,6 +114,7 @@ type outputReply struct {
 	Ended      bool   `json:"ended"` // the task has ended: nothing more will come
 	Status     *int   `json:"status"`
 	StatusName string `json:"status_name"`
+	Group      string `json:"group"` // todo, running, done, failed, cancelled
 }
 
 // output serves GET /tasks/ID/output?stream=stdout&from=N: the bytes of
@@ -137,7 +138,7 @@ func (h *handler) output(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep := outputReply{Data: string(data), Next: o.From + int64(len(data)), Total: o.Total, Reset: o.Reset,
-		Ended: t.StatusOK && queue.Ended(t.Status), StatusName: queue.StatusName(t.Status)}
+		Ended: t.StatusOK && queue.Ended(t.Status), StatusName: queue.StatusName(t.Status), Group: queue.StatusGroup(t.Status)}
 	rep.More = rep.Next < rep.Total
 	if t.StatusOK {
 		st := t.Status

@@ -54,8 +54,13 @@ function liveOutput() {
         if (atEnd) pre.scrollTop = pre.scrollHeight;
       }
       pre.dataset.next = o.next;
+      var size = document.getElementById(name + "-size");
+      if (size) size.textContent = o.total + " bytes so far";
       var st = document.getElementById("status");
-      if (st && o.status_name) st.textContent = (o.status === null ? "?" : o.status) + " " + o.status_name;
+      if (st && o.status_name) {
+        st.textContent = (o.status === null ? "?" : o.status) + " " + o.status_name;
+        st.className = "status " + o.group;
+      }
       if (o.more) return poll(pre);
       ended[name] = o.ended;
     });
@@ -64,6 +69,8 @@ function liveOutput() {
     Promise.all(streams.map(poll)).then(function () {
       if (streams.every(function (p) { return ended[p.dataset.stream]; })) {
         task.dataset.ended = "1";
+        var note = document.getElementById("livenote");
+        if (note) note.textContent = "ended";
         setTimeout(function () { location.replace(location.pathname); }, 500);
         return;
       }
