@@ -78,7 +78,11 @@ func serveWeb(ctx context.Context, h http.Handler, listen string, actions bool, 
 	if actions {
 		mode = "actions enabled for whoever gives web.token"
 	}
-	log.Info("den web serving", zap.String("url", "http://"+ln.Addr().String()+"/"), zap.String("database", database),
+	say := log.Info
+	if !loopback(ln.Addr()) {
+		say = log.Warn
+	}
+	say("den web serving", zap.String("url", "http://"+ln.Addr().String()+"/"), zap.String("database", database),
 		zap.String("reach", reach), zap.String("mode", mode))
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
