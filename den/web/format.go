@@ -28,10 +28,11 @@ var funcs = template.FuncMap{
 		return strings.Join(parts, " ")
 	},
 	"short": func(s string, n int) string {
-		if len(s) <= n {
+		r := []rune(s)
+		if len(r) <= n {
 			return s
 		}
-		return s[:n-1] + "…"
+		return string(r[:n-1]) + "…"
 	},
 	"bytes": func(n int64) string { return byteSize(n) },
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +40,7 @@ type storedOutput struct {
 // layout, written when the run ends). A task without output yet gives
 // empty output. Output a running task writes as it goes (live output)
 // plugs in here, and only here.
-func (h *handler) openOutput(r *http.Request, t *queue.Task, stream string, from int64) (storedOutput, error) {
+func (h *handler) openOutput(ctx context.Context, t *queue.Task, stream string, from int64) (storedOutput, error) {
 	empty := storedOutput{ReadCloser: io.NopCloser(strings.NewReader(""))}
 	text, file, err := t.Output(stream)
 	switch {
@@ -55,7 +56,7 @@ func (h *handler) openOutput(r *http.Request, t *queue.Task, stream string, from
 		o.ReadCloser = io.NopCloser(strings.NewReader(text[o.From:]))
 		return o, nil
 	}
-	rd, err := gridfs.NewBucket(h.db, queue.GridFSPrefix).Open(r.Context(), file)
+	rd, err := gridfs.NewBucket(h.db, queue.GridFSPrefix).Open(ctx, file)
 	if errors.Is(err, gridfs.ErrNotFound) {
 		return empty, nil // not visible yet: a file appears when closed
 	}
@@ -75,8 +76,8 @@ func (h *handler) openOutput(r *http.Request, t *queue.Task, stream string, from
 
 // readOutput reads up to limit bytes of a stream from offset from, cut at
 // a character boundary when more follows (a poll then resumes there).
-func (h *handler) readOutput(r *http.Request, t *queue.Task, stream string, from, limit int64) (data []byte, o storedOutput, err error) {
-	o, err = h.openOutput(r, t, stream, from)
+func (h *handler) readOutput(ctx context.Context, t *queue.Task, stream string, from, limit int64) (data []byte, o storedOutput, err error) {
+	o, err = h.openOutput(ctx, t, stream, from)
 	if err != nil {
 		return nil, o, err
 	}
@@ -132,7 +133,7 @@ func (h *handler) output(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "from must be a byte offset (0 or more)")
 		return
 	}
-	data, o, err := h.readOutput(r, t, stream, from, pollLimit)
+	data, o, err := h.readOutput(r.Context(), t, stream, from, pollLimit)
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -156,7 +157,7 @@ func (h *handler) outputText(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	o, err := h.openOutput(r, t, stream, 0)
+	o, err := h.openOutput(r.Context(), t, stream, 0)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return

@@ -75,7 +75,7 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	d.CanCancel = t.StatusOK && t.Status <= 0 && t.Status != queue.StatusCancelled && t.Status != queue.StatusOrphaned && !t.Cancel
 	d.CanRetry = t.StatusOK && t.Status != queue.StatusQueued && t.Status != queue.StatusClaimed && t.Status != queue.StatusRunning
 	for _, stream := range []string{queue.StreamStdout, queue.StreamStderr} {
-		data, o, err := h.readOutput(r, t, stream, 0, outputShown)
+		data, o, err := h.readOutput(r.Context(), t, stream, 0, outputShown)
 		s := streamView{Name: stream, URL: fmt.Sprintf("/tasks/%s/output.txt?stream=%s", t.ID.Hex(), stream)}
 		if err != nil {
 			s.Text = "(cannot read: " + err.Error() + ")"
