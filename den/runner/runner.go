@@ -41,6 +41,11 @@ type Runner struct {
 	// Retry is the backoff of final writes, which are retried until they
 	// land.
 	Retry backoff.Policy
+	// LiveRequests delivers the node's requests for live output (SIGUSR1,
+	// sent while a reader wants the task's output as it is written; see
+	// queue/live.go). Each one asks for live output for the next LiveFor.
+	// Nil: never asked.
+	LiveRequests <-chan os.Signal
 
 	// supervisor is set in a worker under a supervisor (see supervise.go);
 	// a Runner used in-process has none, and contains nothing.
@@ -52,13 +57,13 @@ type Runner struct {
 // its result is stored. ctx cancellation (SIGTERM to the runner) stops
 // the plugin; the result is still stored. sup is the worker's link to its
 // supervisor.
-func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File) error {
+func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal) error {
 	client, disconnect, err := connect(spec, relayCtl, log)
 	if err != nil {
 		return err
 	}
 	defer disconnect(ctx)
-	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup}
+	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live}
 	return r.Run(ctx)
 }
 
@@ -128,7 +133,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	t.started = time.Now()
 
 	stopBeat := t.beat(ctx)
+	stopLive := t.publishLive(ctx)
 	status := t.execute(ctx)
+	stopLive()
 	stopBeat()
 	t.stopLeftovers(storeCtx)
 	return t.record(storeCtx, ctx, status)
