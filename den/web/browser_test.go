@@ -187,6 +187,11 @@ func TestBrowser(t *testing.T) {
 	if !eval(`document.getElementById("cancel") === null && document.getElementById("task").dataset.live === "1"`) {
 		t.Error("the running task's page offers cancel without the token, or does not follow the task")
 	}
+	// Live output: what the running program printed shows while it runs.
+	poll("the running task's output, live", `(document.getElementById("stdout") || {}).textContent === "started\n"`)
+	if st, _ := dentest.Task(t, db, running).Lookup("status").AsInt64OK(); st != 0 {
+		t.Fatalf("the task is no longer running (status %d): its output was not shown live", st)
+	}
 	status, err := chromedp.Run(ctx, chromedp.Evaluate[int](`fetch(location.pathname + "/cancel", {method: "POST"}).then(r => r.status)`, chromedp.EvalAwaitPromise))
 	if err != nil || status != 403 {
 		t.Errorf("cancel without the token: %d %v, want 403", status, err)

@@ -3,7 +3,8 @@
 // finished lately), the nodes (heartbeat age, running tasks per queue,
 // maxthreads, resources), a filtered task list, and each task's document,
 // history and output, with the output of a running task polled from a
-// JSON endpoint. `den web` serves it; New builds it from injected
+// JSON endpoint (its live output while it runs on a den node, see
+// queue/live.go). `den web` serves it; New builds it from injected
 // dependencies, so another server (a node's HTTP endpoint) can mount it.
 //
 // Everything is read and written through queue.Store, with the functions

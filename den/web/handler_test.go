@@ -26,6 +26,8 @@ type fixture struct {
 	db                          *mongo.Database
 	queue                       bson.ObjectID
 	done, gfs, running, waiting bson.ObjectID
+	// liveRun is the running task's run, whose live output the task holds.
+	liveRun bson.ObjectID
 }
 
 func newFixture(t *testing.T) fixture {
@@ -48,8 +50,15 @@ func newFixture(t *testing.T) fixture {
 	}
 	dentest.Update(t, tasks, bson.D{{Key: "_id", Value: f.gfs}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "mtime", Value: now}, {Key: "stdout", Value: w.ID()}}}})
+	// The running task has published live output: the last bytes of
+	// stdout (offsets 1000 to 1009) and all of stderr.
+	f.liveRun = bson.NewObjectID()
 	dentest.Update(t, tasks, bson.D{{Key: "_id", Value: f.running}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "status", Value: 0}, {Key: "node", Value: "n1"}}}})
+		{Key: "status", Value: 0}, {Key: "node", Value: "n1"},
+		{Key: "runner", Value: bson.D{{Key: "token", Value: f.liveRun}, {Key: "pid", Value: 1}, {Key: "started", Value: int64(1)}, {Key: "host", Value: "h"}}},
+		{Key: "live", Value: bson.D{{Key: "token", Value: f.liveRun}, {Key: "at", Value: now},
+			{Key: "stdout", Value: bson.D{{Key: "from", Value: int64(1000)}, {Key: "data", Value: []byte("live tail\n")}}},
+			{Key: "stderr", Value: bson.D{{Key: "from", Value: int64(0)}, {Key: "data", Value: []byte("err")}}}}}}}})
 	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n1"}, {Key: "timestamp", Value: now},
 		{Key: "queues", Value: bson.A{}}, {Key: "version", Value: "v1.2.3"}, {Key: "pid", Value: 4242},
 		{Key: "started", Value: now.Add(-time.Hour)},
@@ -152,13 +161,14 @@ func TestPagesShowTheDatabase(t *testing.T) {
 }
 
 type outputReply struct {
-	Data   string `json:"data"`
-	Next   int64  `json:"next"`
-	Total  int64  `json:"total"`
-	More   bool   `json:"more"`
-	Reset  bool   `json:"reset"`
-	Ended  bool   `json:"ended"`
-	Status *int   `json:"status"`
+	Data    string `json:"data"`
+	Next    int64  `json:"next"`
+	Total   int64  `json:"total"`
+	More    bool   `json:"more"`
+	Reset   bool   `json:"reset"`
+	Skipped int64  `json:"skipped"`
+	Ended   bool   `json:"ended"`
+	Status  *int   `json:"status"`
 }
 
 // The output endpoint returns the bytes after an offset, from the task
@@ -190,7 +200,11 @@ func TestOutputEndpoint(t *testing.T) {
 		{f.done, "?stream=stdout&from=99", outputReply{Data: text, Next: 16, Total: 16, Ended: true, Reset: true}},
 		{f.done, "?stream=stderr", outputReply{Data: "a warning\n", Next: 10, Total: 10, Ended: true}},
 		{f.gfs, "?from=9990", outputReply{Data: "0123456789", Next: 10000, Total: 10000, Ended: true}},
-		{f.running, "?from=0", outputReply{Next: 0, Total: 0, Ended: false}},
+		// A running task's live output: the kept tail, and what was not kept.
+		{f.running, "?from=0", outputReply{Data: "live tail\n", Next: 1010, Total: 1010, Skipped: 1000}},
+		{f.running, "?from=1005", outputReply{Data: "tail\n", Next: 1010, Total: 1010}},
+		{f.running, "?from=1010", outputReply{Next: 1010, Total: 1010}},
+		{f.running, "?stream=stderr&from=1", outputReply{Data: "rr", Next: 3, Total: 3}},
 	} {
 		code, got := read(tc.id, tc.query)
 		got.Status = nil
@@ -210,6 +224,19 @@ func TestOutputEndpoint(t *testing.T) {
 	}
 	if code, _ := read(bson.NewObjectID(), ""); code != 404 {
 		t.Errorf("unknown task: %d, want 404", code)
+	}
+	// Reading a running task asks its node for live output (live_until),
+	// and only a task that has not ended.
+	if until, ok := dentest.Task(t, f.db, f.running).Lookup("live_until").TimeOK(); !ok || time.Until(until) < 20*time.Second {
+		t.Errorf("polling a running task left live_until %v, want about 30s ahead", dentest.Task(t, f.db, f.running).Lookup("live_until"))
+	}
+	if v := dentest.Task(t, f.db, f.done).Lookup("live_until"); v.Type != 0 {
+		t.Errorf("reading an ended task set live_until %v", v)
+	}
+	// Output of an earlier run is never shown as this run's.
+	dentest.Update(t, f.db.Collection("tasks"), bson.D{{Key: "_id", Value: f.running}}, bson.D{{Key: "$set", Value: bson.D{{Key: "live.token", Value: bson.NewObjectID()}}}})
+	if code, got := read(f.running, "?from=0"); code != 200 || got.Data != "" || got.Total != 0 {
+		t.Errorf("live output of another run: %d %+v, want none", code, got)
 	}
 	code, body := get(t, c, srv.URL+"/tasks/"+f.gfs.Hex()+"/output.txt?stream=stdout")
 	if code != 200 || len(body) != 10000 {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,23 +26,38 @@ const pollLimit = 64 << 10
 // byte offset on.
 type storedOutput struct {
 	io.ReadCloser
-	// Total is how many bytes are stored so far.
+	// Total is how many bytes the stream has so far.
 	Total int64
 	// Reset is set when the offset asked for was past the end: the output
 	// was replaced (a retried run writes new output), and reading starts
 	// at 0 again.
 	Reset bool
-	// From is where reading starts.
-	From int64
+	// From is where reading starts; Skipped counts the bytes from there on
+	// that are not kept (a running task's live output keeps only the last
+	// queue.LiveTail bytes), so the data read starts at From+Skipped.
+	From, Skipped int64
 }
 
-// openOutput is the one place that knows where a task's output lives: in
-// the task document's field, or in the GridFS file it names (Disbatch's
-// layout, written when the run ends). A task without output yet gives
-// empty output. Output a running task writes as it goes (live output)
-// plugs in here, and only here.
+// openOutput is the one place that knows where a task's output lives:
+// while the task runs on a den node, in its live output (the last
+// queue.LiveTail bytes of each stream, published while someone asks, see
+// wantLive); else in the task document's field, or in the GridFS file it
+// names (Disbatch's layout, written when the run ends). Offsets are the
+// same in both, so a reader goes on from the stored output when the run
+// ends. A task without output yet gives empty output.
 func (h *handler) openOutput(ctx context.Context, t *queue.Task, stream string, from int64) (storedOutput, error) {
 	empty := storedOutput{ReadCloser: io.NopCloser(strings.NewReader(""))}
+	if live, ok := t.LiveOutput(); ok {
+		s := live.Stream(stream)
+		o := storedOutput{Total: s.End(), From: from}
+		if from > o.Total {
+			o.From, o.Reset = 0, true
+		}
+		data, skipped := s.After(o.From)
+		o.Skipped = skipped
+		o.ReadCloser = io.NopCloser(bytes.NewReader(data))
+		return o, nil
+	}
 	text, file, err := t.Output(stream)
 	switch {
 	case errors.Is(err, queue.ErrNoOutput):
@@ -74,8 +90,25 @@ func (h *handler) openOutput(ctx context.Context, t *queue.Task, stream string, 
 	return o, nil
 }
 
+// wantLive asks for a running task's live output (queue.WantLive) when the
+// last request runs out within two thirds of queue.LiveLease: a page and
+// its polls renew it about every 10 seconds, not on every poll. A task
+// that is not claimed or running is left alone.
+func (h *handler) wantLive(ctx context.Context, t *queue.Task) error {
+	if !t.StatusOK || (t.Status != queue.StatusClaimed && t.Status != queue.StatusRunning) {
+		return nil
+	}
+	now := h.now()
+	if t.LiveUntil.Sub(now) > 2*queue.LiveLease/3 {
+		return nil
+	}
+	_, err := h.store.WantLive(ctx, t.ID, now.Add(queue.LiveLease))
+	return err
+}
+
 // readOutput reads up to limit bytes of a stream from offset from, cut at
 // a character boundary when more follows (a poll then resumes there).
+// The data starts at o.From+o.Skipped.
 func (h *handler) readOutput(ctx context.Context, t *queue.Task, stream string, from, limit int64) (data []byte, o storedOutput, err error) {
 	o, err = h.openOutput(ctx, t, stream, from)
 	if err != nil {
@@ -86,7 +119,7 @@ func (h *handler) readOutput(ctx context.Context, t *queue.Task, stream string, 
 	if err != nil {
 		return nil, o, fmt.Errorf("task %s: read %s: %w", t.ID.Hex(), stream, err)
 	}
-	if o.From+int64(len(data)) < o.Total {
+	if o.From+o.Skipped+int64(len(data)) < o.Total {
 		data = cutRune(data)
 	}
 	return data, o, nil
@@ -108,11 +141,12 @@ func cutRune(b []byte) []byte {
 // outputReply is the output endpoint's JSON.
 type outputReply struct {
 	Data       string `json:"data"`
-	Next       int64  `json:"next"`  // the offset to ask for next
-	Total      int64  `json:"total"` // bytes stored so far
-	More       bool   `json:"more"`  // more is stored already: ask again at once
-	Reset      bool   `json:"reset"` // the output was replaced: Data starts at 0
-	Ended      bool   `json:"ended"` // the task has ended: nothing more will come
+	Next       int64  `json:"next"`    // the offset to ask for next
+	Total      int64  `json:"total"`   // bytes stored so far
+	More       bool   `json:"more"`    // more is stored already: ask again at once
+	Reset      bool   `json:"reset"`   // the output was replaced: Data starts at 0
+	Skipped    int64  `json:"skipped"` // bytes before Data that were not kept (live output keeps the last 256 KiB)
+	Ended      bool   `json:"ended"`   // the task has ended: nothing more will come
 	Status     *int   `json:"status"`
 	StatusName string `json:"status_name"`
 	Group      string `json:"group"` // todo, running, done, failed, cancelled
@@ -133,12 +167,16 @@ func (h *handler) output(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "from must be a byte offset (0 or more)")
 		return
 	}
+	if err := h.wantLive(r.Context(), t); err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	data, o, err := h.readOutput(r.Context(), t, stream, from, pollLimit)
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	rep := outputReply{Data: string(data), Next: o.From + int64(len(data)), Total: o.Total, Reset: o.Reset,
+	rep := outputReply{Data: string(data), Next: o.From + o.Skipped + int64(len(data)), Total: o.Total, Reset: o.Reset, Skipped: o.Skipped,
 		Ended: t.StatusOK && queue.Ended(t.Status), StatusName: queue.StatusName(t.Status), Group: queue.StatusGroup(t.Status)}
 	rep.More = rep.Next < rep.Total
 	if t.StatusOK {

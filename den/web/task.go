@@ -19,6 +19,7 @@ type streamView struct {
 	Text      string
 	Next      int64 // where polling resumes
 	Total     int64
+	Skipped   int64  // earlier bytes not kept (live output keeps the last 256 KiB)
 	Truncated bool   // more is stored than shown
 	Where     string // where it is stored
 	URL       string // the whole stream as text
@@ -65,6 +66,10 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	if err := h.wantLive(r.Context(), t); err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.dbOK()
 	d := taskData{Task: *t, Params: prettyJSON(t.Parameters), Document: prettyJSON(withoutBulk(t.Raw))}
 	if q != nil {
@@ -80,10 +85,13 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			s.Text = "(cannot read: " + err.Error() + ")"
 		} else {
-			s.Text, s.Next, s.Total = string(data), int64(len(data)), o.Total
+			s.Text, s.Next, s.Total, s.Skipped = string(data), o.Skipped+int64(len(data)), o.Total, o.Skipped
 			s.Truncated = s.Next < o.Total
 		}
+		_, live := t.LiveOutput()
 		switch _, file, err := t.Output(stream); {
+		case live:
+			s.Where = "live, as the task writes it"
 		case errors.Is(err, queue.ErrNoOutput):
 			s.Where = "none yet"
 		case err != nil:

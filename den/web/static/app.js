@@ -48,6 +48,7 @@ function liveOutput() {
     return fetch(url, { credentials: "same-origin" }).then(function (r) { return r.json(); }).then(function (o) {
       if (o.error) throw new Error(o.error);
       if (o.reset) pre.textContent = "";
+      if (o.skipped) pre.appendChild(document.createTextNode("\n[… " + o.skipped + " bytes written faster than shown; all of it shows when the task ends …]\n"));
       if (o.data) {
         var atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
         pre.appendChild(document.createTextNode(o.data));
