@@ -100,18 +100,32 @@ func (h *handler) allowed(r *http.Request) error {
 }
 
 // crossSite reports whether a browser says the request comes from another
-// origin (a page elsewhere posting a form here).
+// origin (a page elsewhere posting a form here). The origin's host must be
+// the request's Host, or the X-Forwarded-Host a reverse proxy sets (a page
+// on another site cannot make a browser send either header).
 func crossSite(r *http.Request) bool {
 	switch r.Header.Get("Sec-Fetch-Site") {
 	case "", "same-origin", "none":
 	default:
 		return true
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "null" {
-		u, err := url.Parse(o)
-		return err != nil || u.Host != r.Host
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return false
 	}
-	return false
+	u, err := url.Parse(o)
+	if err != nil || o == "null" {
+		return true
+	}
+	if u.Host == r.Host {
+		return false
+	}
+	for _, fwd := range strings.Split(r.Header.Get("X-Forwarded-Host"), ",") {
+		if fwd = strings.TrimSpace(fwd); fwd != "" && fwd == u.Host {
+			return false
+		}
+	}
+	return true
 }
 
 // action wraps an action's handler with the check, logging refusals.

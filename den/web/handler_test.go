@@ -320,6 +320,9 @@ func TestActionsNeedTheToken(t *testing.T) {
 		{"bearer", anon, nil, http.Header{"Authorization": {"Bearer " + testToken}}, 303},
 		{"form token", anon, url.Values{"token": {testToken}}, nil, 303},
 		{"cookie and CSRF field", browser, url.Values{"csrf": {csrf}}, http.Header{"Origin": {srv.URL}}, 303},
+		{"behind a proxy that sets X-Forwarded-Host", browser, url.Values{"csrf": {csrf}},
+			http.Header{"Origin": {"https://status.example.com"}, "X-Forwarded-Host": {"status.example.com"}}, 303},
+		{"an opaque origin", anon, nil, http.Header{"Authorization": {"Bearer " + testToken}, "Origin": {"null"}}, 403},
 	} {
 		// A fresh queued task per case: a refused cancel leaves it as it was.
 		id := dentest.Tasks(t, f.db, f.queue, bson.D{{Key: "case", Value: tc.name}})[0]
