@@ -49,7 +49,8 @@ func newFixture(t *testing.T) fixture {
 		t.Fatal(err)
 	}
 	dentest.Update(t, tasks, bson.D{{Key: "_id", Value: f.gfs}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "mtime", Value: now}, {Key: "stdout", Value: w.ID()}}}})
+		{Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "mtime", Value: now}, {Key: "stdout", Value: w.ID()},
+		{Key: "outcome", Value: "exit_code"}, {Key: "outcome_reason", Value: "exited with code 3"}}}})
 	// The running task has published live output: the last bytes of
 	// stdout (offsets 1000 to 1009) and all of stderr.
 	f.liveRun = bson.NewObjectID()
@@ -132,6 +133,8 @@ func TestPagesShowTheDatabase(t *testing.T) {
 		{"?status=claimed,running", []bson.ObjectID{f.running}, []bson.ObjectID{f.done, f.waiting}, 200},
 		{"?status=failed,orphaned&queue=resize", []bson.ObjectID{f.gfs}, []bson.ObjectID{f.done}, 200},
 		{"?node=n1&limit=2", []bson.ObjectID{f.running, f.gfs}, []bson.ObjectID{f.done}, 200}, // newest first
+		{"?outcome=exit_code", []bson.ObjectID{f.gfs}, []bson.ObjectID{f.done, f.running}, 200},
+		{"?outcome=bogus", nil, []bson.ObjectID{f.gfs}, 400},
 		{"?queue=nosuch", nil, []bson.ObjectID{f.done}, 400},
 		{"?status=bogus", nil, []bson.ObjectID{f.done}, 400},
 		{"?limit=0", nil, []bson.ObjectID{f.done}, 400},
@@ -154,6 +157,9 @@ func TestPagesShowTheDatabase(t *testing.T) {
 	code, body = get(t, c, srv.URL+"/tasks/"+f.done.Hex())
 	if code != 200 || !strings.Contains(body, "hello ünïcode\n</pre>") || !strings.Contains(body, "a warning") || !strings.Contains(body, "echo hello") {
 		t.Errorf("task page %d: %s", code, body)
+	}
+	if _, body := get(t, c, srv.URL+"/tasks/"+f.gfs.Hex()); !strings.Contains(body, "<strong>exit_code</strong>: exited with code 3") {
+		t.Errorf("the failed task's page does not show its outcome")
 	}
 	if code, _ := get(t, c, srv.URL+"/tasks/"+bson.NewObjectID().Hex()); code != 404 {
 		t.Errorf("unknown task: %d, want 404", code)

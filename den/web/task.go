@@ -40,6 +40,7 @@ type taskData struct {
 	Streams    []streamView
 	History    []historyView
 	HistoryErr string
+	Outcome    queue.Outcome
 	Ended      bool
 	Live       bool // the page polls for output and the end
 	CanCancel  bool
@@ -75,6 +76,7 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	if q != nil {
 		d.QueueName = q.Name
 	}
+	d.Outcome = outcomeOf(*t)
 	d.Ended = t.StatusOK && queue.Ended(t.Status)
 	d.Live = !d.Ended
 	d.CanCancel = t.StatusOK && t.Status <= 0 && t.Status != queue.StatusCancelled && t.Status != queue.StatusOrphaned && !t.Cancel

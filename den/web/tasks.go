@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,12 +34,15 @@ type taskRowView struct {
 	Task      queue.Task
 	QueueName string
 	Params    string
+	Outcome   string // who decided how its last run ended (queue.Outcome)
 }
 
 type tasksData struct {
 	Queues        []queue.Queue
 	Queue, Status string
 	Node          string
+	Outcome       string
+	Outcomes      []string
 	Limit         int64
 	Choices       []struct{ Value, Label string }
 	Custom        bool // the status filter is not one of Choices
@@ -51,7 +55,8 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	d := tasksData{Queue: strings.TrimSpace(q.Get("queue")), Status: strings.TrimSpace(q.Get("status")),
-		Node: strings.TrimSpace(q.Get("node")), Limit: defaultLimit, Choices: statusChoices, Custom: true}
+		Node: strings.TrimSpace(q.Get("node")), Outcome: strings.TrimSpace(q.Get("outcome")), Outcomes: queue.Outcomes,
+		Limit: defaultLimit, Choices: statusChoices, Custom: true}
 	for _, c := range statusChoices {
 		if c.Value == d.Status {
 			d.Custom = false
@@ -84,7 +89,7 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	}
 	h.dbOK()
 	for _, t := range list {
-		d.Rows = append(d.Rows, taskRowView{Task: t, QueueName: names[t.Queue], Params: compactJSON(t.Parameters)})
+		d.Rows = append(d.Rows, taskRowView{Task: t, QueueName: names[t.Queue], Params: compactJSON(t.Parameters), Outcome: outcomeOf(t).Kind})
 	}
 	d.Full = int64(len(list)) == f.Limit
 	h.render(w, r, "tasks", page{Title: "Tasks", Nav: "tasks", Refresh: int(h.refresh.Seconds()), Data: d})
@@ -110,6 +115,14 @@ func parseFilter(d tasksData, queues []queue.Queue) (queue.TaskFilter, error) {
 			f.Queues = []bson.ObjectID{id} // a queue document that cannot be parsed still has tasks
 		}
 	}
+	if d.Outcome != "" {
+		for _, o := range strings.Split(d.Outcome, ",") {
+			if !slices.Contains(queue.Outcomes, o) {
+				return f, fmt.Errorf("outcome %q: want one of %s", o, strings.Join(queue.Outcomes, ", "))
+			}
+			f.Outcomes = append(f.Outcomes, o)
+		}
+	}
 	if d.Status != "" {
 		for _, s := range strings.Split(d.Status, ",") {
 			st, err := queue.ParseStatus(s)
@@ -132,4 +145,12 @@ func limitOf(s string) (int64, error) {
 		return 0, errors.New("limit " + strconv.Quote(s) + ": want 1 to " + strconv.Itoa(maxLimit))
 	}
 	return n, nil
+}
+
+// outcomeOf is who decided how a task's last run ended, and why, as den
+// task list shows it (empty on tasks a Perl node or an older den ran).
+func outcomeOf(t queue.Task) queue.Outcome {
+	kind, _ := t.Raw.Lookup(queue.FieldOutcome).StringValueOK()
+	reason, _ := t.Raw.Lookup(queue.FieldOutcomeReason).StringValueOK()
+	return queue.Outcome{Kind: kind, Reason: reason}
 }
