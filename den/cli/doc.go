@@ -17,6 +17,6 @@
 // (connection, tables, JSON, confirmation), run.go (den run), dev.go and
 // devdb.go (the embedded development database), taskrunner.go (the task
 // runner process), queue.go, task.go, output.go, node.go, status.go,
-// counts.go, version.go, configcmd.go (the operator commands), connect.go,
+// counts.go, version.go, configcmd.go (the operator commands), web.go (den web, serving package den/web), connect.go,
 // logging.go.
 package cli

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -58,6 +59,12 @@ type Config struct {
 	MaxOutput int64
 	// Command is the command plugin's policy (off by default).
 	Command CommandPolicy
+	// WebListen is the address den web serves on (default
+	// 127.0.0.1:8080: this machine only). WebToken, when set, enables the
+	// web page's actions (cancel, retry, maxthreads) for whoever presents
+	// it; empty means the page is read-only.
+	WebListen string
+	WebToken  string
 	// Plugins holds the sections of the file's plugins key: each plugin's
 	// settings, as JSON, by plugin name exactly as written (for example
 	// "MyCorp::Plugin::Resize"). Only den's YAML file has them; the
@@ -124,9 +131,19 @@ var defaults = map[string]any{
 	"command.env_allow":    []string{},
 	"command.landlock":     "required",
 	"max_output":           int64(1 << 30),
+	"web.listen":           DefaultWebListen,
+	"web.token":            "",
 	"plugins":              map[string]any{}, // read from the file as written, not through viper (see pluginSections)
 	"disbatch_uri":         "",               // internal: the URI a Disbatch config.json gave
 }
+
+// DefaultWebListen is where den web serves unless configured: this
+// machine only.
+const DefaultWebListen = "127.0.0.1:8080"
+
+// MinWebTokenLength is the shortest web.token accepted: a short token
+// could be guessed by trying.
+const MinWebTokenLength = 16
 
 // AddFlags defines the flags that override the file and environment.
 func AddFlags(fs *pflag.FlagSet) {
@@ -201,7 +218,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	// Keys read as text must be text (a number is taken as written): a
 	// list or a map there is a mistake, never a default.
-	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups"} {
+	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token"} {
 		switch x := v.Get(key).(type) {
 		case nil, string, int, int64, uint64, float64:
 		case bool:
@@ -247,6 +264,14 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	if c.MaxOutput, err = count(v, "max_output"); err != nil || c.MaxOutput <= 0 {
 		return fail("max_output %v must be a positive number of bytes (default 1073741824, 1 GiB)", v.Get("max_output"))
+	}
+	c.WebListen = strings.TrimSpace(v.GetString("web.listen"))
+	if _, _, err := net.SplitHostPort(c.WebListen); err != nil {
+		return fail("web.listen %q must be host:port, such as 127.0.0.1:8080", c.WebListen)
+	}
+	c.WebToken = strings.TrimSpace(v.GetString("web.token"))
+	if c.WebToken != "" && len(c.WebToken) < MinWebTokenLength {
+		return fail("web.token is %d characters; use at least %d (e.g. the output of: openssl rand -hex 32), or none for a read-only page", len(c.WebToken), MinWebTokenLength)
 	}
 	c.RunnerRelay = runnerUser == nil
 	if x, ok := v.Get("runner.relay").(string); !ok || x != "" {

@@ -251,3 +251,50 @@ command:
 		}
 	}
 }
+
+func TestWebKeys(t *testing.T) {
+	c, err := Load("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WebListen != "127.0.0.1:8080" || c.WebToken != "" {
+		t.Errorf("defaults: listen %q token %q; want 127.0.0.1:8080 and none (read-only)", c.WebListen, c.WebToken)
+	}
+	if _, err := Load(write(t, "den.yaml", "web:\n  token: short\n"), nil); err == nil || !strings.Contains(err.Error(), "web.token is 5 characters") {
+		t.Errorf("a 5-character token gave %v", err)
+	}
+	if _, err := Load(write(t, "den.yaml", "web:\n  listen: 8080\n"), nil); err == nil || !strings.Contains(err.Error(), "web.listen") {
+		t.Errorf("listen 8080 gave %v", err)
+	}
+	file := write(t, "den.yaml", "web:\n  listen: 0.0.0.0:9000\n")
+	t.Setenv("DEN_WEB_TOKEN", "0123456789abcdef-secret")
+	c, err = Load(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.WebListen != "0.0.0.0:9000" || c.WebToken != "0123456789abcdef-secret" {
+		t.Errorf("listen %q token %q", c.WebListen, c.WebToken)
+	}
+	settings, _, err := Explain(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, s := range settings {
+		switch s.Key {
+		case "web.token":
+			seen++
+			if strings.Contains(s.String(), "secret") || s.Source != "environment DEN_WEB_TOKEN" {
+				t.Errorf("config print shows web.token as %q from %q; want it hidden, from the environment", s.String(), s.Source)
+			}
+		case "web.listen":
+			seen++
+			if s.String() != "0.0.0.0:9000" || s.Source != "file "+file {
+				t.Errorf("web.listen %q from %q", s.String(), s.Source)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Errorf("config print lists %d of the web keys, want 2", seen)
+	}
+}

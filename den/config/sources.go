@@ -106,6 +106,8 @@ func effective(c Config) map[string]any {
 		"command.env_allow":    c.Command.EnvAllow,
 		"command.landlock":     c.Command.Landlock,
 		"max_output":           c.MaxOutput,
+		"web.listen":           c.WebListen,
+		"web.token":            redactToken(c.WebToken),
 		"plugins":              pluginValues(c.Plugins),
 	}
 }
@@ -134,4 +136,12 @@ func (s Setting) String() string {
 		return v
 	}
 	return fmt.Sprint(s.Value)
+}
+
+// redactToken shows whether a secret is set, never its value.
+func redactToken(s string) string {
+	if s == "" {
+		return ""
+	}
+	return "(set, hidden)"
 }

@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/den/web"
+)
+
+func newWebCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "web",
+		Short: "Serve the web status page: queues, nodes, tasks and their output",
+		Long: `Serve the status page (see the README's "Web status page"): queues with
+todo/running/done/failed and what finished in the last 15 minutes, nodes
+with heartbeat age, running tasks, maxthreads and resources, a filtered
+task list, and each task's document, history and output (polled while it
+runs), all read from the database. Connects as the other operator commands
+do (--config, DEN_MONGO_URI, --mongo-uri, --database).
+
+It listens on web.listen (default 127.0.0.1:8080: this machine only);
+--listen overrides it. Reading needs nothing, so give another address
+only on a network you trust, or behind a proxy that authenticates.
+
+Actions (cancel a task, retry an ended task, set a node's maxthreads)
+exist only when web.token is configured (in the file, or DEN_WEB_TOKEN; at
+least 16 characters): log in on the page with it, or send it as
+Authorization: Bearer TOKEN. Without it the page is read-only.`,
+		Example: `  den web --config /etc/disbatch/config.json
+  DEN_WEB_TOKEN=$(openssl rand -hex 32) den web --mongo-uri mongodb://db1/ --listen 127.0.0.1:9000`,
+		Args: cobra.NoArgs,
+		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
+			listen := d.cfg.WebListen
+			if cmd.Flags().Changed("listen") {
+				listen, _ = cmd.Flags().GetString("listen")
+				if _, _, err := net.SplitHostPort(listen); err != nil {
+					return usagef("--listen %q: want host:port, such as 127.0.0.1:8080", listen)
+				}
+			}
+			log, _, err := newLogger(d.cfg.LogLevel, d.cfg.LogFormat)
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter})
+			if err != nil {
+				return err
+			}
+			return serveWeb(cmd.Context(), h, listen, d.cfg.WebToken != "", d.cfg.Database, log)
+		}),
+	}
+	addDBFlags(cmd.Flags())
+	cmd.Flags().String("listen", config.DefaultWebListen, "address to serve on (config web.listen); anything but loopback makes the page reachable from the network")
+	return cmd
+}
+
+// serveWeb serves h on listen until ctx ends, then shuts down gracefully.
+// It says on start where it listens, whether that is this machine only,
+// and whether actions are enabled.
+func serveWeb(ctx context.Context, h http.Handler, listen string, actions bool, database string, log *zap.Logger) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("den web: listen on %s: %w", listen, err)
+	}
+	reach := "this machine only"
+	if !loopback(ln.Addr()) {
+		reach = "reachable from the network: anyone who can connect can read task output"
+	}
+	mode := "read-only (no web.token)"
+	if actions {
+		mode = "actions enabled for whoever gives web.token"
+	}
+	say := log.Info
+	if !loopback(ln.Addr()) {
+		say = log.Warn
+	}
+	say("den web serving", zap.String("url", "http://"+ln.Addr().String()+"/"), zap.String("database", database),
+		zap.String("reach", reach), zap.String("mode", mode))
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("den web: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err = srv.Shutdown(sctx)
+	<-done
+	log.Info("den web stopped")
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("den web: shut down: %w", err)
+	}
+	return nil
+}
+
+// loopback reports whether addr is a loopback address.
+func loopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}

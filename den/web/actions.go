@@ -1,0 +1,108 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+// Actions run only through h.action, which checks the token first. Each
+// logs one line and redirects (303) to the page it came from with a note.
+
+func (h *handler) taskID(w http.ResponseWriter, r *http.Request) (bson.ObjectID, bool) {
+	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a task id", r.PathValue("id")))
+		return id, false
+	}
+	return id, true
+}
+
+// cancel serves POST /tasks/ID/cancel, as den task cancel.
+func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.taskID(w, r)
+	if !ok {
+		return
+	}
+	o, err := h.store.Cancel(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	page := "/tasks/" + id.Hex()
+	switch o {
+	case queue.CancelNoTask:
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %s", id.Hex()))
+	case queue.CancelFinished:
+		http.Redirect(w, r, withMsg(page, "already-ended"), http.StatusSeeOther)
+	default:
+		h.log.Info("web: task cancel requested", zap.String("task", id.Hex()), zap.String("remote", r.RemoteAddr))
+		http.Redirect(w, r, withMsg(page, "cancel-requested"), http.StatusSeeOther)
+	}
+}
+
+// retry serves POST /tasks/ID/retry, as den task retry ID: an ended task
+// goes back to its queue.
+func (h *handler) retry(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.taskID(w, r)
+	if !ok {
+		return
+	}
+	t, err := h.store.Task(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if t == nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %s", id.Hex()))
+		return
+	}
+	done, err := h.store.RetryEnded(r.Context(), *t, h.now())
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	page := "/tasks/" + id.Hex()
+	if !done {
+		http.Redirect(w, r, withMsg(page, "not-retried"), http.StatusSeeOther)
+		return
+	}
+	h.log.Info("web: task retried", zap.String("task", id.Hex()), zap.Int("was_status", t.Status), zap.String("remote", r.RemoteAddr))
+	http.Redirect(w, r, withMsg(page, "retried"), http.StatusSeeOther)
+}
+
+// setMaxThreads serves POST /nodes/maxthreads (fields node, maxthreads),
+// as den node set NODE maxthreads N|none: empty or none removes the limit.
+func (h *handler) setMaxThreads(w http.ResponseWriter, r *http.Request) {
+	node := strings.TrimSpace(r.PostForm.Get("node"))
+	value := strings.TrimSpace(r.PostForm.Get("maxthreads"))
+	if node == "" {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("no node given"))
+		return
+	}
+	var limit *int
+	if value != "" && !strings.EqualFold(value, "none") {
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 0 || n > 1<<20 {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("maxthreads %q: want a whole number from 0 to %d, or empty for no limit", value, 1<<20))
+			return
+		}
+		limit = &n
+	}
+	if err := h.store.SetNodeMaxThreads(r.Context(), node, limit); err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	shown := "none"
+	if limit != nil {
+		shown = strconv.Itoa(*limit)
+	}
+	h.log.Info("web: node maxthreads set", zap.String("node", node), zap.String("maxthreads", shown), zap.String("remote", r.RemoteAddr))
+	http.Redirect(w, r, "/?msg=maxthreads-set#nodes", http.StatusSeeOther)
+}

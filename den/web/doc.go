@@ -1,0 +1,38 @@
+// Package web is den's status page: an http.Handler that shows, from the
+// Disbatch database, the queues (todo, running, done, failed and what
+// finished lately), the nodes (heartbeat age, running tasks per queue,
+// maxthreads, resources), a filtered task list, and each task's document,
+// history and output, with the output of a running task polled from a
+// JSON endpoint (its live output while it runs on a den node, see
+// queue/live.go). `den web` serves it; New builds it from injected
+// dependencies, so another server (a node's HTTP endpoint) can mount it.
+//
+// Everything is read and written through queue.Store, with the functions
+// the operator's command line uses (TaskCounts, ListTasks, Nodes, Cancel,
+// RetryEnded, SetNodeMaxThreads, ...): this package names no document
+// field of the protocol. The one exception is display-only: the optional
+// fields a den node adds to its node document (version, pid, started,
+// resources) are decoded leniently in nodeinfo.go.
+//
+// Pages are rendered on the server with html/template; the CSS and the
+// little JavaScript (auto-refresh, output polling, local times) are
+// embedded with embed, with no build step. Without JavaScript every page
+// still works, only without refreshing itself.
+//
+// Actions (cancel a task, retry an ended task, set a node's maxthreads)
+// exist only when Options.Token is set, and every action request is
+// checked against it: the token itself in an Authorization: Bearer header
+// or a form field named token (for scripts), or the session cookie that
+// logging in on /login sets (an HMAC of the token, so changing the token
+// ends every session). Cookie-authenticated actions must also carry the
+// page's CSRF field, and any action from another origin (Origin or
+// Sec-Fetch-Site) is refused. Actions are POSTs only. Without a token the
+// page is read-only: no action is shown and every action is refused with
+// 403. Reading is open to whoever can reach the server, which is why den
+// web listens on localhost unless configured otherwise.
+//
+// Files: web.go (New, routes, rendering, errors), auth.go (token, session,
+// CSRF, login), overview.go (/), tasks.go (/tasks), task.go (/tasks/ID),
+// output.go (reading output, /tasks/ID/output), actions.go (the POSTs),
+// nodeinfo.go (node resources), format.go (template helpers).
+package web

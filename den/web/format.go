@@ -1,0 +1,129 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+// funcs are the templates' helpers.
+var funcs = template.FuncMap{
+	"when":   when,
+	"ago":    ago,
+	"group":  func(status int) string { return queue.StatusGroup(status) },
+	"status": statusText,
+	"mb":     megabytes,
+	"load": func(l []float64) string {
+		parts := make([]string, len(l))
+		for i, f := range l {
+			parts[i] = strconv.FormatFloat(f, 'f', 2, 64)
+		}
+		return strings.Join(parts, " ")
+	},
+	"short": func(s string, n int) string {
+		r := []rune(s)
+		if len(r) <= n {
+			return s
+		}
+		return string(r[:n-1]) + "…"
+	},
+	"bytes": func(n int64) string { return byteSize(n) },
+}
+
+// when renders a time as a <time> element: UTC on the server, turned into
+// the browser's local time by app.js.
+func when(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "-"
+	}
+	u := t.UTC()
+	return template.HTML(fmt.Sprintf(`<time datetime="%s">%s</time>`, u.Format(time.RFC3339Nano), u.Format("2006-01-02 15:04:05 UTC")))
+}
+
+// ago renders how long before now t was: "12s ago", "3m ago".
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "in " + (-d).Round(time.Second).String()
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+// statusText is "2 failed".
+func statusText(t queue.Task) string {
+	if !t.StatusOK {
+		return "? (not a number)"
+	}
+	return fmt.Sprintf("%d %s", t.Status, queue.StatusName(t.Status))
+}
+
+func megabytes(mb int64) string {
+	if mb >= 10*1024 {
+		return fmt.Sprintf("%.0f GiB", float64(mb)/1024)
+	}
+	if mb >= 1024 {
+		return fmt.Sprintf("%.1f GiB", float64(mb)/1024)
+	}
+	return fmt.Sprintf("%d MiB", mb)
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// prettyJSON renders a document as indented relaxed extended JSON
+// ($oid, $date), as the mongo shell shows it.
+func prettyJSON(doc bson.Raw) string {
+	if len(doc) == 0 {
+		return "{}"
+	}
+	b, err := bson.MarshalExtJSON(doc, false, false)
+	if err != nil {
+		return fmt.Sprintf("(cannot show as JSON: %v)", err)
+	}
+	var out strings.Builder
+	var v json.RawMessage = b
+	ind, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return string(b)
+	}
+	out.Write(ind)
+	return out.String()
+}
+
+// compactJSON renders a document on one line, for lists.
+func compactJSON(doc bson.Raw) string {
+	if len(doc) == 0 {
+		return "{}"
+	}
+	b, err := bson.MarshalExtJSON(doc, false, false)
+	if err != nil {
+		return "?"
+	}
+	return string(b)
+}

@@ -1,0 +1,156 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+// outputShown is how much of each stream a task's page shows at first;
+// the rest is a link away (output.txt), or polled while the task runs.
+const outputShown = 256 << 10
+
+type streamView struct {
+	Name      string
+	Text      string
+	Next      int64 // where polling resumes
+	Total     int64
+	Skipped   int64  // earlier bytes not kept (live output keeps the last 256 KiB)
+	Truncated bool   // more is stored than shown
+	Where     string // where it is stored
+	URL       string // the whole stream as text
+}
+
+type historyView struct {
+	queue.HistoryEntry
+	StatusName string
+	Stdout     string
+	Stderr     string
+}
+
+type taskData struct {
+	Task       queue.Task
+	QueueName  string
+	Params     string
+	Document   string
+	Streams    []streamView
+	History    []historyView
+	HistoryErr string
+	Outcome    queue.Outcome
+	Ended      bool
+	Live       bool // the page polls for output and the end
+	CanCancel  bool
+	CanRetry   bool
+}
+
+func (h *handler) task(w http.ResponseWriter, r *http.Request) {
+	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a task id (24 hex digits)", r.PathValue("id")))
+		return
+	}
+	t, err := h.store.Task(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if t == nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %s in database %s", id.Hex(), h.db.Name()))
+		return
+	}
+	q, err := h.store.QueueDoc(r.Context(), t.Queue)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if err := h.wantLive(r.Context(), t); err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	h.dbOK()
+	d := taskData{Task: *t, Params: prettyJSON(t.Parameters), Document: prettyJSON(withoutBulk(t.Raw))}
+	if q != nil {
+		d.QueueName = q.Name
+	}
+	d.Outcome = outcomeOf(*t)
+	d.Ended = t.StatusOK && queue.Ended(t.Status)
+	d.Live = !d.Ended
+	d.CanCancel = t.StatusOK && t.Status <= 0 && t.Status != queue.StatusCancelled && t.Status != queue.StatusOrphaned && !t.Cancel
+	d.CanRetry = t.StatusOK && t.Status != queue.StatusQueued && t.Status != queue.StatusClaimed && t.Status != queue.StatusRunning
+	for _, stream := range []string{queue.StreamStdout, queue.StreamStderr} {
+		data, o, err := h.readOutput(r.Context(), t, stream, 0, outputShown)
+		s := streamView{Name: stream, URL: fmt.Sprintf("/tasks/%s/output.txt?stream=%s", t.ID.Hex(), stream)}
+		if err != nil {
+			s.Text = "(cannot read: " + err.Error() + ")"
+		} else {
+			s.Text, s.Next, s.Total, s.Skipped = string(data), o.Skipped+int64(len(data)), o.Total, o.Skipped
+			s.Truncated = s.Next < o.Total
+		}
+		_, live := t.LiveOutput()
+		switch _, file, err := t.Output(stream); {
+		case live:
+			s.Where = "live, as the task writes it"
+		case errors.Is(err, queue.ErrNoOutput):
+			s.Where = "none yet"
+		case err != nil:
+			s.Where = err.Error()
+		case file.IsZero():
+			s.Where = "in the task document"
+		default:
+			s.Where = "in GridFS file " + file.Hex()
+		}
+		d.Streams = append(d.Streams, s)
+	}
+	hist, err := t.History()
+	if err != nil {
+		d.HistoryErr = err.Error()
+	}
+	for _, e := range hist {
+		d.History = append(d.History, historyView{HistoryEntry: e, StatusName: queue.StatusName(e.Status),
+			Stdout: historyOutput(e.Stdout), Stderr: historyOutput(e.Stderr)})
+	}
+	title := "Task " + t.ID.Hex()
+	h.render(w, r, "task", page{Title: title, Nav: "tasks", Data: d})
+}
+
+// historyOutput shows a past run's output: its text (cut), or where it is.
+func historyOutput(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		if len(x) > 4096 {
+			return x[:4096] + "\n… (cut at 4 KiB)"
+		}
+		return x
+	case bson.ObjectID:
+		return "(in GridFS file " + x.Hex() + ")"
+	}
+	return fmt.Sprintf("(%T)", v)
+}
+
+// withoutBulk is a task document without what the page shows apart
+// (parameters, output, history).
+func withoutBulk(raw bson.Raw) bson.Raw {
+	elems, err := raw.Elements()
+	if err != nil {
+		return raw
+	}
+	d := bson.D{}
+	for _, e := range elems {
+		switch e.Key() {
+		case "parameters", "params", queue.StreamStdout, queue.StreamStderr, queue.FieldHistory:
+			continue
+		}
+		d = append(d, bson.E{Key: e.Key(), Value: e.Value()})
+	}
+	b, err := bson.Marshal(d)
+	if err != nil {
+		return raw
+	}
+	return b
+}

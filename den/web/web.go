@@ -1,0 +1,187 @@
+package web
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// Options are what the handler is built from. DB is required; zero values
+// of the others mean the default written next to them.
+type Options struct {
+	// DB is the Disbatch database.
+	DB *mongo.Database
+	// Log receives one line per action and per change of the database's
+	// state (reads failing, working again). Default: no logging.
+	Log *zap.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Token enables actions for whoever presents it; empty: read-only.
+	Token string
+	// DeadNodeAfter is when a silent node is shown as dead. Default
+	// queue.DefaultDeadNodeAfter.
+	DeadNodeAfter time.Duration
+	// Refresh is how often the overview and task list reload themselves in
+	// the browser. Default 10 seconds.
+	Refresh time.Duration
+}
+
+// DefaultRefresh is how often pages reload themselves unless configured.
+const DefaultRefresh = 10 * time.Second
+
+// handler serves the pages.
+type handler struct {
+	db      *mongo.Database
+	store   *queue.Store
+	log     *zap.Logger
+	now     func() time.Time
+	token   string
+	dead    time.Duration
+	refresh time.Duration
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
+	// dbFailing is set while database reads fail, so that the failure is
+	// logged when it starts and when it clears, not on every refresh.
+	dbFailing atomic.Bool
+}
+
+// New returns the status page's handler.
+func New(o Options) (http.Handler, error) {
+	if o.DB == nil {
+		return nil, errors.New("web: no database")
+	}
+	h := &handler{db: o.DB, store: queue.NewStore(o.DB), log: o.Log, now: o.Now, token: o.Token,
+		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
+	if h.log == nil {
+		h.log = zap.NewNop()
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.dead <= 0 {
+		h.dead = queue.DefaultDeadNodeAfter
+	}
+	if h.refresh <= 0 {
+		h.refresh = DefaultRefresh
+	}
+	for _, page := range []string{"overview", "tasks", "task", "login", "error"} {
+		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, fmt.Errorf("web: parse template %s: %w", page, err)
+		}
+		h.pages[page] = t
+	}
+	static, err := fs.Sub(staticFiles, "static")
+	if err != nil {
+		return nil, fmt.Errorf("web: static files: %w", err)
+	}
+	m := http.NewServeMux()
+	m.Handle("GET /static/", http.StripPrefix("/static/", cacheFor(time.Hour, http.FileServerFS(static))))
+	m.HandleFunc("GET /{$}", h.overview)
+	m.HandleFunc("GET /tasks", h.tasks)
+	m.HandleFunc("GET /tasks/{id}", h.task)
+	m.HandleFunc("GET /tasks/{id}/output", h.output)
+	m.HandleFunc("GET /tasks/{id}/output.txt", h.outputText)
+	m.HandleFunc("POST /tasks/{id}/cancel", h.action(h.cancel))
+	m.HandleFunc("POST /tasks/{id}/retry", h.action(h.retry))
+	m.HandleFunc("POST /nodes/maxthreads", h.action(h.setMaxThreads))
+	m.HandleFunc("GET /login", h.loginPage)
+	m.HandleFunc("POST /login", h.login)
+	m.HandleFunc("POST /logout", h.logout)
+	h.mux = m
+	return h, nil
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+	h.mux.ServeHTTP(w, r)
+}
+
+func cacheFor(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", fmt.Sprintf("max-age=%d", int(d.Seconds())))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// page is what every template gets: the page's own data and the frame.
+type page struct {
+	Title   string
+	Nav     string // which menu entry is current
+	Auth    authView
+	Refresh int // seconds; 0: the page does not reload itself
+	Message string
+	Now     time.Time
+	Data    any
+}
+
+// render writes a page with status 200.
+func (h *handler) render(w http.ResponseWriter, r *http.Request, name string, p page) {
+	h.renderStatus(w, r, http.StatusOK, name, p)
+}
+
+func (h *handler) renderStatus(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.Auth = h.authView(r)
+	p.Now = h.now()
+	if p.Message == "" {
+		p.Message = messages[r.URL.Query().Get("msg")]
+	}
+	var buf bytes.Buffer
+	if err := h.pages[name].ExecuteTemplate(&buf, "layout", p); err != nil {
+		h.log.Error("web: render page", zap.String("page", name), zap.Error(err))
+		http.Error(w, "den web: cannot render the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// fail shows an error page. A database error is logged when reads start
+// failing (and dbOK logs when they work again).
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	if status >= 500 && h.dbFailing.CompareAndSwap(false, true) {
+		h.log.Warn("web: database reads failing; pages show the error until they work again", zap.Error(err))
+	}
+	h.renderStatus(w, r, status, "error", page{Title: http.StatusText(status), Data: map[string]any{"Status": status, "Error": err.Error()}})
+}
+
+// dbOK records that the database answered.
+func (h *handler) dbOK() {
+	if h.dbFailing.CompareAndSwap(true, false) {
+		h.log.Info("web: database reads work again")
+	}
+}
+
+// messages are the notes an action's redirect may ask a page to show
+// (?msg=KEY); unknown keys show nothing.
+var messages = map[string]string{
+	"cancel-requested": "Cancel requested: a queued task never starts; a running one is stopped by its node.",
+	"already-ended":    "The task had already ended; nothing was changed.",
+	"retried":          "The task is queued again.",
+	"not-retried":      "The task was not retried: it is queued or running, or it changed meanwhile.",
+	"maxthreads-set":   "The node's maxthreads is set; the node applies it on its next pass.",
+	"logged-in":        "Logged in: actions are enabled in this browser.",
+	"logged-out":       "Logged out.",
+}
