@@ -106,6 +106,7 @@ func effective(c Config) map[string]any {
 		"command.env_allow":    c.Command.EnvAllow,
 		"command.landlock":     c.Command.Landlock,
 		"max_output":           c.MaxOutput,
+		"http.listen":          c.HTTPListen,
 		"plugins":              pluginValues(c.Plugins),
 	}
 }
