@@ -134,6 +134,10 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 	if code, body := ep.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
+	// The queue of the long task shows it queued, or already claimed.
+	dentest.Eventually(t, time.Minute, "den_queue_todo{queue=longq} read", func() bool {
+		return value(ep.scrape(t), "den_queue_todo", "queue", "longq") >= 0
+	})
 	dentest.Eventually(t, 2*time.Minute, "den_tasks_running{queue=longq} 1", func() bool {
 		return value(ep.scrape(t), "den_tasks_running", "queue", "longq") == 1
 	})
@@ -174,6 +178,11 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 		{"den_task_output_bytes_total", []string{"queue", "flakyq", "stream", "stdout"}, float64(len("attempt 2 succeeds\n"))},
 		{"den_task_output_bytes_total", []string{"queue", "flakyq", "stream", "stderr"}, 3 * float64(len("attempt 1 fails\n"))},
 		{"den_database_outage", nil, 0},
+		{"den_ready", nil, 1},
+		{"den_queue_todo", []string{"queue", "flakyq"}, 0},
+		// count_todo counts status 0 or less, as the protocol does: the
+		// cancelled task (-5) stays in it.
+		{"den_queue_todo", []string{"queue", "longq"}, 1},
 	} {
 		if got := value(fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -303,13 +312,13 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	}
 	dentest.Eventually(t, 2*time.Minute, "den_database_outage 1", func() bool {
 		f := ep.scrape(t)
-		return value(f, "den_database_outage") == 1 && value(f, "den_database_errors_total") >= 1
+		return value(f, "den_database_outage") == 1 && value(f, "den_database_errors_total") >= 1 && value(f, "den_ready") == 0
 	})
 
 	g.setShut(false)
 	dentest.Eventually(t, 2*time.Minute, "/readyz 200 once MongoDB is back", func() bool { code, _ := ready(); return code == http.StatusOK })
-	if v := value(ep.scrape(t), "den_database_outage"); v != 0 {
-		t.Errorf("den_database_outage %v after the outage, want 0", v)
+	if f := ep.scrape(t); value(f, "den_database_outage") != 0 || value(f, "den_ready") != 1 {
+		t.Errorf("den_database_outage %v, den_ready %v after the outage, want 0 and 1", value(f, "den_database_outage"), value(f, "den_ready"))
 	}
 }
 

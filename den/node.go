@@ -193,8 +193,10 @@ type Node struct {
 	lastPassOK atomic.Int64
 	outage     atomic.Pointer[string]
 	// queueNames maps the queues of the last full pass to their names,
-	// for metrics read outside the loop.
+	// and queueTodo their names to their count_todo, for metrics read
+	// outside the loop.
 	queueNames atomic.Pointer[map[bson.ObjectID]string]
+	queueTodo  atomic.Pointer[map[string]int64]
 }
 
 // New returns a node working on db. now may be nil (time.Now).
@@ -291,7 +293,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
 		own:        newOwnTasks(),
 	}
-	n.metrics.SetRunning(n.runningByQueue)
+	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
 	return n, nil
 }
 
@@ -504,6 +506,15 @@ func (n *Node) Ready() error {
 	}
 	if age := n.now().Sub(time.Unix(0, last)); age > within {
 		return fmt.Errorf("last successful loop pass was %s ago (more than %s): passes are slow or stuck", age.Round(time.Millisecond), within)
+	}
+	return nil
+}
+
+// todoByQueue is each queue's count_todo as the last full pass read it, by
+// queue name, for den_queue_todo.
+func (n *Node) todoByQueue() map[string]int64 {
+	if p := n.queueTodo.Load(); p != nil {
+		return *p
 	}
 	return nil
 }

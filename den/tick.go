@@ -153,10 +153,15 @@ func (n *Node) pass(ctx context.Context) error {
 		entries = append(entries, queue.NewNodeQueue(q, max(others, 0)+own[q.ID]))
 	}
 	names := make(map[bson.ObjectID]string, len(queues))
+	todo := make(map[string]int64, len(queues))
 	for _, q := range queues {
 		names[q.ID] = q.Name
+		if q.CountTodo != nil {
+			todo[q.Name] += *q.CountTodo
+		}
 	}
 	n.queueNames.Store(&names)
+	n.queueTodo.Store(&todo)
 	limit, problem, err := n.store.HeartbeatSelf(ctx, n.cfg.Name, entries, n.self(ctx, now), now)
 	if err != nil {
 		return err

@@ -49,8 +49,10 @@ type Metrics struct {
 	// (stdout, stderr), as their runners report them at the end.
 	OutputBytes *prometheus.CounterVec
 
-	runningMu sync.Mutex
-	running   func() map[string]int
+	funcsMu sync.Mutex
+	running func() map[string]int
+	todo    func() map[string]int64
+	ready   func() error
 }
 
 // New returns a node's collectors, registered on reg with the Go runtime
@@ -105,7 +107,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	reg.MustRegister(
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
 		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerStartFailures, m.OutputBytes,
-		runningCollector{m},
+		funcCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -115,31 +117,56 @@ func New(reg *prometheus.Registry) *Metrics {
 // Registry is the registry the collectors are on: what /metrics serves.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// SetRunning sets the function den_tasks_running reads at each scrape: the
-// tasks the node holds (claimed or running under its name), by queue name.
-func (m *Metrics) SetRunning(f func() map[string]int) {
-	m.runningMu.Lock()
-	defer m.runningMu.Unlock()
-	m.running = f
+// SetState sets the functions the gauges read at each scrape:
+// den_tasks_running (running: the tasks the node holds, claimed or
+// running under its name, by queue name), den_queue_todo (todo: each
+// queue's count_todo as the last pass read it) and den_ready (ready: nil
+// when ready). Nil functions report nothing.
+func (m *Metrics) SetState(running func() map[string]int, todo func() map[string]int64, ready func() error) {
+	m.funcsMu.Lock()
+	defer m.funcsMu.Unlock()
+	m.running, m.todo, m.ready = running, todo, ready
 }
 
-var runningDesc = prometheus.NewDesc("den_tasks_running",
-	"Tasks claimed or running under this node's name, by queue, as the node holds them.", []string{"queue"}, nil)
+var (
+	runningDesc = prometheus.NewDesc("den_tasks_running",
+		"Tasks claimed or running under this node's name, by queue, as the node holds them.", []string{"queue"}, nil)
+	todoDesc = prometheus.NewDesc("den_queue_todo",
+		"Each queue's count_todo (queued tasks) as the node's last pass read it.", []string{"queue"}, nil)
+	readyDesc = prometheus.NewDesc("den_ready",
+		"1 when the node is ready (as /readyz answers 200), else 0.", nil, nil)
+)
 
-// runningCollector reports den_tasks_running from Metrics.running.
-type runningCollector struct{ m *Metrics }
+// funcCollector reports the gauges that read the node's state at scrape
+// time.
+type funcCollector struct{ m *Metrics }
 
-func (c runningCollector) Describe(ch chan<- *prometheus.Desc) { ch <- runningDesc }
+func (c funcCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- runningDesc
+	ch <- todoDesc
+	ch <- readyDesc
+}
 
-func (c runningCollector) Collect(ch chan<- prometheus.Metric) {
-	c.m.runningMu.Lock()
-	f := c.m.running
-	c.m.runningMu.Unlock()
-	if f == nil {
-		return
+func (c funcCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.funcsMu.Lock()
+	running, todo, ready := c.m.running, c.m.todo, c.m.ready
+	c.m.funcsMu.Unlock()
+	if running != nil {
+		for q, n := range running() {
+			ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(n), q)
+		}
 	}
-	for q, n := range f() {
-		ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(n), q)
+	if todo != nil {
+		for q, n := range todo() {
+			ch <- prometheus.MustNewConstMetric(todoDesc, prometheus.GaugeValue, float64(n), q)
+		}
+	}
+	if ready != nil {
+		v := 0.0
+		if ready() == nil {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, v)
 	}
 }
 
