@@ -38,7 +38,7 @@ does not stop running tasks: their runners finish on their own.`,
 			if cfg.MongoURI == "" {
 				return errors.New("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return runNode(ctx, cfg)
 		},
