@@ -160,6 +160,9 @@ type Node struct {
 	// was sent SIGTERM to when it gets SIGKILL.
 	cancelMu   sync.Mutex
 	cancelling map[bson.ObjectID]time.Time
+	// liveAsked maps the run token of each running task a reader wants live
+	// output of to when its runner was last asked (passes only).
+	liveAsked map[bson.ObjectID]time.Time
 	// nodeQueues is the queues array of the last node document written.
 	nodeQueues []queue.NodeQueue
 
@@ -290,6 +293,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		now:        now,
 		wake:       make(chan struct{}, 1),
 		cancelling: map[bson.ObjectID]time.Time{},
+		liveAsked:  map[bson.ObjectID]time.Time{},
 		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
 		own:        newOwnTasks(),
 	}

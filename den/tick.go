@@ -183,6 +183,9 @@ func (n *Node) pass(ctx context.Context) error {
 	if err := n.cancel(ctx, mine, byID); err != nil {
 		return err
 	}
+	if mine != nil {
+		n.askLive(mine, now)
+	}
 	if rescueDue {
 		if err := n.rescueStaleClaims(ctx, mine, byID, now); err != nil {
 			return err

@@ -125,7 +125,7 @@ func requeue(entry HistoryEntry, startAfter, now time.Time) bson.D {
 			{Key: FieldStartAfter, Value: startAfter},
 			{Key: "mtime", Value: now},
 		}},
-		{Key: "$unset", Value: bson.D{{Key: "runner", Value: ""}}},
+		{Key: "$unset", Value: bson.D{{Key: "runner", Value: ""}, unsetLive}},
 		{Key: "$inc", Value: bson.D{{Key: FieldAttempts, Value: 1}}},
 		{Key: "$push", Value: bson.D{{Key: FieldHistory, Value: entry}}},
 	}
@@ -170,7 +170,7 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, reason string, 
 	if task.Cancel {
 		// Cancelled, and its runner is gone: it is cancelled, not orphaned
 		// or retried.
-		update = bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}}
+		update = bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}, {Key: "$unset", Value: bson.D{unsetLive}}}
 		newStatus = StatusCancelled
 	} else if opts.Attempts < opts.MaxRetries {
 		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: task.Node, Status: StatusOrphaned, Reason: reason, Ended: now, Leftovers: leftovers}
@@ -184,7 +184,7 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, reason string, 
 		if leftovers > 0 {
 			set = append(set, bson.E{Key: "leftover_processes", Value: leftovers})
 		}
-		update = bson.D{{Key: "$set", Value: set}}
+		update = bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{unsetLive}}}
 	}
 	res, err := s.tasks.UpdateOne(ctx, filter, update)
 	if err != nil {
@@ -231,7 +231,7 @@ func (s *Store) NodeTasks(ctx context.Context, node any) ([]Task, error) {
 // stateFields are the fields of a task a pass needs: everything but the
 // parameters and the output, which may be large (a task document can be
 // up to 16 MiB).
-var stateFields = bson.D{{Key: "parameters", Value: 0}, {Key: "params", Value: 0}, {Key: "stdout", Value: 0}, {Key: "stderr", Value: 0}, {Key: FieldHistory, Value: 0}}
+var stateFields = bson.D{{Key: "parameters", Value: 0}, {Key: "params", Value: 0}, {Key: "stdout", Value: 0}, {Key: "stderr", Value: 0}, {Key: FieldHistory, Value: 0}, {Key: FieldLive, Value: 0}}
 
 // findTasks returns the tasks matching filter without their parameters and
 // output. A document without an ObjectId _id is skipped (nothing can be
@@ -258,7 +258,7 @@ func (s *Store) CancelUnstarted(ctx context.Context, taskID bson.ObjectID, node 
 // is.
 func (s *Store) CancelRunning(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token),
-		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}, {Key: "$unset", Value: bson.D{unsetLive}}})
 	if err != nil {
 		return false, fmt.Errorf("cancel task %s: %w", taskID.Hex(), err)
 	}

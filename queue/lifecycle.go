@@ -109,7 +109,7 @@ func (s *Store) Finish(ctx context.Context, taskID bson.ObjectID, node string, t
 		{Key: "stderr", Value: r.Stderr},
 		{Key: "mtime", Value: now},
 	}
-	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), bson.D{{Key: "$set", Value: append(set, r.Extra...)}})
+	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), bson.D{{Key: "$set", Value: append(set, r.Extra...)}, {Key: "$unset", Value: bson.D{unsetLive}}})
 	if err != nil {
 		return false, fmt.Errorf("record result of task %s: %w", taskID.Hex(), err)
 	}

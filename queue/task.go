@@ -40,6 +40,9 @@ type Task struct {
 	// Control holds the task's own control settings (its queue's apply
 	// where the task sets none; see Options).
 	Control Control
+	// LiveUntil is when the last reader's request for live output runs
+	// out (zero: none; see live.go). An odd value counts as none.
+	LiveUntil time.Time
 	// Attempts counts the runs that were retried.
 	Attempts int
 	// Problems lists the fields that could not be decoded, each as "field
@@ -125,6 +128,7 @@ func DecodeTask(raw bson.Raw) (Task, error) {
 		}
 		t.StartAfter = at
 	}
+	t.LiveUntil, _ = timeValue(raw.Lookup(FieldLiveUntil))
 	var problems []string
 	t.Control, problems = DecodeControl(raw)
 	t.Problems = append(t.Problems, problems...)

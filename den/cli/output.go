@@ -27,14 +27,18 @@ the task document, or streamed from Disbatch's GridFS (tasks.files and
 tasks.chunks) when the output is a file id. Uses the same configuration as
 den run (--config, DEN_MONGO_URI, --mongo-uri, ...).
 
-With --follow, den reads the task every second until it has ended
-(finished, cancelled or orphaned), printing output as it is stored: what is
-new in the task document's field, or in the GridFS file it names. den's
-task runner stores a run's output when the run ends (it keeps it in memory,
-or in a GridFS file that becomes visible when it is closed), so for a
-running task --follow waits and prints the output when the run ends; it
-says on stderr what it is waiting for. Without --follow, a task that has no
-output yet is an error.`,
+With --follow, den prints the output as the task writes it, until the
+task has ended (finished, cancelled or orphaned). It asks the node running
+the task for live output (setting the task's live_until, renewed every 10
+seconds while it follows); the node passes the request to the task's
+runner, which then publishes what the task wrote into the task's live
+field about once a second (the last 256 KiB of each stream), and stops
+when nobody has asked for 15 seconds. A task nobody follows costs nothing.
+When the run ends, --follow goes on from the stored output. A task run by
+a Perl Disbatch node has no live output: its output is printed when it
+ends. A retried run's output is printed from its start; what happens to
+the task is said on stderr. Without --follow, a task that has no output
+yet is an error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			id, err := parseTaskID(args[0])
@@ -53,7 +57,7 @@ output yet is an error.`,
 		}),
 	}
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "wait for the task to end, printing output as it is stored")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print the output as the task writes it, until it ends")
 	addDBFlags(cmd.Flags())
 	return cmd
 }
@@ -84,31 +88,58 @@ func printOutput(ctx context.Context, d *database, id bson.ObjectID, field strin
 		}
 		return doc, err
 	}
-	r, err := gridfs.NewBucket(d.db, queue.GridFSPrefix).Open(ctx, file)
-	if errors.Is(err, gridfs.ErrNotFound) && quiet {
+	found, err := printFile(ctx, d, file, w, skip)
+	if !found && quiet {
 		return doc, nil
 	}
-	if err != nil {
-		return doc, err
-	}
-	defer r.Close()
-	if _, err := io.CopyN(io.Discard, r, skip); err != nil && !errors.Is(err, io.EOF) {
-		return doc, err
-	}
-	_, err = io.Copy(w, r)
 	return doc, err
 }
 
-// followOutput prints a task's output as it is stored until the task has
-// ended. Output is tracked by where it is (the field's text, or a file
-// id) and how much of it was printed, so a retried run's new output is
-// printed from its start.
+// printFile prints a stored GridFS file from byte offset skip on; found is
+// false when there is no such file (yet: a file is visible once complete).
+func printFile(ctx context.Context, d *database, file bson.ObjectID, w io.Writer, skip int64) (found bool, err error) {
+	r, err := gridfs.NewBucket(d.db, queue.GridFSPrefix).Open(ctx, file)
+	if errors.Is(err, gridfs.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer r.Close()
+	if _, err := io.CopyN(io.Discard, r, skip); err != nil && !errors.Is(err, io.EOF) {
+		return true, err
+	}
+	_, err = io.Copy(w, r)
+	return true, err
+}
+
+// followOutput prints a task's output as it is written until the task has
+// ended. While the task runs on a den node, it asks for live output
+// (queue.WantLive, renewed while it follows) and prints what the runner
+// publishes; when the run ends it goes on from the same offset in the
+// stored output. Output is tracked per run (the runner's token): a retried
+// run's output is printed from its start.
 func followOutput(ctx context.Context, d *database, id bson.ObjectID, field string, w, errOut io.Writer) error {
-	var where string
-	var printed int64
-	said := ""
+	var (
+		run      bson.ObjectID // the run whose output is being printed
+		pos      int64         // how much of it was printed
+		where    string        // where its stored output is ("text" or a file id)
+		fileDone bool          // its stored file was printed
+		asked    time.Time     // when live output was last asked for
+		askedOK  bool          // and the task was claimed or running then
+		running  time.Time     // when following saw the task running without live output
+		said     string
+		noLive   bool
+	)
 	for {
-		cw := &countingWriter{w: w}
+		now := time.Now()
+		if !askedOK || now.Sub(asked) >= queue.LiveLease/3 {
+			ok, err := d.store.WantLive(ctx, id, now.Add(queue.LiveLease))
+			if err != nil {
+				return err
+			}
+			asked, askedOK = now, ok
+		}
 		doc, err := d.store.Task(ctx, id)
 		if err != nil {
 			return err
@@ -116,20 +147,51 @@ func followOutput(ctx context.Context, d *database, id bson.ObjectID, field stri
 		if doc == nil {
 			return fmt.Errorf("no task %s in database %s", id.Hex(), d.cfg.Database)
 		}
-		text, file, oerr := doc.Output(field)
-		place := "text"
-		if !file.IsZero() {
-			place = file.Hex()
+		var token bson.ObjectID
+		if doc.Runner != nil {
+			token = doc.Runner.Token
 		}
-		if oerr == nil && place != where {
-			where, printed = place, 0
+		if token != run {
+			run, pos, where, fileDone, running = token, 0, "", false, time.Time{}
 		}
-		// A GridFS file is complete once visible: printed once.
-		if oerr == nil && ((place != "text" && printed == 0) || int64(len(text)) > printed) {
-			if _, err := printOutput(ctx, d, id, field, cw, printed, true); err != nil {
+		if live, ok := doc.LiveOutput(); ok {
+			data, skipped := live.Stream(field).After(pos)
+			if skipped > 0 {
+				fmt.Fprintf(errOut, "den: %d bytes of %s were written faster than they could be followed; only the last %d KiB of a running task are kept live\n", skipped, field, queue.LiveTail>>10)
+			}
+			n, err := w.Write(data)
+			pos += skipped + int64(n)
+			if err != nil {
 				return err
 			}
-			printed += cw.n
+		} else if text, file, oerr := doc.Output(field); oerr == nil {
+			place := "text"
+			if !file.IsZero() {
+				place = file.Hex()
+			}
+			if where != "" && place != where {
+				pos, fileDone = 0, false
+			}
+			where = place
+			cw := &countingWriter{w: w}
+			switch {
+			case place == "text" && int64(len(text)) > pos:
+				_, err = io.WriteString(cw, text[pos:])
+			case place != "text" && !fileDone:
+				// A GridFS file is complete once visible: printed once.
+				fileDone, err = printFile(ctx, d, file, cw, pos)
+			}
+			pos += cw.n
+			if err != nil {
+				return err
+			}
+		} else if doc.Status == queue.StatusRunning && doc.StatusOK {
+			if running.IsZero() {
+				running = now
+			} else if !noLive && now.Sub(running) > 3*queue.LiveLease/2 {
+				noLive = true
+				fmt.Fprintf(errOut, "den: node %s publishes no live output (a Perl Disbatch node, or a den node before live output); its output is printed when the task ends\n", doc.Node)
+			}
 		}
 		if doc.StatusOK && queue.Ended(doc.Status) {
 			fmt.Fprintf(errOut, "den: task %s ended: %s\n", id.Hex(), statusText(*doc))
@@ -140,7 +202,7 @@ func followOutput(ctx context.Context, d *database, id bson.ObjectID, field stri
 			state += " on node " + doc.Node
 		}
 		if state != said {
-			fmt.Fprintf(errOut, "den: task %s is %s; waiting for it to end (Ctrl-C to stop)\n", id.Hex(), state)
+			fmt.Fprintf(errOut, "den: task %s is %s; following its output until it ends (Ctrl-C to stop)\n", id.Hex(), state)
 			said = state
 		}
 		select {

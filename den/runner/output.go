@@ -54,6 +54,11 @@ type sink struct {
 	written int64 // what the plugin wrote, counted up to max
 	midLine bool  // the plugin's last byte was not a newline
 	cut     bool  // passed max; what follows is discarded
+	// stored counts the bytes stored so far (the stream's length as it will
+	// be recorded); tail holds the last of them, up to queue.LiveTail, for
+	// live output.
+	stored int64
+	tail   []byte
 }
 
 func newOutputs(ctx context.Context, bucket *gridfs.Bucket, taskID bson.ObjectID, mode string) *outputs {
@@ -164,10 +169,51 @@ func (s *sink) writeLocked(p []byte) (int, error) {
 			return 0, fmt.Errorf("store %s: %w", s.name, err)
 		}
 	}
+	var n int
+	var err error
 	if o.spilled {
-		return s.file.Write(p)
+		n, err = s.file.Write(p)
+	} else {
+		n, err = s.mem.Write(p)
 	}
-	return s.mem.Write(p)
+	s.keep(p[:n])
+	return n, err
+}
+
+// keep adds stored bytes to the tail kept for live output.
+func (s *sink) keep(p []byte) {
+	s.stored += int64(len(p))
+	if len(p) >= queue.LiveTail {
+		s.tail = append(s.tail[:0], p[len(p)-queue.LiveTail:]...)
+		return
+	}
+	if len(s.tail)+len(p) > 2*queue.LiveTail {
+		// Drop all but the last LiveTail bytes now and then, so the tail
+		// costs an amortized copy per byte.
+		s.tail = append(s.tail[:0], s.tail[len(s.tail)-(queue.LiveTail-len(p)):]...)
+	}
+	s.tail = append(s.tail, p...)
+}
+
+// live returns the stream's last bytes (at most queue.LiveTail) and where
+// they start.
+func (s *sink) live() queue.LiveStream {
+	data := s.tail
+	if len(data) > queue.LiveTail {
+		data = data[len(data)-queue.LiveTail:]
+	}
+	return queue.LiveStream{From: s.stored - int64(len(data)), Data: append([]byte(nil), data...)}
+}
+
+// live returns what both streams have stored so far, for live output, and
+// ok false once the result is being recorded.
+func (o *outputs) live() (stdout, stderr queue.LiveStream, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.finished {
+		return stdout, stderr, false
+	}
+	return o.stdout.live(), o.stderr.live(), true
 }
 
 // appendLine adds a line the runner itself writes (a validation reason, a

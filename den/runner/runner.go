@@ -46,6 +46,11 @@ type Runner struct {
 	// Report, when set, is told how the run ended once its outcome is
 	// stored (for the node's metrics; it costs no database command).
 	Report func(Report)
+	// LiveRequests delivers the node's requests for live output (SIGUSR1,
+	// sent while a reader wants the task's output as it is written; see
+	// queue/live.go). Each one asks for live output for the next LiveFor.
+	// Nil: never asked.
+	LiveRequests <-chan os.Signal
 
 	// supervisor is set in a worker under a supervisor (see supervise.go);
 	// a Runner used in-process has none, and contains nothing.
@@ -57,13 +62,13 @@ type Runner struct {
 // its result is stored. ctx cancellation (SIGTERM to the runner) stops
 // the plugin; the result is still stored. sup is the worker's link to its
 // supervisor.
-func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File) error {
+func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal) error {
 	client, disconnect, report, err := connect(spec, relayCtl, log)
 	if err != nil {
 		return err
 	}
 	defer disconnect(ctx)
-	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup,
+	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
 		Report: func(rep Report) {
 			b, err := json.Marshal(rep)
 			if err == nil {
@@ -142,7 +147,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	t.started = time.Now()
 
 	stopBeat := t.beat(ctx)
+	stopLive := t.publishLive(ctx)
 	status := t.execute(ctx)
+	stopLive()
 	stopBeat()
 	t.stopLeftovers(storeCtx)
 	return t.record(storeCtx, ctx, status)

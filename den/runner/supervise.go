@@ -80,7 +80,11 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 	defer link.close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := work(ctx, spec, reg, log, link, relayCtl); err != nil {
+	// Requests for live output, forwarded by the supervisor. Never reset:
+	// SIGUSR1's default action would end the worker.
+	live := make(chan os.Signal, 1)
+	signal.Notify(live, syscall.SIGUSR1)
+	if err := work(ctx, spec, reg, log, link, relayCtl, live); err != nil {
 		log.Error("task runner failed", zap.Error(err))
 		return 1
 	}
@@ -134,7 +138,10 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 		return 2
 	}
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// SIGUSR1 (the node asking for live output) is passed to the worker;
+	// it stays caught after the worker exits, as its default action would
+	// end the supervisor before it has stopped what the run left.
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	env := append(os.Environ(), envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10),
 		contain.EnvRun+"="+marker)
 	files := []uintptr{0, 1, 2, uintptr(fds[1])}
@@ -184,7 +191,8 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 				continue
 			}
 			// Asked to stop (a node signals the whole group, so the worker
-			// has this too; an operator may signal only this process).
+			// has this too; an operator may signal only this process), or
+			// for live output (sent to this process only).
 			syscall.Kill(worker, sig.(syscall.Signal))
 		case req, ok := <-requests:
 			if !ok {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -107,19 +108,27 @@ func TestMarkedAndDescendants(t *testing.T) {
 			t.Errorf("Marked found a process with another marker")
 		}
 	}
-	desc := contain.Descendants(context.Background(), int32(os.Getpid()))
-	has := func(pid int) bool {
-		for _, d := range desc {
-			if int(d) == pid {
-				return true
+	// Both ways of walking the tree: the children files, and the scan of
+	// all of /proc where a kernel has none.
+	for _, scan := range []bool{false, true} {
+		restore := contain.ForceScan(scan)
+		desc := contain.Descendants(context.Background(), int32(os.Getpid()))
+		skipped := contain.Descendants(context.Background(), int32(os.Getpid()), int32(mine.Process.Pid))
+		restore()
+		has := func(list []int32, pid int32) bool { return slices.Contains(list, pid) }
+		// found holds mine's shell and its child: a child and a grandchild.
+		for _, p := range append(found, int32(other.Process.Pid)) {
+			if !has(desc, p) {
+				t.Errorf("scan %v: Descendants %v lacks %d", scan, desc, p)
 			}
 		}
-		return false
-	}
-	if !has(mine.Process.Pid) || !has(other.Process.Pid) {
-		t.Errorf("Descendants %v lacks the test's children %d and %d", desc, mine.Process.Pid, other.Process.Pid)
-	}
-	if d := contain.Descendants(context.Background(), int32(os.Getpid()), int32(mine.Process.Pid)); len(d) >= len(desc) {
-		t.Errorf("skipping a child did not drop it and its own children: %v vs %v", d, desc)
+		for _, p := range found {
+			if has(skipped, p) {
+				t.Errorf("scan %v: skipping %d kept %d: %v", scan, mine.Process.Pid, p, skipped)
+			}
+		}
+		if !has(skipped, int32(other.Process.Pid)) {
+			t.Errorf("scan %v: skipping one child dropped another: %v", scan, skipped)
+		}
 	}
 }

@@ -1,0 +1,48 @@
+package den
+
+import (
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+// liveAskEvery is how often the node repeats a reader's request for live
+// output to a task's runner; each request keeps the runner publishing for
+// runner.LiveFor, so two passes may be missed.
+const liveAskEvery = 5 * time.Second
+
+// askLive passes readers' requests for live output (a task's live_until,
+// seen in the read of this node's tasks the pass makes anyway, so it costs
+// no command) to the runners: SIGUSR1 to the runner's supervisor, which
+// passes it to its worker. Only a process proven to be the task's runner
+// is signalled, and never its process group: SIGUSR1 would end a plugin's
+// program.
+func (n *Node) askLive(mine []queue.Task, now time.Time) {
+	seen := map[bson.ObjectID]bool{}
+	for _, task := range mine {
+		r := task.Runner
+		if task.Status != queue.StatusRunning || r == nil || !task.LiveUntil.After(now) || !n.onThisHost(*r) {
+			continue
+		}
+		seen[r.Token] = true
+		if last, ok := n.liveAsked[r.Token]; ok && now.Sub(last) < liveAskEvery {
+			continue
+		}
+		n.liveAsked[r.Token] = now
+		if !isRunnerOf(*r, task.ID) {
+			continue
+		}
+		if err := syscall.Kill(r.PID, syscall.SIGUSR1); err != nil {
+			n.log.Debug("cannot ask a runner for live output", zap.String("task_id", task.ID.Hex()), zap.Error(err))
+		}
+	}
+	for token := range n.liveAsked {
+		if !seen[token] {
+			delete(n.liveAsked, token)
+		}
+	}
+}
