@@ -18,6 +18,7 @@ import (
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/plugins/command"
+	"github.com/den-project/den/queue"
 )
 
 func status(t *testing.T, db *mongo.Database, id bson.ObjectID) int64 {
@@ -124,6 +125,9 @@ func TestKilledRunnerIsRescued(t *testing.T) {
 	if reason := raw.Lookup("orphan_reason").StringValue(); !strings.Contains(reason, "died") && !strings.Contains(reason, "is gone") {
 		t.Errorf("orphan_reason %s", raw.Lookup("orphan_reason"))
 	}
+	if o := raw.Lookup("outcome").StringValue(); o != queue.OutcomeRunnerDied {
+		t.Errorf("outcome %q, want runner_died", o)
+	}
 	// The second one had a retry left: it is run again and succeeds.
 	kill(t, runnerPID(t, db, ids[1]), syscall.SIGKILL)
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "parameters.ms", Value: 0}}}})
@@ -132,7 +136,7 @@ func TestKilledRunnerIsRescued(t *testing.T) {
 		t.Errorf("attempts %d, want 1", a)
 	}
 	h, _ := raw.Lookup("history").Array().Values()
-	if len(h) != 1 || h[0].Document().Lookup("status").AsInt64() != -6 {
+	if len(h) != 1 || h[0].Document().Lookup("status").AsInt64() != -6 || h[0].Document().Lookup("outcome").StringValue() != queue.OutcomeRunnerDied {
 		t.Errorf("history %v", h)
 	}
 }

@@ -170,7 +170,7 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 		return
 	}
 	if r := task.Runner; r != nil && r.PID == pid {
-		n.rescue(ctx, *task, fmt.Sprintf("task runner (pid %d) died: %s", pid, exit))
+		n.rescue(ctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
 	}
 }
 

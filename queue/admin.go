@@ -435,6 +435,9 @@ type TaskFilter struct {
 	Queues   []bson.ObjectID
 	Statuses []int
 	Node     string
+	// Outcomes selects tasks whose last run ended with one of these
+	// outcomes (see Outcome).
+	Outcomes []string
 	// Since selects tasks created at or after it (their _id's time).
 	Since time.Time
 	Limit int64
@@ -450,6 +453,9 @@ func (f TaskFilter) bson() bson.D {
 	}
 	if f.Node != "" {
 		d = append(d, bson.E{Key: "node", Value: f.Node})
+	}
+	if len(f.Outcomes) > 0 {
+		d = append(d, bson.E{Key: FieldOutcome, Value: bson.D{{Key: "$in", Value: f.Outcomes}}})
 	}
 	if !f.Since.IsZero() {
 		d = append(d, bson.E{Key: "_id", Value: bson.D{{Key: "$gte", Value: bson.NewObjectIDFromTimestamp(f.Since)}}})
@@ -567,7 +573,8 @@ func (s *Store) RetryEnded(ctx context.Context, t Task, now time.Time) (bool, er
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "status", Value: StatusQueued}, {Key: "node", Value: Unclaimed}, {Key: FieldAttempts, Value: 0}, {Key: "mtime", Value: now}}},
 			{Key: "$unset", Value: bson.D{{Key: FieldStartAfter, Value: ""}, {Key: FieldCancel, Value: ""}, {Key: "timed_out", Value: ""},
-				{Key: "exit_code", Value: ""}, {Key: "signal", Value: ""}, {Key: "orphan_reason", Value: ""}, {Key: "runner", Value: ""}}},
+				{Key: "exit_code", Value: ""}, {Key: "signal", Value: ""}, {Key: "orphan_reason", Value: ""}, {Key: "runner", Value: ""},
+				{Key: FieldOutcome, Value: ""}, {Key: FieldOutcomeReason, Value: ""}, {Key: "leftover_processes", Value: ""}, unsetLive, {Key: FieldLiveUntil, Value: ""}}},
 		})
 	if err != nil {
 		return false, fmt.Errorf("retry task %s: %w", t.ID.Hex(), err)

@@ -206,27 +206,33 @@ func TestStaleClaimsAreRescued(t *testing.T) {
 	if len(stale) != 3 {
 		t.Fatalf("%d stale claims, want 3", len(stale))
 	}
-	// The first rescue retries (max_retries 1), with the reason in history.
+	// The first rescue retries (max_retries 1), with the reason and outcome
+	// in history.
+	neverStarted := queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: "never started"}
 	first := got[ids["old date"]]
-	if st, err := store.Rescue(ctx, first, nil, "never started", 0, now); err != nil || st != queue.StatusQueued {
+	if st, err := store.Rescue(ctx, first, nil, neverStarted, 0, now); err != nil || st != queue.StatusQueued {
 		t.Fatalf("rescue = %d, %v; want a retry (-2)", st, err)
 	}
 	raw := dentest.Task(t, db, first.ID)
 	if st, _ := raw.Lookup("status").AsInt64OK(); st != queue.StatusQueued {
 		t.Fatalf("status %d after a rescue with retries left", st)
 	}
-	if r := raw.Lookup("history", "0", "reason").StringValue(); r != "never started" {
-		t.Fatalf("history reason %q", r)
+	if r, o := raw.Lookup("history", "0", "reason").StringValue(), raw.Lookup("history", "0", "outcome").StringValue(); r != "never started" || o != queue.OutcomeNodeDied {
+		t.Fatalf("history reason %q, outcome %q", r, o)
 	}
 	// The same state read twice: the second rescue changes nothing.
-	if st, err := store.Rescue(ctx, first, nil, "never started", 0, now); err != nil || st != 0 {
+	if st, err := store.Rescue(ctx, first, nil, neverStarted, 0, now); err != nil || st != 0 {
 		t.Fatalf("second rescue of the same state = %d, %v; want 0", st, err)
 	}
 	// No retries left: orphaned.
 	last := got[ids["old epoch int"]]
 	last.Attempts = 1
-	if st, err := store.Rescue(ctx, last, nil, "never started", 0, now); err != nil || st != queue.StatusOrphaned {
+	if st, err := store.Rescue(ctx, last, nil, neverStarted, 0, now); err != nil || st != queue.StatusOrphaned {
 		t.Fatalf("rescue without retries left = %d, %v; want -6", st, err)
+	}
+	raw = dentest.Task(t, db, last.ID)
+	if o, r := raw.Lookup("outcome").StringValue(), raw.Lookup("outcome_reason").StringValue(); o != queue.OutcomeNodeDied || r != "never started" {
+		t.Fatalf("orphaned task's outcome %q (%q)", o, r)
 	}
 }
 

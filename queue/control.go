@@ -105,7 +105,9 @@ type HistoryEntry struct {
 	ExitCode *int   `bson:"exit_code,omitempty"`
 	Signal   string `bson:"signal,omitempty"`
 	TimedOut bool   `bson:"timed_out"`
-	Reason   string `bson:"reason,omitempty"`
+	// Outcome is who decided how the run ended (see Outcome); Reason why.
+	Outcome string `bson:"outcome,omitempty"`
+	Reason  string `bson:"reason,omitempty"`
 	// Leftovers counts the processes of the run that den stopped after it
 	// ended or its runner died.
 	Leftovers int       `bson:"leftover_processes,omitempty"`
@@ -151,7 +153,8 @@ func (s *Store) Retry(ctx context.Context, taskID bson.ObjectID, node string, to
 // several live nodes rescue at once, one of them does it and the others
 // change nothing. q is the task's queue (nil: unknown). It returns the
 // status the task now has, or 0 when someone else got there first.
-func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, reason string, leftovers int, now time.Time) (int, error) {
+func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, leftovers int, now time.Time) (int, error) {
+	reason := why.Reason
 	if !task.StatusOK {
 		return 0, fmt.Errorf("rescue task %s: its status is not a number", task.ID.Hex())
 	}
@@ -170,17 +173,19 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, reason string, 
 	if task.Cancel {
 		// Cancelled, and its runner is gone: it is cancelled, not orphaned
 		// or retried.
-		update = bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}, {Key: "$unset", Value: bson.D{unsetLive}}}
+		set := append(bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}},
+			Outcome{OutcomeCancelled, "cancelled, and its runner is gone (" + reason + ")"}.set()...)
+		update = bson.D{{Key: "$set", Value: set}, {Key: "$unset", Value: bson.D{unsetLive}}}
 		newStatus = StatusCancelled
 	} else if opts.Attempts < opts.MaxRetries {
-		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: task.Node, Status: StatusOrphaned, Reason: reason, Ended: now, Leftovers: leftovers}
+		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: task.Node, Status: StatusOrphaned, Outcome: why.Kind, Reason: reason, Ended: now, Leftovers: leftovers}
 		if task.Runner != nil {
 			entry.Started = time.UnixMilli(task.Runner.Started)
 		}
 		update = requeue(entry, opts.RetryAt(now, opts.Attempts+1), now)
 		newStatus = StatusQueued
 	} else {
-		set := bson.D{{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}, {Key: "orphan_reason", Value: reason}}
+		set := append(bson.D{{Key: "status", Value: StatusOrphaned}, {Key: "mtime", Value: now}, {Key: "orphan_reason", Value: reason}}, why.set()...)
 		if leftovers > 0 {
 			set = append(set, bson.E{Key: "leftover_processes", Value: leftovers})
 		}
@@ -205,6 +210,7 @@ func (s *Store) CancelQueued(ctx context.Context, now time.Time) (int64, error) 
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now},
 			{Key: "stdout", Value: ""}, {Key: "stderr", Value: "den: cancelled before it started\n"},
+			{Key: FieldOutcome, Value: OutcomeCancelled}, {Key: FieldOutcomeReason, Value: "cancelled before it started"},
 		}}})
 	if err != nil {
 		return 0, fmt.Errorf("cancel queued tasks: %w", err)
@@ -246,7 +252,8 @@ func (s *Store) CancelUnstarted(ctx context.Context, taskID bson.ObjectID, node 
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now},
-			{Key: "stdout", Value: ""}, {Key: "stderr", Value: "den: cancelled before it started\n"}}}})
+			{Key: "stdout", Value: ""}, {Key: "stderr", Value: "den: cancelled before it started\n"},
+			{Key: FieldOutcome, Value: OutcomeCancelled}, {Key: FieldOutcomeReason, Value: "cancelled before it started"}}}})
 	if err != nil {
 		return false, fmt.Errorf("cancel task %s: %w", taskID.Hex(), err)
 	}
@@ -258,7 +265,9 @@ func (s *Store) CancelUnstarted(ctx context.Context, taskID bson.ObjectID, node 
 // is.
 func (s *Store) CancelRunning(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token),
-		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now}}}, {Key: "$unset", Value: bson.D{unsetLive}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now},
+			{Key: FieldOutcome, Value: OutcomeCancelled}, {Key: FieldOutcomeReason, Value: "cancelled; its runner did not stop in time and was killed"}}},
+			{Key: "$unset", Value: bson.D{unsetLive}}})
 	if err != nil {
 		return false, fmt.Errorf("cancel task %s: %w", taskID.Hex(), err)
 	}

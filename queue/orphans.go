@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -145,6 +146,8 @@ func (s *Store) FailMalformed(ctx context.Context, m MalformedTask, node string,
 		{Key: "stdout", Value: ""},
 		{Key: "stderr", Value: m.Reason},
 		{Key: "mtime", Value: now},
+		{Key: FieldOutcome, Value: OutcomeMalformed},
+		{Key: FieldOutcomeReason, Value: strings.TrimSpace(m.Reason)},
 	}}})
 	if err != nil {
 		return false, fmt.Errorf("fail malformed task %s: %w", m.ID.Hex(), err)

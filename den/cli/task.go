@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,6 +170,7 @@ type taskRow struct {
 	Status     *int            `json:"status"`
 	StatusName string          `json:"status_name"`
 	Node       string          `json:"node"`
+	Outcome    string          `json:"outcome,omitempty"`
 	Ctime      *time.Time      `json:"ctime"`
 	Mtime      *time.Time      `json:"mtime"`
 	Parameters json.RawMessage `json:"parameters"`
@@ -184,8 +186,9 @@ func timePtr(t time.Time) *time.Time {
 func newTaskListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List tasks, newest first (filters: --queue, --status, --node, --since)",
+		Short: "List tasks, newest first (filters: --queue, --status, --node, --outcome, --since)",
 		Example: `  den task list --queue demo --status failed,orphaned --since 24h
+  den task list --outcome runner_died,node_died --since 24h   # infrastructure, not the task
   den task list --node worker01 --status running --json`,
 		Args: cobra.NoArgs,
 		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
@@ -209,6 +212,7 @@ func newTaskListCmd() *cobra.Command {
 			for _, t := range tasks {
 				r := taskRow{ID: t.ID.Hex(), Queue: t.Queue.Hex(), QueueName: names[t.Queue], StatusName: "?", Node: t.Node,
 					Ctime: timePtr(t.Ctime), Mtime: timePtr(t.Mtime), Parameters: extJSON(t.Parameters)}
+				r.Outcome, _ = t.Raw.Lookup(queue.FieldOutcome).StringValueOK()
 				if t.StatusOK {
 					st := t.Status
 					r.Status, r.StatusName = &st, queue.StatusName(st)
@@ -219,7 +223,7 @@ func newTaskListCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), rows)
 			}
 			now := time.Now()
-			tb := newTable(cmd.OutOrStdout(), "ID", "QUEUE", "STATUS", "NODE", "CREATED", "CHANGED", "PARAMETERS")
+			tb := newTable(cmd.OutOrStdout(), "ID", "QUEUE", "STATUS", "OUTCOME", "NODE", "CREATED", "CHANGED", "PARAMETERS")
 			for i, t := range tasks {
 				params := string(rows[i].Parameters)
 				if len(params) > 60 {
@@ -229,7 +233,11 @@ func newTaskListCmd() *cobra.Command {
 				if node == "" {
 					node = "-"
 				}
-				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), node, ago(now, t.Ctime), ago(now, t.Mtime), params)
+				outcome := rows[i].Outcome
+				if outcome == "" {
+					outcome = "-"
+				}
+				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), params)
 			}
 			tb.flush()
 			if len(tasks) == int(f.Limit) && f.Limit > 0 {
@@ -247,6 +255,7 @@ func addTaskFilterFlags(cmd *cobra.Command) {
 	cmd.Flags().StringSlice("queue", nil, "only tasks of these queues (names or ids; repeat or separate with commas)")
 	cmd.Flags().StringSlice("status", nil, "only tasks with these statuses: codes or names (queued, claimed, running, succeeded, failed, cancelled, orphaned, blocked, terminated)")
 	cmd.Flags().String("node", "", "only tasks claimed by this node")
+	cmd.Flags().StringSlice("outcome", nil, "only tasks whose last run ended so: "+strings.Join(queue.Outcomes, ", "))
 	cmd.Flags().String("since", "", "only tasks created since: a duration back from now (24h, 30m) or a time (2026-11-23, 2026-11-23T10:00:00Z)")
 }
 
@@ -270,6 +279,13 @@ func taskFilter(cmd *cobra.Command, d *database) (queue.TaskFilter, error) {
 		f.Statuses = append(f.Statuses, st)
 	}
 	f.Node, _ = cmd.Flags().GetString("node")
+	outcomes, _ := cmd.Flags().GetStringSlice("outcome")
+	for _, o := range outcomes {
+		if !slices.Contains(queue.Outcomes, o) {
+			return f, usagef("--outcome %q: want one of %s", o, strings.Join(queue.Outcomes, ", "))
+		}
+		f.Outcomes = append(f.Outcomes, o)
+	}
 	if since, _ := cmd.Flags().GetString("since"); since != "" {
 		t, err := parseSince(since, time.Now())
 		if err != nil {
@@ -468,6 +484,7 @@ func newTaskRetryCmd() *cobra.Command {
 		Long: `Put ended tasks (finished, failed, cancelled, orphaned, held) back in their
 queue to run again now: status -2, node -1, attempts 0, and den's per-run
 fields (start_after, cancel, timed_out, exit_code, signal, orphan_reason,
+outcome, outcome_reason, leftover_processes, live, live_until,
 runner) removed; history is kept, output is replaced by the new run's.
 Queued, claimed and running tasks are left alone. Each update is
 conditional on the status read, and a task that had finished (status 1 and
@@ -481,7 +498,7 @@ skips it and is required when stdin is not a terminal.`,
   den task retry --queue resize --status failed,orphaned --since 24h --yes`,
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			filtered := false
-			for _, f := range []string{"queue", "status", "node", "since"} {
+			for _, f := range []string{"queue", "status", "node", "outcome", "since"} {
 				filtered = filtered || cmd.Flags().Changed(f)
 			}
 			if len(args) > 0 && filtered {

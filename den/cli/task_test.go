@@ -83,7 +83,7 @@ func TestTaskList(t *testing.T) {
 	ta := dentest.Tasks(t, db, a, bson.D{{Key: "i", Value: 1}}, bson.D{{Key: "i", Value: 2}}, bson.D{{Key: "i", Value: 3}})
 	tb := dentest.Tasks(t, db, b, bson.D{{Key: "i", Value: 4}})
 	setTask(t, db, ta[1], bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "n1"}})
-	setTask(t, db, ta[2], bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "n2"}})
+	setTask(t, db, ta[2], bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "n2"}, {Key: "outcome", Value: "timeout"}})
 
 	list := func(args ...string) []string {
 		t.Helper()
@@ -106,6 +106,7 @@ func TestTaskList(t *testing.T) {
 		{[]string{"--node", "n1"}, []bson.ObjectID{ta[1], old}},
 		{[]string{"--since", "24h", "--status", "2"}, []bson.ObjectID{ta[2]}},
 		{[]string{"--limit", "2"}, []bson.ObjectID{tb[0], ta[2]}},
+		{[]string{"--outcome", "timeout,signal"}, []bson.ObjectID{ta[2]}},
 	} {
 		got := list(tc.args...)
 		var want []string
@@ -122,6 +123,10 @@ func TestTaskList(t *testing.T) {
 	}
 	denDB(t, db, "", "task", "list", "--status", "sleeping").must(t, ExitUsage)
 	denDB(t, db, "", "task", "list", "--since", "yesterday").must(t, ExitUsage)
+	denDB(t, db, "", "task", "list", "--outcome", "bad_luck").must(t, ExitUsage)
+	if out := denDB(t, db, "", "task", "list", "--status", "failed").must(t, ExitOK).stdout; !strings.Contains(out, "OUTCOME") || !strings.Contains(out, "timeout") {
+		t.Errorf("table without the outcome:\n%s", out)
+	}
 }
 
 // den task show prints the document with dates and history, and where
@@ -188,7 +193,8 @@ func TestTaskRetry(t *testing.T) {
 	// As the nodes leave them: finished tasks taken off count_todo,
 	// cancelled and orphaned ones not.
 	setTask(t, db, ids[0], bson.D{{Key: "status", Value: 1}, {Key: "node", Value: "n1"}})
-	setTask(t, db, ids[1], bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "exit_code", Value: 3}, {Key: "attempts", Value: 2}})
+	setTask(t, db, ids[1], bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "exit_code", Value: 3}, {Key: "attempts", Value: 2},
+		{Key: "outcome", Value: "exit_code"}, {Key: "outcome_reason", Value: "its program exited with code 3"}})
 	setTask(t, db, ids[2], bson.D{{Key: "status", Value: -5}, {Key: "cancel", Value: true}})
 	setTask(t, db, ids[3], bson.D{{Key: "status", Value: -6}, {Key: "orphan_reason", Value: "runner died"}})
 	setTask(t, db, ids[4], bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "n1"}})
@@ -203,7 +209,8 @@ func TestTaskRetry(t *testing.T) {
 	// One id: no confirmation. A running task is not retried.
 	denDB(t, db, "", "task", "retry", ids[1].Hex()).must(t, ExitOK)
 	raw := dentest.Task(t, db, ids[1])
-	if st, _ := raw.Lookup("status").AsInt64OK(); st != -2 || raw.Lookup("node").AsInt64() != -1 || raw.Lookup("exit_code").Type != 0 || raw.Lookup("attempts").AsInt64() != 0 {
+	if st, _ := raw.Lookup("status").AsInt64OK(); st != -2 || raw.Lookup("node").AsInt64() != -1 || raw.Lookup("exit_code").Type != 0 || raw.Lookup("attempts").AsInt64() != 0 ||
+		raw.Lookup("outcome").Type != 0 || raw.Lookup("outcome_reason").Type != 0 {
 		t.Fatalf("retried task: %s", raw)
 	}
 	r := denDB(t, db, "", "task", "retry", ids[4].Hex()).must(t, ExitError)

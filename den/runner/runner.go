@@ -125,6 +125,11 @@ type run struct {
 	extraMu  sync.Mutex
 	extra    bson.D
 	timedOut bool
+	// pluginErr is the error the plugin returned, or its panic.
+	pluginErr string
+	// outcome is who decided how the run ended, set where den decides it;
+	// empty means the plugin (or its program) did.
+	outcome queue.Outcome
 }
 
 // Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
@@ -279,13 +284,16 @@ func (t *run) execute(ctx context.Context) int {
 	plugin, found := t.Plugins.Lookup(t.Spec.Plugin)
 	switch {
 	case len(t.task.Problems) > 0:
-		t.out.appendLine("den: task not run: " + strings.Join(t.task.Problems, "; "))
+		t.outcome = queue.Outcome{Kind: queue.OutcomeMalformed, Reason: strings.Join(t.task.Problems, "; ")}
+		t.out.appendLine("den: task not run: " + t.outcome.Reason)
 		return queue.StatusFailed
 	case t.task.Cancel:
+		t.outcome = queue.Outcome{Kind: queue.OutcomeCancelled, Reason: "cancelled before it started"}
 		t.out.appendLine("den: cancelled before it started")
 		return queue.StatusCancelled
 	case !found:
-		t.out.appendLine(fmt.Sprintf("den: task not run: no plugin %q is registered in this den binary", t.Spec.Plugin))
+		t.outcome = queue.Outcome{Kind: queue.OutcomePlugin, Reason: fmt.Sprintf("no plugin %q is registered in this den binary", t.Spec.Plugin)}
+		t.out.appendLine("den: task not run: " + t.outcome.Reason)
 		return queue.StatusFailed
 	}
 	t.log.Info("task started", zap.Int("attempt", t.opts.Attempts+1))
@@ -303,12 +311,14 @@ func (t *run) execute(ctx context.Context) int {
 	t.out.setMax(maxOutput, stopPlugin)
 	status := t.runPlugin(pluginCtx, plugin)
 	if stream := t.out.cutStream(); stream != "" {
-		t.out.appendLine(fmt.Sprintf("den: task failed: its %s passed max_output (%d bytes), so it was stopped", stream, maxOutput))
+		t.outcome = queue.Outcome{Kind: queue.OutcomeResourceKilled, Reason: fmt.Sprintf("its %s passed max_output (%d bytes), so it was stopped", stream, maxOutput)}
+		t.out.appendLine("den: task failed: " + t.outcome.Reason)
 		return queue.StatusFailed
 	}
 	if ctx.Err() == nil && runCtx.Err() != nil {
 		t.timedOut = true
-		t.out.appendLine(fmt.Sprintf("den: task timed out after %s and was stopped", t.opts.Timeout))
+		t.outcome = queue.Outcome{Kind: queue.OutcomeTimeout, Reason: fmt.Sprintf("timed out after %s and was stopped", t.opts.Timeout)}
+		t.out.appendLine("den: task " + t.outcome.Reason)
 		return queue.StatusFailed
 	}
 	return status
@@ -333,8 +343,9 @@ func (t *run) maxOutput() int64 {
 // done it waits at most the grace time for the plugin to return.
 func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	type result struct {
-		status int
-		err    error
+		status   int
+		err      error
+		panicked string
 	}
 	done := make(chan result, 1)
 	env := plugins.NewEnv(plugins.Env{
@@ -345,14 +356,15 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 			if v := recover(); v != nil {
 				t.out.appendLine(fmt.Sprintf("den: plugin %s panicked: %v\n\n%s", t.Spec.Plugin, v, debug.Stack()))
 				t.log.Error("plugin panicked", zap.Any("panic", v))
-				done <- result{status: queue.StatusFailed}
+				done <- result{status: queue.StatusFailed, panicked: fmt.Sprint(v)}
 			}
 		}()
 		st, err := p.Run(ctx, t.task, env)
-		done <- result{st, err}
+		done <- result{status: st, err: err}
 	}()
 	select {
 	case res := <-done:
+		t.notePluginErr(res.err, res.panicked)
 		return validate(res.status, res.err, t.out)
 	case <-ctx.Done():
 	}
@@ -362,11 +374,21 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	defer grace.Stop()
 	select {
 	case res := <-done:
+		t.notePluginErr(res.err, res.panicked)
 		return validate(res.status, res.err, t.out)
 	case <-grace.C:
 		t.out.appendLine(fmt.Sprintf("den: plugin did not stop within %s of being asked to; recorded without it", t.opts.MaxTermination))
 		t.log.Warn("plugin ignored cancellation; abandoning it")
 		return queue.StatusFailed
+	}
+}
+
+func (t *run) notePluginErr(err error, panicked string) {
+	switch {
+	case panicked != "":
+		t.pluginErr = "panicked: " + panicked
+	case err != nil:
+		t.pluginErr = err.Error()
 	}
 }
 
@@ -382,6 +404,38 @@ func (t *run) record1(field string, value any) {
 		}
 	}
 	t.extra = append(t.extra, bson.E{Key: field, Value: value})
+}
+
+// decided returns the run's outcome: what den decided (t.outcome), else
+// what the plugin's program or the plugin itself did (the command plugin
+// records exit_code and signal).
+func (t *run) decided(status int, extra bson.D) queue.Outcome {
+	if t.outcome.Kind != "" {
+		return t.outcome
+	}
+	var code *int
+	var sig string
+	for _, e := range extra {
+		switch e.Key {
+		case "exit_code":
+			if n, ok := e.Value.(int); ok {
+				code = &n
+			}
+		case "signal":
+			sig, _ = e.Value.(string)
+		}
+	}
+	switch {
+	case sig != "":
+		return queue.Outcome{Kind: queue.OutcomeSignal, Reason: "its program was killed by " + sig}
+	case code != nil:
+		return queue.Outcome{Kind: queue.OutcomeExitCode, Reason: fmt.Sprintf("its program exited with code %d", *code)}
+	}
+	reason := fmt.Sprintf("the plugin returned status %d (%s)", status, queue.StatusName(status))
+	if t.pluginErr != "" {
+		reason = "the plugin failed: " + t.pluginErr
+	}
+	return queue.Outcome{Kind: queue.OutcomePlugin, Reason: reason}
 }
 
 // validate applies the protocol's rule that a finished task has a positive
@@ -419,9 +473,11 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 		if err == nil && task != nil && task.Cancel {
 			t.out.appendLine("den: cancelled while running")
 			status = queue.StatusCancelled
+			t.outcome = queue.Outcome{Kind: queue.OutcomeCancelled, Reason: "cancelled while running"}
 		} else if !t.timedOut {
 			t.out.appendLine("den: the task runner was stopped by a signal")
 			status = queue.StatusFailed
+			t.outcome = queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "the task runner was stopped by a signal"}
 		}
 	}
 	stdout, stderr, err := t.out.finish() // a plugin abandoned after its grace can write no more
@@ -431,13 +487,15 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	}
 	extra := append(bson.D(nil), t.extra...)
 	t.extraMu.Unlock()
+	outcome := t.decided(status, extra)
+	extra = append(extra, outcome.Fields()...)
 	retry := status >= queue.StatusFailed && t.opts.Attempts < t.opts.MaxRetries
 	if err != nil {
 		t.log.Error("cannot store task output in GridFS", zap.Error(err))
 		stdout, stderr = "", "den: output could not be stored: "+err.Error()
 	}
 	if retry {
-		return t.retry(storeCtx, status, stdout, stderr, extra)
+		return t.retry(storeCtx, status, stdout, stderr, extra, outcome)
 	}
 	result := queue.Result{Status: status, Stdout: stdout, Stderr: stderr, Extra: extra}
 	var recorded bool
@@ -491,10 +549,10 @@ func (t *run) report(status int, retry bool) {
 
 // retry puts the task back in its queue with this run in its history. The
 // run's output always goes to GridFS, so the history can point at it.
-func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra bson.D) error {
+func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra bson.D, outcome queue.Outcome) error {
 	entry := queue.HistoryEntry{
 		Attempt: t.opts.Attempts + 1, Node: t.Spec.Node, Status: status, TimedOut: t.timedOut,
-		Started: t.started, Ended: time.Now(),
+		Started: t.started, Ended: time.Now(), Outcome: outcome.Kind, Reason: outcome.Reason,
 	}
 	for _, e := range extra {
 		switch e.Key {
