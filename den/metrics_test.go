@@ -155,10 +155,14 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 	})
 	// Everything finished, so den_tasks_running reads 0 once the node
 	// has let go of the tasks (after its runners exited).
-	dentest.Eventually(t, time.Minute, "den_tasks_running 0 everywhere", func() bool {
+	// den_queue_todo is count_todo as a pass read it after the runners'
+	// decrements; count_todo counts status 0 or less, as the protocol
+	// does, so the cancelled task (-5) stays in it.
+	dentest.Eventually(t, time.Minute, "den_tasks_running 0 everywhere, den_queue_todo as the queues say", func() bool {
 		fams = ep.scrape(t)
 		return value(fams, "den_tasks_running", "queue", "sleepq") == 0 && value(fams, "den_tasks_running", "queue", "longq") == 0 &&
-			value(fams, "den_tasks_running", "queue", "flakyq") == 0
+			value(fams, "den_tasks_running", "queue", "flakyq") == 0 &&
+			value(fams, "den_queue_todo", "queue", "flakyq") == 0 && value(fams, "den_queue_todo", "queue", "longq") == 1
 	})
 	for _, c := range []struct {
 		name   string
@@ -179,10 +183,6 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 		{"den_task_output_bytes_total", []string{"queue", "flakyq", "stream", "stderr"}, 3 * float64(len("attempt 1 fails\n"))},
 		{"den_database_outage", nil, 0},
 		{"den_ready", nil, 1},
-		{"den_queue_todo", []string{"queue", "flakyq"}, 0},
-		// count_todo counts status 0 or less, as the protocol does: the
-		// cancelled task (-5) stays in it.
-		{"den_queue_todo", []string{"queue", "longq"}, 1},
 	} {
 		if got := value(fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -349,7 +349,7 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 			n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int("count", c))
 		}
 	}
-	return nil
+	return n.sweepDependencies(ctx, queueIDs(queues), now)
 }
 
 // normalize handles the tasks of the served queues whose start_after or

@@ -385,48 +385,75 @@ func (s *Store) TaskCounts(ctx context.Context) (map[bson.ObjectID]StatusCounts,
 	return out, nil
 }
 
+// InsertOptions are what InsertTasks gives every task it inserts besides
+// its parameters.
+type InsertOptions struct {
+	// After lists the tasks they come after (see deps.go); Waiting those
+	// of them not yet succeeded. With Waiting, the tasks are inserted
+	// blocked (-4) and registered; with only After, queued and registered.
+	After, Waiting []bson.ObjectID
+}
+
 // InsertTasks inserts one queued task per parameters document into a
 // queue, in one command, and raises the queue's count_todo and count_total
-// by exactly the number inserted. When the insert fails part way, the
-// tasks that did land are counted and their number returned with the
-// error.
-func (s *Store) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time) (int, error) {
+// by exactly the number inserted. It returns the ids of the tasks it
+// inserted; when the insert fails part way, the error, and the ids of
+// those that did land (counted).
+func (s *Store) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time, opts InsertOptions) ([]bson.ObjectID, error) {
 	if len(params) == 0 {
-		return 0, nil
+		return nil, nil
+	}
+	status := StatusQueued
+	if len(opts.Waiting) > 0 {
+		status = StatusBlocked
 	}
 	docs := make([]any, len(params))
 	ids := make([]bson.ObjectID, len(params))
 	for i, p := range params {
 		ids[i] = bson.NewObjectID()
-		docs[i] = bson.D{
+		doc := bson.D{
 			{Key: "_id", Value: ids[i]}, {Key: "queue", Value: queueID},
-			{Key: "status", Value: StatusQueued}, {Key: "node", Value: Unclaimed},
+			{Key: "status", Value: status}, {Key: "node", Value: Unclaimed},
 			{Key: "parameters", Value: p}, {Key: "ctime", Value: now}, {Key: "mtime", Value: now},
 			{Key: "stdout", Value: nil}, {Key: "stderr", Value: nil},
 		}
+		if len(opts.After) > 0 {
+			waiting := opts.Waiting
+			if waiting == nil {
+				waiting = []bson.ObjectID{}
+			}
+			doc = append(doc, bson.E{Key: FieldAfter, Value: opts.After}, bson.E{Key: FieldAfterWas, Value: opts.After},
+				bson.E{Key: FieldWaiting, Value: waiting})
+		}
+		docs[i] = doc
 	}
-	inserted := int64(len(docs))
+	landed := ids
 	_, insertErr := s.tasks.InsertMany(ctx, docs)
 	if insertErr != nil {
-		// How many landed is not known from the error (a network failure
-		// says nothing): ask.
-		n, err := s.tasks.CountDocuments(context.WithoutCancel(ctx), bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+		// What landed is not known from the error (a network failure says
+		// nothing): ask.
+		found, err := s.Statuses(context.WithoutCancel(ctx), ids)
 		if err != nil {
-			return 0, fmt.Errorf("insert tasks: %w (and counting what was inserted: %v; run den counts fix)", insertErr, err)
+			return nil, fmt.Errorf("insert tasks: %w (and finding what was inserted: %v; run den counts fix)", insertErr, err)
 		}
-		inserted = n
+		landed = nil
+		for _, id := range ids {
+			if _, ok := found[id]; ok {
+				landed = append(landed, id)
+			}
+		}
 	}
-	if inserted > 0 {
+	if inserted := int64(len(landed)); inserted > 0 {
 		_, err := s.queues.UpdateOne(context.WithoutCancel(ctx), bson.D{{Key: "_id", Value: queueID}},
 			bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: inserted}, {Key: "count_total", Value: inserted}}}})
 		if err != nil {
-			return int(inserted), fmt.Errorf("raise the counts of queue %s by %d: %w (run den counts fix)", queueID.Hex(), inserted, err)
+			return landed, fmt.Errorf("raise the counts of queue %s by %d: %w (run den counts fix)", queueID.Hex(), inserted, err)
 		}
 	}
 	if insertErr != nil {
-		return int(inserted), fmt.Errorf("insert tasks: %w", insertErr)
+		return landed, fmt.Errorf("insert tasks: %w", insertErr)
 	}
-	return int(inserted), nil
+	return landed, nil
 }
 
 // TaskFilter selects tasks for ListTasks and RetryMatching. Zero fields

@@ -51,9 +51,18 @@ tasks are inserted in batches of --batch, each batch in one command
 followed by raising the queue's count_todo and count_total by exactly what
 was inserted, so the counts stay right even if den is interrupted between
 batches. A progress line is shown on stderr when it is a terminal; a
-summary is printed at the end. All lines are held in memory while checked.`,
+summary is printed at the end (with --json, the new tasks' ids). All lines
+are held in memory while checked.
+
+With --after, the new tasks come after the given tasks: they are inserted
+blocked (status -4, which no node claims) and queued when all of those
+succeeded; if one of them fails, is cancelled or orphaned, they are
+cancelled with the reason (and so is whatever comes after them). A given
+task that does not exist, or has already ended without succeeding, is an
+error and nothing is inserted.`,
 		Example: `  printf '{"commands":"ab"}\n{"commands":"a"}\n' | den task add demo
-  den task add resize --file tasks.jsonl --config /etc/disbatch/config.json`,
+  den task add resize --file tasks.jsonl --config /etc/disbatch/config.json
+  den task add report --after 6b02ffcf2e2e26d413036425,6b02ffcf2e2e26d413036426 < report.jsonl`,
 		Args: cobra.ExactArgs(1),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			file, _ := cmd.Flags().GetString("file")
@@ -82,12 +91,21 @@ summary is printed at the end. All lines are held in memory while checked.`,
 			if err != nil {
 				return err
 			}
+			opts, err := afterOptions(cmd, d)
+			if err != nil {
+				return err
+			}
 			progress := isTerminalWriter(cmd.ErrOrStderr()) && !wantJSON(cmd)
 			done := 0
+			var added []string
 			for start := 0; start < len(params); start += batch {
 				end := min(start+batch, len(params))
-				n, err := d.store.InsertTasks(cmd.Context(), q.ID, params[start:end], time.Now())
+				ids, err := d.store.InsertTasks(cmd.Context(), q.ID, params[start:end], time.Now(), opts)
+				n := len(ids)
 				done += n
+				for _, id := range ids {
+					added = append(added, id.Hex())
+				}
 				if err != nil {
 					if progress {
 						fmt.Fprintln(cmd.ErrOrStderr())
@@ -103,14 +121,22 @@ summary is printed at the end. All lines are held in memory while checked.`,
 				fmt.Fprintln(cmd.ErrOrStderr())
 			}
 			if wantJSON(cmd) {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"queue": q.ID.Hex(), "name": q.Name, "inserted": done})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"queue": q.ID.Hex(), "name": q.Name, "inserted": done, "ids": added})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "added %d tasks to queue %s (%s)\n", done, q.Name, q.ID.Hex())
+			if done == 1 {
+				fmt.Fprintf(cmd.OutOrStdout(), "added task %s to queue %s (%s)\n", added[0], q.Name, q.ID.Hex())
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "added %d tasks to queue %s (%s)\n", done, q.Name, q.ID.Hex())
+			}
+			if len(opts.Waiting) > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "waiting (status -4) for %d task(s) to succeed: %s\n", len(opts.Waiting), strings.Join(hexIDs(opts.Waiting), ", "))
+			}
 			return nil
 		}),
 	}
 	cmd.Flags().StringP("file", "f", "", "file of tasks, one JSON object of parameters per line (default stdin)")
 	cmd.Flags().Int("batch", 1000, "tasks per insert")
+	cmd.Flags().StringSlice("after", nil, "task ids the new tasks come after: they run once all of these succeeded, and are cancelled if one of them fails for good")
 	return cmd
 }
 
@@ -585,4 +611,48 @@ skips it and is required when stdin is not a terminal.`,
 // back: anything but queued, claimed and running.
 func retryable(status int) bool {
 	return status != queue.StatusQueued && status != queue.StatusClaimed && status != queue.StatusRunning
+}
+
+// afterOptions reads --after: the tasks must exist and may not have ended
+// without succeeding; those not yet succeeded are what the new tasks wait
+// for, and are marked so that their runners release the new tasks.
+func afterOptions(cmd *cobra.Command, d *database) (queue.InsertOptions, error) {
+	var opts queue.InsertOptions
+	refs, _ := cmd.Flags().GetStringSlice("after")
+	for _, ref := range refs {
+		id, err := parseTaskID(ref)
+		if err != nil {
+			return opts, usageError{fmt.Errorf("--after: %w", err)}
+		}
+		if !slices.Contains(opts.After, id) {
+			opts.After = append(opts.After, id)
+		}
+	}
+	if len(opts.After) == 0 {
+		return opts, nil
+	}
+	statuses, err := d.store.Statuses(cmd.Context(), opts.After)
+	if err != nil {
+		return opts, err
+	}
+	for _, id := range opts.After {
+		st, ok := statuses[id]
+		switch {
+		case !ok:
+			return opts, fmt.Errorf("--after: no task %s in database %s", id.Hex(), d.cfg.Database)
+		case queue.EndedBadly(st):
+			return opts, fmt.Errorf("--after: task %s already ended with status %d (%s), so a task after it could never run", id.Hex(), st, queue.StatusName(st))
+		case st != queue.StatusSucceeded:
+			opts.Waiting = append(opts.Waiting, id)
+		}
+	}
+	return opts, d.store.MarkDependents(cmd.Context(), opts.Waiting)
+}
+
+func hexIDs(ids []bson.ObjectID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.Hex()
+	}
+	return out
 }

@@ -297,3 +297,54 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// den task add --after inserts tasks that wait (status -4) for the tasks
+// not yet succeeded, marks those, and refuses tasks that do not exist or
+// ended without succeeding, inserting nothing.
+func TestTaskAddAfter(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{})
+	pending, ok, failed := ids[0], ids[1], ids[2]
+	setTask(t, db, ok, bson.D{{Key: "status", Value: 1}})
+	setTask(t, db, failed, bson.D{{Key: "status", Value: 2}})
+	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -2}}}})
+
+	var out struct {
+		IDs []string `json:"ids"`
+	}
+	denDB(t, db, "{}\n{}\n", "task", "add", "q", "--after", pending.Hex()+","+ok.Hex(), "--json").must(t, ExitOK).decode(t, &out)
+	if len(out.IDs) != 2 {
+		t.Fatalf("ids %v", out.IDs)
+	}
+	for _, hex := range out.IDs {
+		id, _ := bson.ObjectIDFromHex(hex)
+		raw := dentest.Task(t, db, id)
+		w, _ := raw.Lookup("waiting").Array().Values()
+		if st, _ := raw.Lookup("status").AsInt64OK(); st != -4 || len(w) != 1 || w[0].ObjectID() != pending {
+			t.Fatalf("task after a pending and a succeeded one: %s", raw)
+		}
+	}
+	if has, _ := dentest.Task(t, db, pending).Lookup("has_dependents").BooleanOK(); !has {
+		t.Error("the pending task is not marked as having dependents")
+	}
+	// After only succeeded tasks: queued at once.
+	denDB(t, db, "{}\n", "task", "add", "q", "--after", ok.Hex(), "--json").must(t, ExitOK).decode(t, &out)
+	id, _ := bson.ObjectIDFromHex(out.IDs[0])
+	if st, _ := dentest.Task(t, db, id).Lookup("status").AsInt64OK(); st != -2 {
+		t.Fatalf("task after a succeeded one has status %d", st)
+	}
+	before := dentest.CountTasks(t, db, bson.D{})
+	for _, after := range []string{failed.Hex(), bson.NewObjectID().Hex()} {
+		r := denDB(t, db, "{}\n", "task", "add", "q", "--after", after).must(t, ExitError)
+		if !strings.Contains(r.stderr, after) {
+			t.Errorf("--after %s said %q", after, r.stderr)
+		}
+	}
+	denDB(t, db, "{}\n", "task", "add", "q", "--after", "nope").must(t, ExitUsage)
+	if n := dentest.CountTasks(t, db, bson.D{}); n != before {
+		t.Errorf("%d tasks after refused adds, want %d", n, before)
+	}
+	denDB(t, db, "", "counts", "check").must(t, ExitOK)
+}

@@ -522,6 +522,7 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 			return t.store.DecrementTodo(ctx, t.task.Queue)
 		})
 	}
+	t.releaseDependents(storeCtx, status)
 	t.log.Info("task finished", zap.Int("status", status), zap.String("outcome", queue.StatusName(status)),
 		zap.Duration("took", time.Since(t.started)), zap.Bool("gridfs", isFileID(result.Stdout)), zap.Bool("timed_out", t.timedOut))
 	return nil
@@ -545,6 +546,38 @@ func (t *run) report(status int, retry bool) {
 	}
 	stdout, stderr := t.out.written()
 	t.Report(Report{Status: status, Retry: retry, Stdout: stdout, Stderr: stderr})
+}
+
+// releaseDependents moves on the tasks that come after this one, when it
+// has any (has_dependents): queued when this one succeeded and they wait
+// for nothing else, cancelled (transitively) when it ended any other way.
+// The nodes' periodic sweep does the same for whatever this misses.
+func (t *run) releaseDependents(ctx context.Context, status int) {
+	if t.task == nil {
+		return
+	}
+	if has, _ := t.task.Raw.Lookup(queue.FieldHasDependents).BooleanOK(); !has {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var err error
+	switch {
+	case status == queue.StatusSucceeded:
+		var n int64
+		if n, err = t.store.Succeeded(ctx, []bson.ObjectID{t.taskID}, t.now()); err == nil && n > 0 {
+			t.log.Info("queued the tasks that came after this one", zap.Int64("count", n))
+		}
+	case queue.EndedBadly(status):
+		var ids []bson.ObjectID
+		why := fmt.Sprintf("task %s, which it comes after, ended with status %d (%s)", t.taskID.Hex(), status, queue.StatusName(status))
+		if ids, err = t.store.CancelDependents(ctx, []bson.ObjectID{t.taskID}, why, t.now()); err == nil && len(ids) > 0 {
+			t.log.Info("cancelled the tasks that came after this one", zap.Int("count", len(ids)))
+		}
+	}
+	if err != nil {
+		t.log.Warn("could not move on the tasks that come after this one; the nodes' sweep will", zap.Error(err))
+	}
 }
 
 // retry puts the task back in its queue with this run in its history. The
