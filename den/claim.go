@@ -181,6 +181,7 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 			return false, nil
 		}
 		n.own.claimed(c.ID, q.ID)
+		n.metrics.Claims.WithLabelValues(q.Name).Inc()
 		more := took(q.ID)
 		if n.free(q, own) <= 0 {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })

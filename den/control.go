@@ -40,6 +40,7 @@ func (n *Node) cancel(ctx context.Context, mine []queue.Task, queues map[bson.Ob
 			if ok, err := n.store.CancelUnstarted(ctx, task.ID, n.cfg.Name, now); err != nil {
 				return err
 			} else if ok {
+				n.metrics.Cancellations.WithLabelValues("claimed").Inc()
 				n.log.Info("cancelled a claimed task before its runner started it", zap.String("task_id", task.ID.Hex()))
 			}
 			continue
@@ -82,6 +83,7 @@ func (n *Node) stopRunner(ctx context.Context, task queue.Task, q *queue.Queue, 
 		n.cancelling[r.Token] = deadline
 		n.cancelMu.Unlock()
 		if isRunnerOf(r, id) {
+			n.metrics.Cancellations.WithLabelValues("running").Inc()
 			log.Info("task cancelled: stopping its runner (SIGTERM to its process group)", zap.Duration("grace", grace))
 			syscall.Kill(-r.PID, syscall.SIGTERM)
 		}
@@ -200,11 +202,11 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
 				continue
 			}
-			n.rescueWith(ctx, task, queueOf(task, queues), queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
 		case n.onThisHost(*r) && !alive(*r):
-			n.rescueWith(ctx, task, queueOf(task, queues), queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
 		case !n.onThisHost(*r) && now.Sub(r.LastSign()) > n.cfg.DeadNodeAfter:
-			n.rescueWith(ctx, task, queueOf(task, queues), queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
 		}
 	}
 	return nil
@@ -215,7 +217,7 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 // (-6).
 func (n *Node) rescueStaleClaims(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
 	for _, task := range queue.StaleClaims(mine, now.Add(-n.cfg.OrphanAge)) {
-		n.rescueWith(ctx, task, queueOf(task, queues), queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge)})
+		n.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge)})
 	}
 	return nil
 }
@@ -267,7 +269,7 @@ func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]que
 			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
 				continue // give a node that has just started time to write its document
 			}
-			counts[n.rescueWith(ctx, task, queueOf(task, queues), queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})]++
+			counts[n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})]++
 		}
 		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
 			n.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
@@ -277,14 +279,21 @@ func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]que
 	return nil
 }
 
-// rescue rescues one task, reading its queue's settings.
+// Why a task was rescued, for den_rescues_total.
+const (
+	rescueDeadRunner = "dead_runner"
+	rescueDeadNode   = "dead_node"
+	rescueStaleClaim = "stale_claim"
+)
+
+// rescue rescues one task whose runner died, reading its queue's settings.
 func (n *Node) rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
 	q, err := n.store.QueueDoc(ctx, task.Queue)
 	if err != nil {
 		n.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
 		return 0
 	}
-	return n.rescueWith(ctx, task, q, why)
+	return n.rescueWith(ctx, task, q, rescueDeadRunner, why)
 }
 
 // queueOf returns a task's queue from the queues read this pass, or nil.
@@ -303,7 +312,7 @@ func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue
 // killed with its group, then whatever the run left is stopped (see
 // leftovers.go), so that a retry never overlaps it. The count goes into
 // the task's history (leftover_processes).
-func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, why queue.Outcome) int {
+func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) int {
 	reason := why.Reason
 	id := task.ID
 	leftovers := 0
@@ -315,6 +324,9 @@ func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, 
 		}
 	}
 	st, err := n.store.Rescue(ctx, task, q, why, leftovers, n.now())
+	if err == nil && st != 0 {
+		n.metrics.Rescues.WithLabelValues(kind).Inc()
+	}
 	switch {
 	case err != nil:
 		n.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))

@@ -10,7 +10,15 @@
 // ignorequeues), notice.go (logging a condition once when it starts and once
 // when it clears).
 //
+// A node counts what it does in its metrics (package metrics), says of
+// itself in its node document (version, pid, start time, the host's
+// resources) and, with Config.HTTP, serves /metrics, /healthz and /readyz
+// (package httpserve) for as long as Run runs. Ready is what /readyz
+// answers: it is read from the loop's own results, never from a command of
+// its own.
+//
 // Subpackages: cli (the den command line), runner (the task runner), config (configuration files),
 // devdb (the embedded development database), dentest (the test harness),
-// backoff (retries).
+// backoff (retries), metrics (Prometheus collectors), httpserve (the HTTP
+// endpoint).
 package den

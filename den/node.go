@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,8 +16,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
+	"github.com/shirou/gopsutil/v4/process"
+
+	"github.com/den-project/den/den/httpserve"
 	"github.com/den-project/den/den/internal/backoff"
 	"github.com/den-project/den/den/internal/relay"
+	"github.com/den-project/den/den/internal/resources"
+	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
@@ -91,6 +98,23 @@ type Config struct {
 	// free slot takes them at once. Default: a change stream on tasks,
 	// where the server has them (see arrivals.go); polling otherwise.
 	Arrivals ArrivalSource
+	// Metrics are the node's Prometheus collectors; the caller makes them
+	// on a registry of its own and may set their CommandMonitor on the
+	// client of db. Default: collectors on a registry of their own, which
+	// only HTTP serves.
+	Metrics *metrics.Metrics
+	// HTTP, when set, is the listener of the node's HTTP endpoint
+	// (/metrics, /healthz, /readyz and HTTPMounts; see package httpserve),
+	// served from the start of Run until it returns, and closed then.
+	// Default: no endpoint.
+	HTTP       net.Listener
+	HTTPMounts []httpserve.Mount
+	// Version is den's version, written to the node document. Default: the
+	// version of den's module in this binary's build information.
+	Version string
+	// ResourcesEvery is the least time between two samples of the host's
+	// resources for the node document. Default 5s.
+	ResourcesEvery time.Duration
 	// BeforeHandOver, when set, is called after each claim and before the
 	// task's runner starts. It exists so tests can stop a node in exactly
 	// that window; production leaves it nil.
@@ -157,6 +181,25 @@ type Node struct {
 	// that two rescue passes do not do it at once.
 	stopMu   sync.Mutex
 	stopping map[bson.ObjectID]bool
+
+	metrics *metrics.Metrics
+	// host samples the host's resources for the node document; pid and
+	// started describe this process.
+	host    *resources.Sampler
+	pid     int
+	started time.Time
+	// running is true from the end of start (MongoDB answered) until Run
+	// returns; lastPassOK is when a full pass last succeeded (UnixNano);
+	// outage is the error of the pass that started an outage, nil while
+	// there is none. They make Ready.
+	running    atomic.Bool
+	lastPassOK atomic.Int64
+	outage     atomic.Pointer[string]
+	// queueNames maps the queues of the last full pass to their names,
+	// and queueTodo their names to their count_todo, for metrics read
+	// outside the loop.
+	queueNames atomic.Pointer[map[bson.ObjectID]string]
+	queueTodo  atomic.Pointer[map[string]int64]
 }
 
 // New returns a node working on db. now may be nil (time.Now).
@@ -223,7 +266,23 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if !cfg.Runner.Direct {
 		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
 	}
-	return &Node{
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New(nil)
+	}
+	if cfg.Version == "" {
+		cfg.Version = moduleVersion()
+	}
+	pid, started := os.Getpid(), now()
+	if p, err := process.NewProcess(int32(pid)); err == nil {
+		if ms, err := p.CreateTime(); err == nil {
+			started = time.UnixMilli(ms)
+		}
+	}
+	n := &Node{
+		metrics:    cfg.Metrics,
+		host:       &resources.Sampler{Every: cfg.ResourcesEvery},
+		pid:        pid,
+		started:    started,
 		relay:      rel,
 		cgroup:     cgroup,
 		stopping:   map[bson.ObjectID]bool{},
@@ -237,8 +296,30 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
 		own:        newOwnTasks(),
-	}, nil
+	}
+	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
+	return n, nil
 }
+
+// moduleVersion is the version of den's module in this binary's build
+// information ("(devel)" for a build from a work tree).
+func moduleVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == denModule {
+			return dep.Version
+		}
+	}
+	if info.Main.Path == denModule && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(unknown)"
+}
+
+const denModule = "github.com/den-project/den"
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
@@ -253,6 +334,24 @@ func (n *Node) Run(ctx context.Context) error {
 		// Runners still running switch to their own connections.
 		defer n.relay.Close()
 	}
+	if n.cfg.HTTP != nil {
+		// Served from the start, so that /healthz answers and /readyz says
+		// why not while the node waits for MongoDB.
+		hctx, stopHTTP := context.WithCancel(ctx)
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			err := httpserve.Serve(hctx, n.cfg.HTTP, httpserve.Config{
+				Gatherer: n.metrics.Registry(), Ready: n.Ready, Mounts: n.cfg.HTTPMounts,
+				Log: n.log.With(zap.String("component", "http")),
+			})
+			if err != nil {
+				n.log.Error("HTTP endpoint stopped; the node goes on without it", zap.Error(err))
+			}
+		}()
+		defer func() { stopHTTP(); <-served }()
+	}
+	defer n.running.Store(false)
 	n.log.Info("node starting", zap.Strings("plugins", n.plugins.Names()), zap.String("database", n.cfg.Database))
 	if err := n.start(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -260,6 +359,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	n.running.Store(true)
 	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
 	n.lastBeat.Store(n.now().UnixNano())
 	stopAlive := n.keepAlive(ctx)
@@ -370,8 +470,78 @@ func (n *Node) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	running := n.runners.Load()
-	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.nodeQueues, n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := n.store.HeartbeatSelf(ctx, n.cfg.Name, n.nodeQueues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
+}
+
+// self is what the node writes of itself with its heartbeat: version, pid,
+// start time and the host's resources (sampled at most every
+// ResourcesEvery; a part gopsutil cannot read is left zero, logged once).
+func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
+	res, err := n.host.Sample(ctx, now)
+	if err != nil {
+		if n.notes.set("resources", err.Error()) {
+			n.log.Warn("cannot read all of the host's resources for the node document; writing what it could", zap.Error(err))
+		}
+	} else if n.notes.clear("resources") {
+		n.log.Info("host resources readable again")
+	}
+	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res}
+}
+
+// Ready reports whether the node is ready, for /readyz: nil when it is
+// running, MongoDB answered its last pass, and a full pass succeeded
+// within the last 3 intervals (at least 3 seconds); else an error saying
+// why not, on one line. It costs no database command: a node that works
+// touches the database every interval anyway.
+func (n *Node) Ready() error {
+	if !n.running.Load() {
+		return errors.New("not running: starting (waiting for MongoDB), or stopped")
+	}
+	if msg := n.outage.Load(); msg != nil {
+		return fmt.Errorf("MongoDB unreachable or failing: %s", *msg)
+	}
+	within := max(3*n.cfg.Interval, 3*time.Second)
+	last := n.lastPassOK.Load()
+	if last == 0 {
+		return errors.New("no loop pass has succeeded yet")
+	}
+	if age := n.now().Sub(time.Unix(0, last)); age > within {
+		return fmt.Errorf("last successful loop pass was %s ago (more than %s): passes are slow or stuck", age.Round(time.Millisecond), within)
+	}
+	return nil
+}
+
+// todoByQueue is each queue's count_todo as the last full pass read it, by
+// queue name, for den_queue_todo.
+func (n *Node) todoByQueue() map[string]int64 {
+	if p := n.queueTodo.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// runningByQueue is what the node holds (claimed and running tasks), by
+// queue name, for den_tasks_running. Every queue of the last full pass is
+// listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
+func (n *Node) runningByQueue() map[string]int {
+	counts, _ := n.own.counts()
+	out := map[string]int{}
+	var names map[bson.ObjectID]string
+	if p := n.queueNames.Load(); p != nil {
+		names = *p
+	}
+	for _, name := range names {
+		out[name] += 0
+	}
+	for id, c := range counts {
+		name, ok := names[id]
+		if !ok {
+			name = id.Hex()
+		}
+		out[name] += c
+	}
+	return out
 }

@@ -2,10 +2,12 @@ package den
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -102,13 +104,16 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		if relayCtl != nil {
 			relayCtl.Close()
 		}
+		n.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
 		return fmt.Errorf("start %s: %w", n.cfg.Runner.Path, err)
 	}
+	n.metrics.RunnerStarts.Inc()
 	pid := cmd.Process.Pid
 	if relayCtl != nil {
 		// Served until the runner exits (closing its end) or the node
 		// stops; then the runner connects directly.
-		if err := n.relay.ServeControl(relayCtl, n.log.With(zap.String("task_id", taskID.Hex()))); err != nil {
+		report := func(b []byte) { n.runnerReport(q.Name, b) }
+		if err := n.relay.ServeControlReports(relayCtl, n.log.With(zap.String("task_id", taskID.Hex())), report); err != nil {
 			n.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
 	}
@@ -150,6 +155,7 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if ok, err := n.store.Release(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok {
+		n.metrics.RunnerStartFailures.WithLabelValues("exited").Inc()
 		failures := n.startFailures.Add(1)
 		pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
 		n.pauseClaims(pause)
@@ -166,6 +172,24 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 	if r := task.Runner; r != nil && r.PID == pid {
 		n.rescue(ctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
 	}
+}
+
+// runnerReport counts what a runner of a task of queue q reported at its
+// end (runner.Report): its completion or retry, and its output bytes.
+func (n *Node) runnerReport(q string, b []byte) {
+	var r runner.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		n.log.Debug("a runner sent a report that is not one", zap.Error(err))
+		return
+	}
+	switch {
+	case r.Retry:
+		n.metrics.Retries.WithLabelValues(q).Inc()
+	case r.Status != 0:
+		n.metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status)).Inc()
+	}
+	n.metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
+	n.metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))
 }
 
 func (n *Node) wakeUp() {

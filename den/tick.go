@@ -34,6 +34,14 @@ func (n *Node) tick(ctx context.Context, full bool) {
 	if ctx.Err() != nil {
 		return
 	}
+	kind := "claim"
+	if full {
+		kind = "full"
+	}
+	n.metrics.PassSeconds.WithLabelValues(kind).Observe(n.now().Sub(started).Seconds())
+	if err != nil {
+		n.metrics.DBErrors.Inc()
+	}
 	if err != nil && pctx.Err() != nil {
 		// The pass ran out of time: slow, not necessarily unreachable.
 		if n.notes.set("slow", "") {
@@ -43,8 +51,8 @@ func (n *Node) tick(ctx context.Context, full bool) {
 		return
 	}
 	if !full {
-		if err != nil && n.notes.set("outage", "") {
-			n.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
+		if err != nil {
+			n.setOutage(err)
 		}
 		return // a short pass cannot tell that an outage or slowness is over
 	}
@@ -52,13 +60,25 @@ func (n *Node) tick(ctx context.Context, full bool) {
 		n.log.Info("passes finish in time again")
 	}
 	if err != nil {
-		if n.notes.set("outage", "") {
-			n.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
-		}
+		n.setOutage(err)
 		return
 	}
+	n.lastPassOK.Store(n.now().UnixNano())
+	n.outage.Store(nil)
+	n.metrics.Outage.Set(0)
 	if n.notes.clear("outage") {
 		n.log.Info("MongoDB reachable again")
+	}
+}
+
+// setOutage notes that a pass failed on err: MongoDB is unreachable or
+// failing until a full pass succeeds.
+func (n *Node) setOutage(err error) {
+	msg := err.Error()
+	n.outage.Store(&msg)
+	n.metrics.Outage.Set(1)
+	if n.notes.set("outage", "") {
+		n.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
 	}
 }
 
@@ -132,7 +152,17 @@ func (n *Node) pass(ctx context.Context) error {
 		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
 		entries = append(entries, queue.NewNodeQueue(q, max(others, 0)+own[q.ID]))
 	}
-	limit, problem, err := n.store.Heartbeat(ctx, n.cfg.Name, entries, now)
+	names := make(map[bson.ObjectID]string, len(queues))
+	todo := make(map[string]int64, len(queues))
+	for _, q := range queues {
+		names[q.ID] = q.Name
+		if q.CountTodo != nil {
+			todo[q.Name] += *q.CountTodo
+		}
+	}
+	n.queueNames.Store(&names)
+	n.queueTodo.Store(&todo)
+	limit, problem, err := n.store.HeartbeatSelf(ctx, n.cfg.Name, entries, n.self(ctx, now), now)
 	if err != nil {
 		return err
 	}
@@ -291,6 +321,7 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 	if c, err := n.store.CancelQueued(ctx, now); err != nil {
 		return err
 	} else if c > 0 {
+		n.metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
 		n.log.Info("cancelled queued tasks", zap.Int64("count", c))
 	}
 	if err := n.normalize(ctx, queues, now); err != nil {

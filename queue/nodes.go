@@ -49,20 +49,77 @@ func NewNodeQueue(q Queue, doing int) NodeQueue {
 // document's maxthreads: nil means no limit, 0 means run nothing.
 type NodeLimit = *int
 
+// NodeSelf is what a den node says of itself in its node document, beyond
+// the protocol's fields: all optional, written with the heartbeat's $set (no
+// command of their own), ignored by Perl nodes and by readers that do not
+// know them.
+type NodeSelf struct {
+	// Version is den's version.
+	Version string
+	// PID is the node process's pid; Started is when that process started.
+	PID     int
+	Started time.Time
+	// Resources is the host as last sampled; nil leaves the field as it is.
+	Resources *NodeResources
+}
+
+// NodeResources is the resources sub-document of a node document: the host
+// as the node last sampled it.
+type NodeResources struct {
+	CPUs int `bson:"cpus"`
+	// Load is the load average over 1, 5 and 15 minutes.
+	Load              []float64 `bson:"load"`
+	MemoryTotalMB     int64     `bson:"memory_total_mb"`
+	MemoryAvailableMB int64     `bson:"memory_available_mb"`
+	// DiskPath is where the node's tasks work and spool (the node's working
+	// directory), and DiskFreeMB the space free there for unprivileged use.
+	DiskPath   string    `bson:"disk_path"`
+	DiskFreeMB int64     `bson:"disk_free_mb"`
+	At         time.Time `bson:"at"`
+}
+
+// fields returns the $set fields of self: only those it has.
+func (self *NodeSelf) fields() bson.D {
+	if self == nil {
+		return nil
+	}
+	var d bson.D
+	if self.Version != "" {
+		d = append(d, bson.E{Key: "version", Value: self.Version})
+	}
+	if self.PID > 0 {
+		d = append(d, bson.E{Key: "pid", Value: self.PID})
+	}
+	if !self.Started.IsZero() {
+		d = append(d, bson.E{Key: "started", Value: self.Started})
+	}
+	if self.Resources != nil {
+		d = append(d, bson.E{Key: "resources", Value: self.Resources})
+	}
+	return d
+}
+
 // Heartbeat upserts the node document: node, timestamp and queues. It never
 // writes maxthreads, which belongs to the operator, and returns the value the
 // operator set there. Problem is non-empty when that value is not a
 // non-negative whole number (it then counts as 0).
 func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, now time.Time) (limit NodeLimit, problem string, err error) {
+	return s.HeartbeatSelf(ctx, node, queues, nil, now)
+}
+
+// HeartbeatSelf is Heartbeat that also writes what the node says of itself
+// (self may be nil), in the same command.
+func (s *Store) HeartbeatSelf(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
 	if queues == nil {
 		queues = []NodeQueue{}
 	}
+	set := append(bson.D{
+		{Key: "timestamp", Value: now},
+		{Key: "queues", Value: queues},
+	}, self.fields()...)
 	doc, err := s.nodes.FindOneAndUpdate(ctx,
 		bson.D{{Key: "node", Value: node}},
-		bson.D{{Key: "$set", Value: bson.D{
-			{Key: "timestamp", Value: now},
-			{Key: "queues", Value: queues},
-		}}},
+		bson.D{{Key: "$set", Value: set}},
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
 	).Raw()
 	if err != nil {

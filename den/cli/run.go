@@ -3,18 +3,20 @@ package cli
 import (
 	"context"
 	"encoding/json"
-
 	"errors"
 	"fmt"
+	"net"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/command"
@@ -36,7 +38,7 @@ does not stop running tasks: their runners finish on their own.`,
 			if cfg.MongoURI == "" {
 				return errors.New("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			return runNode(ctx, cfg)
 		},
@@ -64,7 +66,19 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	policy.LogBoundary(log, sandbox.LandlockABI())
-	client, err := connect(cfg.MongoURI, "den")
+	// The node's collectors, on a registry of its own (never Prometheus's
+	// global one), watching the commands of the node's client.
+	m := metrics.New(prometheus.NewRegistry())
+	var httpLn net.Listener
+	if cfg.HTTPListen != "" {
+		// Bound before anything else, so that a taken port fails the start
+		// with a clear error instead of a node without its endpoint.
+		if httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
+			return fmt.Errorf("http.listen %s: %w", cfg.HTTPListen, err)
+		}
+		defer httpLn.Close() // Run closes it too; this covers an early return
+	}
+	client, err := connect(cfg.MongoURI, "den", m.CommandMonitor())
 	if err != nil {
 		return err
 	}
@@ -88,6 +102,9 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		DeadNodeAfter:  cfg.DeadNodeAfter,
 		Cgroups:        cfg.Cgroups,
 		PluginConfig:   cfg.PluginConfig(),
+		Metrics:        m,
+		HTTP:           httpLn,
+		Version:        version(),
 	}, client.Database(cfg.Database), plugins.Default(), log, nil)
 	if err != nil {
 		return err

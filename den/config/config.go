@@ -57,6 +57,10 @@ type Config struct {
 	// MaxOutput is the most bytes a task may write to each of stdout and
 	// stderr; a task or queue may lower it.
 	MaxOutput int64
+	// HTTPListen is the address of the node's HTTP endpoint (/metrics,
+	// /healthz, /readyz), such as 127.0.0.1:9187; empty (the default)
+	// means no endpoint.
+	HTTPListen string
 	// Command is the command plugin's policy (off by default).
 	Command CommandPolicy
 	// WebListen is the address den web serves on (default
@@ -133,6 +137,7 @@ var defaults = map[string]any{
 	"max_output":           int64(1 << 30),
 	"web.listen":           DefaultWebListen,
 	"web.token":            "",
+	"http.listen":          "",
 	"plugins":              map[string]any{}, // read from the file as written, not through viper (see pluginSections)
 	"disbatch_uri":         "",               // internal: the URI a Disbatch config.json gave
 }
@@ -157,12 +162,13 @@ func AddFlags(fs *pflag.FlagSet) {
 	fs.StringSlice("ignorequeues", nil, "serve all queues but these (ids or names)")
 	fs.String("log-level", "", "debug, info, warn or error")
 	fs.String("log-format", "", "auto (console on a terminal, else JSON), json or console")
+	fs.String("http-listen", "", "address of the HTTP endpoint for /metrics, /healthz, /readyz, such as 127.0.0.1:9187 (env DEN_HTTP_LISTEN; default none)")
 }
 
 var flagKeys = map[string]string{
 	"mongo-uri": "mongo.uri", "database": "mongo.database", "node": "node", "gfs": "gfs",
 	"interval": "interval", "activequeues": "activequeues", "ignorequeues": "ignorequeues",
-	"log-level": "log.level", "log-format": "log.format",
+	"log-level": "log.level", "log-format": "log.format", "http-listen": "http.listen",
 }
 
 // Load reads the configuration: defaults, then the file (path, or the
@@ -218,7 +224,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	// Keys read as text must be text (a number is taken as written): a
 	// list or a map there is a mistake, never a default.
-	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token"} {
+	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token", "http.listen"} {
 		switch x := v.Get(key).(type) {
 		case nil, string, int, int64, uint64, float64:
 		case bool:
@@ -273,6 +279,9 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	if c.WebToken != "" && len(c.WebToken) < MinWebTokenLength {
 		return fail("web.token is %d characters; use at least %d (e.g. the output of: openssl rand -hex 32), or none for a read-only page", len(c.WebToken), MinWebTokenLength)
 	}
+	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
+		return fail("%v", err)
+	}
 	c.RunnerRelay = runnerUser == nil
 	if x, ok := v.Get("runner.relay").(string); !ok || x != "" {
 		if c.RunnerRelay, err = boolean(v, "runner.relay"); err != nil {
@@ -319,6 +328,28 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		}
 	}
 	return c, nil
+}
+
+// listenAddress checks http.listen: empty (no endpoint) or host:port. A
+// host left out (":9187") listens on every interface, so it is refused:
+// the endpoint listens beyond localhost only when an address says so
+// (0.0.0.0:9187).
+func listenAddress(a string) (string, error) {
+	a = strings.TrimSpace(a)
+	if a == "" {
+		return "", nil
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return "", fmt.Errorf("http.listen %q must be host:port, such as 127.0.0.1:9187", a)
+	}
+	if host == "" {
+		return "", fmt.Errorf("http.listen %q has no host: write 127.0.0.1%s for this machine only, or 0.0.0.0%s to listen on every interface", a, a, a)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "", fmt.Errorf("http.listen %q: port %q must be a number from 0 to 65535", a, port)
+	}
+	return a, nil
 }
 
 // fileURI is the mongo URI the configuration file gave, if any.

@@ -298,3 +298,48 @@ func TestWebKeys(t *testing.T) {
 		t.Errorf("config print lists %d of the web keys, want 2", seen)
 	}
 }
+
+// http.listen: off by default; set by the file, DEN_HTTP_LISTEN or
+// --http-listen (highest wins), and explained by den config print; an
+// address without a host (every interface) or without a port is refused.
+func TestHTTPListen(t *testing.T) {
+	c, err := Load(write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\n"), nil)
+	if err != nil || c.HTTPListen != "" {
+		t.Fatalf("default http.listen %q (%v), want none", c.HTTPListen, err)
+	}
+	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nhttp:\n  listen: 127.0.0.1:9187\n")
+	if c, err = Load(file, nil); err != nil || c.HTTPListen != "127.0.0.1:9187" {
+		t.Fatalf("file: http.listen %q (%v)", c.HTTPListen, err)
+	}
+	t.Setenv("DEN_HTTP_LISTEN", "[::1]:9188")
+	if c, err = Load(file, nil); err != nil || c.HTTPListen != "[::1]:9188" {
+		t.Fatalf("environment: http.listen %q (%v)", c.HTTPListen, err)
+	}
+	fs := pflag.NewFlagSet("den", pflag.ContinueOnError)
+	AddFlags(fs)
+	if err := fs.Parse([]string{"--http-listen", "0.0.0.0:9189"}); err != nil {
+		t.Fatal(err)
+	}
+	settings, c, err := Explain(file, fs)
+	if err != nil || c.HTTPListen != "0.0.0.0:9189" {
+		t.Fatalf("flag: http.listen %q (%v)", c.HTTPListen, err)
+	}
+	for _, s := range settings {
+		if s.Key == "http.listen" && (s.Value != "0.0.0.0:9189" || s.Source != "flag --http-listen") {
+			t.Errorf("config print: http.listen %v from %q", s.Value, s.Source)
+		}
+	}
+	for body, want := range map[string]string{
+		"http:\n  listen: :9187\n":          "has no host",
+		"http:\n  listen: localhost\n":      "must be host:port",
+		"http:\n  listen: 127.0.0.1:http\n": "must be a number",
+		"http:\n  listen: [a, b]\n":         "http.listen must be a single value",
+	} {
+		t.Setenv("DEN_HTTP_LISTEN", "")
+		os.Unsetenv("DEN_HTTP_LISTEN")
+		_, err := Load(write(t, "den.yaml", body), nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one saying %q", body, err, want)
+		}
+	}
+}

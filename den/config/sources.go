@@ -108,6 +108,7 @@ func effective(c Config) map[string]any {
 		"max_output":           c.MaxOutput,
 		"web.listen":           c.WebListen,
 		"web.token":            redactToken(c.WebToken),
+		"http.listen":          c.HTTPListen,
 		"plugins":              pluginValues(c.Plugins),
 	}
 }

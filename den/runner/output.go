@@ -153,6 +153,14 @@ func (s *sink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// written returns how many bytes the plugin wrote to stdout and stderr, up
+// to max_output each.
+func (o *outputs) written() (stdout, stderr int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.stdout.written, o.stderr.written
+}
+
 // writeLocked stores p, in memory or in GridFS; o.mu must be held.
 func (s *sink) writeLocked(p []byte) (int, error) {
 	o := s.o

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/den-project/den/den/internal/backoff"
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -41,6 +43,9 @@ type Runner struct {
 	// Retry is the backoff of final writes, which are retried until they
 	// land.
 	Retry backoff.Policy
+	// Report, when set, is told how the run ended once its outcome is
+	// stored (for the node's metrics; it costs no database command).
+	Report func(Report)
 	// LiveRequests delivers the node's requests for live output (SIGUSR1,
 	// sent while a reader wants the task's output as it is written; see
 	// queue/live.go). Each one asks for live output for the next LiveFor.
@@ -58,12 +63,21 @@ type Runner struct {
 // the plugin; the result is still stored. sup is the worker's link to its
 // supervisor.
 func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal) error {
-	client, disconnect, err := connect(spec, relayCtl, log)
+	client, disconnect, report, err := connect(spec, relayCtl, log)
 	if err != nil {
 		return err
 	}
 	defer disconnect(ctx)
-	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live}
+	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
+		Report: func(rep Report) {
+			b, err := json.Marshal(rep)
+			if err == nil {
+				err = report(b)
+			}
+			if err != nil && !errors.Is(err, relay.ErrNodeGone) {
+				log.Debug("could not tell the node how the task ended", zap.Error(err))
+			}
+		}}
 	return r.Run(ctx)
 }
 
@@ -523,8 +537,10 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	})
 	if !recorded {
 		t.keepOrphanedOutput(storeCtx, result)
+		t.report(0, false)
 		return nil
 	}
+	t.report(status, false)
 	if status > 0 && t.task != nil {
 		t.retryForever(storeCtx, "decrement count_todo", func(ctx context.Context) error {
 			return t.store.DecrementTodo(ctx, t.task.Queue)
@@ -534,6 +550,26 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	t.log.Info("task finished", zap.Int("status", status), zap.String("outcome", queue.StatusName(status)),
 		zap.Duration("took", time.Since(t.started)), zap.Bool("gridfs", isFileID(result.Stdout)), zap.Bool("timed_out", t.timedOut))
 	return nil
+}
+
+// Report is what a runner tells its node, over the relay's control
+// channel, once its task's outcome is stored: the status recorded (0 when
+// the task had changed under the run and nothing was recorded), whether it
+// was put back for a retry, and the bytes the task wrote to stdout and
+// stderr (up to max_output each).
+type Report struct {
+	Status int   `json:"status"`
+	Retry  bool  `json:"retry,omitempty"`
+	Stdout int64 `json:"stdout"`
+	Stderr int64 `json:"stderr"`
+}
+
+func (t *run) report(status int, retry bool) {
+	if t.Report == nil {
+		return
+	}
+	stdout, stderr := t.out.written()
+	t.Report(Report{Status: status, Retry: retry, Stdout: stdout, Stderr: stderr})
 }
 
 // releaseDependents moves on the tasks that come after this one, when it
@@ -601,8 +637,10 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 	})
 	if !requeued {
 		t.log.Warn("task changed while it ran; not retrying it (its output is in GridFS under metadata.task_id)")
+		t.report(0, false)
 		return nil
 	}
+	t.report(status, true)
 	t.log.Info("task failed; retrying later", zap.Int("status", status), zap.Int("attempt", entry.Attempt),
 		zap.Int("max_retries", t.opts.MaxRetries), zap.Time("start_after", at), zap.Bool("timed_out", t.timedOut))
 	return nil

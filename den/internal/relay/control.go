@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -18,7 +19,19 @@ import (
 // it and carries, in SCM_RIGHTS, one end of a fresh connected socketpair
 // whose other end the node serves as a relay connection. Nothing listens
 // anywhere, so no other process can reach the relay.
+//
+// A runner may also send a report: reportMagic followed by up to
+// MaxReport bytes the relay does not read, handed to the report function
+// given to ServeControlReports, and not answered. A node learns so, at no
+// database cost, what a runner wants it to know (how its task ended).
 const requestLen = 8
+
+// reportMagic starts a report on the control channel; a request is never
+// longer than requestLen, so a longer message is never taken for one.
+const reportMagic = "denreprt"
+
+// MaxReport is the largest report a runner may send.
+const MaxReport = 4096
 
 // ControlPair returns a new control channel: the node's end and the end a
 // runner inherits. Both are close-on-exec; exec.Cmd's ExtraFiles hands the
@@ -36,6 +49,13 @@ func ControlPair() (node, runner *os.File, err error) {
 // exited) or the relay is closed: each request gets a new relay
 // connection. The runner's sessions end with it. ServeControl owns ctl.
 func (r *Relay) ServeControl(ctl *os.File, log *zap.Logger) error {
+	return r.ServeControlReports(ctl, log, nil)
+}
+
+// ServeControlReports is ServeControl that also hands each report the
+// runner sends (Dialer.Report) to report, in the serving goroutine, one at
+// a time. report may be nil: reports are then dropped.
+func (r *Relay) ServeControlReports(ctl *os.File, log *zap.Logger, report func([]byte)) error {
 	c, err := net.FileConn(ctl)
 	ctl.Close()
 	if err != nil {
@@ -49,24 +69,30 @@ func (r *Relay) ServeControl(ctl *os.File, log *zap.Logger) error {
 	if log == nil {
 		log = r.log
 	}
-	if !r.goServe(func(ctx context.Context) { r.serveControl(ctx, uc, log) }) {
+	if !r.goServe(func(ctx context.Context) { r.serveControl(ctx, uc, log, report) }) {
 		uc.Close()
 		return errors.New("relay closed")
 	}
 	return nil
 }
 
-func (r *Relay) serveControl(ctx context.Context, uc *net.UnixConn, log *zap.Logger) {
+func (r *Relay) serveControl(ctx context.Context, uc *net.UnixConn, log *zap.Logger, report func([]byte)) {
 	peer := r.NewPeer(log)
 	defer peer.Close()
 	defer uc.Close()
 	stop := context.AfterFunc(ctx, func() { uc.Close() })
 	defer stop()
-	buf := make([]byte, 64)
+	buf := make([]byte, len(reportMagic)+MaxReport+1)
 	for {
 		n, _, _, _, err := uc.ReadMsgUnix(buf, nil)
 		if err != nil || n == 0 {
 			return // the runner exited, or the relay is closing
+		}
+		if n > requestLen && bytes.HasPrefix(buf[:n], []byte(reportMagic)) {
+			if report != nil && n <= len(reportMagic)+MaxReport {
+				report(bytes.Clone(buf[len(reportMagic):n]))
+			}
+			continue
 		}
 		if n != requestLen {
 			log.Warn("relay: malformed request on a runner's control socket; closing it", zap.Int("bytes", n))

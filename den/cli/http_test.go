@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/dentest"
+)
+
+// den run --http-listen serves /metrics, /healthz and /readyz for the
+// node it runs, counts the commands of the node's client, writes the
+// node's version to its document, and frees the port when it stops; a
+// port in use stops the start with exit 1 and says which setting.
+func TestRunServesHTTP(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := denDB(t, db, "", "run", "--node", "clinode", "--http-listen", taken.Addr().String())
+	r.must(t, ExitError)
+	if !strings.Contains(r.stderr, "http.listen "+taken.Addr().String()) || !strings.Contains(r.stderr, "address already in use") {
+		t.Errorf("stderr %q does not name http.listen and the taken port", r.stderr)
+	}
+	addr := taken.Addr().String()
+	taken.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exited := make(chan int, 1)
+	go func() {
+		var out, errOut strings.Builder
+		exited <- run(ctx, []string{"run", "--mongo-uri", dentest.URI(), "--database", db.Name(), "--node", "clinode", "--http-listen", addr}, strings.NewReader(""), &out, &errOut)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	dentest.Eventually(t, 2*time.Minute, "/readyz 200", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d", code)
+	}
+	code, body := get("/metrics")
+	if code != http.StatusOK || !strings.Contains(body, `den_mongodb_commands_total{command="findAndModify"}`) || !strings.Contains(body, "den_ready 1") {
+		t.Errorf("/metrics %d without the node client's commands or den_ready 1:\n%s", code, body)
+	}
+	raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "clinode"}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := raw.Lookup("version").StringValueOK(); v != version() {
+		t.Errorf("node document version %q, want %q", v, version())
+	}
+	cancel()
+	select {
+	case code := <-exited:
+		if code != ExitOK {
+			t.Errorf("den run exited %d after its context ended, want 0", code)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("den run did not stop")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("port still taken after den run stopped: %v", err)
+	}
+	ln.Close()
+}

@@ -1,0 +1,186 @@
+package metrics
+
+import (
+	"context"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.mongodb.org/mongo-driver/v2/event"
+)
+
+// Metrics are one node's collectors. The zero value is not usable; call
+// New.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	// Claims counts tasks this node claimed, by queue name.
+	Claims *prometheus.CounterVec
+	// Completions counts tasks whose runner (started by this node process)
+	// recorded a final status, by queue name and status (1, 2, -5, ...).
+	Completions *prometheus.CounterVec
+	// Retries counts failed attempts put back for a retry, by queue name.
+	Retries *prometheus.CounterVec
+	// Cancellations counts cancellations this node carried out, by stage:
+	// queued (recorded -5 by the sweep), claimed (-5 before a runner
+	// started), running (the runner was sent SIGTERM).
+	Cancellations *prometheus.CounterVec
+	// Rescues counts tasks this node rescued (retried or orphaned), by
+	// reason: dead_runner, dead_node, stale_claim.
+	Rescues *prometheus.CounterVec
+	// PassSeconds is the duration of loop passes, by kind: full (reads,
+	// heartbeat, claims) or claim (a slot freed: claims only).
+	PassSeconds *prometheus.HistogramVec
+	// DBErrors counts loop passes that failed on a database error.
+	DBErrors prometheus.Counter
+	// Outage is 1 while the node takes MongoDB for unreachable or failing
+	// (from a failed pass until a full pass succeeds), else 0.
+	Outage prometheus.Gauge
+	// Commands counts MongoDB commands the node's client started, by
+	// command name; CommandFailures those that failed.
+	Commands        *prometheus.CounterVec
+	CommandFailures *prometheus.CounterVec
+	// RunnerStarts counts runner processes started; RunnerStartFailures
+	// those that could not be started (exec) or exited before starting
+	// their task (exited), by reason.
+	RunnerStarts        prometheus.Counter
+	RunnerStartFailures *prometheus.CounterVec
+	// OutputBytes counts bytes tasks wrote, by queue name and stream
+	// (stdout, stderr), as their runners report them at the end.
+	OutputBytes *prometheus.CounterVec
+
+	funcsMu sync.Mutex
+	running func() map[string]int
+	todo    func() map[string]int64
+	ready   func() error
+}
+
+// New returns a node's collectors, registered on reg with the Go runtime
+// and process collectors. reg nil means a registry of its own.
+func New(reg *prometheus.Registry) *Metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		reg: reg,
+		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_claims_total", Help: "Tasks this node claimed, by queue.",
+		}, []string{"queue"}),
+		Completions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_task_completions_total", Help: "Tasks this node's runners finished, by queue and recorded status (1 succeeded, 2 failed, -5 cancelled, ...).",
+		}, []string{"queue", "status"}),
+		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_task_retries_total", Help: "Failed attempts this node's runners put back for a retry, by queue.",
+		}, []string{"queue"}),
+		Cancellations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_cancellations_total", Help: "Cancellations this node carried out, by stage (queued, claimed, running).",
+		}, []string{"stage"}),
+		Rescues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_rescues_total", Help: "Tasks this node rescued (retried or orphaned), by reason (dead_runner, dead_node, stale_claim).",
+		}, []string{"reason"}),
+		PassSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "den_loop_pass_duration_seconds", Help: "Duration of the node loop's passes, by kind (full, claim).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"kind"}),
+		DBErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "den_database_errors_total", Help: "Loop passes that failed on a MongoDB error.",
+		}),
+		Outage: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "den_database_outage", Help: "1 while the node takes MongoDB for unreachable or failing, else 0.",
+		}),
+		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_mongodb_commands_total", Help: "MongoDB commands the node's client started (its own and those it relays for its runners), by command.",
+		}, []string{"command"}),
+		CommandFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_mongodb_command_failures_total", Help: "MongoDB commands of the node's client that failed, by command.",
+		}, []string{"command"}),
+		RunnerStarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "den_runner_starts_total", Help: "Task runner processes this node started.",
+		}),
+		RunnerStartFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_runner_start_failures_total", Help: "Task runners that could not be started (exec) or exited before starting their task (exited).",
+		}, []string{"reason"}),
+		OutputBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_task_output_bytes_total", Help: "Bytes this node's tasks wrote, by queue and stream (stdout, stderr), as their runners report at the end.",
+		}, []string{"queue", "stream"}),
+	}
+	reg.MustRegister(
+		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
+		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerStartFailures, m.OutputBytes,
+		funcCollector{m},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Registry is the registry the collectors are on: what /metrics serves.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// SetState sets the functions the gauges read at each scrape:
+// den_tasks_running (running: the tasks the node holds, claimed or
+// running under its name, by queue name), den_queue_todo (todo: each
+// queue's count_todo as the last pass read it) and den_ready (ready: nil
+// when ready). Nil functions report nothing.
+func (m *Metrics) SetState(running func() map[string]int, todo func() map[string]int64, ready func() error) {
+	m.funcsMu.Lock()
+	defer m.funcsMu.Unlock()
+	m.running, m.todo, m.ready = running, todo, ready
+}
+
+var (
+	runningDesc = prometheus.NewDesc("den_tasks_running",
+		"Tasks claimed or running under this node's name, by queue, as the node holds them.", []string{"queue"}, nil)
+	todoDesc = prometheus.NewDesc("den_queue_todo",
+		"Each queue's count_todo (queued tasks) as the node's last pass read it.", []string{"queue"}, nil)
+	readyDesc = prometheus.NewDesc("den_ready",
+		"1 when the node is ready (as /readyz answers 200), else 0.", nil, nil)
+)
+
+// funcCollector reports the gauges that read the node's state at scrape
+// time.
+type funcCollector struct{ m *Metrics }
+
+func (c funcCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- runningDesc
+	ch <- todoDesc
+	ch <- readyDesc
+}
+
+func (c funcCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.funcsMu.Lock()
+	running, todo, ready := c.m.running, c.m.todo, c.m.ready
+	c.m.funcsMu.Unlock()
+	if running != nil {
+		for q, n := range running() {
+			ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(n), q)
+		}
+	}
+	if todo != nil {
+		for q, n := range todo() {
+			ch <- prometheus.MustNewConstMetric(todoDesc, prometheus.GaugeValue, float64(n), q)
+		}
+	}
+	if ready != nil {
+		v := 0.0
+		if ready() == nil {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, v)
+	}
+}
+
+// CommandMonitor returns a driver monitor counting the commands of the
+// client it is set on (options.Client().SetMonitor), for
+// den_mongodb_commands_total, by command name as the driver reports it
+// (find, findAndModify, update, ...).
+func (m *Metrics) CommandMonitor() *event.CommandMonitor {
+	return &event.CommandMonitor{
+		Started: func(_ context.Context, e *event.CommandStartedEvent) {
+			m.Commands.WithLabelValues(e.CommandName).Inc()
+		},
+		Failed: func(_ context.Context, e *event.CommandFailedEvent) {
+			m.CommandFailures.WithLabelValues(e.CommandName).Inc()
+		},
+	}
+}
