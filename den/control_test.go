@@ -370,3 +370,24 @@ func TestStoppedNodesBeatingRunnerIsLeftAlone(t *testing.T) {
 		t.Fatalf("rescues logged: %v, want one line for the silent runner's task", logged)
 	}
 }
+
+// A node with DrainOnStop (den dev, whose database stops with it) waits for
+// its runners when it stops: a short task finishes, a long one is stopped
+// and records that, before Run returns.
+func TestDrainOnStopWaitsForRunners(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+	ids := dentest.Tasks(t, db, qid, sleepTasks(1, 1500)[0], sleepTasks(1, 600000)[0])
+	node := startNode(t, db, "n", func(c *den.Config) { c.DrainOnStop = 3 * time.Second })
+	waitFor(t, db, ids[0], 0)
+	waitFor(t, db, ids[1], 0)
+	node.stop()
+	if st := status(t, db, ids[0]); st != 1 {
+		t.Errorf("short task: status %d when the node had stopped, want 1", st)
+	}
+	raw := dentest.Task(t, db, ids[1])
+	if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !strings.Contains(raw.Lookup("stderr").StringValue(), "stopped by a signal") {
+		t.Errorf("long task when the node had stopped: %s", raw)
+	}
+}

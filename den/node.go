@@ -72,6 +72,14 @@ type Config struct {
 	RecheckEvery time.Duration
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
+	// DrainOnStop, when positive, makes a stopping node wait up to that
+	// long for the runners it started to finish, then stop the rest
+	// (SIGTERM to their groups; each records its task as stopped) and wait
+	// for them, before Run returns. For a node whose database stops with it
+	// (den dev): its runners could not record anything after. Zero (den
+	// run): running tasks continue in their runners, as a restarted
+	// node's service expects.
+	DrainOnStop time.Duration
 	// MaxTermination is the default time between SIGTERM and SIGKILL when
 	// a task is stopped (cancelled or timed out), for tasks and queues that
 	// do not set max_termination_time. Default 10s.
@@ -167,8 +175,10 @@ type Node struct {
 	nodeQueues []queue.NodeQueue
 
 	// runners counts the runner processes this process started that are
-	// still running.
+	// still running; procs holds their pids.
 	runners atomic.Int64
+	procsMu sync.Mutex
+	procs   map[int]bool
 
 	// relay serves runners their MongoDB connections; nil when runners
 	// connect directly (Runner.Direct).
@@ -294,6 +304,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		wake:       make(chan struct{}, 1),
 		cancelling: map[bson.ObjectID]time.Time{},
 		liveAsked:  map[bson.ObjectID]time.Time{},
+		procs:      map[int]bool{},
 		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
 		own:        newOwnTasks(),
 	}
@@ -373,6 +384,9 @@ func (n *Node) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			if n.cfg.DrainOnStop > 0 {
+				n.drain(n.cfg.DrainOnStop)
+			}
 			n.shutdown()
 			return nil
 		case <-t.C:

@@ -118,6 +118,9 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		}
 	}
 	n.runners.Add(1)
+	n.procsMu.Lock()
+	n.procs[pid] = true
+	n.procsMu.Unlock()
 	n.log.Debug("task handed to a runner", zap.String("task_id", taskID.Hex()), zap.String("queue", q.Name), zap.Int("pid", pid))
 	go n.watch(cmd, taskID)
 	return nil
@@ -136,6 +139,9 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
+	n.procsMu.Lock()
+	delete(n.procs, pid)
+	n.procsMu.Unlock()
 	n.runners.Add(-1)
 	// Once the task is dealt with, its slot is free: claim at once.
 	defer n.wakeUp()
@@ -211,4 +217,44 @@ func (n *Node) claimsPaused() bool {
 	n.pauseMu.Lock()
 	defer n.pauseMu.Unlock()
 	return n.now().Before(n.pausedUntil)
+}
+
+// drain waits up to wait for the runners this process started to finish,
+// then sends SIGTERM to the groups of those still running and waits for
+// them to record their tasks (their grace, max_termination_time, plus
+// slack). See Config.DrainOnStop.
+func (n *Node) drain(wait time.Duration) {
+	left := func() []int {
+		n.procsMu.Lock()
+		defer n.procsMu.Unlock()
+		var pids []int
+		for pid := range n.procs {
+			pids = append(pids, pid)
+		}
+		return pids
+	}
+	until := func(d time.Duration) bool {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if len(left()) == 0 {
+				return true
+			}
+		}
+		return len(left()) == 0
+	}
+	pids := left()
+	if len(pids) == 0 {
+		return
+	}
+	n.log.Info("waiting for running tasks to finish before the database stops", zap.Int("runners", len(pids)), zap.Duration("at_most", wait))
+	if until(wait) {
+		return
+	}
+	pids = left()
+	n.log.Warn("stopping the tasks still running (SIGTERM to their runners)", zap.Int("runners", len(pids)))
+	for _, pid := range pids {
+		syscall.Kill(-pid, syscall.SIGTERM)
+	}
+	if !until(n.cfg.MaxTermination + 15*time.Second) {
+		n.log.Warn("task runners did not stop in time", zap.Int("runners", len(left())))
+	}
 }

@@ -26,7 +26,9 @@ func newDevCmd() *cobra.Command {
 print its mongodb:// URI, create a demo queue when there is no queue, and run
 a node on it until Ctrl-C. Insert tasks with mongosh or any driver. One
 process at a time serves a data directory: a second den dev (or den devdb)
-on the same --data says which process holds it and exits 1.`,
+on the same --data says which process holds it and exits 1. On Ctrl-C, den
+dev waits up to 10 seconds for running tasks to finish, stops the rest (they
+record that they were stopped), and then stops the database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load("", cmd.Flags())
@@ -52,7 +54,9 @@ on the same --data says which process holds it and exits 1.`,
 				return err
 			}
 			printDevBanner(srv.URI(), dir, cfg.Database, qid, created)
-			return runNode(ctx, cfg)
+			// The database stops with den dev: its runners get 10 seconds to
+			// finish, then are stopped and record that, before it does.
+			return runNode(ctx, cfg, devDrain)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "data", defaultDataDir(), "directory for the database files (kept between runs)")
@@ -60,6 +64,9 @@ on the same --data says which process holds it and exits 1.`,
 	config.AddFlags(cmd.Flags())
 	return cmd
 }
+
+// devDrain is how long den dev waits for running tasks when it stops.
+const devDrain = 10 * time.Second
 
 // ensureDemoQueue creates a queue "demo" for Disbatch::Plugin::Demo when
 // the database has no queue, and returns the id of the demo queue (zero if

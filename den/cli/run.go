@@ -40,7 +40,7 @@ does not stop running tasks: their runners finish on their own.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return runNode(ctx, cfg)
+			return runNode(ctx, cfg, 0)
 		},
 	}
 	config.AddFlags(cmd.Flags())
@@ -48,7 +48,10 @@ does not stop running tasks: their runners finish on their own.`,
 }
 
 // runNode connects to MongoDB and runs a node until ctx is done.
-func runNode(ctx context.Context, cfg config.Config) error {
+// runNode runs a node until ctx ends. drainOnStop is den.Config.DrainOnStop:
+// zero for den run (tasks continue in their runners), positive for den dev,
+// whose database stops with it.
+func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) error {
 	log, jsonLogs, err := newLogger(cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
@@ -105,6 +108,7 @@ func runNode(ctx context.Context, cfg config.Config) error {
 		Metrics:        m,
 		HTTP:           httpLn,
 		Version:        version(),
+		DrainOnStop:    drainOnStop,
 	}, client.Database(cfg.Database), plugins.Default(), log, nil)
 	if err != nil {
 		return err
