@@ -69,6 +69,9 @@ type Options struct {
 	// Timeouts counts the timed-out runs retried so far.
 	MaxTimeouts *int
 	Timeouts    int
+	// UsageInterval is how often a running task's usage is written; 0:
+	// only at its end.
+	UsageInterval time.Duration
 	// EndBefore is the task's deadline; zero: none.
 	EndBefore time.Time
 }
@@ -97,6 +100,10 @@ func (t Task) Options(q *Queue) Options {
 	}
 	o := Options{RetryDelay: 10 * time.Second, Attempts: t.Attempts, Timeouts: t.Timeouts, EndBefore: t.EndBefore,
 		MaxTimeouts: pick(t.Control.MaxTimeouts, qc.MaxTimeouts)}
+	o.UsageInterval = DefaultUsageInterval
+	if d := pick(t.Control.UsageInterval, qc.UsageInterval); d != nil {
+		o.UsageInterval = *d
+	}
 	if d := pick(t.Control.Timeout, qc.Timeout); d != nil {
 		o.Timeout = *d
 	}
@@ -149,6 +156,9 @@ type HistoryEntry struct {
 	Ended     time.Time `bson:"ended"`
 	Stdout    any       `bson:"stdout"`
 	Stderr    any       `bson:"stderr"`
+	// Usage is what the run used (see Usage); nil when unknown (a run
+	// whose runner died before it wrote any).
+	Usage *Usage `bson:"usage,omitempty"`
 }
 
 // requeue is the update that puts a task back in its queue for another
@@ -158,13 +168,18 @@ func requeue(entry HistoryEntry, startAfter, now time.Time) bson.D {
 	if entry.TimedOut {
 		inc = append(inc, bson.E{Key: FieldTimeouts, Value: 1})
 	}
+	set := bson.D{
+		{Key: "status", Value: StatusQueued},
+		{Key: "node", Value: Unclaimed},
+		{Key: FieldStartAfter, Value: startAfter},
+		{Key: "mtime", Value: now},
+	}
+	if entry.Usage != nil {
+		// The task's usage is its last run's until the next one starts.
+		set = append(set, bson.E{Key: FieldUsage, Value: entry.Usage})
+	}
 	return bson.D{
-		{Key: "$set", Value: bson.D{
-			{Key: "status", Value: StatusQueued},
-			{Key: "node", Value: Unclaimed},
-			{Key: FieldStartAfter, Value: startAfter},
-			{Key: "mtime", Value: now},
-		}},
+		{Key: "$set", Value: set},
 		{Key: "$unset", Value: bson.D{{Key: "runner", Value: ""}, unsetLive}},
 		{Key: "$inc", Value: inc},
 		{Key: "$push", Value: bson.D{{Key: FieldHistory, Value: entry}}},
@@ -219,6 +234,11 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, le
 		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: task.Node, Status: StatusOrphaned, Outcome: why.Kind, Reason: reason, Ended: now, Leftovers: leftovers}
 		if task.Runner != nil {
 			entry.Started = time.UnixMilli(task.Runner.Started)
+		}
+		if u, ok := UsageOf(task.Raw); ok && u.Running {
+			// The last update its run wrote (usage_interval): the best
+			// there is of a run whose runner died.
+			entry.Usage = &u
 		}
 		update = requeue(entry, opts.RetryAt(now, opts.Attempts+1), now)
 		newStatus = StatusQueued

@@ -122,6 +122,7 @@ type Control struct {
 	MaxTermination *time.Duration
 	MaxOutput      *int64
 	MaxTimeouts    *int
+	UsageInterval  *time.Duration
 }
 
 // DecodeControl reads the control settings of a task or queue document.
@@ -157,6 +158,7 @@ func DecodeControl(doc bson.Raw) (Control, []string) {
 	c.Timeout = dur(FieldTimeout)
 	c.RetryDelay = dur(FieldRetryDelay)
 	c.MaxTermination = dur(FieldMaxTermination)
+	c.UsageInterval = dur(FieldUsageInterval)
 	if n := count(FieldMaxRetries, 1000); n != nil {
 		r := int(*n)
 		c.MaxRetries = &r

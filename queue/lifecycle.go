@@ -58,7 +58,10 @@ func (s *Store) Beat(ctx context.Context, taskID bson.ObjectID, node string, tok
 func (s *Store) Start(ctx context.Context, taskID bson.ObjectID, node string, runner RunnerInfo, now time.Time) (task *Task, ok bool, err error) {
 	res := s.tasks.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}, {Key: "mtime", Value: now}, {Key: "runner", Value: runner}}}},
+		// A run's usage is its own: an earlier run's (kept in history)
+		// goes.
+		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusRunning}, {Key: "mtime", Value: now}, {Key: "runner", Value: runner}}},
+			{Key: "$unset", Value: bson.D{{Key: FieldUsage, Value: ""}}}},
 		options.FindOneAndUpdate().SetReturnDocument(options.After))
 	doc, err := res.Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {

@@ -154,10 +154,13 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	stopBeat := t.beat(ctx)
 	stopLive := t.publishLive(ctx)
+	stopUsage := t.updateUsage(ctx)
 	status := t.execute(ctx)
+	stopUsage()
 	stopLive()
 	stopBeat()
 	t.stopLeftovers(storeCtx)
+	t.finalUsage(storeCtx)
 	return t.record(storeCtx, ctx, status)
 }
 
@@ -183,6 +186,23 @@ func (t *run) stopLeftovers(ctx context.Context) {
 	t.out.appendLine(fmt.Sprintf("den: stopped %d process(es) the task left running when it ended", n))
 	t.extraMu.Lock()
 	t.extra = append(t.extra, bson.E{Key: FieldLeftovers, Value: n})
+	t.extraMu.Unlock()
+}
+
+// finalUsage measures what the run used, once all its processes are gone,
+// for its final write (the result, or the retry's history entry): no
+// database command of its own.
+func (t *run) finalUsage(ctx context.Context) {
+	u, err := t.measureUsage(ctx, false)
+	if err != nil {
+		t.log.Warn("cannot measure the run's resource usage; recording the task without it", zap.Error(err))
+		return
+	}
+	if u == nil {
+		return
+	}
+	t.extraMu.Lock()
+	t.extra = append(t.extra, bson.E{Key: queue.FieldUsage, Value: *u})
 	t.extraMu.Unlock()
 }
 
@@ -621,6 +641,10 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 			entry.Signal, _ = e.Value.(string)
 		case FieldLeftovers:
 			entry.Leftovers, _ = e.Value.(int)
+		case queue.FieldUsage:
+			if u, ok := e.Value.(queue.Usage); ok {
+				entry.Usage = &u
+			}
 		}
 	}
 	t.retryForever(ctx, "store the attempt's output", func(ctx context.Context) error {

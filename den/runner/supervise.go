@@ -3,6 +3,7 @@ package runner
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -35,8 +36,10 @@ import (
 //
 // The worker's control channel to its supervisor is file descriptor 3, a
 // socket, with one line per request: "grace <ms>" (the task's
-// max_termination_time, for a worker that dies) and "stop <ms>" (stop all
-// other processes of the run), answered by "stopped <n>". When the node
+// max_termination_time, for a worker that dies), "stop <ms>" (stop all
+// other processes of the run), answered by "stopped <n>", and "usage"
+// (the run's resource usage so far, see usage.go), answered by
+// "usage <json>". The worker asks one question at a time. When the node
 // relays MongoDB connections (EnvRelayFD), the worker also gets the relay's
 // control channel as file descriptor 4; the supervisor keeps no copy, and
 // both are close-on-exec in the worker.
@@ -172,7 +175,8 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 	if relayCtl != nil {
 		relayCtl.Close() // the worker has it; the node sees it close when the worker exits
 	}
-	s := &supervisor{log: log, worker: worker, cgroup: cgroup, grace: DefaultGrace}
+	s := &supervisor{log: log, worker: worker, cgroup: cgroup, grace: DefaultGrace,
+		usage: &sampler{me: int32(os.Getpid()), cgroup: cgroup}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
@@ -181,10 +185,15 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 	// SIGCHLDs can merge; a slow tick makes sure none is missed.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	lastSample := time.Now()
 	for s.workerStatus == nil {
 		select {
 		case <-tick.C:
 			s.reap()
+			if time.Since(lastSample) >= sampleEvery-sampleEvery/4 {
+				s.usage.sample(context.Background())
+				lastSample = time.Now()
+			}
 		case sig := <-sigs:
 			if sig == syscall.SIGCHLD {
 				s.reap()
@@ -229,6 +238,7 @@ type supervisor struct {
 	cgroup       string
 	grace        time.Duration
 	workerStatus *syscall.WaitStatus
+	usage        *sampler
 }
 
 // reap collects every child that has exited: the worker (whose status it
@@ -251,6 +261,14 @@ func (s *supervisor) reap() {
 
 // handle answers one request of the worker.
 func (s *supervisor) handle(req string, reply *os.File) {
+	if req == "usage" {
+		b, err := json.Marshal(s.usage.measure(context.Background()))
+		if err != nil { // cannot happen: numbers only
+			b = []byte("{}")
+		}
+		fmt.Fprintf(reply, "usage %s\n", b)
+		return
+	}
 	verb, arg, _ := strings.Cut(req, " ")
 	ms, err := strconv.ParseInt(arg, 10, 64)
 	if err != nil || ms < 0 {
@@ -319,6 +337,9 @@ type link struct {
 	r       *bufio.Reader
 	pid     int
 	started int64
+	// asking holds a token while a question waits for its answer (even
+	// after its asker gave up), so that every answer goes to its question.
+	asking chan struct{}
 }
 
 func linkFromEnv() (*link, error) {
@@ -334,7 +355,7 @@ func linkFromEnv() (*link, error) {
 	if f == nil {
 		return nil, errors.New("no control channel on fd 3")
 	}
-	return &link{f: f, r: bufio.NewReader(f), pid: pid, started: started}, nil
+	return &link{f: f, r: bufio.NewReader(f), pid: pid, started: started, asking: make(chan struct{}, 1)}, nil
 }
 
 func (l *link) close() { l.f.Close() }
@@ -349,8 +370,29 @@ func (l *link) setGrace(grace time.Duration) error {
 // stopLeftovers asks the supervisor to stop every process of the run other
 // than the worker, and returns how many it stopped.
 func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, error) {
-	if _, err := fmt.Fprintf(l.f, "stop %d\n", grace.Milliseconds()); err != nil {
+	line, err := l.ask(ctx, fmt.Sprintf("stop %d", grace.Milliseconds()), "stopped ")
+	if err != nil {
 		return 0, fmt.Errorf("ask the supervisor to stop leftover processes: %w", err)
+	}
+	n, err := strconv.Atoi(line)
+	if err != nil {
+		return 0, fmt.Errorf("supervisor answered %q", line)
+	}
+	return n, nil
+}
+
+// ask sends one request and returns its answer without the prefix it must
+// start with. Questions are asked one at a time; one whose asker gave up
+// (ctx) still takes its answer off the channel before the next is asked.
+func (l *link) ask(ctx context.Context, req, prefix string) (string, error) {
+	select {
+	case l.asking <- struct{}{}:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	if _, err := fmt.Fprintf(l.f, "%s\n", req); err != nil {
+		<-l.asking
+		return "", err
 	}
 	type answer struct {
 		line string
@@ -359,20 +401,21 @@ func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, err
 	got := make(chan answer, 1)
 	go func() {
 		line, err := l.r.ReadString('\n')
+		<-l.asking
 		got <- answer{line, err}
 	}()
 	select {
 	case a := <-got:
 		if a.err != nil {
-			return 0, fmt.Errorf("read the supervisor's answer: %w", a.err)
+			return "", fmt.Errorf("read the supervisor's answer: %w", a.err)
 		}
-		n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(a.line, "stopped ")))
-		if err != nil {
-			return 0, fmt.Errorf("supervisor answered %q", a.line)
+		rest, ok := strings.CutPrefix(strings.TrimSpace(a.line), prefix)
+		if !ok {
+			return "", fmt.Errorf("supervisor answered %q to %q", a.line, req)
 		}
-		return n, nil
+		return rest, nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return "", ctx.Err()
 	}
 }
 

@@ -1,0 +1,264 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/queue"
+)
+
+// Resource usage of a run. The supervisor owns the run's process tree, so
+// it measures; the worker asks it ("usage" on the control channel, answered
+// by "usage <json>") and writes the numbers into the task.
+//
+// What is exact and what is sampled:
+//   - CPU is exact. A process's CPU time goes, when it is reaped, to the
+//     process that reaped it (its cutime/cstime), and every process of the
+//     run is reaped inside the run: by its parent, or, once re-parented, by
+//     the supervisor (a child subreaper). So the CPU of the run is, at any
+//     moment, the sum over the live tree (the worker included) of each
+//     process's own and reaped children's time (/proc/PID/stat), plus the
+//     supervisor's getrusage(RUSAGE_CHILDREN). At the end, after the
+//     leftovers are stopped and reaped, the live tree is the worker alone.
+//     With a cgroup, its cpu.stat says the same from the kernel directly
+//     and is used instead. (/proc counts in clock ticks: 10 ms.)
+//   - Peak RSS is sampled: the sum of the tree's resident memory every
+//     sampleEvery, the largest sum kept. A peak between samples is missed,
+//     but the result is never below the largest single process's own peak
+//     (ru_maxrss of the reaped processes, which the kernel keeps exactly).
+//     With a cgroup, memory.peak is the exact peak of the whole run (page
+//     cache included) and is reported beside it as peak_memory_mb.
+
+// sampleEvery is how often the supervisor samples its tree's memory.
+const sampleEvery = 2 * time.Second
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
+// architecture Linux runs Go on.
+const clockTicks = 100
+
+// measured is the supervisor's answer to "usage".
+type measured struct {
+	CPUUser   float64 `json:"cpu_user_s"`
+	CPUSystem float64 `json:"cpu_system_s"`
+	// PeakRSS is the largest sampled sum of the tree's RSS, in bytes.
+	PeakRSS int64 `json:"peak_rss"`
+	// MaxRSS is the largest peak RSS of one process the supervisor reaped
+	// (ru_maxrss), in bytes.
+	MaxRSS int64 `json:"max_rss"`
+	// CgroupPeak is the run cgroup's memory.peak in bytes; 0: none.
+	CgroupPeak int64 `json:"cgroup_peak,omitempty"`
+	Samples    int   `json:"samples"`
+}
+
+// sampler keeps the supervisor's samples of its tree.
+type sampler struct {
+	me      int32
+	cgroup  string
+	peakRSS int64
+	samples int
+}
+
+// sample adds one sample of the live tree's memory and returns its CPU
+// (own and reaped children's) in seconds.
+func (s *sampler) sample(ctx context.Context) (user, system float64) {
+	var rss int64
+	page := int64(os.Getpagesize())
+	for _, pid := range contain.Descendants(ctx, s.me) {
+		st, ok := readStat(pid)
+		if !ok {
+			continue
+		}
+		rss += st.rssPages * page
+		user += float64(st.utime+st.cutime) / clockTicks
+		system += float64(st.stime+st.cstime) / clockTicks
+	}
+	s.samples++
+	s.peakRSS = max(s.peakRSS, rss)
+	return user, system
+}
+
+// measure samples once more and adds what the kernel knows exactly.
+func (s *sampler) measure(ctx context.Context) measured {
+	user, system := s.sample(ctx)
+	m := measured{PeakRSS: s.peakRSS, Samples: s.samples}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		user += tvSeconds(ru.Utime)
+		system += tvSeconds(ru.Stime)
+		m.MaxRSS = ru.Maxrss * 1024
+	}
+	m.CPUUser, m.CPUSystem = user, system
+	if s.cgroup != "" {
+		if u, sys, ok := cgroupCPU(s.cgroup); ok {
+			m.CPUUser, m.CPUSystem = u, sys
+		}
+		if b, err := os.ReadFile(filepath.Join(s.cgroup, "memory.peak")); err == nil {
+			m.CgroupPeak, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		}
+	}
+	return m
+}
+
+func tvSeconds(tv syscall.Timeval) float64 {
+	return float64(tv.Sec) + float64(tv.Usec)/1e6
+}
+
+// cgroupCPU reads user_usec and system_usec of a cgroup's cpu.stat.
+func cgroupCPU(dir string) (user, system float64, ok bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return 0, 0, false
+	}
+	var got int
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "user_usec":
+			user, got = float64(n)/1e6, got+1
+		case "system_usec":
+			system, got = float64(n)/1e6, got+1
+		}
+	}
+	return user, system, got == 2
+}
+
+type procStat struct {
+	utime, stime, cutime, cstime int64
+	rssPages                     int64
+}
+
+// readStat reads the times and RSS of /proc/PID/stat.
+func readStat(pid int32) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state): field n is f[n-3].
+	if len(f) < 22 {
+		return procStat{}, false
+	}
+	num := func(n int) int64 {
+		v, _ := strconv.ParseInt(f[n-3], 10, 64)
+		return v
+	}
+	return procStat{utime: num(14), stime: num(15), cutime: num(16), cstime: num(17), rssPages: num(24)}, true
+}
+
+// usage asks the supervisor for the run's usage so far.
+func (l *link) usage(ctx context.Context) (measured, error) {
+	var m measured
+	line, err := l.ask(ctx, "usage", "usage ")
+	if err != nil {
+		return m, fmt.Errorf("ask the supervisor for the run's usage: %w", err)
+	}
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		return m, fmt.Errorf("supervisor's usage %q: %w", line, err)
+	}
+	return m, nil
+}
+
+// measureUsage returns the run's usage now; nil, and no error, when there
+// is nothing to measure it with (a Runner used in-process, without a
+// supervisor).
+func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, error) {
+	if t.supervisor == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := t.supervisor.usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// This process's own peak, and that of the largest process it reaped
+	// (the plugin's programs): exact, where the samples may miss a peak.
+	peak := max(m.PeakRSS, m.MaxRSS)
+	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
+		var ru syscall.Rusage
+		if syscall.Getrusage(who, &ru) == nil {
+			peak = max(peak, ru.Maxrss*1024)
+		}
+	}
+	now := t.now()
+	u := &queue.Usage{
+		WallS:      round(time.Since(t.started).Seconds(), 3),
+		CPUUserS:   round(m.CPUUser, 3),
+		CPUSystemS: round(m.CPUSystem, 3),
+		PeakRSSMB:  round(float64(peak)/(1<<20), 1),
+		Samples:    m.Samples,
+		At:         now,
+		Running:    running,
+	}
+	if m.CgroupPeak > 0 {
+		mb := round(float64(m.CgroupPeak)/(1<<20), 1)
+		u.PeakMemoryMB = &mb
+	}
+	return u, nil
+}
+
+func round(v float64, places int) float64 {
+	p := math.Pow(10, float64(places))
+	return math.Round(v*p) / p
+}
+
+// updateUsage writes the run's usage into the task every usage_interval
+// while it runs (one conditional update each), until stopped. A run
+// shorter than the interval writes nothing here: its usage goes into its
+// final write.
+func (t *run) updateUsage(ctx context.Context) (stop func()) {
+	every := t.opts.UsageInterval
+	if every <= 0 || t.supervisor == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		failing := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			u, err := t.measureUsage(ctx, true)
+			if err == nil {
+				uctx, ucancel := context.WithTimeout(ctx, min(every, time.Minute))
+				_, err = t.store.SetUsage(uctx, t.taskID, t.Spec.Node, t.info.Token, *u)
+				ucancel()
+			}
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				failing = true
+				t.log.Warn("cannot record the run's usage; trying again each usage_interval", zap.Error(err))
+			case err == nil && failing:
+				failing = false
+				t.log.Info("recording the run's usage again")
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
