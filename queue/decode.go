@@ -122,6 +122,8 @@ type Control struct {
 	MaxTermination *time.Duration
 	MaxOutput      *int64
 	MaxTimeouts    *int
+	// Requested is requested_resources (see resources.go).
+	Requested *Resources
 }
 
 // DecodeControl reads the control settings of a task or queue document.
@@ -162,6 +164,14 @@ func DecodeControl(doc bson.Raw) (Control, []string) {
 		c.MaxRetries = &r
 	}
 	c.MaxOutput = count(FieldMaxOutput, math.MaxInt64)
+	if v := doc.Lookup(FieldRequested); !absent(v) {
+		r, err := DecodeResources(v)
+		if err != nil {
+			problems = append(problems, FieldRequested+" "+err.Error())
+		} else {
+			c.Requested = r
+		}
+	}
 	if n := count(FieldMaxTimeouts, 1000); n != nil {
 		r := int(*n)
 		c.MaxTimeouts = &r

@@ -102,6 +102,7 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 		Runner:         den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs, Direct: !cfg.RunnerRelay},
 		MaxTermination: cfg.MaxTermination,
 		MaxOutput:      cfg.MaxOutput,
+		Resources:      den.ResourceLimits{MemoryMB: cfg.Resources.MemoryMB, CPUs: cfg.Resources.CPUs, BusyCorePercent: cfg.Resources.BusyCorePercent},
 		DeadNodeAfter:  cfg.DeadNodeAfter,
 		Cgroups:        cfg.Cgroups,
 		PluginConfig:   cfg.PluginConfig(),
