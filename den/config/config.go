@@ -68,6 +68,9 @@ type Config struct {
 	// /healthz, /readyz), such as 127.0.0.1:9187; empty (the default)
 	// means no endpoint.
 	HTTPListen string
+	// HTTPWeb serves the web status page (den web, read-only unless
+	// web.token is set) on the node's HTTP endpoint too, at /.
+	HTTPWeb bool
 	// Command is the command plugin's policy (off by default).
 	Command CommandPolicy
 	// WebListen is the address den web serves on (default
@@ -148,6 +151,7 @@ var defaults = map[string]any{
 	"web.listen":                  DefaultWebListen,
 	"web.token":                   "",
 	"http.listen":                 "",
+	"http.web":                    false,
 	"plugins":                     map[string]any{}, // read from the file as written, not through viper (see pluginSections)
 	"disbatch_uri":                "",               // internal: the URI a Disbatch config.json gave
 }
@@ -298,6 +302,9 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		return fail("web.token is %d characters; use at least %d (e.g. the output of: openssl rand -hex 32), or none for a read-only page", len(c.WebToken), MinWebTokenLength)
 	}
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
+		return fail("%v", err)
+	}
+	if c.HTTPWeb, err = boolean(v, "http.web"); err != nil {
 		return fail("%v", err)
 	}
 	c.RunnerRelay = runnerUser == nil

@@ -112,6 +112,7 @@ func effective(c Config) map[string]any {
 		"web.listen":                  c.WebListen,
 		"web.token":                   redactToken(c.WebToken),
 		"http.listen":                 c.HTTPListen,
+		"http.web":                    c.HTTPWeb,
 		"plugins":                     pluginValues(c.Plugins),
 	}
 }
