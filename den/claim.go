@@ -34,6 +34,9 @@ type claimState struct {
 	// (a writer that inserts a task raises count_total), or a probe finds
 	// work in them.
 	empty map[bson.ObjectID]counts
+	// fit is what this claim round has free for tasks that request
+	// resources, less what it claimed so far.
+	fit *queue.Resources
 }
 
 // counts are a queue's count_todo and count_total, -1 when unknown.
@@ -102,9 +105,13 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 		}
 		return *st.limit - total
 	}
+	// What is free for tasks that request resources (seed 002); a queue
+	// whose own request does not fit waits this pass.
+	fit := n.capacity.free(n.own.reserved())
+	st.fit = &fit
 	var work []queue.Queue
 	for _, q := range st.serve {
-		if st.claimable(q) && n.free(q, own) > 0 {
+		if st.claimable(q) && n.free(q, own) > 0 && queueFits(q, fit) {
 			work = append(work, q)
 		}
 	}
@@ -180,10 +187,12 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 			n.release(c.ID, "claimed from a queue this node did not ask for")
 			return false, nil
 		}
-		n.own.claimed(c.ID, q.ID)
+		req := requestOf(c.Requested, q)
+		n.own.claimed(c.ID, q.ID, req)
+		*st.fit = st.fit.Sub(req)
 		n.metrics.Claims.WithLabelValues(q.Name).Inc()
 		more := took(q.ID)
-		if n.free(q, own) <= 0 {
+		if n.free(q, own) <= 0 || !queueFits(q, *st.fit) {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
 		}
 		if q.Global {
@@ -264,7 +273,7 @@ func (n *Node) claimOne(ctx context.Context, ids []bson.ObjectID, sort string) (
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	at := n.now().Truncate(time.Millisecond)
-	c, ok, err := n.store.ClaimAny(cctx, ids, sort, n.cfg.Name, at)
+	c, ok, err := n.store.ClaimFit(cctx, ids, sort, n.cfg.Name, at, n.claiming.fit)
 	if err != nil {
 		if released, rerr := n.store.ReleaseLost(cctx, ids, n.cfg.Name, at); rerr == nil && released > 0 {
 			n.log.Warn("a claim failed after it landed; task put back", zap.Error(err))
@@ -287,4 +296,22 @@ func (n *Node) release(id bson.ObjectID, why string) {
 	case ok:
 		n.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
+}
+
+// requestOf is what a claimed task requests: its own requested_resources,
+// else its queue's, else nothing.
+func requestOf(own *queue.Resources, q queue.Queue) queue.Resources {
+	switch {
+	case own != nil:
+		return *own
+	case q.Control.Requested != nil:
+		return *q.Control.Requested
+	}
+	return queue.Resources{}
+}
+
+// queueFits reports whether a queue's own requested_resources (which its
+// tasks without one inherit) fit in free.
+func queueFits(q queue.Queue, free queue.Resources) bool {
+	return q.Control.Requested == nil || q.Control.Requested.Fits(free)
 }

@@ -72,6 +72,9 @@ type Config struct {
 	RecheckEvery time.Duration
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
+	// Resources limits what the node gives tasks that carry
+	// requested_resources (zero: what the machine has; see capacity.go).
+	Resources ResourceLimits
 	// DrainOnStop, when positive, makes a stopping node wait up to that
 	// long for the runners it started to finish, then stop the rest
 	// (SIGTERM to their groups; each records its task as stopped) and wait
@@ -168,6 +171,8 @@ type Node struct {
 	// was sent SIGTERM to when it gets SIGKILL.
 	cancelMu   sync.Mutex
 	cancelling map[bson.ObjectID]time.Time
+	// capacity is what the node has for tasks that request resources.
+	capacity *capacity
 	// liveAsked maps the run token of each running task a reader wants live
 	// output of to when its runner was last asked (passes only).
 	liveAsked map[bson.ObjectID]time.Time
@@ -304,6 +309,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		wake:       make(chan struct{}, 1),
 		cancelling: map[bson.ObjectID]time.Time{},
 		liveAsked:  map[bson.ObjectID]time.Time{},
+		capacity:   &capacity{limits: cfg.Resources},
 		procs:      map[int]bool{},
 		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
 		own:        newOwnTasks(),

@@ -32,18 +32,36 @@ type ownTasks struct {
 	// gone are the tasks whose runner exited, with when: a read that
 	// began before then may still show them claimed or running.
 	gone map[bson.ObjectID]time.Time
+	// req holds the requested_resources of held tasks that have one.
+	req map[bson.ObjectID]queue.Resources
 }
 
 func newOwnTasks() *ownTasks {
-	return &ownTasks{held: map[bson.ObjectID]bson.ObjectID{}, local: map[bson.ObjectID]bool{}, gone: map[bson.ObjectID]time.Time{}}
+	return &ownTasks{held: map[bson.ObjectID]bson.ObjectID{}, local: map[bson.ObjectID]bool{}, gone: map[bson.ObjectID]time.Time{},
+		req: map[bson.ObjectID]queue.Resources{}}
 }
 
-// claimed holds a task this node has just claimed.
-func (o *ownTasks) claimed(id, q bson.ObjectID) {
+// claimed holds a task this node has just claimed, with what it requests
+// (zero: nothing).
+func (o *ownTasks) claimed(id, q bson.ObjectID, req queue.Resources) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.held[id], o.local[id] = q, true
+	if req != (queue.Resources{}) {
+		o.req[id] = req
+	}
 	delete(o.gone, id)
+}
+
+// reserved is what the held tasks requested, together.
+func (o *ownTasks) reserved() queue.Resources {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var r queue.Resources
+	for _, q := range o.req {
+		r = r.Add(q)
+	}
+	return r
 }
 
 // done lets go of a task whose runner exited, or whose claim was put back
@@ -53,6 +71,7 @@ func (o *ownTasks) done(id bson.ObjectID, at time.Time) {
 	defer o.mu.Unlock()
 	delete(o.held, id)
 	delete(o.local, id)
+	delete(o.req, id)
 	o.gone[id] = at
 }
 
@@ -60,7 +79,7 @@ func (o *ownTasks) done(id bson.ObjectID, at time.Time) {
 // by a query sent at sent. Tasks of runners this process still runs stay
 // held whatever the read says; tasks whose runner exited after sent are
 // not held again.
-func (o *ownTasks) read(tasks []queue.Task, sent time.Time) {
+func (o *ownTasks) read(tasks []queue.Task, sent time.Time, reqOf func(queue.Task) queue.Resources) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	held := make(map[bson.ObjectID]bson.ObjectID, len(tasks)+len(o.local))
@@ -72,8 +91,16 @@ func (o *ownTasks) read(tasks []queue.Task, sent time.Time) {
 			continue
 		}
 		held[t.ID] = t.Queue
+		if r := reqOf(t); r != (queue.Resources{}) && !o.local[t.ID] {
+			o.req[t.ID] = r
+		}
 	}
 	o.held = held
+	for id := range o.req {
+		if _, ok := held[id]; !ok {
+			delete(o.req, id)
+		}
+	}
 	for id, at := range o.gone {
 		if at.Before(sent.Add(-time.Minute)) {
 			delete(o.gone, id)

@@ -23,37 +23,37 @@ func TestOwnTasksNeverUndercount(t *testing.T) {
 		run  func(o *ownTasks)
 		want int
 	}{
-		{"a claim holds at once", func(o *ownTasks) { o.claimed(a, q) }, 1},
+		{"a claim holds at once", func(o *ownTasks) { o.claimed(a, q, queue.Resources{}) }, 1},
 		{"a runner that already recorded its result holds until it exits", func(o *ownTasks) {
-			o.claimed(a, q)
-			o.read(nil, t0) // the database no longer shows it running
+			o.claimed(a, q, queue.Resources{})
+			o.read(nil, t0, noReq) // the database no longer shows it running
 		}, 1},
 		{"an exit lets go", func(o *ownTasks) {
-			o.claimed(a, q)
+			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0)
 		}, 0},
 		{"a read sent before an exit does not hold the task again", func(o *ownTasks) {
-			o.claimed(a, q)
+			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0.Add(time.Second))
-			o.read([]queue.Task{task(a)}, t0)
+			o.read([]queue.Task{task(a)}, t0, noReq)
 		}, 0},
 		{"a read sent after an exit holds a task still shown running (a dead runner not yet rescued)", func(o *ownTasks) {
-			o.claimed(a, q)
+			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0)
-			o.read([]queue.Task{task(a)}, t0.Add(time.Second))
+			o.read([]queue.Task{task(a)}, t0.Add(time.Second), noReq)
 		}, 1},
 		{"tasks of runners of an earlier node process are held as read", func(o *ownTasks) {
-			o.read([]queue.Task{task(b), task(c)}, t0)
+			o.read([]queue.Task{task(b), task(c)}, t0, noReq)
 		}, 2},
 		{"and let go when a read no longer shows them", func(o *ownTasks) {
-			o.read([]queue.Task{task(b), task(c)}, t0)
-			o.read([]queue.Task{task(c)}, t0.Add(time.Second))
+			o.read([]queue.Task{task(b), task(c)}, t0, noReq)
+			o.read([]queue.Task{task(c)}, t0.Add(time.Second), noReq)
 		}, 1},
 		{"a task claimed again after its exit is held", func(o *ownTasks) {
-			o.claimed(a, q)
+			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0)
-			o.claimed(a, q) // retried, and claimed by this node again
-			o.read([]queue.Task{task(a)}, t0.Add(-time.Second))
+			o.claimed(a, q, queue.Resources{}) // retried, and claimed by this node again
+			o.read([]queue.Task{task(a)}, t0.Add(-time.Second), noReq)
 		}, 1},
 	}
 	for _, tt := range tests {
@@ -71,3 +71,5 @@ func TestOwnTasksNeverUndercount(t *testing.T) {
 		})
 	}
 }
+
+func noReq(queue.Task) queue.Resources { return queue.Resources{} }

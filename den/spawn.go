@@ -175,7 +175,9 @@ func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
 	if err != nil || task == nil {
 		return
 	}
-	if r := task.Runner; r != nil && r.PID == pid {
+	// Only a task its run left claimed or running: a runner that recorded
+	// the result and then exited badly leaves the result as it is.
+	if r := task.Runner; r != nil && r.PID == pid && (task.Status == queue.StatusClaimed || task.Status == queue.StatusRunning) {
 		n.rescue(ctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
 	}
 }

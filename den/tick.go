@@ -135,7 +135,14 @@ func (n *Node) pass(ctx context.Context) error {
 		if mine, err = n.store.Mine(ctx, n.cfg.Name, false); err != nil {
 			return err
 		}
-		n.own.read(mine, sent)
+		n.own.read(mine, sent, func(t queue.Task) queue.Resources {
+			for _, q := range queues {
+				if q.ID == t.Queue {
+					return requestOf(t.Control.Requested, q)
+				}
+			}
+			return requestOf(t.Control.Requested, queue.Queue{})
+		})
 	}
 	st := &n.claiming
 	if st.running == nil || now.Sub(n.runningAt) >= n.cfg.RefreshEvery || n.globalInPlay(serve) {

@@ -143,7 +143,7 @@ var reserved = []string{
 	"runner", "timed_out", "leftover_processes", "orphan_reason",
 	queue.FieldOutcome, queue.FieldOutcomeReason, queue.FieldLive, queue.FieldLiveUntil,
 	queue.FieldAfter, queue.FieldWaiting, queue.FieldAfterWas, queue.FieldHasDependents,
-	queue.FieldEndBefore, queue.FieldExpired, queue.FieldMaxTimeouts, queue.FieldTimeouts,
+	queue.FieldEndBefore, queue.FieldExpired, queue.FieldMaxTimeouts, queue.FieldTimeouts, queue.FieldRequested,
 	queue.FieldUsage, queue.FieldUsageInterval,
 }
 

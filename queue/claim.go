@@ -28,11 +28,17 @@ var unclaimed = bson.D{{Key: "$in", Value: bson.A{Unclaimed, nil}}}
 // (NormalizeTasks): it is never run early, nor run cancelled. A task
 // without those fields is claimed exactly as Disbatch 4 claims it.
 func ClaimFilter(now time.Time, queueIDs ...bson.ObjectID) bson.D {
+	return ClaimFilterFit(now, nil, queueIDs...)
+}
+
+// ClaimFilterFit is ClaimFilter for a node with free resources (nil: no
+// condition on requested_resources; see resources.go).
+func ClaimFilterFit(now time.Time, free *Resources, queueIDs ...bson.ObjectID) bson.D {
 	var inQueue any = bson.D{{Key: "$in", Value: queueIDs}}
 	if len(queueIDs) == 1 {
 		inQueue = queueIDs[0]
 	}
-	return bson.D{
+	f := bson.D{
 		{Key: "node", Value: unclaimed},
 		{Key: "status", Value: StatusQueued},
 		{Key: "queue", Value: inQueue},
@@ -42,6 +48,10 @@ func ClaimFilter(now time.Time, queueIDs ...bson.ObjectID) bson.D {
 		}},
 		{Key: FieldCancel, Value: bson.D{{Key: "$in", Value: bson.A{nil, false}}}},
 	}
+	if free != nil {
+		f = append(f, fitFilter(*free)...)
+	}
+	return f
 }
 
 // MaxClaimQueues is the most queues one claim names. MongoDB merges up to
@@ -69,10 +79,12 @@ func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) 
 	return c.ID, ok, err
 }
 
-// Claimed is a task a claim took: its _id and its queue.
+// Claimed is a task a claim took: its _id, its queue, and its own
+// requested_resources (nil: none, or not readable).
 type Claimed struct {
-	ID    bson.ObjectID `bson:"_id"`
-	Queue bson.ObjectID `bson:"queue"`
+	ID        bson.ObjectID `bson:"_id"`
+	Queue     bson.ObjectID `bson:"queue"`
+	Requested *Resources    `bson:"-"`
 }
 
 // ClaimAny claims one queued task of any of the given queues (at most
@@ -80,6 +92,13 @@ type Claimed struct {
 // findOneAndUpdate as the protocol requires. It returns ok false when
 // those queues have nothing to claim.
 func (s *Store) ClaimAny(ctx context.Context, queueIDs []bson.ObjectID, sort string, node string, now time.Time) (c Claimed, ok bool, err error) {
+	return s.ClaimFit(ctx, queueIDs, sort, node, now, nil)
+}
+
+// ClaimFit is ClaimAny for a node with free resources: a task whose own
+// requested_resources do not fit in free is not claimed (nil: no such
+// condition).
+func (s *Store) ClaimFit(ctx context.Context, queueIDs []bson.ObjectID, sort string, node string, now time.Time, free *Resources) (c Claimed, ok bool, err error) {
 	if len(queueIDs) == 0 {
 		return c, false, nil
 	}
@@ -90,7 +109,7 @@ func (s *Store) ClaimAny(ctx context.Context, queueIDs []bson.ObjectID, sort str
 	claimOpts := func(project bool) *options.FindOneAndUpdateOptionsBuilder {
 		opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 		if project {
-			opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}})
+			opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: FieldRequested, Value: 1}})
 		}
 		if sort := ClaimSort(sort); sort != nil {
 			opts.SetSort(sort)
@@ -102,12 +121,18 @@ func (s *Store) ClaimAny(ctx context.Context, queueIDs []bson.ObjectID, sort str
 		{Key: "status", Value: StatusClaimed},
 		{Key: "mtime", Value: now},
 	}}}
-	filter := ClaimFilter(now, queueIDs...)
+	filter := ClaimFilterFit(now, free, queueIDs...)
 	project := !s.noClaimProjection.Load()
-	err = s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(project)).Decode(&c)
+	raw, err := s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(project)).Raw()
 	if project && notImplemented(err) {
 		s.noClaimProjection.Store(true)
-		err = s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(false)).Decode(&c)
+		raw, err = s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(false)).Raw()
+	}
+	if err == nil {
+		err = bson.Unmarshal(raw, &c)
+		if v := raw.Lookup(FieldRequested); !absent(v) {
+			c.Requested, _ = DecodeResources(v)
+		}
 	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return c, false, nil

@@ -356,3 +356,26 @@ func TestEnsureIndexesIsIdempotent(t *testing.T) {
 		t.Error("two node documents with one name were accepted")
 	}
 }
+
+// A task that has its outcome already is never rescued, even when a node
+// asks (a runner that recorded success and then exited badly).
+func TestRescueLeavesEndedTasks(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	ctx := dentest.Context(t)
+	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
+	id := dentest.Tasks(t, db, qid, bson.D{})[0]
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "status", Value: 1}, {Key: "node", Value: "n"}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 42}}}}}})
+	task, err := store.Task(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := store.Rescue(ctx, *task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "runner exited 1"}, 0, time.Now()); err != nil || st != 0 {
+		t.Fatalf("Rescue of a succeeded task = %d, %v; want 0", st, err)
+	}
+	if st, _ := dentest.Task(t, db, id).Lookup("status").AsInt64OK(); st != 1 {
+		t.Fatalf("status %d after a refused rescue, want 1", st)
+	}
+}

@@ -64,6 +64,7 @@ type Options struct {
 	RetryDelay     time.Duration
 	MaxTermination time.Duration // 0: the node's default
 	MaxOutput      int64         // bytes per stream; 0: the node's max_output
+	Requested      Resources     // requested_resources; zero: none
 	Attempts       int
 	// MaxTimeouts is nil when timeouts count as failures (max_retries);
 	// Timeouts counts the timed-out runs retried so far.
@@ -112,6 +113,9 @@ func (t Task) Options(q *Queue) Options {
 	}
 	if d := pick(t.Control.RetryDelay, qc.RetryDelay); d != nil {
 		o.RetryDelay = *d
+	}
+	if r := pick(t.Control.Requested, qc.Requested); r != nil {
+		o.Requested = *r
 	}
 	if d := pick(t.Control.MaxTermination, qc.MaxTermination); d != nil {
 		o.MaxTermination = *d
@@ -210,6 +214,9 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, le
 	reason := why.Reason
 	if !task.StatusOK {
 		return 0, fmt.Errorf("rescue task %s: its status is not a number", task.ID.Hex())
+	}
+	if task.Status != StatusClaimed && task.Status != StatusRunning {
+		return 0, nil // it has an outcome already: nothing to rescue
 	}
 	filter := bson.D{{Key: "_id", Value: task.ID}, {Key: "node", Value: task.nodeRaw}, {Key: "status", Value: task.Status}}
 	if task.Runner != nil {

@@ -123,6 +123,8 @@ type Control struct {
 	MaxOutput      *int64
 	MaxTimeouts    *int
 	UsageInterval  *time.Duration
+	// Requested is requested_resources (see resources.go).
+	Requested *Resources
 }
 
 // DecodeControl reads the control settings of a task or queue document.
@@ -164,6 +166,14 @@ func DecodeControl(doc bson.Raw) (Control, []string) {
 		c.MaxRetries = &r
 	}
 	c.MaxOutput = count(FieldMaxOutput, math.MaxInt64)
+	if v := doc.Lookup(FieldRequested); !absent(v) {
+		r, err := DecodeResources(v)
+		if err != nil {
+			problems = append(problems, FieldRequested+" "+err.Error())
+		} else {
+			c.Requested = r
+		}
+	}
 	if n := count(FieldMaxTimeouts, 1000); n != nil {
 		r := int(*n)
 		c.MaxTimeouts = &r

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,4 +80,55 @@ func TestRunServesHTTP(t *testing.T) {
 		t.Fatalf("port still taken after den run stopped: %v", err)
 	}
 	ln.Close()
+}
+
+// With http.web, the node's endpoint serves the status page at / beside
+// its own paths, read-only without web.token.
+func TestRunServesWebPage(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	dentest.Queue(t, db, "pagequeue", "Disbatch::Plugin::Demo", 1, "fifo")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	file := filepath.Join(t.TempDir(), "den.yaml")
+	if err := os.WriteFile(file, []byte("mongo: {uri: \""+dentest.URI()+"\", database: "+db.Name()+"}\nnode: pagenode\nhttp: {listen: \""+addr+"\", web: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exited := make(chan int, 1)
+	go func() {
+		var out, errOut strings.Builder
+		exited <- run(ctx, []string{"run", "--config", file}, strings.NewReader(""), &out, &errOut)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	dentest.Eventually(t, 2*time.Minute, "/readyz 200", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	if code, body := get("/"); code != http.StatusOK || !strings.Contains(body, "pagequeue") || !strings.Contains(body, "pagenode") {
+		t.Errorf("/ answered %d without the queue and the node:\n%.500s", code, body)
+	}
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "den_ready") {
+		t.Errorf("/metrics %d beside the page", code)
+	}
+	resp, err := http.Post("http://"+addr+"/nodes/maxthreads", "application/x-www-form-urlencoded", strings.NewReader("node=pagenode&maxthreads=0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("an action without web.token answered %d, want 403", resp.StatusCode)
+	}
+	cancel()
+	<-exited
 }

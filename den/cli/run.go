@@ -16,8 +16,10 @@ import (
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/den/httpserve"
 	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/den/sandbox"
+	"github.com/den-project/den/den/web"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/command"
 )
@@ -90,6 +92,17 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 		defer cancel()
 		client.Disconnect(dctx)
 	}()
+	var mounts []httpserve.Mount
+	if cfg.HTTPWeb && httpLn != nil {
+		// The status page on the node's own endpoint: /metrics, /healthz
+		// and /readyz stay the endpoint's; everything else is the page's.
+		page, err := web.New(web.Options{DB: client.Database(cfg.Database), Log: log.With(zap.String("component", "web")),
+			Token: cfg.WebToken, DeadNodeAfter: cfg.DeadNodeAfter})
+		if err != nil {
+			return err
+		}
+		mounts = append(mounts, httpserve.Mount{Prefix: "/", Handler: page})
+	}
 	node, err := den.New(den.Config{
 		Name:           cfg.Node,
 		Interval:       cfg.Interval,
@@ -102,11 +115,13 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 		Runner:         den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs, Direct: !cfg.RunnerRelay},
 		MaxTermination: cfg.MaxTermination,
 		MaxOutput:      cfg.MaxOutput,
+		Resources:      den.ResourceLimits{MemoryMB: cfg.Resources.MemoryMB, CPUs: cfg.Resources.CPUs, BusyCorePercent: cfg.Resources.BusyCorePercent},
 		DeadNodeAfter:  cfg.DeadNodeAfter,
 		Cgroups:        cfg.Cgroups,
 		PluginConfig:   cfg.PluginConfig(),
 		Metrics:        m,
 		HTTP:           httpLn,
+		HTTPMounts:     mounts,
 		Version:        version(),
 		DrainOnStop:    drainOnStop,
 	}, client.Database(cfg.Database), plugins.Default(), log, nil)

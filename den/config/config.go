@@ -54,6 +54,13 @@ type Config struct {
 	// Cgroups is auto, on or off: whether each run gets a cgroup v2 of its
 	// own (auto: where the node's cgroup is delegated to it).
 	Cgroups string
+	// Resources limits what the node gives tasks that carry
+	// requested_resources: memory in MiB and cores (0: what the machine
+	// has), and the utilisation above which a core is busy (100: not
+	// looked at).
+	Resources struct {
+		MemoryMB, CPUs, BusyCorePercent float64
+	}
 	// MaxOutput is the most bytes a task may write to each of stdout and
 	// stderr; a task or queue may lower it.
 	MaxOutput int64
@@ -61,6 +68,9 @@ type Config struct {
 	// /healthz, /readyz), such as 127.0.0.1:9187; empty (the default)
 	// means no endpoint.
 	HTTPListen string
+	// HTTPWeb serves the web status page (den web, read-only unless
+	// web.token is set) on the node's HTTP endpoint too, at /.
+	HTTPWeb bool
 	// Command is the command plugin's policy (off by default).
 	Command CommandPolicy
 	// WebListen is the address den web serves on (default
@@ -113,33 +123,37 @@ type CommandPolicy struct {
 
 // Keys of den's own file, with their defaults.
 var defaults = map[string]any{
-	"mongo.uri":            "",
-	"mongo.database":       "disbatch",
-	"node":                 "",
-	"interval":             "1s",
-	"orphan_age":           queue.DefaultOrphanAge.String(),
-	"activequeues":         []string{},
-	"ignorequeues":         []string{},
-	"gfs":                  "",
-	"log.level":            "info",
-	"log.format":           "auto",
-	"runner.log":           "",
-	"runner.relay":         "", // true, false, or "" (unset: see Config.RunnerRelay)
-	"max_termination_time": queue.DefaultGrace.String(),
-	"dead_node_after":      queue.DefaultDeadNodeAfter.String(),
-	"cgroups":              "auto",
-	"command.enabled":      false,
-	"command.allow":        []string{},
-	"command.shell":        false,
-	"command.env":          []string{},
-	"command.env_allow":    []string{},
-	"command.landlock":     "required",
-	"max_output":           int64(1 << 30),
-	"web.listen":           DefaultWebListen,
-	"web.token":            "",
-	"http.listen":          "",
-	"plugins":              map[string]any{}, // read from the file as written, not through viper (see pluginSections)
-	"disbatch_uri":         "",               // internal: the URI a Disbatch config.json gave
+	"mongo.uri":                   "",
+	"mongo.database":              "disbatch",
+	"node":                        "",
+	"interval":                    "1s",
+	"orphan_age":                  queue.DefaultOrphanAge.String(),
+	"activequeues":                []string{},
+	"ignorequeues":                []string{},
+	"gfs":                         "",
+	"log.level":                   "info",
+	"log.format":                  "auto",
+	"runner.log":                  "",
+	"runner.relay":                "", // true, false, or "" (unset: see Config.RunnerRelay)
+	"max_termination_time":        queue.DefaultGrace.String(),
+	"dead_node_after":             queue.DefaultDeadNodeAfter.String(),
+	"cgroups":                     "auto",
+	"command.enabled":             false,
+	"command.allow":               []string{},
+	"command.shell":               false,
+	"command.env":                 []string{},
+	"command.env_allow":           []string{},
+	"command.landlock":            "required",
+	"max_output":                  int64(1 << 30),
+	"resources.memory_mb":         0.0,
+	"resources.cpus":              0.0,
+	"resources.busy_core_percent": 60.0,
+	"web.listen":                  DefaultWebListen,
+	"web.token":                   "",
+	"http.listen":                 "",
+	"http.web":                    false,
+	"plugins":                     map[string]any{}, // read from the file as written, not through viper (see pluginSections)
+	"disbatch_uri":                "",               // internal: the URI a Disbatch config.json gave
 }
 
 // DefaultWebListen is where den web serves unless configured: this
@@ -268,6 +282,14 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	if !slices.Contains([]string{"auto", "on", "off"}, c.Cgroups) {
 		return fail("cgroups %q must be auto, on or off", v.GetString("cgroups"))
 	}
+	for key, dst := range map[string]*float64{"resources.memory_mb": &c.Resources.MemoryMB, "resources.cpus": &c.Resources.CPUs,
+		"resources.busy_core_percent": &c.Resources.BusyCorePercent} {
+		f, ok := number(v.Get(key))
+		if !ok || f < 0 {
+			return fail("%s %v must be a number, 0 or more", key, v.Get(key))
+		}
+		*dst = f
+	}
 	if c.MaxOutput, err = count(v, "max_output"); err != nil || c.MaxOutput <= 0 {
 		return fail("max_output %v must be a positive number of bytes (default 1073741824, 1 GiB)", v.Get("max_output"))
 	}
@@ -280,6 +302,9 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		return fail("web.token is %d characters; use at least %d (e.g. the output of: openssl rand -hex 32), or none for a read-only page", len(c.WebToken), MinWebTokenLength)
 	}
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
+		return fail("%v", err)
+	}
+	if c.HTTPWeb, err = boolean(v, "http.web"); err != nil {
 		return fail("%v", err)
 	}
 	c.RunnerRelay = runnerUser == nil
@@ -435,6 +460,24 @@ func strictList(v *viper.Viper, key string) ([]string, error) {
 
 // count reads a whole number: a YAML integer, or digits from the
 // environment.
+// number reads a number, or a number written as text.
+func number(x any) (float64, bool) {
+	switch n := x.(type) {
+	case int:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case uint64:
+		return float64(n), true
+	case float64:
+		return n, true
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
+		return f, err == nil
+	}
+	return 0, false
+}
+
 func count(v *viper.Viper, key string) (int64, error) {
 	switch n := v.Get(key).(type) {
 	case int:

@@ -211,7 +211,10 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 			s.handle(req, ours)
 		}
 	}
-	signal.Reset(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// The worker has exited; what is left is bounded (leftovers get their
+	// grace, then SIGKILL) and must not be cut short: a SIGTERM now (a
+	// node stopping its runners) stays caught, so that leftovers are still
+	// stopped and the worker's exit code is still the supervisor's.
 	n := s.stopAll(context.Background(), true)
 	if n > 0 {
 		log.Warn("stopped processes the task left behind after its runner exited", zap.Int("processes", n))

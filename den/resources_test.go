@@ -1,0 +1,63 @@
+package den_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den"
+	"github.com/den-project/den/den/dentest"
+)
+
+// Resource-aware claiming (seed 002) on a real node with 1000 MiB and 4
+// cores to give: two tasks requesting 600 MiB never run together, a task
+// without a request runs beside them as before, one requesting more than
+// the node has stays queued; a queue's request (3 cores) holds for each of
+// its tasks; an unreadable request fails the task with the reason.
+func TestResourceAwareClaiming(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	q := dentest.Queue(t, db, "q", sleepPlugin, 8, "fifo")
+	wide := dentest.Queue(t, db, "wide", sleepPlugin, 8, "fifo", bson.E{Key: "requested_resources", Value: bson.D{{Key: "cpus", Value: 3}}})
+	ids := dentest.Tasks(t, db, q, sleepTasks(5, 1500)...)
+	big1, big2, small, huge, bad := ids[0], ids[1], ids[2], ids[3], ids[4]
+	request := func(id bson.ObjectID, r any) {
+		dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "requested_resources", Value: r}}}})
+	}
+	request(big1, bson.D{{Key: "memory_mb", Value: 600}})
+	request(big2, bson.D{{Key: "memory_mb", Value: 600}, {Key: "cpus", Value: 1}})
+	request(huge, bson.D{{Key: "memory_mb", Value: 5000}})
+	request(bad, bson.D{{Key: "memory_mb", Value: "lots"}})
+	w := dentest.Tasks(t, db, wide, sleepTasks(2, 1500)...)
+	startNode(t, db, "n", func(c *den.Config) {
+		c.Resources = den.ResourceLimits{MemoryMB: 1000, CPUs: 4, BusyCorePercent: 100}
+	})
+
+	span := func(id bson.ObjectID) (time.Time, time.Time) {
+		raw := waitFor(t, db, id, 1)
+		return raw.Lookup("runner", "at").Time(), raw.Lookup("mtime").Time()
+	}
+	overlap := func(a, b bson.ObjectID) bool {
+		as, ae := span(a)
+		bs, be := span(b)
+		return as.Before(be) && bs.Before(ae)
+	}
+	if overlap(big1, big2) {
+		t.Error("the two 600 MiB tasks ran at the same time on a node with 1000 MiB")
+	}
+	if !overlap(big1, small) && !overlap(big2, small) {
+		t.Error("the task without a request did not run beside a 600 MiB one")
+	}
+	if overlap(w[0], w[1]) {
+		t.Error("two tasks of a queue requesting 3 cores ran at once on a node with 4")
+	}
+	if st := status(t, db, huge); st != -2 {
+		t.Errorf("a task requesting 5000 MiB of a 1000 MiB node has status %d, want -2 (waiting)", st)
+	}
+	raw := waitFor(t, db, bad, 2)
+	if !strings.Contains(raw.Lookup("stderr").StringValue(), "requested_resources memory_mb is") {
+		t.Errorf("bad request: stderr %s", raw.Lookup("stderr"))
+	}
+}
