@@ -93,6 +93,12 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 	for q := range n.arrived.take() {
 		delete(st.empty, q)
 	}
+	// What is free for tasks that request resources (seed 002); a queue
+	// whose own request does not fit waits this pass. The probe asks the
+	// same, so that a task that does not fit does not make its queue look
+	// claimable again and again.
+	fit := n.capacity.free(n.own.reserved())
+	st.fit = &fit
 	if probe {
 		if err := n.probe(ctx); err != nil {
 			return err
@@ -105,10 +111,6 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 		}
 		return *st.limit - total
 	}
-	// What is free for tasks that request resources (seed 002); a queue
-	// whose own request does not fit waits this pass.
-	fit := n.capacity.free(n.own.reserved())
-	st.fit = &fit
 	var work []queue.Queue
 	for _, q := range st.serve {
 		if st.claimable(q) && n.free(q, own) > 0 && queueFits(q, fit) {
@@ -242,7 +244,7 @@ func (n *Node) probe(ctx context.Context) error {
 		}
 	}
 	for len(ids) > 0 {
-		id, ok, err := n.store.Probe(ctx, ids, n.now())
+		id, ok, err := n.store.Probe(ctx, ids, n.now(), st.fit)
 		if err != nil || !ok {
 			return err
 		}

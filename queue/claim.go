@@ -186,14 +186,14 @@ func notImplemented(err error) bool {
 // without raising their queue's count_todo. It is one indexed query
 // however many queues it names: it has no sort, so the server need not
 // merge the index ranges in order.
-func (s *Store) Probe(ctx context.Context, queueIDs []bson.ObjectID, now time.Time) (queueID bson.ObjectID, ok bool, err error) {
+func (s *Store) Probe(ctx context.Context, queueIDs []bson.ObjectID, now time.Time, free *Resources) (queueID bson.ObjectID, ok bool, err error) {
 	if len(queueIDs) == 0 {
 		return queueID, false, nil
 	}
 	var doc struct {
 		Queue bson.ObjectID `bson:"queue"`
 	}
-	err = s.tasks.FindOne(ctx, ClaimFilter(now, queueIDs...), options.FindOne().SetProjection(bson.D{{Key: "queue", Value: 1}})).Decode(&doc)
+	err = s.tasks.FindOne(ctx, ClaimFilterFit(now, free, queueIDs...), options.FindOne().SetProjection(bson.D{{Key: "queue", Value: 1}})).Decode(&doc)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return queueID, false, nil
 	}
