@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/queue"
 )
 
@@ -147,24 +148,11 @@ func confirm(cmd *cobra.Command, question string) error {
 	return usagef("%s: not confirmed", question)
 }
 
-// ago renders the time since t for a table: "12s ago", "3m ago".
-func ago(now, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := now.Sub(t)
-	switch {
-	case d < 0:
-		return "in " + (-d).Round(time.Second).String()
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
-}
+// ago and statusText render for people, the same way everywhere (den/internal/human).
+var (
+	ago        = human.Ago
+	statusText = human.Status
+)
 
 // stamp renders a time for people: local time, to the second.
 func stamp(t time.Time) string {
@@ -181,12 +169,4 @@ func parseTaskID(s string) (bson.ObjectID, error) {
 		return id, usagef("task id %q is not a 24-digit hex ObjectId", s)
 	}
 	return id, nil
-}
-
-// statusText is a status for a table: "2 failed".
-func statusText(t queue.Task) string {
-	if !t.StatusOK {
-		return "? (not a number)"
-	}
-	return fmt.Sprintf("%d %s", t.Status, queue.StatusName(t.Status))
 }

@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/queue"
 )
 
@@ -47,32 +48,11 @@ func when(t time.Time) template.HTML {
 	return template.HTML(fmt.Sprintf(`<time datetime="%s">%s</time>`, u.Format(time.RFC3339Nano), u.Format("2006-01-02 15:04:05 UTC")))
 }
 
-// ago renders how long before now t was: "12s ago", "3m ago".
-func ago(now, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := now.Sub(t)
-	switch {
-	case d < 0:
-		return "in " + (-d).Round(time.Second).String()
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
-}
-
-// statusText is "2 failed".
-func statusText(t queue.Task) string {
-	if !t.StatusOK {
-		return "? (not a number)"
-	}
-	return fmt.Sprintf("%d %s", t.Status, queue.StatusName(t.Status))
-}
+// ago and statusText render for people, the same way everywhere (den/internal/human).
+var (
+	ago        = human.Ago
+	statusText = human.Status
+)
 
 func megabytes(mb int64) string {
 	if mb >= 10*1024 {
