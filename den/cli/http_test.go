@@ -42,15 +42,7 @@ func TestRunServesHTTP(t *testing.T) {
 		var out, errOut strings.Builder
 		exited <- run(ctx, []string{"run", "--mongo-uri", dentest.URI(), "--database", db.Name(), "--node", "clinode", "--http-listen", addr}, strings.NewReader(""), &out, &errOut)
 	}()
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := getter(addr)
 	dentest.Eventually(t, 2*time.Minute, "/readyz 200", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
 	if code, _ := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d", code)
@@ -105,15 +97,7 @@ func TestRunServesWebPage(t *testing.T) {
 		var out, errOut strings.Builder
 		exited <- run(ctx, []string{"run", "--config", file}, strings.NewReader(""), &out, &errOut)
 	}()
-	get := func(path string) (int, string) {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := getter(addr)
 	dentest.Eventually(t, 2*time.Minute, "/readyz 200", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
 	if code, body := get("/"); code != http.StatusOK || !strings.Contains(body, "pagequeue") || !strings.Contains(body, "pagenode") {
 		t.Errorf("/ answered %d without the queue and the node:\n%.500s", code, body)
@@ -131,4 +115,18 @@ func TestRunServesWebPage(t *testing.T) {
 	}
 	cancel()
 	<-exited
+}
+
+// getter returns a GET of a path on addr: the status code and the body
+// (or the error's text, with code 0).
+func getter(addr string) func(path string) (int, string) {
+	return func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
 }

@@ -1,13 +1,12 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/queue"
 )
 
@@ -50,7 +49,7 @@ recently changed first, with the last line of their stderr.`,
 					Node: t.Node, Ctime: timePtr(t.Ctime), Mtime: timePtr(t.Mtime)}}
 				st := t.Status
 				f.Status = &st
-				f.Reason = lastLine(t)
+				f.Reason = human.LastLine(t, 80, "(in GridFS: den output "+t.ID.Hex()+" --stderr)")
 				fr = append(fr, f)
 			}
 			if wantJSON(cmd) {
@@ -92,24 +91,4 @@ recently changed first, with the last line of their stderr.`,
 	addDBFlags(cmd.Flags())
 	addJSONFlag(cmd.Flags())
 	return cmd
-}
-
-// lastLine is the last non-empty line of a task's stderr when it is in the
-// task document, cut to 80 characters; for output in GridFS it says so.
-func lastLine(t queue.Task) string {
-	text, file, err := t.Output(queue.StreamStderr)
-	switch {
-	case errors.Is(err, queue.ErrNoOutput):
-		return ""
-	case err != nil:
-		return err.Error()
-	case !file.IsZero():
-		return "(in GridFS: den output " + t.ID.Hex() + " --stderr)"
-	}
-	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
-	s := strings.TrimSpace(lines[len(lines)-1])
-	if len(s) > 80 {
-		s = s[:77] + "..."
-	}
-	return s
 }

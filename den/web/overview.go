@@ -1,17 +1,16 @@
 package web
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/queue"
 )
 
@@ -148,7 +147,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		d.Nodes = append(d.Nodes, v)
 	}
 	for _, t := range failures {
-		d.Failures = append(d.Failures, failureView{Task: t, QueueName: names[t.Queue], Reason: lastLine(t)})
+		d.Failures = append(d.Failures, failureView{Task: t, QueueName: names[t.Queue], Reason: human.LastLine(t, 100, "(in GridFS)")})
 	}
 	h.render(w, r, "overview", page{Title: "Status", Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
 }
@@ -169,25 +168,4 @@ func taskListURL(queueID, status, node string) string {
 		return "/tasks"
 	}
 	return "/tasks?" + v.Encode()
-}
-
-// lastLine is the last non-empty line of a task's stderr when it is in
-// the task document, cut to 100 characters; for output in GridFS it says
-// so.
-func lastLine(t queue.Task) string {
-	text, file, err := t.Output(queue.StreamStderr)
-	switch {
-	case errors.Is(err, queue.ErrNoOutput):
-		return ""
-	case err != nil:
-		return err.Error()
-	case !file.IsZero():
-		return "(in GridFS)"
-	}
-	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
-	s := strings.TrimSpace(lines[len(lines)-1])
-	if len(s) > 100 {
-		s = s[:97] + "..."
-	}
-	return s
 }

@@ -1,7 +1,9 @@
 package human
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/den-project/den/queue"
@@ -33,4 +35,25 @@ func Status(t queue.Task) string {
 		return "? (not a number)"
 	}
 	return fmt.Sprintf("%d %s", t.Status, queue.StatusName(t.Status))
+}
+
+// LastLine is the last non-empty line of a task's stderr when it is in
+// the task document, cut to width characters (never inside a character);
+// inGridFS when the stderr is a GridFS file; "" when there is none.
+func LastLine(t queue.Task, width int, inGridFS string) string {
+	text, file, err := t.Output(queue.StreamStderr)
+	switch {
+	case errors.Is(err, queue.ErrNoOutput):
+		return ""
+	case err != nil:
+		return err.Error()
+	case !file.IsZero():
+		return inGridFS
+	}
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	s := []rune(strings.TrimSpace(lines[len(lines)-1]))
+	if len(s) > width {
+		return string(s[:width-3]) + "..."
+	}
+	return string(s)
 }

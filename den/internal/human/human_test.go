@@ -1,8 +1,11 @@
 package human
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/queue"
 )
@@ -30,5 +33,27 @@ func TestAgo(t *testing.T) {
 	}
 	if got := Status(queue.Task{}); got != "? (not a number)" {
 		t.Errorf("Status of an unreadable status = %q", got)
+	}
+}
+
+func TestLastLine(t *testing.T) {
+	t.Parallel()
+	task := func(stderr any) queue.Task {
+		raw, _ := bson.Marshal(bson.D{{Key: "stderr", Value: stderr}})
+		return queue.Task{Raw: raw}
+	}
+	for _, c := range []struct {
+		stderr any
+		want   string
+	}{
+		{nil, ""},
+		{"first\nden: exited with code 3\n\n", "den: exited with code 3"},
+		{strings.Repeat("é", 40), strings.Repeat("é", 27) + "..."}, // cut between characters, never inside one
+		{bson.NewObjectID(), "(in GridFS)"},
+		{42, "stderr is 32-bit integer, neither a string nor a GridFS file id"},
+	} {
+		if got := LastLine(task(c.stderr), 30, "(in GridFS)"); got != c.want {
+			t.Errorf("LastLine(%v) = %q, want %q", c.stderr, got, c.want)
+		}
 	}
 }
