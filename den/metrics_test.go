@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/metrics"
+	"github.com/den-project/den/queue"
 )
 
 // endpoint is a node's HTTP endpoint in a test.
@@ -329,7 +331,7 @@ func TestNodeDocumentCarriesResources(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	before := time.Now()
-	startNode(t, db, "n", func(c *den.Config) { c.Version = "v9.9.9-test" })
+	startNode(t, db, "n", func(c *den.Config) { c.Version = "v9.9.9-test"; c.Resources.MemoryMB = 777 })
 	doc := func() bson.Raw {
 		raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "n"}}).Raw()
 		if err != nil {
@@ -362,6 +364,12 @@ func TestNodeDocumentCarriesResources(t *testing.T) {
 	wd, _ := os.Getwd()
 	if cpus < 1 || total <= 0 || avail <= 0 || avail > total || free <= 0 || path != wd || at.Before(before.Add(-time.Second)) {
 		t.Errorf("resources %s (want cpus>=1, 0<available<=total, disk_free>0, disk_path %s, at after %v)", res, wd, before)
+	}
+	// What the node offers requests: its configured memory, the machine's
+	// cores; other nodes read it with Offers.
+	offers, err := queue.NewStore(db).Offers(dentest.Context(t), before.Add(-time.Minute))
+	if o, ok := offers["n"]; err != nil || !ok || o.MemoryMB != 777 || o.CPUs != float64(runtime.NumCPU()) {
+		t.Errorf("offers %v (%v), want n: 777 MiB, %d cpus; resources %s", offers, err, runtime.NumCPU(), res)
 	}
 	load, ok := res.Lookup("load").ArrayOK()
 	vals, _ := load.Values()

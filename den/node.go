@@ -508,6 +508,12 @@ func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	} else if n.notes.clear("resources") {
 		n.log.Info("host resources readable again")
 	}
+	if res != nil {
+		// A copy: the sampler keeps res for its next calls.
+		withOffer, offer := *res, n.capacity.total()
+		withOffer.Offer = &offer
+		res = &withOffer
+	}
 	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res}
 }
 

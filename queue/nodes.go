@@ -76,6 +76,10 @@ type NodeResources struct {
 	DiskPath   string    `bson:"disk_path"`
 	DiskFreeMB int64     `bson:"disk_free_mb"`
 	At         time.Time `bson:"at"`
+	// Offer is the most the node gives tasks' requested_resources: its
+	// configured limit, else the machine's (see den.ResourceLimits). Other
+	// nodes read it to tell a request no node can meet (Offers).
+	Offer *Resources `bson:"offer,omitempty"`
 }
 
 // fields returns the $set fields of self: only those it has.
@@ -148,4 +152,41 @@ func (s *Store) Alive(ctx context.Context, node string, now time.Time) error {
 		return fmt.Errorf("update timestamp of node %s: %w", node, err)
 	}
 	return nil
+}
+
+// Offers returns what each node that wrote its document at or after since
+// offers tasks' requested_resources (resources.offer), by node name. Nodes
+// that write none (Perl nodes, older den nodes) are left out.
+func (s *Store) Offers(ctx context.Context, since time.Time) (map[string]Resources, error) {
+	cur, err := s.nodes.Find(ctx, bson.D{{Key: "timestamp", Value: bson.D{{Key: "$gte", Value: since}}}, {Key: "resources.offer", Value: bson.D{{Key: "$exists", Value: true}}}},
+		options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "resources.offer", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("read what nodes offer: %w", err)
+	}
+	defer cur.Close(ctx)
+	out := map[string]Resources{}
+	for cur.Next(ctx) {
+		name, ok := cur.Current.Lookup("node").StringValueOK()
+		if !ok {
+			continue
+		}
+		var r Resources
+		if doc, ok := cur.Current.Lookup("resources", "offer").DocumentOK(); ok && bson.Unmarshal(doc, &r) == nil {
+			out[name] = r
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("read what nodes offer: %w", err)
+	}
+	return out, nil
+}
+
+// LargestMemoryOffer is the most memory any of offers gives a task, in
+// MiB, and false when offers is empty.
+func LargestMemoryOffer(offers map[string]Resources) (float64, bool) {
+	largest, any := 0.0, false
+	for _, r := range offers {
+		largest, any = max(largest, r.MemoryMB), true
+	}
+	return largest, any
 }
