@@ -1,7 +1,9 @@
 package den_test
 
 import (
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,5 +61,49 @@ func TestResourceAwareClaiming(t *testing.T) {
 	raw := waitFor(t, db, bad, 2)
 	if !strings.Contains(raw.Lookup("stderr").StringValue(), "requested_resources memory_mb is") {
 		t.Errorf("bad request: stderr %s", raw.Lookup("stderr"))
+	}
+}
+
+// When several queues have work, the largest request that fits goes first
+// (seed 002): on a node with 1000 MiB, a queue requesting 800 MiB is
+// claimed from before an older queue requesting 300 MiB, whatever the two
+// queues' sort orders, and the small tasks wait while a big one runs (300
+// MiB no longer fit). Claim order within each queue stays its sort order.
+func TestLargestRequestFirst(t *testing.T) {
+	t.Parallel()
+	for _, bigSort := range []string{"fifo", "lifo"} {
+		t.Run("big="+bigSort, func(t *testing.T) {
+			t.Parallel()
+			db := dentest.DB(t)
+			mb := func(n int) bson.E {
+				return bson.E{Key: "requested_resources", Value: bson.D{{Key: "memory_mb", Value: n}}}
+			}
+			small := dentest.Queue(t, db, "small", sleepPlugin, 4, "fifo", mb(300))
+			big := dentest.Queue(t, db, "big", sleepPlugin, 4, bigSort, mb(800))
+			smalls := dentest.Tasks(t, db, small, sleepTasks(2, 300)...) // older than the big ones
+			bigs := dentest.Tasks(t, db, big, sleepTasks(2, 300)...)
+			var mu sync.Mutex
+			var order []bson.ObjectID
+			startNode(t, db, "n", func(c *den.Config) {
+				c.Resources = den.ResourceLimits{MemoryMB: 1000, CPUs: 4, BusyCorePercent: 100}
+				c.BeforeHandOver = func(id bson.ObjectID) {
+					mu.Lock()
+					defer mu.Unlock()
+					order = append(order, id)
+				}
+			})
+			for _, id := range append(smalls, bigs...) {
+				waitFor(t, db, id, 1)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := []bson.ObjectID{bigs[0], bigs[1], smalls[0], smalls[1]}
+			if bigSort == "lifo" {
+				want[0], want[1] = bigs[1], bigs[0]
+			}
+			if !slices.Equal(order, want) {
+				t.Errorf("claim order %v, want %v (big %v, small %v)", order, want, bigs, smalls)
+			}
+		})
 	}
 }
