@@ -154,6 +154,9 @@ type Node struct {
 	runningAt time.Time
 	// claiming is what a claim needs from the last full pass.
 	claiming claimState
+	// unfit is what the sweep needs to note requests no node can meet
+	// (see unfit.go).
+	unfit unfitState
 	// own is what this node holds (claimed and running tasks).
 	own *ownTasks
 	// arrived are the queues new tasks arrived in (see arrivals.go).

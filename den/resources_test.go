@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
@@ -104,6 +105,87 @@ func TestLargestRequestFirst(t *testing.T) {
 			if !slices.Equal(order, want) {
 				t.Errorf("claim order %v, want %v (big %v, small %v)", order, want, bigs, smalls)
 			}
+		})
+	}
+}
+
+// A task whose request (its own, or its queue's) is more than any live den
+// node offers gets a reason in its unfit field from the sweep, logged once
+// for its queue; once a node offering enough joins, or the request is
+// lowered, the reason goes (logged once) and the task runs.
+func TestUnfitRequestSaysWhy(t *testing.T) {
+	t.Parallel()
+	request := func(r bson.D) bson.E { return bson.E{Key: "requested_resources", Value: r} }
+	mem := func(n int) bson.D { return bson.D{{Key: "memory_mb", Value: n}} }
+	cpus := func(n int) bson.D { return bson.D{{Key: "cpus", Value: n}} }
+	for _, c := range []struct {
+		name       string
+		queueReq   bson.D // the queue's request (nil: none)
+		taskReq    bson.D // the task's own (nil: none)
+		wantReason string
+		// fix makes the task fit: a node joins, or a request is lowered.
+		fix func(t *testing.T, db *mongo.Database, q, task bson.ObjectID)
+	}{
+		{"a bigger node joins", nil, mem(5000), "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus",
+			func(t *testing.T, db *mongo.Database, _, _ bson.ObjectID) {
+				startNode(t, db, "big", func(c *den.Config) {
+					c.Resources = den.ResourceLimits{MemoryMB: 8000, CPUs: 4, BusyCorePercent: 100}
+				})
+			}},
+		{"the task's request is lowered", nil, mem(5000), "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus",
+			func(t *testing.T, db *mongo.Database, _, task bson.ObjectID) {
+				dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: task}}, bson.D{{Key: "$set", Value: bson.D{request(mem(500))}}})
+			}},
+		{"the queue's request is lowered", cpus(64), nil, "requests 64 cpus; the largest live den node offers 1000 MiB, 4 cpus",
+			func(t *testing.T, db *mongo.Database, q, _ bson.ObjectID) {
+				dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: q}}, bson.D{{Key: "$set", Value: bson.D{request(cpus(2))}}})
+			}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := dentest.DB(t)
+			var extra []bson.E
+			if c.queueReq != nil {
+				extra = append(extra, request(c.queueReq))
+			}
+			q := dentest.Queue(t, db, "q", sleepPlugin, 4, "fifo", extra...)
+			task := dentest.Tasks(t, db, q, sleepTasks(1, 10)...)[0]
+			if c.taskReq != nil {
+				dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: task}}, bson.D{{Key: "$set", Value: bson.D{request(c.taskReq)}}})
+			}
+			small := startNode(t, db, "small", func(c *den.Config) {
+				c.Resources = den.ResourceLimits{MemoryMB: 1000, CPUs: 4, BusyCorePercent: 100}
+			})
+			unfit := func() string {
+				s, _ := dentest.Task(t, db, task).Lookup("unfit").StringValueOK()
+				return s
+			}
+			dentest.Eventually(t, time.Minute, "an unfit reason on the task", func() bool { return unfit() != "" })
+			if got := unfit(); got != c.wantReason {
+				t.Errorf("unfit %q, want %q", got, c.wantReason)
+			}
+			// Several sweeps later: still waiting, still one warning.
+			logged := func(msg string) int { return small.logs.FilterMessageSnippet(msg).Len() }
+			// The node's heartbeat a second of its time on: five sweeps more.
+			beat := func() time.Time {
+				raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "small"}}).Raw()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return raw.Lookup("timestamp").Time()
+			}
+			marked := beat()
+			dentest.Eventually(t, time.Minute, "five more sweeps", func() bool { return beat().Sub(marked) > time.Second })
+			if st := status(t, db, task); st != -2 {
+				t.Fatalf("status %d, want -2 (waiting)", st)
+			}
+			if n := logged("request more than any live den node offers"); n != 1 {
+				t.Errorf("the wait was logged %d times, want once", n)
+			}
+			c.fix(t, db, q, task)
+			waitFor(t, db, task, 1)
+			dentest.Eventually(t, time.Minute, "the unfit reason removed", func() bool { return unfit() == "" })
+			dentest.Eventually(t, time.Minute, "the clearing logged", func() bool { return logged("no queued task of the queue") == 1 })
 		})
 	}
 }
