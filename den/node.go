@@ -314,7 +314,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		capacity:   &capacity{limits: cfg.Resources},
 		procs:      map[int]bool{},
-		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
+		claiming:   claimState{empty: map[bson.ObjectID]emptyMark{}},
 		own:        newOwnTasks(),
 	}
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)

@@ -56,11 +56,13 @@ func (n *Node) largestOffer() queue.Resources {
 // unfitInPlay reports, from what the node has in memory, whether a served
 // task may request more than any node offers: a served queue's own request
 // is more than this node offers; or a served queue has queued tasks that
-// this node's claims did not find (its count_todo is above what runs in it
-// while a claim found it empty: a task's own request, a start_after to
+// this node's claims do not find (claims have found it empty, its counts
+// unchanged, since before the last count of what runs in it, and its
+// count_todo is above that count: a task's own request, a start_after to
 // come, an unmet dependency may hold them back); or the last sweep left
 // notes to remove. A node whose queues and tasks request nothing, and
-// whose queues' work it can claim, makes no query.
+// whose queues' work it can claim, makes no query: while tasks run and
+// end, a queue's counts change and its empty mark with them.
 func (n *Node) unfitInPlay(serve []queue.Queue) bool {
 	if n.unfit.marked > 0 {
 		return true
@@ -71,10 +73,8 @@ func (n *Node) unfitInPlay(serve []queue.Queue) bool {
 		if r := q.Control.Requested; r != nil && !r.Fits(mine) {
 			return true
 		}
-		if st.claimable(q) {
-			continue // not found empty since its counts changed
-		}
-		if c := countsOf(q); c.todo > int64(st.running.Queue(q.ID)) {
+		since, empty := st.emptySince(q)
+		if empty && since.Before(n.runningAt) && countsOf(q).todo > int64(st.running.Queue(q.ID)) {
 			return true
 		}
 	}
