@@ -136,6 +136,14 @@ func TestUnfitRequestSaysWhy(t *testing.T) {
 			func(t *testing.T, db *mongo.Database, _, task bson.ObjectID) {
 				dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: task}}, bson.D{{Key: "$set", Value: bson.D{request(mem(500))}}})
 			}},
+		{"a request written as a string", nil, bson.D{{Key: "memory_mb", Value: "5000"}}, "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus",
+			func(t *testing.T, db *mongo.Database, _, task bson.ObjectID) {
+				// The sweep rewrote it as the number it means.
+				if v := dentest.Task(t, db, task).Lookup("requested_resources", "memory_mb"); v.Type != bson.TypeDouble || v.Double() != 5000 {
+					t.Errorf("requested_resources.memory_mb %s, want 5000 as a number", v)
+				}
+				dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: task}}, bson.D{{Key: "$set", Value: bson.D{request(mem(500))}}})
+			}},
 		{"the queue's request is lowered", cpus(64), nil, "requests 64 cpus; the largest live den node offers 1000 MiB, 4 cpus",
 			func(t *testing.T, db *mongo.Database, q, _ bson.ObjectID) {
 				dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: q}}, bson.D{{Key: "$set", Value: bson.D{request(cpus(2))}}})

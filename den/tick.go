@@ -402,7 +402,7 @@ func (n *Node) normalize(ctx context.Context, queues []queue.Queue, now time.Tim
 		}
 	}
 	if fixed > 0 {
-		n.log.Info("rewrote start_after or cancel values as the ISODate or boolean they mean", zap.Int("tasks", fixed))
+		n.log.Info("rewrote start_after, cancel or requested_resources values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
 	}
 	return nil
 }
