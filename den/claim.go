@@ -290,6 +290,9 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 		}
 		req := requestOf(c.Requested, q)
 		n.own.claimed(c.ID, q.ID, req)
+		if c.Unfit != "" {
+			n.clearUnfit(ctx, c.ID, c.Unfit)
+		}
 		*st.fit = st.fit.Sub(req)
 		n.metrics.Claims.WithLabelValues(q.Name).Inc()
 		more := took(q.ID)

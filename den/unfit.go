@@ -137,3 +137,14 @@ func (n *Node) noteUnfit(ctx context.Context, serve []queue.Queue) error {
 	}
 	return nil
 }
+
+// clearUnfit removes the unfit note of a task this node has just claimed:
+// it fits here after all. A failure is left to the sweep, which removes
+// the notes of claimed and running tasks.
+func (n *Node) clearUnfit(ctx context.Context, id bson.ObjectID, was string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := n.store.SetUnfit(cctx, id, was, ""); err != nil {
+		n.log.Debug("could not remove the unfit note of a claimed task; the sweep will", zap.String("task_id", id.Hex()), zap.Error(err))
+	}
+}

@@ -150,8 +150,10 @@ type UnfitCandidate struct {
 // unfit note may have to change: queued tasks whose own request is over
 // largest (memory or cores), queued tasks without their own request in
 // the queues of overQueues (whose queue-level request is over largest),
-// and any task with a note (to remove or reword it). Unmarked tasks come
-// first; at most 1000 a time.
+// and any task not yet ended with a note (to remove or reword it; a note
+// left on an ended task is stale, shown nowhere, and not looked for, so
+// that the query never reads finished tasks). Unmarked tasks come first;
+// at most 1000 a time.
 func (s *Store) UnfitCandidates(ctx context.Context, queueIDs, overQueues []bson.ObjectID, largest Resources) ([]UnfitCandidate, error) {
 	if len(queueIDs) == 0 {
 		return nil, nil
@@ -163,7 +165,8 @@ func (s *Store) UnfitCandidates(ctx context.Context, queueIDs, overQueues []bson
 		return bson.E{Key: FieldRequested + "." + field, Value: bson.D{{Key: "$gt", Value: n}}}
 	}
 	branches := bson.A{
-		bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: FieldUnfit, Value: bson.D{{Key: "$exists", Value: true}}}},
+		bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusQueued, StatusClaimed, StatusRunning}}}},
+			{Key: FieldUnfit, Value: bson.D{{Key: "$exists", Value: true}}}},
 		queued(over(FieldMemoryMB, largest.MemoryMB)),
 		queued(over(FieldCPUs, largest.CPUs)),
 	}
@@ -212,7 +215,8 @@ func isUnclaimed(v bson.RawValue) bool {
 }
 
 // SetUnfit writes a task's unfit note (reason empty: removes it), if the
-// note is still was (empty: none). It reports whether it changed it. It
+// note is still was (empty: none) and, to write one, the task is still
+// queued. It reports whether it changed it. It
 // does not touch mtime: the note is den's annotation, not a change of the
 // task.
 func (s *Store) SetUnfit(ctx context.Context, id bson.ObjectID, was, reason string) (bool, error) {
@@ -223,6 +227,10 @@ func (s *Store) SetUnfit(ctx context.Context, id bson.ObjectID, was, reason stri
 	update := bson.D{{Key: "$set", Value: bson.D{{Key: FieldUnfit, Value: reason}}}}
 	if reason == "" {
 		update = bson.D{{Key: "$unset", Value: bson.D{{Key: FieldUnfit, Value: ""}}}}
+	} else {
+		// Only on a task still queued: a node may have claimed it since
+		// it was read (and removed the note).
+		filter = append(filter, bson.E{Key: "status", Value: StatusQueued}, bson.E{Key: "node", Value: unclaimed})
 	}
 	res, err := s.tasks.UpdateOne(ctx, filter, update)
 	if err != nil {
