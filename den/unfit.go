@@ -59,7 +59,8 @@ func (n *Node) largestOffer() queue.Resources {
 // this node's claims do not find (claims have found it empty, its counts
 // unchanged, since before the last count of what runs in it, and its
 // count_todo is above that count: a task's own request, a start_after to
-// come, an unmet dependency may hold them back); or the last sweep left
+// come, an unmet dependency may hold them back; so may cancelled,
+// orphaned and held tasks, which count_todo counts too); or the last sweep left
 // notes to remove. A node whose queues and tasks request nothing, and
 // whose queues' work it can claim, makes no query: while tasks run and
 // end, a queue's counts change and its empty mark with them.
