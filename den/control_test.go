@@ -1,7 +1,6 @@
 package den_test
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,10 +25,20 @@ func status(t *testing.T, db *mongo.Database, id bson.ObjectID) int64 {
 	return st
 }
 
+// waitFor waits for a task's status to be want, and returns the task. It
+// fails the test, showing the task as it last was, after two minutes.
 func waitFor(t *testing.T, db *mongo.Database, id bson.ObjectID, want int64) bson.Raw {
 	t.Helper()
-	dentest.Eventually(t, 2*time.Minute, fmt.Sprintf("task %s status %d", id.Hex(), want), func() bool { return status(t, db, id) == want })
-	return dentest.Task(t, db, id)
+	var last bson.Raw
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		last = dentest.Task(t, db, id)
+		if st, _ := last.Lookup("status").AsInt64OK(); st == want {
+			return last
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 2m0s waiting for task %s to have status %d; it is %s", id.Hex(), want, last)
+		}
+	}
 }
 
 func cancel(t *testing.T, db *mongo.Database, id bson.ObjectID) {

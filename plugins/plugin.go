@@ -144,7 +144,7 @@ var reserved = []string{
 	queue.FieldOutcome, queue.FieldOutcomeReason, queue.FieldLive, queue.FieldLiveUntil,
 	queue.FieldAfter, queue.FieldWaiting, queue.FieldAfterWas, queue.FieldHasDependents,
 	queue.FieldEndBefore, queue.FieldExpired, queue.FieldMaxTimeouts, queue.FieldTimeouts, queue.FieldRequested,
-	queue.FieldUsage, queue.FieldUsageInterval,
+	queue.FieldUsage, queue.FieldUsageInterval, queue.FieldMemoryRetryFactor,
 }
 
 // ReservedFields returns the task fields Env.Record refuses: the protocol's

@@ -33,7 +33,8 @@ const (
 // QueueSettingKeys lists every key den queue set accepts, in the order
 // help texts show them.
 var QueueSettingKeys = []string{SettingName, SettingPlugin, SettingMaxThreads, SettingThreads, SettingSort, SettingGFS,
-	FieldTimeout, FieldMaxRetries, FieldMaxTimeouts, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput}
+	FieldTimeout, FieldMaxRetries, FieldMaxTimeouts, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput,
+	FieldUsageInterval, FieldMemoryRetryFactor}
 
 // QueueSettings are values to write into a queue document, each already
 // checked and in the form den writes it. Unset lists keys to remove.
@@ -85,7 +86,7 @@ func (s *QueueSettings) ParseQueueSetting(key, value string) error {
 			return fmt.Errorf("gfs: %w", err)
 		}
 		v = mode
-	case FieldTimeout, FieldRetryDelay, FieldMaxTermination:
+	case FieldTimeout, FieldRetryDelay, FieldMaxTermination, FieldUsageInterval:
 		d, err := DecodeSeconds(text)
 		if err != nil {
 			return fmt.Errorf("%s %s", key, err)
@@ -103,6 +104,12 @@ func (s *QueueSettings) ParseQueueSetting(key, value string) error {
 			return fmt.Errorf("%s %q: want a positive number of bytes", key, value)
 		}
 		v = n
+	case FieldMemoryRetryFactor:
+		f, err := DecodeMemoryRetryFactor(text)
+		if err != nil {
+			return fmt.Errorf("%s %s", key, err)
+		}
+		v = f
 	}
 	s.Set = append(s.Set, bson.E{Key: key, Value: v})
 	return nil

@@ -75,6 +75,9 @@ type Options struct {
 	UsageInterval time.Duration
 	// EndBefore is the task's deadline; zero: none.
 	EndBefore time.Time
+	// MemoryRetryFactor multiplies the memory request of a run stopped
+	// for passing it (resourceretry.go).
+	MemoryRetryFactor float64
 }
 
 // CanRetry reports whether a run that ended badly (timedOut: by its
@@ -116,6 +119,10 @@ func (t Task) Options(q *Queue) Options {
 	}
 	if r := pick(t.Control.Requested, qc.Requested); r != nil {
 		o.Requested = *r
+	}
+	o.MemoryRetryFactor = DefaultMemoryRetryFactor
+	if f := pick(t.Control.MemoryRetryFactor, qc.MemoryRetryFactor); f != nil {
+		o.MemoryRetryFactor = *f
 	}
 	if d := pick(t.Control.MaxTermination, qc.MaxTermination); d != nil {
 		o.MaxTermination = *d
@@ -163,6 +170,12 @@ type HistoryEntry struct {
 	// Usage is what the run used (see Usage); nil when unknown (a run
 	// whose runner died before it wrote any).
 	Usage *Usage `bson:"usage,omitempty"`
+	// Requested is what the run's task requested (requested_resources);
+	// nil: nothing.
+	Requested *Resources `bson:"requested_resources,omitempty"`
+	// NextRequested, when set, becomes the task's requested_resources for
+	// its next attempt (a resource retry). It is not stored in the entry.
+	NextRequested *Resources `bson:"-"`
 }
 
 // requeue is the update that puts a task back in its queue for another
@@ -181,6 +194,9 @@ func requeue(entry HistoryEntry, startAfter, now time.Time) bson.D {
 	if entry.Usage != nil {
 		// The task's usage is its last run's until the next one starts.
 		set = append(set, bson.E{Key: FieldUsage, Value: entry.Usage})
+	}
+	if entry.NextRequested != nil {
+		set = append(set, bson.E{Key: FieldRequested, Value: entry.NextRequested})
 	}
 	return bson.D{
 		{Key: "$set", Value: set},
@@ -239,6 +255,9 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, le
 		newStatus = StatusCancelled
 	} else if opts.CanRetry(false) {
 		entry := HistoryEntry{Attempt: opts.Attempts + 1, Node: task.Node, Status: StatusOrphaned, Outcome: why.Kind, Reason: reason, Ended: now, Leftovers: leftovers}
+		if opts.Requested != (Resources{}) {
+			entry.Requested = &opts.Requested
+		}
 		if task.Runner != nil {
 			entry.Started = time.UnixMilli(task.Runner.Started)
 		}

@@ -125,6 +125,8 @@ type Control struct {
 	UsageInterval  *time.Duration
 	// Requested is requested_resources (see resources.go).
 	Requested *Resources
+	// MemoryRetryFactor is memory_retry_factor (see resourceretry.go).
+	MemoryRetryFactor *float64
 }
 
 // DecodeControl reads the control settings of a task or queue document.
@@ -177,6 +179,14 @@ func DecodeControl(doc bson.Raw) (Control, []string) {
 	if n := count(FieldMaxTimeouts, 1000); n != nil {
 		r := int(*n)
 		c.MaxTimeouts = &r
+	}
+	if v := doc.Lookup(FieldMemoryRetryFactor); !absent(v) {
+		f, err := DecodeMemoryRetryFactor(v)
+		if err != nil {
+			problems = append(problems, FieldMemoryRetryFactor+" "+err.Error())
+		} else {
+			c.MemoryRetryFactor = &f
+		}
 	}
 	return c, problems
 }

@@ -37,7 +37,8 @@ func oddTasks(tb testing.TB) [][]byte {
 	return out
 }
 
-var decodedFields = []string{"queue", "parameters", "cancel", "start_after", "timeout", "max_retries", "retry_delay", "max_termination_time", "max_output", "attempts"}
+var decodedFields = []string{"queue", "parameters", "cancel", "start_after", "timeout", "max_retries", "retry_delay", "max_termination_time", "max_output", "attempts",
+	"max_timeouts", "timeouts", "usage_interval", "requested_resources", "memory_retry_factor", "end_before", "after", "waiting"}
 
 // Any document a user can insert decodes without a panic into a task, or
 // into an error when it has no ObjectId _id; every problem names the field
@@ -71,7 +72,8 @@ func FuzzDecodeTask(f *testing.F) {
 			}
 		}
 		o := task.Options(nil)
-		if o.Timeout < 0 || o.RetryDelay < 0 || o.MaxTermination < 0 || o.MaxRetries < 0 || o.MaxRetries > 1000 || o.MaxOutput < 0 || o.Attempts < 0 {
+		if o.Timeout < 0 || o.RetryDelay < 0 || o.MaxTermination < 0 || o.MaxRetries < 0 || o.MaxRetries > 1000 || o.MaxOutput < 0 || o.Attempts < 0 ||
+			o.UsageInterval < 0 || o.MemoryRetryFactor <= 1 || o.MemoryRetryFactor > 100 || o.Requested.MemoryMB < 0 || o.Requested.CPUs < 0 {
 			t.Errorf("insane options %+v", o)
 		}
 		if _, err := queue.ParseTask(raw); (err == nil) != (len(task.Problems) == 0) {

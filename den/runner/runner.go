@@ -131,6 +131,11 @@ type run struct {
 	// outcome is who decided how the run ended, set where den decides it;
 	// empty means the plugin (or its program) did.
 	outcome queue.Outcome
+	// usage is what the run used, once measured at its end.
+	usage *queue.Usage
+	// resourceKilled: the run was stopped for passing its memory request,
+	// or the kernel's OOM killer killed a process of it.
+	resourceKilled bool
 }
 
 // Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
@@ -193,7 +198,7 @@ func (t *run) stopLeftovers(ctx context.Context) {
 // for its final write (the result, or the retry's history entry): no
 // database command of its own.
 func (t *run) finalUsage(ctx context.Context) {
-	u, err := t.measureUsage(ctx, false)
+	u, m, err := t.measureUsage(ctx, false)
 	if err != nil {
 		t.log.Warn("cannot measure the run's resource usage; recording the task without it", zap.Error(err))
 		return
@@ -201,9 +206,11 @@ func (t *run) finalUsage(ctx context.Context) {
 	if u == nil {
 		return
 	}
+	t.usage = u
 	t.extraMu.Lock()
 	t.extra = append(t.extra, bson.E{Key: queue.FieldUsage, Value: *u})
 	t.extraMu.Unlock()
+	t.memoryKilled(m)
 }
 
 // FieldLeftovers is the task field that counts the processes a run left
@@ -295,6 +302,11 @@ func (t *run) start(ctx context.Context) (bool, error) {
 	if t.supervisor != nil {
 		if err := t.supervisor.setGrace(t.opts.MaxTermination); err != nil {
 			t.log.Warn("cannot tell the supervisor the task's grace time", zap.Error(err))
+		}
+		if mb := t.opts.Requested.MemoryMB; mb > 0 {
+			if err := t.supervisor.setMemoryLimit(int64(mb * (1 << 20))); err != nil {
+				t.log.Warn("cannot tell the supervisor the task's memory request; it is not enforced", zap.Error(err))
+			}
 		}
 	}
 	return true, nil
@@ -520,6 +532,14 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 			t.outcome = queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "the task runner was stopped by a signal"}
 		}
 	}
+	// An expired task is never retried: its time is up. A run stopped for
+	// its memory is retried with more, when a node offers more (its
+	// stderr says when none does).
+	retry := status >= queue.StatusFailed && !t.expired && t.opts.CanRetry(t.timedOut)
+	var next *queue.Resources
+	if retry && t.resourceKilled {
+		next, retry = t.nextRequest(storeCtx)
+	}
 	stdout, stderr, err := t.out.finish() // a plugin abandoned after its grace can write no more
 	t.extraMu.Lock()
 	if t.timedOut {
@@ -532,14 +552,12 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	t.extraMu.Unlock()
 	outcome := t.decided(status, extra)
 	extra = append(extra, outcome.Fields()...)
-	// An expired task is never retried: its time is up.
-	retry := status >= queue.StatusFailed && !t.expired && t.opts.CanRetry(t.timedOut)
 	if err != nil {
 		t.log.Error("cannot store task output in GridFS", zap.Error(err))
 		stdout, stderr = "", "den: output could not be stored: "+err.Error()
 	}
 	if retry {
-		return t.retry(storeCtx, status, stdout, stderr, extra, outcome)
+		return t.retry(storeCtx, status, stdout, stderr, extra, outcome, next)
 	}
 	result := queue.Result{Status: status, Stdout: stdout, Stderr: stderr, Extra: extra}
 	var recorded bool
@@ -626,10 +644,14 @@ func (t *run) releaseDependents(ctx context.Context, status int) {
 
 // retry puts the task back in its queue with this run in its history. The
 // run's output always goes to GridFS, so the history can point at it.
-func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra bson.D, outcome queue.Outcome) error {
+func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra bson.D, outcome queue.Outcome, next *queue.Resources) error {
 	entry := queue.HistoryEntry{
 		Attempt: t.opts.Attempts + 1, Node: t.Spec.Node, Status: status, TimedOut: t.timedOut,
 		Started: t.started, Ended: time.Now(), Outcome: outcome.Kind, Reason: outcome.Reason,
+		NextRequested: next,
+	}
+	if t.opts.Requested != (queue.Resources{}) {
+		entry.Requested = &t.opts.Requested
 	}
 	for _, e := range extra {
 		switch e.Key {
@@ -665,6 +687,10 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 		return nil
 	}
 	t.report(status, true)
+	if next != nil {
+		t.log.Info("task stopped for passing its memory request; retrying with more", zap.Float64("memory_mb", t.opts.Requested.MemoryMB),
+			zap.Float64("next_memory_mb", next.MemoryMB), zap.Int("attempt", entry.Attempt))
+	}
 	t.log.Info("task failed; retrying later", zap.Int("status", status), zap.Int("attempt", entry.Attempt),
 		zap.Int("max_retries", t.opts.MaxRetries), zap.Time("start_after", at), zap.Bool("timed_out", t.timedOut))
 	return nil

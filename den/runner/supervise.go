@@ -176,7 +176,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 		relayCtl.Close() // the worker has it; the node sees it close when the worker exits
 	}
 	s := &supervisor{log: log, worker: worker, cgroup: cgroup, grace: DefaultGrace,
-		usage: &sampler{me: int32(os.Getpid()), cgroup: cgroup}}
+		usage: &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
@@ -186,8 +186,17 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastSample := time.Now()
+	// memoryTick runs once the task's memory request is known ("memory").
+	var memoryTick <-chan time.Time
 	for s.workerStatus == nil {
+		if memoryTick == nil && s.usage.limit > 0 {
+			t := time.NewTicker(memoryEvery)
+			defer t.Stop()
+			memoryTick = t.C
+		}
 		select {
+		case <-memoryTick:
+			s.enforceMemory(context.Background())
 		case <-tick.C:
 			s.reap()
 			if time.Since(lastSample) >= sampleEvery-sampleEvery/4 {
@@ -279,6 +288,8 @@ func (s *supervisor) handle(req string, reply *os.File) {
 		return
 	}
 	switch verb {
+	case "memory":
+		s.usage.limit = ms // bytes
 	case "grace":
 		s.grace = time.Duration(ms) * time.Millisecond
 	case "stop":

@@ -59,20 +59,32 @@ type measured struct {
 	// CgroupPeak is the run cgroup's memory.peak in bytes; 0: none.
 	CgroupPeak int64 `json:"cgroup_peak,omitempty"`
 	Samples    int   `json:"samples"`
+	// MemoryKill is set when the supervisor killed the task's processes
+	// for passing their memory request (memory.go); OOMKills counts the
+	// kernel's OOM kills in the run's cgroup.
+	MemoryKill *memoryKill `json:"memory_kill,omitempty"`
+	OOMKills   int64       `json:"oom_kills,omitempty"`
 }
 
 // sampler keeps the supervisor's samples of its tree.
 type sampler struct {
 	me      int32
+	worker  int32
 	cgroup  string
 	peakRSS int64
 	samples int
+	// taskRSS is the last sample's RSS of the task's processes: the tree
+	// but the worker. limit is the task's memory request in bytes (0:
+	// none); killed, what enforceMemory saw when it passed it.
+	taskRSS int64
+	limit   int64
+	killed  *memoryKill
 }
 
 // sample adds one sample of the live tree's memory and returns its CPU
 // (own and reaped children's) in seconds.
 func (s *sampler) sample(ctx context.Context) (user, system float64) {
-	var rss int64
+	var rss, task int64
 	page := int64(os.Getpagesize())
 	for _, pid := range contain.Descendants(ctx, s.me) {
 		st, ok := readStat(pid)
@@ -80,18 +92,22 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 			continue
 		}
 		rss += st.rssPages * page
+		if pid != s.worker {
+			task += st.rssPages * page
+		}
 		user += float64(st.utime+st.cutime) / clockTicks
 		system += float64(st.stime+st.cstime) / clockTicks
 	}
 	s.samples++
 	s.peakRSS = max(s.peakRSS, rss)
+	s.taskRSS = task
 	return user, system
 }
 
 // measure samples once more and adds what the kernel knows exactly.
 func (s *sampler) measure(ctx context.Context) measured {
 	user, system := s.sample(ctx)
-	m := measured{PeakRSS: s.peakRSS, Samples: s.samples}
+	m := measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		user += tvSeconds(ru.Utime)
@@ -106,6 +122,7 @@ func (s *sampler) measure(ctx context.Context) measured {
 		if b, err := os.ReadFile(filepath.Join(s.cgroup, "memory.peak")); err == nil {
 			m.CgroupPeak, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		}
+		m.OOMKills = oomKills(s.cgroup)
 	}
 	return m
 }
@@ -181,15 +198,15 @@ func (l *link) usage(ctx context.Context) (measured, error) {
 // measureUsage returns the run's usage now; nil, and no error, when there
 // is nothing to measure it with (a Runner used in-process, without a
 // supervisor).
-func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, error) {
+func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *measured, error) {
 	if t.supervisor == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m, err := t.supervisor.usage(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// This process's own peak, and that of the largest process it reaped
 	// (the plugin's programs): exact, where the samples may miss a peak.
@@ -214,7 +231,7 @@ func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, err
 		mb := round(float64(m.CgroupPeak)/(1<<20), 1)
 		u.PeakMemoryMB = &mb
 	}
-	return u, nil
+	return u, &m, nil
 }
 
 func round(v float64, places int) float64 {
@@ -244,7 +261,7 @@ func (t *run) updateUsage(ctx context.Context) (stop func()) {
 				return
 			case <-tick.C:
 			}
-			u, err := t.measureUsage(ctx, true)
+			u, _, err := t.measureUsage(ctx, true)
 			if err == nil {
 				uctx, ucancel := context.WithTimeout(ctx, min(every, time.Minute))
 				_, err = t.store.SetUsage(uctx, t.taskID, t.Spec.Node, t.info.Token, *u)

@@ -1,0 +1,195 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/sandbox"
+	"github.com/den-project/den/queue"
+)
+
+// Memory enforcement (issue 11, part 3; see queue/resourceretry.go). When
+// a task requests memory (requested_resources.memory_mb), the worker tells
+// the supervisor ("memory <bytes>"), which from then on samples the run's
+// processes every memoryEvery and, once the resident memory of the
+// processes the task started (every process of the run but the worker,
+// whose own memory is den's, not the task's) passes the request, kills
+// them all with SIGKILL, as the kernel's OOM killer would, and keeps what
+// it saw. The plugin sees its program killed; the worker, asking for the
+// run's usage at its end, learns why, records outcome resource_killed, and
+// retries the task with more memory when it has retries left.
+//
+// This is a sampled limit: a program that grows past its request and
+// back within memoryEvery is not seen. Where the run has a cgroup with the
+// memory controller, the kernel's OOM kills inside it (memory.events
+// oom_kill) count the same way.
+
+// memoryEvery is how often the supervisor looks at a run's memory when
+// its task requested some.
+const memoryEvery = 250 * time.Millisecond
+
+// memoryKill is what the supervisor saw when it stopped a run for its
+// memory.
+type memoryKill struct {
+	RSS   int64 `json:"rss"`   // bytes the task's processes held
+	Limit int64 `json:"limit"` // bytes the task requested
+	Procs int   `json:"procs"` // processes killed
+}
+
+// setMemoryLimit tells the supervisor the task's memory request, in bytes.
+func (l *link) setMemoryLimit(bytes int64) error {
+	_, err := fmt.Fprintf(l.f, "memory %d\n", bytes)
+	return err
+}
+
+// enforceMemory samples the run and, if the task's processes hold more
+// than the limit, kills them all. It returns how many it killed.
+func (s *supervisor) enforceMemory(ctx context.Context) int {
+	if s.usage.limit <= 0 {
+		return 0
+	}
+	s.usage.sample(ctx)
+	if s.usage.taskRSS <= s.usage.limit {
+		return 0
+	}
+	me, worker := int32(os.Getpid()), int32(s.worker)
+	var task []int32
+	rss := int64(0)
+	page := int64(os.Getpagesize())
+	for _, pid := range contain.Descendants(ctx, me) {
+		if pid == worker || trampoline(pid) {
+			continue
+		}
+		task = append(task, pid)
+		if st, ok := readStat(pid); ok {
+			rss += st.rssPages * page
+		}
+	}
+	if rss <= s.usage.limit {
+		return 0 // den's own sandbox trampoline made the difference
+	}
+	n := 0
+	for _, pid := range task {
+		if syscall.Kill(int(pid), syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	if s.cgroup != "" {
+		for _, pid := range contain.CgroupProcs(s.cgroup) {
+			if pid != worker && pid != me && syscall.Kill(int(pid), syscall.SIGKILL) == nil {
+				n++
+			}
+		}
+	}
+	if s.usage.killed == nil {
+		s.usage.killed = &memoryKill{RSS: rss, Limit: s.usage.limit, Procs: n}
+		s.log.Warn("the task's processes passed its memory request; killed them",
+			zap.Int64("rss_mb", rss>>20), zap.Int64("requested_mb", s.usage.limit>>20), zap.Int("processes", n))
+	}
+	return n
+}
+
+// trampoline reports whether pid is den's sandbox trampoline (package
+// den/sandbox): this very binary, re-executed to restrict itself before it
+// execs the task's program, with the sandbox's spec in its environment.
+// Its memory is den's, for the moment it lives, not the task's. Looked at
+// only when a run is over its request, so its cost does not matter.
+func trampoline(pid int32) bool {
+	self, err1 := os.Stat("/proc/self/exe")
+	exe, err2 := os.Stat("/proc/" + strconv.Itoa(int(pid)) + "/exe")
+	if err1 != nil || err2 != nil || !os.SameFile(self, exe) {
+		return false
+	}
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, e := range strings.Split(string(env), "\x00") {
+		if strings.HasPrefix(e, sandbox.EnvSpec+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// oomKills reads the oom_kill count of a cgroup's memory.events: the
+// processes of the run the kernel's OOM killer killed. 0 without the
+// memory controller.
+func oomKills(dir string) int64 {
+	b, err := os.ReadFile(filepath.Join(dir, "memory.events"))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// memoryKilled notes, from the supervisor's measure at the run's end,
+// whether the run was stopped for its memory: it then ended with outcome
+// resource_killed (unless den had already decided, a timeout or a cancel),
+// and its stderr says so.
+func (t *run) memoryKilled(m *measured) {
+	if m == nil || (m.MemoryKill == nil && m.OOMKills == 0) {
+		return
+	}
+	t.resourceKilled = true
+	var why string
+	if k := m.MemoryKill; k != nil {
+		why = fmt.Sprintf("its processes held %d MiB, more than the %d MiB it requested (requested_resources.memory_mb): den killed them", k.RSS>>20, k.Limit>>20)
+	} else {
+		why = fmt.Sprintf("the kernel's OOM killer killed %d of its processes", m.OOMKills)
+	}
+	t.out.appendLine("den: " + why)
+	if t.outcome.Kind == "" {
+		t.outcome = queue.Outcome{Kind: queue.OutcomeResourceKilled, Reason: why}
+	}
+}
+
+// nextRequest is the request for the retry of a run stopped for its
+// memory, and false when no live den node offers more (the run then fails
+// for good, and its reason and stderr say why).
+func (t *run) nextRequest(ctx context.Context) (*queue.Resources, bool) {
+	old := t.opts.Requested
+	if old.MemoryMB <= 0 && t.usage != nil {
+		// Killed by the kernel without a request: start from what it held.
+		old.MemoryMB = t.usage.PeakRSSMB
+	}
+	beat := queue.DefaultBeat
+	if t.Spec.Beat > 0 {
+		beat = time.Duration(t.Spec.Beat * float64(time.Second))
+	}
+	var largest float64
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := t.Retry.Retry(octx, func(ctx context.Context) error {
+		offers, err := t.store.Offers(ctx, t.now().Add(-5*beat))
+		largest, _ = queue.LargestMemoryOffer(offers)
+		return err
+	}, nil)
+	if err != nil {
+		t.log.Warn("cannot read what the nodes offer; retrying with more memory, uncapped", zap.Error(err))
+	}
+	next, ok, why := queue.NextMemoryRequest(old, t.opts.MemoryRetryFactor, largest)
+	if !ok {
+		t.out.appendLine("den: not retried: " + why)
+		if t.outcome.Kind == queue.OutcomeResourceKilled {
+			t.outcome.Reason += "; not retried: " + why
+		}
+		return nil, false
+	}
+	return &next, true
+}
