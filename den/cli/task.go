@@ -517,7 +517,7 @@ func newTaskRetryCmd() *cobra.Command {
 		Long: `Put ended tasks (finished, failed, cancelled, orphaned, held) back in their
 queue to run again now: status -2, node -1, attempts 0, and den's per-run
 fields (start_after, cancel, timed_out, exit_code, signal, orphan_reason,
-outcome, outcome_reason, leftover_processes, live, live_until,
+outcome, outcome_reason, leftover_processes, live, live_until, unfit,
 runner) removed; history is kept, output is replaced by the new run's.
 Queued, claimed and running tasks are left alone. Each update is
 conditional on the status read, and a task that had finished (status 1 and
