@@ -352,17 +352,23 @@ func StatusGroup(status int) string {
 // in its queue's count_todo (the runner took it off when it finished).
 func Finished(status int) bool { return status >= StatusSucceeded }
 
-// TaskCounts counts every queue's tasks by status, in one aggregation.
+// TaskCounts counts every queue's tasks by status (only the tasks of the
+// queues in only, when it names any), in one aggregation.
 //
 // The grouping is on plain fields: FerretDB (the embedded development
 // server) does not implement $cond inside $group.
-func (s *Store) TaskCounts(ctx context.Context) (map[bson.ObjectID]StatusCounts, error) {
-	cur, err := s.tasks.Aggregate(ctx, bson.A{
+func (s *Store) TaskCounts(ctx context.Context, only ...bson.ObjectID) (map[bson.ObjectID]StatusCounts, error) {
+	var pipeline bson.A
+	if len(only) > 0 {
+		// The queues' tasks only, found by the {queue, status} index.
+		pipeline = append(pipeline, bson.D{{Key: "$match", Value: bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: only}}}}}})
+	}
+	cur, err := s.tasks.Aggregate(ctx, append(pipeline,
 		bson.D{{Key: "$group", Value: bson.D{
 			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "status", Value: "$status"}}},
 			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},
 		}}},
-	})
+	))
 	if err != nil {
 		return nil, fmt.Errorf("count tasks: %w", err)
 	}

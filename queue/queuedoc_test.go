@@ -6,6 +6,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/queue"
 )
 
@@ -84,5 +85,25 @@ func TestParseTask(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tc.err)
 			}
 		})
+	}
+}
+
+// TaskCounts counts by queue and status; given queues, only theirs.
+func TestTaskCounts(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	a := dentest.Queue(t, db, "a", "Demo", 1, "fifo")
+	b := dentest.Queue(t, db, "b", "Demo", 1, "fifo")
+	dentest.Tasks(t, db, a, bson.D{}, bson.D{})
+	dentest.Tasks(t, db, b, bson.D{})
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: b}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1}}}})
+	store := queue.NewStore(db)
+	all, err := store.TaskCounts(dentest.Context(t))
+	if err != nil || len(all) != 2 || all[a].ByStatus[queue.StatusQueued] != 2 || all[b].ByStatus[1] != 1 {
+		t.Errorf("all queues: %v, %v", all, err)
+	}
+	only, err := store.TaskCounts(dentest.Context(t), b)
+	if err != nil || len(only) != 1 || only[b].ByStatus[1] != 1 || only[b].Total() != 1 {
+		t.Errorf("queue b only: %v, %v", only, err)
 	}
 }

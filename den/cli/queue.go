@@ -214,7 +214,7 @@ func newQueueShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			counts, err := d.store.TaskCounts(cmd.Context())
+			counts, err := d.store.TaskCounts(cmd.Context(), q.ID)
 			if err != nil {
 				return err
 			}
@@ -305,7 +305,7 @@ stdin is not a terminal).`,
 			if err != nil {
 				return err
 			}
-			counts, err := d.store.TaskCounts(cmd.Context())
+			counts, err := d.store.TaskCounts(cmd.Context(), q.ID)
 			if err != nil {
 				return err
 			}
