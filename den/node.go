@@ -154,6 +154,9 @@ type Node struct {
 	runningAt time.Time
 	// claiming is what a claim needs from the last full pass.
 	claiming claimState
+	// unfit is what the sweep needs to note requests no node can meet
+	// (see unfit.go).
+	unfit unfitState
 	// own is what this node holds (claimed and running tasks).
 	own *ownTasks
 	// arrived are the queues new tasks arrived in (see arrivals.go).
@@ -311,7 +314,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		capacity:   &capacity{limits: cfg.Resources},
 		procs:      map[int]bool{},
-		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
+		claiming:   claimState{empty: map[bson.ObjectID]emptyMark{}},
 		own:        newOwnTasks(),
 	}
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)

@@ -319,7 +319,8 @@ func (n *Node) noteBadQueues(bad []queue.BadQueue) {
 }
 
 // sweep cancels the queued tasks whose cancel is set (-5: the claim never
-// takes them), fails the malformed tasks of the served queues, and
+// takes them), fails the malformed tasks of the served queues, notes on
+// queued tasks that request more than any node offers why they wait, and
 // rewrites start_after and cancel values of other types (epoch seconds,
 // date strings, 1, "yes") as the ISODate or boolean the claim and
 // cancellation queries match, failing the queued tasks whose value means
@@ -355,6 +356,9 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 		if c := failed[q.ID]; c > 0 {
 			n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int("count", c))
 		}
+	}
+	if err := n.noteUnfit(ctx, queues); err != nil {
+		return err
 	}
 	return n.sweepDependencies(ctx, queueIDs(queues), now)
 }
@@ -398,7 +402,7 @@ func (n *Node) normalize(ctx context.Context, queues []queue.Queue, now time.Tim
 		}
 	}
 	if fixed > 0 {
-		n.log.Info("rewrote start_after or cancel values as the ISODate or boolean they mean", zap.Int("tasks", fixed))
+		n.log.Info("rewrote start_after, cancel or requested_resources values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
 	}
 	return nil
 }
