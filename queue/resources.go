@@ -146,66 +146,45 @@ type UnfitCandidate struct {
 	Unfit string
 }
 
-// UnfitCandidates finds, in one query, the tasks of the given queues whose
-// unfit note may have to change: queued tasks whose own request is over
-// largest (memory or cores), queued tasks without their own request in
-// the queues of overQueues (whose queue-level request is over largest),
-// and any task not yet ended with a note (to remove or reword it; a note
-// left on an ended task is stale, shown nowhere, and not looked for, so
-// that the query never reads finished tasks). Unmarked tasks come first;
-// at most 1000 a time.
-func (s *Store) UnfitCandidates(ctx context.Context, queueIDs, overQueues []bson.ObjectID, largest Resources) ([]UnfitCandidate, error) {
-	if len(queueIDs) == 0 {
-		return nil, nil
+// UnfitQuery is what the sweep also asks for, with the same query, so
+// that unfit notes cost no command of their own: tasks with a note (to
+// remove or keep it), queued tasks whose own request is over Largest
+// (memory or cores), and queued tasks without their own request in
+// OverQueues (whose queue-level request is over Largest).
+type UnfitQuery struct {
+	Largest    Resources
+	OverQueues []bson.ObjectID
+}
+
+// branches are the query's terms, for the $or of the sweep's query (whose
+// other conditions keep it to the unfinished tasks of the served queues).
+func (u *UnfitQuery) branches() bson.A {
+	if u == nil {
+		return nil
 	}
-	queued := func(more ...bson.E) bson.D {
-		return append(bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: "status", Value: StatusQueued}, {Key: "node", Value: unclaimed}}, more...)
+	over := func(field string, n float64) bson.D {
+		return bson.D{{Key: FieldRequested + "." + field, Value: bson.D{{Key: "$gt", Value: n}}}}
 	}
-	over := func(field string, n float64) bson.E {
-		return bson.E{Key: FieldRequested + "." + field, Value: bson.D{{Key: "$gt", Value: n}}}
+	b := bson.A{
+		bson.D{{Key: FieldUnfit, Value: bson.D{{Key: "$exists", Value: true}}}},
+		over(FieldMemoryMB, u.Largest.MemoryMB),
+		over(FieldCPUs, u.Largest.CPUs),
 	}
-	branches := bson.A{
-		bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusQueued, StatusClaimed, StatusRunning}}}},
-			{Key: FieldUnfit, Value: bson.D{{Key: "$exists", Value: true}}}},
-		queued(over(FieldMemoryMB, largest.MemoryMB)),
-		queued(over(FieldCPUs, largest.CPUs)),
+	if len(u.OverQueues) > 0 {
+		b = append(b, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: u.OverQueues}}}, {Key: FieldRequested, Value: bson.D{{Key: "$exists", Value: false}}}})
 	}
-	if len(overQueues) > 0 {
-		branches = append(branches, bson.D{
-			{Key: "queue", Value: bson.D{{Key: "$in", Value: overQueues}}}, {Key: "status", Value: StatusQueued}, {Key: "node", Value: unclaimed},
-			{Key: FieldRequested, Value: bson.D{{Key: "$exists", Value: false}}},
-		})
+	return b
+}
+
+// UnfitCandidateOf is t as the unfit step of the sweep sees it.
+func UnfitCandidateOf(t Task) UnfitCandidate {
+	c := UnfitCandidate{ID: t.ID, Queue: t.Queue, Queued: t.Status == StatusQueued && (absent(t.nodeRaw) || isUnclaimed(t.nodeRaw))}
+	if v := t.Raw.Lookup(FieldRequested); !absent(v) {
+		r, err := DecodeResources(v)
+		c.Requested, c.Bad = r, err != nil
 	}
-	cur, err := s.tasks.Find(ctx, bson.D{{Key: "$or", Value: branches}}, options.Find().
-		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: "status", Value: 1}, {Key: "node", Value: 1}, {Key: FieldRequested, Value: 1}, {Key: FieldUnfit, Value: 1}}).
-		SetSort(bson.D{{Key: FieldUnfit, Value: 1}}).SetLimit(1000))
-	if err != nil {
-		return nil, fmt.Errorf("find tasks that request more than any node offers: %w", err)
-	}
-	defer cur.Close(ctx)
-	var out []UnfitCandidate
-	for cur.Next(ctx) {
-		raw := cur.Current
-		var c UnfitCandidate
-		var ok bool
-		if c.ID, ok = raw.Lookup("_id").ObjectIDOK(); !ok {
-			continue
-		}
-		c.Queue, _ = raw.Lookup("queue").ObjectIDOK()
-		st, _ := intValue(raw.Lookup("status"))
-		node := raw.Lookup("node")
-		c.Queued = st == StatusQueued && (absent(node) || isUnclaimed(node))
-		if v := raw.Lookup(FieldRequested); !absent(v) {
-			r, err := DecodeResources(v)
-			c.Requested, c.Bad = r, err != nil
-		}
-		c.Unfit, _ = raw.Lookup(FieldUnfit).StringValueOK()
-		out = append(out, c)
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("find tasks that request more than any node offers: %w", err)
-	}
-	return out, nil
+	c.Unfit, _ = t.Raw.Lookup(FieldUnfit).StringValueOK()
+	return c
 }
 
 // isUnclaimed reports whether a node value is the protocol's -1.
