@@ -57,6 +57,22 @@ func (c *capacity) total() queue.Resources {
 	return t
 }
 
+// offer is the most a claim of this node could ever give one request
+// (resources.offer in its node document): its limit, but no more memory
+// than the machine has available (availableMB, 0: unknown) plus what the
+// node's own tasks hold reserved, which would come back as they end. The
+// claim compares requests with what is available, never with the
+// machine's total, so a request the size of the total would otherwise be
+// offered and never fit. Cores are offered as the limit: how busy they
+// are changes from one second to the next.
+func (c *capacity) offer(availableMB int64, reserved queue.Resources) queue.Resources {
+	o := c.total()
+	if availableMB > 0 {
+		o.MemoryMB = min(o.MemoryMB, float64(availableMB)+reserved.MemoryMB)
+	}
+	return o
+}
+
 // free is what is left for new tasks when reserved is requested by the
 // node's tasks already.
 func (c *capacity) free(reserved queue.Resources) queue.Resources {

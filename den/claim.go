@@ -1,6 +1,7 @@
 package den
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -33,7 +34,7 @@ type claimState struct {
 	// then: they are not claimed from again until their counts change
 	// (a writer that inserts a task raises count_total), or a probe finds
 	// work in them.
-	empty map[bson.ObjectID]counts
+	empty map[bson.ObjectID]emptyMark
 	// fit is what this claim round has free for tasks that request
 	// resources, less what it claimed so far.
 	fit *queue.Resources
@@ -41,6 +42,13 @@ type claimState struct {
 
 // counts are a queue's count_todo and count_total, -1 when unknown.
 type counts struct{ todo, total int64 }
+
+// emptyMark is a queue's counts when a claim found it empty, and since when
+// it has been found empty with those counts.
+type emptyMark struct {
+	counts
+	since time.Time
+}
 
 func countsOf(q queue.Queue) counts {
 	c := counts{-1, -1}
@@ -56,8 +64,17 @@ func countsOf(q queue.Queue) counts {
 // claimable reports whether a claim in q may find something: it was not
 // found empty since its counts last changed.
 func (st *claimState) claimable(q queue.Queue) bool {
-	c, marked := st.empty[q.ID]
-	return !marked || c != countsOf(q)
+	m, marked := st.empty[q.ID]
+	return !marked || m.counts != countsOf(q)
+}
+
+// emptySince is since when claims have found q empty with its counts as
+// they are, and false when q is claimable.
+func (st *claimState) emptySince(q queue.Queue) (time.Time, bool) {
+	if st.claimable(q) {
+		return time.Time{}, false
+	}
+	return st.empty[q.ID].since, true
 }
 
 // free is how many more tasks of q this node may start now: the queue's
@@ -81,6 +98,11 @@ func (n *Node) free(q queue.Queue, own map[bson.ObjectID]int) int {
 // counts change. With probe it first looks, with one query, for work
 // in the queues found empty (tasks inserted without raising the counts,
 // start_after times that have come).
+//
+// Queues that request resources (requested_resources on the queue) are
+// claimed from largest request first (claimGroups), each group one claim
+// as above; a group whose request no longer fits what the larger ones
+// left is not asked. Without requests the claims are exactly as before.
 //
 // Under a node limit that leaves fewer free slots than queues with work,
 // it claims queue by queue, the first queue rotating from pass to pass, so
@@ -131,7 +153,7 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 		n.offset = (n.offset + 1) % len(work)
 		for i := range work {
 			q := work[(n.offset+i)%len(work)]
-			if n.free(q, own) <= 0 {
+			if n.free(q, own) <= 0 || !queueFits(q, *st.fit) {
 				continue
 			}
 			more, err := n.claimFrom(ctx, []queue.Queue{q}, own, took)
@@ -141,16 +163,18 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 		}
 		return nil
 	}
-	for _, sort := range []string{queue.SortFIFO, queue.SortLIFO, queue.SortDefault} {
-		var group []queue.Queue
-		for _, q := range work {
-			if q.Sort == sort || (sort == queue.SortDefault && q.Sort != queue.SortFIFO && q.Sort != queue.SortLIFO) {
-				group = append(group, q)
-			}
-		}
+	for _, group := range n.claimGroups(work) {
 		for len(group) > 0 {
 			chunk := group[:min(len(group), queue.MaxClaimQueues)]
 			group = group[len(chunk):]
+			// What the larger requests before took may leave no room for
+			// this chunk's own (a queue without a request always fits).
+			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
+				return n.free(q, own) <= 0 || !queueFits(q, *st.fit)
+			})
+			if len(chunk) == 0 {
+				continue
+			}
 			more, err := n.claimFrom(ctx, chunk, own, took)
 			if err != nil || !more {
 				return err
@@ -158,6 +182,79 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 		}
 	}
 	return nil
+}
+
+// sortIndex orders the claim's sort orders as claims take them among
+// queues of one request size: fifo, lifo, default.
+func sortIndex(q queue.Queue) int {
+	switch q.Sort {
+	case queue.SortFIFO:
+		return 0
+	case queue.SortLIFO:
+		return 1
+	}
+	return 2
+}
+
+// claimGroups splits the queues to claim from into the groups that one
+// claim (queue: {$in: [...]}) may name: queues of one sort order and one
+// queue-level requested_resources. The largest request goes first (seed
+// 002: prefer the largest task that fits), its size the larger of its
+// memory and cores as shares of what this node offers; then, among equal
+// requests, fifo, lifo and default queues, in the order they were given.
+// Queues without a request come last, so with no requests this is one
+// group per sort order, the claims as before. A task's own request cannot
+// be ordered by: the claim's index does not hold it.
+func (n *Node) claimGroups(work []queue.Queue) [][]queue.Queue {
+	type key struct {
+		req  queue.Resources
+		sort int
+	}
+	var keys []key
+	groups := map[key][]queue.Queue{}
+	requests := false
+	for _, q := range work {
+		k := key{sort: sortIndex(q)}
+		if q.Control.Requested != nil {
+			k.req, requests = *q.Control.Requested, true
+		}
+		if _, seen := groups[k]; !seen {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], q)
+	}
+	if requests {
+		total := n.capacity.total()
+		size := func(r queue.Resources) float64 {
+			return max(share(r.MemoryMB, total.MemoryMB), share(r.CPUs, total.CPUs))
+		}
+		slices.SortStableFunc(keys, func(a, b key) int {
+			switch sa, sb := size(a.req), size(b.req); {
+			case sa != sb:
+				return cmp.Compare(sb, sa)
+			case a.req.MemoryMB != b.req.MemoryMB:
+				return cmp.Compare(b.req.MemoryMB, a.req.MemoryMB)
+			case a.req.CPUs != b.req.CPUs:
+				return cmp.Compare(b.req.CPUs, a.req.CPUs)
+			}
+			return cmp.Compare(a.sort, b.sort)
+		})
+	} else {
+		slices.SortStableFunc(keys, func(a, b key) int { return cmp.Compare(a.sort, b.sort) })
+	}
+	out := make([][]queue.Queue, len(keys))
+	for i, k := range keys {
+		out[i] = groups[k]
+	}
+	return out
+}
+
+// share is part of whole (0 when whole is not positive).
+func share(part, whole float64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return part / whole
 }
 
 // claimFrom claims from the given queues (one sort order) until they are
@@ -180,7 +277,9 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 		}
 		if !ok {
 			for _, id := range ids {
-				st.empty[id] = countsOf(byID[id])
+				if q := byID[id]; st.claimable(q) {
+					st.empty[id] = emptyMark{countsOf(q), n.now()}
+				}
 			}
 			return true, nil
 		}
@@ -191,6 +290,9 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 		}
 		req := requestOf(c.Requested, q)
 		n.own.claimed(c.ID, q.ID, req)
+		if c.Unfit != "" {
+			n.clearUnfit(ctx, c.ID, c.Unfit)
+		}
 		*st.fit = st.fit.Sub(req)
 		n.metrics.Claims.WithLabelValues(q.Name).Inc()
 		more := took(q.ID)

@@ -232,10 +232,11 @@ func (n *Node) rescueStaleClaims(ctx context.Context, mine []queue.Task, queues 
 // conditional, so it happens once.
 func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
 	now := n.now()
-	seen, err := n.store.NodesSeen(ctx)
+	seen, offers, err := n.store.NodesSeenOffers(ctx)
 	if err != nil {
 		return err
 	}
+	n.noteOffers(seen, offers, now)
 	holders, err := n.store.ClaimingNodes(ctx)
 	if err != nil {
 		return err

@@ -371,6 +371,21 @@ func TestNodeDocumentCarriesResources(t *testing.T) {
 	if o, ok := offers["n"]; err != nil || !ok || o.MemoryMB != 777 || o.CPUs != float64(runtime.NumCPU()) {
 		t.Errorf("offers %v (%v), want n: 777 MiB, %d cpus; resources %s", offers, err, runtime.NumCPU(), res)
 	}
+	// Without a configured limit, no more memory than is available (plus
+	// what its tasks hold, here none): a request of the machine's total
+	// would never fit a claim, so it is not offered.
+	startNode(t, db, "m")
+	var m bson.Raw
+	dentest.Eventually(t, time.Minute, "node m's offer", func() bool {
+		m, _ = db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "m"}}).Raw()
+		return m != nil && m.Lookup("resources", "offer").Type == bson.TypeEmbeddedDocument
+	})
+	offer, _ := m.Lookup("resources", "offer", "memory_mb").AsFloat64OK()
+	mAvail, _ := m.Lookup("resources", "memory_available_mb").AsInt64OK()
+	mTotal, _ := m.Lookup("resources", "memory_total_mb").AsInt64OK()
+	if offer != float64(mAvail) || offer >= float64(mTotal) {
+		t.Errorf("node m offers %v MiB; want its available memory, %d, below its total %d", offer, mAvail, mTotal)
+	}
 	load, ok := res.Lookup("load").ArrayOK()
 	vals, _ := load.Values()
 	if !ok || len(vals) != 3 {

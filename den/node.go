@@ -154,6 +154,9 @@ type Node struct {
 	runningAt time.Time
 	// claiming is what a claim needs from the last full pass.
 	claiming claimState
+	// unfit is what the sweep needs to note requests no node can meet
+	// (see unfit.go).
+	unfit unfitState
 	// own is what this node holds (claimed and running tasks).
 	own *ownTasks
 	// arrived are the queues new tasks arrived in (see arrivals.go).
@@ -311,7 +314,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		capacity:   &capacity{limits: cfg.Resources},
 		procs:      map[int]bool{},
-		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
+		claiming:   claimState{empty: map[bson.ObjectID]emptyMark{}},
 		own:        newOwnTasks(),
 	}
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
@@ -510,7 +513,7 @@ func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	}
 	if res != nil {
 		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, n.capacity.total()
+		withOffer, offer := *res, n.capacity.offer(res.MemoryAvailableMB, n.own.reserved())
 		withOffer.Offer = &offer
 		res = &withOffer
 	}

@@ -118,7 +118,19 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 		startNode(t, db, name)
 	}
 	total := int64(len(all))
-	dentest.Eventually(t, 4*time.Minute, "all tasks finished", func() bool { return countDone(t, db)() == total })
+	// Progress is logged every half minute, so that a run too slow for
+	// the limit shows whether work stopped or only crawled.
+	done := countDone(t, db)
+	for last := time.Now(); done() != total; time.Sleep(100 * time.Millisecond) {
+		if time.Since(last) > 30*time.Second {
+			last = time.Now()
+			t.Logf("%s: %d of %d tasks finished, %d running", time.Since(start).Round(time.Second), done(), total,
+				dentest.CountTasks(t, db, bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{-1, 0}}}}}))
+		}
+		if time.Since(start) > 4*time.Minute {
+			t.Fatalf("timed out after 4m0s: %d of %d tasks finished", done(), total)
+		}
+	}
 	t.Logf("%d tasks on 3 nodes in %s", total, time.Since(start))
 
 	ctx := dentest.Context(t)

@@ -66,7 +66,7 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: n.cfg.Runner.LogJSON,
 		Grace: n.cfg.MaxTermination.Seconds(), PluginConfig: n.cfg.PluginConfig[q.Plugin],
 		Beat:   min(max(n.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
-		Cgroup: n.cgroup, MaxOutput: n.cfg.MaxOutput,
+		Cgroup: n.cgroup, MaxOutput: n.cfg.MaxOutput, DeadNodeAfter: n.cfg.DeadNodeAfter.Seconds(),
 	}
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw

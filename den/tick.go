@@ -319,7 +319,8 @@ func (n *Node) noteBadQueues(bad []queue.BadQueue) {
 }
 
 // sweep cancels the queued tasks whose cancel is set (-5: the claim never
-// takes them), fails the malformed tasks of the served queues, and
+// takes them), fails the malformed tasks of the served queues, notes on
+// queued tasks that request more than any node offers why they wait, and
 // rewrites start_after and cancel values of other types (epoch seconds,
 // date strings, 1, "yes") as the ISODate or boolean the claim and
 // cancellation queries match, failing the queued tasks whose value means
@@ -331,7 +332,12 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 		n.metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
 		n.log.Info("cancelled queued tasks", zap.Int64("count", c))
 	}
-	if err := n.normalize(ctx, queues, now); err != nil {
+	unfit := n.unfitQuery(ctx, queues)
+	tasks, err := n.store.Irregular(ctx, queueIDs(queues), unfit)
+	if err != nil {
+		return err
+	}
+	if err := n.normalize(ctx, tasks, now); err != nil {
 		return err
 	}
 	malformed, err := n.store.Malformed(ctx, queueIDs(queues))
@@ -356,18 +362,27 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 			n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int("count", c))
 		}
 	}
+	// A note is for people to read: failing to write one must not keep
+	// the dependencies below from moving on.
+	if err := n.noteUnfit(ctx, queues, unfit, tasks); err != nil {
+		if n.notes.set("unfit-notes", err.Error()) {
+			n.log.Warn("cannot write why tasks wait (unfit); trying again each sweep", zap.Error(err))
+		}
+	} else if n.notes.clear("unfit-notes") {
+		n.log.Info("writing why tasks wait (unfit) again")
+	}
 	return n.sweepDependencies(ctx, queueIDs(queues), now)
 }
 
-// normalize handles the tasks of the served queues whose start_after or
-// cancel the claim and cancel queries cannot match as they are.
-func (n *Node) normalize(ctx context.Context, queues []queue.Queue, now time.Time) error {
-	tasks, err := n.store.Irregular(ctx, queueIDs(queues))
-	if err != nil {
-		return err
-	}
+// normalize handles the tasks of the served queues (of those the sweep's
+// query returned) whose start_after, cancel or request the claim and
+// cancel queries cannot match as they are.
+func (n *Node) normalize(ctx context.Context, tasks []queue.Task, now time.Time) error {
 	fixed := 0
 	for _, t := range tasks {
+		if !t.IsIrregular() {
+			continue // there for the unfit step
+		}
 		bad := t.Unreadable()
 		if len(bad) == 0 {
 			ok, err := n.store.Normalize(ctx, t)
@@ -398,7 +413,7 @@ func (n *Node) normalize(ctx context.Context, queues []queue.Queue, now time.Tim
 		}
 	}
 	if fixed > 0 {
-		n.log.Info("rewrote start_after or cancel values as the ISODate or boolean they mean", zap.Int("tasks", fixed))
+		n.log.Info("rewrote start_after, cancel or requested_resources values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
 	}
 	return nil
 }

@@ -79,12 +79,15 @@ func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) 
 	return c.ID, ok, err
 }
 
-// Claimed is a task a claim took: its _id, its queue, and its own
-// requested_resources (nil: none, or not readable).
+// Claimed is a task a claim took: its _id, its queue, its own
+// requested_resources (nil: none, or not readable) and its unfit note.
 type Claimed struct {
 	ID        bson.ObjectID `bson:"_id"`
 	Queue     bson.ObjectID `bson:"queue"`
 	Requested *Resources    `bson:"-"`
+	// Unfit is the task's unfit note as it was (see resources.go): the
+	// claim shows that some node can run it, so the claimer removes it.
+	Unfit string `bson:"-"`
 }
 
 // ClaimAny claims one queued task of any of the given queues (at most
@@ -109,7 +112,7 @@ func (s *Store) ClaimFit(ctx context.Context, queueIDs []bson.ObjectID, sort str
 	claimOpts := func(project bool) *options.FindOneAndUpdateOptionsBuilder {
 		opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 		if project {
-			opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: FieldRequested, Value: 1}})
+			opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: FieldRequested, Value: 1}, {Key: FieldUnfit, Value: 1}})
 		}
 		if sort := ClaimSort(sort); sort != nil {
 			opts.SetSort(sort)
@@ -133,6 +136,7 @@ func (s *Store) ClaimFit(ctx context.Context, queueIDs []bson.ObjectID, sort str
 		if v := raw.Lookup(FieldRequested); !absent(v) {
 			c.Requested, _ = DecodeResources(v)
 		}
+		c.Unfit, _ = raw.Lookup(FieldUnfit).StringValueOK()
 	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return c, false, nil

@@ -361,22 +361,34 @@ func (s *Store) CancelRunning(ctx context.Context, taskID bson.ObjectID, node st
 // NodesSeen returns when each node last wrote its node document (zero
 // when its timestamp is not a date).
 func (s *Store) NodesSeen(ctx context.Context) (map[string]time.Time, error) {
-	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "timestamp", Value: 1}}).SetBatchSize(oneReply))
+	seen, _, err := s.NodesSeenOffers(ctx)
+	return seen, err
+}
+
+// NodesSeenOffers is NodesSeen that also returns, in the same read, what
+// each node that writes one offers tasks' requests (resources.offer; Perl
+// nodes and older den nodes write none and are left out).
+func (s *Store) NodesSeenOffers(ctx context.Context) (map[string]time.Time, map[string]Resources, error) {
+	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "timestamp", Value: 1}, {Key: "resources.offer", Value: 1}}).SetBatchSize(oneReply))
 	if err != nil {
-		return nil, fmt.Errorf("read node documents: %w", err)
+		return nil, nil, fmt.Errorf("read node documents: %w", err)
 	}
 	defer cur.Close(ctx)
-	out := map[string]time.Time{}
+	out, offers := map[string]time.Time{}, map[string]Resources{}
 	for cur.Next(ctx) {
 		if n, ok := cur.Current.Lookup("node").StringValueOK(); ok {
 			at, _ := timeValue(cur.Current.Lookup("timestamp"))
 			out[n] = at
+			var r Resources
+			if doc, ok := cur.Current.Lookup("resources", "offer").DocumentOK(); ok && bson.Unmarshal(doc, &r) == nil {
+				offers[n] = r
+			}
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read node documents: %w", err)
+		return nil, nil, fmt.Errorf("read node documents: %w", err)
 	}
-	return out, nil
+	return out, offers, nil
 }
 
 // QueueDoc returns a queue, or nil when there is none. A queue document

@@ -16,26 +16,56 @@ import (
 // queries match, or failed with the reason when the value means nothing.
 
 // irregular matches tasks, not finished, whose start_after or cancel is
-// set to a value of another type than the queries match.
-func irregular(queueIDs []bson.ObjectID) bson.D {
+// set to a value of another type than the queries match, or whose
+// requested_resources has a number written as a string.
+// IrregularLimit is the most tasks one sweep's query returns; the next
+// sweep takes the rest.
+const IrregularLimit = 1000
+
+func irregular(queueIDs []bson.ObjectID, unfit *UnfitQuery) bson.D {
+	terms := bson.A{
+		bson.D{{Key: FieldStartAfter, Value: bson.D{{Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
+		bson.D{{Key: FieldCancel, Value: bson.D{{Key: "$nin", Value: bson.A{true, false, nil}}}}},
+		// A request's numbers written as strings: the claim and the
+		// sweep compare numbers only.
+		bson.D{{Key: FieldRequested + "." + FieldMemoryMB, Value: bson.D{{Key: "$type", Value: "string"}}}},
+		bson.D{{Key: FieldRequested + "." + FieldCPUs, Value: bson.D{{Key: "$type", Value: "string"}}}},
+	}
 	return bson.D{
 		{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
 		{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusQueued, StatusClaimed, StatusRunning}}}},
-		{Key: "$or", Value: bson.A{
-			bson.D{{Key: FieldStartAfter, Value: bson.D{{Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
-			bson.D{{Key: FieldCancel, Value: bson.D{{Key: "$nin", Value: bson.A{true, false, nil}}}}},
-		}},
+		{Key: "$or", Value: append(terms, unfit.branches()...)},
 	}
 }
 
+// IsIrregular reports whether t has a field the irregular query looks
+// for: a start_after that is not an ISODate, a cancel that is not a
+// boolean, a request with a number written as a string.
+func (t Task) IsIrregular() bool {
+	if v := t.Raw.Lookup(FieldStartAfter); !absent(v) && v.Type != bson.TypeDateTime {
+		return true
+	}
+	if v := t.Raw.Lookup(FieldCancel); !absent(v) && v.Type != bson.TypeBoolean {
+		return true
+	}
+	for _, f := range []string{FieldMemoryMB, FieldCPUs} {
+		if t.Raw.Lookup(FieldRequested, f).Type == bson.TypeString {
+			return true
+		}
+	}
+	return false
+}
+
 // Irregular returns the unfinished tasks of the given queues whose
-// start_after is not an ISODate or whose cancel is not a boolean, without
-// their parameters and output.
-func (s *Store) Irregular(ctx context.Context, queueIDs []bson.ObjectID) ([]Task, error) {
+// start_after is not an ISODate, whose cancel is not a boolean, or whose
+// requested_resources has a number written as a string (IsIrregular), and,
+// with unfit, in the same query, those the unfit step of the sweep looks
+// at (UnfitQuery); at most 1000, without their parameters and output.
+func (s *Store) Irregular(ctx context.Context, queueIDs []bson.ObjectID, unfit *UnfitQuery) ([]Task, error) {
 	if len(queueIDs) == 0 {
 		return nil, nil
 	}
-	cur, err := s.tasks.Find(ctx, irregular(queueIDs), options.Find().SetProjection(stateFields).SetLimit(1000))
+	cur, err := s.tasks.Find(ctx, irregular(queueIDs, unfit), options.Find().SetProjection(stateFields).SetLimit(IrregularLimit))
 	if err != nil {
 		return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
 	}
@@ -65,7 +95,8 @@ func (t Task) Unreadable() []string {
 }
 
 // Normalize rewrites the start_after and cancel of t as an ISODate and a
-// boolean, the values they were read as, conditional on both being still
+// boolean, and numbers of its requested_resources written as strings as
+// numbers, the values they were read as, conditional on all being still
 // as read. It reports whether it did.
 func (s *Store) Normalize(ctx context.Context, t Task) (bool, error) {
 	filter := bson.D{{Key: "_id", Value: t.ID}}
@@ -77,6 +108,18 @@ func (s *Store) Normalize(ctx context.Context, t Task) (bool, error) {
 	if v := t.Raw.Lookup(FieldCancel); !absent(v) && v.Type != bson.TypeBoolean {
 		filter = append(filter, bson.E{Key: FieldCancel, Value: v})
 		set = append(set, bson.E{Key: FieldCancel, Value: t.Cancel})
+	}
+	if r := t.Control.Requested; r != nil {
+		for _, f := range []struct {
+			name string
+			n    float64
+		}{{FieldMemoryMB, r.MemoryMB}, {FieldCPUs, r.CPUs}} {
+			key := FieldRequested + "." + f.name
+			if v := t.Raw.Lookup(FieldRequested, f.name); v.Type == bson.TypeString {
+				filter = append(filter, bson.E{Key: key, Value: v})
+				set = append(set, bson.E{Key: key, Value: f.n})
+			}
+		}
 	}
 	if len(set) == 0 {
 		return false, nil

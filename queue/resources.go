@@ -1,11 +1,13 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Resource-aware claiming (seed 002): a task, or its queue for all its
@@ -95,4 +97,131 @@ func fitFilter(free Resources) bson.D {
 		{Key: FieldRequested + "." + FieldMemoryMB, Value: notOver(free.MemoryMB)},
 		{Key: FieldRequested + "." + FieldCPUs, Value: notOver(free.CPUs)},
 	}
+}
+
+// FieldUnfit is den's optional, readable note on a queued task whose
+// request (its own, else its queue's) is more than any live den node
+// offers (resources.offer in the node documents): it would wait for ever
+// with nothing saying why. Nodes set it in their sweep and remove it once
+// some node offers enough or the request is lowered. A Perl node ignores
+// it (and the request).
+const FieldUnfit = "unfit"
+
+// UnfitReason is the note for a request that does not fit the largest
+// offer: "requests 5000 MiB, 2 cpus; the largest live den node offers
+// 1000 MiB, 4 cpus". Empty when it fits.
+func UnfitReason(request, largest Resources) string {
+	if request.Fits(largest) {
+		return ""
+	}
+	var parts []string
+	if request.MemoryMB > 0 {
+		parts = append(parts, fmt.Sprintf("%g MiB", request.MemoryMB))
+	}
+	if request.CPUs > 0 {
+		parts = append(parts, fmt.Sprintf("%g cpus", request.CPUs))
+	}
+	return fmt.Sprintf("requests %s; the largest live den node offers %s", strings.Join(parts, ", "), largest)
+}
+
+// Largest is the most memory and the most cores among offers (each on its
+// own: one node may have the most memory, another the most cores).
+func Largest(offers ...Resources) Resources {
+	var l Resources
+	for _, o := range offers {
+		l.MemoryMB, l.CPUs = max(l.MemoryMB, o.MemoryMB), max(l.CPUs, o.CPUs)
+	}
+	return l
+}
+
+// UnfitCandidate is a task the sweep looks at for FieldUnfit.
+type UnfitCandidate struct {
+	ID     bson.ObjectID
+	Queue  bson.ObjectID
+	Queued bool
+	// Requested is its own request (nil: none; Bad: not readable).
+	Requested *Resources
+	Bad       bool
+	// Unfit is the note as read (empty: none).
+	Unfit string
+}
+
+// UnfitQuery is what the sweep also asks for, with the same query, so
+// that unfit notes cost no command of their own: tasks with a note (to
+// remove or keep it), queued tasks whose own request is over Largest
+// (memory or cores), and queued tasks without their own request in
+// OverQueues (whose queue-level request is over Largest).
+type UnfitQuery struct {
+	Largest    Resources
+	OverQueues []bson.ObjectID
+}
+
+// branches are the query's terms, for the $or of the sweep's query (whose
+// other conditions keep it to the unfinished tasks of the served queues).
+func (u *UnfitQuery) branches() bson.A {
+	if u == nil {
+		return nil
+	}
+	over := func(field string, n float64) bson.D {
+		return bson.D{{Key: FieldRequested + "." + field, Value: bson.D{{Key: "$gt", Value: n}}}}
+	}
+	b := bson.A{
+		bson.D{{Key: FieldUnfit, Value: bson.D{{Key: "$exists", Value: true}}}},
+		over(FieldMemoryMB, u.Largest.MemoryMB),
+		over(FieldCPUs, u.Largest.CPUs),
+	}
+	if len(u.OverQueues) > 0 {
+		b = append(b, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: u.OverQueues}}}, {Key: FieldRequested, Value: bson.D{{Key: "$exists", Value: false}}}})
+	}
+	return b
+}
+
+// UnfitCandidateOf is t as the unfit step of the sweep sees it.
+func UnfitCandidateOf(t Task) UnfitCandidate {
+	c := UnfitCandidate{ID: t.ID, Queue: t.Queue, Queued: t.Status == StatusQueued && (absent(t.nodeRaw) || isUnclaimed(t.nodeRaw))}
+	if v := t.Raw.Lookup(FieldRequested); !absent(v) {
+		r, err := DecodeResources(v)
+		c.Requested, c.Bad = r, err != nil
+	}
+	c.Unfit, _ = t.Raw.Lookup(FieldUnfit).StringValueOK()
+	return c
+}
+
+// isUnclaimed reports whether a node value is the protocol's -1.
+func isUnclaimed(v bson.RawValue) bool {
+	n, ok := intValue(v)
+	return ok && n == Unclaimed
+}
+
+// SetUnfit writes a task's unfit note (reason empty: removes it), if the
+// note is still was (empty: none) and, to write one, the task is still
+// queued. It reports whether it changed it. It
+// does not touch mtime: the note is den's annotation, not a change of the
+// task.
+func (s *Store) SetUnfit(ctx context.Context, id bson.ObjectID, was, reason string) (bool, error) {
+	filter := bson.D{{Key: "_id", Value: id}, {Key: FieldUnfit, Value: was}}
+	if was == "" { // none, or a value that is not a note
+		filter[1] = bson.E{Key: FieldUnfit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "string"}}}}}
+	}
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: FieldUnfit, Value: reason}}}}
+	if reason == "" {
+		update = bson.D{{Key: "$unset", Value: bson.D{{Key: FieldUnfit, Value: ""}}}}
+	} else {
+		// Only on a task still queued: a node may have claimed it since
+		// it was read (and removed the note).
+		filter = append(filter, bson.E{Key: "status", Value: StatusQueued}, bson.E{Key: "node", Value: unclaimed})
+	}
+	res, err := s.tasks.UpdateOne(ctx, filter, update)
+	if err != nil {
+		return false, fmt.Errorf("note on task %s why it waits: %w", id.Hex(), err)
+	}
+	return res.ModifiedCount == 1, nil
+}
+
+// UnfitTasks returns up to n queued tasks with an unfit note, oldest
+// first, without their parameters, output and history (for den status).
+func (s *Store) UnfitTasks(ctx context.Context, n int64) ([]Task, error) {
+	filter := bson.D{{Key: "status", Value: StatusQueued}, {Key: FieldUnfit, Value: bson.D{{Key: "$type", Value: "string"}}}}
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(n).SetProjection(stateFields)
+	return s.collect(ctx, "find tasks no node can run", filter, opts)
 }

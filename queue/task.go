@@ -49,6 +49,10 @@ type Task struct {
 	Timeouts int
 	// EndBefore is the task's deadline (zero: none).
 	EndBefore time.Time
+	// Unfit is why no node can run the task as it requests (see
+	// resources.go); empty when nothing says so. It means something only
+	// while the task is queued.
+	Unfit string
 	// Problems lists the fields that could not be decoded, each as "field
 	// why". A task with problems is failed with them as the reason, never
 	// run.
@@ -157,6 +161,7 @@ func DecodeTask(raw bson.Raw) (Task, error) {
 		}
 		t.EndBefore = at
 	}
+	t.Unfit, _ = raw.Lookup(FieldUnfit).StringValueOK()
 	return t, nil
 }
 

@@ -64,14 +64,15 @@ func TestNodeCommands(t *testing.T) {
 }
 
 // den status shows queues, nodes and the recent failures, with the last
-// line of their stderr.
+// line of their stderr, and queued tasks no node can run, with why.
 func TestStatus(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "jobs", demo.Name, 1, "fifo")
 	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "w1"}, {Key: "timestamp", Value: time.Now()}})
-	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{})
+	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{}, bson.D{})
 	setTask(t, db, ids[0], bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "w1"}, {Key: "stderr", Value: "warming up\nbroken pipe\n"}, {Key: "mtime", Value: time.Now().Add(-time.Minute)}})
+	setTask(t, db, ids[3], bson.D{{Key: "unfit", Value: "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus"}})
 	setTask(t, db, ids[1], bson.D{{Key: "status", Value: -6}, {Key: "mtime", Value: time.Now()}})
 	setTask(t, db, ids[2], bson.D{{Key: "status", Value: 1}})
 	var st struct {
@@ -81,14 +82,19 @@ func TestStatus(t *testing.T) {
 			ID     string `json:"id"`
 			Reason string `json:"reason"`
 		} `json:"recent_failures"`
+		Unfit []struct {
+			ID    string `json:"id"`
+			Unfit string `json:"unfit"`
+		} `json:"unfit"`
 	}
 	denDB(t, db, "", "status", "--json").must(t, ExitOK).decode(t, &st)
 	if len(st.Queues) != 1 || st.Queues[0].Failed != 2 || st.Queues[0].Done != 1 || len(st.Nodes) != 1 ||
-		len(st.Failures) != 2 || st.Failures[0].ID != ids[1].Hex() || st.Failures[1].Reason != "broken pipe" {
+		len(st.Failures) != 2 || st.Failures[0].ID != ids[1].Hex() || st.Failures[1].Reason != "broken pipe" ||
+		len(st.Unfit) != 1 || st.Unfit[0].ID != ids[3].Hex() || !strings.HasPrefix(st.Unfit[0].Unfit, "requests 5000 MiB") {
 		t.Fatalf("status: %+v", st)
 	}
 	out := denDB(t, db, "", "status").must(t, ExitOK).stdout
-	for _, want := range []string{"QUEUES", "jobs", "NODES", "w1", "RECENT FAILURES", "broken pipe", "-6 orphaned"} {
+	for _, want := range []string{"QUEUES", "jobs", "NODES", "w1", "RECENT FAILURES", "broken pipe", "-6 orphaned", "WAITING", "requests 5000 MiB"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}

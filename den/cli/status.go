@@ -19,7 +19,9 @@ func newStatusCmd() *cobra.Command {
 		Short: "One screen: queues, nodes, and the last failures",
 		Long: `Print the queues (as den queue list), the nodes (as den node list) and the
 last 10 tasks that failed (status 2 and up) or were orphaned (-6), most
-recently changed first, with the last line of their stderr.`,
+recently changed first, with the last line of their stderr; and, when
+there are any, up to 10 queued tasks that request more than any live den
+node offers, with why (their unfit field).`,
 		Args: cobra.NoArgs,
 		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
 			now := time.Now()
@@ -35,9 +37,22 @@ recently changed first, with the last line of their stderr.`,
 			if err != nil {
 				return err
 			}
+			unfit, err := d.store.UnfitTasks(cmd.Context(), failuresShown)
+			if err != nil {
+				return err
+			}
 			names, err := queueNames(cmd, d)
 			if err != nil {
 				return err
+			}
+			type waiting struct {
+				ID        string `json:"id"`
+				QueueName string `json:"queue_name"`
+				Unfit     string `json:"unfit"`
+			}
+			wr := []waiting{}
+			for _, t := range unfit {
+				wr = append(wr, waiting{t.ID.Hex(), names[t.Queue], t.Unfit})
 			}
 			type failure struct {
 				taskRow
@@ -53,7 +68,7 @@ recently changed first, with the last line of their stderr.`,
 				fr = append(fr, f)
 			}
 			if wantJSON(cmd) {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "nodes": nodes, "recent_failures": fr})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "nodes": nodes, "recent_failures": fr, "unfit": wr})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "database %s, %s\n\nQUEUES\n", d.cfg.Database, stamp(now))
@@ -70,6 +85,14 @@ recently changed first, with the last line of their stderr.`,
 				fmt.Fprintln(w, "(none has written a heartbeat)")
 			} else {
 				printNodeTable(cmd, nodes, now)
+			}
+			if len(wr) > 0 {
+				fmt.Fprintln(w, "\nWAITING: MORE REQUESTED THAN ANY LIVE DEN NODE OFFERS")
+				t := newTable(w, "ID", "QUEUE", "WHY")
+				for _, r := range wr {
+					t.row(r.ID, r.QueueName, r.Unfit)
+				}
+				t.flush()
 			}
 			fmt.Fprintln(w, "\nRECENT FAILURES")
 			if len(fr) == 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/queue"
 )
@@ -197,6 +198,7 @@ type taskRow struct {
 	StatusName string          `json:"status_name"`
 	Node       string          `json:"node"`
 	Outcome    string          `json:"outcome,omitempty"`
+	Unfit      string          `json:"unfit,omitempty"`
 	Ctime      *time.Time      `json:"ctime"`
 	Mtime      *time.Time      `json:"mtime"`
 	Parameters json.RawMessage `json:"parameters"`
@@ -239,6 +241,7 @@ func newTaskListCmd() *cobra.Command {
 				r := taskRow{ID: t.ID.Hex(), Queue: t.Queue.Hex(), QueueName: names[t.Queue], StatusName: "?", Node: t.Node,
 					Ctime: timePtr(t.Ctime), Mtime: timePtr(t.Mtime), Parameters: extJSON(t.Parameters)}
 				r.Outcome, _ = t.Raw.Lookup(queue.FieldOutcome).StringValueOK()
+				r.Unfit = human.Waiting(t)
 				if t.StatusOK {
 					st := t.Status
 					r.Status, r.StatusName = &st, queue.StatusName(st)
@@ -409,7 +412,11 @@ func newTaskShowCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems})
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "task %s: %s\n\n", id.Hex(), statusText(*t))
+			fmt.Fprintf(w, "task %s: %s\n", id.Hex(), statusText(*t))
+			if why := human.Waiting(*t); why != "" {
+				fmt.Fprintf(w, "waits: %s (no live den node offers that; see requested_resources)\n", why)
+			}
+			fmt.Fprintln(w)
 			printDoc(w, t.Raw, "")
 			fmt.Fprintln(w, "\noutput:")
 			for _, p := range places {
@@ -510,7 +517,7 @@ func newTaskRetryCmd() *cobra.Command {
 		Long: `Put ended tasks (finished, failed, cancelled, orphaned, held) back in their
 queue to run again now: status -2, node -1, attempts 0, and den's per-run
 fields (start_after, cancel, timed_out, exit_code, signal, orphan_reason,
-outcome, outcome_reason, leftover_processes, live, live_until,
+outcome, outcome_reason, leftover_processes, live, live_until, unfit,
 runner) removed; history is kept, output is replaced by the new run's.
 Queued, claimed and running tasks are left alone. Each update is
 conditional on the status read, and a task that had finished (status 1 and

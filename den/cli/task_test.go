@@ -348,3 +348,35 @@ func TestTaskAddAfter(t *testing.T) {
 	}
 	denDB(t, db, "", "counts", "check").must(t, ExitOK)
 }
+
+// A queued task that no node can run as it requests: den task list marks
+// it "(unfit)" (and --json gives the reason), den task show says why; a
+// stale note on a finished task shows in neither.
+func TestTaskUnfitShown(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, bson.D{{Key: "i", Value: 1}}, bson.D{{Key: "i", Value: 2}})
+	waiting, done := ids[0], ids[1]
+	why := "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus"
+	setTask(t, db, waiting, bson.D{{Key: "unfit", Value: why}, {Key: "requested_resources", Value: bson.D{{Key: "memory_mb", Value: 5000}}}})
+	setTask(t, db, done, bson.D{{Key: "unfit", Value: why}, {Key: "status", Value: 1}})
+
+	out := denDB(t, db, "", "task", "list").must(t, ExitOK).stdout
+	if strings.Count(out, "(unfit)") != 1 || !strings.Contains(out, "-2 queued (unfit)") {
+		t.Errorf("task list:\n%s", out)
+	}
+	var rows []taskRow
+	denDB(t, db, "", "task", "list", "--json").must(t, ExitOK).decode(t, &rows)
+	for _, r := range rows {
+		if want := map[string]string{waiting.Hex(): why}[r.ID]; r.Unfit != want {
+			t.Errorf("task list --json: %s has unfit %q, want %q", r.ID, r.Unfit, want)
+		}
+	}
+	if out := denDB(t, db, "", "task", "show", waiting.Hex()).must(t, ExitOK).stdout; !strings.Contains(out, "waits: "+why) {
+		t.Errorf("task show of the waiting task:\n%s", out)
+	}
+	if out := denDB(t, db, "", "task", "show", done.Hex()).must(t, ExitOK).stdout; strings.Contains(out, "waits:") {
+		t.Errorf("task show of the finished task:\n%s", out)
+	}
+}

@@ -78,6 +78,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer client.Disconnect(context.Background())
+	// Marked from here on: every node and runner the tests start, not the
+	// server above. Stopped before the server is (the defers run last
+	// first).
+	token := sweepToken()
+	os.Setenv(EnvSweep, token)
+	defer func() {
+		if n := sweep(token, 10*time.Second); n > 0 {
+			fmt.Fprintf(os.Stderr, "dentest: stopped %d processes the tests left running (task runners outlive their node by design)\n", n)
+		}
+	}()
 	return m.Run()
 }
 

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,6 +54,13 @@ func (l *link) setMemoryLimit(bytes int64) error {
 
 // enforceMemory samples the run and, if the task's processes hold more
 // than the limit, kills them all. It returns how many it killed.
+//
+// The sample sums RSS, which counts a page shared by several processes
+// (after fork, copy-on-write) once per process. So before killing, the
+// task's processes are measured again by their proportional share (Pss,
+// /proc/PID/smaps_rollup: a shared page counts once in all), without den's
+// sandbox trampoline; only if that too passes the request are they killed,
+// trampolines included (they are the task's programs about to start).
 func (s *supervisor) enforceMemory(ctx context.Context) int {
 	if s.usage.limit <= 0 {
 		return 0
@@ -63,19 +71,29 @@ func (s *supervisor) enforceMemory(ctx context.Context) int {
 	}
 	me, worker := int32(os.Getpid()), int32(s.worker)
 	var task []int32
-	rss := int64(0)
-	page := int64(os.Getpagesize())
+	seen := map[int32]bool{}
+	held := int64(0)
 	for _, pid := range contain.Descendants(ctx, me) {
-		if pid == worker || trampoline(pid) {
+		if pid == worker || seen[pid] {
 			continue
 		}
+		seen[pid] = true
 		task = append(task, pid)
-		if st, ok := readStat(pid); ok {
-			rss += st.rssPages * page
+		if !trampoline(pid, worker) {
+			held += proportional(pid)
 		}
 	}
-	if rss <= s.usage.limit {
-		return 0 // den's own sandbox trampoline made the difference
+	if s.cgroup != "" {
+		for _, pid := range contain.CgroupProcs(s.cgroup) {
+			if pid != worker && pid != me && !seen[pid] {
+				seen[pid] = true
+				task = append(task, pid)
+				held += proportional(pid)
+			}
+		}
+	}
+	if held <= s.usage.limit {
+		return 0 // shared pages, or den's own trampoline, made the difference
 	}
 	n := 0
 	for _, pid := range task {
@@ -83,27 +101,42 @@ func (s *supervisor) enforceMemory(ctx context.Context) int {
 			n++
 		}
 	}
-	if s.cgroup != "" {
-		for _, pid := range contain.CgroupProcs(s.cgroup) {
-			if pid != worker && pid != me && syscall.Kill(int(pid), syscall.SIGKILL) == nil {
-				n++
-			}
-		}
-	}
 	if s.usage.killed == nil {
-		s.usage.killed = &memoryKill{RSS: rss, Limit: s.usage.limit, Procs: n}
+		s.usage.killed = &memoryKill{RSS: held, Limit: s.usage.limit, Procs: n}
 		s.log.Warn("the task's processes passed its memory request; killed them",
-			zap.Int64("rss_mb", rss>>20), zap.Int64("requested_mb", s.usage.limit>>20), zap.Int("processes", n))
+			zap.Int64("held_mb", held>>20), zap.Int64("requested_mb", s.usage.limit>>20), zap.Int("processes", n))
 	}
 	return n
 }
 
+// proportional is a process's proportional set size in bytes (Pss in
+// /proc/PID/smaps_rollup), or its RSS where the kernel has no
+// smaps_rollup (before 4.14); 0 when it is gone.
+func proportional(pid int32) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/smaps_rollup")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "Pss:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	if st, ok := readStat(pid); ok {
+		return st.rssPages * int64(os.Getpagesize())
+	}
+	return 0
+}
+
 // trampoline reports whether pid is den's sandbox trampoline (package
-// den/sandbox): this very binary, re-executed to restrict itself before it
-// execs the task's program, with the sandbox's spec in its environment.
-// Its memory is den's, for the moment it lives, not the task's. Looked at
-// only when a run is over its request, so its cost does not matter.
-func trampoline(pid int32) bool {
+// den/sandbox): a child of the worker that is this very binary,
+// re-executed to restrict itself before it execs the task's program, with
+// the sandbox's spec in its environment. Its memory is den's, for the
+// moment it lives, not the task's.
+func trampoline(pid, worker int32) bool {
+	if st, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat"); err != nil || parentOf(st) != worker {
+		return false
+	}
 	self, err1 := os.Stat("/proc/self/exe")
 	exe, err2 := os.Stat("/proc/" + strconv.Itoa(int(pid)) + "/exe")
 	if err1 != nil || err2 != nil || !os.SameFile(self, exe) {
@@ -119,6 +152,20 @@ func trampoline(pid int32) bool {
 		}
 	}
 	return false
+}
+
+// parentOf reads the parent pid of a /proc/PID/stat line; 0 if unreadable.
+func parentOf(stat []byte) int32 {
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[1], 10, 32)
+	return int32(n)
 }
 
 // oomKills reads the oom_kill count of a cgroup's memory.events: the
@@ -139,24 +186,22 @@ func oomKills(dir string) int64 {
 }
 
 // memoryKilled notes, from the supervisor's measure at the run's end,
-// whether the run was stopped for its memory: it then ended with outcome
-// resource_killed (unless den had already decided, a timeout or a cancel),
-// and its stderr says so.
+// whether processes of the run were killed for its memory (by den, or by
+// the kernel's OOM killer in its cgroup), and says so in its stderr. The
+// outcome is decided in record: resource_killed only for a run that failed
+// (a program may survive the loss of a child) and that den had not
+// stopped for another reason (a timeout, a cancel).
 func (t *run) memoryKilled(m *measured) {
 	if m == nil || (m.MemoryKill == nil && m.OOMKills == 0) {
 		return
 	}
-	t.resourceKilled = true
-	var why string
 	if k := m.MemoryKill; k != nil {
-		why = fmt.Sprintf("its processes held %d MiB, more than the %d MiB it requested (requested_resources.memory_mb): den killed them", k.RSS>>20, k.Limit>>20)
+		t.memoryWhy = fmt.Sprintf("its processes held %d MiB, more than the %d MiB it requested (requested_resources.memory_mb): den killed them", k.RSS>>20, k.Limit>>20)
 	} else {
-		why = fmt.Sprintf("the kernel's OOM killer killed %d of its processes", m.OOMKills)
+		t.memoryWhy = fmt.Sprintf("the kernel's OOM killer killed %d of its processes", m.OOMKills)
 	}
-	t.out.appendLine("den: " + why)
-	if t.outcome.Kind == "" {
-		t.outcome = queue.Outcome{Kind: queue.OutcomeResourceKilled, Reason: why}
-	}
+	t.memoryPeakMB = float64(m.PeakTaskRSS) / (1 << 20)
+	t.out.appendLine("den: " + t.memoryWhy)
 }
 
 // nextRequest is the request for the retry of a run stopped for its
@@ -164,19 +209,24 @@ func (t *run) memoryKilled(m *measured) {
 // for good, and its reason and stderr say why).
 func (t *run) nextRequest(ctx context.Context) (*queue.Resources, bool) {
 	old := t.opts.Requested
-	if old.MemoryMB <= 0 && t.usage != nil {
-		// Killed by the kernel without a request: start from what it held.
-		old.MemoryMB = t.usage.PeakRSSMB
+	if old.MemoryMB <= 0 {
+		// Killed by the kernel without a request: start from what its
+		// processes held (den's worker not counted).
+		old.MemoryMB = math.Ceil(t.memoryPeakMB)
 	}
-	beat := queue.DefaultBeat
-	if t.Spec.Beat > 0 {
-		beat = time.Duration(t.Spec.Beat * float64(time.Second))
+	live := time.Duration(t.Spec.DeadNodeAfter * float64(time.Second))
+	if live <= 0 {
+		beat := queue.DefaultBeat
+		if t.Spec.Beat > 0 {
+			beat = time.Duration(t.Spec.Beat * float64(time.Second))
+		}
+		live = 5 * beat
 	}
 	var largest float64
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err := t.Retry.Retry(octx, func(ctx context.Context) error {
-		offers, err := t.store.Offers(ctx, t.now().Add(-5*beat))
+		offers, err := t.store.Offers(ctx, t.now().Add(-live))
 		largest, _ = queue.LargestMemoryOffer(offers)
 		return err
 	}, nil)
@@ -186,9 +236,7 @@ func (t *run) nextRequest(ctx context.Context) (*queue.Resources, bool) {
 	next, ok, why := queue.NextMemoryRequest(old, t.opts.MemoryRetryFactor, largest)
 	if !ok {
 		t.out.appendLine("den: not retried: " + why)
-		if t.outcome.Kind == queue.OutcomeResourceKilled {
-			t.outcome.Reason += "; not retried: " + why
-		}
+		t.outcome.Reason += "; not retried: " + why
 		return nil, false
 	}
 	return &next, true

@@ -131,11 +131,12 @@ type run struct {
 	// outcome is who decided how the run ended, set where den decides it;
 	// empty means the plugin (or its program) did.
 	outcome queue.Outcome
-	// usage is what the run used, once measured at its end.
-	usage *queue.Usage
-	// resourceKilled: the run was stopped for passing its memory request,
-	// or the kernel's OOM killer killed a process of it.
-	resourceKilled bool
+	// memoryWhy says why processes of the run were killed for its memory
+	// (den's enforcement of its request, or the kernel's OOM killer);
+	// empty: none were. memoryPeakMB is the most its processes (den's
+	// worker not counted) were seen to hold.
+	memoryWhy    string
+	memoryPeakMB float64
 }
 
 // Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
@@ -206,7 +207,6 @@ func (t *run) finalUsage(ctx context.Context) {
 	if u == nil {
 		return
 	}
-	t.usage = u
 	t.extraMu.Lock()
 	t.extra = append(t.extra, bson.E{Key: queue.FieldUsage, Value: *u})
 	t.extraMu.Unlock()
@@ -537,8 +537,13 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	// stderr says when none does).
 	retry := status >= queue.StatusFailed && !t.expired && t.opts.CanRetry(t.timedOut)
 	var next *queue.Resources
-	if retry && t.resourceKilled {
-		next, retry = t.nextRequest(storeCtx)
+	if status >= queue.StatusFailed && t.memoryWhy != "" && t.outcome.Kind == "" {
+		// The memory kill decided this run's end: nothing else den did
+		// (timeout, cancel, max_output) came first.
+		t.outcome = queue.Outcome{Kind: queue.OutcomeResourceKilled, Reason: t.memoryWhy}
+		if retry {
+			next, retry = t.nextRequest(storeCtx)
+		}
 	}
 	stdout, stderr, err := t.out.finish() // a plugin abandoned after its grace can write no more
 	t.extraMu.Lock()

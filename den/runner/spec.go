@@ -27,6 +27,10 @@ type Spec struct {
 	// Beat is how often, in seconds, the runner records that it is alive
 	// (default 30).
 	Beat float64 `json:"beat,omitempty"`
+	// DeadNodeAfter is the node's dead_node_after, in seconds: a node
+	// document older than that is a dead node's (resource retries read
+	// only live nodes' offers). 0: five beats.
+	DeadNodeAfter float64 `json:"dead_node_after,omitempty"`
 	// Cgroup is the node's delegated cgroup v2 directory, under which the
 	// runner puts its run in a cgroup of its own; empty: none (the run is
 	// contained by its process tree only).

@@ -34,7 +34,8 @@ import (
 //     With a cgroup, its cpu.stat says the same from the kernel directly
 //     and is used instead. (/proc counts in clock ticks: 10 ms.)
 //   - Peak RSS is sampled: the sum of the tree's resident memory every
-//     sampleEvery, the largest sum kept. A peak between samples is missed,
+//     sampleEvery (every memoryEvery when the task requests memory), the
+//     largest sum kept. A peak between samples is missed,
 //     but the result is never below the largest single process's own peak
 //     (ru_maxrss of the reaped processes, which the kernel keeps exactly).
 //     With a cgroup, memory.peak is the exact peak of the whole run (page
@@ -64,6 +65,9 @@ type measured struct {
 	// kernel's OOM kills in the run's cgroup.
 	MemoryKill *memoryKill `json:"memory_kill,omitempty"`
 	OOMKills   int64       `json:"oom_kills,omitempty"`
+	// PeakTaskRSS is the largest sampled RSS of the task's processes (the
+	// tree but the worker), in bytes.
+	PeakTaskRSS int64 `json:"peak_task_rss,omitempty"`
 }
 
 // sampler keeps the supervisor's samples of its tree.
@@ -76,9 +80,10 @@ type sampler struct {
 	// taskRSS is the last sample's RSS of the task's processes: the tree
 	// but the worker. limit is the task's memory request in bytes (0:
 	// none); killed, what enforceMemory saw when it passed it.
-	taskRSS int64
-	limit   int64
-	killed  *memoryKill
+	taskRSS  int64
+	peakTask int64
+	limit    int64
+	killed   *memoryKill
 }
 
 // sample adds one sample of the live tree's memory and returns its CPU
@@ -101,13 +106,14 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 	s.samples++
 	s.peakRSS = max(s.peakRSS, rss)
 	s.taskRSS = task
+	s.peakTask = max(s.peakTask, task)
 	return user, system
 }
 
 // measure samples once more and adds what the kernel knows exactly.
 func (s *sampler) measure(ctx context.Context) measured {
 	user, system := s.sample(ctx)
-	m := measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed}
+	m := measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed, PeakTaskRSS: s.peakTask}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		user += tvSeconds(ru.Utime)

@@ -369,3 +369,26 @@ func TestActionsNeedTheToken(t *testing.T) {
 		t.Error("after logging out the page still shows the cancel button")
 	}
 }
+
+// A queued task that no node can run as it requests shows why on its page
+// and as "(unfit)" in the task list; a stale note on a task that has run
+// shows nowhere.
+func TestUnfitShown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	why := "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus"
+	for _, id := range []bson.ObjectID{f.waiting, f.done} {
+		dentest.Update(t, f.db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "unfit", Value: why}}}})
+	}
+	srv := serve(t, f.db, "")
+	c := client(nil)
+	if _, body := get(t, c, srv.URL+"/tasks/"+f.waiting.Hex()); !strings.Contains(body, `<dd id="unfit">`+why+`</dd>`) || !strings.Contains(body, "-2 queued (unfit)") {
+		t.Errorf("the waiting task's page does not say why it waits:\n%s", body)
+	}
+	if _, body := get(t, c, srv.URL+"/tasks/"+f.done.Hex()); strings.Contains(body, why) && strings.Contains(body, `id="unfit"`) {
+		t.Errorf("the finished task's page shows a stale unfit note")
+	}
+	if _, body := get(t, c, srv.URL+"/tasks?status=queued"); !strings.Contains(body, "-2 queued (unfit)") {
+		t.Errorf("the task list does not mark the unfit task:\n%s", body)
+	}
+}

@@ -29,12 +29,28 @@ func Ago(now, t time.Time) string {
 	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
 }
 
-// Status renders a task's status as its code and name: "2 failed".
+// Status renders a task's status as its code and name: "2 failed"; a
+// queued task that no live den node can run as it requests is "-2 queued
+// (unfit)" (Waiting says why).
 func Status(t queue.Task) string {
 	if !t.StatusOK {
 		return "? (not a number)"
 	}
-	return fmt.Sprintf("%d %s", t.Status, queue.StatusName(t.Status))
+	s := fmt.Sprintf("%d %s", t.Status, queue.StatusName(t.Status))
+	if Waiting(t) != "" {
+		s += " (unfit)"
+	}
+	return s
+}
+
+// Waiting is why a queued task waits, as the nodes noted in its unfit
+// field: it requests more than any live den node offers. Empty for a task
+// that is not queued, whatever the field says.
+func Waiting(t queue.Task) string {
+	if !t.StatusOK || t.Status != queue.StatusQueued {
+		return ""
+	}
+	return t.Unfit
 }
 
 // LastLine is the last non-empty line of a task's stderr when it is in

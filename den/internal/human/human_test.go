@@ -31,6 +31,13 @@ func TestAgo(t *testing.T) {
 	if got := Status(queue.Task{Status: 2, StatusOK: true}); got != "2 failed" {
 		t.Errorf("Status = %q", got)
 	}
+	unfit := "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus"
+	if got, why := Status(queue.Task{Status: -2, StatusOK: true, Unfit: unfit}), Waiting(queue.Task{Status: -2, StatusOK: true, Unfit: unfit}); got != "-2 queued (unfit)" || why != unfit {
+		t.Errorf("queued and unfit: Status = %q, Waiting = %q", got, why)
+	}
+	if got, why := Status(queue.Task{Status: 1, StatusOK: true, Unfit: unfit}), Waiting(queue.Task{Status: 1, StatusOK: true, Unfit: unfit}); got != "1 succeeded" || why != "" {
+		t.Errorf("a finished task with a stale unfit note: Status = %q, Waiting = %q", got, why)
+	}
 	if got := Status(queue.Task{}); got != "? (not a number)" {
 		t.Errorf("Status of an unreadable status = %q", got)
 	}

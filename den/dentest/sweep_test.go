@@ -1,0 +1,50 @@
+package dentest
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A process started with the binary's mark is stopped by the sweep, one
+// that ignores SIGTERM too (after the grace); others are left alone.
+func TestSweepStopsMarkedProcesses(t *testing.T) {
+	token := sweepToken() + ".test"
+	start := func(script string) *exec.Cmd {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.Env = append(os.Environ(), EnvSweep+"="+token)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	polite := start("exec sleep 60")
+	stubborn := start("trap '' TERM; sleep 60 & wait")
+	other := exec.Command("sleep", "60")
+	other.Env = append(os.Environ(), EnvSweep+"="+token+"x")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Process.Kill()
+	time.Sleep(200 * time.Millisecond) // the shells have exec'd and trapped
+	if n := sweep(token, time.Second); n < 2 {
+		t.Errorf("sweep found %d processes, want at least the 2 marked ones", n)
+	}
+	for _, cmd := range []*exec.Cmd{polite, stubborn} {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("%v still running after the sweep", cmd.Args)
+		}
+	}
+	if len(marked(token)) != 0 {
+		t.Errorf("marked processes left: %v", marked(token))
+	}
+	if err := syscall.Kill(other.Process.Pid, 0); err != nil {
+		t.Errorf("an unmarked process was stopped: %v", err)
+	}
+}
