@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -201,7 +202,10 @@ func (p *Peer) serve(ctx context.Context, conn net.Conn) {
 	for {
 		raw, err := readMessage(conn, int(p.r.maxMessage.Load()))
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() == nil {
+			// A runner that exits with a reply unread resets the
+			// connection (ECONNRESET): an end, like EOF.
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrDeadlineExceeded) &&
+				!errors.Is(err, syscall.ECONNRESET) && ctx.Err() == nil {
 				p.log.Warn("relay: closing a connection that sent an unreadable message", zap.Error(err))
 			}
 			return
