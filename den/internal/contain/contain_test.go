@@ -132,3 +132,43 @@ func TestMarkedAndDescendants(t *testing.T) {
 		}
 	}
 }
+
+// A process that find no longer returns once signalled (as the run marker
+// search stops seeing a process whose memory is released while it exits)
+// is still waited for, and killed if it does not go: Stop returns only
+// once every process it signalled has exited.
+func TestStopWaitsForWhatItSignalled(t *testing.T) {
+	t.Parallel()
+	ready := filepath.Join(t.TempDir(), "ready")
+	cmd := start(t, `trap "" TERM; touch "$READY"; exec sleep 100`, "READY="+ready)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the script did not start")
+		}
+	}
+	pid := int32(cmd.Process.Pid)
+	reaped := make(chan struct{})
+	go func() { cmd.Wait(); close(reaped) }()
+	calls := 0
+	n := contain.Stop(context.Background(), func() []int32 {
+		calls++
+		if calls == 1 {
+			return []int32{pid}
+		}
+		return nil // no longer found, though it ignores SIGTERM
+	}, 300*time.Millisecond, nil)
+	if n != 1 {
+		t.Errorf("Stop signalled %d processes, want 1", n)
+	}
+	select {
+	case <-reaped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop returned with the process it signalled still running")
+	}
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
+		t.Errorf("ended by %v, want SIGKILL", ws)
+	}
+}

@@ -2,6 +2,9 @@ package contain
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -14,23 +17,50 @@ const poll = 50 * time.Millisecond
 // leaves only children born during it.
 const killRounds = 100
 
+// exitWait bounds how long Stop waits, after its SIGKILLs, for killed
+// processes to finish exiting (a process in uninterruptible sleep exits
+// only once its I/O is done).
+const exitWait = 30 * time.Second
+
 // Stop stops the processes that find returns: SIGTERM to each, then, once
-// grace has passed with some still found, SIGKILL until find returns none.
-// reap, when not nil, is called while waiting, for a caller that must reap
-// its own children (a subreaper). It returns how many distinct processes
-// were signalled. ctx bounds the whole; when it is done Stop sends SIGKILL
-// at once.
+// grace has passed with some still there, SIGKILL until none is. reap,
+// when not nil, is called while waiting, for a caller that must reap its
+// own children (a subreaper). It returns how many distinct processes were
+// signalled. ctx bounds the whole; when it is done Stop sends SIGKILL at
+// once.
+//
+// A process counts as gone only once it has exited (a zombie, or no
+// longer there), whatever find says: a process that is exiting may
+// already be missing from find's answer (its environment, where the run
+// marker is, cannot be read once its memory is released) while it still
+// exists. So every process Stop signalled, known by its pid and start time
+// (pids are reused), is waited for too, and killed with the rest.
 func Stop(ctx context.Context, find func() []int32, grace time.Duration, reap func()) int {
-	signalled := map[int32]bool{}
+	signalled := map[int32]int64{} // pid: start time (stat field 22), -1 unknown
 	send := func(pids []int32, sig syscall.Signal) {
 		for _, pid := range pids {
 			if pid <= 1 || pid == self {
 				continue
 			}
-			if syscall.Kill(int(pid), sig) == nil {
-				signalled[pid] = true
+			start, known := signalled[pid]
+			if !known {
+				start = startTime(pid) // before the signal: after it, it may be gone
+			}
+			if syscall.Kill(int(pid), sig) == nil && !known {
+				signalled[pid] = start
 			}
 		}
+	}
+	// remaining is what find returns, and every process signalled that has
+	// not exited yet.
+	remaining := func() []int32 {
+		pids := find()
+		for pid, start := range signalled {
+			if !contains(pids, pid) && running(pid, start) {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
 	}
 	pids := find()
 	if len(pids) == 0 {
@@ -52,12 +82,12 @@ wait:
 			if reap != nil {
 				reap()
 			}
-			if pids = find(); len(pids) == 0 {
+			if pids = remaining(); len(pids) == 0 {
 				return len(signalled)
 			}
 			var fresh []int32 // children born since: they get SIGTERM too, once
 			for _, pid := range pids {
-				if !signalled[pid] {
+				if _, ok := signalled[pid]; !ok {
 					fresh = append(fresh, pid)
 				}
 			}
@@ -65,8 +95,8 @@ wait:
 		}
 	}
 	for range killRounds {
-		if pids = find(); len(pids) == 0 {
-			break
+		if pids = remaining(); len(pids) == 0 {
+			return len(signalled)
 		}
 		send(pids, syscall.SIGKILL)
 		time.Sleep(poll / 5)
@@ -74,5 +104,60 @@ wait:
 			reap()
 		}
 	}
+	// Killed, but some may still be exiting.
+	for until := time.Now().Add(exitWait); time.Now().Before(until) && ctx.Err() == nil; time.Sleep(poll / 5) {
+		if reap != nil {
+			reap()
+		}
+		if pids = remaining(); len(pids) == 0 {
+			break
+		}
+		send(pids, syscall.SIGKILL)
+	}
 	return len(signalled)
+}
+
+func contains(pids []int32, pid int32) bool {
+	for _, p := range pids {
+		if p == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// stat reads a process's state letter and start time (field 22, in clock
+// ticks since boot) from /proc/PID/stat.
+func stat(pid int32) (state byte, start int64, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b[i+2:]))
+	if len(f) < 20 {
+		return 0, 0, false
+	}
+	start, err = strconv.ParseInt(f[19], 10, 64)
+	return f[0][0], start, err == nil
+}
+
+func startTime(pid int32) int64 {
+	if _, start, ok := stat(pid); ok {
+		return start
+	}
+	return -1
+}
+
+// running reports whether pid is still the process that started at start
+// (-1: any) and has not exited: not a zombie, not dead.
+func running(pid int32, start int64) bool {
+	state, s, ok := stat(pid)
+	if !ok || state == 'Z' || state == 'X' || state == 'x' {
+		return false
+	}
+	return start < 0 || s == start
 }
