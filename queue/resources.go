@@ -218,10 +218,12 @@ func (s *Store) SetUnfit(ctx context.Context, id bson.ObjectID, was, reason stri
 	return res.ModifiedCount == 1, nil
 }
 
-// UnfitTasks returns up to n queued tasks with an unfit note, oldest
-// first, without their parameters, output and history (for den status).
+// UnfitTasks returns up to n queued (unclaimed) tasks with an unfit note,
+// oldest first, without their parameters, output and history (for den status).
 func (s *Store) UnfitTasks(ctx context.Context, n int64) ([]Task, error) {
-	filter := bson.D{{Key: "status", Value: StatusQueued}, {Key: FieldUnfit, Value: bson.D{{Key: "$type", Value: "string"}}}}
+	// node and status first: the claim's index {node, status, queue, _id}
+	// finds the queued tasks, and only they are looked at.
+	filter := bson.D{{Key: "node", Value: unclaimed}, {Key: "status", Value: StatusQueued}, {Key: FieldUnfit, Value: bson.D{{Key: "$type", Value: "string"}}}}
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(n).SetProjection(stateFields)
 	return s.collect(ctx, "find tasks no node can run", filter, opts)
 }
