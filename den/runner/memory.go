@@ -122,8 +122,8 @@ func proportional(pid int32) int64 {
 			}
 		}
 	}
-	if st, ok := readStat(pid); ok {
-		return st.rssPages * int64(os.Getpagesize())
+	if st, ok := contain.ReadStat(pid); ok {
+		return st.RSSPages * int64(os.Getpagesize())
 	}
 	return 0
 }
@@ -134,7 +134,7 @@ func proportional(pid int32) int64 {
 // the sandbox's spec in its environment. Its memory is den's, for the
 // moment it lives, not the task's.
 func trampoline(pid, worker int32) bool {
-	if st, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat"); err != nil || parentOf(st) != worker {
+	if st, ok := contain.ReadStat(pid); !ok || st.PPID != worker {
 		return false
 	}
 	self, err1 := os.Stat("/proc/self/exe")
@@ -152,20 +152,6 @@ func trampoline(pid, worker int32) bool {
 		}
 	}
 	return false
-}
-
-// parentOf reads the parent pid of a /proc/PID/stat line; 0 if unreadable.
-func parentOf(stat []byte) int32 {
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	n, _ := strconv.ParseInt(f[1], 10, 32)
-	return int32(n)
 }
 
 // oomKills reads the oom_kill count of a cgroup's memory.events: the

@@ -328,13 +328,8 @@ func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
 }
 
 func isZombie(pid int32) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
-	if err != nil {
-		return true
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
+	st, ok := contain.ReadStat(pid)
+	return !ok || st.State == 'Z'
 }
 
 func readRequests(f *os.File, out chan<- string) {

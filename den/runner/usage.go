@@ -92,16 +92,16 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 	var rss, task int64
 	page := int64(os.Getpagesize())
 	for _, pid := range contain.Descendants(ctx, s.me) {
-		st, ok := readStat(pid)
+		st, ok := contain.ReadStat(pid)
 		if !ok {
 			continue
 		}
-		rss += st.rssPages * page
+		rss += st.RSSPages * page
 		if pid != s.worker {
-			task += st.rssPages * page
+			task += st.RSSPages * page
 		}
-		user += float64(st.utime+st.cutime) / clockTicks
-		system += float64(st.stime+st.cstime) / clockTicks
+		user += float64(st.UTime+st.CUTime) / clockTicks
+		system += float64(st.STime+st.CSTime) / clockTicks
 	}
 	s.samples++
 	s.peakRSS = max(s.peakRSS, rss)
@@ -158,34 +158,6 @@ func cgroupCPU(dir string) (user, system float64, ok bool) {
 		}
 	}
 	return user, system, got == 2
-}
-
-type procStat struct {
-	utime, stime, cutime, cstime int64
-	rssPages                     int64
-}
-
-// readStat reads the times and RSS of /proc/PID/stat.
-func readStat(pid int32) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
-	if err != nil {
-		return procStat{}, false
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return procStat{}, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state): field n is f[n-3].
-	if len(f) < 22 {
-		return procStat{}, false
-	}
-	num := func(n int) int64 {
-		v, _ := strconv.ParseInt(f[n-3], 10, 64)
-		return v
-	}
-	return procStat{utime: num(14), stime: num(15), cutime: num(16), cstime: num(17), rssPages: num(24)}, true
 }
 
 // usage asks the supervisor for the run's usage so far.

@@ -28,6 +28,20 @@ func start(t *testing.T, script string, env ...string) *exec.Cmd {
 	return cmd
 }
 
+// waitStarted waits for a script to create ready (after its traps are
+// set).
+func waitStarted(t *testing.T, ready string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(ready); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the script did not start")
+		}
+	}
+}
+
 func live(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -53,14 +67,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 			ready := filepath.Join(t.TempDir(), "ready")
 			cmd := start(t, tc.script, "READY="+ready)
 			// The trap is set (and survives exec) once the file exists.
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if _, err := os.Stat(ready); err == nil {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the script did not start")
-				}
-			}
+			waitStarted(t, ready)
 			pid := int32(cmd.Process.Pid)
 			reaped := make(chan struct{})
 			go func() { cmd.Wait(); close(reaped) }()
@@ -141,14 +148,7 @@ func TestStopWaitsForWhatItSignalled(t *testing.T) {
 	t.Parallel()
 	ready := filepath.Join(t.TempDir(), "ready")
 	cmd := start(t, `trap "" TERM; touch "$READY"; exec sleep 100`, "READY="+ready)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the script did not start")
-		}
-	}
+	waitStarted(t, ready)
 	pid := int32(cmd.Process.Pid)
 	reaped := make(chan struct{})
 	go func() { cmd.Wait(); close(reaped) }()

@@ -2,9 +2,6 @@ package contain
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -126,28 +123,9 @@ func contains(pids []int32, pid int32) bool {
 	return false
 }
 
-// stat reads a process's state letter and start time (field 22, in clock
-// ticks since boot) from /proc/PID/stat.
-func stat(pid int32) (state byte, start int64, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(b[i+2:]))
-	if len(f) < 20 {
-		return 0, 0, false
-	}
-	start, err = strconv.ParseInt(f[19], 10, 64)
-	return f[0][0], start, err == nil
-}
-
 func startTime(pid int32) int64 {
-	if _, start, ok := stat(pid); ok {
-		return start
+	if st, ok := ReadStat(pid); ok {
+		return st.Start
 	}
 	return -1
 }
@@ -155,9 +133,6 @@ func startTime(pid int32) int64 {
 // running reports whether pid is still the process that started at start
 // (-1: any) and has not exited: not a zombie, not dead.
 func running(pid int32, start int64) bool {
-	state, s, ok := stat(pid)
-	if !ok || state == 'Z' || state == 'X' || state == 'x' {
-		return false
-	}
-	return start < 0 || s == start
+	st, ok := ReadStat(pid)
+	return ok && !st.Exited() && (start < 0 || st.Start == start)
 }

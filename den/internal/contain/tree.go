@@ -115,11 +115,6 @@ func parents(ctx context.Context) (map[int32][]int32, error) {
 // isZombie reports whether pid has exited and waits to be reaped (or is
 // gone).
 func isZombie(pid int32) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
-	if err != nil {
-		return true
-	}
-	// pid (comm) state ...: comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
+	st, ok := ReadStat(pid)
+	return !ok || st.State == 'Z'
 }
