@@ -30,13 +30,7 @@ type unfitState struct {
 // noteOffers keeps, from the node documents the dead-node rescue read, the
 // offers of the nodes alive now.
 func (n *Node) noteOffers(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time) {
-	live := make(map[string]queue.Resources, len(offers))
-	for name, o := range offers {
-		if now.Sub(seen[name]) <= n.cfg.DeadNodeAfter {
-			live[name] = o
-		}
-	}
-	n.unfit.offers = live
+	n.unfit.offers = queue.LiveOffers(seen, offers, now.Add(-n.cfg.DeadNodeAfter))
 }
 
 // largestOffer is the most memory and the most cores any live den node

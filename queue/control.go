@@ -358,16 +358,10 @@ func (s *Store) CancelRunning(ctx context.Context, taskID bson.ObjectID, node st
 	return res.ModifiedCount == 1, nil
 }
 
-// NodesSeen returns when each node last wrote its node document (zero
-// when its timestamp is not a date).
-func (s *Store) NodesSeen(ctx context.Context) (map[string]time.Time, error) {
-	seen, _, err := s.NodesSeenOffers(ctx)
-	return seen, err
-}
-
-// NodesSeenOffers is NodesSeen that also returns, in the same read, what
-// each node that writes one offers tasks' requests (resources.offer; Perl
-// nodes and older den nodes write none and are left out).
+// NodesSeenOffers returns when each node last wrote its node document
+// (zero when its timestamp is not a date) and, in the same read, what each
+// node that writes one offers tasks' requests (resources.offer; Perl nodes
+// and older den nodes write none and are left out).
 func (s *Store) NodesSeenOffers(ctx context.Context) (map[string]time.Time, map[string]Resources, error) {
 	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "timestamp", Value: 1}, {Key: "resources.offer", Value: 1}}).SetBatchSize(oneReply))
 	if err != nil {

@@ -158,35 +158,21 @@ func (s *Store) Alive(ctx context.Context, node string, now time.Time) error {
 // offers tasks' requested_resources (resources.offer), by node name. Nodes
 // that write none (Perl nodes, older den nodes) are left out.
 func (s *Store) Offers(ctx context.Context, since time.Time) (map[string]Resources, error) {
-	cur, err := s.nodes.Find(ctx, bson.D{{Key: "timestamp", Value: bson.D{{Key: "$gte", Value: since}}}, {Key: "resources.offer", Value: bson.D{{Key: "$exists", Value: true}}}},
-		options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "resources.offer", Value: 1}}))
+	seen, offers, err := s.NodesSeenOffers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read what nodes offer: %w", err)
 	}
-	defer cur.Close(ctx)
-	out := map[string]Resources{}
-	for cur.Next(ctx) {
-		name, ok := cur.Current.Lookup("node").StringValueOK()
-		if !ok {
-			continue
-		}
-		var r Resources
-		if doc, ok := cur.Current.Lookup("resources", "offer").DocumentOK(); ok && bson.Unmarshal(doc, &r) == nil {
-			out[name] = r
-		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("read what nodes offer: %w", err)
-	}
-	return out, nil
+	return LiveOffers(seen, offers, since), nil
 }
 
-// LargestMemoryOffer is the most memory any of offers gives a task, in
-// MiB, and false when offers is empty.
-func LargestMemoryOffer(offers map[string]Resources) (float64, bool) {
-	largest, any := 0.0, false
-	for _, r := range offers {
-		largest, any = max(largest, r.MemoryMB), true
+// LiveOffers keeps of offers those of the nodes seen (their document
+// written) at or after since.
+func LiveOffers(seen map[string]time.Time, offers map[string]Resources, since time.Time) map[string]Resources {
+	live := make(map[string]Resources, len(offers))
+	for name, o := range offers {
+		if !seen[name].Before(since) {
+			live[name] = o
+		}
 	}
-	return largest, any
+	return live
 }

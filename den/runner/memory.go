@@ -213,7 +213,9 @@ func (t *run) nextRequest(ctx context.Context) (*queue.Resources, bool) {
 	defer cancel()
 	err := t.Retry.Retry(octx, func(ctx context.Context) error {
 		offers, err := t.store.Offers(ctx, t.now().Add(-live))
-		largest, _ = queue.LargestMemoryOffer(offers)
+		for _, o := range offers {
+			largest = max(largest, o.MemoryMB)
+		}
 		return err
 	}, nil)
 	if err != nil {
