@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/den-project/den/den/internal/contain"
 )
 
 // EnvSweep marks every process a test binary starts, directly or through
@@ -53,10 +55,8 @@ func marked(token string) []int {
 		if err != nil || !bytes.Contains(append([]byte{0}, env...), append([]byte{0}, want...)) {
 			continue
 		}
-		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-				continue
-			}
+		if st, ok := contain.ReadStat(int32(pid)); !ok || st.Exited() {
+			continue
 		}
 		out = append(out, pid)
 	}
