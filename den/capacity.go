@@ -1,6 +1,7 @@
 package den
 
 import (
+	"cmp"
 	"runtime"
 	"sync"
 
@@ -58,17 +59,25 @@ func (c *capacity) total() queue.Resources {
 }
 
 // offer is the most a claim of this node could ever give one request
-// (resources.offer in its node document): its limit, but no more memory
-// than the machine has available (availableMB, 0: unknown) plus what the
-// node's own tasks hold reserved, which would come back as they end. The
-// claim compares requests with what is available, never with the
-// machine's total, so a request the size of the total would otherwise be
-// offered and never fit. Cores are offered as the limit: how busy they
-// are changes from one second to the next.
-func (c *capacity) offer(availableMB int64, reserved queue.Resources) queue.Resources {
-	o := c.total()
-	if availableMB > 0 {
-		o.MemoryMB = min(o.MemoryMB, float64(availableMB)+reserved.MemoryMB)
+// (resources.offer in its node document), from host, the node's last
+// sample of the machine: its limit (configured, else the machine's), but
+// no more memory than the machine has available plus what the node's own
+// tasks hold reserved, which would come back as they end. The claim
+// compares requests with what is available, never with the machine's
+// total, so a request the size of the total would otherwise be offered
+// and never fit. Cores are offered as the limit: how busy they are
+// changes from one second to the next.
+func (c *capacity) offer(host *queue.NodeResources, reserved queue.Resources) queue.Resources {
+	o := queue.Resources{MemoryMB: c.limits.MemoryMB, CPUs: c.limits.CPUs}
+	if o.MemoryMB <= 0 && host != nil && host.MemoryTotalMB > 0 {
+		o.MemoryMB = float64(host.MemoryTotalMB)
+	}
+	if o.MemoryMB <= 0 || o.CPUs <= 0 { // not configured, and not sampled
+		t := c.total()
+		o.MemoryMB, o.CPUs = cmp.Or(o.MemoryMB, t.MemoryMB), cmp.Or(o.CPUs, t.CPUs)
+	}
+	if host != nil && host.MemoryAvailableMB > 0 {
+		o.MemoryMB = min(o.MemoryMB, float64(host.MemoryAvailableMB)+reserved.MemoryMB)
 	}
 	return o
 }

@@ -513,7 +513,7 @@ func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	}
 	if res != nil {
 		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, n.capacity.offer(res.MemoryAvailableMB, n.own.reserved())
+		withOffer, offer := *res, n.capacity.offer(res, n.own.reserved())
 		withOffer.Offer = &offer
 		res = &withOffer
 	}

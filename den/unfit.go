@@ -36,11 +36,8 @@ func (n *Node) noteOffers(seen map[string]time.Time, offers map[string]queue.Res
 // largestOffer is the most memory and the most cores any live den node
 // offers, this node's own as it is now (what its node document says).
 func (n *Node) largestOffer(ctx context.Context) queue.Resources {
-	var available int64
-	if res, err := n.host.Sample(ctx, n.now()); err == nil && res != nil {
-		available = res.MemoryAvailableMB
-	}
-	all := []queue.Resources{n.capacity.offer(available, n.own.reserved())}
+	host, _ := n.host.Sample(ctx, n.now()) // nil: the limit, or the machine's total
+	all := []queue.Resources{n.capacity.offer(host, n.own.reserved())}
 	for name, o := range n.unfit.offers {
 		if name != n.cfg.Name {
 			all = append(all, o)
