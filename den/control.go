@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
@@ -82,10 +83,9 @@ func (n *Node) stopRunner(ctx context.Context, task queue.Task, q *queue.Queue, 
 		n.cancelMu.Lock()
 		n.cancelling[r.Token] = deadline
 		n.cancelMu.Unlock()
-		if isRunnerOf(r, id) {
+		if n.act(id, r, actCancel) {
 			n.metrics.Cancellations.WithLabelValues("running").Inc()
-			log.Info("task cancelled: stopping its runner (SIGTERM to its process group)", zap.Duration("grace", grace))
-			syscall.Kill(-r.PID, syscall.SIGTERM)
+			log.Info("task cancelled: stopping its run", zap.Duration("grace", grace))
 		}
 		return nil
 	}
@@ -97,13 +97,10 @@ func (n *Node) stopRunner(ctx context.Context, task queue.Task, q *queue.Queue, 
 		return err
 	}
 	if ok {
-		switch {
-		case !isRunnerOf(r, id):
-			log.Warn("cancelled task's runner did not record a result in time and is gone: recorded -5")
-		case syscall.Kill(-r.PID, syscall.SIGKILL) == nil:
+		if n.act(id, r, actKill) {
 			log.Warn("cancelled task's runner did not stop in time: recorded -5 and sent SIGKILL to its process group")
-		default:
-			log.Warn("cancelled task's runner did not stop in time: recorded -5; its process group was already gone")
+		} else {
+			log.Warn("cancelled task's runner did not record a result in time and is gone: recorded -5")
 		}
 		n.stopLeftovers(ctx, id, r, 0)
 	}
@@ -145,10 +142,12 @@ func alive(r queue.RunnerInfo) bool {
 }
 
 // isRunnerOf reports whether pid r.PID is, provably, the task runner of
-// task id: alive as recorded, the leader of its own process group, and
-// started by a node with that task in its spec. Anyone who can write to
-// tasks can write a runner field; only a process that passes this check is
-// ever signalled.
+// task id: alive as recorded, the leader of its own process group, started
+// as a den runner, and running that very run of id now: its supervisor
+// holds the run's proof (contain.HoldProof), with the task id and the
+// run's token. A runner of a den that predates proofs proves its one task
+// by its spec. Anyone who can write to tasks can write a runner field;
+// only a process that passes this check is ever signalled.
 func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
 	if !alive(r) || r.Started == 0 {
 		return false
@@ -167,7 +166,13 @@ func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
 	for _, e := range env {
 		if raw, ok := strings.CutPrefix(e, runner.SpecEnv+"="); ok {
 			var spec runner.Spec
-			return json.Unmarshal([]byte(raw), &spec) == nil && spec.Task == id.Hex()
+			if json.Unmarshal([]byte(raw), &spec) != nil {
+				return false
+			}
+			if marker, held := contain.ProvenRun(r.PID); held {
+				return marker == contain.Marker(id.Hex(), r.Token.Hex())
+			}
+			return spec.Task == id.Hex()
 		}
 	}
 	return false

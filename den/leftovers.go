@@ -3,7 +3,6 @@ package den
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -103,8 +102,7 @@ func contains(pids []int32, p int32) bool {
 // its whole group, before its task is rescued. Only a process proven to be
 // this task's runner is signalled.
 func (n *Node) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
-	if n.onThisHost(r) && isRunnerOf(r, id) {
-		n.log.Warn("killing a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
-		syscall.Kill(-r.PID, syscall.SIGKILL)
+	if n.onThisHost(r) && n.act(id, r, actKill) {
+		n.log.Warn("killed a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	}
 }

@@ -1,7 +1,6 @@
 package den
 
 import (
-	"syscall"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,9 +17,10 @@ const liveAskEvery = 5 * time.Second
 // askLive passes readers' requests for live output (a task's live_until,
 // seen in the read of this node's tasks the pass makes anyway, so it costs
 // no command) to the runners: SIGUSR1 to the runner's supervisor, which
-// passes it to its worker. Only a process proven to be the task's runner
-// is signalled, and never its process group: SIGUSR1 would end a plugin's
-// program.
+// passes it to its worker (or, to a runner this node process started, a
+// message on its task channel; see reuse.go). Only a process proven to be
+// the task's runner is signalled, and never its process group: SIGUSR1
+// would end a plugin's program.
 func (n *Node) askLive(mine []queue.Task, now time.Time) {
 	seen := map[bson.ObjectID]bool{}
 	for _, task := range mine {
@@ -33,11 +33,8 @@ func (n *Node) askLive(mine []queue.Task, now time.Time) {
 			continue
 		}
 		n.liveAsked[r.Token] = now
-		if !isRunnerOf(*r, task.ID) {
-			continue
-		}
-		if err := syscall.Kill(r.PID, syscall.SIGUSR1); err != nil {
-			n.log.Debug("cannot ask a runner for live output", zap.String("task_id", task.ID.Hex()), zap.Error(err))
+		if !n.act(task.ID, *r, actLive) {
+			n.log.Debug("cannot ask a runner for live output", zap.String("task_id", task.ID.Hex()))
 		}
 	}
 	for token := range n.liveAsked {

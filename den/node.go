@@ -183,10 +183,9 @@ type Node struct {
 	nodeQueues []queue.NodeQueue
 
 	// runners counts the runner processes this process started that are
-	// still running; procs holds their pids.
+	// still running; pool holds them (reuse.go).
 	runners atomic.Int64
-	procsMu sync.Mutex
-	procs   map[int]bool
+	pool    *runnerPool
 
 	// relay serves runners their MongoDB connections; nil when runners
 	// connect directly (Runner.Direct).
@@ -243,6 +242,12 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	}
 	if cfg.RecheckEvery <= 0 {
 		cfg.RecheckEvery = 5 * time.Second
+	}
+	if cfg.Runner.MaxTasks <= 0 {
+		cfg.Runner.MaxTasks = DefaultRunnerMaxTasks
+	}
+	if cfg.Runner.Idle <= 0 {
+		cfg.Runner.Idle = DefaultRunnerIdle
 	}
 	if cfg.MaxTermination <= 0 {
 		cfg.MaxTermination = queue.DefaultGrace
@@ -313,7 +318,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		cancelling: map[bson.ObjectID]time.Time{},
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		capacity:   &capacity{limits: cfg.Resources},
-		procs:      map[int]bool{},
+		pool:       newRunnerPool(),
 		claiming:   claimState{empty: map[bson.ObjectID]emptyMark{}},
 		own:        newOwnTasks(),
 	}
@@ -393,6 +398,7 @@ func (n *Node) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			n.retireIdle(true)
 			if n.cfg.DrainOnStop > 0 {
 				n.drain(n.cfg.DrainOnStop)
 			}

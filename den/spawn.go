@@ -31,6 +31,13 @@ type RunnerCommand struct {
 	Log string
 	// LogJSON makes runners log JSON lines.
 	LogJSON bool
+	// MaxTasks is how many tasks of its queue one runner may run, one
+	// after another (see reuse.go); 1 starts a runner per task, as
+	// Disbatch does. Default DefaultRunnerMaxTasks.
+	MaxTasks int
+	// Idle is how long a runner waits for its queue's next task before
+	// the node retires it. Default DefaultRunnerIdle.
+	Idle time.Duration
 	// Direct makes runners connect to MongoDB themselves (URI), as
 	// Disbatch's do. By default (false) they reach it through the node's
 	// relay, on the node's own connections: a task then opens no server
@@ -56,10 +63,11 @@ func (c *RunnerCommand) check() error {
 // runner reads itself.
 const maxSpecQueue = 32 << 10
 
-// spawn starts the runner of one claimed task in a session of its own, so
-// that signals to the node (Ctrl-C, systemctl stop) do not reach it and the
-// node can stop, restart or be upgraded while it runs. The runner leads its
-// own process group, which is what cancellation signals.
+// spawn hands one claimed task to an idle runner of its queue, or starts a
+// runner for it in a session of its own, so that signals to the node
+// (Ctrl-C, systemctl stop) do not reach it and the node can stop, restart
+// or be upgraded while it runs. The runner leads its own process group,
+// which is what cancellation signals.
 func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	spec := runner.Spec{
 		URI: n.cfg.URI, Database: n.cfg.Database, Node: n.cfg.Name,
@@ -70,6 +78,9 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	}
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw
+	}
+	if n.handOver(q.ID, taskID, spec) {
+		return nil
 	}
 	env, err := spec.Env()
 	if err != nil {
@@ -100,9 +111,24 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	} else {
 		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=") // none, whatever the node inherited
 	}
+	var tasks *os.File
+	if n.cfg.Runner.MaxTasks > 1 {
+		ours, theirs, err := runner.TaskChannel()
+		if err != nil {
+			return err
+		}
+		defer theirs.Close() // the child has its own copy
+		tasks = ours
+		cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
+		cmd.Env = append(cmd.Env, runner.EnvTasksFD+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
+	} else {
+		cmd.Env = append(cmd.Env, runner.EnvTasksFD+"=")
+	}
 	if err := cmd.Start(); err != nil {
-		if relayCtl != nil {
-			relayCtl.Close()
+		for _, f := range []*os.File{relayCtl, tasks} {
+			if f != nil {
+				f.Close()
+			}
 		}
 		n.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
 		return fmt.Errorf("start %s: %w", n.cfg.Runner.Path, err)
@@ -113,16 +139,23 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		// Served until the runner exits (closing its end) or the node
 		// stops; then the runner connects directly.
 		report := func(b []byte) { n.runnerReport(q.Name, b) }
-		if err := n.relay.ServeControlReports(relayCtl, n.log.With(zap.String("task_id", taskID.Hex())), report); err != nil {
+		if err := n.relay.ServeControlReports(relayCtl, n.log.With(zap.Int("runner_pid", pid)), report); err != nil {
 			n.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
 	}
 	n.runners.Add(1)
-	n.procsMu.Lock()
-	n.procs[pid] = true
-	n.procsMu.Unlock()
-	n.log.Debug("task handed to a runner", zap.String("task_id", taskID.Hex()), zap.String("queue", q.Name), zap.Int("pid", pid))
-	go n.watch(cmd, taskID)
+	p := &runnerProc{pid: pid, queue: q.ID, ch: tasks, task: taskID, served: 1}
+	n.pool.mu.Lock()
+	n.pool.byPID[pid] = p
+	if n.pool.stopped {
+		p.retireLocked()
+	}
+	n.pool.mu.Unlock()
+	n.log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), zap.String("queue", q.Name), zap.Int("pid", pid))
+	if tasks != nil {
+		go n.listen(p)
+	}
+	go n.watch(cmd, p)
 	return nil
 }
 
@@ -136,17 +169,40 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 // while running its task gets the task rescued (retried or orphaned). The
 // goroutine lives exactly as long as the runner, or until the node process
 // exits.
-func (n *Node) watch(cmd *exec.Cmd, taskID bson.ObjectID) {
+//
+// A reused runner (reuse.go) says when each of its tasks is done; what it
+// runs when it exits is the task handed to it last, if it has not said so
+// of that one. One that exits cleanly without having said so (it was
+// stopped) may have been handed a task it never started: that task is put
+// back.
+func (n *Node) watch(cmd *exec.Cmd, p *runnerProc) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
-	n.procsMu.Lock()
-	delete(n.procs, pid)
-	n.procsMu.Unlock()
+	n.pool.mu.Lock()
+	taskID := p.task
+	p.task = bson.ObjectID{}
+	delete(n.pool.byPID, pid)
+	n.pool.removeIdleLocked(p)
+	p.retireLocked()
+	n.pool.mu.Unlock()
 	n.runners.Add(-1)
+	if taskID.IsZero() {
+		if err != nil {
+			n.log.Debug("an idle task runner exited", zap.Int("pid", pid), zap.Error(err))
+		}
+		return
+	}
 	// Once the task is dealt with, its slot is free: claim at once.
 	defer n.wakeUp()
 	defer func() { n.own.done(taskID, n.now()) }()
 	if err == nil {
+		if p.ch != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if ok, err := n.store.Release(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok {
+				n.log.Warn("a task runner stopped before starting the task it was handed; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid))
+			}
+		}
 		n.startFailures.Store(0)
 		if n.notes.clear("runner-start") {
 			n.log.Info("task runners start tasks again")
@@ -226,15 +282,7 @@ func (n *Node) claimsPaused() bool {
 // them to record their tasks (their grace, max_termination_time, plus
 // slack). See Config.DrainOnStop.
 func (n *Node) drain(wait time.Duration) {
-	left := func() []int {
-		n.procsMu.Lock()
-		defer n.procsMu.Unlock()
-		var pids []int
-		for pid := range n.procs {
-			pids = append(pids, pid)
-		}
-		return pids
-	}
+	left := n.pool.pids
 	until := func(d time.Duration) bool {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 			if len(left()) == 0 {

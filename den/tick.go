@@ -27,6 +27,7 @@ func (n *Node) tick(ctx context.Context, full bool) {
 	started := n.now()
 	var err error
 	if full {
+		n.retireIdle(false)
 		err = n.pass(pctx)
 	} else if !n.claimsPaused() {
 		err = n.claim(pctx, false)

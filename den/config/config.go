@@ -47,6 +47,12 @@ type Config struct {
 	// file names a separate task_runner user: then runners keep
 	// connecting as that user unless runner.relay is set to true.
 	RunnerRelay bool
+	// RunnerMaxTasks is how many tasks of its queue one task runner may run,
+	// one after another (runner.max_tasks, default 100; 1: a runner per
+	// task, as Disbatch); RunnerIdle how long an idle runner waits for its
+	// queue's next task (runner.idle, default 10s).
+	RunnerMaxTasks int64
+	RunnerIdle     time.Duration
 	// MaxTermination is the default time between SIGTERM and SIGKILL when a
 	// task is stopped; DeadNodeAfter is when a silent node counts as dead.
 	MaxTermination time.Duration
@@ -135,6 +141,8 @@ var defaults = map[string]any{
 	"log.format":                  "auto",
 	"runner.log":                  "",
 	"runner.relay":                "", // true, false, or "" (unset: see Config.RunnerRelay)
+	"runner.max_tasks":            int64(100),
+	"runner.idle":                 "10s",
 	"max_termination_time":        queue.DefaultGrace.String(),
 	"dead_node_after":             queue.DefaultDeadNodeAfter.String(),
 	"cgroups":                     "auto",
@@ -289,6 +297,12 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 			return fail("%s %v must be a number, 0 or more", key, v.Get(key))
 		}
 		*dst = f
+	}
+	if c.RunnerMaxTasks, err = count(v, "runner.max_tasks"); err != nil || c.RunnerMaxTasks <= 0 {
+		return fail("runner.max_tasks %v must be a positive number of tasks (default 100; 1 starts a runner per task)", v.Get("runner.max_tasks"))
+	}
+	if c.RunnerIdle, err = duration(v, "runner.idle"); err != nil || c.RunnerIdle <= 0 {
+		return fail("runner.idle %q must be a positive duration such as 10s", v.GetString("runner.idle"))
 	}
 	if c.MaxOutput, err = count(v, "max_output"); err != nil || c.MaxOutput <= 0 {
 		return fail("max_output %v must be a positive number of bytes (default 1073741824, 1 GiB)", v.Get("max_output"))

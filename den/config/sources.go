@@ -96,6 +96,8 @@ func effective(c Config) map[string]any {
 		"log.level":                   c.LogLevel,
 		"log.format":                  c.LogFormat,
 		"runner.log":                  c.RunnerLog,
+		"runner.max_tasks":            c.RunnerMaxTasks,
+		"runner.idle":                 c.RunnerIdle.String(),
 		"max_termination_time":        c.MaxTermination.String(),
 		"dead_node_after":             c.DeadNodeAfter.String(),
 		"cgroups":                     c.Cgroups,

@@ -45,6 +45,9 @@ type Metrics struct {
 	// their task (exited), by reason.
 	RunnerStarts        prometheus.Counter
 	RunnerStartFailures *prometheus.CounterVec
+	// RunnerReuses counts tasks handed to a runner that had already run
+	// one (so no process was started for them).
+	RunnerReuses prometheus.Counter
 	// OutputBytes counts bytes tasks wrote, by queue name and stream
 	// (stdout, stderr), as their runners report them at the end.
 	OutputBytes *prometheus.CounterVec
@@ -97,6 +100,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		RunnerStarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "den_runner_starts_total", Help: "Task runner processes this node started.",
 		}),
+		RunnerReuses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "den_runner_reuses_total", Help: "Tasks this node handed to a task runner that had already run a task of the same queue (no process started).",
+		}),
 		RunnerStartFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_runner_start_failures_total", Help: "Task runners that could not be started (exec) or exited before starting their task (exited).",
 		}, []string{"reason"}),
@@ -106,7 +112,7 @@ func New(reg *prometheus.Registry) *Metrics {
 	}
 	reg.MustRegister(
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
-		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerStartFailures, m.OutputBytes,
+		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes,
 		funcCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -83,8 +83,8 @@ func (s *supervisor) enforceMemory(ctx context.Context) int {
 			held += proportional(pid)
 		}
 	}
-	if s.cgroup != "" {
-		for _, pid := range contain.CgroupProcs(s.cgroup) {
+	if s.run.cgroup != "" {
+		for _, pid := range contain.CgroupProcs(s.run.cgroup) {
 			if pid != worker && pid != me && !seen[pid] {
 				seen[pid] = true
 				task = append(task, pid)

@@ -55,30 +55,64 @@ type Runner struct {
 	// supervisor is set in a worker under a supervisor (see supervise.go);
 	// a Runner used in-process has none, and contains nothing.
 	supervisor *link
+	// reused is set when this process has run a task before (reuse.go).
+	reused bool
 }
 
 // work connects to the database named in spec (through the node's relay
 // when relayCtl is its control channel), runs the task and returns when
-// its result is stored. ctx cancellation (SIGTERM to the runner) stops
-// the plugin; the result is still stored. sup is the worker's link to its
+// its result is stored. With tasks (the node's task channel; reuse.go) it
+// then runs the tasks the node hands it, one after another, on the same
+// connection, until the node closes the channel. ctx cancellation
+// (SIGTERM to the runner) stops the plugin, and the runner takes no more
+// tasks; the result is still stored. sup is the worker's link to its
 // supervisor.
-func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal) error {
+func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal, tasks *taskLink) error {
 	client, disconnect, report, err := connect(spec, relayCtl, log)
 	if err != nil {
 		return err
 	}
 	defer disconnect(ctx)
-	r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
-		Report: func(rep Report) {
-			b, err := json.Marshal(rep)
-			if err == nil {
-				err = report(b)
+	for served := 0; ; served++ {
+		r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
+			reused: served > 0,
+			Report: func(rep Report) {
+				b, err := json.Marshal(rep)
+				if err == nil {
+					err = report(b)
+				}
+				if err != nil && !errors.Is(err, relay.ErrNodeGone) {
+					log.Debug("could not tell the node how the task ended", zap.Error(err))
+				}
+			}}
+		if tasks == nil {
+			return r.Run(ctx)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		tasks.begin(spec.Task, cancel)
+		err := r.Run(runCtx)
+		tasks.end()
+		cancel()
+		if err != nil {
+			return err
+		}
+		if sup != nil {
+			if err := sup.idle(); err != nil {
+				return nil // the supervisor is gone: serve no more
 			}
-			if err != nil && !errors.Is(err, relay.ErrNodeGone) {
-				log.Debug("could not tell the node how the task ended", zap.Error(err))
-			}
-		}}
-	return r.Run(ctx)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		next, ok := tasks.done(ctx, spec.Task)
+		if !ok {
+			return nil
+		}
+		if next.URI != spec.URI || next.Database != spec.Database || next.Node != spec.Node {
+			return fmt.Errorf("the node handed this runner a task of another database or node (%s)", next.Task)
+		}
+		spec = next
+	}
 }
 
 func (r *Runner) now() time.Time {
@@ -88,27 +122,31 @@ func (r *Runner) now() time.Time {
 	return time.Now()
 }
 
-// self describes this run: under a supervisor, the supervisor's pid and
-// start time (the process that leads the run's group, which the node
-// watches and signals) and the token of the run marker it set; else this
-// process, with a fresh token.
-func (r *Runner) self() queue.RunnerInfo {
+// self begins this run and describes it: under a supervisor, the
+// supervisor's pid and start time (the process that leads the run's group,
+// which the node watches and signals) and the run's token, which the
+// supervisor gives (it also holds the run's proof and cgroup); the run
+// marker, set here, goes to every program the task starts. Without a
+// supervisor: this process, with a fresh token.
+func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, error) {
 	if sup := r.supervisor; sup != nil {
-		info := queue.RunnerInfo{Token: bson.NewObjectID(), PID: sup.pid, Started: sup.started}
-		if _, token, ok := strings.Cut(os.Getenv(contain.EnvRun), "."); ok {
-			if id, err := bson.ObjectIDFromHex(token); err == nil {
-				info.Token = id
-			}
+		token, err := sup.begin(ctx, r.Spec.Task)
+		if err != nil {
+			return queue.RunnerInfo{}, err
 		}
+		if err := os.Setenv(contain.EnvRun, contain.Marker(r.Spec.Task, token.Hex())); err != nil {
+			return queue.RunnerInfo{}, fmt.Errorf("set the run marker: %w", err)
+		}
+		info := queue.RunnerInfo{Token: token, PID: sup.pid, Started: sup.started}
 		info.Host, _ = os.Hostname()
-		return info
+		return info, nil
 	}
 	info := queue.RunnerInfo{Token: bson.NewObjectID(), PID: os.Getpid()}
 	if p, err := process.NewProcess(int32(info.PID)); err == nil {
 		info.Started, _ = p.CreateTime()
 	}
 	info.Host, _ = os.Hostname()
-	return info
+	return info, nil
 }
 
 // run is one run of a task, from start to recorded result.
@@ -146,7 +184,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("task id %q: %w", r.Spec.Task, err)
 	}
-	t := &run{Runner: r, taskID: taskID, info: r.self(), store: queue.NewStore(r.DB),
+	info, err := r.self(ctx)
+	if err != nil {
+		return err
+	}
+	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB),
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	ok, err := t.start(ctx)
 	if err != nil || !ok {

@@ -39,10 +39,19 @@ import (
 // max_termination_time, for a worker that dies), "stop <ms>" (stop all
 // other processes of the run), answered by "stopped <n>", and "usage"
 // (the run's resource usage so far, see usage.go), answered by
-// "usage <json>". The worker asks one question at a time. When the node
-// relays MongoDB connections (EnvRelayFD), the worker also gets the relay's
-// control channel as file descriptor 4; the supervisor keeps no copy, and
-// both are close-on-exec in the worker.
+// "usage <json>", "begin <task id>" (a run of that task starts), answered
+// by "run <token>" (the run's token), and "idle" (the run is over and
+// recorded; no answer). The worker asks one question at a time. When the
+// node relays MongoDB connections (EnvRelayFD), the worker also gets the
+// relay's control channel, and when the node reuses runners (EnvTasksFD)
+// its task channel, as the next descriptors; the supervisor keeps no copy
+// of either, and all are close-on-exec in the worker.
+//
+// A runner may serve several tasks of one queue, one after another (see
+// reuse.go). Each is a run of its own: the supervisor gives it a new
+// token, run marker, cgroup and run proof, and measures and limits it
+// from zero; the previous run's processes were all stopped before its
+// result was recorded.
 
 // Environment of the worker.
 const (
@@ -58,6 +67,7 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 	// First of all, before anything could start a program: the relay's
 	// control channel must never reach the task's programs.
 	relayCtl, relayErr := takeRelayControl()
+	tasksCh, tasksErr := takeInherited(EnvTasksFD, "tasks", os.Getenv(envWorker) != "")
 	spec, err := SpecFromEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "den task-runner:", err)
@@ -72,8 +82,11 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 	if relayErr != nil {
 		log.Warn("cannot use the node's relay; connecting to MongoDB directly", zap.Error(relayErr))
 	}
+	if tasksErr != nil {
+		log.Warn("cannot take the node's task channel; this runner serves one task", zap.Error(tasksErr))
+	}
 	if os.Getenv(envWorker) == "" {
-		return supervise(spec, log.With(zap.String("node", spec.Node), zap.String("task_id", spec.Task), zap.String("role", "supervisor")), relayCtl)
+		return supervise(spec, log.With(zap.String("node", spec.Node), zap.String("role", "supervisor")), relayCtl, tasksCh)
 	}
 	link, err := linkFromEnv()
 	if err != nil {
@@ -87,7 +100,12 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 	// SIGUSR1's default action would end the worker.
 	live := make(chan os.Signal, 1)
 	signal.Notify(live, syscall.SIGUSR1)
-	if err := work(ctx, spec, reg, log, link, relayCtl, live); err != nil {
+	var tasks *taskLink
+	if tasksCh != nil {
+		tasks = newTaskLink(tasksCh, live)
+		defer tasks.close()
+	}
+	if err := work(ctx, spec, reg, log, link, relayCtl, live, tasks); err != nil {
 		log.Error("task runner failed", zap.Error(err))
 		return 1
 	}
@@ -97,11 +115,13 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 // supervise runs the supervisor: it starts the worker, reaps every child
 // it is given, answers the worker's requests, and once the worker has
 // exited stops whatever is left and exits with the worker's code. The
-// relay control channel, if any, goes to the worker (as fd 4) and to no
-// other process; the supervisor keeps no copy.
-func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
-	if relayCtl != nil {
-		defer relayCtl.Close() // also on the early returns below
+// relay control channel and the task channel, if any, go to the worker and
+// to no other process; the supervisor keeps no copy.
+func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
+	for _, f := range []*os.File{relayCtl, tasksCh} {
+		if f != nil {
+			defer f.Close() // also on the early returns below
+		}
 	}
 	// The worker's PDEATHSIG fires when the thread that started it exits.
 	runtime.LockOSThread()
@@ -109,8 +129,14 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 		log.Error("cannot become a child subreaper; refusing to run the task uncontained", zap.Error(err))
 		return 2
 	}
+	// The first run is prepared before the worker starts, so that the
+	// worker starts inside its cgroup; the worker begins it like any other.
 	token := bson.NewObjectID()
-	marker := contain.Marker(spec.Task, token.Hex())
+	proof, err := contain.HoldProof(contain.Marker(spec.Task, token.Hex()))
+	if err != nil {
+		log.Error("refusing to run the task without a run proof", zap.Error(err))
+		return 2
+	}
 	started := int64(0)
 	if t, err := processStart(os.Getpid()); err == nil {
 		started = t
@@ -145,12 +171,18 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 	// it stays caught after the worker exits, as its default action would
 	// end the supervisor before it has stopped what the run left.
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
-	env := append(os.Environ(), envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10),
-		contain.EnvRun+"="+marker)
+	// The worker's environment carries no run marker: the marker of each
+	// run is set for the programs of that run only (Runner.Run), so that
+	// the worker is never taken for a leftover of a run it has served.
+	env := append(os.Environ(), envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
 	files := []uintptr{0, 1, 2, uintptr(fds[1])}
 	if relayCtl != nil {
+		env = append(env, EnvRelayFD+"="+strconv.Itoa(len(files)))
 		files = append(files, relayCtl.Fd())
-		env = append(env, EnvRelayFD+"="+strconv.Itoa(relayFD))
+	}
+	if tasksCh != nil {
+		env = append(env, EnvTasksFD+"="+strconv.Itoa(len(files)))
+		files = append(files, tasksCh.Fd())
 	}
 	attr := &syscall.ProcAttr{
 		Env:   env,
@@ -172,10 +204,14 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 		log.Error("start the task runner worker", zap.Error(err))
 		return 2
 	}
-	if relayCtl != nil {
-		relayCtl.Close() // the worker has it; the node sees it close when the worker exits
+	for _, f := range []*os.File{relayCtl, tasksCh} {
+		if f != nil {
+			f.Close() // the worker has it; the node sees it close when the worker exits
+		}
 	}
-	s := &supervisor{log: log, worker: worker, cgroup: cgroup, grace: DefaultGrace,
+	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, grace: DefaultGrace,
+		run:   runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
+		proof: proof,
 		usage: &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
@@ -226,11 +262,11 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 	// stopped and the worker's exit code is still the supervisor's.
 	n := s.stopAll(context.Background(), true)
 	if n > 0 {
-		log.Warn("stopped processes the task left behind after its runner exited", zap.Int("processes", n))
+		s.log.Warn("stopped processes the task left behind after its runner exited", zap.Int("processes", n))
 	}
-	if cgroup != "" {
-		if err := contain.RemoveCgroup(cgroup, 10*time.Second); err != nil {
-			log.Warn("cannot remove the run's cgroup", zap.Error(err))
+	if s.run.cgroup != "" {
+		if err := contain.RemoveCgroup(s.run.cgroup, 10*time.Second); err != nil {
+			s.log.Warn("cannot remove the run's cgroup", zap.Error(err))
 		}
 	}
 	ws := *s.workerStatus
@@ -245,12 +281,23 @@ func supervise(spec Spec, log *zap.Logger, relayCtl *os.File) int {
 }
 
 type supervisor struct {
-	log          *zap.Logger
+	// base is the logger; log adds the current run's task.
+	base, log    *zap.Logger
 	worker       int
-	cgroup       string
+	root         string // the node's cgroup, under which runs get theirs; "": none
+	run          runState
+	proof        *os.File // the run proof (contain.HoldProof) of run, or of none
+	runs         int      // runs begun
 	grace        time.Duration
 	workerStatus *syscall.WaitStatus
 	usage        *sampler
+}
+
+// runState is the run the supervisor serves: its task, token and cgroup
+// ("": none); begun once the worker has begun it.
+type runState struct {
+	task, token, cgroup string
+	begun               bool
 }
 
 // reap collects every child that has exited: the worker (whose status it
@@ -273,12 +320,25 @@ func (s *supervisor) reap() {
 
 // handle answers one request of the worker.
 func (s *supervisor) handle(req string, reply *os.File) {
-	if req == "usage" {
-		b, err := json.Marshal(s.usage.measure(context.Background()))
+	switch verb, arg, _ := strings.Cut(req, " "); verb {
+	case "usage":
+		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1))
 		if err != nil { // cannot happen: numbers only
 			b = []byte("{}")
 		}
 		fmt.Fprintf(reply, "usage %s\n", b)
+		return
+	case "begin":
+		token, err := s.begin(arg)
+		if err != nil {
+			s.log.Error("cannot begin a run", zap.String("task", arg), zap.Error(err))
+			fmt.Fprintf(reply, "refused %s\n", err)
+			return
+		}
+		fmt.Fprintf(reply, "run %s\n", token)
+		return
+	case "idle":
+		s.idle()
 		return
 	}
 	verb, arg, _ := strings.Cut(req, " ")
@@ -306,12 +366,12 @@ func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
 	me := int32(os.Getpid())
 	find := func() []int32 {
 		pids := contain.Descendants(ctx, me, int32(s.worker))
-		if s.cgroup != "" {
+		if s.run.cgroup != "" {
 			seen := map[int32]bool{}
 			for _, p := range pids {
 				seen[p] = true
 			}
-			for _, p := range contain.CgroupProcs(s.cgroup) {
+			for _, p := range contain.CgroupProcs(s.run.cgroup) {
 				if p != int32(s.worker) && !seen[p] && !isZombie(p) {
 					pids = append(pids, p)
 				}
@@ -320,8 +380,8 @@ func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
 		return pids
 	}
 	n := contain.Stop(ctx, find, s.grace, s.reap)
-	if workerGone && s.cgroup != "" {
-		contain.KillCgroup(s.cgroup)
+	if workerGone && s.run.cgroup != "" {
+		contain.KillCgroup(s.run.cgroup)
 	}
 	s.reap()
 	return n
@@ -368,6 +428,26 @@ func linkFromEnv() (*link, error) {
 }
 
 func (l *link) close() { l.f.Close() }
+
+// begin tells the supervisor that a run of task (hex) begins, and returns
+// the run's token.
+func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, error) {
+	line, err := l.ask(ctx, "begin "+task, "run ")
+	if err != nil {
+		return bson.ObjectID{}, fmt.Errorf("begin the run with the supervisor: %w", err)
+	}
+	token, err := bson.ObjectIDFromHex(line)
+	if err != nil {
+		return bson.ObjectID{}, fmt.Errorf("supervisor answered %q for a run token", line)
+	}
+	return token, nil
+}
+
+// idle tells the supervisor that the run is over and recorded.
+func (l *link) idle() error {
+	_, err := fmt.Fprintf(l.f, "idle\n")
+	return err
+}
 
 // setGrace tells the supervisor the task's max_termination_time, for the
 // case where the worker dies with processes left.
@@ -436,4 +516,60 @@ func processStart(pid int) (int64, error) {
 		return 0, err
 	}
 	return p.CreateTime()
+}
+
+// begin starts a run of task (hex): the one prepared at start, the first
+// time, else a new one with its own token, run proof and cgroup (the
+// worker is moved into it), measured from zero. The previous run's
+// processes were stopped at its end ("stop"); its cgroup is removed.
+func (s *supervisor) begin(task string) (string, error) {
+	if _, err := bson.ObjectIDFromHex(task); err != nil {
+		return "", fmt.Errorf("task id %q: %w", task, err)
+	}
+	s.runs++
+	if !s.run.begun && s.run.task == task {
+		s.run.begun = true
+		return s.run.token, nil
+	}
+	token := bson.NewObjectID().Hex()
+	proof, err := contain.HoldProof(contain.Marker(task, token))
+	if err != nil {
+		return "", err
+	}
+	s.proof.Close() // after the new one exists: a node never sees none
+	s.proof = proof
+	s.log = s.base.With(zap.String("task_id", task))
+	old := s.run.cgroup
+	next := runState{task: task, token: token, begun: true}
+	if s.root != "" {
+		next.cgroup = contain.RunCgroup(s.root, task, token)
+		if err := contain.MoveToCgroup(next.cgroup, s.worker); err != nil {
+			s.log.Warn("cannot move the runner into the run's cgroup; containing it by process tree only", zap.Error(err))
+			contain.RemoveCgroup(next.cgroup, time.Second)
+			next.cgroup = ""
+		}
+	}
+	if old != "" && next.cgroup != "" { // the worker has left it
+		contain.KillCgroup(old)
+		if err := contain.RemoveCgroup(old, 5*time.Second); err != nil {
+			s.log.Warn("cannot remove the previous run's cgroup", zap.Error(err))
+		}
+	}
+	s.run = next
+	base := s.usage.cpu(context.Background())
+	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base}
+	return token, nil
+}
+
+// idle marks the end of a run whose result is recorded: the run proof now
+// proves no run, and the task's memory request no longer holds.
+func (s *supervisor) idle() {
+	proof, err := contain.HoldProof("")
+	if err != nil {
+		s.log.Warn("cannot mark the runner idle", zap.Error(err))
+		return
+	}
+	s.proof.Close()
+	s.proof = proof
+	s.usage.limit = 0
 }

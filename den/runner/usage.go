@@ -40,6 +40,12 @@ import (
 //     (ru_maxrss of the reaped processes, which the kernel keeps exactly).
 //     With a cgroup, memory.peak is the exact peak of the whole run (page
 //     cache included) and is reported beside it as peak_memory_mb.
+//   - A runner that serves several tasks measures each run from zero: the
+//     CPU seconds counted when the run began (the worker's, and what the
+//     supervisor reaped in earlier runs) are subtracted, the samples start
+//     over, and the run's cgroup is new. The kernel's ru_maxrss cannot be
+//     reset, so the single-process floor of the peak holds for a runner's
+//     first run only; later runs report the sampled peak.
 
 // sampleEvery is how often the supervisor samples its tree's memory.
 const sampleEvery = 2 * time.Second
@@ -84,6 +90,29 @@ type sampler struct {
 	peakTask int64
 	limit    int64
 	killed   *memoryKill
+	// base is the CPU already counted when the run began (a runner's
+	// later runs): subtracted from what the tree and rusage say.
+	base cpuTimes
+}
+
+type cpuTimes struct{ user, system float64 }
+
+// cpu is the CPU the tree and its reaped processes have used in all, in
+// seconds, not less base.
+func (s *sampler) cpu(ctx context.Context) cpuTimes {
+	var c cpuTimes
+	for _, pid := range contain.Descendants(ctx, s.me) {
+		if st, ok := contain.ReadStat(pid); ok {
+			c.user += float64(st.UTime+st.CUTime) / clockTicks
+			c.system += float64(st.STime+st.CSTime) / clockTicks
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		c.user += tvSeconds(ru.Utime)
+		c.system += tvSeconds(ru.Stime)
+	}
+	return c
 }
 
 // sample adds one sample of the live tree's memory and returns its CPU
@@ -110,17 +139,20 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 	return user, system
 }
 
-// measure samples once more and adds what the kernel knows exactly.
-func (s *sampler) measure(ctx context.Context) measured {
+// measure samples once more and adds what the kernel knows exactly. first
+// says the run is its runner's first: only then is ru_maxrss its own.
+func (s *sampler) measure(ctx context.Context, first bool) measured {
 	user, system := s.sample(ctx)
 	m := measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed, PeakTaskRSS: s.peakTask}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		user += tvSeconds(ru.Utime)
 		system += tvSeconds(ru.Stime)
-		m.MaxRSS = ru.Maxrss * 1024
+		if first {
+			m.MaxRSS = ru.Maxrss * 1024
+		}
 	}
-	m.CPUUser, m.CPUSystem = user, system
+	m.CPUUser, m.CPUSystem = max(user-s.base.user, 0), max(system-s.base.system, 0)
 	if s.cgroup != "" {
 		if u, sys, ok := cgroupCPU(s.cgroup); ok {
 			m.CPUUser, m.CPUSystem = u, sys
@@ -191,7 +223,7 @@ func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *me
 	peak := max(m.PeakRSS, m.MaxRSS)
 	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
 		var ru syscall.Rusage
-		if syscall.Getrusage(who, &ru) == nil {
+		if !t.reused && syscall.Getrusage(who, &ru) == nil {
 			peak = max(peak, ru.Maxrss*1024)
 		}
 	}

@@ -91,6 +91,18 @@ func CreateCgroup(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// MoveToCgroup creates a run's cgroup, if need be, and moves process pid
+// into it.
+func MoveToCgroup(dir string, pid int) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return fmt.Errorf("move process %d into cgroup %s: %w", pid, dir, err)
+	}
+	return nil
+}
+
 // CgroupProcs lists the processes in a cgroup; none when it does not exist.
 func CgroupProcs(dir string) []int32 {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))

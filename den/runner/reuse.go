@@ -1,0 +1,194 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"golang.org/x/sys/unix"
+)
+
+// A runner may serve several tasks of its queue, one after another, so
+// that a busy queue does not pay for starting two processes per task (most
+// of a short task's cost). The node decides: it hands an idle runner the
+// next task it claims from the same queue, retires a runner after
+// runner.max_tasks tasks or runner.idle without one, and stops reusing
+// runners when it stops. Nothing changes for the task or the database.
+//
+// The node and the worker talk over the task channel, a SOCK_SEQPACKET
+// socketpair the node creates (its end is the runner's EnvTasksFD,
+// handed by the supervisor to the worker). Each packet is one JSON
+// Message. Only the node that started a runner holds its channel: once
+// that node is gone (stopped, restarted), the channel is closed and the
+// runner retires when its task ends, so a node that signals a runner it
+// did not start (by the task's runner field) signals a runner that will
+// never take another task.
+//
+// Between two tasks, the worker has recorded the first task's result,
+// every process of that run has been stopped (the supervisor's "stop"),
+// and the supervisor holds no run proof; the next run gets a new token,
+// marker, cgroup and proof (see supervise.go). Cancellation and live-output
+// requests for a reused runner come over the channel, naming their task,
+// and are ignored unless that task is the one running: a signal could
+// arrive after its task ended and hit the next.
+
+// EnvTasksFD names the descriptor of a runner's task channel; unset or
+// empty, the runner serves the one task of its spec.
+const EnvTasksFD = "DEN_TASKS_FD"
+
+// Message is one packet on a task channel.
+type Message struct {
+	// From the node.
+	Task   *Spec  `json:"task,omitempty"`   // run this task next
+	Cancel string `json:"cancel,omitempty"` // stop the run of this task (hex), if it is running
+	Live   string `json:"live,omitempty"`   // publish this task's output live, if it is running
+	// From the runner.
+	Done string `json:"done,omitempty"` // this task's run is over and recorded; send the next
+}
+
+// maxMessage bounds one packet (a spec's queue document is at most 32
+// KiB, plugin configuration is small).
+const maxMessage = 1 << 20
+
+// TaskChannel returns a new task channel: the node's end and the end a
+// runner inherits. Both are close-on-exec; exec.Cmd's ExtraFiles hands
+// the runner's end to one child without the flag. The node's end is
+// non-blocking, so that closing it ends a read in progress.
+func TaskChannel() (node, runner *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create a task channel: %w", err)
+	}
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("create a task channel: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "tasks"), os.NewFile(uintptr(fds[1]), "tasks-runner"), nil
+}
+
+// Send writes one message to a task channel.
+func Send(f *os.File, m Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode a task channel message: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		return fmt.Errorf("send on the task channel: %w", err)
+	}
+	return nil
+}
+
+// Receive reads one message from a task channel; io.EOF (wrapped) once
+// the other end is closed.
+func Receive(f *os.File, buf []byte) (Message, error) {
+	var m Message
+	n, err := f.Read(buf)
+	if err != nil {
+		return m, err
+	}
+	if n == 0 {
+		return m, fmt.Errorf("task channel closed: %w", errEOF)
+	}
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
+		return m, fmt.Errorf("decode a task channel message: %w", err)
+	}
+	return m, nil
+}
+
+var errEOF = errors.New("EOF")
+
+// taskLink is the worker's end of the task channel.
+type taskLink struct {
+	f    *os.File
+	live chan<- os.Signal
+	next chan Spec
+	gone chan struct{} // closed when the node's end is closed
+
+	mu      sync.Mutex
+	current string             // the task running, hex; "" between tasks
+	cancel  context.CancelFunc // stops the current run
+}
+
+// newTaskLink serves the worker's end of the task channel, f, which must
+// be non-blocking (takeInherited), so that closing it ends the reader.
+func newTaskLink(f *os.File, live chan<- os.Signal) *taskLink {
+	t := &taskLink{f: f, live: live, next: make(chan Spec, 1), gone: make(chan struct{})}
+	go t.read()
+	return t
+}
+
+// read takes the node's messages until the channel closes.
+func (t *taskLink) read() {
+	defer close(t.gone)
+	buf := make([]byte, maxMessage)
+	for {
+		m, err := Receive(t.f, buf)
+		if err != nil {
+			return
+		}
+		switch {
+		case m.Task != nil:
+			select {
+			case t.next <- *m.Task:
+			default: // a second task before the first was taken: the node never does that
+			}
+		case m.Cancel != "":
+			t.mu.Lock()
+			if m.Cancel == t.current && t.cancel != nil {
+				t.cancel()
+			}
+			t.mu.Unlock()
+		case m.Live != "":
+			t.mu.Lock()
+			if m.Live == t.current {
+				select {
+				case t.live <- syscall.SIGUSR1:
+				default:
+				}
+			}
+			t.mu.Unlock()
+		}
+	}
+}
+
+// begin makes task (hex) the one running; cancel stops its run.
+func (t *taskLink) begin(task string, cancel context.CancelFunc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.current, t.cancel = task, cancel
+}
+
+// end: no task runs.
+func (t *taskLink) end() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.current, t.cancel = "", nil
+}
+
+// done tells the node that task's run is over and waits for the next
+// task: ok is false when the node closed the channel (retiring this
+// runner) or ctx ended.
+func (t *taskLink) done(ctx context.Context, task string) (next Spec, ok bool) {
+	if err := Send(t.f, Message{Done: task}); err != nil {
+		return next, false
+	}
+	select {
+	case next = <-t.next:
+		if _, err := bson.ObjectIDFromHex(next.Task); err != nil {
+			return next, false
+		}
+		return next, true
+	case <-t.gone:
+		return next, false
+	case <-ctx.Done():
+		return next, false
+	}
+}
+
+func (t *taskLink) close() { t.f.Close() }
