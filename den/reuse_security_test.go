@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
@@ -98,6 +99,26 @@ func assertReused(t *testing.T, a, b queue.RunnerInfo) {
 	if a.Token == b.Token {
 		t.Fatalf("a reused runner served two tasks with the same run token %s", a.Token.Hex())
 	}
+}
+
+// field is a string field of a task, "" when it has none.
+func field(raw bson.Raw, key string) string {
+	s, _ := raw.Lookup(key).StringValueOK()
+	return s
+}
+
+// waitEnded waits for a task to end (succeeded, failed, or another final
+// status), and returns it: a test that wants one outcome fails at once
+// on another.
+func waitEnded(t *testing.T, db *mongo.Database, id bson.ObjectID) bson.Raw {
+	t.Helper()
+	var raw bson.Raw
+	dentest.Eventually(t, 2*time.Minute, "task "+id.Hex()+" ends", func() bool {
+		raw = dentest.Task(t, db, id)
+		st, _ := raw.Lookup("status").AsInt64OK()
+		return st >= 1 || st <= -3
+	})
+	return raw
 }
 
 // waitFile waits for a file a program creates.
@@ -299,7 +320,7 @@ echo finished
 	}
 	touch(t, filepath.Join(dir, "go"))
 	raw := waitFor(t, db, ids[1], 1)
-	if out := raw.Lookup("stdout").StringValue(); strings.Contains(out, "got TERM") || !strings.Contains(out, "finished") {
+	if out := field(raw, "stdout"); strings.Contains(out, "got TERM") || !strings.Contains(out, "finished") {
 		t.Errorf("the reused runner's task was signalled: stdout %q", out)
 	}
 }
@@ -342,8 +363,8 @@ while :; do sleep 0.1; done
 	}
 	cancel(t, db, ids[0])
 	rawA := waitFor(t, db, ids[0], -5)
-	if out := rawA.Lookup("stdout").StringValue(); !strings.Contains(out, "got TERM") {
-		t.Errorf("the cancel did not reach the old node's runner by signal: stdout %q, stderr %q", out, rawA.Lookup("stderr").StringValue())
+	if out := field(rawA, "stdout"); !strings.Contains(out, "got TERM") {
+		t.Errorf("the cancel did not reach the old node's runner by signal: stdout %q, stderr %s", out, rawA.Lookup("stderr"))
 	}
 	if h, err := rawA.LookupErr("history"); err == nil {
 		t.Errorf("the old node's task was rescued: history %s", h)
@@ -360,6 +381,16 @@ while :; do sleep 0.1; done
 // does not limit the second.
 func TestReuseUsageAndMemoryLimitArePerRun(t *testing.T) {
 	t.Parallel()
+	for _, c := range containments(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.start(t)
+			testReuseUsagePerRun(t, c)
+		})
+	}
+}
+
+func testReuseUsagePerRun(t *testing.T, c containment) {
 	db := dentest.DB(t)
 	dir := t.TempDir()
 	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
@@ -371,13 +402,16 @@ func TestReuseUsageAndMemoryLimitArePerRun(t *testing.T) {
 	ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: spin}}, bson.D{{Key: "shell", Value: "exit 0"}}, bson.D{{Key: "shell", Value: hold}})
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "requested_resources", Value: bson.D{{Key: "memory_mb", Value: 20}}}}}})
-	startNode(t, db, "n")
-	rawA := waitFor(t, db, ids[0], 1)
-	rawB := waitFor(t, db, ids[1], 1)
-	rawC := waitFor(t, db, ids[2], 1)
-	a, b, c := runnerInfo(t, rawA), runnerInfo(t, rawB), runnerInfo(t, rawC)
+	startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
+	rawA, rawB, rawC := waitEnded(t, db, ids[0]), waitEnded(t, db, ids[1]), waitEnded(t, db, ids[2])
+	for i, raw := range []bson.Raw{rawA, rawB, rawC} {
+		if st, _ := raw.Lookup("status").AsInt64OK(); st != 1 {
+			t.Errorf("task %d has status %d, want 1: %s", i+1, st, raw)
+		}
+	}
+	a, b, third := runnerInfo(t, rawA), runnerInfo(t, rawB), runnerInfo(t, rawC)
 	assertReused(t, a, b)
-	assertReused(t, b, c)
+	assertReused(t, b, third)
 	ua, ub := usageOf(t, "first task", rawA), usageOf(t, "second task", rawB)
 	cpuA, cpuB := ua.CPUUserS+ua.CPUSystemS, ub.CPUUserS+ub.CPUSystemS
 	if cpuA < 1.4 {
@@ -386,7 +420,7 @@ func TestReuseUsageAndMemoryLimitArePerRun(t *testing.T) {
 	if cpuB >= 1 {
 		t.Errorf("the second task (exit 0) is charged %.2f s of CPU; the first used %.2f s", cpuB, cpuA)
 	}
-	if out := rawC.Lookup("stdout").StringValue(); !strings.Contains(out, "100000000") {
-		t.Errorf("the third task's output %q (stderr %q)", out, rawC.Lookup("stderr").StringValue())
+	if out := field(rawC, "stdout"); !strings.Contains(out, "100000000") {
+		t.Errorf("the third task's output %q (stderr %s)", out, rawC.Lookup("stderr"))
 	}
 }
