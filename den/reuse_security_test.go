@@ -34,7 +34,9 @@ import (
 // the run marker) and returns at once without waiting for it, as a plugin
 // that abandons a program does; it writes the program's pid to
 // parameters.pidfile. With parameters.wait it first waits for that file to
-// exist (or ctx).
+// exist (or ctx); with parameters.stubborn it ignores ctx while it waits
+// (a plugin that does not stop when asked), then writes the run marker it
+// sees to parameters.leak.
 const abandonPlugin = "Test::Abandon"
 
 func init() {
@@ -43,11 +45,23 @@ func init() {
 
 func abandonRun(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 	var p struct {
-		PIDFile string `bson:"pidfile"`
-		Wait    string `bson:"wait"`
+		PIDFile  string `bson:"pidfile"`
+		Wait     string `bson:"wait"`
+		Stubborn bool   `bson:"stubborn"`
+		Leak     string `bson:"leak"`
 	}
 	if err := t.DecodeParameters(&p); err != nil {
 		return 2, err
+	}
+	if p.Stubborn {
+		for {
+			if _, err := os.Stat(p.Wait); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		os.WriteFile(p.Leak, []byte(os.Getenv(plugins.EnvRun)), 0o644)
+		return 1, nil
 	}
 	if p.Wait != "" {
 		for {
@@ -258,6 +272,46 @@ func testReuseAbandonedProgram(t *testing.T, c containment) {
 			}
 		}
 		t.Errorf("the first task's program %d (%s; the first run is %s) lives on while its runner serves the second task", abandoned.pid, env, markA)
+	}
+	touch(t, filepath.Join(dir, "go"))
+	waitFor(t, db, ids[1], 1)
+}
+
+// Claim 1, code: a plugin that does not stop when its task is cancelled or
+// times out is abandoned after its grace, and the task recorded without
+// it; it still runs in the worker. That runner must take no other task:
+// the abandoned plugin would run on inside the next task's run (its
+// marker, its cgroup, its usage).
+func TestReuseRunnerWithAbandonedPluginTakesNoOtherTask(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	dir := t.TempDir()
+	qid := dentest.Queue(t, db, "q", abandonPlugin, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+	release := filepath.Join(dir, "release")
+	t.Cleanup(func() { os.WriteFile(release, nil, 0o644) })
+	ids := dentest.Tasks(t, db, qid,
+		bson.D{{Key: "stubborn", Value: true}, {Key: "wait", Value: release}, {Key: "leak", Value: filepath.Join(dir, "leak")}},
+		bson.D{{Key: "wait", Value: filepath.Join(dir, "go")}})
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "timeout", Value: 1}}}})
+	startNode(t, db, "n")
+	rawA := waitEnded(t, db, ids[0])
+	if !strings.Contains(field(rawA, "stderr"), "recorded without it") {
+		t.Fatalf("the first task's plugin was not abandoned: %s", rawA)
+	}
+	dentest.Eventually(t, time.Minute, "the second task runs", func() bool { return status(t, db, ids[1]) == 0 })
+	a, b := runnerInfo(t, rawA), runnerInfo(t, dentest.Task(t, db, ids[1]))
+	if a.PID == b.PID && a.Started == b.Started {
+		// The first task's plugin cannot have returned: release is not there.
+		t.Errorf("runner %d, whose worker still runs the first task's abandoned plugin, took the second task", a.PID)
+		touch(t, release)
+		leak := filepath.Join(dir, "leak")
+		dentest.Eventually(t, time.Minute, "the abandoned plugin goes on", func() bool {
+			_, err := os.Stat(leak)
+			return err == nil
+		})
+		got, _ := os.ReadFile(leak)
+		t.Errorf("the first task's plugin ran on inside the second task's run (DEN_RUN %s; the second run is %s)",
+			got, contain.Marker(ids[1].Hex(), b.Token.Hex()))
 	}
 	touch(t, filepath.Join(dir, "go"))
 	waitFor(t, db, ids[1], 1)
