@@ -175,6 +175,7 @@ echo "$DEN_RUN" > %[1]s/run1
 exit 0
 `, dir)
 			second := fmt.Sprintf(`
+ls -l /proc/$$/fd/ > %[1]s/fds2
 echo "$DEN_RUN" > %[1]s/run2.tmp && mv %[1]s/run2.tmp %[1]s/run2
 while [ ! -e %[1]s/go ]; do sleep 0.1; done
 `, dir)
@@ -206,6 +207,11 @@ while [ ! -e %[1]s/go ]; do sleep 0.1; done
 					t.Errorf("process %d of the first task lives on while the runner serves the second", p.pid)
 					p.kill()
 				}
+			}
+			// The task channel (and the control and relay sockets) never
+			// reach a task's program: it could take tasks, or say one is done.
+			if fds, _ := os.ReadFile(filepath.Join(dir, "fds2")); strings.Contains(string(fds), "socket:") || !strings.Contains(string(fds), "0 ->") {
+				t.Errorf("the second task's program holds a socket:\n%s", fds)
 			}
 			worker := workerOf(t, b.PID)
 			for _, e := range environOf(worker) {
