@@ -141,6 +141,30 @@ func alive(r queue.RunnerInfo) bool {
 	return diff > -1000 && diff < 1000
 }
 
+// runGoing reports whether the live runner r may still be running run r
+// of task id: a runner serves several tasks, and one whose run ended
+// without its result recorded (its final write gave up) goes on to the
+// next. (The caller leaves alone, for a minute, a task whose runner has
+// just said it is done: the read showing it running may predate that.) A runner of this node process runs what the pool says; any other
+// runner what its proof says (one without a proof, its one task).
+// (Rescues are conditional on the run's token: a run that has just
+// recorded its result is left as it is.)
+func (n *Node) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
+	n.pool.mu.Lock()
+	p := n.pool.byPID[r.PID]
+	at := p != nil && p.task == id
+	n.pool.mu.Unlock()
+	if p != nil {
+		return at
+	}
+	for range 3 {
+		if marker, held := contain.ProvenRun(r.PID); held {
+			return marker == contain.Marker(id.Hex(), r.Token.Hex())
+		}
+	}
+	return true
+}
+
 // isRunnerOf reports whether pid r.PID is, provably, the task runner of
 // task id: alive as recorded, the leader of its own process group, started
 // as a den runner, and running that very run of id now: its supervisor
@@ -163,19 +187,30 @@ func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
 	if err != nil {
 		return false
 	}
+	var spec runner.Spec
+	specFound, reusable := false, false
 	for _, e := range env {
 		if raw, ok := strings.CutPrefix(e, runner.SpecEnv+"="); ok {
-			var spec runner.Spec
-			if json.Unmarshal([]byte(raw), &spec) != nil {
-				return false
-			}
-			if marker, held := contain.ProvenRun(r.PID); held {
-				return marker == contain.Marker(id.Hex(), r.Token.Hex())
-			}
-			return spec.Task == id.Hex()
+			specFound = json.Unmarshal([]byte(raw), &spec) == nil
+		}
+		if v, ok := strings.CutPrefix(e, runner.EnvTasksFD+"="); ok && v != "" {
+			reusable = true
 		}
 	}
-	return false
+	if !specFound {
+		return false
+	}
+	// A supervisor swaps one proof for the next in microseconds, and a
+	// listing of its descriptors may miss both: look again.
+	for range 3 {
+		if marker, held := contain.ProvenRun(r.PID); held {
+			return marker == contain.Marker(id.Hex(), r.Token.Hex())
+		}
+	}
+	// No proof: a runner started to serve one task (by a den before
+	// proofs, or where the kernel has no memfd) proves it by its spec; one
+	// started to serve several proves nothing.
+	return !reusable && spec.Task == id.Hex()
 }
 
 // grace is how long a task's run gets between SIGTERM and SIGKILL.
@@ -210,6 +245,8 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
 		case n.onThisHost(*r) && !alive(*r):
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
+		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.own.finished(task.ID):
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
 		case !n.onThisHost(*r) && now.Sub(r.LastSign()) > n.cfg.DeadNodeAfter:
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
 		}

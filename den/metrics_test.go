@@ -156,7 +156,7 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 			value(fams, "den_cancellations_total", "stage", "queued") == 1
 	})
 	// Everything finished, so den_tasks_running reads 0 once the node
-	// has let go of the tasks (after its runners exited).
+	// has let go of the tasks (once their runners were done with them).
 	// den_queue_todo is count_todo as a pass read it after the runners'
 	// decrements; count_todo counts status 0 or less, as the protocol
 	// does, so the cancelled task (-5) stays in it.
@@ -176,7 +176,6 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 		{"den_claims_total", []string{"queue", "longq"}, 1},
 		{"den_task_retries_total", []string{"queue", "flakyq"}, 2},
 		{"den_cancellations_total", []string{"stage", "running"}, 1},
-		{"den_runner_starts_total", nil, 10},
 		// Test::Sleep writes "slept\n" to stdout; Test::Flaky "attempt N
 		// fails\n" to stderr, or "attempt N succeeds\n" to stdout.
 		{"den_task_output_bytes_total", []string{"queue", "sleepq", "stream", "stdout"}, 5 * 6},
@@ -189,6 +188,11 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 		if got := value(fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
+	}
+	// Each of the 10 claims went to a runner started for it or to an idle
+	// runner of its queue.
+	if starts, reuses := value(fams, "den_runner_starts_total"), value(fams, "den_runner_reuses_total"); starts+reuses != 10 || starts < 1 {
+		t.Errorf("den_runner_starts_total %v + den_runner_reuses_total %v, want 10 hand-overs", starts, reuses)
 	}
 	if got := value(fams, "den_runner_start_failures_total", "reason", "exited"); got > 0 {
 		t.Errorf("den_runner_start_failures_total{reason=exited} = %v, want none", got)

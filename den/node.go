@@ -20,6 +20,7 @@ import (
 
 	"github.com/den-project/den/den/httpserve"
 	"github.com/den-project/den/den/internal/backoff"
+	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/den/internal/resources"
 	"github.com/den-project/den/den/metrics"
@@ -284,6 +285,16 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	cgroup, err := detectCgroup(cfg.Cgroups, log)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Runner.MaxTasks > 1 {
+		// A runner serves several tasks only where it can prove which one
+		// it serves now (den/internal/contain/proof.go).
+		if f, err := contain.HoldProof(""); err != nil {
+			log.Warn("this kernel has no memfd: a task runner per task (runner.max_tasks 1)", zap.Error(err))
+			cfg.Runner.MaxTasks = 1
+		} else {
+			f.Close()
+		}
 	}
 	var rel *relay.Relay
 	if !cfg.Runner.Direct {

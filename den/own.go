@@ -17,11 +17,12 @@ import (
 //
 // It errs on the side of holding too much, never too little (a count too
 // low would run more tasks than maxthreads allows): a task stays held from
-// its claim until its runner process has exited, even when the database
-// already shows it finished, and a task read from the database is held
-// until a later read no longer shows it. Only the exit of a runner this
-// process started lets a task go between reads; a task whose runner has
-// exited is not taken back by a read that started before the exit.
+// its claim until its runner is done with it (it said so on its task
+// channel, or exited: its result is recorded and its processes stopped),
+// even when the database already shows it finished, and a task read from
+// the database is held until a later read no longer shows it. Only a
+// runner this process started lets a task go between reads; a task its
+// runner is done with is not taken back by a read that started before.
 type ownTasks struct {
 	mu sync.Mutex
 	// held maps each held task to its queue.
@@ -106,6 +107,15 @@ func (o *ownTasks) read(tasks []queue.Task, sent time.Time, reqOf func(queue.Tas
 			delete(o.gone, id)
 		}
 	}
+}
+
+// finished reports whether a task's runner said it was done with it (or
+// exited) within the last minute or so: a read may still show it running.
+func (o *ownTasks) finished(id bson.ObjectID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.gone[id]
+	return ok
 }
 
 // counts returns how many tasks this node holds, by queue and in all.

@@ -38,6 +38,7 @@ type runnerProc struct {
 	pid   int
 	queue bson.ObjectID
 	ch    *os.File      // the node's end of its task channel; nil: one task only
+	ready bool          // the runner said it serves ch
 	task  bson.ObjectID // the task it runs; zero between tasks
 	// served counts the tasks handed to it; idleAt is when it last became
 	// idle; closed is set once ch is closed (it takes no more tasks).
@@ -118,6 +119,12 @@ func (n *Node) listen(p *runnerProc) {
 		m, err := runner.Receive(p.ch, buf)
 		if err != nil {
 			return
+		}
+		if m.Ready {
+			n.pool.mu.Lock()
+			p.ready = true
+			n.pool.mu.Unlock()
+			continue
 		}
 		id, err := bson.ObjectIDFromHex(m.Done)
 		if err != nil {
@@ -204,13 +211,23 @@ func (n *Node) act(id bson.ObjectID, r queue.RunnerInfo, what runnerAct) bool {
 		if p.task != id {
 			return false // ours, but at another task or none
 		}
-		if p.ch != nil && !p.closed {
+		if p.ch != nil && p.ready && !p.closed {
+			var err error
 			switch what {
 			case actCancel:
-				return runner.Send(p.ch, runner.Message{Cancel: id.Hex()}) == nil
+				err = runner.Send(p.ch, runner.Message{Cancel: id.Hex()})
 			case actLive:
-				return runner.Send(p.ch, runner.Message{Live: id.Hex()}) == nil
+				err = runner.Send(p.ch, runner.Message{Live: id.Hex()})
+			default:
+				return signal(p.pid, what)
 			}
+			if err == nil {
+				return true
+			}
+			// A runner that does not read its channel serves no other
+			// task; signals can reach only this one.
+			n.log.Warn("a task runner does not read its task channel; retiring it and signalling it instead", zap.Int("pid", p.pid), zap.Error(err))
+			p.retireLocked()
 		}
 		return signal(p.pid, what)
 	}

@@ -115,6 +115,9 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	if n.cfg.Runner.MaxTasks > 1 {
 		ours, theirs, err := runner.TaskChannel()
 		if err != nil {
+			if relayCtl != nil {
+				relayCtl.Close()
+			}
 			return err
 		}
 		defer theirs.Close() // the child has its own copy
@@ -179,7 +182,7 @@ func (n *Node) watch(cmd *exec.Cmd, p *runnerProc) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
 	n.pool.mu.Lock()
-	taskID := p.task
+	taskID, reused := p.task, p.served > 1
 	p.task = bson.ObjectID{}
 	delete(n.pool.byPID, pid)
 	n.pool.removeIdleLocked(p)
@@ -216,7 +219,12 @@ func (n *Node) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if ok, err := n.store.Release(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok {
+	if ok, err := n.store.Release(ctx, taskID, n.cfg.Name, n.now()); err == nil && ok && reused {
+		// A runner that served tasks before: not a broken setup, and the
+		// next task gets a new runner.
+		n.log.Warn("a task runner died before starting the task handed to it; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid), zap.String("exit", exit.String()))
+		return
+	} else if err == nil && ok {
 		n.metrics.RunnerStartFailures.WithLabelValues("exited").Inc()
 		failures := n.startFailures.Add(1)
 		pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
@@ -232,9 +240,14 @@ func (n *Node) watch(cmd *exec.Cmd, p *runnerProc) {
 		return
 	}
 	// Only a task its run left claimed or running: a runner that recorded
-	// the result and then exited badly leaves the result as it is.
+	// the result and then exited badly leaves the result as it is. The
+	// rescue stops what the run left first, which takes the task's grace
+	// and, on a loaded machine, a while to find them: a context of its
+	// own, so that it is never cut short (a retry must not overlap).
 	if r := task.Runner; r != nil && r.PID == pid && (task.Status == queue.StatusClaimed || task.Status == queue.StatusRunning) {
-		n.rescue(ctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer rcancel()
+		n.rescue(rctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
 	}
 }
 

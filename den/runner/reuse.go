@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"golang.org/x/sys/unix"
@@ -48,7 +49,8 @@ type Message struct {
 	Cancel string `json:"cancel,omitempty"` // stop the run of this task (hex), if it is running
 	Live   string `json:"live,omitempty"`   // publish this task's output live, if it is running
 	// From the runner.
-	Done string `json:"done,omitempty"` // this task's run is over and recorded; send the next
+	Ready bool   `json:"ready,omitempty"` // the runner serves this channel (sent first)
+	Done  string `json:"done,omitempty"`  // this task's run is over and recorded; send the next
 }
 
 // maxMessage bounds one packet (a spec's queue document is at most 32
@@ -72,12 +74,18 @@ func TaskChannel() (node, runner *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "tasks"), os.NewFile(uintptr(fds[1]), "tasks-runner"), nil
 }
 
-// Send writes one message to a task channel.
+// sendWithin bounds how long Send waits for room in the channel: a
+// runner that reads nothing (stopped, frozen) must not hold up its node.
+const sendWithin = time.Second
+
+// Send writes one message to a task channel, failing when the other end
+// has not made room for it within a second.
 func Send(f *os.File, m Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("encode a task channel message: %w", err)
 	}
+	f.SetWriteDeadline(time.Now().Add(sendWithin)) // an error: not pollable, and then writes do not block
 	if _, err := f.Write(b); err != nil {
 		return fmt.Errorf("send on the task channel: %w", err)
 	}
@@ -119,6 +127,9 @@ type taskLink struct {
 // be non-blocking (takeInherited), so that closing it ends the reader.
 func newTaskLink(f *os.File, live chan<- os.Signal) *taskLink {
 	t := &taskLink{f: f, live: live, next: make(chan Spec, 1), gone: make(chan struct{})}
+	// The node uses the channel for this runner only once it has heard
+	// this: a runner of an older den would not read it.
+	Send(f, Message{Ready: true})
 	go t.read()
 	return t
 }

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shirou/gopsutil/v4/process"
@@ -57,6 +58,13 @@ type Runner struct {
 	supervisor *link
 	// reused is set when this process has run a task before (reuse.go).
 	reused bool
+	// abandoned is set when the run gave up on a plugin that ignored
+	// cancellation: its goroutine may still run, so this process must not
+	// serve another task.
+	abandoned bool
+	// maxRSSBefore is the worker's RUSAGE_CHILDREN ru_maxrss when a reused
+	// run began: a larger one at its end is a program of this run.
+	maxRSSBefore int64
 }
 
 // work connects to the database named in spec (through the node's relay
@@ -90,6 +98,7 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 		}
 		runCtx, cancel := context.WithCancel(ctx)
 		tasks.begin(spec.Task, cancel)
+		drain(live) // a request for the run before is not one for this run
 		err := r.Run(runCtx)
 		tasks.end()
 		cancel()
@@ -97,11 +106,15 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 			return err
 		}
 		if sup != nil {
-			if err := sup.idle(); err != nil {
-				return nil // the supervisor is gone: serve no more
+			left, err := sup.idle(ctx)
+			if err != nil || left > 0 {
+				// The supervisor is gone, or could not stop all of the run
+				// (a process stuck in the kernel): serve no more.
+				log.Warn("this task runner takes no more tasks: its last run is not wholly stopped", zap.Int("processes_left", left), zap.Error(err))
+				return nil
 			}
 		}
-		if ctx.Err() != nil {
+		if r.abandoned || ctx.Err() != nil {
 			return nil
 		}
 		next, ok := tasks.done(ctx, spec.Task)
@@ -112,6 +125,17 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 			return fmt.Errorf("the node handed this runner a task of another database or node (%s)", next.Task)
 		}
 		spec = next
+	}
+}
+
+// drain empties a channel of live-output requests.
+func drain(live <-chan os.Signal) {
+	for {
+		select {
+		case <-live:
+		default:
+			return
+		}
 	}
 }
 
@@ -136,6 +160,12 @@ func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, error) {
 		}
 		if err := os.Setenv(contain.EnvRun, contain.Marker(r.Spec.Task, token.Hex())); err != nil {
 			return queue.RunnerInfo{}, fmt.Errorf("set the run marker: %w", err)
+		}
+		if r.reused {
+			var ru syscall.Rusage
+			if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+				r.maxRSSBefore = ru.Maxrss
+			}
 		}
 		info := queue.RunnerInfo{Token: token, PID: sup.pid, Started: sup.started}
 		info.Host, _ = os.Hostname()
@@ -472,7 +502,8 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 		return validate(res.status, res.err, t.out)
 	case <-grace.C:
 		t.out.appendLine(fmt.Sprintf("den: plugin did not stop within %s of being asked to; recorded without it", t.opts.MaxTermination))
-		t.log.Warn("plugin ignored cancellation; abandoning it")
+		t.log.Warn("plugin ignored cancellation; abandoning it (this runner takes no more tasks)")
+		t.abandoned = true
 		return queue.StatusFailed
 	}
 }

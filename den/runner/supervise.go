@@ -134,8 +134,13 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	token := bson.NewObjectID()
 	proof, err := contain.HoldProof(contain.Marker(spec.Task, token.Hex()))
 	if err != nil {
-		log.Error("refusing to run the task without a run proof", zap.Error(err))
-		return 2
+		// A kernel without memfd (before 3.17). The node then proves this
+		// runner by its spec, which names its one task: serve no other.
+		log.Warn("no run proof on this kernel; this runner serves one task", zap.Error(err))
+		if tasksCh != nil {
+			tasksCh.Close()
+			tasksCh = nil
+		}
 	}
 	started := int64(0)
 	if t, err := processStart(os.Getpid()); err == nil {
@@ -210,25 +215,36 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		}
 	}
 	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, grace: DefaultGrace,
+		id:    bson.NewObjectID().Hex(),
 		run:   runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
 		proof: proof,
 		usage: &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
+	s.defaultGrace = s.grace
 	requests := make(chan string)
 	go readRequests(ours, requests)
 	// SIGCHLDs can merge; a slow tick makes sure none is missed.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastSample := time.Now()
-	// memoryTick runs once the task's memory request is known ("memory").
+	// memoryTick runs while a task's memory request is known ("memory").
+	var memoryTicker *time.Ticker
 	var memoryTick <-chan time.Time
+	defer func() {
+		if memoryTicker != nil {
+			memoryTicker.Stop()
+		}
+	}()
 	for s.workerStatus == nil {
-		if memoryTick == nil && s.usage.limit > 0 {
-			t := time.NewTicker(memoryEvery)
-			defer t.Stop()
-			memoryTick = t.C
+		switch {
+		case memoryTick == nil && s.usage.limit > 0:
+			memoryTicker = time.NewTicker(memoryEvery)
+			memoryTick = memoryTicker.C
+		case memoryTick != nil && s.usage.limit <= 0:
+			memoryTicker.Stop()
+			memoryTicker, memoryTick = nil, nil
 		}
 		select {
 		case <-memoryTick:
@@ -264,8 +280,12 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	if n > 0 {
 		s.log.Warn("stopped processes the task left behind after its runner exited", zap.Int("processes", n))
 	}
-	if s.run.cgroup != "" {
-		if err := contain.RemoveCgroup(s.run.cgroup, 10*time.Second); err != nil {
+	for _, dir := range []string{s.run.cgroup, s.holding} {
+		if dir == "" {
+			continue
+		}
+		contain.KillCgroup(dir) // the worker is gone: what is left is the run's
+		if err := contain.RemoveCgroup(dir, 10*time.Second); err != nil {
 			s.log.Warn("cannot remove the run's cgroup", zap.Error(err))
 		}
 	}
@@ -282,12 +302,19 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 
 type supervisor struct {
 	// base is the logger; log adds the current run's task.
-	base, log    *zap.Logger
-	worker       int
-	root         string // the node's cgroup, under which runs get theirs; "": none
-	run          runState
-	proof        *os.File // the run proof (contain.HoldProof) of run, or of none
-	runs         int      // runs begun
+	base, log *zap.Logger
+	worker    int
+	root      string // the node's cgroup, under which runs get theirs; "": none
+	run       runState
+	proof     *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
+	runs      int      // runs begun
+	// id names this supervisor's holding cgroup (holding, "" until used),
+	// where the worker waits between runs, outside any run's cgroup.
+	id, holding string
+	// broken is set when the supervisor cannot mark the end of a run: it
+	// begins no other.
+	broken       bool
+	defaultGrace time.Duration
 	grace        time.Duration
 	workerStatus *syscall.WaitStatus
 	usage        *sampler
@@ -338,7 +365,7 @@ func (s *supervisor) handle(req string, reply *os.File) {
 		fmt.Fprintf(reply, "run %s\n", token)
 		return
 	case "idle":
-		s.idle()
+		fmt.Fprintf(reply, "idle %d\n", s.idle())
 		return
 	}
 	verb, arg, _ := strings.Cut(req, " ")
@@ -359,26 +386,28 @@ func (s *supervisor) handle(req string, reply *os.File) {
 	}
 }
 
-// stopAll stops every process of the run but the worker: the supervisor's
-// descendants, and the members of the run's cgroup. With workerGone the
-// cgroup is killed as a whole at the end.
-func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
-	me := int32(os.Getpid())
-	find := func() []int32 {
-		pids := contain.Descendants(ctx, me, int32(s.worker))
-		if s.run.cgroup != "" {
-			seen := map[int32]bool{}
-			for _, p := range pids {
-				seen[p] = true
-			}
-			for _, p := range contain.CgroupProcs(s.run.cgroup) {
-				if p != int32(s.worker) && !seen[p] && !isZombie(p) {
-					pids = append(pids, p)
-				}
+// leftovers lists every process of the run but the worker: the
+// supervisor's descendants, and the members of the run's cgroup.
+func (s *supervisor) leftovers(ctx context.Context) []int32 {
+	pids := contain.Descendants(ctx, int32(os.Getpid()), int32(s.worker))
+	if s.run.cgroup != "" {
+		seen := map[int32]bool{}
+		for _, p := range pids {
+			seen[p] = true
+		}
+		for _, p := range contain.CgroupProcs(s.run.cgroup) {
+			if p != int32(s.worker) && !seen[p] && !isZombie(p) {
+				pids = append(pids, p)
 			}
 		}
-		return pids
 	}
+	return pids
+}
+
+// stopAll stops every process of the run but the worker. With workerGone
+// the cgroup is killed as a whole at the end.
+func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
+	find := func() []int32 { return s.leftovers(ctx) }
 	n := contain.Stop(ctx, find, s.grace, s.reap)
 	if workerGone && s.run.cgroup != "" {
 		contain.KillCgroup(s.run.cgroup)
@@ -443,10 +472,18 @@ func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, error) {
 	return token, nil
 }
 
-// idle tells the supervisor that the run is over and recorded.
-func (l *link) idle() error {
-	_, err := fmt.Fprintf(l.f, "idle\n")
-	return err
+// idle tells the supervisor that the run is over and recorded, and
+// returns how many of its processes are still there (see supervisor.idle).
+func (l *link) idle(ctx context.Context) (int, error) {
+	line, err := l.ask(ctx, "idle", "idle ")
+	if err != nil {
+		return 0, fmt.Errorf("end the run with the supervisor: %w", err)
+	}
+	n, err := strconv.Atoi(line)
+	if err != nil {
+		return 0, fmt.Errorf("supervisor answered %q", line)
+	}
+	return n, nil
 }
 
 // setGrace tells the supervisor the task's max_termination_time, for the
@@ -520,26 +557,28 @@ func processStart(pid int) (int64, error) {
 
 // begin starts a run of task (hex): the one prepared at start, the first
 // time, else a new one with its own token, run proof and cgroup (the
-// worker is moved into it), measured from zero. The previous run's
-// processes were stopped at its end ("stop"); its cgroup is removed.
+// worker is moved into it from its holding cgroup), measured from zero.
 func (s *supervisor) begin(task string) (string, error) {
 	if _, err := bson.ObjectIDFromHex(task); err != nil {
 		return "", fmt.Errorf("task id %q: %w", task, err)
 	}
-	s.runs++
 	if !s.run.begun && s.run.task == task {
+		s.runs++
 		s.run.begun = true
 		return s.run.token, nil
+	}
+	if s.broken || s.proof == nil {
+		return "", errors.New("this runner serves no other task")
 	}
 	token := bson.NewObjectID().Hex()
 	proof, err := contain.HoldProof(contain.Marker(task, token))
 	if err != nil {
 		return "", err
 	}
-	s.proof.Close() // after the new one exists: a node never sees none
+	s.proof.Close() // after the new one exists: the runner always holds one
 	s.proof = proof
+	s.runs++
 	s.log = s.base.With(zap.String("task_id", task))
-	old := s.run.cgroup
 	next := runState{task: task, token: token, begun: true}
 	if s.root != "" {
 		next.cgroup = contain.RunCgroup(s.root, task, token)
@@ -549,27 +588,50 @@ func (s *supervisor) begin(task string) (string, error) {
 			next.cgroup = ""
 		}
 	}
-	if old != "" && next.cgroup != "" { // the worker has left it
-		contain.KillCgroup(old)
-		if err := contain.RemoveCgroup(old, 5*time.Second); err != nil {
-			s.log.Warn("cannot remove the previous run's cgroup", zap.Error(err))
-		}
-	}
 	s.run = next
+	s.grace = s.defaultGrace
 	base := s.usage.cpu(context.Background())
 	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		s.usage.maxRSSBefore = ru.Maxrss
+	}
 	return token, nil
 }
 
-// idle marks the end of a run whose result is recorded: the run proof now
-// proves no run, and the task's memory request no longer holds.
-func (s *supervisor) idle() {
+// idle ends a run whose result is recorded: the run proof now proves no
+// run, the task's memory request no longer holds, and the worker waits in
+// a holding cgroup while the run's is removed. It returns how many of the
+// run's processes are still there (stuck in the kernel past "stop"); with
+// any, or when the proof cannot be swapped, the runner must take no other
+// task.
+func (s *supervisor) idle() int {
+	s.usage.limit = 0
+	left := len(s.leftovers(context.Background()))
+	if s.proof == nil || s.broken {
+		return max(left, 1)
+	}
 	proof, err := contain.HoldProof("")
 	if err != nil {
-		s.log.Warn("cannot mark the runner idle", zap.Error(err))
-		return
+		s.log.Warn("cannot mark the runner idle; it takes no other task", zap.Error(err))
+		s.broken = true
+		return max(left, 1)
 	}
 	s.proof.Close()
 	s.proof = proof
-	s.usage.limit = 0
+	if s.run.cgroup != "" && left == 0 {
+		if s.holding == "" {
+			s.holding = contain.HoldingCgroup(s.root, s.id)
+		}
+		if err := contain.MoveToCgroup(s.holding, s.worker); err != nil {
+			s.log.Warn("cannot move the runner out of the run's cgroup; it takes no other task", zap.Error(err))
+			s.broken = true
+			return 1
+		}
+		if err := contain.RemoveCgroup(s.run.cgroup, 5*time.Second); err != nil {
+			s.log.Warn("cannot remove the run's cgroup", zap.Error(err))
+		}
+		s.run.cgroup = ""
+	}
+	return left
 }

@@ -44,8 +44,8 @@ import (
 //     CPU seconds counted when the run began (the worker's, and what the
 //     supervisor reaped in earlier runs) are subtracted, the samples start
 //     over, and the run's cgroup is new. The kernel's ru_maxrss cannot be
-//     reset, so the single-process floor of the peak holds for a runner's
-//     first run only; later runs report the sampled peak.
+//     reset: in a later run it counts only when it has grown since the run
+//     began (then it is a process of this run).
 
 // sampleEvery is how often the supervisor samples its tree's memory.
 const sampleEvery = 2 * time.Second
@@ -91,8 +91,10 @@ type sampler struct {
 	limit    int64
 	killed   *memoryKill
 	// base is the CPU already counted when the run began (a runner's
-	// later runs): subtracted from what the tree and rusage say.
-	base cpuTimes
+	// later runs): subtracted from what the tree and rusage say;
+	// maxRSSBefore is the supervisor's RUSAGE_CHILDREN ru_maxrss then.
+	base         cpuTimes
+	maxRSSBefore int64
 }
 
 type cpuTimes struct{ user, system float64 }
@@ -140,7 +142,8 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 }
 
 // measure samples once more and adds what the kernel knows exactly. first
-// says the run is its runner's first: only then is ru_maxrss its own.
+// says the run is its runner's first: only then, or once it has grown
+// since the run began, is ru_maxrss its own.
 func (s *sampler) measure(ctx context.Context, first bool) measured {
 	user, system := s.sample(ctx)
 	m := measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed, PeakTaskRSS: s.peakTask}
@@ -148,7 +151,7 @@ func (s *sampler) measure(ctx context.Context, first bool) measured {
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		user += tvSeconds(ru.Utime)
 		system += tvSeconds(ru.Stime)
-		if first {
+		if first || ru.Maxrss > s.maxRSSBefore {
 			m.MaxRSS = ru.Maxrss * 1024
 		}
 	}
@@ -223,7 +226,12 @@ func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *me
 	peak := max(m.PeakRSS, m.MaxRSS)
 	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
 		var ru syscall.Rusage
-		if !t.reused && syscall.Getrusage(who, &ru) == nil {
+		switch {
+		case syscall.Getrusage(who, &ru) != nil:
+		case !t.reused:
+			peak = max(peak, ru.Maxrss*1024)
+		case who == syscall.RUSAGE_CHILDREN && ru.Maxrss > t.maxRSSBefore:
+			// Grown since the run began: a program of this run.
 			peak = max(peak, ru.Maxrss*1024)
 		}
 	}

@@ -29,8 +29,8 @@ func DetectCgroup() (string, error) {
 		return "", err
 	}
 	dir := filepath.Join(mount, rel)
-	probe := filepath.Join(dir, fmt.Sprintf("den-probe-%d", os.Getpid()))
-	if err := os.Mkdir(probe, 0o755); err != nil {
+	probe, err := os.MkdirTemp(dir, fmt.Sprintf("den-probe-%d-", os.Getpid())) // unique: callers may probe at once
+	if err != nil {
 		return "", fmt.Errorf("cgroup %s is not delegated to this process: %w", dir, err)
 	}
 	if err := os.Remove(probe); err != nil {
@@ -76,6 +76,13 @@ func ownCgroup2() (string, error) {
 // hand can never name another cgroup.
 func RunCgroup(parent, taskID, token string) string {
 	return filepath.Join(parent, runPrefix+taskID+"-"+token)
+}
+
+// HoldingCgroup is the directory of the cgroup under parent where a task
+// runner (id: its own random id) waits between runs. Its name never
+// matches a run's, so stopping what a run left never touches it.
+func HoldingCgroup(parent, id string) string {
+	return filepath.Join(parent, "den-runner-"+id)
 }
 
 // CreateCgroup creates a run's cgroup and returns it opened, for
