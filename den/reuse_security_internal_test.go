@@ -4,7 +4,6 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -39,7 +38,7 @@ func TestActReachesOnlyTheTaskARunnerRunsNow(t *testing.T) {
 	defer runnerEnd.Close()
 	old, cur := bson.NewObjectID(), bson.NewObjectID()
 	n := &Node{pool: newRunnerPool()}
-	proc := &runnerProc{pid: victim.Process.Pid, queue: bson.NewObjectID(), ch: nodeEnd, task: cur, served: 2}
+	proc := &runnerProc{pid: victim.Process.Pid, queue: bson.NewObjectID(), ch: nodeEnd, ready: true, task: cur, served: 2}
 	n.pool.byPID[proc.pid] = proc
 	// The runner field the old task recorded: the same runner, its token.
 	r := queue.RunnerInfo{PID: proc.pid, Started: started, Token: bson.NewObjectID()}
@@ -85,8 +84,16 @@ func TestActReachesOnlyTheTaskARunnerRunsNow(t *testing.T) {
 	if !n.act(cur, r, actLive) {
 		t.Fatal("a live request for the task the runner runs was not sent")
 	}
+	select {
+	case <-exited:
+		t.Fatalf("the runner was signalled: %v", victim.ProcessState)
+	default:
+	}
+	// Sent before: a non-blocking read has it, or nothing was sent.
+	if err := syscall.SetNonblock(int(runnerEnd2.Fd()), true); err != nil {
+		t.Fatal(err)
+	}
 	buf := make([]byte, 1<<16)
-	runnerEnd2.SetReadDeadline(time.Now().Add(30 * time.Second))
 	m, err := runner.Receive(runnerEnd2, buf)
 	if err != nil {
 		t.Fatal(err)
