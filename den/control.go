@@ -27,8 +27,10 @@ import (
 
 // cancel carries out cancel: true on this node's tasks (mine, as this pass
 // read them): claimed ones become -5 without running; for running ones,
-// the runner's process group gets SIGTERM, and SIGKILL after the task's
-// max_termination_time if it has not recorded a result by then. (Queued
+// the run is stopped (see act: a runner this node process started is told
+// over its task channel, any other's process group gets SIGTERM), and its
+// runner's group gets SIGKILL after the task's max_termination_time if it
+// has not recorded a result by then. (Queued
 // tasks with cancel set are never claimed; the sweep records their -5.)
 func (n *Node) cancel(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
 	now := n.now()
@@ -100,7 +102,7 @@ func (n *Node) stopRunner(ctx context.Context, task queue.Task, q *queue.Queue, 
 		if n.act(id, r, actKill) {
 			log.Warn("cancelled task's runner did not stop in time: recorded -5 and sent SIGKILL to its process group")
 		} else {
-			log.Warn("cancelled task's runner did not record a result in time and is gone: recorded -5")
+			log.Warn("cancelled task's runner did not record a result in time and no longer runs it: recorded -5")
 		}
 		n.stopLeftovers(ctx, id, r, 0)
 	}

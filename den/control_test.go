@@ -388,10 +388,21 @@ func TestDrainOnStopWaitsForRunners(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo", bson.E{Key: "max_termination_time", Value: 1})
 	ids := dentest.Tasks(t, db, qid, sleepTasks(1, 1500)[0], sleepTasks(1, 600000)[0])
+	// A runner of another queue that is idle when the node stops.
+	quick := dentest.Tasks(t, db, dentest.Queue(t, db, "quick", sleepPlugin, 1, "fifo"), sleepTasks(1, 1)[0])[0]
 	node := startNode(t, db, "n", func(c *den.Config) { c.DrainOnStop = 3 * time.Second })
 	waitFor(t, db, ids[0], 0)
 	waitFor(t, db, ids[1], 0)
+	idle, _ := runOf(t, "quick task", waitFor(t, db, quick, 1))
 	node.stop()
+	// Every runner of the node is gone once it has stopped: the busy ones
+	// drained, the idle one retired.
+	for _, id := range append(ids, quick) {
+		pid, _ := runOf(t, "task", dentest.Task(t, db, id))
+		if liveProcess(pid) {
+			t.Errorf("runner %d of task %s still runs after the node drained (the idle one is %d)", pid, id.Hex(), idle)
+		}
+	}
 	if st := status(t, db, ids[0]); st != 1 {
 		t.Errorf("short task: status %d when the node had stopped, want 1", st)
 	}

@@ -34,7 +34,10 @@ import (
 // latency when a slot is free, and the node's RSS and CPU (its average
 // since start, runners not included); and, in the same run on the same
 // server, the floor: a bare client with 4 workers doing only what a Demo
-// task needs (claim, start, report insert, finish, count_todo).
+// task needs (claim, start, report insert, finish, count_todo); and that
+// floor again writing, at the finish, the runner and usage fields den
+// writes (a server that decodes every document a query scans, as the
+// embedded one does, pays for their size on every scan).
 //
 // scripts/bench.sh runs it and prints a markdown table (DEN_BENCH_TABLE).
 // DEN_BENCH_TASKS sets the number of tasks (default 200).
@@ -54,6 +57,7 @@ type costResult struct {
 	idlePerSec, perTask      float64
 	connsPerTask             float64
 	tasksPerSec, floorPerSec float64
+	floorDocsPerSec          float64
 	p50, p99                 time.Duration
 	rssMiB, cpuPercent       float64
 	topIdle, topTask         string
@@ -141,13 +145,15 @@ func benchCost(b *testing.B, queues int) {
 	node.Process.Kill()
 	node.Wait()
 
-	r.floorPerSec = floor(b, srv.uri, db, tasks)
+	r.floorPerSec = floor(b, srv.uri, db, tasks, false)
+	r.floorDocsPerSec = floor(b, srv.uri, db, tasks, true)
 
 	b.ReportMetric(r.idlePerSec, "idle-cmds/s")
 	b.ReportMetric(r.perTask, "cmds/task")
 	b.ReportMetric(r.connsPerTask, "conns/task")
 	b.ReportMetric(r.tasksPerSec, "tasks/s")
 	b.ReportMetric(r.floorPerSec, "floor-tasks/s")
+	b.ReportMetric(r.floorDocsPerSec, "floor-den-docs-tasks/s")
 	b.ReportMetric(float64(r.p50.Milliseconds()), "p50-start-ms")
 	b.ReportMetric(float64(r.p99.Milliseconds()), "p99-start-ms")
 	b.ReportMetric(r.rssMiB, "node-RSS-MiB")
@@ -268,16 +274,25 @@ func startLatency(b *testing.B, db *mongo.Database, qid bson.ObjectID) (p50, p99
 }
 
 // floor is the tasks per second of a bare client with 4 workers doing only
-// what a Demo task needs, through the same server.
-func floor(b *testing.B, uri string, bookkeeping *mongo.Database, n int) float64 {
-	qid := dentest.Queue(b, bookkeeping, "floor", "Floor", 4, "fifo")
-	insertTasks(b, bookkeeping, qid, n)
+// what a Demo task needs, through the same server; with denDocs its finish
+// also writes the runner and usage fields a den runner writes.
+func floor(b *testing.B, uri string, bookkeeping *mongo.Database, n int, denDocs bool) float64 {
+	name := "floor"
+	if denDocs {
+		name = "floor_den_docs"
+	}
+	// A database of its own: its queries scan its n tasks only, as den's
+	// scanned den's.
+	own := bookkeeping.Client().Database(bookkeeping.Name() + "_" + name)
+	defer own.Drop(context.Background())
+	qid := dentest.Queue(b, own, name, "Floor", 4, "fifo")
+	insertTasks(b, own, qid, n)
 	client, err := mongo.Connect(options.Client().ApplyURI(uri))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer client.Disconnect(context.Background())
-	db := client.Database(bookkeeping.Name())
+	db := client.Database(own.Name())
 	tasks, queues, reports := db.Collection("tasks"), db.Collection("queues"), db.Collection(demo.ReportsCollection)
 	ctx := context.Background()
 	start := time.Now()
@@ -317,8 +332,14 @@ func floor(b *testing.B, uri string, bookkeeping *mongo.Database, n int) float64
 					fail(fmt.Errorf("report: %w", err))
 					return
 				}
+				finish := bson.D{{Key: "status", Value: 1}, {Key: "stdout", Value: "a\n"}, {Key: "stderr", Value: ""}, {Key: "mtime", Value: time.Now()}}
+				if denDocs {
+					finish = append(finish,
+						bson.E{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 12345}, {Key: "started", Value: time.Now().UnixMilli()}, {Key: "host", Value: "vm"}, {Key: "at", Value: time.Now()}}},
+						bson.E{Key: "usage", Value: bson.D{{Key: "wall_s", Value: 0.011}, {Key: "cpu_user_s", Value: 0.027}, {Key: "cpu_system_s", Value: 0.02}, {Key: "peak_rss_mb", Value: 34.7}, {Key: "samples", Value: 1}, {Key: "at", Value: time.Now()}}})
+				}
 				if _, err := tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: queue.StatusRunning}},
-					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1}, {Key: "stdout", Value: "a\n"}, {Key: "stderr", Value: ""}, {Key: "mtime", Value: time.Now()}}}}); err != nil {
+					bson.D{{Key: "$set", Value: finish}}); err != nil {
 					fail(fmt.Errorf("finish: %w", err))
 					return
 				}
@@ -360,7 +381,7 @@ func appendRow(b *testing.B, file string, r costResult) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "| %d | %d | %.1f | %.1f | %.2f | %.1f | %.1f (%.0f %%) | %d / %d | %.0f | %.1f |\n",
+	fmt.Fprintf(f, "| %d | %d | %.1f | %.1f | %.2f | %.1f | %.1f (%.0f %%) | %.1f (%.0f %%) | %d / %d | %.0f | %.1f |\n",
 		r.queues, r.tasks, r.idlePerSec, r.perTask, r.connsPerTask, r.tasksPerSec, r.floorPerSec, 100*r.tasksPerSec/r.floorPerSec,
-		r.p50.Milliseconds(), r.p99.Milliseconds(), r.rssMiB, r.cpuPercent)
+		r.floorDocsPerSec, 100*r.tasksPerSec/r.floorDocsPerSec, r.p50.Milliseconds(), r.p99.Milliseconds(), r.rssMiB, r.cpuPercent)
 }

@@ -43,16 +43,21 @@ const (
 // in stderr. A panic fails the task with the panic and its stack in stderr.
 // Run must return soon after ctx is done.
 //
-// Each task runs in a task-runner process of its own, so a plugin may keep
-// state in its value, but must not expect it to survive from task to task.
+// A task-runner process runs the tasks of one queue one after another
+// (runner.max_tasks, default 100), so Run may be called for several tasks
+// in one process, never two at once: keep no state from task to task
+// (package variables, caches), and neither expect it to survive nor to be
+// gone. A plugin that ignores ctx past its grace time is abandoned, and
+// its process then takes no other task.
 type Plugin interface {
 	Run(ctx context.Context, task *queue.Task, env Env) (status int, err error)
 }
 
 // EnvRun is the environment variable that marks every process of a run
 // (DEN_RUN=<task id>.<run token>): den finds what a dead run left by it. A
-// plugin that starts programs keeps it in their environment (the runner's
-// own environment has it; an environment built from scratch must copy it).
+// plugin that starts programs keeps it in their environment (the runner
+// sets it in its own environment, os.Getenv, for each run; an environment
+// built from scratch must copy it).
 const EnvRun = "DEN_RUN"
 
 // Env is what the task runner gives a plugin besides the task. Its Record

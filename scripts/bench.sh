@@ -3,7 +3,8 @@
 #  - BenchmarkCost (den/cost_bench_test.go): what one node costs the
 #    database, counted at the wire, for 1, 50 and 500 queues: commands per
 #    idle second, commands and new connections per Demo task, tasks/s
-#    against the floor of a bare client on the same server in the same run,
+#    against the floor of a bare client on the same server in the same run
+#    (and that floor writing den's runner and usage fields too),
 #    insert-to-start latency, node RSS. Prints a markdown table.
 #  - BenchmarkClaim and BenchmarkWrite: claim throughput, GridFS streaming.
 # Compare runs with benchstat:
@@ -19,8 +20,8 @@ if [ "${ONLY:-}" != micro ]; then
   trap 'rm -f "$table"' EXIT
   DEN_BENCH_TABLE=$table go test -run '^$' -bench 'BenchmarkCost' -benchtime 1x -timeout 60m ./den/
   echo
-  echo "| queues | tasks done | idle commands/s | commands/task | new connections/task | tasks/s | floor tasks/s (den's share) | insert-to-start p50 / p99 ms (slot free) | node RSS MiB | node CPU % |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+  echo "| queues | tasks done | idle commands/s | commands/task | new connections/task | tasks/s | floor tasks/s (den's share) | floor with den's fields (den's share) | insert-to-start p50 / p99 ms (slot free) | node RSS MiB | node CPU % |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
   cat "$table"
 fi
 if [ "${ONLY:-}" != cost ]; then

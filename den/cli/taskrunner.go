@@ -13,7 +13,7 @@ import (
 func newTaskRunnerCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "task-runner",
-		Short:  "Run one claimed task (started by the node, not by hand)",
+		Short:  "Run claimed tasks (started by the node, not by hand)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {

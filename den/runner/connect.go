@@ -21,10 +21,6 @@ import (
 // its worker.
 const EnvRelayFD = "DEN_RELAY_FD"
 
-// relayFD is the descriptor the supervisor hands the worker its relay
-// control channel on (3 is the supervisor's own control channel).
-const relayFD = 4
-
 // takeRelayControl returns the relay control channel this process
 // inherited, or nil. It marks the descriptor close-on-exec at once and
 // removes its variable from the environment, so that no program the task

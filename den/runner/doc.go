@@ -1,8 +1,8 @@
 // Package runner is the task runner (Disbatch's DTR): the process that runs
-// one claimed task. The node starts it as a separate process in its own
-// session, so that stopping, restarting or upgrading the node never
-// interrupts a task, and a plugin that panics or leaks cannot take the node
-// down.
+// claimed tasks, one at a time (several of one queue in turn; reuse.go).
+// The node starts it as a separate process in its own session, so that
+// stopping, restarting or upgrading the node never interrupts a task, and
+// a plugin that panics or leaks cannot take the node down.
 //
 // A runner moves its task from claimed (-1) to running (0) only if the task
 // is still claimed by its node, runs the plugin, checks the result (the

@@ -293,8 +293,11 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	switch {
 	case ws.Exited():
 		return ws.ExitStatus()
+	case ws.Signaled() && s.idling:
+		s.base.Warn("task runner worker was killed between tasks", zap.String("signal", ws.Signal().String()))
+		return 128 + int(ws.Signal())
 	case ws.Signaled():
-		log.Error("task runner worker was killed; the node rescues its task", zap.String("signal", ws.Signal().String()))
+		s.log.Error("task runner worker was killed; the node rescues its task", zap.String("signal", ws.Signal().String()))
 		return 128 + int(ws.Signal())
 	}
 	return 1
@@ -314,6 +317,7 @@ type supervisor struct {
 	// broken is set when the supervisor cannot mark the end of a run: it
 	// begins no other.
 	broken       bool
+	idling       bool // between runs: the last one ended ("idle"), no other begun
 	defaultGrace time.Duration
 	grace        time.Duration
 	workerStatus *syscall.WaitStatus
@@ -565,6 +569,7 @@ func (s *supervisor) begin(task string) (string, error) {
 	if !s.run.begun && s.run.task == task {
 		s.runs++
 		s.run.begun = true
+		s.idling = false
 		return s.run.token, nil
 	}
 	if s.broken || s.proof == nil {
@@ -589,6 +594,7 @@ func (s *supervisor) begin(task string) (string, error) {
 		}
 	}
 	s.run = next
+	s.idling = false
 	s.grace = s.defaultGrace
 	base := s.usage.cpu(context.Background())
 	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base}
@@ -607,6 +613,7 @@ func (s *supervisor) begin(task string) (string, error) {
 // task.
 func (s *supervisor) idle() int {
 	s.usage.limit = 0
+	s.idling = true
 	left := len(s.leftovers(context.Background()))
 	if s.proof == nil || s.broken {
 		return max(left, 1)
