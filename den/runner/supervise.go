@@ -392,8 +392,17 @@ func (s *supervisor) handle(req string, reply *os.File) {
 
 // leftovers lists every process of the run but the worker: the
 // supervisor's descendants, and the members of the run's cgroup.
+//
+// The worker's own children count: when the run is over, any still there
+// are programs a plugin abandoned, and they must not live on into the
+// runner's next run.
 func (s *supervisor) leftovers(ctx context.Context) []int32 {
-	pids := contain.Descendants(ctx, int32(os.Getpid()), int32(s.worker))
+	var pids []int32
+	for _, p := range contain.Descendants(ctx, int32(os.Getpid())) {
+		if p != int32(s.worker) {
+			pids = append(pids, p)
+		}
+	}
 	if s.run.cgroup != "" {
 		seen := map[int32]bool{}
 		for _, p := range pids {
