@@ -258,16 +258,21 @@ func TestContainmentKilledRunnerRetryNeverOverlaps(t *testing.T) {
 				qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
 				script := fmt.Sprintf(`
 # A process is known by its pid and start time (stat field 22): pids are
-# reused.
-started() { sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f20; }
+# reused. State and start time come from one read of stat: a zombie of the
+# killed run may be reaped between two reads, and must not then look alive.
 if [ -e %[1]s/first ]; then
   while read p st; do
-    if [ -n "$st" ] && [ "$(started $p)" = "$st" ] && ! grep -q '^State:.Z' /proc/$p/status; then echo "OVERLAP $p"; fi
+    s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null)
+    state=$(echo "$s" | cut -d' ' -f1); now=$(echo "$s" | cut -d' ' -f20)
+    if [ -n "$st" ] && [ "$now" = "$st" ] && [ "$state" != Z ] && [ "$state" != X ]; then
+      echo "OVERLAP $p: state $state, $(grep -E '^(PPid|SigPnd|ShdPnd)' /proc/$p/status 2>/dev/null | tr '\n' ' ')cgroup $(tr '\n' ' ' < /proc/$p/cgroup 2>/dev/null)$(tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep DEN_RUN) $(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)"
+    fi
   done < %[1]s/ids
   echo second run
   exit 0
 fi
 touch %[1]s/first
+started() { sed 's/.*) //' /proc/$1/stat 2>/dev/null | cut -d' ' -f20; }
 setsid sh -c 'trap "" TERM; while :; do sleep 0.2; done' & echo $! >> %[1]s/pids
 %[2]s
 for p in $(cat %[1]s/pids); do echo "$p $(started $p)" >> %[1]s/ids; done
