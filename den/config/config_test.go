@@ -46,6 +46,33 @@ func TestShippedExamplesLoad(t *testing.T) {
 	}
 }
 
+// runner.max_tasks and runner.idle: defaults, values, and bad values
+// named in the error.
+func TestRunnerReuseKeys(t *testing.T) {
+	for _, tc := range []struct {
+		file     string
+		maxTasks int64
+		idle     time.Duration
+		err      string
+	}{
+		{"node: n\n", 100, 10 * time.Second, ""},
+		{"runner:\n  max_tasks: 1\n  idle: 2m\n", 1, 2 * time.Minute, ""},
+		{"runner:\n  max_tasks: 0\n", 0, 0, "runner.max_tasks 0 must be a positive number"},
+		{"runner:\n  max_tasks: many\n", 0, 0, "runner.max_tasks many must be a positive number"},
+		{"runner:\n  idle: -1s\n", 0, 0, "runner.idle \"-1s\" must be a positive duration"},
+	} {
+		c, err := Load(write(t, "den.yaml", tc.file), nil)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: error %v, want one containing %q", tc.file, err, tc.err)
+		case tc.err == "" && err != nil:
+			t.Errorf("%q: %v", tc.file, err)
+		case tc.err == "" && (c.RunnerMaxTasks != tc.maxTasks || c.RunnerIdle != tc.idle):
+			t.Errorf("%q: max_tasks %d, idle %s; want %d, %s", tc.file, c.RunnerMaxTasks, c.RunnerIdle, tc.maxTasks, tc.idle)
+		}
+	}
+}
+
 func TestRunnerRelay(t *testing.T) {
 	if _, err := Load(write(t, "den.yaml", "runner:\n  relay: maybe\n"), nil); err == nil || !strings.Contains(err.Error(), "runner.relay must be true or false") {
 		t.Errorf("runner.relay: maybe gave %v", err)
