@@ -156,11 +156,21 @@ func TestRestartedNodeRescuesOnlyDeadRunners(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo")
-	ids := dentest.Tasks(t, db, qid, sleepTasks(2, 4000)...)
+	// Killed only once both runs sleep with no command in flight: one the
+	// node was relaying when it died fails (its outcome is unknown).
+	ready := t.TempDir()
+	params := sleepTasks(2, 4000)
+	for i := range params {
+		params[i] = append(params[i], bson.E{Key: "ready", Value: ready})
+	}
+	ids := dentest.Tasks(t, db, qid, params...)
 	node, _ := nodeProcess(t, db, "phoenix")
 	waitFor(t, db, ids[0], 0)
 	waitFor(t, db, ids[1], 0)
-	waitSleeping(t, db, qid, 2)
+	dentest.Eventually(t, 2*time.Minute, "both runs sleeping", func() bool {
+		entries, _ := os.ReadDir(ready)
+		return len(entries) == 2
+	})
 	if err := node.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

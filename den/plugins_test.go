@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -17,7 +19,9 @@ import (
 // Test::Sleep sleeps parameters.ms milliseconds. It records each run in the
 // runs collection (to prove every task runs exactly once), and how many of
 // its tasks run at once per queue and node and per node, in the
-// concurrency collection (to prove limits hold).
+// concurrency collection (to prove limits hold). With parameters.ready (a
+// directory) it creates a file named after the task there once those
+// writes are done and answered, just before it sleeps.
 const sleepPlugin = "Test::Sleep"
 
 // Test::Flaky fails (status 2) until parameters.succeed_on attempts have
@@ -51,7 +55,8 @@ func flakyRun(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) 
 
 func sleepRun(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 	var p struct {
-		MS int `bson:"ms"`
+		MS    int    `bson:"ms"`
+		Ready string `bson:"ready"`
 	}
 	if err := t.DecodeParameters(&p); err != nil {
 		return 2, err
@@ -63,6 +68,11 @@ func sleepRun(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) 
 	keys := []string{fmt.Sprintf("queue:%s:%s", t.Queue.Hex(), t.Node), "node:" + t.Node, "queue:" + t.Queue.Hex()}
 	for _, k := range keys {
 		if _, err := bump(ctx, env.DB, k, 1); err != nil {
+			return 2, err
+		}
+	}
+	if p.Ready != "" {
+		if err := os.WriteFile(filepath.Join(p.Ready, t.ID.Hex()), nil, 0o644); err != nil {
 			return 2, err
 		}
 	}
