@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/internal/contain"
-	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/queue"
 )
 
@@ -128,30 +127,22 @@ func proportional(pid int32) int64 {
 	return 0
 }
 
-// trampoline reports whether pid is den's sandbox trampoline (package
-// den/sandbox): a child of the worker that is this very binary,
-// re-executed to restrict itself before it execs the task's program, with
-// the sandbox's spec in its environment. Its memory is den's, for the
-// moment it lives, not the task's.
+// trampoline reports whether pid is den's own, not the task's: a child of
+// the worker that is still this very binary. That is den's sandbox
+// trampoline (package den/sandbox: re-executed to restrict itself before
+// it execs the task's program), or any child of the worker between fork
+// and exec: Go starts programs with clone(CLONE_VM|CLONE_VFORK), so until
+// its exec the child shares the worker's memory, and /proc shows the
+// worker's whole RSS and Pss for it (a task requesting less than the
+// worker holds was killed in that window on a loaded machine). Its memory
+// is den's for the moment it lives.
 func trampoline(pid, worker int32) bool {
 	if st, ok := contain.ReadStat(pid); !ok || st.PPID != worker {
 		return false
 	}
 	self, err1 := os.Stat("/proc/self/exe")
 	exe, err2 := os.Stat("/proc/" + strconv.Itoa(int(pid)) + "/exe")
-	if err1 != nil || err2 != nil || !os.SameFile(self, exe) {
-		return false
-	}
-	env, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/environ")
-	if err != nil {
-		return false
-	}
-	for _, e := range strings.Split(string(env), "\x00") {
-		if strings.HasPrefix(e, sandbox.EnvSpec+"=") {
-			return true
-		}
-	}
-	return false
+	return err1 == nil && err2 == nil && os.SameFile(self, exe)
 }
 
 // oomKills reads the oom_kill count of a cgroup's memory.events: the
