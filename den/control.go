@@ -159,12 +159,8 @@ func (n *Node) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
 	if p != nil {
 		return at
 	}
-	for range 3 {
-		if marker, held := contain.ProvenRun(r.PID); held {
-			return marker == contain.Marker(id.Hex(), r.Token.Hex())
-		}
-	}
-	return true
+	proves, held := contain.ProvesRun(r.PID, id.Hex(), r.Token.Hex())
+	return proves || !held
 }
 
 // isRunnerOf reports whether pid r.PID is, provably, the task runner of
@@ -202,12 +198,8 @@ func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
 	if !specFound {
 		return false
 	}
-	// A supervisor swaps one proof for the next in microseconds, and a
-	// listing of its descriptors may miss both: look again.
-	for range 3 {
-		if marker, held := contain.ProvenRun(r.PID); held {
-			return marker == contain.Marker(id.Hex(), r.Token.Hex())
-		}
+	if proves, held := contain.ProvesRun(r.PID, id.Hex(), r.Token.Hex()); held {
+		return proves
 	}
 	// No proof: a runner started to serve one task (by a den before
 	// proofs, or where the kernel has no memfd) proves it by its spec; one

@@ -38,11 +38,25 @@ func HoldProof(marker string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), proofPrefix+marker), nil
 }
 
-// ProvenRun reads the run proof process pid holds: its marker, "" when it
-// is between runs (or, for the moment a supervisor swaps one proof for
-// the next, holds two: that proves no run either). held is false when the process holds no proof at all
-// (a runner of a den that predates proofs, or no runner) or its
-// descriptors cannot be read.
+// ProvesRun reports whether process pid proves it serves the run of task
+// with token now (proves), and whether it holds a run proof at all (held:
+// false for a runner of a den that predates proofs, or no runner). A
+// supervisor swaps one proof for the next in microseconds, and a listing
+// of its descriptors may miss both, so a process that seems to hold none
+// is looked at three times.
+func ProvesRun(pid int, taskID, token string) (proves, held bool) {
+	for range 3 {
+		if marker, held := ProvenRun(pid); held {
+			return marker == Marker(taskID, token), true
+		}
+	}
+	return false, false
+}
+
+// ProvenRun reads the run proof process pid holds, once: its marker, ""
+// when it is between runs (or, for the moment a supervisor swaps one proof
+// for the next, holds two: that proves no run either). held is false when
+// the process holds no proof at all, or its descriptors cannot be read.
 func ProvenRun(pid int) (marker string, held bool) {
 	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
 	entries, err := os.ReadDir(dir)
