@@ -40,6 +40,19 @@ func (c containment) start(t *testing.T) {
 	}
 }
 
+// inEachContainment runs test as a parallel subtest per containment this
+// machine has.
+func inEachContainment(t *testing.T, test func(t *testing.T, c containment)) {
+	t.Helper()
+	for _, c := range containments(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.start(t)
+			test(t, c)
+		})
+	}
+}
+
 // liveProcess reports whether pid is a process that has not exited (a
 // zombie has).
 func liveProcess(pid int) bool {

@@ -162,73 +162,69 @@ func environOf(pid int) []string {
 // first.
 func TestReuseNothingOfTaskReachesNextTask(t *testing.T) {
 	t.Parallel()
-	for _, c := range containments(t) {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.start(t)
-			db := dentest.DB(t)
-			dir := t.TempDir()
-			qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
-			first := escapers(dir) + fmt.Sprintf(`
+	inEachContainment(t, func(t *testing.T, c containment) {
+		db := dentest.DB(t)
+		dir := t.TempDir()
+		qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+		first := escapers(dir) + fmt.Sprintf(`
 setsid sh -c 'trap "" TERM; while :; do sleep 0.2; done' & echo $! >> %[1]s/pids
 echo "$DEN_RUN" > %[1]s/run1
 exit 0
 `, dir)
-			second := fmt.Sprintf(`
+		second := fmt.Sprintf(`
 ls -l /proc/$$/fd/ > %[1]s/fds2
 echo "$DEN_RUN" > %[1]s/run2.tmp && mv %[1]s/run2.tmp %[1]s/run2
 while [ ! -e %[1]s/go ]; do sleep 0.1; done
 `, dir)
-			ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: first}}, bson.D{{Key: "shell", Value: second}})
-			startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
-			rawA := waitFor(t, db, ids[0], 1)
-			// Checked at once: stopped before the result was recorded.
-			pids := readProcs(t, filepath.Join(dir, "pids"))
-			if len(pids) != 4 {
-				t.Fatalf("pids %v, want the first task's 4 processes", pids)
+		ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: first}}, bson.D{{Key: "shell", Value: second}})
+		startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
+		rawA := waitFor(t, db, ids[0], 1)
+		// Checked at once: stopped before the result was recorded.
+		pids := readProcs(t, filepath.Join(dir, "pids"))
+		if len(pids) != 4 {
+			t.Fatalf("pids %v, want the first task's 4 processes", pids)
+		}
+		for _, p := range pids {
+			if p.alive() {
+				t.Errorf("process %d of the first task is alive after its result was recorded", p.pid)
 			}
-			for _, p := range pids {
-				if p.alive() {
-					t.Errorf("process %d of the first task is alive after its result was recorded", p.pid)
-				}
+		}
+		waitFile(t, filepath.Join(dir, "run2"))
+		a, b := runnerInfo(t, rawA), runnerInfo(t, dentest.Task(t, db, ids[1]))
+		assertReused(t, a, b)
+		markA, markB := contain.Marker(ids[0].Hex(), a.Token.Hex()), contain.Marker(ids[1].Hex(), b.Token.Hex())
+		if got, _ := os.ReadFile(filepath.Join(dir, "run1")); strings.TrimSpace(string(got)) != markA {
+			t.Errorf("the first task's program had DEN_RUN %q, want %q", got, markA)
+		}
+		if got, _ := os.ReadFile(filepath.Join(dir, "run2")); strings.TrimSpace(string(got)) != markB {
+			t.Errorf("the second task's program had DEN_RUN %q, want %q (the first run's is %q)", got, markB, markA)
+		}
+		for _, p := range pids {
+			if p.alive() {
+				t.Errorf("process %d of the first task lives on while the runner serves the second", p.pid)
+				p.kill()
 			}
-			waitFile(t, filepath.Join(dir, "run2"))
-			a, b := runnerInfo(t, rawA), runnerInfo(t, dentest.Task(t, db, ids[1]))
-			assertReused(t, a, b)
-			markA, markB := contain.Marker(ids[0].Hex(), a.Token.Hex()), contain.Marker(ids[1].Hex(), b.Token.Hex())
-			if got, _ := os.ReadFile(filepath.Join(dir, "run1")); strings.TrimSpace(string(got)) != markA {
-				t.Errorf("the first task's program had DEN_RUN %q, want %q", got, markA)
+		}
+		// The task channel (and the control and relay sockets) never
+		// reach a task's program: it could take tasks, or say one is done.
+		if fds, _ := os.ReadFile(filepath.Join(dir, "fds2")); strings.Contains(string(fds), "socket:") || !strings.Contains(string(fds), "0 ->") {
+			t.Errorf("the second task's program holds a socket:\n%s", fds)
+		}
+		worker := workerOf(t, b.PID)
+		for _, e := range environOf(worker) {
+			if strings.HasPrefix(e, contain.EnvRun+"=") {
+				t.Errorf("the worker %d carries %s in /proc/PID/environ", worker, e)
 			}
-			if got, _ := os.ReadFile(filepath.Join(dir, "run2")); strings.TrimSpace(string(got)) != markB {
-				t.Errorf("the second task's program had DEN_RUN %q, want %q (the first run's is %q)", got, markB, markA)
-			}
-			for _, p := range pids {
-				if p.alive() {
-					t.Errorf("process %d of the first task lives on while the runner serves the second", p.pid)
-					p.kill()
-				}
-			}
-			// The task channel (and the control and relay sockets) never
-			// reach a task's program: it could take tasks, or say one is done.
-			if fds, _ := os.ReadFile(filepath.Join(dir, "fds2")); strings.Contains(string(fds), "socket:") || !strings.Contains(string(fds), "0 ->") {
-				t.Errorf("the second task's program holds a socket:\n%s", fds)
-			}
-			worker := workerOf(t, b.PID)
-			for _, e := range environOf(worker) {
-				if strings.HasPrefix(e, contain.EnvRun+"=") {
-					t.Errorf("the worker %d carries %s in /proc/PID/environ", worker, e)
-				}
-			}
-			if left := contain.Marked(dentest.Context(t), markA, 0); len(left) > 0 {
-				t.Errorf("processes %v still carry the first run's marker while the runner serves the second", left)
-			}
-			if got, held := contain.ProvenRun(b.PID); !held || got != markB {
-				t.Errorf("the supervisor proves run %q (held %v), want the second run %q", got, held, markB)
-			}
-			touch(t, filepath.Join(dir, "go"))
-			waitFor(t, db, ids[1], 1)
-		})
-	}
+		}
+		if left := contain.Marked(dentest.Context(t), markA, 0); len(left) > 0 {
+			t.Errorf("processes %v still carry the first run's marker while the runner serves the second", left)
+		}
+		if got, held := contain.ProvenRun(b.PID); !held || got != markB {
+			t.Errorf("the supervisor proves run %q (held %v), want the second run %q", got, held, markB)
+		}
+		touch(t, filepath.Join(dir, "go"))
+		waitFor(t, db, ids[1], 1)
+	})
 }
 
 // Claim 1, a program still a child of the worker when its task ends (a
@@ -237,13 +233,7 @@ while [ ! -e %[1]s/go ]; do sleep 0.1; done
 // the next task of the runner with the previous run's marker.
 func TestReuseAbandonedProgramDoesNotReachNextTask(t *testing.T) {
 	t.Parallel()
-	for _, c := range containments(t) {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.start(t)
-			testReuseAbandonedProgram(t, c)
-		})
-	}
+	inEachContainment(t, testReuseAbandonedProgram)
 }
 
 func testReuseAbandonedProgram(t *testing.T, c containment) {
@@ -441,13 +431,7 @@ while :; do sleep 0.1; done
 // does not limit the second.
 func TestReuseUsageAndMemoryLimitArePerRun(t *testing.T) {
 	t.Parallel()
-	for _, c := range containments(t) {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.start(t)
-			testReuseUsagePerRun(t, c)
-		})
-	}
+	inEachContainment(t, testReuseUsagePerRun)
 }
 
 func testReuseUsagePerRun(t *testing.T, c containment) {

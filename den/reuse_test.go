@@ -37,80 +37,76 @@ func runOf(t *testing.T, what string, raw bson.Raw) (int, string) {
 // proves no run.
 func TestRunnerReuse(t *testing.T) {
 	t.Parallel()
-	for _, c := range containments(t) {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.start(t)
-			db := dentest.DB(t)
-			qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
-			dir := t.TempDir()
-			leftover := filepath.Join(dir, "leftover")
-			const burnSome = `i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done`
-			ids := dentest.Tasks(t, db, qid,
-				bson.D{{Key: "shell", Value: `echo "$DEN_RUN"; ` + burnSome + `; setsid sh -c 'trap "" TERM; echo $$ > ` + leftover + `; while :; do sleep 1; done' & while [ ! -s ` + leftover + ` ]; do sleep 0.05; done`}},
-				bson.D{{Key: "shell", Value: `echo "$DEN_RUN"; if kill -0 "$(cat ` + leftover + `)" 2>/dev/null; then echo ALIVE; else echo GONE; fi`}},
-				bson.D{{Key: "shell", Value: `echo "$DEN_RUN"`}},
-			)
-			startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
-			var docs []bson.Raw
-			for _, id := range ids {
-				docs = append(docs, waitFor(t, db, id, 1))
+	inEachContainment(t, func(t *testing.T, c containment) {
+		db := dentest.DB(t)
+		qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+		dir := t.TempDir()
+		leftover := filepath.Join(dir, "leftover")
+		const burnSome = `i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done`
+		ids := dentest.Tasks(t, db, qid,
+			bson.D{{Key: "shell", Value: `echo "$DEN_RUN"; ` + burnSome + `; setsid sh -c 'trap "" TERM; echo $$ > ` + leftover + `; while :; do sleep 1; done' & while [ ! -s ` + leftover + ` ]; do sleep 0.05; done`}},
+			bson.D{{Key: "shell", Value: `echo "$DEN_RUN"; if kill -0 "$(cat ` + leftover + `)" 2>/dev/null; then echo ALIVE; else echo GONE; fi`}},
+			bson.D{{Key: "shell", Value: `echo "$DEN_RUN"`}},
+		)
+		startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
+		var docs []bson.Raw
+		for _, id := range ids {
+			docs = append(docs, waitFor(t, db, id, 1))
+		}
+		pid0, _ := runOf(t, "first task", docs[0])
+		tokens := map[string]bool{}
+		for i, raw := range docs {
+			pid, token := runOf(t, fmt.Sprintf("task %d", i), raw)
+			if pid != pid0 {
+				t.Errorf("task %d ran in runner %d, the first in %d: not reused", i, pid, pid0)
 			}
-			pid0, _ := runOf(t, "first task", docs[0])
-			tokens := map[string]bool{}
-			for i, raw := range docs {
-				pid, token := runOf(t, fmt.Sprintf("task %d", i), raw)
-				if pid != pid0 {
-					t.Errorf("task %d ran in runner %d, the first in %d: not reused", i, pid, pid0)
-				}
-				if tokens[token] {
-					t.Errorf("task %d has the run token of an earlier task: %s", i, token)
-				}
-				tokens[token] = true
-				first, _, _ := strings.Cut(raw.Lookup("stdout").StringValue(), "\n")
-				if want := contain.Marker(ids[i].Hex(), token); first != want {
-					t.Errorf("task %d's program saw DEN_RUN=%q, want %q", i, first, want)
-				}
+			if tokens[token] {
+				t.Errorf("task %d has the run token of an earlier task: %s", i, token)
 			}
-			if n, _ := docs[0].Lookup("leftover_processes").AsInt64OK(); n < 1 {
-				t.Errorf("first task: leftover_processes %v, want its leftover stopped", docs[0].Lookup("leftover_processes"))
+			tokens[token] = true
+			first, _, _ := strings.Cut(raw.Lookup("stdout").StringValue(), "\n")
+			if want := contain.Marker(ids[i].Hex(), token); first != want {
+				t.Errorf("task %d's program saw DEN_RUN=%q, want %q", i, first, want)
 			}
-			if out := docs[1].Lookup("stdout").StringValue(); !strings.Contains(out, "GONE") {
-				t.Errorf("the first task's leftover was alive when the next task of its runner ran: %q", out)
+		}
+		if n, _ := docs[0].Lookup("leftover_processes").AsInt64OK(); n < 1 {
+			t.Errorf("first task: leftover_processes %v, want its leftover stopped", docs[0].Lookup("leftover_processes"))
+		}
+		if out := docs[1].Lookup("stdout").StringValue(); !strings.Contains(out, "GONE") {
+			t.Errorf("the first task's leftover was alive when the next task of its runner ran: %q", out)
+		}
+		u0, u1 := usageOf(t, "first task", docs[0]), usageOf(t, "second task", docs[1])
+		if u0.CPUUserS+u0.CPUSystemS < 0.2 {
+			t.Errorf("first task burnt CPU but its usage says %+v", u0)
+		}
+		if u1.CPUUserS+u1.CPUSystemS >= (u0.CPUUserS+u0.CPUSystemS)/2 {
+			t.Errorf("second task's usage %+v includes the first's (%+v)", u1, u0)
+		}
+		// Idle now (runner.idle is 10s): the worker's environment has no
+		// run marker, and the runner proves no run.
+		if !liveProcess(pid0) {
+			t.Fatalf("runner %d exited at once; it should wait for more tasks", pid0)
+		}
+		w := workerOf(t, pid0)
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(env), "DEN_RUN=") {
+			t.Errorf("the worker's environment carries a run marker")
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			marker, held := contain.ProvenRun(pid0)
+			if held && marker == "" {
+				break
 			}
-			u0, u1 := usageOf(t, "first task", docs[0]), usageOf(t, "second task", docs[1])
-			if u0.CPUUserS+u0.CPUSystemS < 0.2 {
-				t.Errorf("first task burnt CPU but its usage says %+v", u0)
+			if time.Now().After(deadline) {
+				t.Fatalf("idle runner proves %q (held %v), want no run", marker, held)
 			}
-			if u1.CPUUserS+u1.CPUSystemS >= (u0.CPUUserS+u0.CPUSystemS)/2 {
-				t.Errorf("second task's usage %+v includes the first's (%+v)", u1, u0)
-			}
-			// Idle now (runner.idle is 10s): the worker's environment has no
-			// run marker, and the runner proves no run.
-			if !liveProcess(pid0) {
-				t.Fatalf("runner %d exited at once; it should wait for more tasks", pid0)
-			}
-			w := workerOf(t, pid0)
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", w))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if strings.Contains(string(env), "DEN_RUN=") {
-				t.Errorf("the worker's environment carries a run marker")
-			}
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				marker, held := contain.ProvenRun(pid0)
-				if held && marker == "" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("idle runner proves %q (held %v), want no run", marker, held)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		})
-	}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }
 
 // A runner is retired after runner.max_tasks tasks and after runner.idle

@@ -37,13 +37,7 @@ const burn = `i=0; while [ $i -lt 3000000 ]; do i=$((i+1)); done`
 // from the run's cgroup where there is one.
 func TestResourceUsage(t *testing.T) {
 	t.Parallel()
-	for _, c := range containments(t) {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			c.start(t)
-			testResourceUsage(t, c.cgroups)
-		})
-	}
+	inEachContainment(t, func(t *testing.T, c containment) { testResourceUsage(t, c.cgroups) })
 }
 
 func testResourceUsage(t *testing.T, cgroups string) {
