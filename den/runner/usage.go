@@ -100,15 +100,11 @@ type sampler struct {
 type cpuTimes struct{ user, system float64 }
 
 // cpu is the CPU the tree and its reaped processes have used in all, in
-// seconds, not less base.
+// seconds, not less base. (It takes a sample: called on a sampler about to
+// be replaced, at the begin of a run.)
 func (s *sampler) cpu(ctx context.Context) cpuTimes {
 	var c cpuTimes
-	for _, pid := range contain.Descendants(ctx, s.me) {
-		if st, ok := contain.ReadStat(pid); ok {
-			c.user += float64(st.UTime+st.CUTime) / clockTicks
-			c.system += float64(st.STime+st.CSTime) / clockTicks
-		}
-	}
+	c.user, c.system = s.sample(ctx)
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		c.user += tvSeconds(ru.Utime)
