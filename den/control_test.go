@@ -377,12 +377,21 @@ func TestStoppedNodesBeatingRunnerIsLeftAlone(t *testing.T) {
 		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}, {Key: "queue", Value: qid}, {Key: "node", Value: "stopped"}, {Key: "status", Value: 0},
 			{Key: "parameters", Value: bson.D{}}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 4242}, {Key: "host", Value: "elsewhere"}, {Key: "beat", Value: beat}}}})
 	}
+	// A reused runner, started an hour ago, that began this run just now
+	// and has not beaten yet: its run's start is its sign of life, not its
+	// process's.
+	reused := bson.NewObjectID()
+	dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: reused}, {Key: "queue", Value: qid}, {Key: "node", Value: "stopped"}, {Key: "status", Value: 0},
+		{Key: "parameters", Value: bson.D{}}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 4243}, {Key: "started", Value: long.UnixMilli()}, {Key: "host", Value: "elsewhere"}, {Key: "at", Value: time.Now()}}}})
 	var rescueEvery time.Duration
 	n := startNode(t, db, "live", func(c *den.Config) { c.DeadNodeAfter = time.Minute; rescueEvery = c.RescueEvery })
 	waitFor(t, db, silent, -6)
 	waitPasses(t, db, []string{"live"}, 2, rescueEvery)
 	if st := status(t, db, beating); st != 0 {
 		t.Fatalf("a task whose runner beats was rescued: status %d", st)
+	}
+	if st := status(t, db, reused); st != 0 {
+		t.Fatalf("a task a reused runner has just started was rescued: status %d", st)
 	}
 	logged := n.logs.FilterMessage("rescued the tasks of a dead or unknown node").All()
 	if len(logged) != 1 || logged[0].ContextMap()["orphaned"] != int64(1) {

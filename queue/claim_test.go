@@ -379,3 +379,39 @@ func TestRescueLeavesEndedTasks(t *testing.T) {
 		t.Fatalf("status %d after a refused rescue, want 1", st)
 	}
 }
+
+// A rescued run's history entry starts when the run started (runner.at),
+// not when its runner process did: a runner serves several tasks, and its
+// process may be an hour older than the run.
+func TestRescueHistoryStartsAtTheRun(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	ctx := dentest.Context(t)
+	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
+	id := dentest.Tasks(t, db, qid, bson.D{})[0]
+	processStart := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	runStart := time.Now().Add(-2 * time.Minute).Truncate(time.Millisecond)
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "status", Value: 0}, {Key: "node", Value: "n"}, {Key: "max_retries", Value: 1}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()},
+			{Key: "pid", Value: 42}, {Key: "started", Value: processStart.UnixMilli()}, {Key: "at", Value: runStart}}}}}})
+	task, err := store.Task(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := store.Rescue(ctx, *task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "runner exited 1"}, 0, time.Now()); err != nil || st != queue.StatusQueued {
+		t.Fatalf("Rescue = %d, %v; want the task queued again", st, err)
+	}
+	history, ok := dentest.Task(t, db, id).Lookup("history").ArrayOK()
+	if !ok {
+		t.Fatal("no history after a retry")
+	}
+	vals, _ := history.Values()
+	if len(vals) != 1 {
+		t.Fatalf("history has %d entries, want 1", len(vals))
+	}
+	started, ok := vals[0].Document().Lookup("started").TimeOK()
+	if !ok || !started.Equal(runStart) {
+		t.Fatalf("history entry started %v, want the run's start %v (the process started %v)", started, runStart, processStart)
+	}
+}

@@ -259,7 +259,7 @@ func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, le
 			entry.Requested = &opts.Requested
 		}
 		if task.Runner != nil {
-			entry.Started = time.UnixMilli(task.Runner.Started)
+			entry.Started = task.Runner.RunStart()
 		}
 		if u, ok := UsageOf(task.Raw); ok && u.Running {
 			// The last update its run wrote (usage_interval): the best

@@ -32,11 +32,22 @@ type RunnerInfo struct {
 	Beat time.Time `bson:"beat,omitempty"`
 }
 
-// LastSign is the last time the run was known alive: its beat, else its
-// start.
+// LastSign is the last time the run was known alive: its beat, else the
+// run's start, else (a runner that wrote no at) its process's start. A
+// runner serves several tasks one after another, so its process may have
+// started long before this run.
 func (r RunnerInfo) LastSign() time.Time {
 	if !r.Beat.IsZero() {
 		return r.Beat
+	}
+	return r.RunStart()
+}
+
+// RunStart is when the run began: at, else (a runner that wrote no at) its
+// process's start.
+func (r RunnerInfo) RunStart() time.Time {
+	if !r.At.IsZero() {
+		return r.At
 	}
 	return time.UnixMilli(r.Started)
 }
