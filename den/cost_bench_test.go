@@ -145,8 +145,12 @@ func benchCost(b *testing.B, queues int) {
 	node.Process.Kill()
 	node.Wait()
 
+	before = srv.stats()
 	r.floorPerSec = floor(b, srv.uri, db, tasks, false)
+	floorWork := srv.stats().Sub(before)
+	before = srv.stats()
 	r.floorDocsPerSec = floor(b, srv.uri, db, tasks, true)
+	floorDocsWork := srv.stats().Sub(before)
 
 	b.ReportMetric(r.idlePerSec, "idle-cmds/s")
 	b.ReportMetric(r.perTask, "cmds/task")
@@ -160,6 +164,9 @@ func benchCost(b *testing.B, queues int) {
 	b.ReportMetric(r.cpuPercent, "node-CPU-%")
 	b.Logf("idle commands over %s: %s", idleWindow, r.topIdle)
 	b.Logf("commands for %d tasks: %s", tasks, r.topTask)
+	b.Logf("server time per task, den: %s", busyPerTask(work, r.tasks))
+	b.Logf("server time per task, floor: %s", busyPerTask(floorWork, tasks))
+	b.Logf("server time per task, floor with den's fields: %s", busyPerTask(floorDocsWork, tasks))
 	if file := os.Getenv("DEN_BENCH_TABLE"); file != "" {
 		appendRow(b, file, r)
 	}
@@ -373,6 +380,30 @@ func top(s devdb.Stats) string {
 		parts = append(parts, fmt.Sprintf("%s %d", e.k, e.v))
 	}
 	return fmt.Sprintf("%d connections; ", s.Connections) + strings.Join(parts, ", ")
+}
+
+// busyPerTask lists the server's time per task by command and collection,
+// largest first, after their total.
+func busyPerTask(s devdb.Stats, tasks int) string {
+	type kv struct {
+		k string
+		v time.Duration
+	}
+	var all []kv
+	var total time.Duration
+	for k, v := range s.Busy {
+		all = append(all, kv{k, v})
+		total += v
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	per := func(d time.Duration) string {
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)/float64(max(tasks, 1)))
+	}
+	parts := []string{"total " + per(total)}
+	for _, e := range all {
+		parts = append(parts, e.k+" "+per(e.v))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func appendRow(b *testing.B, file string, r costResult) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 )
@@ -47,6 +48,10 @@ type Stats struct {
 	// Commands counts requests by command name (the first key of the
 	// command document), handshakes (hello) included.
 	Commands map[string]int64
+	// Busy is the time the server spent on commands, from the request's
+	// write to its last reply's read, by command name and collection
+	// ("findAndModify tasks"); handshakes are left out.
+	Busy map[string]time.Duration
 }
 
 // Total is the number of commands, handshakes included.
@@ -60,10 +65,15 @@ func (s Stats) Total() int64 {
 
 // Sub returns the counts of s since earlier.
 func (s Stats) Sub(earlier Stats) Stats {
-	out := Stats{Connections: s.Connections - earlier.Connections, Commands: map[string]int64{}}
+	out := Stats{Connections: s.Connections - earlier.Connections, Commands: map[string]int64{}, Busy: map[string]time.Duration{}}
 	for k, v := range s.Commands {
 		if d := v - earlier.Commands[k]; d != 0 {
 			out.Commands[k] = d
+		}
+	}
+	for k, v := range s.Busy {
+		if d := v - earlier.Busy[k]; d != 0 {
+			out.Busy[k] = d
 		}
 	}
 	return out
@@ -82,12 +92,24 @@ func (p *proxy) count(name string, conn bool) {
 	p.stats.Commands[name]++
 }
 
+func (p *proxy) busy(key string, d time.Duration) {
+	p.statsMu.Lock()
+	defer p.statsMu.Unlock()
+	if p.stats.Busy == nil {
+		p.stats.Busy = map[string]time.Duration{}
+	}
+	p.stats.Busy[key] += d
+}
+
 func (p *proxy) snapshot() Stats {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
-	out := Stats{Connections: p.stats.Connections, Commands: map[string]int64{}}
+	out := Stats{Connections: p.stats.Connections, Commands: map[string]int64{}, Busy: map[string]time.Duration{}}
 	for k, v := range p.stats.Commands {
 		out.Commands[k] = v
+	}
+	for k, v := range p.stats.Busy {
+		out.Busy[k] = v
 	}
 	return out
 }
@@ -170,11 +192,15 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 // Handshakes (hello, isMaster) change nothing and skip the lock, so that
 // the driver's monitoring never waits behind a command.
 func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
-	name := commandName(req)
+	name, coll := commandName(req)
 	p.count(name, false)
-	if p.serial && !handshake(name) {
-		p.mu.Lock()
-		defer p.mu.Unlock()
+	if !handshake(name) {
+		if p.serial {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+		}
+		start := time.Now()
+		defer func() { p.busy(strings.TrimSpace(name+" "+coll), time.Since(start)) }()
 	}
 	if _, err := up.Write(req); err != nil {
 		return nil, err
@@ -220,34 +246,43 @@ func moreToCome(msg []byte) bool {
 }
 
 // commandName returns the name of the command in msg (OP_MSG with the
-// command first in its body section, or a legacy OP_QUERY), or "".
-func commandName(msg []byte) string {
+// command first in its body section, or a legacy OP_QUERY), or "", and
+// the command's collection (its first value, when that is a string).
+func commandName(msg []byte) (name, coll string) {
 	var doc []byte
 	switch opCode(msg) {
 	case opMsg:
 		if len(msg) < headerLen+5 || msg[headerLen+4] != 0 {
-			return ""
+			return "", ""
 		}
 		doc = msg[headerLen+5:]
 	case 2004: // OP_QUERY: flags, cstring collection, skip, return, document
 		rest := msg[headerLen+4:]
 		i := bytes.IndexByte(rest, 0)
 		if i < 0 || len(rest) < i+9 {
-			return ""
+			return "", ""
 		}
 		doc = rest[i+9:]
 	default:
-		return ""
+		return "", ""
 	}
 	if len(doc) < 6 {
-		return ""
+		return "", ""
 	}
-	name := doc[5:]
-	end := bytes.IndexByte(name, 0)
+	key := doc[5:]
+	end := bytes.IndexByte(key, 0)
 	if end < 0 {
-		return ""
+		return "", ""
 	}
-	return string(name[:end])
+	name = string(key[:end])
+	// A string value: int32 length (with its NUL), then the bytes.
+	if doc[4] == 0x02 && len(key) >= end+5 {
+		n := int(binary.LittleEndian.Uint32(key[end+1:]))
+		if v := key[end+5:]; n > 0 && len(v) >= n {
+			coll = string(v[:n-1])
+		}
+	}
+	return name, coll
 }
 
 // handshake reports whether a command is a hello/isMaster, which changes

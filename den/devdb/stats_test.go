@@ -49,6 +49,9 @@ func TestStatsCountCommandsAtTheWire(t *testing.T) {
 	if got.Commands["find"] != 2 {
 		t.Errorf("find counted %d times, want 2 (%v)", got.Commands["find"], got.Commands)
 	}
+	if got.Busy["find c"] <= 0 || len(got.Busy) != 1 {
+		t.Errorf("server time %v: want the two finds' time under \"find c\", and nothing else (handshakes are left out)", got.Busy)
+	}
 	if got.Connections < 1 || got.Total() < 3 {
 		t.Errorf("stats %+v: want at least one connection and its handshake", got)
 	}
