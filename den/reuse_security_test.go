@@ -468,3 +468,48 @@ func testReuseUsagePerRun(t *testing.T, c containment) {
 		t.Errorf("the third task's output %q (stderr %s)", out, rawC.Lookup("stderr"))
 	}
 }
+
+// A reused run's peak memory is its own: memory the worker took for the
+// run before (a large output, held in the worker until it was written)
+// is given back before the runner takes the next task, and the worker's
+// peak RSS, which the programs it starts inherit as their ru_maxrss, is
+// reset. A small task after a large one is then not charged for the large
+// one (it was charged 160 MB here), nor does an idle runner keep it. The
+// same small task on a fresh runner is the measure; a worker that has run
+// a task keeps a little more of its own (its connection's buffers, more
+// of its binary paged in: about 16 MB here), hence the margin.
+//
+// Under -race the runner's RSS cannot fall: the race detector keeps shadow
+// memory for every heap page the worker ever used. .ci/run therefore runs
+// this test a second time without -race.
+func TestReusedRunPeakIsItsOwn(t *testing.T) {
+	if raceBuild {
+		t.Skip("built with -race: the race detector's shadow memory keeps the worker's RSS up (.ci/run runs this test without -race)")
+	}
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
+	// About 14 MB of output, kept in the task document (gfs false): the
+	// worker holds it, copies it and encodes it into the finish.
+	big := `head -c 14000000 /dev/zero | tr '\0' a`
+	ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: big}}, bson.D{{Key: "shell", Value: "exit 0"}})
+	startNode(t, db, "n", func(cfg *den.Config) { cfg.GFS = "false" })
+	rawA, rawB := waitEnded(t, db, ids[0]), waitEnded(t, db, ids[1])
+	for i, raw := range []bson.Raw{rawA, rawB} {
+		if st, _ := raw.Lookup("status").AsInt64OK(); st != 1 {
+			t.Fatalf("task %d has status %d, want 1: %.300s", i+1, st, raw)
+		}
+	}
+	assertReused(t, runnerInfo(t, rawA), runnerInfo(t, rawB))
+
+	fresh := dentest.DB(t)
+	fq := dentest.Queue(t, fresh, "cmd", command.Name, 1, "fifo")
+	fid := dentest.Tasks(t, fresh, fq, bson.D{{Key: "shell", Value: "exit 0"}})[0]
+	startNode(t, fresh, "fresh", func(cfg *den.Config) { cfg.GFS = "false"; cfg.Runner.MaxTasks = 1 })
+	rawC := waitEnded(t, fresh, fid)
+	ua, ub, uc := usageOf(t, "large task", rawA), usageOf(t, "small task after it", rawB), usageOf(t, "small task, fresh runner", rawC)
+	if ub.PeakRSSMB > uc.PeakRSSMB+25 {
+		t.Fatalf("a small task after a large one in the same runner peaked at %.1f MB; on a fresh runner %.1f MB (the large one: %.1f MB)",
+			ub.PeakRSSMB, uc.PeakRSSMB, ua.PeakRSSMB)
+	}
+}

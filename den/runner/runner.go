@@ -81,6 +81,7 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 		return err
 	}
 	defer disconnect(ctx)
+	var shedder shedder
 	for served := 0; ; served++ {
 		r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
 			reused: served > 0,
@@ -117,6 +118,7 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 		if r.abandoned || ctx.Err() != nil {
 			return nil
 		}
+		shedder.shed(log)
 		next, ok := tasks.done(ctx, spec.Task)
 		if !ok {
 			return nil
