@@ -422,3 +422,28 @@ func TestNodeDocumentCarriesResources(t *testing.T) {
 		t.Errorf("heartbeat %v not after the first sample %v", lastBeat, first)
 	}
 }
+
+// A reused runner's completions count under its queue's name as it is
+// now: a queue renamed while a runner serves it is counted under the new
+// name, as its claims are.
+func TestMetricsFollowARenamedQueueInAReusedRunner(t *testing.T) {
+	t.Parallel()
+	client, ep, tweak := withEndpoint(t, dentest.URI())
+	db := client.Database(dentest.DB(t).Name())
+	qid := dentest.Queue(t, db, "before", sleepPlugin, 1, "fifo")
+	first := dentest.Tasks(t, db, qid, sleepTasks(1, 10)...)[0]
+	startNode(t, db, "n", tweak, func(c *den.Config) { c.Runner.Idle = 5 * time.Minute })
+	rawA := waitEnded(t, db, first)
+	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$set", Value: bson.D{{Key: "name", Value: "after"}}}})
+	dentest.Eventually(t, time.Minute, "a pass has read the new name", func() bool {
+		return value(ep.scrape(t), "den_tasks_running", "queue", "after") >= 0
+	})
+	second := dentest.Tasks(t, db, qid, sleepTasks(1, 10)...)[0]
+	rawB := waitEnded(t, db, second)
+	assertReused(t, runnerInfo(t, rawA), runnerInfo(t, rawB))
+	dentest.Eventually(t, time.Minute, "the second completion counted under the new name", func() bool {
+		fams := ep.scrape(t)
+		return value(fams, "den_task_completions_total", "queue", "after", "status", "1") == 1 &&
+			value(fams, "den_task_completions_total", "queue", "before", "status", "1") == 1
+	})
+}

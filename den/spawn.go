@@ -141,7 +141,9 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	if relayCtl != nil {
 		// Served until the runner exits (closing its end) or the node
 		// stops; then the runner connects directly.
-		report := func(b []byte) { n.runnerReport(q.Name, b) }
+		// The queue's name as the last pass read it: a reused runner may
+		// serve a queue renamed since it started.
+		report := func(b []byte) { n.runnerReport(n.queueName(q.ID, q.Name), b) }
 		if err := n.relay.ServeControlReports(relayCtl, n.log.With(zap.Int("runner_pid", pid)), report); err != nil {
 			n.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
@@ -253,6 +255,17 @@ func (n *Node) watch(cmd *exec.Cmd, p *runnerProc) {
 
 // runnerReport counts what a runner of a task of queue q reported at its
 // end (runner.Report): its completion or retry, and its output bytes.
+// queueName is the name of queue id as the last full pass read it, else
+// fallback.
+func (n *Node) queueName(id bson.ObjectID, fallback string) string {
+	if p := n.queueNames.Load(); p != nil {
+		if name, ok := (*p)[id]; ok {
+			return name
+		}
+	}
+	return fallback
+}
+
 func (n *Node) runnerReport(q string, b []byte) {
 	var r runner.Report
 	if err := json.Unmarshal(b, &r); err != nil {
