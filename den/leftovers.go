@@ -18,7 +18,9 @@ import (
 // keeps running; before the node retries or fails such a task it stops
 // what is left of the run, found by the run's own identity: its cgroup
 // (named from the task id and run token), and every process carrying the
-// run marker DEN_RUN=<task>.<token> that started after the run. A retry
+// run marker DEN_RUN=<task>.<token> that started after the runner process
+// (runner.started; for a reused runner that is before the run began, which
+// only widens the search: the marker names this run's token). A retry
 // therefore never overlaps the run it replaces.
 
 // detectCgroup decides, once at start, whether runs get cgroups of their
