@@ -143,6 +143,17 @@ func alive(r queue.RunnerInfo) bool {
 	return diff > -1000 && diff < 1000
 }
 
+// ownRunner reports whether pid is a runner this node process started and
+// has not reaped: it is alive, and the pid cannot have been reused, so its
+// recorded start time need not be compared (a process's apparent start
+// time can move by a second or more with the boot time the kernel reports
+// or a clock step, and a reused runner lives for many tasks).
+func (n *Node) ownRunner(pid int) bool {
+	n.pool.mu.Lock()
+	defer n.pool.mu.Unlock()
+	return n.pool.byPID[pid] != nil
+}
+
 // runGoing reports whether the live runner r may still be running run r
 // of task id: a runner serves several tasks, and one whose run ended
 // without its result recorded (its final write gave up) goes on to the
@@ -237,7 +248,7 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 				continue
 			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
-		case n.onThisHost(*r) && !alive(*r):
+		case n.onThisHost(*r) && !n.ownRunner(r.PID) && !alive(*r):
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
 		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.own.finished(task.ID):
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})

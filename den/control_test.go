@@ -430,3 +430,30 @@ func TestDrainOnStopWaitsForRunners(t *testing.T) {
 		t.Errorf("long task when the node had stopped: %s", raw)
 	}
 }
+
+// A runner this node process started is alive as long as the node has not
+// reaped it: its recorded start time is not compared again. (The start
+// time a process appears to have can move by a second or more, with the
+// boot time the kernel reports or a clock step, and a reused runner lives
+// for many tasks.) Here the recorded start is off by 1.5 s: the task is
+// left to its runner, and the runner to its task.
+func TestOwnRunnerIsNotJudgedByItsStartTime(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", sleepPlugin, 1, "fifo")
+	id := dentest.Tasks(t, db, qid, sleepTasks(1, 600000)...)[0]
+	var rescueEvery time.Duration
+	startNode(t, db, "n", func(c *den.Config) { rescueEvery = c.RescueEvery })
+	waitFor(t, db, id, 0)
+	r := runnerInfo(t, dentest.Task(t, db, id))
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "runner.started", Value: 1500}}}})
+	waitPasses(t, db, []string{"n"}, 3, rescueEvery)
+	if st := status(t, db, id); st != 0 {
+		t.Fatalf("the task of a healthy runner whose recorded start is off by 1.5 s has status %d, want 0 (running)", st)
+	}
+	if !liveProcess(r.PID) {
+		t.Fatalf("the healthy runner %d was killed", r.PID)
+	}
+	cancel(t, db, id)
+	waitFor(t, db, id, -5)
+}
