@@ -253,8 +253,6 @@ func (n *Node) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 }
 
-// runnerReport counts what a runner of a task of queue q reported at its
-// end (runner.Report): its completion or retry, and its output bytes.
 // queueName is the name of queue id as the last full pass read it, else
 // fallback.
 func (n *Node) queueName(id bson.ObjectID, fallback string) string {
@@ -266,6 +264,8 @@ func (n *Node) queueName(id bson.ObjectID, fallback string) string {
 	return fallback
 }
 
+// runnerReport counts what a runner of a task of queue q reported at its
+// end (runner.Report): its completion or retry, and its output bytes.
 func (n *Node) runnerReport(q string, b []byte) {
 	var r runner.Report
 	if err := json.Unmarshal(b, &r); err != nil {

@@ -213,7 +213,8 @@ func (t *taskLink) close() { t.f.Close() }
 // is held, copied and encoded).
 const shedAfter = 32 << 20
 
-// shedder readies a worker for its next run (see shed).
+// shedder remembers how much the worker had allocated in all at its last
+// shed.
 type shedder struct{ allocated uint64 }
 
 // shed readies a worker for its next run. What the run made the worker
