@@ -2,14 +2,12 @@ package den_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -322,24 +320,8 @@ func TestForgedRunnerIsNeverSignalled(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 0, "fifo")
-	victim := exec.Command("sleep", "600")                   // killed at cleanup; long enough for a slow node start
-	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group leader, like a runner
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Reaped as soon as it ends, so that a killed victim shows as gone
-	// (signal 0 succeeds on a zombie).
-	exited := make(chan struct{})
-	go func() { victim.Wait(); close(exited) }()
-	t.Cleanup(func() { victim.Process.Kill(); <-exited })
-	p, err := process.NewProcess(int32(victim.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	started, err := p.CreateTime()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Killed at cleanup; long enough for a slow node start.
+	victim, started, exited := dentest.GroupLeader(t)
 	host, _ := os.Hostname()
 	for _, pid := range []int{1, victim.Process.Pid} {
 		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: qid}, {Key: "node", Value: "n"}, {Key: "status", Value: 0},

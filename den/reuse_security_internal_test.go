@@ -1,13 +1,12 @@
 package den
 
 import (
-	"os/exec"
 	"syscall"
 	"testing"
 
-	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
@@ -18,19 +17,7 @@ import (
 // the task it runs now is acted on.
 func TestActReachesOnlyTheTaskARunnerRunsNow(t *testing.T) {
 	t.Parallel()
-	victim := exec.Command("sleep", "600")
-	victim.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a group leader, like a runner
-	if err := victim.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { victim.Wait(); close(exited) }()
-	t.Cleanup(func() { victim.Process.Kill(); <-exited })
-	p, err := process.NewProcess(int32(victim.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	started, _ := p.CreateTime()
+	victim, started, exited := dentest.GroupLeader(t)
 	nodeEnd, runnerEnd, err := runner.TaskChannel()
 	if err != nil {
 		t.Fatal(err)
