@@ -38,6 +38,9 @@ type claimState struct {
 	// fit is what this claim round has free for tasks that request
 	// resources, less what it claimed so far.
 	fit *queue.Resources
+	// malformed is what this claim round did with documents its claims
+	// took that cannot be tasks (see malformed.go).
+	malformed malformedTally
 }
 
 // counts are a queue's count_todo and count_total, -1 when unknown.
@@ -121,6 +124,8 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 	// claimable again and again.
 	fit := n.capacity.free(n.own.reserved())
 	st.fit = &fit
+	st.malformed = malformedTally{}
+	defer func() { st.malformed.report(n.log) }()
 	if probe {
 		if err := n.probe(ctx); err != nil {
 			return err
@@ -283,6 +288,16 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 			}
 			return true, nil
 		}
+		if c.Malformed != nil {
+			// Taken out of the way for good; the next claim meets the
+			// next task. Past the pass's budget, the other groups of
+			// queues go first.
+			n.takeMalformed(ctx, *c.Malformed, &st.malformed)
+			if st.malformed.failed+st.malformed.skipped >= malformedPerPass {
+				return true, nil
+			}
+			continue
+		}
 		q, known := byID[c.Queue]
 		if !known { // cannot happen: the claim names these queues
 			n.release(c.ID, "claimed from a queue this node did not ask for")
@@ -377,7 +392,7 @@ func (n *Node) claimOne(ctx context.Context, ids []bson.ObjectID, sort string) (
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	at := n.now().Truncate(time.Millisecond)
-	c, ok, err := n.store.ClaimFit(cctx, ids, sort, n.cfg.Name, at, n.claiming.fit)
+	c, ok, err := n.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: n.cfg.Name, At: at, Free: n.claiming.fit})
 	if err != nil {
 		if released, rerr := n.store.ReleaseLost(cctx, ids, n.cfg.Name, at); rerr == nil && released > 0 {
 			n.log.Warn("a claim failed after it landed; task put back", zap.Error(err))

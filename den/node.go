@@ -208,8 +208,9 @@ type Node struct {
 	started time.Time
 	// running is true from the end of start (MongoDB answered) until Run
 	// returns; lastPassOK is when a full pass last succeeded (UnixNano);
-	// outage is the error of the pass that started an outage, nil while
-	// there is none. They make Ready.
+	// outage is what Ready says while passes fail (MongoDB unreachable or
+	// failing, or a document den cannot read: see setOutage), nil while
+	// they succeed. They make Ready.
 	running    atomic.Bool
 	lastPassOK atomic.Int64
 	outage     atomic.Pointer[string]
@@ -547,7 +548,7 @@ func (n *Node) Ready() error {
 		return errors.New("not running: starting (waiting for MongoDB), or stopped")
 	}
 	if msg := n.outage.Load(); msg != nil {
-		return fmt.Errorf("MongoDB unreachable or failing: %s", *msg)
+		return errors.New(*msg)
 	}
 	within := max(3*n.cfg.Interval, 3*time.Second)
 	last := n.lastPassOK.Load()

@@ -70,12 +70,25 @@ func (n *Node) tick(ctx context.Context, full bool) {
 	if n.notes.clear("outage") {
 		n.log.Info("MongoDB reachable again")
 	}
+	if n.notes.clear("document-fault") {
+		n.log.Info("passes read every document again")
+	}
 }
 
 // setOutage notes that a pass failed on err: MongoDB is unreachable or
-// failing until a full pass succeeds.
+// failing until a full pass succeeds. A pass that failed on a document it
+// could not read is told apart: that is no outage (the database answered),
+// and it is what /readyz then says.
 func (n *Node) setOutage(err error) {
-	msg := err.Error()
+	if queue.IsDocumentError(err) {
+		msg := "a document den cannot read stopped a pass (MongoDB answered): " + err.Error()
+		n.outage.Store(&msg)
+		if n.notes.set("document-fault", "") {
+			n.log.Warn("a document den cannot read stopped a pass; retrying every interval", zap.Error(err))
+		}
+		return
+	}
+	msg := "MongoDB unreachable or failing: " + err.Error()
 	n.outage.Store(&msg)
 	n.metrics.Outage.Set(1)
 	if n.notes.set("outage", "") {
@@ -118,15 +131,8 @@ func (n *Node) pass(ctx context.Context) error {
 	}
 	n.noteBadQueues(bad)
 	serve := n.serveable(queues, filter)
-	for _, q := range queues {
-		if q.CountTodo == nil || q.CountTotal == nil {
-			if len(q.BadCounts) > 0 {
-				n.log.Warn("queue counts are not numbers: recounting them from the tasks", zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.Strings("fields", q.BadCounts))
-			}
-			if err := n.store.FillCounts(ctx, q); err != nil {
-				return err
-			}
-		}
+	if err := n.fillCounts(ctx, queues); err != nil {
+		return err
 	}
 
 	rescueDue := now.Sub(n.lastRescue) >= n.cfg.RescueEvery
@@ -232,6 +238,37 @@ func (n *Node) pass(ctx context.Context) error {
 	return nil
 }
 
+// fillCounts fills in the counts of queues inserted without them (or with
+// counts that are not numbers) from their tasks: at most
+// queue.FillCountsBatch queues a pass, in one aggregation and one bulk
+// write, so that a pass stays short however many such queues there are.
+// It logs when there is such work and when it is done, with the queues
+// whose counts were not numbers (someone wrote them: worth a look).
+func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
+	var todo []queue.Queue
+	var bad []string
+	for _, q := range queues {
+		if q.CountTodo == nil || q.CountTotal == nil {
+			todo = append(todo, q)
+			if len(q.BadCounts) > 0 && len(bad) < 10 {
+				bad = append(bad, fmt.Sprintf("%s (%s: %s)", q.Name, q.ID.Hex(), strings.Join(q.BadCounts, ", ")))
+			}
+		}
+	}
+	if len(todo) == 0 {
+		if n.notes.clear("fill-counts") {
+			n.log.Info("every queue's counts are filled in")
+		}
+		return nil
+	}
+	if n.notes.set("fill-counts", "") {
+		n.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
+			zap.Int("queues", len(todo)), zap.Int("batch", queue.FillCountsBatch), zap.Strings("not_numbers", bad))
+	}
+	_, err := n.store.FillCounts(ctx, todo[:min(len(todo), queue.FillCountsBatch)])
+	return err
+}
+
 // globalInPlay reports whether a served queue with a queue-wide threads
 // limit may have work: claims in it then need every node's running count
 // fresh each pass.
@@ -305,14 +342,25 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 	return out
 }
 
+// noteBadQueues warns once about each queue document that cannot be a
+// queue, when it is first met: the first few by name, the rest of a pass in
+// one line (a collection of thousands of them must not flood the log).
 func (n *Node) noteBadQueues(bad []queue.BadQueue) {
 	seen := map[string]bool{}
+	fresh := 0
 	for _, b := range bad {
 		key := "bad-queue:" + fmt.Sprint(b.ID)
 		seen[key] = true
 		if n.notes.set(key, b.Reason.Error()) {
-			n.log.Warn("queue document skipped", zap.Error(b.Reason))
+			fresh++
+			n.metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
+			if fresh <= malformedLogged {
+				n.log.Warn("queue document skipped", zap.String("queue_id", fmt.Sprint(b.ID)), zap.Error(b.Reason))
+			}
 		}
+	}
+	if fresh > malformedLogged {
+		n.log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
 	}
 	for _, key := range n.notes.keep("bad-queue:", seen) {
 		n.log.Info("queue document no longer malformed or gone", zap.String("what", key))
@@ -353,6 +401,7 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 		}
 		if ok {
 			failed[m.Queue]++
+			n.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
 			if err := n.store.DecrementTodo(ctx, m.Queue); err != nil {
 				return err
 			}
@@ -407,6 +456,7 @@ func (n *Node) normalize(ctx context.Context, tasks []queue.Task, now time.Time)
 			return err
 		}
 		if ok {
+			n.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
 			n.log.Warn("failed a task that cannot be run as written (reason in its stderr)", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
 			if err := n.store.DecrementTodo(ctx, t.Queue); err != nil {
 				return err

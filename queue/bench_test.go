@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/queue"
@@ -23,7 +22,7 @@ func BenchmarkClaim(b *testing.B) {
 	dentest.Tasks(b, db, qid, params(b.N)...)
 	b.ResetTimer()
 	for range b.N {
-		if _, ok, err := store.Claim(dentest.Context(b), q, "bench", time.Now()); err != nil || !ok {
+		if _, ok, err := claimOne(dentest.Context(b), store, q, "bench"); err != nil || !ok {
 			b.Fatalf("claim: %v %v", ok, err)
 		}
 	}

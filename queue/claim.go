@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -26,14 +27,10 @@ var unclaimed = bson.D{{Key: "$in", Value: bson.A{Unclaimed, nil}}}
 // cancel of another type (epoch seconds, a string) waits until the sweep
 // has turned it into an ISODate or a boolean, or failed the task
 // (NormalizeTasks): it is never run early, nor run cancelled. A task
-// without those fields is claimed exactly as Disbatch 4 claims it.
-func ClaimFilter(now time.Time, queueIDs ...bson.ObjectID) bson.D {
-	return ClaimFilterFit(now, nil, queueIDs...)
-}
-
-// ClaimFilterFit is ClaimFilter for a node with free resources (nil: no
-// condition on requested_resources; see resources.go).
-func ClaimFilterFit(now time.Time, free *Resources, queueIDs ...bson.ObjectID) bson.D {
+// without those fields is claimed exactly as Disbatch 4 claims it. With
+// free (nil: no condition), a task whose own requested_resources do not
+// fit in free is not claimed (see resources.go).
+func ClaimFilter(now time.Time, free *Resources, queueIDs ...bson.ObjectID) bson.D {
 	var inQueue any = bson.D{{Key: "$in", Value: queueIDs}}
 	if len(queueIDs) == 1 {
 		inQueue = queueIDs[0]
@@ -73,36 +70,56 @@ func ClaimSort(sort string) bson.D {
 	return nil
 }
 
-// Claim claims one queued task of q for node; see ClaimAny.
-func (s *Store) Claim(ctx context.Context, q Queue, node string, now time.Time) (id bson.ObjectID, ok bool, err error) {
-	c, ok, err := s.ClaimAny(ctx, []bson.ObjectID{q.ID}, q.Sort, node, now)
-	return c.ID, ok, err
+// ClaimRequest is what one claim asks for.
+type ClaimRequest struct {
+	// Queues are the queues to claim from: at most MaxClaimQueues, all of
+	// sort order Sort.
+	Queues []bson.ObjectID
+	Sort   string
+	// Node is the claiming node's name; At the claim's time, written as
+	// the task's mtime (so that a claim whose reply was lost can be
+	// recognised: ReleaseLost).
+	Node string
+	At   time.Time
+	// Free, when set, is what the node has free for tasks' own
+	// requested_resources: a task that requests more is not claimed.
+	Free *Resources
 }
 
 // Claimed is a task a claim took: its _id, its queue, its own
 // requested_resources (nil: none, or not readable) and its unfit note.
+// When the document the claim took cannot be a task, Malformed says why,
+// and the other fields are zero.
 type Claimed struct {
-	ID        bson.ObjectID `bson:"_id"`
-	Queue     bson.ObjectID `bson:"queue"`
-	Requested *Resources    `bson:"-"`
+	ID        bson.ObjectID
+	Queue     bson.ObjectID
+	Requested *Resources
 	// Unfit is the task's unfit note as it was (see resources.go): the
 	// claim shows that some node can run it, so the claimer removes it.
-	Unfit string `bson:"-"`
+	Unfit     string
+	Malformed *MalformedClaim
 }
 
-// ClaimAny claims one queued task of any of the given queues (at most
-// MaxClaimQueues, all with the given sort order) for node, with a single
-// findOneAndUpdate as the protocol requires. It returns ok false when
-// those queues have nothing to claim.
-func (s *Store) ClaimAny(ctx context.Context, queueIDs []bson.ObjectID, sort string, node string, now time.Time) (c Claimed, ok bool, err error) {
-	return s.ClaimFit(ctx, queueIDs, sort, node, now, nil)
+// MalformedClaim is a document a claim took that cannot be run as a task:
+// its _id is not an ObjectId, or its queue is not one ObjectId (an array
+// holding the queue's id matches the claim as the id itself does). The
+// claim has already taken it out of every claim's way (status -1, node
+// the claimer); FailClaimed fails it for good with the reason.
+type MalformedClaim struct {
+	// ID is the document's _id as stored, of whatever type.
+	ID bson.RawValue
+	// Queue is the claimed queue it was counted in (zero: none).
+	Queue  bson.ObjectID
+	Reason string
 }
 
-// ClaimFit is ClaimAny for a node with free resources: a task whose own
-// requested_resources do not fit in free is not claimed (nil: no such
-// condition).
-func (s *Store) ClaimFit(ctx context.Context, queueIDs []bson.ObjectID, sort string, node string, now time.Time, free *Resources) (c Claimed, ok bool, err error) {
-	if len(queueIDs) == 0 {
+// Claim claims one queued task of the requested queues, with a single
+// findOneAndUpdate as the protocol requires. It returns ok false when those
+// queues have nothing to claim. A document that the claim takes but that
+// cannot be a task comes back with Claimed.Malformed set: the caller fails
+// it (FailClaimed) and claims again.
+func (s *Store) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bool, err error) {
+	if len(r.Queues) == 0 {
 		return c, false, nil
 	}
 	// Only the _id and queue come back (a task document may be up to 16
@@ -114,37 +131,100 @@ func (s *Store) ClaimFit(ctx context.Context, queueIDs []bson.ObjectID, sort str
 		if project {
 			opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: FieldRequested, Value: 1}, {Key: FieldUnfit, Value: 1}})
 		}
-		if sort := ClaimSort(sort); sort != nil {
+		if sort := ClaimSort(r.Sort); sort != nil {
 			opts.SetSort(sort)
 		}
 		return opts
 	}
 	update := bson.D{{Key: "$set", Value: bson.D{
-		{Key: "node", Value: node},
+		{Key: "node", Value: r.Node},
 		{Key: "status", Value: StatusClaimed},
-		{Key: "mtime", Value: now},
+		{Key: "mtime", Value: r.At},
 	}}}
-	filter := ClaimFilterFit(now, free, queueIDs...)
+	filter := ClaimFilter(r.At, r.Free, r.Queues...)
 	project := !s.noClaimProjection.Load()
 	raw, err := s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(project)).Raw()
 	if project && notImplemented(err) {
 		s.noClaimProjection.Store(true)
 		raw, err = s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(false)).Raw()
 	}
-	if err == nil {
-		err = bson.Unmarshal(raw, &c)
-		if v := raw.Lookup(FieldRequested); !absent(v) {
-			c.Requested, _ = DecodeResources(v)
-		}
-		c.Unfit, _ = raw.Lookup(FieldUnfit).StringValueOK()
-	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return c, false, nil
 	}
 	if err != nil {
-		return c, false, fmt.Errorf("claim a task in %d queue(s) starting with %s: %w", len(queueIDs), queueIDs[0].Hex(), err)
+		return c, false, fmt.Errorf("claim a task in %d queue(s) starting with %s: %w", len(r.Queues), r.Queues[0].Hex(), err)
 	}
-	return c, true, nil
+	return decodeClaimed(raw, r.Queues), true, nil
+}
+
+// decodeClaimed reads what a claim returned, which was matched by a claim
+// of queues but may be any document.
+func decodeClaimed(raw bson.Raw, queues []bson.ObjectID) Claimed {
+	var c Claimed
+	idv, qv := raw.Lookup("_id"), raw.Lookup("queue")
+	id, idOK := idv.ObjectIDOK()
+	q, qOK := qv.ObjectIDOK()
+	if idOK && qOK && slices.Contains(queues, q) {
+		c.ID, c.Queue = id, q
+		if v := raw.Lookup(FieldRequested); !absent(v) {
+			c.Requested, _ = DecodeResources(v)
+		}
+		c.Unfit, _ = raw.Lookup(FieldUnfit).StringValueOK()
+		return c
+	}
+	m := &MalformedClaim{ID: bson.RawValue{Type: idv.Type, Value: slices.Clone(idv.Value)}}
+	switch {
+	case qOK && slices.Contains(queues, q):
+		m.Queue = q
+	case qv.Type == bson.TypeArray:
+		vals, _ := qv.Array().Values()
+		for _, v := range vals {
+			if id, ok := v.ObjectIDOK(); ok && slices.Contains(queues, id) {
+				m.Queue = id
+				break
+			}
+		}
+	}
+	switch {
+	case !idOK:
+		m.Reason = fmt.Sprintf("its _id is %s; den runs only tasks whose _id is an ObjectId, as the drivers and the mongo shell make it", describe(idv))
+	case qv.Type == bson.TypeArray:
+		m.Reason = fmt.Sprintf("its queue is %s; it must be the ObjectId of one queue", describe(qv))
+	default:
+		m.Reason = fmt.Sprintf("its queue is %s; it must be the ObjectId of one queue", describe(qv))
+	}
+	c.Malformed = m
+	return c
+}
+
+// FailClaimed fails (2) a document a claim of node took that cannot be a
+// task, with the reason in its stderr, if it is still so claimed, and
+// reports whether it did. The caller counts it as done in its queue
+// (m.Queue). A document so large that the reason does not fit in it is
+// failed without it: it is then given only its status, which a claim never
+// matches again.
+func (s *Store) FailClaimed(ctx context.Context, m MalformedClaim, node string, now time.Time) (bool, error) {
+	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$eq", Value: m.ID}}}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}}
+	reason := "den: task not run: " + m.Reason + "\n"
+	res, err := s.tasks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "status", Value: StatusFailed},
+		{Key: "stdout", Value: ""},
+		{Key: "stderr", Value: reason},
+		{Key: "mtime", Value: now},
+		{Key: FieldOutcome, Value: OutcomeMalformed},
+		{Key: FieldOutcomeReason, Value: m.Reason},
+	}}})
+	var se mongo.ServerError
+	if err != nil && errors.As(err, &se) && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err) {
+		// The server refused the update itself (a document at the size
+		// limit cannot take the reason): the status alone is as large as
+		// it was.
+		res, err = s.tasks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusFailed}}}})
+	}
+	if err != nil {
+		return false, fmt.Errorf("fail the claimed document with _id %s: %w", m.ID, err)
+	}
+	return res.ModifiedCount == 1, nil
 }
 
 // ReleaseLost puts back a task this node may have claimed at claimedAt in
@@ -194,15 +274,21 @@ func (s *Store) Probe(ctx context.Context, queueIDs []bson.ObjectID, now time.Ti
 	if len(queueIDs) == 0 {
 		return queueID, false, nil
 	}
-	var doc struct {
-		Queue bson.ObjectID `bson:"queue"`
-	}
-	err = s.tasks.FindOne(ctx, ClaimFilterFit(now, free, queueIDs...), options.FindOne().SetProjection(bson.D{{Key: "queue", Value: 1}})).Decode(&doc)
+	raw, err := s.tasks.FindOne(ctx, ClaimFilter(now, free, queueIDs...), options.FindOne().SetProjection(bson.D{{Key: "queue", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return queueID, false, nil
 	}
 	if err != nil {
 		return queueID, false, fmt.Errorf("look for claimable tasks in %d queue(s): %w", len(queueIDs), err)
 	}
-	return doc.Queue, true, nil
+	// What the claim filter matched may hold the queue's id in an array:
+	// the queue it names is the one a claim then meets it in.
+	c := decodeClaimed(raw, queueIDs)
+	switch {
+	case c.Malformed == nil:
+		return c.Queue, true, nil
+	case !c.Malformed.Queue.IsZero():
+		return c.Malformed.Queue, true, nil
+	}
+	return queueIDs[0], true, nil
 }

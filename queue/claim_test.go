@@ -1,6 +1,8 @@
 package queue_test
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -54,7 +56,7 @@ func TestClaimIsAtomic(t *testing.T) {
 			defer wg.Done()
 			node := string(rune('a' + c))
 			for {
-				id, ok, err := store.Claim(dentest.Context(t), q, node, time.Now())
+				id, ok, err := claimOne(dentest.Context(t), store, q, node)
 				if err != nil {
 					t.Error(err)
 					return
@@ -98,7 +100,7 @@ func TestClaimOrder(t *testing.T) {
 				if tc.reverse {
 					want = ids[len(ids)-1-i]
 				}
-				got, ok, err := store.Claim(dentest.Context(t), q, "n", time.Now())
+				got, ok, err := claimOne(dentest.Context(t), store, q, "n")
 				if err != nil || !ok {
 					t.Fatalf("claim %d: ok=%v err=%v", i, ok, err)
 				}
@@ -130,11 +132,11 @@ func TestClaimFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := mustQueue(t, store, qid)
-	id, ok, err := store.Claim(ctx, q, "n", time.Now())
+	id, ok, err := claimOne(ctx, store, q, "n")
 	if err != nil || !ok || id != nullNode {
 		t.Fatalf("claim = %s, %v, %v; want the task with node null", id.Hex(), ok, err)
 	}
-	if _, ok, _ := store.Claim(ctx, q, "n", time.Now()); ok {
+	if _, ok, _ := claimOne(ctx, store, q, "n"); ok {
 		t.Fatal("claimed a task that was not claimable")
 	}
 	// Release puts it back, once.
@@ -254,7 +256,7 @@ func TestFillAndDecrementCounts(t *testing.T) {
 	if q.CountTodo != nil || q.CountTotal != nil {
 		t.Fatal("counts should start unset")
 	}
-	if err := store.FillCounts(ctx, q); err != nil {
+	if _, err := store.FillCounts(ctx, []queue.Queue{q}); err != nil {
 		t.Fatal(err)
 	}
 	q = mustQueue(t, store, qid)
@@ -414,4 +416,14 @@ func TestRescueHistoryStartsAtTheRun(t *testing.T) {
 	if !ok || !started.Equal(runStart) {
 		t.Fatalf("history entry started %v, want the run's start %v (the process started %v)", started, runStart, processStart)
 	}
+}
+
+// claimOne claims one task of q for node, as a node's claim of one queue
+// does.
+func claimOne(ctx context.Context, store *queue.Store, q queue.Queue, node string) (bson.ObjectID, bool, error) {
+	c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{q.ID}, Sort: q.Sort, Node: node, At: time.Now()})
+	if c.Malformed != nil {
+		return c.ID, ok, fmt.Errorf("claimed a malformed document: %s", c.Malformed.Reason)
+	}
+	return c.ID, ok, err
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -60,21 +61,20 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 	}
 	defer cur.Close(ctx)
 	for cur.Next(ctx) {
-		var row struct {
-			ID struct {
-				Queue bson.ObjectID `bson:"queue"`
-				Node  any           `bson:"node"`
-			} `bson:"_id"`
-			N int `bson:"n"`
+		// Read field by field: a task may hold anything in queue and node
+		// (an array holding the queue's id matches the $in), and such a
+		// task is no queue's.
+		group, _ := cur.Current.Lookup("_id").DocumentOK()
+		q, ok := group.Lookup("queue").ObjectIDOK()
+		if !ok {
+			continue
 		}
-		if err := cur.Decode(&row); err != nil {
-			return nil, fmt.Errorf("count running tasks: %w", err)
+		node, _ := group.Lookup("node").StringValueOK()
+		n, _ := intValue(cur.Current.Lookup("n"))
+		if out[q] == nil {
+			out[q] = map[string]int{}
 		}
-		node, _ := row.ID.Node.(string)
-		if out[row.ID.Queue] == nil {
-			out[row.ID.Queue] = map[string]int{}
-		}
-		out[row.ID.Queue][node] += row.N
+		out[q][node] += int(n)
 	}
 	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("count running tasks: %w", err)
@@ -82,40 +82,57 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 	return out, nil
 }
 
-// FillCounts sets count_total and count_todo of a queue where they are null
-// or missing, or hold something other than a number (q.BadCounts), from the
-// tasks collection: count_todo counts the tasks with a status of 0 or less.
-// A count someone else set meanwhile is left as is.
-func (s *Store) FillCounts(ctx context.Context, q Queue) error {
-	fill := func(field string, filter bson.D) error {
-		n, err := s.tasks.CountDocuments(ctx, filter)
-		if err != nil {
-			return fmt.Errorf("count %s of queue %s: %w", field, q.ID.Hex(), err)
+// FillCounts sets count_total and count_todo of the given queues where
+// they are null or missing, or hold something other than a number
+// (Queue.BadCounts), from their tasks: count_todo counts the tasks with a
+// status of 0 or less. It costs one aggregation over those queues' tasks
+// and one bulk write, however many queues it is given; callers bound the
+// number (a node fills at most FillCountsBatch a pass). A count someone
+// else set meanwhile is left as is. It returns how many counts it wrote.
+func (s *Store) FillCounts(ctx context.Context, qs []Queue) (int64, error) {
+	var ids []bson.ObjectID
+	for _, q := range qs {
+		if q.CountTodo == nil || q.CountTotal == nil {
+			ids = append(ids, q.ID)
 		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	counts, err := s.TaskCounts(ctx, ids...)
+	if err != nil {
+		return 0, fmt.Errorf("fill the counts of %d queues: %w", len(ids), err)
+	}
+	var models []mongo.WriteModel
+	fill := func(q Queue, field string, n int64) {
 		cond := bson.D{{Key: field, Value: nil}}
 		if slices.Contains(q.BadCounts, field) {
 			cond = bson.D{{Key: field, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}}}
 		}
-		_, err = s.queues.UpdateOne(ctx,
-			append(bson.D{{Key: "_id", Value: q.ID}}, cond...),
-			bson.D{{Key: "$set", Value: bson.D{{Key: field, Value: n}}}})
-		if err != nil {
-			return fmt.Errorf("set %s of queue %s: %w", field, q.ID.Hex(), err)
-		}
-		return nil
+		models = append(models, mongo.NewUpdateOneModel().
+			SetFilter(append(bson.D{{Key: "_id", Value: q.ID}}, cond...)).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: field, Value: n}}}}))
 	}
-	if q.CountTotal == nil {
-		if err := fill("count_total", bson.D{{Key: "queue", Value: q.ID}}); err != nil {
-			return err
+	for _, q := range qs {
+		c := counts[q.ID]
+		if q.CountTotal == nil {
+			fill(q, "count_total", c.Total())
 		}
-	}
-	if q.CountTodo == nil {
-		if err := fill("count_todo", bson.D{{Key: "queue", Value: q.ID}, {Key: "status", Value: bson.D{{Key: "$lte", Value: 0}}}}); err != nil {
-			return err
+		if q.CountTodo == nil {
+			fill(q, "count_todo", c.Todo())
 		}
 	}
-	return nil
+	res, err := s.queues.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	if err != nil {
+		return 0, fmt.Errorf("fill the counts of %d queues: %w", len(ids), err)
+	}
+	return res.ModifiedCount, nil
 }
+
+// FillCountsBatch is the most queues a node fills the counts of in one
+// pass: the rest wait for the next passes, so that claims never wait
+// behind thousands of queues inserted without counts.
+const FillCountsBatch = 500
 
 // DecrementTodo counts one task of a queue as done. It never takes
 // count_todo below zero (tasks inserted without incrementing it would

@@ -44,7 +44,7 @@ func explainClaim(t *testing.T, queues int) {
 	err := db.RunCommand(dentest.Context(t), bson.D{{Key: "explain", Value: bson.D{
 		{Key: "findAndModify", Value: "tasks"},
 		// As a node claims: with the condition on requested_resources.
-		{Key: "query", Value: queue.ClaimFilterFit(time.Now(), &queue.Resources{MemoryMB: 4096, CPUs: 2}, qids...)},
+		{Key: "query", Value: queue.ClaimFilter(time.Now(), &queue.Resources{MemoryMB: 4096, CPUs: 2}, qids...)},
 		{Key: "sort", Value: queue.ClaimSort(queue.SortFIFO)},
 		{Key: "update", Value: bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -1}}}}},
 	}}}).Decode(&out)

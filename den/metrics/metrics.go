@@ -51,6 +51,12 @@ type Metrics struct {
 	// OutputBytes counts bytes tasks wrote, by queue name and stream
 	// (stdout, stderr), as their runners report them at the end.
 	OutputBytes *prometheus.CounterVec
+	// Malformed counts documents this node met that cannot be what their
+	// collection holds (a task whose _id is not an ObjectId, a queue
+	// whose name is not a string, ...), by collection (tasks, queues) and
+	// by what it did: failed (a task, with the reason in its stderr) or
+	// skipped (left as it is, one warning naming it).
+	Malformed *prometheus.CounterVec
 
 	funcsMu sync.Mutex
 	running func() map[string]int
@@ -109,10 +115,13 @@ func New(reg *prometheus.Registry) *Metrics {
 		OutputBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_task_output_bytes_total", Help: "Bytes this node's tasks wrote, by queue and stream (stdout, stderr), as their runners report at the end.",
 		}, []string{"queue", "stream"}),
+		Malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "den_malformed_documents_total", Help: "Documents this node met that cannot be what their collection holds, by collection (tasks, queues) and action (failed: a task failed with the reason in its stderr; skipped: left as it is).",
+		}, []string{"collection", "action"}),
 	}
 	reg.MustRegister(
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
-		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes,
+		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes, m.Malformed,
 		funcCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -1,0 +1,106 @@
+package den_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/dentest"
+)
+
+// hostileSubset is the part of the task corpus a node test runs through:
+// every odd _id and every value of queue (what a claim matches but cannot
+// run), and for every other field the values a decoder is most likely to
+// trip on, with the deep documents and the 4 MiB parameters. The whole
+// corpus is tried against every query in queue's
+// TestEveryQueryReadsHostileDocuments; on the development server it is
+// too slow to scan every pass of a running node.
+func hostileSubset(all []dentest.Hostile) []dentest.Hostile {
+	var out []dentest.Hostile
+	for _, h := range all {
+		switch {
+		case strings.HasPrefix(h.What, "task _id "), strings.HasPrefix(h.What, "task queue "),
+			strings.HasPrefix(h.What, "task with parameters"), strings.HasPrefix(h.What, "task with requested"),
+			strings.HasPrefix(h.What, "task with 4 MiB"), strings.HasPrefix(h.What, "task with runner"):
+			out = append(out, h)
+		case strings.HasSuffix(h.What, " document"), strings.HasSuffix(h.What, " array holding the id"),
+			strings.HasSuffix(h.What, " string with controls"), strings.HasSuffix(h.What, " null"):
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// A queue full of documents that a claim matches but that cannot be run
+// (an _id that is a string, an int, BinData; a queue that is an array
+// holding the queue's id), and documents with every other field of a wrong
+// type, cost the node no more than themselves: the good tasks queued after
+// them in the same queue and in another queue run; each document a claim
+// took is failed at once with the reason in its stderr, counted in
+// den_malformed_documents_total and named in one warning; no claim is
+// put back and retried; /readyz stays ready and no outage is reported.
+func TestHostileDocumentsDoNotStallANode(t *testing.T) {
+	t.Parallel()
+	client, ep, tweak := withEndpoint(t, dentest.URI())
+	db := client.Database(dentest.DB(t).Name())
+	hostileQ := dentest.Queue(t, db, "hostile", sleepPlugin, 4, "fifo")
+	goodQ := dentest.Queue(t, db, "good", sleepPlugin, 4, "fifo")
+	corpus := hostileSubset(dentest.HostileTasks(hostileQ, "n", bson.D{{Key: "ms", Value: 1}}))
+	landed := dentest.InsertHostile(t, db.Collection("tasks"), corpus)
+	// What a claim takes and cannot run: queued documents with an odd _id
+	// or an array queue.
+	var takeable []dentest.Hostile
+	for _, h := range landed {
+		if strings.HasPrefix(h.What, "task _id ") && h.What != "task _id objectId" ||
+			h.What == "task queue array holding the id" || h.What == "task queue array holding the id twice" {
+			takeable = append(takeable, h)
+		}
+	}
+	if len(takeable) < 5 {
+		t.Fatalf("only %d documents a claim can take but not run landed: %v", len(takeable), takeable)
+	}
+	// The good tasks come after the corpus: fifo claims meet the corpus
+	// first.
+	good := append(dentest.Tasks(t, db, hostileQ, sleepTasks(3, 1)...), dentest.Tasks(t, db, goodQ, sleepTasks(3, 1)...)...)
+	node := startNode(t, db, "n", tweak)
+
+	dentest.Eventually(t, 3*time.Minute, "the good tasks of both queues ran", func() bool {
+		return dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: good}}}, {Key: "status", Value: 1}}) == int64(len(good))
+	})
+	for _, h := range takeable {
+		raw, err := db.Collection("tasks").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: bson.D{{Key: "$eq", Value: h.Doc[0].Value}}}}).Raw()
+		if err != nil {
+			t.Errorf("%s: %v", h.What, err)
+			continue
+		}
+		st, _ := raw.Lookup("status").AsInt64OK()
+		stderr, _ := raw.Lookup("stderr").StringValueOK()
+		if st != 2 || !strings.HasPrefix(stderr, "den: task not run: ") {
+			t.Errorf("%s: status %d, stderr %q; want 2 and the reason", h.What, st, stderr)
+		}
+	}
+	fams := ep.scrape(t)
+	if got := value(fams, "den_malformed_documents_total", "collection", "tasks", "action", "failed"); got < float64(len(takeable)) {
+		t.Errorf("den_malformed_documents_total{tasks,failed} = %v, want at least %d", got, len(takeable))
+	}
+	if code, body := ep.get(t, "/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	if got := value(fams, "den_database_outage"); got != 0 {
+		t.Errorf("den_database_outage = %v, want 0", got)
+	}
+	for _, msg := range []string{"a claim failed after it landed; task put back", "MongoDB unreachable or failing; keeping runners and retrying every interval"} {
+		if n := node.logs.FilterMessage(msg).Len(); n > 0 {
+			t.Errorf("logged %q %d times", msg, n)
+		}
+	}
+	// One warning per document taken out of the way, the first few of a
+	// pass by _id and the rest in one line: never one a second.
+	named := node.logs.FilterMessageSnippet("claimed a document that cannot be a task").Len()
+	if named == 0 || named > len(takeable) {
+		t.Errorf("%d warnings naming a malformed document, want between 1 and %d", named, len(takeable))
+	}
+}

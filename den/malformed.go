@@ -1,0 +1,72 @@
+package den
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+// malformedPerPass is the most documents a claim round takes out of the
+// way (fails, or skips) in one pass: beyond it, the round stops claiming
+// from that group of queues until the next pass, so that a queue full of
+// malformed documents costs the other queues at most this many commands
+// a pass. malformedLogged is how many of them a pass names, one warning
+// each; the rest are counted in one line.
+const (
+	malformedPerPass = 100
+	malformedLogged  = 10
+)
+
+// malformedTally is what a claim round did with malformed documents.
+type malformedTally struct {
+	failed, skipped int
+}
+
+// takeMalformed takes a document a claim took but that cannot be a task
+// out of every claim's way for good: it fails it (status 2, the reason in
+// its stderr) and counts it as done in the queue it was claimed in. Where
+// the document cannot be written, it stays claimed by this node (status
+// -1), which no claim matches, until the orphan reaper of a restarted
+// node puts it back. Either way claiming goes on.
+func (n *Node) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally *malformedTally) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	ok, err := n.store.FailClaimed(cctx, m, n.cfg.Name, n.now())
+	if err == nil && ok && !m.Queue.IsZero() {
+		err = n.store.DecrementTodo(cctx, m.Queue)
+	}
+	action := "failed"
+	if err != nil || !ok {
+		action = "skipped"
+		tally.skipped++
+	} else {
+		tally.failed++
+	}
+	n.metrics.Malformed.WithLabelValues("tasks", action).Inc()
+	if tally.failed+tally.skipped > malformedLogged {
+		return
+	}
+	fields := []zap.Field{zap.Stringer("task_id", m.ID), zap.String("problem", m.Reason)}
+	if !m.Queue.IsZero() {
+		fields = append(fields, zap.String("queue_id", m.Queue.Hex()))
+	}
+	switch {
+	case err != nil:
+		n.log.Warn("claimed a document that cannot be a task and cannot fail it; skipped (it stays claimed by this node)", append(fields, zap.Error(err))...)
+	case !ok:
+		n.log.Warn("claimed a document that cannot be a task; it changed before it could be failed, skipped", fields...)
+	default:
+		n.log.Warn("claimed a document that cannot be a task; failed it (reason in its stderr)", fields...)
+	}
+}
+
+// report logs, once a pass, the malformed documents the pass did not name
+// one by one.
+func (t malformedTally) report(log *zap.Logger) {
+	if t.failed+t.skipped > malformedLogged {
+		log.Warn("claimed documents that cannot be tasks this pass", zap.Int("failed", t.failed), zap.Int("skipped", t.skipped), zap.Int("named_above", malformedLogged))
+	}
+}
