@@ -309,7 +309,7 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 			n.clearUnfit(ctx, c.ID, c.Unfit)
 		}
 		*st.fit = st.fit.Sub(req)
-		n.metrics.Claims.WithLabelValues(q.Name).Inc()
+		n.metrics.Claims.WithLabelValues(n.metrics.Queue(q.Name)).Inc()
 		more := took(q.ID)
 		if n.free(q, own) <= 0 || !queueFits(q, *st.fit) {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })

@@ -252,7 +252,7 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
 		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.own.finished(task.ID):
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
-		case !n.onThisHost(*r) && now.Sub(r.LastSign()) > n.cfg.DeadNodeAfter:
+		case !n.onThisHost(*r) && staleSign(*r, now, n.cfg.DeadNodeAfter):
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
 		}
 	}
@@ -311,7 +311,7 @@ func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]que
 		}
 		counts := map[int]int{}
 		for _, task := range tasks {
-			if r := task.Runner; r != nil && now.Sub(r.LastSign()) < n.cfg.DeadNodeAfter {
+			if r := task.Runner; r != nil && !staleSign(*r, now, n.cfg.DeadNodeAfter) {
 				continue // its runner is still at work
 			}
 			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
@@ -386,4 +386,13 @@ func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, 
 		n.log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
 	}
 	return st
+}
+
+// staleSign reports whether runner r has given no sign of life (a beat,
+// else its start) for longer than after. A sign further in the future than
+// after is no sign: no runner wrote it (a writer put a far date there), and
+// taking it at its word would let one document hold a slot for ever.
+func staleSign(r queue.RunnerInfo, now time.Time, after time.Duration) bool {
+	age := now.Sub(r.LastSign())
+	return age > after || age < -after
 }

@@ -48,7 +48,7 @@ func TestHostileDocumentsDoNotStallANode(t *testing.T) {
 	db := client.Database(dentest.DB(t).Name())
 	hostileQ := dentest.Queue(t, db, "hostile", sleepPlugin, 4, "fifo")
 	goodQ := dentest.Queue(t, db, "good", sleepPlugin, 4, "fifo")
-	corpus := hostileSubset(dentest.HostileTasks(hostileQ, "n", bson.D{{Key: "ms", Value: 1}}))
+	corpus := hostileSubset(dentest.HostileTasks(hostileQ, "gone", bson.D{{Key: "ms", Value: 1}}))
 	landed := dentest.InsertHostile(t, db.Collection("tasks"), corpus)
 	// What a claim takes and cannot run: queued documents with an odd _id
 	// or an array queue.
@@ -67,7 +67,7 @@ func TestHostileDocumentsDoNotStallANode(t *testing.T) {
 	good := append(dentest.Tasks(t, db, hostileQ, sleepTasks(3, 1)...), dentest.Tasks(t, db, goodQ, sleepTasks(3, 1)...)...)
 	node := startNode(t, db, "n", tweak)
 
-	dentest.Eventually(t, 3*time.Minute, "the good tasks of both queues ran", func() bool {
+	dentest.Eventually(t, 2*time.Minute, "the good tasks of both queues ran", func() bool {
 		return dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: good}}}, {Key: "status", Value: 1}}) == int64(len(good))
 	})
 	for _, h := range takeable {

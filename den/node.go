@@ -180,8 +180,12 @@ type Node struct {
 	// liveAsked maps the run token of each running task a reader wants live
 	// output of to when its runner was last asked (passes only).
 	liveAsked map[bson.ObjectID]time.Time
-	// nodeQueues is the queues array of the last node document written.
-	nodeQueues []queue.NodeQueue
+	// nodeQueues is the queues array of the last node document written,
+	// at nodeQueuesAt; nodeQueuesLeftOut the queues it left out
+	// (NodeQueuesMax).
+	nodeQueues        []queue.NodeQueue
+	nodeQueuesAt      time.Time
+	nodeQueuesLeftOut int
 
 	// runners counts the runner processes this process started that are
 	// still running; pool holds them (reuse.go).
@@ -511,7 +515,7 @@ func (n *Node) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	running := n.runners.Load()
-	if _, _, err := n.store.HeartbeatSelf(ctx, n.cfg.Name, n.nodeQueues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.nodeQueues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
@@ -535,7 +539,7 @@ func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res}
+	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res, QueuesLeftOut: n.nodeQueuesLeftOut}
 }
 
 // Ready reports whether the node is ready, for /readyz: nil when it is

@@ -163,7 +163,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// Fixing the limit is logged once too.
 	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 1}}}})
-	dentest.Eventually(t, time.Minute, "fix noticed", func() bool { return n.logs.FilterMessage("queue problem cleared").Len() == 1 })
+	dentest.Eventually(t, time.Minute, "fix noticed", func() bool { return n.logs.FilterMessage("queue problems cleared").Len() == 1 })
 }
 
 // Every state a dead or misbehaving writer can leave a task in is

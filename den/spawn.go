@@ -156,7 +156,7 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		p.retireLocked()
 	}
 	n.pool.mu.Unlock()
-	n.log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), zap.String("queue", q.Name), zap.Int("pid", pid))
+	n.log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), queueField(q.Name), zap.Int("pid", pid))
 	if tasks != nil {
 		go n.listen(p)
 	}
@@ -272,6 +272,7 @@ func (n *Node) runnerReport(q string, b []byte) {
 		n.log.Debug("a runner sent a report that is not one", zap.Error(err))
 		return
 	}
+	q = n.metrics.Queue(q)
 	switch {
 	case r.Retry:
 		n.metrics.Retries.WithLabelValues(q).Inc()

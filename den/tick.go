@@ -3,12 +3,14 @@ package den
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
@@ -160,12 +162,7 @@ func (n *Node) pass(ctx context.Context) error {
 		st.running, n.runningAt = running, now
 	}
 
-	own, _ := n.own.counts()
-	entries := make([]queue.NodeQueue, 0, len(queues))
-	for _, q := range queues {
-		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
-		entries = append(entries, queue.NewNodeQueue(q, max(others, 0)+own[q.ID]))
-	}
+	entries := n.nodeDocQueues(queues, serve)
 	names := make(map[bson.ObjectID]string, len(queues))
 	todo := make(map[string]int64, len(queues))
 	for _, q := range queues {
@@ -176,12 +173,18 @@ func (n *Node) pass(ctx context.Context) error {
 	}
 	n.queueNames.Store(&names)
 	n.queueTodo.Store(&todo)
-	limit, problem, err := n.store.HeartbeatSelf(ctx, n.cfg.Name, entries, n.self(ctx, now), now)
+	write := entries
+	if slices.Equal(entries, n.nodeQueues) && now.Sub(n.nodeQueuesAt) < n.cfg.RefreshEvery {
+		write = nil // unchanged: the timestamp only
+	}
+	limit, problem, err := n.store.Heartbeat(ctx, n.cfg.Name, write, n.self(ctx, now), now)
 	if err != nil {
 		return err
 	}
 	n.lastBeat.Store(now.UnixNano())
-	n.nodeQueues = entries
+	if write != nil {
+		n.nodeQueues, n.nodeQueuesAt = entries, now
+	}
 	if problem != "" {
 		if n.notes.set("node-maxthreads", problem) {
 			n.log.Warn("node document: " + problem)
@@ -236,6 +239,55 @@ func (n *Node) pass(ctx context.Context) error {
 		n.lastRecheck = now
 	}
 	return nil
+}
+
+// NodeQueuesMax is the most queues a node lists in its node document.
+// Past it, the node lists the queues it holds tasks of first, then those
+// with tasks to do, then the rest by name, and counts what it left out in
+// queues_left_out: with 10,000 queues the document stays under 100 KB
+// instead of growing to megabytes rewritten every pass.
+const NodeQueuesMax = 256
+
+// nodeDocQueues is the queues array of the node document: the queues the
+// node serves or holds tasks of (not every queue of the database), each
+// as the protocol defines its entry, at most NodeQueuesMax of them.
+func (n *Node) nodeDocQueues(queues, serve []queue.Queue) []queue.NodeQueue {
+	own, _ := n.own.counts()
+	served := make(map[bson.ObjectID]bool, len(serve))
+	for _, q := range serve {
+		served[q.ID] = true
+	}
+	st := &n.claiming
+	entries := make([]queue.NodeQueue, 0, min(len(serve), NodeQueuesMax))
+	rank := make(map[string]int, len(serve))
+	for _, q := range queues {
+		if !served[q.ID] && own[q.ID] == 0 {
+			continue
+		}
+		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
+		e := queue.NewNodeQueue(q, max(others, 0)+own[q.ID])
+		switch {
+		case own[q.ID] > 0:
+			rank[e.ID] = 0
+		case e.TasksTodo > 0 || e.TasksDoing > 0:
+			rank[e.ID] = 1
+		default:
+			rank[e.ID] = 2
+		}
+		entries = append(entries, e)
+	}
+	n.nodeQueuesLeftOut = 0
+	if len(entries) > NodeQueuesMax {
+		slices.SortStableFunc(entries, func(a, b queue.NodeQueue) int {
+			if c := rank[a.ID] - rank[b.ID]; c != 0 {
+				return c
+			}
+			return strings.Compare(a.Name, b.Name)
+		})
+		n.nodeQueuesLeftOut = len(entries) - NodeQueuesMax
+		entries = entries[:NodeQueuesMax]
+	}
+	return entries
 }
 
 // fillCounts fills in the counts of queues inserted without them (or with
@@ -305,12 +357,21 @@ func (n *Node) effective(shared queue.SharedConfig) (queueFilter, string) {
 func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
 	var out []queue.Queue
 	seen := map[string]bool{}
+	logged, more := 0, 0 // new problems logged this pass, and past malformedLogged
+	warn := func(msg string, fields ...zap.Field) {
+		if logged >= malformedLogged {
+			more++
+			return
+		}
+		logged++
+		n.log.Warn(msg, fields...)
+	}
 	for _, q := range queues {
 		if q.MaxThreadsProblem != "" {
 			key := "queue-limit:" + q.ID.Hex()
 			seen[key] = true
 			if n.notes.set(key, q.MaxThreadsProblem) {
-				n.log.Warn("queue has a bad maxthreads", zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
+				warn("queue has a bad maxthreads", queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
 			}
 		}
 		p, ok := n.plugins.Lookup(q.Plugin)
@@ -318,8 +379,8 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
 			if n.notes.set(key, "disabled") {
-				n.log.Warn("queue skipped: its plugin is off unless this node's configuration enables it",
-					zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+				warn("queue skipped: its plugin is off unless this node's configuration enables it",
+					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
 			continue
 		}
@@ -327,8 +388,8 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
 			if n.notes.set(key, q.Plugin) {
-				n.log.Warn("queue skipped: no plugin of that name is registered in this den binary",
-					zap.String("queue", q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+				warn("queue skipped: no plugin of that name is registered in this den binary",
+					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
 			continue
 		}
@@ -336,8 +397,11 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 			out = append(out, q)
 		}
 	}
-	for _, key := range n.notes.keep("queue-", seen) {
-		n.log.Info("queue problem cleared", zap.String("what", key))
+	if more > 0 {
+		n.log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
+	}
+	if cleared := n.notes.keep("queue-", seen); len(cleared) > 0 {
+		n.log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
 	return out
 }
@@ -355,15 +419,15 @@ func (n *Node) noteBadQueues(bad []queue.BadQueue) {
 			fresh++
 			n.metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
 			if fresh <= malformedLogged {
-				n.log.Warn("queue document skipped", zap.String("queue_id", fmt.Sprint(b.ID)), zap.Error(b.Reason))
+				n.log.Warn("queue document skipped", zap.String("queue_id", metrics.Label(fmt.Sprint(b.ID))), zap.Error(b.Reason))
 			}
 		}
 	}
 	if fresh > malformedLogged {
 		n.log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
 	}
-	for _, key := range n.notes.keep("bad-queue:", seen) {
-		n.log.Info("queue document no longer malformed or gone", zap.String("what", key))
+	if cleared := n.notes.keep("bad-queue:", seen); len(cleared) > 0 {
+		n.log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
 }
 
@@ -409,7 +473,7 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 	}
 	for _, q := range queues {
 		if c := failed[q.ID]; c > 0 {
-			n.log.Warn("failed malformed tasks (reason in their stderr)", zap.String("queue", q.Name), zap.Int("count", c))
+			n.log.Warn("failed malformed tasks (reason in their stderr)", queueField(q.Name), zap.Int("count", c))
 		}
 	}
 	// A note is for people to read: failing to write one must not keep
@@ -467,4 +531,13 @@ func (n *Node) normalize(ctx context.Context, tasks []queue.Task, now time.Time)
 		n.log.Info("rewrote start_after, cancel or requested_resources values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
 	}
 	return nil
+}
+
+// firstLabels is the first max of keys, each cut to a log-sized label.
+func firstLabels(keys []string, max int) []string {
+	out := make([]string, 0, min(len(keys), max))
+	for _, k := range keys[:min(len(keys), max)] {
+		out = append(out, metrics.Label(k))
+	}
+	return out
 }

@@ -90,7 +90,7 @@ func (n *Node) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.Unfi
 		seen[key] = true
 		if n.notes.set(key, "") {
 			n.log.Warn("queued tasks request more than any live den node offers; they wait, with the reason in their unfit field",
-				zap.String("queue", byID[id].Name), zap.String("queue_id", id.Hex()), zap.Int("tasks", count), zap.String("example", example[id]))
+				queueField(byID[id].Name), zap.String("queue_id", id.Hex()), zap.Int("tasks", count), zap.String("example", example[id]))
 		}
 	}
 	if len(tasks) >= queue.IrregularLimit {
@@ -99,7 +99,7 @@ func (n *Node) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.Unfi
 	for _, key := range n.notes.keep("unfit:", seen) {
 		id, _ := bson.ObjectIDFromHex(key[len("unfit:"):])
 		n.log.Info("no queued task of the queue requests more than the live den nodes offer any more",
-			zap.String("queue", byID[id].Name), zap.String("queue_id", id.Hex()))
+			queueField(byID[id].Name), zap.String("queue_id", id.Hex()))
 	}
 	return nil
 }

@@ -278,9 +278,19 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 	db := dentest.DB(t)
 	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
-	limit, problem, err := store.Heartbeat(ctx, "n1", nil, time.Now())
+	limit, problem, err := store.Heartbeat(ctx, "n1", nil, nil, time.Now())
 	if err != nil || limit != nil || problem != "" {
 		t.Fatalf("first heartbeat: %v %q %v", limit, problem, err)
+	}
+	queuesOf := func() bson.RawValue {
+		raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n1"}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw.Lookup("queues")
+	}
+	if q := queuesOf(); q.Type != bson.TypeArray || len(must(q.Array().Values())) != 0 {
+		t.Fatalf("a new node document's queues: %s, want []", q)
 	}
 	for _, tc := range []struct {
 		set     any
@@ -294,7 +304,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 		{"5", ptr(0), true},
 	} {
 		dentest.Update(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: tc.set}}}})
-		limit, problem, err := store.Heartbeat(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, time.Now())
+		limit, problem, err := store.Heartbeat(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, nil, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,6 +322,20 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 	if n := dentest.Count(t, db.Collection("nodes"), bson.D{}); n != 1 {
 		t.Fatalf("%d node documents, want 1", n)
 	}
+	// Queues nil: the node's queues did not change, and stay as written.
+	if _, _, err := store.Heartbeat(ctx, "n1", nil, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if q := queuesOf(); q.Type != bson.TypeArray || len(must(q.Array().Values())) != 1 {
+		t.Fatalf("queues after a heartbeat that left them: %s, want the one written before", q)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 func ptr(i int) *int { return &i }

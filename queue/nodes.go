@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -22,10 +23,25 @@ type NodeQueue struct {
 	TasksBackfill int    `bson:"tasks_backfill"` // always 0, for legacy readers
 }
 
+// NodeQueueNameMax is the longest queue name a node document's entry
+// holds, in bytes: a queue's name is whatever its writer put there, up to
+// megabytes, and the node document is rewritten every pass. A longer name
+// is cut (at a rune boundary) and ends with "…"; the entry's id names the
+// queue exactly.
+const NodeQueueNameMax = 1024
+
 // NewNodeQueue fills a node document's queue entry the way the protocol
 // defines it: tasks_todo is count_todo minus the running tasks, tasks_done
 // is count_total minus count_todo, none below zero.
 func NewNodeQueue(q Queue, doing int) NodeQueue {
+	name := q.Name
+	if len(name) > NodeQueueNameMax {
+		cut := NodeQueueNameMax - len("…")
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		name = name[:cut] + "…"
+	}
 	var todo, total int64
 	if q.CountTodo != nil {
 		todo = *q.CountTodo
@@ -34,7 +50,7 @@ func NewNodeQueue(q Queue, doing int) NodeQueue {
 		total = *q.CountTotal
 	}
 	return NodeQueue{
-		Name:        q.Name,
+		Name:        name,
 		ID:          q.ID.Hex(),
 		Constructor: q.Plugin,
 		MaxThreads:  q.MaxThreads,
@@ -61,6 +77,9 @@ type NodeSelf struct {
 	Started time.Time
 	// Resources is the host as last sampled; nil leaves the field as it is.
 	Resources *NodeResources
+	// QueuesLeftOut is how many queues the node serves or runs but left
+	// out of its queues array, which has a cap (den.NodeQueuesMax).
+	QueuesLeftOut int
 }
 
 // NodeResources is the resources sub-document of a node document: the host
@@ -100,30 +119,30 @@ func (self *NodeSelf) fields() bson.D {
 	if self.Resources != nil {
 		d = append(d, bson.E{Key: "resources", Value: self.Resources})
 	}
+	d = append(d, bson.E{Key: "queues_left_out", Value: self.QueuesLeftOut})
 	return d
 }
 
-// Heartbeat upserts the node document: node, timestamp and queues. It never
-// writes maxthreads, which belongs to the operator, and returns the value the
+// Heartbeat upserts the node document: node, timestamp, queues and what
+// the node says of itself (self, may be nil), in one command. queues nil
+// leaves the queues array as it is (an empty one on insert): a node whose
+// queues have not changed writes its timestamp only. It never writes
+// maxthreads, which belongs to the operator, and returns the value the
 // operator set there. Problem is non-empty when that value is not a
 // non-negative whole number (it then counts as 0).
-func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, now time.Time) (limit NodeLimit, problem string, err error) {
-	return s.HeartbeatSelf(ctx, node, queues, nil, now)
-}
-
-// HeartbeatSelf is Heartbeat that also writes what the node says of itself
-// (self may be nil), in the same command.
-func (s *Store) HeartbeatSelf(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
-	if queues == nil {
-		queues = []NodeQueue{}
+func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
+	set := bson.D{{Key: "timestamp", Value: now}}
+	update := bson.D{}
+	if queues != nil {
+		set = append(set, bson.E{Key: "queues", Value: queues})
+	} else {
+		update = append(update, bson.E{Key: "$setOnInsert", Value: bson.D{{Key: "queues", Value: bson.A{}}}})
 	}
-	set := append(bson.D{
-		{Key: "timestamp", Value: now},
-		{Key: "queues", Value: queues},
-	}, self.fields()...)
+	set = append(set, self.fields()...)
+	update = append(update, bson.E{Key: "$set", Value: set})
 	doc, err := s.nodes.FindOneAndUpdate(ctx,
 		bson.D{{Key: "node", Value: node}},
-		bson.D{{Key: "$set", Value: set}},
+		update,
 		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After),
 	).Raw()
 	if err != nil {

@@ -1,11 +1,14 @@
 package dentest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +53,7 @@ func Values(ref bson.ObjectID) []Value {
 		{"string", "x"},
 		{"empty string", ""},
 		{"string with controls", "\x1b[2J\x1b]0;pwned\x07\u202e"},
+		{"string not UTF-8", "bad \xff\xfe utf-8"},
 		{"document", bson.D{{Key: "a", Value: 1}}},
 		{"empty document", bson.D{}},
 		{"array", bson.A{int32(1), "a"}},
@@ -305,36 +309,13 @@ func manyEntries(n int) bson.A {
 // array or regex _id; FerretDB, the development server, refuses Decimal128,
 // MinKey, MaxKey, Undefined and the JavaScript types, and drops the
 // connection for them) is left out: no writer can store it either. The
-// types the server refuses are found first, one insert each, so that the
-// corpus goes in with a few unordered inserts rather than one command per
-// document.
+// values the server refuses are found once per test binary (Storable), so
+// that the corpus goes in with a few unordered inserts rather than one
+// command per document.
 func InsertHostile(t testing.TB, coll *mongo.Collection, docs []Hostile) []Hostile {
 	t.Helper()
 	ctx := Context(t)
-	// The server refuses a value, or (when it refuses every value of a
-	// type the corpus has) a whole type.
-	refused := map[string]string{} // by rawKey, or by typeKey
-	accepted := map[bson.Type]bool{}
-	probe := coll.Database().Collection(coll.Name() + "_value_probe")
-	for _, v := range Values(bson.NewObjectID()) {
-		raw, err := bson.Marshal(bson.D{{Key: "v", Value: v.V}})
-		if err != nil {
-			t.Fatalf("dentest: marshal %s: %v", v.Name, err)
-		}
-		rv := bson.Raw(raw).Lookup("v")
-		if _, err := probe.InsertOne(ctx, bson.D{{Key: "v", Value: v.V}}); err != nil {
-			refused[rawKey(rv)] = v.Name
-			if !accepted[rv.Type] {
-				refused[typeKey(rv.Type)] = v.Name
-			}
-			continue
-		}
-		accepted[rv.Type] = true
-		delete(refused, typeKey(rv.Type))
-	}
-	if err := probe.Drop(ctx); err != nil {
-		t.Fatalf("dentest: drop %s: %v", probe.Name(), err)
-	}
+	refused := refusedValues(t)
 	var candidates []Hostile
 	for _, h := range docs {
 		raw, err := bson.Marshal(h.Doc)
@@ -373,7 +354,9 @@ func InsertHostile(t testing.TB, coll *mongo.Collection, docs []Hostile) []Hosti
 	}
 	var names []string
 	for _, name := range refused {
-		names = append(names, name)
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
 	}
 	sort.Strings(names)
 	t.Logf("dentest: %d of %d hostile documents landed in %s; the server refuses these values: %s", len(landed), len(docs), coll.Name(), strings.Join(names, ", "))
@@ -416,4 +399,70 @@ func holds(doc bson.Raw, values map[string]string) bool {
 		}
 	}
 	return false
+}
+
+// Storable reports whether the server stores v (in a field; MongoDB
+// refuses more as an _id, which InsertHostile finds out document by
+// document).
+func Storable(t testing.TB, v any) bool {
+	t.Helper()
+	raw, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
+	if err != nil {
+		t.Fatalf("dentest: marshal %v: %v", v, err)
+	}
+	return !holds(bson.Raw(raw), refusedValues(t))
+}
+
+var refused struct {
+	once   sync.Once
+	values map[string]string
+	err    error
+}
+
+// refusedValues finds, once per test binary, which of Values the server
+// refuses: keyed by rawKey, and by typeKey where it refuses every value of
+// a type. The development server drops the connection on such a value,
+// which clears the pool of the client that sent it and fails every other
+// operation in flight on it: the probe has a client of its own.
+func refusedValues(t testing.TB) map[string]string {
+	t.Helper()
+	refused.once.Do(func() { refused.values, refused.err = probeValues() })
+	if refused.err != nil {
+		t.Fatalf("dentest: find the values the server refuses: %v", refused.err)
+	}
+	return refused.values
+}
+
+func probeValues() (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := mongo.Connect(options.Client().ApplyURI(URI()))
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer func() { _ = c.Disconnect(context.Background()) }()
+	db := c.Database(dbName("value_probe"))
+	defer func() { _ = db.Drop(context.Background()) }()
+	out := map[string]string{}
+	accepted := map[bson.Type]bool{}
+	for _, v := range Values(bson.NewObjectID()) {
+		raw, err := bson.Marshal(bson.D{{Key: "v", Value: v.V}})
+		if err != nil {
+			return nil, fmt.Errorf("marshal %s: %w", v.Name, err)
+		}
+		rv := bson.Raw(raw).Lookup("v")
+		if _, err := db.Collection("probe").InsertOne(ctx, bson.D{{Key: "v", Value: v.V}}); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			out[rawKey(rv)] = v.Name
+			if !accepted[rv.Type] {
+				out[typeKey(rv.Type)] = v.Name
+			}
+			continue
+		}
+		accepted[rv.Type] = true
+		delete(out, typeKey(rv.Type))
+	}
+	return out, nil
 }

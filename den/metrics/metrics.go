@@ -58,6 +58,8 @@ type Metrics struct {
 	// skipped (left as it is, one warning naming it).
 	Malformed *prometheus.CounterVec
 
+	queues queueLabels
+
 	funcsMu sync.Mutex
 	running func() map[string]int
 	todo    func() map[string]int64
@@ -167,13 +169,17 @@ func (c funcCollector) Collect(ch chan<- prometheus.Metric) {
 	running, todo, ready := c.m.running, c.m.todo, c.m.ready
 	c.m.funcsMu.Unlock()
 	if running != nil {
+		by := map[string]int64{}
 		for q, n := range running() {
-			ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(n), q)
+			by[q] += int64(n)
+		}
+		for _, s := range capSeries(by) {
+			ch <- prometheus.MustNewConstMetric(runningDesc, prometheus.GaugeValue, float64(s.value), s.label)
 		}
 	}
 	if todo != nil {
-		for q, n := range todo() {
-			ch <- prometheus.MustNewConstMetric(todoDesc, prometheus.GaugeValue, float64(n), q)
+		for _, s := range capSeries(todo()) {
+			ch <- prometheus.MustNewConstMetric(todoDesc, prometheus.GaugeValue, float64(s.value), s.label)
 		}
 	}
 	if ready != nil {
