@@ -57,9 +57,9 @@ func TestRunnerReuseKeys(t *testing.T) {
 	}{
 		{"node: n\n", 100, 10 * time.Second, ""},
 		{"runner:\n  max_tasks: 1\n  idle: 2m\n", 1, 2 * time.Minute, ""},
-		{"runner:\n  max_tasks: 0\n", 0, 0, "runner.max_tasks 0 must be a positive number"},
-		{"runner:\n  max_tasks: many\n", 0, 0, "runner.max_tasks many must be a positive number"},
-		{"runner:\n  idle: -1s\n", 0, 0, "runner.idle \"-1s\" must be a positive duration"},
+		{"runner:\n  max_tasks: 0\n", 0, 0, "runner.max_tasks: 0 is below the minimum 1 (allowed: 1 to 100000 tasks)"},
+		{"runner:\n  max_tasks: many\n", 0, 0, "runner.max_tasks many is not a whole number"},
+		{"runner:\n  idle: -1s\n", 0, 0, "runner.idle: -1s is below the minimum 1s"},
 	} {
 		c, err := Load(write(t, "den.yaml", tc.file), nil)
 		switch {
@@ -137,8 +137,8 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"command.env_allow not a list", "den.yaml", "command:\n  env_allow: 5\n", "command.env_allow must be a list of strings"},
 		{"command.landlock unknown", "den.yaml", "command:\n  landlock: sometimes\n", "command.landlock \"sometimes\" must be required or optional"},
 		{"command.landlock not a string", "den.yaml", "command:\n  landlock: false\n", "command.landlock must be required or optional"},
-		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots must be a positive number of bytes"},
-		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output 0 must be a positive"},
+		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots is not a whole number"},
+		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output: 0 is below the minimum 1024"},
 		{"node a list", "den.yaml", "node: [a, b]\n", "node must be a single value"},
 		{"command.enabled a sentence", "den.yaml", "command:\n  enabled: \"yes please\"\n", "command.enabled must be true or false"},
 		{"database with a slash", "den.yaml", "mongo:\n  database: a/b\n", "database name \"a/b\" contains a character"},

@@ -68,7 +68,6 @@ func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, er
 		u.Path = "/"
 	}
 	out["mongo"] = map[string]any{"uri": u.String(), "database": db}
-	out["disbatch_uri"] = u.String()
 	for _, k := range []string{"activequeues", "ignorequeues"} {
 		if val, ok := m[k]; ok && val != nil {
 			arr, ok := val.([]any)
