@@ -181,14 +181,14 @@ var bounds = map[string]bound{
 	"max_termination_time": durations(time.Second, time.Hour),
 	// Far above interval's maximum, so that a live node is never taken for
 	// dead; a dead node's tasks are rescued within a day.
-	"dead_node_after": durations(time.Minute, 24*time.Hour),
+	"dead_node_after":  durations(time.Minute, 24*time.Hour),
 	"runner.max_tasks": counts(1, 100_000, "tasks"),
 	"runner.idle":      durations(time.Second, time.Hour),
 	// 1 KiB keeps den's own note of the cut; 1 TiB per stream is far more
 	// than anything read back should be.
 	"max_output": counts(1<<10, 1<<40, "bytes"),
 	// 0: what the machine has (memory, cpus) or the default 60 (busy).
-	"resources.memory_mb":         numbers(0, 1<<24, "MiB"), // 16 TiB
+	"resources.memory_mb":         numbers(0, 1<<24, "MiB"),  // 16 TiB
 	"resources.cpus":              numbers(0, 8192, "cores"), // Linux's largest NR_CPUS
 	"resources.busy_core_percent": numbers(0, 100, "%"),
 }
