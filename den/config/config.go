@@ -190,7 +190,7 @@ var bounds = map[string]bound{
 	// 0: what the machine has (memory, cpus) or the default 60 (busy).
 	"resources.memory_mb":         numbers(0, 1<<24, "MiB"),  // 16 TiB
 	"resources.cpus":              numbers(0, 8192, "cores"), // Linux's largest NR_CPUS
-	"resources.busy_core_percent": numbers(0, 100, "%"),
+	"resources.busy_core_percent": numbers(0, 100, "percent"),
 }
 
 // MaxNodeNameLength is the longest node name accepted, in bytes: room for
