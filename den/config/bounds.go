@@ -50,6 +50,9 @@ func (b bound) format(x float64) string {
 	case kindCount:
 		return strconv.FormatInt(int64(x), 10)
 	}
+	if math.Abs(x) < 1e15 {
+		return strconv.FormatFloat(x, 'f', -1, 64) // 16777216, not 1.6777216e+07
+	}
 	return strconv.FormatFloat(x, 'g', -1, 64)
 }
 
@@ -94,7 +97,7 @@ func boundedDuration(v *viper.Viper, key string) (time.Duration, error) {
 	b := bounds[key]
 	d, err := duration(v, key)
 	if err != nil {
-		return 0, fmt.Errorf("%s %q is not a duration such as %v (allowed: %s)", key, v.GetString(key), defaults[key], b.Range())
+		return 0, fmt.Errorf("%s %q is not a duration such as %v (allowed: %s)", key, fmt.Sprint(v.Get(key)), defaults[key], b.Range())
 	}
 	return d, b.check(key, float64(d), formatDuration(d))
 }
