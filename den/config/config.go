@@ -170,9 +170,9 @@ var defaults = map[string]any{
 // table (TestBoundsTableInReadme keeps the two the same), and
 // TestEveryDurationAndNumberKeyHasBounds fails for a new key without one.
 var bounds = map[string]bound{
-	// At 100ms an idle node sends tens of commands a second (at 1ns it
-	// sent about 450); at 30s a live node still writes its node document
-	// at least twice within the shortest dead_node_after.
+	// At 100ms an idle node makes ten passes a second (at 1ns it sent
+	// about 450 commands a second); at 30s a live node still writes its
+	// node document twice within the shortest dead_node_after.
 	"interval": durations(100*time.Millisecond, 30*time.Second),
 	// A claim's runner must have time to start and connect on a loaded
 	// machine; a lost claim must not wait for days.
