@@ -217,5 +217,13 @@ func TestConfigPrint(t *testing.T) {
 	if len(got) < 20 {
 		t.Errorf("only %d keys", len(got))
 	}
+	// A DEN_ variable that is no setting is a warning naming it, once; one
+	// den's own unit sets (DEN_CONFIG) is not.
+	t.Setenv("DEN_INTERVALL", "5s")
+	t.Setenv("DEN_CONFIG", file)
+	r := denRun(t, "", "config", "print", "--config", file).must(t, ExitOK)
+	if n := strings.Count(r.stderr, "den: warning: environment variable DEN_INTERVALL is not a den setting"); n != 1 || strings.Contains(r.stderr, "DEN_CONFIG") {
+		t.Errorf("stderr names DEN_INTERVALL %d times (want 1), or warns about DEN_CONFIG:\n%s", n, r.stderr)
+	}
 	denRun(t, "", "config", "print", "--config", "/nonexistent.yaml").must(t, ExitUsage)
 }

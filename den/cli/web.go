@@ -50,6 +50,9 @@ Authorization: Bearer TOKEN. Without it the page is read-only.`,
 				return err
 			}
 			defer log.Sync()
+			for _, w := range d.cfg.Warnings {
+				log.Warn(w)
+			}
 			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter})
 			if err != nil {
 				return err

@@ -161,8 +161,41 @@ var defaults = map[string]any{
 	"http.listen":                 "",
 	"http.web":                    false,
 	"plugins":                     map[string]any{}, // read from the file as written, not through viper (see pluginSections)
-	"disbatch_uri":                "",               // internal: the URI a Disbatch config.json gave
 }
+
+// bounds is the range of every duration and number key of defaults: one
+// place that declares them, next to the defaults. A value outside is
+// refused when the configuration loads, with an error that names the key,
+// the value and the range. README's Configuration section lists this
+// table (TestBoundsTableInReadme keeps the two the same), and
+// TestEveryDurationAndNumberKeyHasBounds fails for a new key without one.
+var bounds = map[string]bound{
+	// At 100ms an idle node makes ten passes a second (at 1ns it sent
+	// about 450 commands a second); at 30s a live node still writes its
+	// node document twice within the shortest dead_node_after.
+	"interval": durations(100*time.Millisecond, 30*time.Second),
+	// A claim's runner must have time to start and connect on a loaded
+	// machine; a lost claim must not wait for days.
+	"orphan_age": durations(30*time.Second, 24*time.Hour),
+	// Tasks and queues may set their own; this is the node's default.
+	"max_termination_time": durations(time.Second, time.Hour),
+	// Far above interval's maximum, so that a live node is never taken for
+	// dead; a dead node's tasks are rescued within a day.
+	"dead_node_after":  durations(time.Minute, 24*time.Hour),
+	"runner.max_tasks": counts(1, 100_000, "tasks"),
+	"runner.idle":      durations(time.Second, time.Hour),
+	// 1 KiB keeps den's own note of the cut; 1 TiB per stream is far more
+	// than anything read back should be.
+	"max_output": counts(1<<10, 1<<40, "bytes"),
+	// 0: what the machine has (memory, cpus) or the default 60 (busy).
+	"resources.memory_mb":         numbers(0, 1<<24, "MiB"),  // 16 TiB
+	"resources.cpus":              numbers(0, 8192, "cores"), // Linux's largest NR_CPUS
+	"resources.busy_core_percent": numbers(0, 100, "percent"),
+}
+
+// MaxNodeNameLength is the longest node name accepted, in bytes: room for
+// any DNS name (253), which is what a node is usually called.
+const MaxNodeNameLength = 255
 
 // DefaultWebListen is where den web serves unless configured: this
 // machine only.
@@ -204,13 +237,10 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	if path == "" && fs != nil {
 		path, _ = fs.GetString("config")
 	}
-	var runnerUser *url.Userinfo
-	var warnings []string
-	var sections map[string]json.RawMessage
+	var file fileSettings
 	if path != "" {
 		var err error
-		runnerUser, sections, warnings, err = readFile(v, path)
-		if err != nil {
+		if file, err = readFile(v, path); err != nil {
 			return Config{}, err
 		}
 	}
@@ -227,12 +257,13 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	}
 	// The file's task_runner user belongs to the file's own URI: not to a
 	// URI given in the environment or on the command line.
-	if runnerUser != nil && v.GetString("mongo.uri") != fileURI(v) {
+	runnerUser := file.runnerUser
+	if runnerUser != nil && v.GetString("mongo.uri") != file.uri {
 		runnerUser = nil
 	}
 	c, err := build(v, path, runnerUser)
-	c.Warnings = warnings
-	c.Plugins = sections
+	c.Warnings = append(file.warnings, envWarnings()...)
+	c.Plugins = file.sections
 	return c, err
 }
 
@@ -274,38 +305,39 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		File:         path,
 	}
 	var err error
-	if c.Interval, err = duration(v, "interval"); err != nil || c.Interval <= 0 {
-		return fail("interval %q must be a positive duration such as 1s", v.GetString("interval"))
+	if err := ValidNodeName(c.Node); err != nil {
+		return fail("%v", err)
 	}
-	if c.OrphanAge, err = duration(v, "orphan_age"); err != nil || c.OrphanAge <= 0 {
-		return fail("orphan_age %q must be a positive duration such as 5m", v.GetString("orphan_age"))
+	// In a fixed order, so that of two bad keys the same one is named.
+	for _, k := range []struct {
+		key string
+		dst *time.Duration
+	}{{"interval", &c.Interval}, {"orphan_age", &c.OrphanAge}, {"max_termination_time", &c.MaxTermination},
+		{"dead_node_after", &c.DeadNodeAfter}, {"runner.idle", &c.RunnerIdle}} {
+		if *k.dst, err = boundedDuration(v, k.key); err != nil {
+			return fail("%v", err)
+		}
 	}
-	if c.MaxTermination, err = duration(v, "max_termination_time"); err != nil || c.MaxTermination <= 0 {
-		return fail("max_termination_time %q must be a positive duration such as 10s", v.GetString("max_termination_time"))
+	for _, k := range []struct {
+		key string
+		dst *int64
+	}{{"runner.max_tasks", &c.RunnerMaxTasks}, {"max_output", &c.MaxOutput}} {
+		if *k.dst, err = boundedCount(v, k.key); err != nil {
+			return fail("%v", err)
+		}
 	}
-	if c.DeadNodeAfter, err = duration(v, "dead_node_after"); err != nil || c.DeadNodeAfter < time.Minute {
-		return fail("dead_node_after %q must be a duration of at least 1m (far above the loop interval)", v.GetString("dead_node_after"))
+	for _, k := range []struct {
+		key string
+		dst *float64
+	}{{"resources.memory_mb", &c.Resources.MemoryMB}, {"resources.cpus", &c.Resources.CPUs},
+		{"resources.busy_core_percent", &c.Resources.BusyCorePercent}} {
+		if *k.dst, err = boundedNumber(v, k.key); err != nil {
+			return fail("%v", err)
+		}
 	}
 	c.Cgroups = strings.ToLower(v.GetString("cgroups"))
 	if !slices.Contains([]string{"auto", "on", "off"}, c.Cgroups) {
 		return fail("cgroups %q must be auto, on or off", v.GetString("cgroups"))
-	}
-	for key, dst := range map[string]*float64{"resources.memory_mb": &c.Resources.MemoryMB, "resources.cpus": &c.Resources.CPUs,
-		"resources.busy_core_percent": &c.Resources.BusyCorePercent} {
-		f, ok := number(v.Get(key))
-		if !ok || f < 0 {
-			return fail("%s %v must be a number, 0 or more", key, v.Get(key))
-		}
-		*dst = f
-	}
-	if c.RunnerMaxTasks, err = count(v, "runner.max_tasks"); err != nil || c.RunnerMaxTasks <= 0 {
-		return fail("runner.max_tasks %v must be a positive number of tasks (default 100; 1 starts a runner per task)", v.Get("runner.max_tasks"))
-	}
-	if c.RunnerIdle, err = duration(v, "runner.idle"); err != nil || c.RunnerIdle <= 0 {
-		return fail("runner.idle %q must be a positive duration such as 10s", v.GetString("runner.idle"))
-	}
-	if c.MaxOutput, err = count(v, "max_output"); err != nil || c.MaxOutput <= 0 {
-		return fail("max_output %v must be a positive number of bytes (default 1073741824, 1 GiB)", v.Get("max_output"))
 	}
 	c.WebListen = strings.TrimSpace(v.GetString("web.listen"))
 	if _, _, err := net.SplitHostPort(c.WebListen); err != nil {
@@ -391,21 +423,17 @@ func listenAddress(a string) (string, error) {
 	return a, nil
 }
 
-// fileURI is the mongo URI the configuration file gave, if any.
-func fileURI(v *viper.Viper) string {
-	if m, ok := v.Get("disbatch_uri").(string); ok {
-		return m
-	}
-	return ""
-}
-
 func duration(v *viper.Viper, key string) (time.Duration, error) {
 	switch d := v.Get(key).(type) {
 	case time.Duration:
 		return d, nil
-	case int, int64, float64:
+	case int, int64, uint64, float64:
 		// A bare number is seconds, as in Disbatch's own settings.
-		return time.Duration(v.GetFloat64(key) * float64(time.Second)), nil
+		s := v.GetFloat64(key)
+		if !finite(s) || math.Abs(s) > math.MaxInt64/float64(time.Second) {
+			return 0, fmt.Errorf("%s %v is beyond any duration", key, s)
+		}
+		return time.Duration(s * float64(time.Second)), nil
 	}
 	return time.ParseDuration(v.GetString(key))
 }
@@ -472,9 +500,8 @@ func strictList(v *viper.Viper, key string) ([]string, error) {
 	return list(v.Get(key)), nil
 }
 
-// count reads a whole number: a YAML integer, or digits from the
-// environment.
-// number reads a number, or a number written as text.
+// number reads a number, or a number written as text; NaN and the
+// infinities are not numbers here.
 func number(x any) (float64, bool) {
 	switch n := x.(type) {
 	case int:
@@ -484,14 +511,16 @@ func number(x any) (float64, bool) {
 	case uint64:
 		return float64(n), true
 	case float64:
-		return n, true
+		return n, finite(n)
 	case string:
 		f, err := strconv.ParseFloat(strings.TrimSpace(n), 64)
-		return f, err == nil
+		return f, err == nil && finite(f)
 	}
 	return 0, false
 }
 
+// count reads a whole number: a YAML integer, or digits from the
+// environment.
 func count(v *viper.Viper, key string) (int64, error) {
 	switch n := v.Get(key).(type) {
 	case int:
@@ -543,19 +572,29 @@ func redact(uri string) string {
 	return u.Redacted()
 }
 
-// readFile loads a configuration file into v. It returns the credentials
-// task runners should use, when a Disbatch file names them, the plugins'
-// sections, and warnings.
-func readFile(v *viper.Viper, path string) (*url.Userinfo, map[string]json.RawMessage, []string, error) {
+// fileSettings is what a configuration file gives besides the keys it
+// loads into viper.
+type fileSettings struct {
+	// runnerUser is the credentials task runners should use, when a
+	// Disbatch file names them, for uri, the file's MongoDB URI.
+	runnerUser *url.Userinfo
+	uri        string
+	sections   map[string]json.RawMessage // the plugins' sections (den's YAML)
+	warnings   []string
+}
+
+// readFile loads a configuration file into v, and returns what else the
+// file gives.
+func readFile(v *viper.Viper, path string) (fileSettings, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("configuration file: %w", err)
+		return fileSettings{}, fmt.Errorf("configuration file: %w", err)
 	}
 	isJSON := strings.EqualFold(filepath.Ext(path), ".json") || bytes.Contains(src, []byte(`"mongohost"`))
 	if !isJSON {
 		v.SetConfigType("yaml")
 		if err := v.ReadConfig(bytes.NewReader(src)); err != nil {
-			return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+			return fileSettings{}, fmt.Errorf("configuration file %s: %w", path, err)
 		}
 		var unknown []string
 		for _, k := range v.AllKeys() {
@@ -565,30 +604,30 @@ func readFile(v *viper.Viper, path string) (*url.Userinfo, map[string]json.RawMe
 		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
-			return nil, nil, nil, fmt.Errorf("configuration file %s: unknown keys %s (known: %s)", path, strings.Join(unknown, ", "), strings.Join(knownKeys(), ", "))
+			return fileSettings{}, fmt.Errorf("configuration file %s: unknown keys %s (known: %s)", path, strings.Join(unknown, ", "), strings.Join(knownKeys(), ", "))
 		}
 		sections, err := pluginSections(src)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+			return fileSettings{}, fmt.Errorf("configuration file %s: %w", path, err)
 		}
-		return nil, sections, nil, nil
+		return fileSettings{sections: sections}, nil
 	}
 	m, err := parseRelaxedJSON(src)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		return fileSettings{}, fmt.Errorf("configuration file %s: %w", path, err)
 	}
 	ours, runnerUser, unknown, err := fromDisbatch(m)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		return fileSettings{}, fmt.Errorf("configuration file %s: %w", path, err)
 	}
 	if err := v.MergeConfigMap(ours); err != nil {
-		return nil, nil, nil, fmt.Errorf("configuration file %s: %w", path, err)
+		return fileSettings{}, fmt.Errorf("configuration file %s: %w", path, err)
 	}
-	var warnings []string
+	f := fileSettings{runnerUser: runnerUser, uri: ours["mongo"].(map[string]any)["uri"].(string)}
 	if len(unknown) > 0 {
-		warnings = append(warnings, fmt.Sprintf("configuration file %s: ignoring keys den does not use: %s", path, strings.Join(unknown, ", ")))
+		f.warnings = append(f.warnings, fmt.Sprintf("configuration file %s: ignoring keys den does not use: %s", path, strings.Join(unknown, ", ")))
 	}
-	return runnerUser, nil, warnings, nil
+	return f, nil
 }
 
 // pluginSections reads the plugins key of den's YAML file: a mapping from

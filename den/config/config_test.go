@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/sandbox"
 )
 
 func write(t *testing.T, name, body string) string {
@@ -57,9 +61,9 @@ func TestRunnerReuseKeys(t *testing.T) {
 	}{
 		{"node: n\n", 100, 10 * time.Second, ""},
 		{"runner:\n  max_tasks: 1\n  idle: 2m\n", 1, 2 * time.Minute, ""},
-		{"runner:\n  max_tasks: 0\n", 0, 0, "runner.max_tasks 0 must be a positive number"},
-		{"runner:\n  max_tasks: many\n", 0, 0, "runner.max_tasks many must be a positive number"},
-		{"runner:\n  idle: -1s\n", 0, 0, "runner.idle \"-1s\" must be a positive duration"},
+		{"runner:\n  max_tasks: 0\n", 0, 0, "runner.max_tasks: 0 is below the minimum 1 (allowed: 1 to 100000 tasks)"},
+		{"runner:\n  max_tasks: many\n", 0, 0, "runner.max_tasks many is not a whole number"},
+		{"runner:\n  idle: -1s\n", 0, 0, "runner.idle: -1s is below the minimum 1s"},
 	} {
 		c, err := Load(write(t, "den.yaml", tc.file), nil)
 		switch {
@@ -137,8 +141,8 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"command.env_allow not a list", "den.yaml", "command:\n  env_allow: 5\n", "command.env_allow must be a list of strings"},
 		{"command.landlock unknown", "den.yaml", "command:\n  landlock: sometimes\n", "command.landlock \"sometimes\" must be required or optional"},
 		{"command.landlock not a string", "den.yaml", "command:\n  landlock: false\n", "command.landlock must be required or optional"},
-		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots must be a positive number of bytes"},
-		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output 0 must be a positive"},
+		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots is not a whole number"},
+		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output: 0 is below the minimum 1024"},
 		{"node a list", "den.yaml", "node: [a, b]\n", "node must be a single value"},
 		{"command.enabled a sentence", "den.yaml", "command:\n  enabled: \"yes please\"\n", "command.enabled must be true or false"},
 		{"database with a slash", "den.yaml", "mongo:\n  database: a/b\n", "database name \"a/b\" contains a character"},
@@ -367,6 +371,311 @@ func TestHTTPListen(t *testing.T) {
 		_, err := Load(write(t, "den.yaml", body), nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want one saying %q", body, err, want)
+		}
+	}
+}
+
+// Every duration and number key is refused outside its range, from the
+// file, the environment and flags, with an error that names the key, the
+// value and the range; its ends are accepted.
+func TestBoundsRefused(t *testing.T) {
+	cases := []struct {
+		key, file, env, flag string // the key, and one of: the file's body, DEN_<KEY>'s value, --<key>'s value
+		want                 string // "" when it loads
+	}{
+		{"interval", "", "1ns", "", "interval: 1ns is below the minimum 100ms (allowed: 100ms to 30s)"},
+		{"interval", "interval: 0\n", "", "", "interval: 0s is below the minimum 100ms"},
+		{"interval", "", "", "1ms", "interval: 1ms is below the minimum 100ms"},
+		{"interval", "interval: 31s\n", "", "", "interval: 31s is above the maximum 30s (allowed: 100ms to 30s)"},
+		{"interval", "interval: 1e300\n", "", "", "interval \"1e+300\" is not a duration such as 1s (allowed: 100ms to 30s)"},
+		{"interval", "interval: 100ms\n", "", "", ""},
+		{"interval", "", "30s", "", ""},
+		{"orphan_age", "orphan_age: 1s\n", "", "", "orphan_age: 1s is below the minimum 30s (allowed: 30s to 24h)"},
+		{"orphan_age", "", "25h", "", "orphan_age: 25h is above the maximum 24h"},
+		{"orphan_age", "orphan_age: 24h\n", "", "", ""},
+		{"max_termination_time", "max_termination_time: 10ms\n", "", "", "max_termination_time: 10ms is below the minimum 1s (allowed: 1s to 1h)"},
+		{"max_termination_time", "max_termination_time: 2h\n", "", "", "max_termination_time: 2h is above the maximum 1h"},
+		{"max_termination_time", "max_termination_time: 1\n", "", "", ""}, // a bare number is seconds
+		{"dead_node_after", "dead_node_after: 59s\n", "", "", "dead_node_after: 59s is below the minimum 1m (allowed: 1m to 24h)"},
+		{"dead_node_after", "", "1000h", "", "dead_node_after: 1000h is above the maximum 24h"},
+		{"dead_node_after", "dead_node_after: 1m\n", "", "", ""},
+		{"runner.idle", "runner:\n  idle: 1ms\n", "", "", "runner.idle: 1ms is below the minimum 1s (allowed: 1s to 1h)"},
+		{"runner.idle", "", "90m", "", "runner.idle: 1h30m is above the maximum 1h"},
+		{"runner.max_tasks", "", "0", "", "runner.max_tasks: 0 is below the minimum 1 (allowed: 1 to 100000 tasks)"},
+		{"runner.max_tasks", "runner:\n  max_tasks: 100001\n", "", "", "runner.max_tasks: 100001 is above the maximum 100000"},
+		{"runner.max_tasks", "runner:\n  max_tasks: 100000\n", "", "", ""},
+		{"max_output", "max_output: 100\n", "", "", "max_output: 100 is below the minimum 1024 (allowed: 1024 to 1099511627776 bytes)"},
+		{"max_output", "", "9223372036854775807", "", "max_output: 9223372036854775807 is above the maximum 1099511627776"},
+		{"max_output", "max_output: 1024\n", "", "", ""},
+		{"resources.memory_mb", "resources:\n  memory_mb: -1\n", "", "", "resources.memory_mb: -1 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
+		{"resources.memory_mb", "", "1e9", "", "resources.memory_mb: 1000000000 is above the maximum 16777216"},
+		{"resources.memory_mb", "", "NaN", "", "resources.memory_mb NaN is not a number"},
+		{"resources.cpus", "resources:\n  cpus: -0.5\n", "", "", "resources.cpus: -0.5 is below the minimum 0 (allowed: 0 to 8192 cores)"},
+		{"resources.cpus", "", "100000", "", "resources.cpus: 100000 is above the maximum 8192"},
+		{"resources.cpus", "", "+Inf", "", "resources.cpus +Inf is not a number"},
+		{"resources.busy_core_percent", "", "-1", "", "resources.busy_core_percent: -1 is below the minimum 0 (allowed: 0 to 100 percent)"},
+		{"resources.busy_core_percent", "resources:\n  busy_core_percent: 150\n", "", "", "resources.busy_core_percent: 150 is above the maximum 100"},
+		{"resources.busy_core_percent", "resources:\n  busy_core_percent: 100\n", "", "", ""},
+	}
+	below, above := map[string]bool{}, map[string]bool{}
+	for _, tc := range cases {
+		name := tc.key + " " + strings.TrimSpace(tc.file+tc.env+tc.flag)
+		t.Run(name, func(t *testing.T) {
+			path := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\n"+tc.file)
+			if tc.env != "" {
+				t.Setenv("DEN_"+strings.ToUpper(strings.ReplaceAll(tc.key, ".", "_")), tc.env)
+			}
+			fs := pflag.NewFlagSet("den", pflag.ContinueOnError)
+			AddFlags(fs)
+			if tc.flag != "" {
+				if err := fs.Parse([]string{"--" + tc.key, tc.flag}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := Load(path, fs)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+		below[tc.key] = below[tc.key] || strings.Contains(tc.want, "below the minimum")
+		above[tc.key] = above[tc.key] || strings.Contains(tc.want, "above the maximum")
+	}
+	for key := range bounds {
+		if !below[key] || !above[key] {
+			t.Errorf("%s: no case refuses a value below its minimum and one above its maximum", key)
+		}
+	}
+}
+
+// Every key whose default is a duration or a number has a range, and its
+// default is inside it: a key added without one fails here.
+func TestEveryDurationAndNumberKeyHasBounds(t *testing.T) {
+	for key, d := range defaults {
+		b, ok := bounds[key]
+		var x float64
+		switch d := d.(type) {
+		case int64:
+			x = float64(d)
+		case float64:
+			x = d
+		case string:
+			dur, err := time.ParseDuration(d)
+			if err != nil {
+				continue
+			}
+			x = float64(dur)
+		default:
+			continue
+		}
+		if !ok {
+			t.Errorf("%s (default %v) has no bounds", key, d)
+			continue
+		}
+		if err := b.check(key, x, fmt.Sprint(d)); err != nil {
+			t.Errorf("the default is refused: %v", err)
+		}
+	}
+	for key := range bounds {
+		if _, ok := defaults[key]; !ok {
+			t.Errorf("bounds has %s, which is not a key", key)
+		}
+	}
+}
+
+// README's Configuration section lists every range as bounds declares it.
+func TestBoundsTableInReadme(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(readme), "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) == 6 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[3])
+		}
+	}
+	for key, b := range bounds {
+		if got, ok := rows[key]; !ok {
+			t.Errorf("README has no row | `%s` | default | %s | why |", key, b.Range())
+		} else if got != b.Range() {
+			t.Errorf("README says %s allows %q; bounds says %q", key, got, b.Range())
+		}
+	}
+}
+
+// A node name with a control character or another character that is not
+// printable, or longer than MaxNodeNameLength bytes, is refused wherever it
+// comes from; printable names of any script load.
+func TestNodeNamesArePrintable(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, env, flag string
+		want                  string // "" when it loads
+	}{
+		{"escape sequence in the environment", "", "evil\x1b[2Jnode", "", `node name "evil\x1b[2Jnode" has a character that is not printable (U+001B at byte 4)`},
+		{"newline on the command line", "", "", "a\nforged log line", `node name "a\nforged log line" has a character that is not printable (U+000A`},
+		{"escape in the file", "node: \"a\\x1b]0;title\\x07\"\n", "", "", `(U+001B at byte 1)`},
+		{"tab", "", "a\tb", "", `(U+0009`},
+		{"C1 control (CSI)", "", "a\u009bb", "", `(U+009B`},
+		{"bidi override", "", "a\u202eb", "", `(U+202E`},
+		{"invalid UTF-8", "", "a\xffb", "", `node name "a\xffb" is not valid UTF-8`},
+		{"256 bytes", "", strings.Repeat("n", 256), "", "node name is 256 bytes; at most 255 are allowed"},
+		{"255 bytes", "", strings.Repeat("n", 255), "", ""},
+		{"a DNS name", "", "worker01.example.com", "", ""},
+		{"letters of any script and a space", "", "nœud 1", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\n"+tc.file)
+			if tc.env != "" {
+				t.Setenv("DEN_NODE", tc.env)
+			}
+			fs := pflag.NewFlagSet("den", pflag.ContinueOnError)
+			AddFlags(fs)
+			if tc.flag != "" {
+				if err := fs.Parse([]string{"--node", tc.flag}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := Load(path, fs)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want == "" && c.Node != tc.env:
+				t.Fatalf("node %q, want %q", c.Node, tc.env)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one saying %s", err, tc.want)
+			case tc.want != "" && strings.ContainsAny(err.Error(), "\x1b\n\t\u009b\u202e\xff"):
+				t.Fatalf("the error carries the raw character: %q", err)
+			}
+		})
+	}
+}
+
+// Each DEN_ variable that is neither a setting nor one den, its runners,
+// its service unit or its tests use is one warning naming it; the others
+// are silent.
+func TestUnknownDenVariablesWarn(t *testing.T) {
+	for _, name := range []string{"DEN_FOO", "DEN_INTERVALL", "DEN_PLUGINS", "DEN_DISBATCH_URI", "DEN_\x1b[2J"} {
+		t.Setenv(name, "x")
+	}
+	for name, value := range map[string]string{
+		// Settings.
+		"DEN_NODE": "n", "DEN_DATABASE": "d", "DEN_MONGO_DATABASE": "d", "DEN_INTERVAL": "2s",
+		"DEN_RUNNER_MAX_TASKS": "5", "DEN_RESOURCES_BUSY_CORE_PERCENT": "50", "DEN_HTTP_WEB": "false",
+		// What den's service unit, runners and tests set.
+		"DEN_CONFIG": "/etc/disbatch/config.json", "DEN_ARGS": "", "DEN_RUN": "x.y",
+		runner.SpecEnv: "{}", runner.EnvRelayFD: "3", runner.EnvTasksFD: "4", sandbox.EnvSpec: "{}",
+		"DEN_RUNNER_WORKER": "1", "DEN_RUNNER_SUPERVISOR": "1:2",
+		"DEN_TEST_ROLE": "node", "DEN_TEST_ANYTHING": "1", "DEN_BENCH_TASKS": "10", "DEN_WEB_SCREENSHOTS": "testdata/web",
+	} {
+		t.Setenv(name, value)
+	}
+	c, err := Load(write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"DEN_DISBATCH_URI", "DEN_FOO", "DEN_INTERVALL", "DEN_PLUGINS", `"DEN_\x1b[2J"`}
+	if len(c.Warnings) != len(want) {
+		t.Fatalf("%d warnings, want one for each of %v:\n%s", len(c.Warnings), want, strings.Join(c.Warnings, "\n"))
+	}
+	for _, name := range want {
+		n := 0
+		for _, w := range c.Warnings {
+			if strings.Contains(w, "environment variable "+name+" is not a den setting") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d warnings name %s, want 1:\n%s", n, name, strings.Join(c.Warnings, "\n"))
+		}
+	}
+	for _, w := range c.Warnings {
+		if strings.Contains(w, "\x1b") {
+			t.Errorf("warning %q carries a raw escape", w)
+		}
+	}
+	if c.Interval != 2*time.Second || c.RunnerMaxTasks != 5 {
+		t.Errorf("the settings among them were not read: interval %s, max_tasks %d", c.Interval, c.RunnerMaxTasks)
+	}
+	// The same in den config print, which names the source of each key.
+	settings, _, err := Explain(write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings {
+		if s.Key == "plugins" && s.Source != "default" {
+			t.Errorf("DEN_PLUGINS shows as the source of plugins: %q", s.Source)
+		}
+	}
+}
+
+// DEN_DISBATCH_URI set to the URI of the environment does not make a
+// Disbatch file's task_runner password go to that URI.
+func TestRunnerUserNotGraftedByEnvironment(t *testing.T) {
+	t.Setenv("DEN_MONGO_URI", "mongodb://elsewhere.example:27017/")
+	t.Setenv("DEN_DISBATCH_URI", "mongodb://elsewhere.example:27017/")
+	c, err := Load("../../testdata/disbatch-config.json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(c.RunnerURI, "runner-pw") {
+		t.Fatalf("the file's task_runner password went to the environment's URI: %s", redact(c.RunnerURI))
+	}
+}
+
+// A Disbatch config.json whose keys den reads hold the wrong type is
+// refused, naming the file, the key and what it holds; a password is
+// described by its type, never shown.
+func TestDisbatchWrongTypesRefused(t *testing.T) {
+	const base = `"mongohost": "db:27017", "database": "d"`
+	for _, tc := range []struct {
+		name, body, want string
+	}{
+		{"auth a string", `{` + base + `, "auth": "notanobject"}`, `auth must be an object of MongoDB passwords by user, such as {"disbatchd": "PASSWORD", "task_runner": "PASSWORD"}, not a string`},
+		{"auth an array", `{` + base + `, "auth": ["disbatchd", "pw"]}`, `auth must be an object of MongoDB passwords by user`},
+		{"auth.disbatchd a number", `{` + base + `, "auth": {"disbatchd": 31415926}}`, "auth.disbatchd must be a password (a string), not a number"},
+		{"auth.task_runner an object", `{` + base + `, "auth": {"task_runner": {"pw": "31415926"}}}`, "auth.task_runner must be a password (a string), not an object"},
+		{"mongohost a number", `{"mongohost": 5, "database": "d"}`, `mongohost must be a string such as "mongodb://127.0.0.1:27017", not 5 (a number)`},
+		{"mongohost an array", `{"mongohost": ["a", "b"], "database": "d"}`, `mongohost must be a string such as "mongodb://127.0.0.1:27017", not ["a","b"] (an array)`},
+		{"database a boolean", `{"mongohost": "h", "database": true}`, "database must be a non-empty string, not true (a boolean)"},
+		{"attributes a string", `{` + base + `, "attributes": "ssl"}`, `attributes must be an object such as {"ssl": {"SSL_ca_file": "/etc/ssl/certs/ca-bundle.crt"}}, not "ssl" (a string)`},
+		{"attributes.ssl a string", `{` + base + `, "attributes": {"ssl": "yes"}}`, `attributes.ssl must be true, false or an object of SSL options`},
+		{"SSL_ca_file a number", `{` + base + `, "attributes": {"ssl": {"SSL_ca_file": 1}}}`, "attributes.ssl.SSL_ca_file must be a file name (a string), not 1 (a number)"},
+		{"SSL_verify_mode a string", `{` + base + `, "attributes": {"ssl": {"SSL_verify_mode": "0"}}}`, `attributes.ssl.SSL_verify_mode must be a number (0: no verification), not "0" (a string)`},
+		{"activequeues of numbers", `{` + base + `, "activequeues": ["q1", 5]}`, "activequeues[1] must be a queue id or name (a string), not 5 (a number)"},
+		{"ignorequeues an object", `{` + base + `, "ignorequeues": {"q": 1}}`, `ignorequeues must be an array of queue ids, not {"q":1} (an object)`},
+		{"gfs an object", `{` + base + `, "gfs": {"auto": true}}`, `gfs must be true, false or "auto", not {"auto":true} (an object)`},
+		{"escape in a value", `{"mongohost": ["\u001b[2J"], "database": "d"}`, `not ["\u001b[2J"] (an array)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := write(t, "config.json", tc.body)
+			_, err := Load(path, nil)
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %s and saying %s", err, path, tc.want)
+			}
+			if strings.Contains(err.Error(), "31415926") || strings.Contains(err.Error(), "\x1b") {
+				t.Fatalf("the error shows a password or a raw escape: %v", err)
+			}
+		})
+	}
+	// The values Disbatch's own files hold still load; Perl's false (0)
+	// leaves TLS off.
+	for body, tls := range map[string]bool{
+		`{` + base + `, "attributes": {"ssl": 0}, "auth": {"disbatchd": "pw", "disbatch_web": "pw2", "plugin": null}, "gfs": 1}`: false,
+		`{` + base + `, "attributes": {"ssl": 1}}`: true,
+		`{` + base + `, "attributes": {"ssl": {"SSL_ca_file": "/ca.crt", "SSL_verify_mode": 0}}, "activequeues": [], "ignorequeues": null}`: true,
+		`{` + base + `, "attributes": null, "auth": null, "gfs": "auto"}`:                                                                   false,
+	} {
+		c, err := Load(write(t, "config.json", body), nil)
+		if err != nil {
+			t.Errorf("%s: %v", body, err)
+			continue
+		}
+		if strings.Contains(c.MongoURI, "tls=true") != tls {
+			t.Errorf("%s: URI %s; want TLS %v", body, redact(c.MongoURI), tls)
 		}
 	}
 }

@@ -1,10 +1,13 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
+	"unicode"
 )
 
 // disbatchIgnored are the keys of a Disbatch config.json that only the Perl
@@ -25,35 +28,64 @@ func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, er
 	out := map[string]any{}
 	host, ok := m["mongohost"].(string)
 	if !ok || strings.TrimSpace(host) == "" {
-		return nil, nil, nil, fmt.Errorf("mongohost must be a string such as \"mongodb://127.0.0.1:27017\"")
+		return nil, nil, nil, fmt.Errorf("mongohost must be a string such as \"mongodb://127.0.0.1:27017\", not %s", describe(m["mongohost"]))
 	}
 	db, ok := m["database"].(string)
 	if !ok || db == "" {
-		return nil, nil, nil, fmt.Errorf("database must be a non-empty string")
+		return nil, nil, nil, fmt.Errorf("database must be a non-empty string, not %s", describe(m["database"]))
 	}
 	if !strings.Contains(host, "://") {
 		host = "mongodb://" + host
 	}
 	u, err := url.Parse(host)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("mongohost %q: %w", host, err)
+		return nil, nil, nil, fmt.Errorf("mongohost %q: %w", redact(host), err)
 	}
 	q := u.Query()
-	if attrs, ok := m["attributes"].(map[string]any); ok {
-		if ssl, ok := attrs["ssl"]; ok && ssl != false && ssl != nil {
-			q.Set("tls", "true")
-			if opts, ok := ssl.(map[string]any); ok {
-				if ca, ok := opts["SSL_ca_file"].(string); ok {
-					q.Set("tlsCAFile", ca)
-				}
-				if mode, ok := opts["SSL_verify_mode"].(float64); ok && mode == 0 {
-					q.Set("tlsInsecure", "true")
-				}
+	attrs, err := object(m, "attributes", `{"ssl": {"SSL_ca_file": "/etc/ssl/certs/ca-bundle.crt"}}`)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	switch ssl := attrs["ssl"].(type) {
+	case nil, bool, float64, map[string]any:
+		// Perl's truth: false, null and 0 leave TLS off.
+		if ssl == nil || ssl == false || ssl == 0.0 {
+			break
+		}
+		q.Set("tls", "true")
+		opts, _ := ssl.(map[string]any)
+		switch ca := opts["SSL_ca_file"].(type) {
+		case nil:
+		case string:
+			q.Set("tlsCAFile", ca)
+		default:
+			return nil, nil, nil, fmt.Errorf("attributes.ssl.SSL_ca_file must be a file name (a string), not %s", describe(ca))
+		}
+		switch mode := opts["SSL_verify_mode"].(type) {
+		case nil:
+		case float64:
+			if mode == 0 {
+				q.Set("tlsInsecure", "true")
 			}
+		default:
+			return nil, nil, nil, fmt.Errorf("attributes.ssl.SSL_verify_mode must be a number (0: no verification), not %s", describe(mode))
+		}
+	default:
+		return nil, nil, nil, fmt.Errorf("attributes.ssl must be true, false or an object of SSL options such as {\"SSL_ca_file\": \"/etc/ssl/certs/ca-bundle.crt\"}, not %s", describe(ssl))
+	}
+	// auth maps Disbatch's programs to their MongoDB passwords. The values
+	// are secrets: errors say what type they are, never what they hold.
+	auth, err := object(m, "auth", `{"disbatchd": "PASSWORD", "task_runner": "PASSWORD"}`)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("auth must be an object of MongoDB passwords by user, such as {\"disbatchd\": \"PASSWORD\", \"task_runner\": \"PASSWORD\"}, not %s", kind(m["auth"]))
+	}
+	for _, user := range sortedKeys(auth) {
+		if _, ok := auth[user].(string); !ok && auth[user] != nil {
+			return nil, nil, nil, fmt.Errorf("auth.%s must be a password (a string), not %s", user, kind(auth[user]))
 		}
 	}
 	var runnerUser *url.Userinfo
-	if auth, ok := m["auth"].(map[string]any); ok && u.User == nil {
+	if u.User == nil {
 		if pw, ok := auth["disbatchd"].(string); ok {
 			u.User = url.UserPassword("disbatchd", pw)
 			q.Set("authSource", db)
@@ -68,18 +100,26 @@ func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, er
 		u.Path = "/"
 	}
 	out["mongo"] = map[string]any{"uri": u.String(), "database": db}
-	out["disbatch_uri"] = u.String()
 	for _, k := range []string{"activequeues", "ignorequeues"} {
 		if val, ok := m[k]; ok && val != nil {
 			arr, ok := val.([]any)
 			if !ok {
-				return nil, nil, nil, fmt.Errorf("%s must be an array of queue ids", k)
+				return nil, nil, nil, fmt.Errorf("%s must be an array of queue ids, not %s", k, describe(val))
+			}
+			for i, e := range arr {
+				if _, ok := e.(string); !ok {
+					return nil, nil, nil, fmt.Errorf("%s[%d] must be a queue id or name (a string), not %s", k, i, describe(e))
+				}
 			}
 			out[k] = arr
 		}
 	}
-	if g, ok := m["gfs"]; ok && g != nil {
+	switch g := m["gfs"].(type) {
+	case nil:
+	case string, bool, float64:
 		out["gfs"] = fmt.Sprint(g)
+	default:
+		return nil, nil, nil, fmt.Errorf("gfs must be true, false or \"auto\", not %s", describe(g))
 	}
 	var unknown []string
 	for k := range m {
@@ -92,4 +132,75 @@ func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, er
 	}
 	sort.Strings(unknown)
 	return out, runnerUser, unknown, nil
+}
+
+// object reads key of m: an object, or nothing (absent or null). example
+// shows what the key should hold.
+func object(m map[string]any, key, example string) (map[string]any, error) {
+	switch x := m[key].(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		return x, nil
+	default:
+		return nil, fmt.Errorf("%s must be an object such as %s, not %s", key, example, describe(x))
+	}
+}
+
+// describe writes a JSON value for an error: the value, shortened, with
+// its JSON type. Text is quoted with its control characters escaped.
+func describe(x any) string {
+	if x == nil {
+		return "null"
+	}
+	short := func(s string) string {
+		if r := []rune(s); len(r) > 40 {
+			return string(r[:37]) + "..."
+		}
+		return s
+	}
+	if v, ok := x.(string); ok {
+		return strconv.Quote(short(v)) + " (a string)"
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		b = []byte(fmt.Sprint(x))
+	}
+	var out strings.Builder
+	for _, r := range short(string(b)) {
+		if unicode.IsPrint(r) {
+			out.WriteRune(r)
+		} else {
+			fmt.Fprintf(&out, "\\u%04x", r)
+		}
+	}
+	return out.String() + " (" + kind(x) + ")"
+}
+
+// kind is a JSON value's type, with its article: "a string".
+func kind(x any) string {
+	switch x.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case float64:
+		return "a number"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("a %T", x)
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -9,5 +9,13 @@
 // (log4perl, web_root, plugins, task_runner, ...) are accepted and ignored.
 //
 // Environment: DEN_MONGO_URI, DEN_DATABASE and DEN_NODE, and DEN_<KEY> for
-// any other key (DEN_GFS, DEN_LOG_LEVEL, ...).
+// any other key (DEN_GFS, DEN_LOG_LEVEL, ...). Any other DEN_ variable is a
+// warning naming it (Config.Warnings), except those den's service unit,
+// task runners and tests use (otherVariables).
+//
+// Every duration and number key has a range, declared in one table
+// (bounds, next to the defaults); a value outside it, a node name that is
+// not printable or longer than MaxNodeNameLength, and a value of the wrong
+// type in either kind of file are refused with an error that names the
+// key, the value and what is allowed.
 package config

@@ -32,7 +32,7 @@ func Explain(path string, fs *pflag.FlagSet) ([]Setting, Config, error) {
 	}
 	inFile := viper.New()
 	if path != "" {
-		if _, _, _, err := readFile(inFile, path); err != nil {
+		if _, err := readFile(inFile, path); err != nil {
 			return nil, c, err
 		}
 	}
@@ -47,9 +47,6 @@ func Explain(path string, fs *pflag.FlagSet) ([]Setting, Config, error) {
 	values := effective(c)
 	var out []Setting
 	for key := range defaults {
-		if key == "disbatch_uri" {
-			continue
-		}
 		s := Setting{Key: key, Value: values[key], Source: "default"}
 		if _, ok := values[key]; !ok {
 			s.Value = defaults[key]
@@ -70,6 +67,9 @@ func Explain(path string, fs *pflag.FlagSet) ([]Setting, Config, error) {
 
 // envOf is the environment variable that sets key, or "".
 func envOf(key string) string {
+	if key == "plugins" { // the file's alone: DEN_PLUGINS sets nothing
+		return ""
+	}
 	names := []string{"DEN_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))}
 	if key == "mongo.database" {
 		names = []string{"DEN_DATABASE", "DEN_MONGO_DATABASE"}
