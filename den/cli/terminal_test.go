@@ -3,7 +3,9 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -210,5 +212,65 @@ func TestOutputRaw(t *testing.T) {
 		if r := denDB(t, db, "", tc.args...).must(t, ExitOK, tc.args...); r.stdout != tc.want {
 			t.Errorf("den %v printed %q, want %q", tc.args, r.stdout, tc.want)
 		}
+	}
+}
+
+// A node logs the names of the queues it skips, from the database: in
+// either log format, nothing a terminal acts on reaches its stderr, and
+// the JSON lines decode to the stored names.
+func TestNodeLogsEscaped(t *testing.T) {
+	t.Parallel()
+	bin, err := dentest.BuildDen(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dentest.DB(t)
+	dentest.Queue(t, db, hostileQueue, hostilePlugin, 1, "fifo")
+	for _, format := range []string{"console", "json"} {
+		t.Run(format, func(t *testing.T) {
+			var errOut syncBuffer
+			cmd := exec.Command(bin, "run", "--mongo-uri", dentest.URI(), "--database", db.Name(), "--node", "logs-"+format, "--log-format", format)
+			cmd.Stdout, cmd.Stderr = &errOut, &errOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			defer func() {
+				cmd.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-exited:
+				case <-time.After(time.Minute):
+					cmd.Process.Kill()
+					<-exited
+				}
+			}()
+			dentest.Eventually(t, 2*time.Minute, "the node logs the queue it skips", func() bool {
+				return strings.Contains(errOut.String(), "queue skipped: no plugin")
+			})
+			out := errOut.String()
+			terminalSafe(t, "the node's log", out, true)
+			if format == "console" {
+				for _, w := range []string{`q\u001b]0;pwned\u0007`, `Disbatch::Plugin::\u009b31mRed`} {
+					if !strings.Contains(out, w) {
+						t.Errorf("the log does not show %q:\n%s", w, out)
+					}
+				}
+				return
+			}
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				var entry map[string]any
+				if err := json.Unmarshal([]byte(line), &entry); err != nil {
+					t.Fatalf("log line %q is not JSON: %v", line, err)
+				}
+				if strings.HasPrefix(fmt.Sprint(entry["msg"]), "queue skipped: no plugin") {
+					if entry["queue"] != hostileQueue || entry["plugin"] != hostilePlugin {
+						t.Errorf("logged queue %q, plugin %q; want %q, %q", entry["queue"], entry["plugin"], hostileQueue, hostilePlugin)
+					}
+					return
+				}
+			}
+			t.Errorf("no JSON entry for the skipped queue:\n%s", out)
+		})
 	}
 }
