@@ -1,7 +1,6 @@
 package human
 
 import (
-	"fmt"
 	"io"
 	"unicode/utf8"
 )
@@ -105,7 +104,7 @@ func appendEscaped(dst, p []byte, lines, final bool) ([]byte, int) {
 		r, n := utf8.DecodeRune(p[i:])
 		switch {
 		case r == utf8.RuneError && n == 1:
-			dst = fmt.Appendf(dst, `\x%02x`, c)
+			dst = appendHex(dst, `\x`, uint32(c), 2)
 		case !Escaped(r):
 			dst = append(dst, p[i:i+n]...)
 		case r == '\a':
@@ -123,13 +122,23 @@ func appendEscaped(dst, p []byte, lines, final bool) ([]byte, int) {
 		case r == '\v':
 			dst = append(dst, `\v`...)
 		case r < 0x80:
-			dst = fmt.Appendf(dst, `\x%02x`, r)
+			dst = appendHex(dst, `\x`, uint32(r), 2)
 		default:
-			dst = fmt.Appendf(dst, `\u%04x`, r)
+			dst = appendHex(dst, `\u`, uint32(r), 4)
 		}
 		i += n
 	}
 	return dst, i
+}
+
+// appendHex appends prefix and the low digits hex digits of v.
+func appendHex(dst []byte, prefix string, v uint32, digits int) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, prefix...)
+	for shift := 4 * (digits - 1); shift >= 0; shift -= 4 {
+		dst = append(dst, hex[(v>>shift)&0xf])
+	}
+	return dst
 }
 
 // TextWriter writes what is written to it escaped as EscapeText does, for
@@ -191,7 +200,7 @@ func EscapeJSON(b []byte) []byte {
 		case r == utf8.RuneError && n == 1:
 			out = append(out, `\ufffd`...)
 		case r >= 0x20 && Escaped(r):
-			out = fmt.Appendf(out, `\u%04x`, r)
+			out = appendHex(out, `\u`, uint32(r), 4)
 		default:
 			out = append(out, b[i:i+n]...)
 		}
