@@ -63,12 +63,12 @@ func TestCommandOutputStreamsWithBoundedMemory(t *testing.T) {
 	if r.Length != size {
 		t.Fatalf("stored %d bytes, want %d", r.Length, size)
 	}
-	// den output streams it back from GridFS.
+	// den output --raw streams it back from GridFS, byte for byte.
 	out, err := os.Create(t.TempDir() + "/out")
 	if err != nil {
 		t.Fatal(err)
 	}
-	show := exec.Command(denBin(t), "output", id.Hex(), "--mongo-uri", dentest.URI(), "--database", db.Name())
+	show := exec.Command(denBin(t), "output", id.Hex(), "--raw", "--mongo-uri", dentest.URI(), "--database", db.Name())
 	show.Stdout = out
 	var errOut strings.Builder
 	show.Stderr = &errOut

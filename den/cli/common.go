@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -89,11 +90,19 @@ func withDB(f func(cmd *cobra.Command, args []string, d *database) error) func(*
 	}
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, with the characters a terminal
+// would act on that JSON encoders leave raw (DEL, C1, bidirectional
+// formatting) written as \u escapes (human.EscapeJSON): the same values
+// for a script, nothing for a terminal to act on.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(human.EscapeJSON(b.Bytes()))
+	return err
 }
 
 // extJSON turns a document into a value that encodes as MongoDB's relaxed
@@ -115,8 +124,18 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
-func (t *table) row(cols ...string) { fmt.Fprintln(t.tw, strings.Join(cols, "\t")) }
-func (t *table) flush() error       { return t.tw.Flush() }
+// row writes one row, each cell escaped (human.Escape): a tab or newline
+// in a name cannot shift the columns, a control character cannot reach
+// the terminal.
+func (t *table) row(cols ...string) {
+	cells := make([]string, len(cols))
+	for i, c := range cols {
+		cells[i] = human.Escape(c)
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
 
 // isTerminalReader reports whether r is a terminal (the process's stdin on
 // a terminal).
@@ -139,7 +158,7 @@ func confirm(cmd *cobra.Command, question string) error {
 	if !isTerminalReader(cmd.InOrStdin()) {
 		return usagef("%s: not confirmed (stdin is not a terminal); give --yes", question)
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "%s [y/N] ", question)
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s [y/N] ", human.Escape(question))
 	line, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 	switch strings.ToLower(strings.TrimSpace(line)) {
 	case "y", "yes":

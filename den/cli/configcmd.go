@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/den-project/den/den/config"
+	"github.com/den-project/den/den/internal/human"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -36,7 +37,7 @@ den run's flags. Does not connect to MongoDB.`,
 			}
 			t.flush()
 			for _, w := range cfg.Warnings {
-				fmt.Fprintln(cmd.ErrOrStderr(), "den: warning:", w)
+				fmt.Fprintln(cmd.ErrOrStderr(), "den: warning:", human.Escape(fmt.Sprint(w)))
 			}
 			return nil
 		},

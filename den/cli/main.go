@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/den/sandbox"
 )
 
@@ -46,7 +47,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "den:", err)
+	// An error may quote a queue name, a reason or a value from the
+	// database: escaped, lines kept.
+	fmt.Fprintln(stderr, "den:", human.EscapeText(err.Error()))
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
 		return ExitUsage

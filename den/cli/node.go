@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/queue"
 )
 
@@ -164,7 +165,7 @@ limit; 0 makes the node run nothing new. The node must have a document.`,
 			if wantJSON(cmd) {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "maxthreads": limit})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s: maxthreads %s\n", args[0], args[2])
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s: maxthreads %s\n", human.Escape(args[0]), args[2])
 			return nil
 		}),
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/queue"
 )
@@ -18,14 +19,21 @@ import (
 const followEvery = time.Second
 
 func newOutputCmd() *cobra.Command {
-	var stderr, follow bool
+	var stderr, follow, raw bool
 	cmd := &cobra.Command{
 		Use:   "output TASK_ID",
 		Short: "Print a task's stdout (or --stderr), from the task document or GridFS",
-		Long: `Print a task's stdout, or its stderr with --stderr, exactly as stored: from
-the task document, or streamed from Disbatch's GridFS (tasks.files and
-tasks.chunks) when the output is a file id. Uses the same configuration as
-den run (--config, DEN_MONGO_URI, --mongo-uri, ...).
+		Long: `Print a task's stdout, or its stderr with --stderr: from the task
+document, or streamed from Disbatch's GridFS (tasks.files and tasks.chunks)
+when the output is a file id. Uses the same configuration as den run
+(--config, DEN_MONGO_URI, --mongo-uri, ...).
+
+Control characters are printed escaped, so that a task's program cannot
+act on the terminal (clear it, retitle it, move the cursor): newlines,
+tabs and "\r\n" as they are, other C0 controls, DEL, C1 controls,
+bidirectional formatting characters and bytes that are not UTF-8 as Go
+escapes (\x1b, \u009b, \u202e, \xff). With --raw, the exact bytes stored
+are printed (for a file or a pipe: den output ID --raw > out.bin).
 
 With --follow, den prints the output as the task writes it, until the
 task has ended (finished, cancelled or orphaned). It asks the node running
@@ -49,17 +57,31 @@ yet is an error.`,
 			if stderr {
 				field = queue.StreamStderr
 			}
-			if follow {
-				return followOutput(cmd.Context(), d, id, field, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if raw {
+				return writeOutput(cmd, d, id, field, follow, cmd.OutOrStdout())
 			}
-			_, err = printOutput(cmd.Context(), d, id, field, cmd.OutOrStdout(), 0, false)
+			tw := human.NewTextWriter(cmd.OutOrStdout())
+			err = writeOutput(cmd, d, id, field, follow, tw)
+			if ferr := tw.Flush(); err == nil {
+				err = ferr
+			}
 			return err
 		}),
 	}
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print the output as the task writes it, until it ends")
+	cmd.Flags().BoolVar(&raw, "raw", false, "print the output's exact bytes, control characters included (default: escaped)")
 	addDBFlags(cmd.Flags())
 	return cmd
+}
+
+// writeOutput prints a task's output stream to w, following it with follow.
+func writeOutput(cmd *cobra.Command, d *database, id bson.ObjectID, field string, follow bool, w io.Writer) error {
+	if follow {
+		return followOutput(cmd.Context(), d, id, field, w, cmd.ErrOrStderr())
+	}
+	_, err := printOutput(cmd.Context(), d, id, field, w, 0, false)
+	return err
 }
 
 // printOutput prints a task's output from byte offset skip on, and returns
@@ -190,7 +212,7 @@ func followOutput(ctx context.Context, d *database, id bson.ObjectID, field stri
 				running = now
 			} else if !noLive && now.Sub(running) > 3*queue.LiveLease/2 {
 				noLive = true
-				fmt.Fprintf(errOut, "den: node %s publishes no live output (a Perl Disbatch node, or a den node before live output); its output is printed when the task ends\n", doc.Node)
+				fmt.Fprintf(errOut, "den: node %s publishes no live output (a Perl Disbatch node, or a den node before live output); its output is printed when the task ends\n", human.Escape(doc.Node))
 			}
 		}
 		if doc.StatusOK && queue.Ended(doc.Status) {
@@ -199,7 +221,7 @@ func followOutput(ctx context.Context, d *database, id bson.ObjectID, field stri
 		}
 		state := statusText(*doc)
 		if doc.Node != "" {
-			state += " on node " + doc.Node
+			state += " on node " + human.Escape(doc.Node)
 		}
 		if state != said {
 			fmt.Fprintf(errOut, "den: task %s is %s; following its output until it ends (Ctrl-C to stop)\n", id.Hex(), state)

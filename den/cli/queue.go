@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
@@ -88,7 +89,7 @@ A second queue of the same name is refused. Prints the new queue's id.`,
 			if wantJSON(cmd) {
 				return printJSON(cmd.OutOrStdout(), map[string]string{"id": id.Hex(), "name": args[0]})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "created queue %s (%s)\n", args[0], id.Hex())
+			fmt.Fprintf(cmd.OutOrStdout(), "created queue %s (%s)\n", human.Escape(args[0]), id.Hex())
 			warnPlugin(cmd, plugin)
 			return nil
 		}),
@@ -104,7 +105,7 @@ A second queue of the same name is refused. Prints the new queue's id.`,
 func warnPlugin(cmd *cobra.Command, name string) {
 	if _, ok := plugins.Default().Lookup(name); !ok {
 		fmt.Fprintf(cmd.ErrOrStderr(), "den: note: this den has no plugin %q (it has %s); only nodes that have it will run the queue's tasks\n",
-			name, strings.Join(plugins.Default().Names(), ", "))
+			name, human.Escape(strings.Join(plugins.Default().Names(), ", ")))
 	}
 }
 
@@ -169,7 +170,7 @@ compares them).`,
 			}
 			printQueueTable(cmd, rows)
 			for _, b := range bad {
-				fmt.Fprintf(cmd.ErrOrStderr(), "den: queue %v cannot be used: %v\n", b.ID, b.Reason)
+				fmt.Fprintf(cmd.ErrOrStderr(), "den: queue %s cannot be used: %s\n", human.Escape(fmt.Sprint(b.ID)), human.Escape(fmt.Sprint(b.Reason)))
 			}
 			return nil
 		}),
@@ -233,7 +234,7 @@ func newQueueShowCmd() *cobra.Command {
 			w := cmd.OutOrStdout()
 			printDoc(w, q.Raw, "")
 			if problem != nil {
-				fmt.Fprintf(w, "\nproblem: %v\n", problem)
+				fmt.Fprintf(w, "\nproblem: %s\n", human.Escape(problem.Error()))
 			}
 			fmt.Fprintf(w, "\ntasks: %d\n", c.Total())
 			sts := make([]int, 0, len(c.ByStatus))
@@ -284,7 +285,7 @@ applies). Setting maxthreads removes threads and the other way round.`,
 			if wantJSON(cmd) {
 				return printJSON(cmd.OutOrStdout(), map[string]string{"id": q.ID.Hex(), "name": q.Name})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s (%s)\n", q.Name, q.ID.Hex())
+			fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s (%s)\n", human.Escape(q.Name), q.ID.Hex())
 			return nil
 		}),
 	}
@@ -323,7 +324,7 @@ stdin is not a terminal).`,
 			if wantJSON(cmd) {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"id": q.ID.Hex(), "name": q.Name, "deleted": true, "tasks_left": c.Total()})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted queue %s (%s); its %d tasks are left in tasks\n", q.Name, q.ID.Hex(), c.Total())
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted queue %s (%s); its %d tasks are left in tasks\n", human.Escape(q.Name), q.ID.Hex(), c.Total())
 			return nil
 		}),
 	}
@@ -333,20 +334,20 @@ stdin is not a terminal).`,
 }
 
 // printDoc prints a document one field a line, dates as local times, and
-// nested documents indented.
+// nested documents indented; keys and values escaped (human.Escape).
 func printDoc(w interface{ Write([]byte) (int, error) }, raw bson.Raw, indent string) {
 	elems, _ := raw.Elements()
 	for _, e := range elems {
 		v := e.Value()
 		switch v.Type {
 		case bson.TypeEmbeddedDocument:
-			fmt.Fprintf(w, "%s%s:\n", indent, e.Key())
+			fmt.Fprintf(w, "%s%s:\n", indent, human.Escape(e.Key()))
 			printDoc(w, v.Document(), indent+"  ")
 			continue
 		case bson.TypeArray:
 			vals, _ := v.Array().Values()
 			if len(vals) > 0 && vals[0].Type == bson.TypeEmbeddedDocument {
-				fmt.Fprintf(w, "%s%s:\n", indent, e.Key())
+				fmt.Fprintf(w, "%s%s:\n", indent, human.Escape(e.Key()))
 				for i, x := range vals {
 					fmt.Fprintf(w, "%s  - [%d]\n", indent, i)
 					if d, ok := x.DocumentOK(); ok {
@@ -356,7 +357,7 @@ func printDoc(w interface{ Write([]byte) (int, error) }, raw bson.Raw, indent st
 				continue
 			}
 		}
-		fmt.Fprintf(w, "%s%s: %s\n", indent, e.Key(), valueText(v))
+		fmt.Fprintf(w, "%s%s: %s\n", indent, human.Escape(e.Key()), human.Escape(valueText(v)))
 	}
 }
 

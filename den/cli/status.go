@@ -71,14 +71,14 @@ node offers, with why (their unfit field).`,
 				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "nodes": nodes, "recent_failures": fr, "unfit": wr})
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "database %s, %s\n\nQUEUES\n", d.cfg.Database, stamp(now))
+			fmt.Fprintf(w, "database %s, %s\n\nQUEUES\n", human.Escape(d.cfg.Database), stamp(now))
 			if len(queues) == 0 {
 				fmt.Fprintln(w, "(none: den queue create NAME --plugin PLUGIN)")
 			} else {
 				printQueueTable(cmd, queues)
 			}
 			for _, b := range bad {
-				fmt.Fprintf(w, "queue %v cannot be used: %v\n", b.ID, b.Reason)
+				fmt.Fprintf(w, "queue %s cannot be used: %s\n", human.Escape(fmt.Sprint(b.ID)), human.Escape(fmt.Sprint(b.Reason)))
 			}
 			fmt.Fprintln(w, "\nNODES")
 			if len(nodes) == 0 {

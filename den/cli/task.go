@@ -76,7 +76,7 @@ error and nothing is inserted.`,
 				return err
 			}
 			if problem != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "den: note: queue %s has a problem nodes will skip it for: %v\n", q.Name, problem)
+				fmt.Fprintf(cmd.ErrOrStderr(), "den: note: queue %s has a problem nodes will skip it for: %s\n", human.Escape(q.Name), human.Escape(problem.Error()))
 			}
 			in := cmd.InOrStdin()
 			name := "stdin"
@@ -125,9 +125,9 @@ error and nothing is inserted.`,
 				return printJSON(cmd.OutOrStdout(), map[string]any{"queue": q.ID.Hex(), "name": q.Name, "inserted": done, "ids": added})
 			}
 			if done == 1 {
-				fmt.Fprintf(cmd.OutOrStdout(), "added task %s to queue %s (%s)\n", added[0], q.Name, q.ID.Hex())
+				fmt.Fprintf(cmd.OutOrStdout(), "added task %s to queue %s (%s)\n", added[0], human.Escape(q.Name), q.ID.Hex())
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "added %d tasks to queue %s (%s)\n", done, q.Name, q.ID.Hex())
+				fmt.Fprintf(cmd.OutOrStdout(), "added %d tasks to queue %s (%s)\n", done, human.Escape(q.Name), q.ID.Hex())
 			}
 			if len(opts.Waiting) > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "waiting (status -4) for %d task(s) to succeed: %s\n", len(opts.Waiting), strings.Join(hexIDs(opts.Waiting), ", "))
@@ -254,9 +254,9 @@ func newTaskListCmd() *cobra.Command {
 			now := time.Now()
 			tb := newTable(cmd.OutOrStdout(), "ID", "QUEUE", "STATUS", "OUTCOME", "NODE", "CREATED", "CHANGED", "PARAMETERS")
 			for i, t := range tasks {
-				params := string(rows[i].Parameters)
+				params := []rune(string(rows[i].Parameters))
 				if len(params) > 60 {
-					params = params[:57] + "..."
+					params = append(params[:57:57], []rune("...")...)
 				}
 				node := t.Node
 				if node == "" {
@@ -266,7 +266,7 @@ func newTaskListCmd() *cobra.Command {
 				if outcome == "" {
 					outcome = "-"
 				}
-				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), params)
+				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), string(params))
 			}
 			tb.flush()
 			if len(tasks) == int(f.Limit) && f.Limit > 0 {
@@ -414,7 +414,7 @@ func newTaskShowCmd() *cobra.Command {
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "task %s: %s\n", id.Hex(), statusText(*t))
 			if why := human.Waiting(*t); why != "" {
-				fmt.Fprintf(w, "waits: %s (no live den node offers that; see requested_resources)\n", why)
+				fmt.Fprintf(w, "waits: %s (no live den node offers that; see requested_resources)\n", human.Escape(why))
 			}
 			fmt.Fprintln(w)
 			printDoc(w, t.Raw, "")
@@ -426,18 +426,18 @@ func newTaskShowCmd() *cobra.Command {
 				case "gridfs":
 					fmt.Fprintf(w, "  %s: GridFS file %s in tasks.files, %d bytes\n", p.Stream, p.File, p.Bytes)
 				default:
-					fmt.Fprintf(w, "  %s: %s\n", p.Stream, p.Where)
+					fmt.Fprintf(w, "  %s: %s\n", p.Stream, human.Escape(p.Where))
 				}
 			}
 			if len(files) > 0 {
 				fmt.Fprintf(w, "  GridFS files of this task (this run and earlier ones):\n")
 				for _, f := range files {
-					fmt.Fprintf(w, "    %s %s %d bytes\n", f.ID.Hex(), f.Filename, f.Length)
+					fmt.Fprintf(w, "    %s %s %d bytes\n", f.ID.Hex(), human.Escape(f.Filename), f.Length)
 				}
 			}
 			fmt.Fprintf(w, "  read it with: den output %s [--stderr]\n", id.Hex())
 			for _, p := range t.Problems {
-				fmt.Fprintf(w, "problem: %s\n", p)
+				fmt.Fprintf(w, "problem: %s\n", human.Escape(fmt.Sprint(p)))
 			}
 			return nil
 		}),
