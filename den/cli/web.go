@@ -50,11 +50,19 @@ Authorization: Bearer TOKEN. Without it the page is read-only.`,
 				return err
 			}
 			defer log.Sync()
-			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter})
+			ln, err := net.Listen("tcp", listen)
 			if err != nil {
+				return fmt.Errorf("den web: listen on %s: %w", listen, err)
+			}
+			// The page answers only the names of this address, localhost
+			// and web.hosts (421 to any other Host: DNS rebinding).
+			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter,
+				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts})
+			if err != nil {
+				ln.Close()
 				return err
 			}
-			return serveWeb(cmd.Context(), h, listen, d.cfg.WebToken != "", d.cfg.Database, log)
+			return serveWeb(cmd.Context(), h, ln, d.cfg.WebToken != "", d.cfg.Database, log)
 		}),
 	}
 	addDBFlags(cmd.Flags())
@@ -62,14 +70,10 @@ Authorization: Bearer TOKEN. Without it the page is read-only.`,
 	return cmd
 }
 
-// serveWeb serves h on listen until ctx ends, then shuts down gracefully.
+// serveWeb serves h on ln until ctx ends, then shuts down gracefully.
 // It says on start where it listens, whether that is this machine only,
 // and whether actions are enabled.
-func serveWeb(ctx context.Context, h http.Handler, listen string, actions bool, database string, log *zap.Logger) error {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("den web: listen on %s: %w", listen, err)
-	}
+func serveWeb(ctx context.Context, h http.Handler, ln net.Listener, actions bool, database string, log *zap.Logger) error {
 	reach := "this machine only"
 	if !loopback(ln.Addr()) {
 		reach = "reachable from the network: anyone who can connect can read task output"
@@ -95,7 +99,7 @@ func serveWeb(ctx context.Context, h http.Handler, listen string, actions bool, 
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	<-done
 	log.Info("den web stopped")
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
