@@ -28,12 +28,18 @@ do (--config, DEN_MONGO_URI, --mongo-uri, --database).
 
 It listens on web.listen (default 127.0.0.1:8080: this machine only);
 --listen overrides it. Reading needs nothing, so give another address
-only on a network you trust, or behind a proxy that authenticates.
+only on a network you trust, or behind a proxy that authenticates. It
+answers only its own host names (the listen address, localhost, the
+hostname when listening beyond loopback, and web.hosts, for a proxy's
+name); any other Host gets 421.
 
 Actions (cancel a task, retry an ended task, set a node's maxthreads)
 exist only when web.token is configured (in the file, or DEN_WEB_TOKEN; at
-least 16 characters): log in on the page with it, or send it as
-Authorization: Bearer TOKEN. Without it the page is read-only.`,
+least 16 characters): log in on the page with it (a session ends on
+logout, after 2 hours unused, 12 hours after login, or when den web
+stops), or send it as Authorization: Bearer TOKEN. After 10 wrong tokens
+in 15 minutes an address gets 429 for 15 minutes. Without it the page
+is read-only.`,
 		Example: `  den web --config /etc/disbatch/config.json
   DEN_WEB_TOKEN=$(openssl rand -hex 32) den web --mongo-uri mongodb://db1/ --listen 127.0.0.1:9000`,
 		Args: cobra.NoArgs,

@@ -326,8 +326,9 @@ func postResp(t *testing.T, c *http.Client, u string, form url.Values, header ht
 }
 
 // Guessing the token is limited per client address: of 500 wrong tokens
-// from one address, all but the first web.LoginFailures get 429 with
-// Retry-After, and the log has a few lines, not 500. While blocked, the
+// from one address (each claiming another in X-Forwarded-For), all but
+// the first web.LoginFailures get 429 with Retry-After, and the log has a
+// few lines, not 500. While blocked, the
 // address's right token is refused too (it is not even compared), and so
 // are Bearer tokens on actions; a session it already had keeps working,
 // and another address logs in. After the block, the address may try
@@ -347,7 +348,9 @@ func TestLoginAttemptsLimited(t *testing.T) {
 	}
 	codes := map[int]int{}
 	for i := 0; i < 500; i++ {
-		resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {"guess-" + strconv.Itoa(i) + "-0123456789"}}, nil)
+		// Each guess claims another client in X-Forwarded-For: not believed.
+		resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {"guess-" + strconv.Itoa(i) + "-0123456789"}},
+			http.Header{"X-Forwarded-For": {"10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)}, "X-Real-Ip": {"10.9.9." + strconv.Itoa(i%256)}})
 		codes[resp.StatusCode]++
 		if resp.StatusCode == http.StatusTooManyRequests {
 			s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
