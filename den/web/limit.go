@@ -3,6 +3,7 @@ package web
 import (
 	"net"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -25,9 +26,9 @@ const (
 	LoginFailures = 10
 	LoginWindow   = 15 * time.Minute
 	LoginBlock    = 15 * time.Minute
-	// maxLimited bounds the addresses remembered; when full, an address
-	// that is not blocked (the longest quiet first) is forgotten, or else
-	// the block that ends first.
+	// maxLimited bounds the addresses remembered; when full, addresses
+	// that are not blocked (the longest quiet first) are forgotten, or
+	// else the blocks that end first.
 	maxLimited = 10000
 )
 
@@ -113,24 +114,26 @@ func (l *limiter) failed(key string, now time.Time) {
 	}
 }
 
-// evict forgets one address to make room: the one that is not blocked and
-// failed longest ago, or else the block that ends first.
+// evict forgets addresses to make room, a tenth of maxLimited at a time
+// (so that a flood of new addresses costs a sort now and then, not a scan
+// per request): first those not blocked, the longest quiet first, then
+// the blocks that end first.
 func (l *limiter) evict() {
-	var victim string
-	var best *attempts
-	for k, a := range l.m {
-		switch {
-		case best == nil:
-		case !a.until.IsZero() && !best.until.IsZero():
-			if !a.until.Before(best.until) {
-				continue
-			}
-		case !a.until.IsZero():
-			continue
-		case best.until.IsZero() && !a.last.Before(best.last):
-			continue
-		}
-		victim, best = k, a
+	keys := make([]string, 0, len(l.m))
+	for k := range l.m {
+		keys = append(keys, k)
 	}
-	delete(l.m, victim)
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := l.m[keys[i]], l.m[keys[j]]
+		if a.until.IsZero() != b.until.IsZero() {
+			return a.until.IsZero()
+		}
+		if a.until.IsZero() {
+			return a.last.Before(b.last)
+		}
+		return a.until.Before(b.until)
+	})
+	for _, k := range keys[:len(keys)-maxLimited*9/10] {
+		delete(l.m, k)
+	}
 }

@@ -98,7 +98,8 @@ func rawRequest(t *testing.T, addr, requestLine, host string) (int, http.Header,
 func TestOnlyItsOwnHostNames(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	srv := serveWith(t, web.Options{DB: f.db, Log: zap.NewNop(), Token: testToken,
+	core, logs := observer.New(zapcore.InfoLevel)
+	srv := serveWith(t, web.Options{DB: f.db, Log: zap.New(core), Token: testToken,
 		Hosts: []string{"status.example.com", "proxy.example.net:8443", "[2001:db8::7]"}})
 	addr := srv.Listener.Addr().String()
 	_, port, _ := net.SplitHostPort(addr)
@@ -127,6 +128,18 @@ func TestOnlyItsOwnHostNames(t *testing.T) {
 	// HTTP/1.0 without a Host line names no host at all.
 	if code, _, _ := rawRequest(t, addr, "GET / HTTP/1.0", ""); code != http.StatusMisdirectedRequest {
 		t.Errorf("HTTP/1.0 without Host: %d, want 421", code)
+	}
+	// Each refused name is logged once (14 names so far, 7 requests each),
+	// and at most 32 names in all.
+	refused := func() int { return logs.FilterMessageSnippet("does not answer to").Len() }
+	if n := refused(); n != 14 {
+		t.Errorf("%d lines for 14 refused names, want one each", n)
+	}
+	for i := 0; i < 100; i++ {
+		rawRequest(t, addr, "GET / HTTP/1.1", "rebind-"+strconv.Itoa(i)+".attacker.example")
+	}
+	if n := refused(); n != 32 {
+		t.Errorf("%d lines after 114 refused names, want 32", n)
 	}
 	for _, host := range []string{"127.0.0.1:" + port, "127.0.0.1", "localhost:" + port, "LocalHost.:" + port, "localhost:9000",
 		"[::1]:" + port, "[0:0:0:0:0:0:0:1]:" + port, "status.example.com", "Status.Example.COM.:443", "proxy.example.net:8443", "[2001:db8::7]:" + port} {
@@ -294,6 +307,21 @@ func TestSessionsEnd(t *testing.T) {
 		if _, ok := session(t, s.URL, d.Value, f.running); ok {
 			t.Errorf("a restarted page (%s) accepts a session of the one before", name)
 		}
+	}
+
+	// At most web.MaxSessions are kept: logging in once more ends the
+	// oldest.
+	first := cookieOf(t, client(nil), same.URL, nil)
+	var last *http.Cookie
+	for i := 0; i < web.MaxSessions; i++ {
+		clk.add(time.Millisecond)
+		last = cookieOf(t, client(nil), same.URL, nil)
+	}
+	if _, ok := session(t, same.URL, first.Value, f.running); ok {
+		t.Errorf("the oldest of %d sessions still works", web.MaxSessions+1)
+	}
+	if _, ok := session(t, same.URL, last.Value, f.running); !ok {
+		t.Error("the newest session does not work")
 	}
 }
 
