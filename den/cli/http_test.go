@@ -87,7 +87,7 @@ func TestRunServesWebPage(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	file := filepath.Join(t.TempDir(), "den.yaml")
-	if err := os.WriteFile(file, []byte("mongo: {uri: \""+dentest.URI()+"\", database: "+db.Name()+"}\nnode: pagenode\nhttp: {listen: \""+addr+"\", web: true}\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("mongo: {uri: \""+dentest.URI()+"\", database: "+db.Name()+"}\nnode: pagenode\nhttp: {listen: \""+addr+"\", web: true}\nweb: {hosts: [status.example.com]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -104,6 +104,27 @@ func TestRunServesWebPage(t *testing.T) {
 	}
 	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, "den_ready") {
 		t.Errorf("/metrics %d beside the page", code)
+	}
+	// The page answers only its own names (here 127.0.0.1 and web.hosts),
+	// 421 to any other Host; /metrics, /healthz and /readyz answer any.
+	for _, tc := range []struct {
+		host, path string
+		want       int
+	}{
+		{"attacker.example", "/", http.StatusMisdirectedRequest}, {"attacker.example:80", "/tasks", http.StatusMisdirectedRequest},
+		{"status.example.com", "/", http.StatusOK}, {"attacker.example", "/metrics", http.StatusOK}, {"attacker.example", "/readyz", http.StatusOK},
+	} {
+		req, _ := http.NewRequest("GET", "http://"+addr+tc.path, nil)
+		req.Host = tc.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || (tc.want == http.StatusMisdirectedRequest && strings.Contains(string(b), "pagequeue")) {
+			t.Errorf("GET %s with Host %s: %d, want %d", tc.path, tc.host, resp.StatusCode, tc.want)
+		}
 	}
 	resp, err := http.Post("http://"+addr+"/nodes/maxthreads", "application/x-www-form-urlencoded", strings.NewReader("node=pagenode&maxthreads=0"))
 	if err != nil {

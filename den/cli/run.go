@@ -95,9 +95,12 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 	var mounts []httpserve.Mount
 	if cfg.HTTPWeb && httpLn != nil {
 		// The status page on the node's own endpoint: /metrics, /healthz
-		// and /readyz stay the endpoint's; everything else is the page's.
+		// and /readyz stay the endpoint's (answering any Host: they carry
+		// nothing of tasks, and scrapers and probes use names the node
+		// cannot know); everything else is the page's, which answers only
+		// its own host names.
 		page, err := web.New(web.Options{DB: client.Database(cfg.Database), Log: log.With(zap.String("component", "web")),
-			Token: cfg.WebToken, DeadNodeAfter: cfg.DeadNodeAfter})
+			Token: cfg.WebToken, DeadNodeAfter: cfg.DeadNodeAfter, Listen: cfg.HTTPListen, Addr: httpLn.Addr(), Hosts: cfg.WebHosts})
 		if err != nil {
 			return err
 		}

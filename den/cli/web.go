@@ -28,12 +28,18 @@ do (--config, DEN_MONGO_URI, --mongo-uri, --database).
 
 It listens on web.listen (default 127.0.0.1:8080: this machine only);
 --listen overrides it. Reading needs nothing, so give another address
-only on a network you trust, or behind a proxy that authenticates.
+only on a network you trust, or behind a proxy that authenticates. It
+answers only its own host names (the listen address, localhost, the
+hostname when listening beyond loopback, and web.hosts, for a proxy's
+name); any other Host gets 421.
 
 Actions (cancel a task, retry an ended task, set a node's maxthreads)
 exist only when web.token is configured (in the file, or DEN_WEB_TOKEN; at
-least 16 characters): log in on the page with it, or send it as
-Authorization: Bearer TOKEN. Without it the page is read-only.`,
+least 16 characters): log in on the page with it (a session ends on
+logout, after 2 hours unused, 12 hours after login, or when den web
+stops), or send it as Authorization: Bearer TOKEN. After 10 wrong tokens
+in 15 minutes an address gets 429 for 15 minutes. Without it the page
+is read-only.`,
 		Example: `  den web --config /etc/disbatch/config.json
   DEN_WEB_TOKEN=$(openssl rand -hex 32) den web --mongo-uri mongodb://db1/ --listen 127.0.0.1:9000`,
 		Args: cobra.NoArgs,
@@ -53,11 +59,19 @@ Authorization: Bearer TOKEN. Without it the page is read-only.`,
 			for _, w := range d.cfg.Warnings {
 				log.Warn(w)
 			}
-			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter})
+			ln, err := net.Listen("tcp", listen)
 			if err != nil {
+				return fmt.Errorf("den web: listen on %s: %w", listen, err)
+			}
+			// The page answers only the names of this address, localhost
+			// and web.hosts (421 to any other Host: DNS rebinding).
+			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter,
+				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts})
+			if err != nil {
+				ln.Close()
 				return err
 			}
-			return serveWeb(cmd.Context(), h, listen, d.cfg.WebToken != "", d.cfg.Database, log)
+			return serveWeb(cmd.Context(), h, ln, d.cfg.WebToken != "", d.cfg.Database, log)
 		}),
 	}
 	addDBFlags(cmd.Flags())
@@ -65,14 +79,10 @@ Authorization: Bearer TOKEN. Without it the page is read-only.`,
 	return cmd
 }
 
-// serveWeb serves h on listen until ctx ends, then shuts down gracefully.
+// serveWeb serves h on ln until ctx ends, then shuts down gracefully.
 // It says on start where it listens, whether that is this machine only,
 // and whether actions are enabled.
-func serveWeb(ctx context.Context, h http.Handler, listen string, actions bool, database string, log *zap.Logger) error {
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return fmt.Errorf("den web: listen on %s: %w", listen, err)
-	}
+func serveWeb(ctx context.Context, h http.Handler, ln net.Listener, actions bool, database string, log *zap.Logger) error {
 	reach := "this machine only"
 	if !loopback(ln.Addr()) {
 		reach = "reachable from the network: anyone who can connect can read task output"
@@ -98,7 +108,7 @@ func serveWeb(ctx context.Context, h http.Handler, listen string, actions bool, 
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	<-done
 	log.Info("den web stopped")
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {

@@ -51,6 +51,14 @@ func TestWebCommand(t *testing.T) {
 	if !strings.Contains(body, "Database "+db.Name()) || !strings.Contains(body, "pages") || !strings.Contains(body, "Read-only") {
 		t.Errorf("den web's overview:\n%s", body)
 	}
+	// Another name for this address (DNS rebinding) gets 421, not the page.
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	req.Host = "attacker.example"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("den web with Host attacker.example: %v %v, want 421", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	resp, err := http.Post("http://"+addr+"/tasks/"+id.Hex()+"/cancel", "application/x-www-form-urlencoded", nil)
 	if err != nil {
 		t.Fatal(err)

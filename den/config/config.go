@@ -85,6 +85,12 @@ type Config struct {
 	// it; empty means the page is read-only.
 	WebListen string
 	WebToken  string
+	// WebHosts are further names the web page answers to (web.hosts:
+	// host, or host:port for that port only), such as the name a reverse
+	// proxy passes on in Host; the page answers its listen address,
+	// localhost and, listening beyond loopback, the hostname by itself,
+	// and 421 to any other name.
+	WebHosts []string
 	// Plugins holds the sections of the file's plugins key: each plugin's
 	// settings, as JSON, by plugin name exactly as written (for example
 	// "MyCorp::Plugin::Resize"). Only den's YAML file has them; the
@@ -158,6 +164,7 @@ var defaults = map[string]any{
 	"resources.busy_core_percent": 60.0,
 	"web.listen":                  DefaultWebListen,
 	"web.token":                   "",
+	"web.hosts":                   []string{},
 	"http.listen":                 "",
 	"http.web":                    false,
 	"plugins":                     map[string]any{}, // read from the file as written, not through viper (see pluginSections)
@@ -288,7 +295,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 			return fail("%s must be a single value, not %v (%T)", key, x, x)
 		}
 	}
-	for _, key := range []string{"activequeues", "ignorequeues"} {
+	for _, key := range []string{"activequeues", "ignorequeues", "web.hosts"} {
 		if _, err := strictList(v, key); err != nil {
 			return fail("%v", err)
 		}
@@ -347,6 +354,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	if c.WebToken != "" && len(c.WebToken) < MinWebTokenLength {
 		return fail("web.token is %d characters; use at least %d (e.g. the output of: openssl rand -hex 32), or none for a read-only page", len(c.WebToken), MinWebTokenLength)
 	}
+	c.WebHosts = list(v.Get("web.hosts"))
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
 		return fail("%v", err)
 	}

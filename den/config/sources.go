@@ -113,6 +113,7 @@ func effective(c Config) map[string]any {
 		"resources.busy_core_percent": c.Resources.BusyCorePercent,
 		"web.listen":                  c.WebListen,
 		"web.token":                   redactToken(c.WebToken),
+		"web.hosts":                   c.WebHosts,
 		"http.listen":                 c.HTTPListen,
 		"http.web":                    c.HTTPWeb,
 		"plugins":                     pluginValues(c.Plugins),

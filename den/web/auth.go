@@ -1,13 +1,12 @@
 package web
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,33 +18,27 @@ const (
 	cookieName = "den_web_session"
 	csrfField  = "csrf"
 	tokenField = "token"
-	// sessionLifetime is how long a login lasts in a browser.
-	sessionLifetime = 7 * 24 * time.Hour
 )
 
 // authView is what templates know of the visitor's rights.
 type authView struct {
 	Enabled    bool   // a token is configured: actions exist
 	Authorized bool   // this request may act
-	CSRF       string // the value forms carry in the csrf field
+	CSRF       string // the value forms carry in the csrf field: the session's own
 }
 
 func (h *handler) authView(r *http.Request) authView {
 	a := authView{Enabled: h.token != ""}
-	if a.Enabled && (h.bearer(r) || h.cookie(r)) {
-		a.Authorized = true
-		a.CSRF = h.derive("csrf")
+	if !a.Enabled {
+		return a
+	}
+	if csrf, ok := h.session(r); ok {
+		a.Authorized, a.CSRF = true, csrf
+	} else if got, ok := bearerToken(r); ok {
+		res, _ := h.checkToken(r, got)
+		a.Authorized = res == tokenOK
 	}
 	return a
-}
-
-// derive is an HMAC of purpose keyed with the token: what the session
-// cookie and the CSRF field hold, so neither reveals the token and a new
-// token makes old ones worthless.
-func (h *handler) derive(purpose string) string {
-	m := hmac.New(sha256.New, []byte(h.token))
-	m.Write([]byte("den web " + purpose + " v1"))
-	return hex.EncodeToString(m.Sum(nil))
 }
 
 // same compares secrets in constant time.
@@ -53,30 +46,99 @@ func same(got, want string) bool {
 	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// bearer reports whether the request carries the token in an
-// Authorization: Bearer header.
-func (h *handler) bearer(r *http.Request) bool {
+// bearerToken returns the token of an Authorization: Bearer header, and
+// whether there is one.
+func bearerToken(r *http.Request) (string, bool) {
 	v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && same(strings.TrimSpace(v), h.token)
+	return strings.TrimSpace(v), ok
 }
 
-// cookie reports whether the request carries a valid session cookie.
-func (h *handler) cookie(r *http.Request) bool {
+// session returns the CSRF value of the request's open session, if its
+// cookie names one (see session.go).
+func (h *handler) session(r *http.Request) (string, bool) {
 	c, err := r.Cookie(cookieName)
-	return err == nil && same(c.Value, h.derive("session"))
+	if err != nil {
+		return "", false
+	}
+	return h.sessions.use(c.Value, h.now())
+}
+
+// tokenResult is what checking a presented token gave.
+type tokenResult int
+
+const (
+	tokenWrong tokenResult = iota
+	tokenOK
+	tokenLimited // the client's address is blocked: not compared
+)
+
+// reqAuthKey keys the request's *reqAuth in its context.
+type reqAuthKey struct{}
+
+// reqAuth remembers a request's token check, so that a request that is
+// checked twice (an action, then its page) counts once.
+type reqAuth struct {
+	done   bool
+	result tokenResult
+	retry  time.Duration
+}
+
+// checkToken compares a token the request presents with the configured
+// one, unless the client's address is blocked for guessing (limit.go);
+// a wrong token counts against the address.
+func (h *handler) checkToken(r *http.Request, got string) (tokenResult, time.Duration) {
+	st, _ := r.Context().Value(reqAuthKey{}).(*reqAuth)
+	if st == nil {
+		st = &reqAuth{}
+	}
+	if st.done {
+		return st.result, st.retry
+	}
+	st.done = true
+	key, now := clientKey(r), h.now()
+	if retry, blocked := h.limit.blocked(key, now); blocked {
+		st.result, st.retry = tokenLimited, retry
+	} else if same(got, h.token) {
+		st.result = tokenOK
+	} else {
+		h.limit.failed(key, now)
+		st.result = tokenWrong
+	}
+	return st.result, st.retry
+}
+
+// errLimited refuses a token from an address that guessed too often.
+type errLimited struct{ retry time.Duration }
+
+func (e errLimited) Error() string {
+	return fmt.Sprintf("too many wrong tokens from your address: try again in %d seconds", retrySeconds(e.retry))
+}
+
+// retrySeconds rounds d up to whole seconds, for Retry-After.
+func retrySeconds(d time.Duration) int {
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// tooMany answers a blocked address: 429 with Retry-After.
+func (h *handler) tooMany(w http.ResponseWriter, r *http.Request, name string, p page, e errLimited) {
+	w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(e.retry)))
+	h.renderStatus(w, r, http.StatusTooManyRequests, name, p)
 }
 
 // Reasons an action is refused.
 var (
 	errReadOnly   = errors.New("this status page is read-only: actions need web.token to be configured")
 	errNoToken    = errors.New("actions need the token: log in, or send it in an Authorization: Bearer header or a token form field")
+	errWrongToken = errors.New("refused: the token given is wrong")
 	errCrossSite  = errors.New("refused: the request came from another site")
 	errCSRF       = errors.New("refused: the form is missing its CSRF field or it is stale; reload the page and try again")
 	errBadRequest = errors.New("bad request")
 )
 
 // allowed checks, on every action request, that it may act; the error
-// says why not (each is a 403).
+// says why not (each is a 403, but errLimited, a 429). A request that
+// presents a token (a Bearer header, else a token field) is judged by it
+// alone; otherwise it needs an open session and that session's CSRF value.
 func (h *handler) allowed(r *http.Request) error {
 	if h.token == "" {
 		return errReadOnly
@@ -84,16 +146,26 @@ func (h *handler) allowed(r *http.Request) error {
 	if crossSite(r) {
 		return errCrossSite
 	}
-	if h.bearer(r) {
-		return nil
+	got, presented := bearerToken(r)
+	if !presented {
+		got = r.PostForm.Get(tokenField)
+		presented = got != ""
 	}
-	if same(r.PostForm.Get(tokenField), h.token) {
-		return nil
+	if presented {
+		switch res, retry := h.checkToken(r, got); res {
+		case tokenOK:
+			return nil
+		case tokenLimited:
+			return errLimited{retry}
+		default:
+			return errWrongToken
+		}
 	}
-	if !h.cookie(r) {
+	csrf, ok := h.session(r)
+	if !ok {
 		return errNoToken
 	}
-	if !same(r.PostForm.Get(csrfField), h.derive("csrf")) {
+	if !same(r.PostForm.Get(csrfField), csrf) {
 		return errCSRF
 	}
 	return nil
@@ -128,7 +200,8 @@ func crossSite(r *http.Request) bool {
 	return true
 }
 
-// action wraps an action's handler with the check, logging refusals.
+// action wraps an action's handler with the check, logging refusals (but
+// not those of a blocked address: the limiter logs its block once).
 func (h *handler) action(f func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
@@ -137,6 +210,12 @@ func (h *handler) action(f func(http.ResponseWriter, *http.Request)) http.Handle
 			return
 		}
 		if err := h.allowed(r); err != nil {
+			var lim errLimited
+			if errors.As(err, &lim) {
+				h.tooMany(w, r, "error", page{Title: http.StatusText(http.StatusTooManyRequests),
+					Data: map[string]any{"Status": http.StatusTooManyRequests, "Error": err.Error()}}, lim)
+				return
+			}
 			h.log.Info("web: action refused", zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.String("reason", err.Error()))
 			h.fail(w, r, http.StatusForbidden, err)
 			return
@@ -149,7 +228,9 @@ func (h *handler) loginPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "login", page{Title: "Log in", Nav: "login", Data: map[string]any{"Next": safeNext(r.URL.Query().Get("next"))}})
 }
 
-// login checks the token from the form and sets the session cookie.
+// login checks the token from the form and opens a session: a random id
+// in the cookie, kept server-side (session.go). Wrong tokens count
+// against the client's address (limit.go).
 func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if h.token == "" {
@@ -165,21 +246,41 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := safeNext(r.PostForm.Get("next"))
-	if !same(r.PostForm.Get(tokenField), h.token) {
+	loginPage := func(msg string) page {
+		return page{Title: "Log in", Nav: "login", Message: msg, Data: map[string]any{"Next": next}}
+	}
+	switch res, retry := h.checkToken(r, r.PostForm.Get(tokenField)); res {
+	case tokenLimited:
+		e := errLimited{retry}
+		h.tooMany(w, r, "login", loginPage(strings.ToUpper(e.Error()[:1])+e.Error()[1:]+"."), e)
+		return
+	case tokenWrong:
 		h.log.Info("web: login refused: wrong token", zap.String("remote", r.RemoteAddr))
-		h.renderStatus(w, r, http.StatusForbidden, "login", page{Title: "Log in", Nav: "login", Message: "Wrong token.", Data: map[string]any{"Next": next}})
+		h.renderStatus(w, r, http.StatusForbidden, "login", loginPage("Wrong token."))
 		return
 	}
+	id, evicted, err := h.sessions.create(h.now())
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if evicted {
+		h.log.Info("web: the oldest session ended to make room for a new one", zap.Int("max_sessions", MaxSessions))
+	}
 	h.log.Info("web: logged in", zap.String("remote", r.RemoteAddr))
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: h.derive("session"), Path: "/", MaxAge: int(sessionLifetime.Seconds()),
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", MaxAge: int(SessionLifetime.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r)})
 	http.Redirect(w, r, withMsg(next, "logged-in"), http.StatusSeeOther)
 }
 
+// logout ends the request's session on the server and clears its cookie.
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 	if crossSite(r) {
 		h.fail(w, r, http.StatusForbidden, errCrossSite)
 		return
+	}
+	if c, err := r.Cookie(cookieName); err == nil && h.sessions.revoke(c.Value) {
+		h.log.Info("web: logged out", zap.String("remote", r.RemoteAddr))
 	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: isHTTPS(r)})
 	http.Redirect(w, r, "/?msg=logged-out", http.StatusSeeOther)

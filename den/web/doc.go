@@ -23,16 +23,32 @@
 // exist only when Options.Token is set, and every action request is
 // checked against it: the token itself in an Authorization: Bearer header
 // or a form field named token (for scripts), or the session cookie that
-// logging in on /login sets (an HMAC of the token, so changing the token
-// ends every session). Cookie-authenticated actions must also carry the
-// page's CSRF field, and any action from another origin (Origin or
-// Sec-Fetch-Site) is refused. Actions are POSTs only. Without a token the
-// page is read-only: no action is shown and every action is refused with
-// 403. Reading is open to whoever can reach the server, which is why den
-// web listens on localhost unless configured otherwise.
+// logging in on /login sets. A session is a random id (32 bytes from
+// crypto/rand) kept in this process's memory with a CSRF value of its
+// own; it ends on POST /logout, after SessionIdle unused, SessionLifetime
+// after login, and with the process (so changing the token, which means a
+// restart, ends every session); at most MaxSessions are kept. Cookie
+// actions must also carry the session's CSRF field, and any action from
+// another origin (Origin or Sec-Fetch-Site) is refused. Actions are POSTs
+// only. Wrong tokens are limited per client address (the connection's
+// IP, never a header): after LoginFailures within LoginWindow, the
+// address's tokens are refused with 429 and Retry-After for LoginBlock,
+// logged once when the block starts and once when it ends. Without a
+// token the page is read-only: no action is shown and every action is
+// refused with 403.
 //
-// Files: web.go (New, routes, rendering, errors), auth.go (token, session,
-// CSRF, login), overview.go (/), tasks.go (/tasks), task.go (/tasks/ID),
-// output.go (reading output, /tasks/ID/output), actions.go (the POSTs),
-// nodeinfo.go (node resources), format.go (template helpers).
+// The page answers only its own host names (hosts.go): the listen
+// address, localhost, the hostname when it listens beyond loopback, and
+// Options.Hosts (web.hosts); any other Host header gets 421 and nothing
+// of the page, so that a page elsewhere cannot read it by pointing its
+// own name at this server (DNS rebinding). Reading is open to whoever
+// reaches the server by one of those names, which is why den web listens
+// on localhost unless configured otherwise.
+//
+// Files: web.go (New, routes, rendering, errors), auth.go (token, CSRF,
+// login, logout), session.go (the session store), limit.go (wrong tokens
+// per address), hosts.go (the Host check), overview.go (/), tasks.go
+// (/tasks), task.go (/tasks/ID), output.go (reading output,
+// /tasks/ID/output), actions.go (the POSTs), nodeinfo.go (node
+// resources), format.go (template helpers).
 package web

@@ -2,11 +2,13 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
+	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,17 @@ type Options struct {
 	// Refresh is how often the overview and task list reload themselves in
 	// the browser. Default 10 seconds.
 	Refresh time.Duration
+	// Listen is the address the page is served on, as configured
+	// (host:port, such as 127.0.0.1:8080 or 0.0.0.0:8080), and Addr the
+	// listener's own address (optional: it gives the IP of a listen
+	// address written as a name). With Hosts, the names a reverse proxy
+	// forwards (web.hosts: host, or host:port for that port only), they
+	// decide which Host headers the page answers; any other gets 421 (see
+	// hosts.go). With neither Listen nor Addr, the page answers only
+	// localhost, 127.0.0.1, ::1 and Hosts.
+	Listen string
+	Addr   net.Addr
+	Hosts  []string
 }
 
 // DefaultRefresh is how often pages reload themselves unless configured.
@@ -60,6 +73,11 @@ type handler struct {
 	// dbFailing is set while database reads fail, so that the failure is
 	// logged when it starts and when it clears, not on every refresh.
 	dbFailing atomic.Bool
+	// hosts are the Host headers the page answers; sessions the open
+	// logins; limit counts wrong tokens per client address.
+	hosts    *hostNames
+	sessions *sessions
+	limit    *limiter
 }
 
 // New returns the status page's handler.
@@ -81,6 +99,12 @@ func New(o Options) (http.Handler, error) {
 	if h.refresh <= 0 {
 		h.refresh = DefaultRefresh
 	}
+	var err error
+	if h.hosts, err = hostsFor(o.Listen, o.Addr, o.Hosts); err != nil {
+		return nil, err
+	}
+	h.sessions = newSessions()
+	h.limit = newLimiter(h.log)
 	for _, page := range []string{"overview", "tasks", "task", "login", "error"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
@@ -114,7 +138,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
-	h.mux.ServeHTTP(w, r)
+	if !h.hosts.allows(r) {
+		h.misdirected(w, r)
+		return
+	}
+	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqAuthKey{}, &reqAuth{})))
 }
 
 func cacheFor(d time.Duration, next http.Handler) http.Handler {
