@@ -3,6 +3,7 @@ package den
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -273,8 +274,10 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 		ids = append(ids, q.ID)
 	}
 	for len(ids) > 0 {
-		if ctx.Err() != nil {
-			return false, nil
+		if err := ctx.Err(); err != nil {
+			// The pass's time is up (or the node stops): the pass says
+			// so, rather than passing for a short one.
+			return false, fmt.Errorf("claim in %d queues: %w", len(ids), err)
 		}
 		c, ok, err := n.claimOne(ctx, ids, qs[0].Sort)
 		if err != nil {

@@ -247,12 +247,24 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
 				continue
 			}
+			if !n.chore() {
+				return nil
+			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
 		case n.onThisHost(*r) && !n.ownRunner(r.PID) && !alive(*r):
+			if !n.chore() {
+				return nil
+			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
 		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.own.finished(task.ID):
+			if !n.chore() {
+				return nil
+			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
 		case !n.onThisHost(*r) && staleSign(*r, now, n.cfg.DeadNodeAfter):
+			if !n.chore() {
+				return nil
+			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
 		}
 	}
@@ -264,6 +276,9 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 // (-6).
 func (n *Node) rescueStaleClaims(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
 	for _, task := range queue.StaleClaims(mine, now.Add(-n.cfg.OrphanAge)) {
+		if !n.chore() {
+			return nil
+		}
 		n.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge)})
 	}
 	return nil
@@ -317,11 +332,17 @@ func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]que
 			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
 				continue // give a node that has just started time to write its document
 			}
+			if !n.chore() {
+				break
+			}
 			counts[n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})]++
 		}
 		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
 			n.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
 				zap.Int("orphaned", counts[queue.StatusOrphaned]), zap.Int("retried", counts[queue.StatusQueued]), zap.Int("cancelled", counts[queue.StatusCancelled]))
+		}
+		if n.chores <= 0 {
+			return nil // the rest next pass
 		}
 	}
 	return nil

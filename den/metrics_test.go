@@ -32,7 +32,7 @@ type endpoint struct{ base string }
 // withEndpoint gives a test node metrics on a registry of its own and an
 // HTTP endpoint on a free loopback port, and returns a client of uri whose
 // commands those metrics count (as den run sets them up).
-func withEndpoint(t *testing.T, uri string) (*mongo.Client, endpoint, func(*den.Config)) {
+func withEndpoint(t testing.TB, uri string) (*mongo.Client, endpoint, func(*den.Config)) {
 	t.Helper()
 	m := metrics.New(prometheus.NewRegistry())
 	client, err := mongo.Connect(options.Client().ApplyURI(uri).SetMonitor(m.CommandMonitor()))
@@ -49,7 +49,7 @@ func withEndpoint(t *testing.T, uri string) (*mongo.Client, endpoint, func(*den.
 	}
 }
 
-func (e endpoint) get(t *testing.T, path string) (int, string) {
+func (e endpoint) get(t testing.TB, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(e.base + path)
 	if err != nil {
@@ -64,7 +64,7 @@ func (e endpoint) get(t *testing.T, path string) (int, string) {
 }
 
 // scrape reads /metrics as Prometheus would.
-func (e endpoint) scrape(t *testing.T) map[string]*dto.MetricFamily {
+func (e endpoint) scrape(t testing.TB) map[string]*dto.MetricFamily {
 	t.Helper()
 	code, body := e.get(t, "/metrics")
 	if code != http.StatusOK {

@@ -141,11 +141,14 @@ type Node struct {
 	log     *zap.Logger
 	now     func() time.Time
 
-	notes       notices
-	wake        chan struct{} // a runner finished: claim again now
-	offset      int           // rotates which queue claims first
-	lastSweep   time.Time
-	lastRescue  time.Time
+	notes      notices
+	wake       chan struct{} // a runner finished: claim again now
+	offset     int           // rotates which queue claims first
+	lastSweep  time.Time
+	lastRescue time.Time
+	// chores is what is left of this pass's housekeeping budget
+	// (choresPerPass).
+	chores      int
 	lastRecheck time.Time
 	// shared is the config collection's active document as last read, at
 	// sharedAt; runningAt is when every node's running tasks were last

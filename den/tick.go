@@ -137,6 +137,7 @@ func (n *Node) pass(ctx context.Context) error {
 		return err
 	}
 
+	n.chores = choresPerPass
 	rescueDue := now.Sub(n.lastRescue) >= n.cfg.RescueEvery
 	var mine []queue.Task
 	if n.own.any() || rescueDue {
@@ -213,13 +214,17 @@ func (n *Node) pass(ctx context.Context) error {
 		if err := n.rescueDeadNodes(ctx, byID); err != nil {
 			return err
 		}
-		n.lastRescue = now
+		if n.chores > 0 {
+			n.lastRescue = now // else the rest next pass, after its claims
+		}
 	}
 	if now.Sub(n.lastSweep) >= n.cfg.SweepEvery {
 		if err := n.sweep(ctx, serve, now); err != nil {
 			return err
 		}
-		n.lastSweep = now
+		if n.chores > 0 {
+			n.lastSweep = now // else the rest next pass, after its claims
+		}
 	}
 
 	st.ready, st.serve, st.limit, st.gfs = true, serve, limit, gfs
@@ -239,6 +244,22 @@ func (n *Node) pass(ctx context.Context) error {
 		n.lastRecheck = now
 	}
 	return nil
+}
+
+// choresPerPass is the most housekeeping writes (rescues, sweeps'
+// rewrites and fails) one pass makes: the rest wait for the next pass, and
+// the pass's claims come first. 10,000 forged tasks of a dead node are
+// rescued in 50 passes instead of one pass that never ends.
+const choresPerPass = 200
+
+// chore reports whether this pass may make one more housekeeping write,
+// and counts it.
+func (n *Node) chore() bool {
+	if n.chores <= 0 {
+		return false
+	}
+	n.chores--
+	return true
 }
 
 // NodeQueuesMax is the most queues a node lists in its node document.
@@ -459,6 +480,9 @@ func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) e
 	}
 	failed := map[bson.ObjectID]int{}
 	for _, m := range malformed {
+		if !n.chore() {
+			break
+		}
 		ok, err := n.store.FailMalformed(ctx, m, n.cfg.Name, now)
 		if err != nil {
 			return err
@@ -496,6 +520,9 @@ func (n *Node) normalize(ctx context.Context, tasks []queue.Task, now time.Time)
 	for _, t := range tasks {
 		if !t.IsIrregular() {
 			continue // there for the unfit step
+		}
+		if !n.chore() {
+			break
 		}
 		bad := t.Unreadable()
 		if len(bad) == 0 {

@@ -3,6 +3,7 @@ package queue_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,7 +279,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 	db := dentest.DB(t)
 	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
-	limit, problem, err := store.Heartbeat(ctx, "n1", nil, nil, time.Now())
+	limit, problem, err := store.Heartbeat(ctx, "n1", []queue.NodeQueue{}, nil, time.Now())
 	if err != nil || limit != nil || problem != "" {
 		t.Fatalf("first heartbeat: %v %q %v", limit, problem, err)
 	}
@@ -450,4 +451,98 @@ func claimOne(ctx context.Context, store *queue.Store, q queue.Queue, node strin
 		return c.ID, ok, fmt.Errorf("claimed a malformed document: %s", c.Malformed.Reason)
 	}
 	return c.ID, ok, err
+}
+
+// A claim that takes a document that cannot be a task (an _id that is not
+// an ObjectId, a queue that is an array holding the queue's id) says so
+// instead of failing: FailClaimed fails it with the reason in its stderr,
+// and the next claim takes the good task queued after it. Before, the
+// claim's reply did not decode, the node put the document back, and every
+// claim of the queue met it again, for ever.
+func TestClaimTakesMalformedOutOfTheWay(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	store := queue.NewStore(db)
+	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
+	old := time.Now().Add(-time.Hour)
+	doc := func(id, q any) bson.D {
+		return bson.D{{Key: "_id", Value: id}, {Key: "queue", Value: q}, {Key: "status", Value: int32(-2)}, {Key: "node", Value: int32(-1)},
+			{Key: "parameters", Value: bson.D{}}, {Key: "ctime", Value: old}, {Key: "mtime", Value: old}, {Key: "stdout", Value: nil}, {Key: "stderr", Value: nil}}
+	}
+	for _, tc := range []struct {
+		name string
+		doc  bson.D
+		want string
+	}{
+		{"string _id", doc("str-id", qid), "_id"},
+		{"int _id", doc(int32(7), qid), "_id"},
+		{"binary _id", doc(bson.Binary{Data: []byte{1, 2}}, qid), "_id"},
+		{"document _id", doc(bson.D{{Key: "a", Value: 1}}, qid), "_id"},
+		{"queue an array holding the id", doc(bson.NewObjectID(), bson.A{qid}), "queue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := db.Collection("tasks").InsertOne(ctx, tc.doc); err != nil {
+				t.Fatal(err)
+			}
+			good := dentest.Tasks(t, db, qid, bson.D{{Key: "i", Value: 1}})[0]
+			c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+			if err != nil || !ok || c.Malformed == nil {
+				t.Fatalf("claim: %+v, %v, %v; want the malformed document", c, ok, err)
+			}
+			if !strings.Contains(c.Malformed.Reason, tc.want) {
+				t.Errorf("reason %q does not name %s", c.Malformed.Reason, tc.want)
+			}
+			if done, err := store.FailClaimed(ctx, *c.Malformed, "n", time.Now()); err != nil || !done {
+				t.Fatalf("fail claimed: %v, %v", done, err)
+			}
+			raw, err := db.Collection("tasks").FindOne(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$eq", Value: tc.doc[0].Value}}}}).Raw()
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := raw.Lookup("status").AsInt64OK()
+			stderr, _ := raw.Lookup("stderr").StringValueOK()
+			if st != queue.StatusFailed || !strings.HasPrefix(stderr, "den: task not run: ") {
+				t.Errorf("malformed document: status %d, stderr %q; want failed with the reason", st, stderr)
+			}
+			c, ok, err = store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+			if err != nil || !ok || c.Malformed != nil || c.ID != good {
+				t.Fatalf("next claim: %+v, %v, %v; want the good task %s", c, ok, err, good.Hex())
+			}
+		})
+	}
+}
+
+// A held task whose node is a regular expression (or a document, an
+// array) names no node: the rescue of "dead" nodes asks for that node's
+// tasks by the value as stored, and gets that task only, never the tasks
+// of every node the pattern would match.
+func TestNodeTasksMatchesTheNameAsStored(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	store := queue.NewStore(db)
+	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
+	live := dentest.Tasks(t, db, qid, bson.D{{Key: "i", Value: 1}})[0]
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: live}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "alive"}}}})
+	for _, holder := range []any{bson.Regex{Pattern: ".*", Options: ""}, bson.A{"alive"}, bson.D{{Key: "$ne", Value: "x"}}} {
+		forged := bson.NewObjectID()
+		doc := bson.D{{Key: "_id", Value: forged}, {Key: "queue", Value: qid}, {Key: "status", Value: int32(0)}, {Key: "node", Value: holder}, {Key: "parameters", Value: bson.D{}}}
+		if _, err := db.Collection("tasks").InsertOne(ctx, doc); err != nil {
+			t.Logf("%v: the server refuses it: %v", holder, err)
+			continue
+		}
+		tasks, err := store.NodeTasks(ctx, holder)
+		if err != nil {
+			t.Fatalf("%v: %v", holder, err)
+		}
+		for _, task := range tasks {
+			if task.ID == live {
+				t.Errorf("holder %v: the tasks of node alive came with it", holder)
+			}
+		}
+		if len(tasks) != 1 || tasks[0].ID != forged {
+			t.Errorf("holder %v: %d tasks, want the one it holds", holder, len(tasks))
+		}
+	}
 }

@@ -305,17 +305,24 @@ func (s *Store) CancelQueued(ctx context.Context, now time.Time) (int64, error) 
 // Mine returns this node's claimed and running tasks, optionally only
 // those with cancel set.
 func (s *Store) Mine(ctx context.Context, node string, cancelled bool) ([]Task, error) {
-	filter := bson.D{{Key: "node", Value: node}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}
+	filter := bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: node}}}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}
 	if cancelled {
 		filter = append(filter, bson.E{Key: FieldCancel, Value: true})
 	}
 	return s.findTasks(ctx, filter)
 }
 
+// NodeTasksLimit is the most tasks NodeTasks returns: a rescue takes the
+// rest on its next round.
+const NodeTasksLimit = 1000
+
 // NodeTasks returns the claimed and running tasks of a node (its name as
-// stored, which need not be a string).
+// stored, which need not be a string), at most NodeTasksLimit of them. The
+// name is matched with $eq: a name that is a regular expression matches
+// only itself, not every node's tasks.
 func (s *Store) NodeTasks(ctx context.Context, node any) ([]Task, error) {
-	return s.findTasks(ctx, bson.D{{Key: "node", Value: node}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}})
+	return s.collect(ctx, "find tasks", bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: node}}}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}},
+		options.Find().SetProjection(stateFields).SetBatchSize(oneReply).SetLimit(NodeTasksLimit))
 }
 
 // stateFields are the fields of a task a pass needs: everything but the

@@ -313,7 +313,6 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 				t.Fatal(err)
 			}
 		}},
-		{"HeartbeatSelf", func(t *testing.T) {}}, // Heartbeat is it
 		{"FixCounts", func(t *testing.T) {
 			for _, d := range val(store.CheckCounts(ctx))(t) {
 				if d.Drifted() {

@@ -125,21 +125,20 @@ func (self *NodeSelf) fields() bson.D {
 
 // Heartbeat upserts the node document: node, timestamp, queues and what
 // the node says of itself (self, may be nil), in one command. queues nil
-// leaves the queues array as it is (an empty one on insert): a node whose
-// queues have not changed writes its timestamp only. It never writes
+// leaves the queues array as it is: a node whose queues have not changed
+// writes its timestamp only (den's first pass, and one every RefreshEvery,
+// writes them whatever they are, so that a node document deleted by hand
+// gets them back). It never writes
 // maxthreads, which belongs to the operator, and returns the value the
 // operator set there. Problem is non-empty when that value is not a
 // non-negative whole number (it then counts as 0).
 func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
 	set := bson.D{{Key: "timestamp", Value: now}}
-	update := bson.D{}
 	if queues != nil {
 		set = append(set, bson.E{Key: "queues", Value: queues})
-	} else {
-		update = append(update, bson.E{Key: "$setOnInsert", Value: bson.D{{Key: "queues", Value: bson.A{}}}})
 	}
 	set = append(set, self.fields()...)
-	update = append(update, bson.E{Key: "$set", Value: set})
+	update := bson.D{{Key: "$set", Value: set}}
 	doc, err := s.nodes.FindOneAndUpdate(ctx,
 		bson.D{{Key: "node", Value: node}},
 		update,
