@@ -182,6 +182,11 @@ func ParseTask(raw bson.Raw) (*Task, error) {
 // ErrNoOutput is returned by Output for a task that has no such output yet.
 var ErrNoOutput = errors.New("no output yet")
 
+// ErrOutputType is returned by Output for a task whose stdout or stderr
+// is neither text nor a GridFS file id: the document is at fault (someone
+// wrote it so), not the database.
+var ErrOutputType = errors.New("output of the wrong type")
+
 // Output returns where a task's stdout or stderr (stream) is: the text,
 // when it is stored in the task document, or the id of its tasks.files
 // document (Disbatch's GridFS layout). It returns ErrNoOutput when the
@@ -196,5 +201,5 @@ func (t Task) Output(stream string) (text string, file bson.ObjectID, err error)
 	case bson.TypeNull, 0:
 		return "", file, ErrNoOutput
 	}
-	return "", file, fmt.Errorf("%s is %s, neither a string nor a GridFS file id", stream, v.Type)
+	return "", file, fmt.Errorf("%w: %s is %s, neither a string nor a GridFS file id", ErrOutputType, stream, v.Type)
 }

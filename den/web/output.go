@@ -173,7 +173,7 @@ func (h *handler) output(w http.ResponseWriter, r *http.Request) {
 	}
 	data, o, err := h.readOutput(r.Context(), t, stream, from, pollLimit)
 	if err != nil {
-		jsonError(w, http.StatusInternalServerError, err.Error())
+		jsonError(w, outputErrorStatus(err), err.Error())
 		return
 	}
 	rep := outputReply{Data: string(data), Next: o.From + o.Skipped + int64(len(data)), Total: o.Total, Reset: o.Reset, Skipped: o.Skipped,
@@ -197,7 +197,7 @@ func (h *handler) outputText(w http.ResponseWriter, r *http.Request) {
 	}
 	o, err := h.openOutput(r.Context(), t, stream, 0)
 	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
+		h.fail(w, r, outputErrorStatus(err), err)
 		return
 	}
 	defer o.Close()
@@ -240,4 +240,15 @@ func jsonError(w http.ResponseWriter, status int, msg string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// outputErrorStatus is the HTTP status for a failure to read a task's
+// output: 422 when the task document is at fault (its output field is of
+// another type: the page says so, and the database is not taken for
+// failing), else 500.
+func outputErrorStatus(err error) int {
+	if errors.Is(err, queue.ErrOutputType) {
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusInternalServerError
 }
