@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 )
 
@@ -64,8 +65,10 @@ const (
 // node started it, the worker when the supervisor did. It returns the
 // process's exit code. newLog builds the logger from the spec.
 func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int {
-	// First of all, before anything could start a program: the relay's
-	// control channel must never reach the task's programs.
+	// First of all, before anything could start a program: no descriptor
+	// this process inherited (but those it takes below, for itself) may
+	// reach the task's programs, nor may the relay's control channel.
+	inheritErr := sandbox.CloseInherited()
 	relayCtl, relayErr := takeRelayControl()
 	tasksCh, tasksErr := takeInherited(EnvTasksFD, "tasks", os.Getenv(envWorker) != "")
 	spec, err := SpecFromEnv()
@@ -79,6 +82,10 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 		return 2
 	}
 	defer log.Sync()
+	if inheritErr != nil {
+		log.Error("cannot keep the descriptors this runner inherited from its programs; refusing to run tasks", zap.Error(inheritErr))
+		return 2
+	}
 	if relayErr != nil {
 		log.Warn("cannot use the node's relay; connecting to MongoDB directly", zap.Error(relayErr))
 	}

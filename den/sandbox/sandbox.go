@@ -95,6 +95,11 @@ func enter(raw string) error {
 		return errors.New("no program given")
 	}
 	env := slices.DeleteFunc(os.Environ(), isSpec)
+	// The program gets stdin, stdout and stderr, and nothing else this
+	// process inherited.
+	if err := CloseInherited(); err != nil {
+		return err
+	}
 	if spec.Landlock {
 		paths := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...))
 		execute := landlock.AccessFSSet(llsys.AccessFSExecute)
