@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -87,6 +88,9 @@ func Main() {
 }
 
 func enter(raw string) error {
+	// no_new_privs, when set below by prctl, is set on this thread only:
+	// the seccomp filter must be installed from the same thread.
+	runtime.LockOSThread()
 	var spec Spec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		return fmt.Errorf("decode %s: %w", EnvSpec, err)
@@ -114,8 +118,14 @@ func enter(raw string) error {
 	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	// Landlock sees no path for a memfd: refuse making an executable one
+	// (seccomp.go). After no_new_privs, which seccomp requires.
+	if err := refuseAnonymousExec(); err != nil {
+		return err
+	}
 	// execve replaces every thread, and the program inherits the calling
-	// thread's restrictions, which RestrictPaths gave all of them.
+	// thread's restrictions, which RestrictPaths and the seccomp filter's
+	// TSYNC gave all of them.
 	err := syscall.Exec(spec.Path, spec.Args, env)
 	return fmt.Errorf("execute %s: %w", spec.Path, err)
 }
