@@ -40,6 +40,12 @@ type Spec struct {
 	// Landlock enforces Exec with Landlock; false sets only no_new_privs
 	// (for a machine without Landlock, where the operator accepted that).
 	Landlock bool `json:"landlock"`
+	// MaxProcesses is the most processes, threads included, the program
+	// and all it starts may have (0: no limit of den's): by joining
+	// PidsCgroup, a cgroup whose pids.max holds it, or else by
+	// RLIMIT_NPROC (procs.go says what that limits).
+	MaxProcesses int    `json:"max_processes,omitempty"`
+	PidsCgroup   string `json:"pids_cgroup,omitempty"`
 }
 
 // LandlockABI returns the Landlock ABI version the running kernel offers,
@@ -122,6 +128,13 @@ func enter(raw string) error {
 	// (seccomp.go). After no_new_privs, which seccomp requires.
 	if err := refuseAnonymousExec(); err != nil {
 		return err
+	}
+	// Last before execve: this process's threads count against the limit
+	// too, and one the Go runtime could not start would end it.
+	if spec.MaxProcesses > 0 {
+		if err := limitProcesses(spec.MaxProcesses, spec.PidsCgroup); err != nil {
+			return err
+		}
 	}
 	// execve replaces every thread, and the program inherits the calling
 	// thread's restrictions, which RestrictPaths and the seccomp filter's
