@@ -53,6 +53,10 @@ type Config struct {
 	// queue's next task (runner.idle, default 10s).
 	RunnerMaxTasks int64
 	RunnerIdle     time.Duration
+	// RunnerMaxProcesses is the most processes, threads included, a task's
+	// programs may have at once (runner.max_processes, default 1024); a
+	// task or queue may lower it (max_processes).
+	RunnerMaxProcesses int64
 	// MaxTermination is the default time between SIGTERM and SIGKILL when a
 	// task is stopped; DeadNodeAfter is when a silent node counts as dead.
 	MaxTermination time.Duration
@@ -143,6 +147,7 @@ var defaults = map[string]any{
 	"runner.relay":                "", // true, false, or "" (unset: see Config.RunnerRelay)
 	"runner.max_tasks":            int64(100),
 	"runner.idle":                 "10s",
+	"runner.max_processes":        int64(1024),
 	"max_termination_time":        queue.DefaultGrace.String(),
 	"dead_node_after":             queue.DefaultDeadNodeAfter.String(),
 	"cgroups":                     "auto",
@@ -303,6 +308,9 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	if c.RunnerIdle, err = duration(v, "runner.idle"); err != nil || c.RunnerIdle <= 0 {
 		return fail("runner.idle %q must be a positive duration such as 10s", v.GetString("runner.idle"))
+	}
+	if c.RunnerMaxProcesses, err = count(v, "runner.max_processes"); err != nil || c.RunnerMaxProcesses <= 0 || c.RunnerMaxProcesses > 1<<22 {
+		return fail("runner.max_processes %v must be a number of processes from 1 to 4194304 (default 1024)", v.Get("runner.max_processes"))
 	}
 	if c.MaxOutput, err = count(v, "max_output"); err != nil || c.MaxOutput <= 0 {
 		return fail("max_output %v must be a positive number of bytes (default 1073741824, 1 GiB)", v.Get("max_output"))
