@@ -20,14 +20,18 @@ import (
 // namespace), whoever started them. So it is set to max plus what that
 // user runs already (other tasks, den itself when tasks run as den's
 // user), counted from /proc: the task may add max processes to those.
-// The kernel ignores it for root and for holders of CAP_SYS_RESOURCE or
-// CAP_SYS_ADMIN. It never raises a lower hard limit already set.
+// The kernel ignores it for root (so it is not set for root, sparing the
+// count) and for holders of CAP_SYS_RESOURCE or CAP_SYS_ADMIN. It never
+// raises a lower hard limit already set.
 func limitProcesses(max int, pidsCgroup string) error {
 	if pidsCgroup != "" {
 		procs := filepath.Join(pidsCgroup, "cgroup.procs")
 		if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
 			return fmt.Errorf("join the run's pids cgroup %s: %w", pidsCgroup, err)
 		}
+		return nil
+	}
+	if os.Getuid() == 0 {
 		return nil
 	}
 	limit := uint64(max) + userTasks(os.Getuid())
