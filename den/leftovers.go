@@ -3,6 +3,7 @@ package den
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -46,6 +47,24 @@ func detectCgroup(mode string, log *zap.Logger) (string, error) {
 	return dir, nil
 }
 
+// detectPids decides, once at start, whether a run's program gets a cgroup
+// v1 pids cgroup of its own, whose pids.max holds its process limit (see
+// RunnerCommand.MaxProcesses); "" when not, and then the program's
+// RLIMIT_NPROC holds the limit (den/sandbox). cgroups: off turns it off
+// too.
+func detectPids(mode string, log *zap.Logger) string {
+	if mode == "off" {
+		return ""
+	}
+	dir, err := contain.DetectPidsV1()
+	if err != nil {
+		log.Info("task process limit: RLIMIT_NPROC of the task's programs (it counts all of their user's processes, and root is exempt)", zap.String("why_no_pids_cgroup", err.Error()))
+		return ""
+	}
+	log.Info("task process limit: pids.max of a cgroup v1 per run", zap.String("pids_cgroup", dir))
+	return dir
+}
+
 // stopLeftovers stops what is left of a run of task id whose runner r is
 // gone, and returns how many processes it stopped. It waits up to grace
 // for them to end on SIGTERM before SIGKILL. It reports busy, and does
@@ -69,9 +88,13 @@ func (n *Node) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.Runn
 	if n.cgroup != "" {
 		cgroup = contain.RunCgroup(n.cgroup, id.Hex(), r.Token.Hex())
 	}
+	var pidsCgroup string
+	if n.pids != "" {
+		pidsCgroup = contain.RunCgroup(n.pids, id.Hex(), r.Token.Hex())
+	}
 	find := func() []int32 {
 		pids := contain.Marked(ctx, marker, r.Started)
-		for _, p := range contain.CgroupProcs(cgroup) {
+		for _, p := range slices.Concat(contain.CgroupProcs(cgroup), contain.CgroupProcs(pidsCgroup)) {
 			if !contains(pids, p) {
 				pids = append(pids, p)
 			}
@@ -79,9 +102,12 @@ func (n *Node) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.Runn
 		return pids
 	}
 	stopped = contain.Stop(ctx, find, grace, nil)
-	if cgroup != "" {
-		contain.KillCgroup(cgroup)
-		if err := contain.RemoveCgroup(cgroup, 10*time.Second); err != nil {
+	for _, dir := range []string{cgroup, pidsCgroup} {
+		if dir == "" {
+			continue
+		}
+		contain.KillCgroup(dir)
+		if err := contain.RemoveCgroup(dir, 10*time.Second); err != nil {
 			n.log.Warn("cannot remove a dead run's cgroup", zap.String("task_id", id.Hex()), zap.Error(err))
 		}
 	}

@@ -202,6 +202,9 @@ type Node struct {
 	// cgroup is the delegated cgroup v2 directory runs get cgroups under;
 	// empty when runs are contained by their process tree only.
 	cgroup string
+	// pids is the cgroup v1 pids directory runs' programs get cgroups
+	// under; empty when RLIMIT_NPROC holds their process limit.
+	pids string
 	// stopping holds the run tokens whose leftovers are being stopped, so
 	// that two rescue passes do not do it at once.
 	stopMu   sync.Mutex
@@ -258,6 +261,9 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if cfg.Runner.Idle <= 0 {
 		cfg.Runner.Idle = DefaultRunnerIdle
 	}
+	if cfg.Runner.MaxProcesses <= 0 {
+		cfg.Runner.MaxProcesses = DefaultRunnerMaxProcesses
+	}
 	if cfg.MaxTermination <= 0 {
 		cfg.MaxTermination = queue.DefaultGrace
 	}
@@ -294,6 +300,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if err != nil {
 		return nil, err
 	}
+	pids := detectPids(cfg.Cgroups, log)
 	if cfg.Runner.MaxTasks > 1 {
 		// A runner serves several tasks only where it can prove which one
 		// it serves now (den/internal/contain/proof.go).
@@ -327,6 +334,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		started:    started,
 		relay:      rel,
 		cgroup:     cgroup,
+		pids:       pids,
 		stopping:   map[bson.ObjectID]bool{},
 		cfg:        cfg,
 		store:      queue.NewStore(db),

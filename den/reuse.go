@@ -26,11 +26,12 @@ import (
 // their task channel closed with that process, so they take no other
 // task, and act signals them after proving them (isRunnerOf).
 
-// DefaultRunnerMaxTasks and DefaultRunnerIdle are the defaults of
-// RunnerCommand's MaxTasks and Idle.
+// DefaultRunnerMaxTasks, DefaultRunnerIdle and DefaultRunnerMaxProcesses
+// are the defaults of RunnerCommand's MaxTasks, Idle and MaxProcesses.
 const (
-	DefaultRunnerMaxTasks = 100
-	DefaultRunnerIdle     = 10 * time.Second
+	DefaultRunnerMaxTasks     = 100
+	DefaultRunnerIdle         = 10 * time.Second
+	DefaultRunnerMaxProcesses = 1024
 )
 
 // runnerProc is one runner process (its supervisor) this node started.

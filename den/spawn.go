@@ -38,6 +38,12 @@ type RunnerCommand struct {
 	// Idle is how long a runner waits for its queue's next task before
 	// the node retires it. Default DefaultRunnerIdle.
 	Idle time.Duration
+	// MaxProcesses is the most processes, threads included, a task's
+	// programs may have at once (runner.max_processes); a task's or its
+	// queue's max_processes may lower it, never raise it. Default
+	// DefaultRunnerMaxProcesses. Enforced by pids.max where the node has a
+	// pids cgroup for runs, else by RLIMIT_NPROC (see den/sandbox).
+	MaxProcesses int
 	// Direct makes runners connect to MongoDB themselves (URI), as
 	// Disbatch's do. By default (false) they reach it through the node's
 	// relay, on the node's own connections: a task then opens no server
@@ -75,6 +81,7 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		Grace: n.cfg.MaxTermination.Seconds(), PluginConfig: n.cfg.PluginConfig[q.Plugin],
 		Beat:   min(max(n.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
 		Cgroup: n.cgroup, MaxOutput: n.cfg.MaxOutput, DeadNodeAfter: n.cfg.DeadNodeAfter.Seconds(),
+		Pids: n.pids, MaxProcesses: n.cfg.Runner.MaxProcesses,
 	}
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw

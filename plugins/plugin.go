@@ -80,6 +80,15 @@ type Env struct {
 	// max_termination_time). The runner itself waits that long for Run to
 	// return before it records the result without it.
 	Grace time.Duration
+	// MaxProcesses is the most processes, threads included, the task's
+	// programs may have at once (the node's runner.max_processes, lowered
+	// by the task's or queue's max_processes); 0: no limit. PidsCgroup,
+	// when set, is a cgroup whose pids.max holds that limit and which the
+	// program must join before it executes; else its RLIMIT_NPROC carries
+	// the limit. A plugin that starts programs through den/sandbox passes
+	// both on in sandbox.Spec, which does either.
+	MaxProcesses int
+	PidsCgroup   string
 
 	host *host
 }
@@ -144,7 +153,7 @@ func (e Env) Config(v any) error {
 var reserved = []string{
 	"_id", "queue", "status", "node", "parameters", "params", "ctime", "mtime", "stdout", "stderr",
 	queue.FieldCancel, queue.FieldTimeout, queue.FieldMaxRetries, queue.FieldRetryDelay,
-	queue.FieldMaxTermination, queue.FieldMaxOutput, queue.FieldStartAfter, queue.FieldAttempts, queue.FieldHistory,
+	queue.FieldMaxTermination, queue.FieldMaxOutput, queue.FieldMaxProcesses, queue.FieldStartAfter, queue.FieldAttempts, queue.FieldHistory,
 	"runner", "timed_out", "leftover_processes", "orphan_reason",
 	queue.FieldOutcome, queue.FieldOutcomeReason, queue.FieldLive, queue.FieldLiveUntil,
 	queue.FieldAfter, queue.FieldWaiting, queue.FieldAfterWas, queue.FieldHasDependents,

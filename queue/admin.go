@@ -34,7 +34,7 @@ const (
 // help texts show them.
 var QueueSettingKeys = []string{SettingName, SettingPlugin, SettingMaxThreads, SettingThreads, SettingSort, SettingGFS,
 	FieldTimeout, FieldMaxRetries, FieldMaxTimeouts, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput,
-	FieldUsageInterval, FieldMemoryRetryFactor}
+	FieldMaxProcesses, FieldUsageInterval, FieldMemoryRetryFactor}
 
 // QueueSettings are values to write into a queue document, each already
 // checked and in the form den writes it. Unset lists keys to remove.
@@ -102,6 +102,12 @@ func (s *QueueSettings) ParseQueueSetting(key, value string) error {
 		n, err := DecodeCount(text)
 		if err != nil || n == 0 {
 			return fmt.Errorf("%s %q: want a positive number of bytes", key, value)
+		}
+		v = n
+	case FieldMaxProcesses:
+		n, err := DecodeCount(text)
+		if err != nil || n == 0 || n > math.MaxInt32 {
+			return fmt.Errorf("%s %q: want a positive number of processes", key, value)
 		}
 		v = n
 	case FieldMemoryRetryFactor:

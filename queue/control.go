@@ -35,6 +35,10 @@ const (
 	// and stderr (task, else queue); it can lower the node's max_output,
 	// never raise it. Past it the run is stopped and fails.
 	FieldMaxOutput = "max_output"
+	// FieldMaxProcesses: the most processes, threads included, a run's
+	// programs may have at once (task, else queue); it can lower the
+	// node's runner.max_processes, never raise it. Past it fork fails.
+	FieldMaxProcesses = "max_processes"
 	// FieldStartAfter: a time before which the task is not claimed (an
 	// ISODate; epoch seconds and date strings are turned into one by the
 	// sweep, see NormalizeTasks).
@@ -64,6 +68,7 @@ type Options struct {
 	RetryDelay     time.Duration
 	MaxTermination time.Duration // 0: the node's default
 	MaxOutput      int64         // bytes per stream; 0: the node's max_output
+	MaxProcesses   int           // processes and threads; 0: the node's runner.max_processes
 	Requested      Resources     // requested_resources; zero: none
 	Attempts       int
 	// MaxTimeouts is nil when timeouts count as failures (max_retries);
@@ -129,6 +134,9 @@ func (t Task) Options(q *Queue) Options {
 	}
 	if n := pick(t.Control.MaxOutput, qc.MaxOutput); n != nil && *n > 0 {
 		o.MaxOutput = *n
+	}
+	if n := pick(t.Control.MaxProcesses, qc.MaxProcesses); n != nil && *n > 0 {
+		o.MaxProcesses = int(*n)
 	}
 	return o
 }

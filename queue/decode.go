@@ -121,6 +121,7 @@ type Control struct {
 	RetryDelay     *time.Duration
 	MaxTermination *time.Duration
 	MaxOutput      *int64
+	MaxProcesses   *int64
 	MaxTimeouts    *int
 	UsageInterval  *time.Duration
 	// Requested is requested_resources (see resources.go).
@@ -168,6 +169,7 @@ func DecodeControl(doc bson.Raw) (Control, []string) {
 		c.MaxRetries = &r
 	}
 	c.MaxOutput = count(FieldMaxOutput, math.MaxInt64)
+	c.MaxProcesses = count(FieldMaxProcesses, math.MaxInt32)
 	if v := doc.Lookup(FieldRequested); !absent(v) {
 		r, err := DecodeResources(v)
 		if err != nil {

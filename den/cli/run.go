@@ -116,7 +116,7 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 		URI:          cfg.RunnerURI,
 		Database:     cfg.Database,
 		Runner: den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs, Direct: !cfg.RunnerRelay,
-			MaxTasks: int(cfg.RunnerMaxTasks), Idle: cfg.RunnerIdle},
+			MaxTasks: int(cfg.RunnerMaxTasks), Idle: cfg.RunnerIdle, MaxProcesses: int(cfg.RunnerMaxProcesses)},
 		MaxTermination: cfg.MaxTermination,
 		MaxOutput:      cfg.MaxOutput,
 		Resources:      den.ResourceLimits{MemoryMB: cfg.Resources.MemoryMB, CPUs: cfg.Resources.CPUs, BusyCorePercent: cfg.Resources.BusyCorePercent},

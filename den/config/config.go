@@ -53,6 +53,10 @@ type Config struct {
 	// queue's next task (runner.idle, default 10s).
 	RunnerMaxTasks int64
 	RunnerIdle     time.Duration
+	// RunnerMaxProcesses is the most processes, threads included, a task's
+	// programs may have at once (runner.max_processes, default 1024); a
+	// task or queue may lower it (max_processes).
+	RunnerMaxProcesses int64
 	// MaxTermination is the default time between SIGTERM and SIGKILL when a
 	// task is stopped; DeadNodeAfter is when a silent node counts as dead.
 	MaxTermination time.Duration
@@ -149,6 +153,7 @@ var defaults = map[string]any{
 	"runner.relay":                "", // true, false, or "" (unset: see Config.RunnerRelay)
 	"runner.max_tasks":            int64(100),
 	"runner.idle":                 "10s",
+	"runner.max_processes":        int64(1024),
 	"max_termination_time":        queue.DefaultGrace.String(),
 	"dead_node_after":             queue.DefaultDeadNodeAfter.String(),
 	"cgroups":                     "auto",
@@ -190,7 +195,10 @@ var bounds = map[string]bound{
 	// dead; a dead node's tasks are rescued within a day.
 	"dead_node_after":  durations(time.Minute, 24*time.Hour),
 	"runner.max_tasks": counts(1, 100_000, "tasks"),
-	"runner.idle":      durations(time.Second, time.Hour),
+	// A task's processes and threads (pids.max, RLIMIT_NPROC): the
+	// kernel's own pid_max ceiling.
+	"runner.max_processes": counts(1, 1<<22, "processes"),
+	"runner.idle":          durations(time.Second, time.Hour),
 	// 1 KiB keeps den's own note of the cut; 1 TiB per stream is far more
 	// than anything read back should be.
 	"max_output": counts(1<<10, 1<<40, "bytes"),
@@ -328,7 +336,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	for _, k := range []struct {
 		key string
 		dst *int64
-	}{{"runner.max_tasks", &c.RunnerMaxTasks}, {"max_output", &c.MaxOutput}} {
+	}{{"runner.max_tasks", &c.RunnerMaxTasks}, {"runner.max_processes", &c.RunnerMaxProcesses}, {"max_output", &c.MaxOutput}} {
 		if *k.dst, err = boundedCount(v, k.key); err != nil {
 			return fail("%v", err)
 		}

@@ -98,6 +98,7 @@ func effective(c Config) map[string]any {
 		"runner.log":                  c.RunnerLog,
 		"runner.max_tasks":            c.RunnerMaxTasks,
 		"runner.idle":                 c.RunnerIdle.String(),
+		"runner.max_processes":        c.RunnerMaxProcesses,
 		"max_termination_time":        c.MaxTermination.String(),
 		"dead_node_after":             c.DeadNodeAfter.String(),
 		"cgroups":                     c.Cgroups,

@@ -207,6 +207,10 @@ type run struct {
 	// worker not counted) were seen to hold.
 	memoryWhy    string
 	memoryPeakMB float64
+	// maxProcesses is the run's process limit (0: none); pidsCgroup the
+	// cgroup whose pids.max holds it, "" when RLIMIT_NPROC must.
+	maxProcesses int
+	pidsCgroup   string
 }
 
 // Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
@@ -383,6 +387,7 @@ func (t *run) start(ctx context.Context) (bool, error) {
 			}
 		}
 	}
+	t.limitProcesses(sctx)
 	return true, nil
 }
 
@@ -450,6 +455,29 @@ func (t *run) execute(ctx context.Context) int {
 	return status
 }
 
+// limitProcesses decides the run's process limit: the node's
+// runner.max_processes, lowered, never raised, by the task's or its
+// queue's max_processes (either alone where the other is 0). Under a
+// supervisor that has a pids cgroup for runs, the supervisor sets it as
+// pids.max of a cgroup for the run's programs; else the programs' sandbox
+// sets RLIMIT_NPROC.
+func (t *run) limitProcesses(ctx context.Context) {
+	limit := t.Spec.MaxProcesses
+	if n := t.opts.MaxProcesses; n > 0 && (limit <= 0 || n < limit) {
+		limit = n
+	}
+	t.maxProcesses = max(limit, 0)
+	if t.maxProcesses == 0 || t.supervisor == nil {
+		return
+	}
+	dir, err := t.supervisor.limitProcesses(ctx, t.maxProcesses)
+	if err != nil {
+		t.log.Warn("cannot ask the supervisor for the run's pids cgroup; RLIMIT_NPROC holds its process limit", zap.Error(err))
+		return
+	}
+	t.pidsCgroup = dir
+}
+
 // maxOutput is the cap of each output stream: the node's max_output
 // (default DefaultMaxOutput), lowered, never raised, by the task's or its
 // queue's.
@@ -476,6 +504,7 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	done := make(chan result, 1)
 	env := plugins.NewEnv(plugins.Env{
 		Stdout: t.out.stdout, Stderr: t.out.stderr, DB: t.DB, Log: t.log, Grace: t.opts.MaxTermination,
+		MaxProcesses: t.maxProcesses, PidsCgroup: t.pidsCgroup,
 	}, t.Spec.Plugin, t.Spec.PluginConfig, t.record1)
 	go func() {
 		defer func() {

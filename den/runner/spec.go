@@ -35,6 +35,14 @@ type Spec struct {
 	// runner puts its run in a cgroup of its own; empty: none (the run is
 	// contained by its process tree only).
 	Cgroup string `json:"cgroup,omitempty"`
+	// Pids is the node's cgroup v1 pids directory, under which the
+	// supervisor gives each run's programs a cgroup of their own with
+	// pids.max set; empty: none (RLIMIT_NPROC holds the limit).
+	Pids string `json:"pids,omitempty"`
+	// MaxProcesses is the node's runner.max_processes: the most processes
+	// and threads a task's programs may have (0: no limit). A task or
+	// queue may lower it.
+	MaxProcesses int `json:"max_processes,omitempty"`
 	// MaxOutput is the node's max_output: the most bytes a task may write
 	// to each of stdout and stderr (0: DefaultMaxOutput). A task or queue
 	// may lower it.

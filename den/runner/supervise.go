@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 )
 
@@ -39,7 +41,9 @@ import (
 // max_termination_time, for a worker that dies), "stop <ms>" (stop all
 // other processes of the run), answered by "stopped <n>", and "usage"
 // (the run's resource usage so far, see usage.go), answered by
-// "usage <json>", "begin <task id>" (a run of that task starts), answered
+// "usage <json>", "procs <n>" (the run's process limit), answered by
+// "procs <dir>" (the pids cgroup the run's programs join) or "procs -"
+// (none: RLIMIT_NPROC holds it), "begin <task id>" (a run of that task starts), answered
 // by "run <token>" (the run's token), and "idle" (the run is over and
 // recorded; no answer). The worker asks one question at a time. When the
 // node relays MongoDB connections (EnvRelayFD), the worker also gets the
@@ -64,8 +68,10 @@ const (
 // node started it, the worker when the supervisor did. It returns the
 // process's exit code. newLog builds the logger from the spec.
 func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int {
-	// First of all, before anything could start a program: the relay's
-	// control channel must never reach the task's programs.
+	// First of all, before anything could start a program: no descriptor
+	// this process inherited (but those it takes below, for itself) may
+	// reach the task's programs, nor may the relay's control channel.
+	inheritErr := sandbox.CloseInherited()
 	relayCtl, relayErr := takeRelayControl()
 	tasksCh, tasksErr := takeInherited(EnvTasksFD, "tasks", os.Getenv(envWorker) != "")
 	spec, err := SpecFromEnv()
@@ -79,6 +85,10 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 		return 2
 	}
 	defer log.Sync()
+	if inheritErr != nil {
+		log.Error("cannot keep the descriptors this runner inherited from its programs; refusing to run tasks", zap.Error(inheritErr))
+		return 2
+	}
 	if relayErr != nil {
 		log.Warn("cannot use the node's relay; connecting to MongoDB directly", zap.Error(relayErr))
 	}
@@ -214,7 +224,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			f.Close() // the worker has it; the node sees it close when the worker exits
 		}
 	}
-	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, grace: DefaultGrace,
+	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, pidsRoot: spec.Pids, grace: DefaultGrace,
 		id:    bson.NewObjectID().Hex(),
 		run:   runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
 		proof: proof,
@@ -280,7 +290,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	if n > 0 {
 		s.log.Warn("stopped processes the task left behind after its runner exited", zap.Int("processes", n))
 	}
-	for _, dir := range []string{s.run.cgroup, s.holding} {
+	for _, dir := range []string{s.run.cgroup, s.run.pids, s.holding} {
 		if dir == "" {
 			continue
 		}
@@ -308,9 +318,14 @@ type supervisor struct {
 	base, log *zap.Logger
 	worker    int
 	root      string // the node's cgroup, under which runs get theirs; "": none
-	run       runState
-	proof     *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
-	runs      int      // runs begun
+	// pidsRoot is the node's cgroup v1 pids directory, under which each
+	// run's programs get a cgroup with pids.max set; "": none.
+	// pidsBroken is set once that failed (logged once).
+	pidsRoot   string
+	pidsBroken bool
+	run        runState
+	proof      *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
+	runs       int      // runs begun
 	// id names this supervisor's holding cgroup (holding, "" until used),
 	// where the worker waits between runs, outside any run's cgroup.
 	id, holding string
@@ -324,11 +339,11 @@ type supervisor struct {
 	usage        *sampler
 }
 
-// runState is the run the supervisor serves: its task, token and cgroup
-// ("": none); begun once the worker has begun it.
+// runState is the run the supervisor serves: its task, token, cgroup
+// and pids cgroup ("": none); begun once the worker has begun it.
 type runState struct {
-	task, token, cgroup string
-	begun               bool
+	task, token, cgroup, pids string
+	begun                     bool
 }
 
 // reap collects every child that has exited: the worker (whose status it
@@ -371,6 +386,15 @@ func (s *supervisor) handle(req string, reply *os.File) {
 	case "idle":
 		fmt.Fprintf(reply, "idle %d\n", s.idle())
 		return
+	case "procs":
+		dir := "-"
+		if n, err := strconv.Atoi(arg); err == nil && n > 0 {
+			if d := s.limitProcesses(n); d != "" {
+				dir = d
+			}
+		}
+		fmt.Fprintf(reply, "procs %s\n", dir)
+		return
 	}
 	verb, arg, _ := strings.Cut(req, " ")
 	ms, err := strconv.ParseInt(arg, 10, 64)
@@ -403,12 +427,12 @@ func (s *supervisor) leftovers(ctx context.Context) []int32 {
 			pids = append(pids, p)
 		}
 	}
-	if s.run.cgroup != "" {
+	if s.run.cgroup != "" || s.run.pids != "" {
 		seen := map[int32]bool{}
 		for _, p := range pids {
 			seen[p] = true
 		}
-		for _, p := range contain.CgroupProcs(s.run.cgroup) {
+		for _, p := range slices.Concat(contain.CgroupProcs(s.run.cgroup), contain.CgroupProcs(s.run.pids)) {
 			if p != int32(s.worker) && !seen[p] && !isZombie(p) {
 				pids = append(pids, p)
 			}
@@ -558,6 +582,39 @@ func (l *link) ask(ctx context.Context, req, prefix string) (string, error) {
 	}
 }
 
+// limitProcesses gives the current run's programs a pids cgroup with
+// pids.max n, where the node has a pids hierarchy for runs, and returns
+// its directory; "" when there is none (RLIMIT_NPROC holds the limit
+// then). The worker is not in it: its threads never compete with the
+// task's, and a task at its limit never stops den from recording it.
+func (s *supervisor) limitProcesses(n int) string {
+	if s.pidsRoot == "" || s.pidsBroken {
+		return ""
+	}
+	dir := contain.RunCgroup(s.pidsRoot, s.run.task, s.run.token)
+	if err := contain.LimitPids(dir, n); err != nil {
+		s.log.Warn("cannot give runs a pids cgroup; RLIMIT_NPROC holds their process limit from now on", zap.Error(err))
+		s.pidsBroken = true
+		contain.RemoveCgroup(dir, time.Second)
+		return ""
+	}
+	s.run.pids = dir
+	return dir
+}
+
+// limitProcesses tells the supervisor the run's process limit n, and
+// returns the pids cgroup the run's programs must join, "" for none.
+func (l *link) limitProcesses(ctx context.Context, n int) (string, error) {
+	line, err := l.ask(ctx, "procs "+strconv.Itoa(n), "procs ")
+	if err != nil {
+		return "", fmt.Errorf("ask the supervisor for the run's pids cgroup: %w", err)
+	}
+	if line == "-" {
+		return "", nil
+	}
+	return line, nil
+}
+
 // processStart is a process's start time in milliseconds since the epoch,
 // as the node checks it.
 func processStart(pid int) (int64, error) {
@@ -635,6 +692,12 @@ func (s *supervisor) idle() int {
 	}
 	s.proof.Close()
 	s.proof = proof
+	if s.run.pids != "" && left == 0 {
+		if err := contain.RemoveCgroup(s.run.pids, 5*time.Second); err != nil {
+			s.log.Warn("cannot remove the run's pids cgroup", zap.Error(err))
+		}
+		s.run.pids = ""
+	}
 	if s.run.cgroup != "" && left == 0 {
 		if s.holding == "" {
 			s.holding = contain.HoldingCgroup(s.root, s.id)

@@ -14,6 +14,17 @@
 // so the process group, session and parent-death signal the caller set up
 // hold for the program.
 //
+// Before it executes the program, the sandbox also
+//
+//   - marks every descriptor from 3 up close-on-exec (fds.go): the program
+//     gets stdin, stdout and stderr, nothing its callers inherited;
+//   - installs a seccomp filter (seccomp.go) that refuses executable
+//     memfds and execveat(AT_EMPTY_PATH), the files Landlock never sees a
+//     path for;
+//   - puts the program under its process limit, Spec.MaxProcesses
+//     (procs.go): into the pids cgroup it is given, else under
+//     RLIMIT_NPROC above what its user runs already.
+//
 // Reading and writing files are not restricted; neither is the network.
 //
 // Limit: the dynamic loader must be executable for any dynamically linked

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -39,6 +40,12 @@ type Spec struct {
 	// Landlock enforces Exec with Landlock; false sets only no_new_privs
 	// (for a machine without Landlock, where the operator accepted that).
 	Landlock bool `json:"landlock"`
+	// MaxProcesses is the most processes, threads included, the program
+	// and all it starts may have (0: no limit of den's): by joining
+	// PidsCgroup, a cgroup whose pids.max holds it, or else by
+	// RLIMIT_NPROC (procs.go says what that limits).
+	MaxProcesses int    `json:"max_processes,omitempty"`
+	PidsCgroup   string `json:"pids_cgroup,omitempty"`
 }
 
 // LandlockABI returns the Landlock ABI version the running kernel offers,
@@ -87,6 +94,9 @@ func Main() {
 }
 
 func enter(raw string) error {
+	// no_new_privs, when set below by prctl, is set on this thread only:
+	// the seccomp filter must be installed from the same thread.
+	runtime.LockOSThread()
 	var spec Spec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		return fmt.Errorf("decode %s: %w", EnvSpec, err)
@@ -95,6 +105,11 @@ func enter(raw string) error {
 		return errors.New("no program given")
 	}
 	env := slices.DeleteFunc(os.Environ(), isSpec)
+	// The program gets stdin, stdout and stderr, and nothing else this
+	// process inherited.
+	if err := CloseInherited(); err != nil {
+		return err
+	}
 	if spec.Landlock {
 		paths := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...))
 		execute := landlock.AccessFSSet(llsys.AccessFSExecute)
@@ -109,8 +124,21 @@ func enter(raw string) error {
 	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	// Landlock sees no path for a memfd: refuse making an executable one
+	// (seccomp.go). After no_new_privs, which seccomp requires.
+	if err := refuseAnonymousExec(); err != nil {
+		return err
+	}
+	// Last before execve: this process's threads count against the limit
+	// too, and one the Go runtime could not start would end it.
+	if spec.MaxProcesses > 0 {
+		if err := limitProcesses(spec.MaxProcesses, spec.PidsCgroup); err != nil {
+			return err
+		}
+	}
 	// execve replaces every thread, and the program inherits the calling
-	// thread's restrictions, which RestrictPaths gave all of them.
+	// thread's restrictions, which RestrictPaths and the seccomp filter's
+	// TSYNC gave all of them.
 	err := syscall.Exec(spec.Path, spec.Args, env)
 	return fmt.Errorf("execute %s: %w", spec.Path, err)
 }

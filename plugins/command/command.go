@@ -95,7 +95,8 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	// The program starts through den's sandbox, which confines it and all
 	// it starts to executing what command.allow allows (Landlock), then
 	// becomes the program (same pid).
-	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: landlock}, environ)
+	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: landlock,
+		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup}, environ)
 	if err != nil {
 		return plugins.StatusFailed, err
 	}

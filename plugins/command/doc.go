@@ -24,7 +24,10 @@
 // the plugin stays off unless command.landlock is optional. The program
 // does not inherit the runner's environment, except the variables
 // command.env lists; a task may set only the variables command.env_allow
-// lists, and never DEN_*. A refused task fails with the reason in stderr.
+// lists, and never DEN_*. The program gets no descriptor but 0, 1 and 2,
+// cannot execute a memfd (seccomp), and may have at most max_processes
+// processes and threads (den/sandbox; docs/security.md says where each
+// holds). A refused task fails with the reason in stderr.
 //
 // Node configuration (den YAML):
 //

@@ -1,0 +1,97 @@
+package contain
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// DetectPidsV1 returns the directory of this process's cgroup in a cgroup
+// v1 hierarchy that holds the pids controller, when this process may
+// create cgroups there (a hybrid system, where systemd or the container
+// mounts the v1 controllers beside an empty cgroup v2; as root), or an
+// error saying why not. A run's program gets a cgroup of its own there
+// (RunCgroup names it), whose pids.max limits its processes; den's own
+// processes stay out of it.
+func DetectPidsV1() (string, error) {
+	mount, root, err := pidsV1Mount()
+	if err != nil {
+		return "", err
+	}
+	rel, err := ownPidsV1()
+	if err != nil {
+		return "", err
+	}
+	if root != "/" {
+		rel = strings.TrimPrefix(rel, root)
+	}
+	dir := filepath.Join(mount, rel)
+	probe, err := os.MkdirTemp(dir, fmt.Sprintf("den-probe-%d-", os.Getpid()))
+	if err != nil {
+		return "", fmt.Errorf("cannot create cgroups in the pids cgroup %s: %w", dir, err)
+	}
+	_, statErr := os.Stat(filepath.Join(probe, "pids.max"))
+	if err := os.Remove(probe); err != nil {
+		return "", fmt.Errorf("remove probe cgroup %s: %w", probe, err)
+	}
+	if statErr != nil {
+		return "", fmt.Errorf("the pids cgroup %s has no pids.max: %w", dir, statErr)
+	}
+	return dir, nil
+}
+
+// pidsV1Mount returns where the v1 hierarchy with the pids controller is
+// mounted, and which of its cgroups is mounted there.
+func pidsV1Mount() (mount, root string, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superoptions
+		fields := strings.Fields(sc.Text())
+		i := slices.Index(fields, "-")
+		if i < 5 || i+3 >= len(fields) || fields[i+1] != "cgroup" {
+			continue
+		}
+		if slices.Contains(strings.Split(fields[i+3], ","), "pids") {
+			return fields[4], fields[3], nil
+		}
+	}
+	return "", "", errors.New("no cgroup v1 hierarchy with the pids controller is mounted")
+}
+
+// ownPidsV1 returns this process's cgroup in the v1 pids hierarchy.
+func ownPidsV1() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", fmt.Errorf("read own cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		// hierarchy-id:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "pids") {
+			return parts[2], nil
+		}
+	}
+	return "", errors.New("this process is in no cgroup v1 pids hierarchy")
+}
+
+// LimitPids creates the cgroup dir, if need be, and sets its pids.max to
+// max: the most processes and threads its members may have together.
+func LimitPids(dir string, max int) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create cgroup %s: %w", dir, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(max)), 0); err != nil {
+		return fmt.Errorf("set pids.max of cgroup %s: %w", dir, err)
+	}
+	return nil
+}

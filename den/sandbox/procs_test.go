@@ -1,0 +1,46 @@
+package sandbox
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Programs run from this test binary enter their sandbox here, as in
+// den's own main.
+func TestMain(m *testing.M) {
+	Main()
+	os.Exit(m.Run())
+}
+
+// Where no pids cgroup is given, the sandbox limits the program's
+// processes with RLIMIT_NPROC, above what its user runs already: a shell
+// that forks far past max_processes sees fork fail at it. Root is exempt
+// from RLIMIT_NPROC, so as root the program runs as nobody, as tasks of a
+// node running as an unprivileged user do.
+func TestProcessLimitByRLIMITNPROC(t *testing.T) {
+	const limit = 10
+	script := `i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & echo started; i=$((i+1)); done`
+	cmd, err := Command(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, MaxProcesses: limit}, []string{"PATH=/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if os.Getuid() == 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	cmd.Wait()
+	started := strings.Count(out.String(), "started\n")
+	if started == 0 || started > limit-1 || !strings.Contains(out.String(), "Cannot fork") {
+		t.Fatalf("the shell started %d processes (want at most %d: with itself, max_processes %d) and said:\n%s", started, limit-1, limit, out.String())
+	}
+	t.Logf("the shell started %d processes before fork failed", started)
+}
