@@ -18,9 +18,9 @@ import (
 // inserted without their counts (as a script that creates queues with a
 // driver does), the case that used to stop claiming: the time from the
 // node's start to the claim of a task in another queue, the time until
-// every queue's counts are filled in, and then the node document's size,
-// the queues it lists, the size of a /metrics scrape and the mean full
-// pass. DEN_BENCH_QUEUES sets the number of queues.
+// every queue's counts are filled in (DEN_BENCH_FILL=1), and the node
+// document's size, the queues it lists, the size of a /metrics scrape and
+// the mean full pass. DEN_BENCH_QUEUES sets the number of queues.
 //
 //	go test -run '^$' -bench BenchmarkManyQueues -benchtime 1x ./den/
 func BenchmarkManyQueues(b *testing.B) {
@@ -56,12 +56,23 @@ func benchManyQueues(b *testing.B, queues int) {
 		return dentest.CountTasks(b, db, bson.D{{Key: "_id", Value: task}, {Key: "status", Value: bson.D{{Key: "$ne", Value: -2}}}}) == 1
 	})
 	claimed := time.Since(started)
-	dentest.Eventually(b, 20*time.Minute, "every queue's counts filled in", func() bool {
-		time.Sleep(time.Second) // each count scans the queues on the development server
-		return dentest.Count(b, db.Collection("queues"), bson.D{{Key: "count_total", Value: bson.D{{Key: "$exists", Value: false}}}}) == 0
-	})
-	filled := time.Since(started)
-	time.Sleep(5 * time.Second) // a few passes with every count there
+	// Counts are filled in a batch a pass, as fast as the server takes
+	// them: on the development server, which scans the queues for every
+	// update, that is 10 a pass and takes minutes for thousands of
+	// queues. DEN_BENCH_FILL=1 waits for them all; by default the
+	// benchmark measures 30 s after the start and reports what is left.
+	var filled time.Duration
+	if os.Getenv("DEN_BENCH_FILL") == "1" {
+		dentest.Eventually(b, 60*time.Minute, "every queue's counts filled in", func() bool {
+			time.Sleep(time.Second) // each count scans the queues on the development server
+			return dentest.Count(b, db.Collection("queues"), bson.D{{Key: "count_total", Value: bson.D{{Key: "$exists", Value: false}}}}) == 0
+		})
+		filled = time.Since(started)
+	} else {
+		time.Sleep(time.Until(started.Add(30 * time.Second)))
+	}
+	unfilled := dentest.Count(b, db.Collection("queues"), bson.D{{Key: "count_total", Value: bson.D{{Key: "$exists", Value: false}}}})
+	time.Sleep(5 * time.Second) // a few passes more
 	b.StopTimer()
 
 	raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n"}}).Raw()
@@ -86,7 +97,10 @@ func benchManyQueues(b *testing.B, queues int) {
 		}
 	}
 	b.ReportMetric(claimed.Seconds(), "s-to-claim")
-	b.ReportMetric(filled.Seconds(), "s-to-fill-counts")
+	if filled > 0 {
+		b.ReportMetric(filled.Seconds(), "s-to-fill-counts")
+	}
+	b.ReportMetric(float64(unfilled), "queues-unfilled")
 	b.ReportMetric(float64(len(raw)), "node-doc-bytes")
 	b.ReportMetric(float64(len(listed)), "node-doc-queues")
 	b.ReportMetric(float64(len(body)), "metrics-bytes")
@@ -94,6 +108,6 @@ func benchManyQueues(b *testing.B, queues int) {
 	if passes > 0 {
 		b.ReportMetric(passSum/passes, "s/full-pass")
 	}
-	b.Logf("%d queues: task claimed after %s, counts filled after %s; node document %d bytes listing %d queues (cap %d); /metrics %d bytes, %d den_ series; %v full passes, mean %.3fs",
-		queues, claimed.Round(time.Millisecond), filled.Round(time.Millisecond), len(raw), len(listed), den.NodeQueuesMax, len(body), series, passes, passSum/max(passes, 1))
+	b.Logf("%d queues: task claimed after %s, counts filled after %s (%d left unfilled); node document %d bytes listing %d queues (cap %d); /metrics %d bytes, %d den_ series; %v full passes, mean %.3fs",
+		queues, claimed.Round(time.Millisecond), filled.Round(time.Millisecond), unfilled, len(raw), len(listed), den.NodeQueuesMax, len(body), series, passes, passSum/max(passes, 1))
 }

@@ -148,7 +148,10 @@ type Node struct {
 	lastRescue time.Time
 	// chores is what is left of this pass's housekeeping budget
 	// (choresPerPass).
-	chores      int
+	chores int
+	// fillBatch is how many queues' counts the next pass fills in
+	// (fillCounts).
+	fillBatch   int
 	lastRecheck time.Time
 	// shared is the config collection's active document as last read, at
 	// sharedAt; runningAt is when every node's running tasks were last

@@ -312,9 +312,10 @@ func (n *Node) nodeDocQueues(queues, serve []queue.Queue) []queue.NodeQueue {
 }
 
 // fillCounts fills in the counts of queues inserted without them (or with
-// counts that are not numbers) from their tasks: at most
-// queue.FillCountsBatch queues a pass, in one aggregation and one bulk
-// write, so that a pass stays short however many such queues there are.
+// counts that are not numbers) from their tasks: a batch of them a pass
+// (10 to queue.FillCountsBatch, as fast as the server takes them), in one
+// aggregation and one bulk write, so that a pass stays short however many
+// such queues there are.
 // It logs when there is such work and when it is done, with the queues
 // whose counts were not numbers (someone wrote them: worth a look).
 func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
@@ -338,9 +339,29 @@ func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
 		n.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
 			zap.Int("queues", len(todo)), zap.Int("batch", queue.FillCountsBatch), zap.Strings("not_numbers", bad))
 	}
-	_, err := n.store.FillCounts(ctx, todo[:min(len(todo), queue.FillCountsBatch)])
+	if n.fillBatch == 0 {
+		n.fillBatch = fillBatchMin
+	}
+	start := time.Now()
+	_, err := n.store.FillCounts(ctx, todo[:min(len(todo), n.fillBatch)])
+	// The batch follows what the server takes: halved when a batch took
+	// more than a tenth of the interval, doubled when it took a
+	// hundredth, between fillBatchMin and queue.FillCountsBatch. MongoDB
+	// updates by _id in microseconds; a server that scans a collection
+	// for each update (the development server) takes a second for a
+	// few dozen, and a pass must not wait minutes behind them.
+	switch took := time.Since(start); {
+	case took > n.cfg.Interval/10:
+		n.fillBatch = max(n.fillBatch/2, fillBatchMin)
+	case took < n.cfg.Interval/100:
+		n.fillBatch = min(n.fillBatch*2, queue.FillCountsBatch)
+	}
 	return err
 }
+
+// fillBatchMin is the fewest queues a pass fills the counts of, however
+// slow the server.
+const fillBatchMin = 10
 
 // globalInPlay reports whether a served queue with a queue-wide threads
 // limit may have work: claims in it then need every node's running count

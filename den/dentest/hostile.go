@@ -98,7 +98,7 @@ var TaskFields = []string{
 	"start_after", "end_before", "expired", "max_timeouts", "timeouts", "attempts", "history",
 	"after", "waiting", "after_was", "has_dependents", "live_until", "live", "outcome", "outcome_reason",
 	"memory_retry_factor", "requested_resources", "requested_resources.memory_mb", "requested_resources.cpus",
-	"unfit", "usage", "usage_interval", "exit_code", "signal", "timed_out", "orphan_reason", "leftover_processes",
+	"unfit", "usage", "usage_interval", "exit_code", "signal", "timed_out", "orphan_reason", "leftover_processes", "max_processes",
 }
 
 // QueueFields are the fields of a queue document that the protocol or den
@@ -107,7 +107,7 @@ var QueueFields = []string{
 	"name", "constructor", "plugin", "maxthreads", "threads", "sort", "gfs", "count_todo", "count_total",
 	"timeout", "max_retries", "retry_delay", "max_termination_time", "max_output", "max_timeouts",
 	"usage_interval", "requested_resources", "requested_resources.memory_mb", "requested_resources.cpus",
-	"memory_retry_factor",
+	"memory_retry_factor", "max_processes",
 }
 
 // NodeFields are the fields of a node document that den reads.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +22,13 @@ const (
 	// MongoDB's limit is 48 MiB, but FerretDB does not cap replies by size:
 	// allow more rather than drop the connection.
 	maxMessageLen = 256 << 20
+	// commandTimeout is the longest the proxy waits for the server's reply
+	// to one command. The lock that makes the server run one command at
+	// a time is held meanwhile: a command the server never answers would
+	// otherwise stop every client for good. Past it, the proxy closes that
+	// client's connections (its driver sees a network error and retries
+	// or fails) and says so on the server's log.
+	commandTimeout = 2 * time.Minute
 )
 
 // proxy accepts MongoDB client connections and forwards each to its own
@@ -38,6 +46,8 @@ type proxy struct {
 
 	statsMu sync.Mutex
 	stats   Stats
+
+	logOut io.Writer // where a command the server did not answer is told; nil: nowhere
 }
 
 // Stats counts what clients sent through the proxy: for benchmarks, which
@@ -209,8 +219,14 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 		return nil, nil // fire-and-forget write: no reply
 	}
 	var replies [][]byte
+	if err := up.SetReadDeadline(time.Now().Add(commandTimeout)); err != nil {
+		return nil, err
+	}
 	for {
 		r, err := readMessage(up)
+		if errors.Is(err, os.ErrDeadlineExceeded) && p.logOut != nil {
+			fmt.Fprintf(p.logOut, "devdb: no reply to %s %s within %s; dropping its connection\n", name, coll, commandTimeout)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -106,6 +106,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	host := ln.Addr().String()
 	s.uri = "mongodb://" + host + "/"
 	p := newProxy(ln, upstream)
+	p.logOut = logOut
 	s.proxy, s.direct = p, "mongodb://"+upstream+"/"
 	go func() {
 		defer close(s.done)
