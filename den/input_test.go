@@ -130,7 +130,7 @@ func TestQueueFieldsAsWritersWriteThem(t *testing.T) {
 	if c := n.logs.FilterMessage("queue document skipped").Len(); c != len(bad) {
 		t.Errorf("%d queue warnings, want one per bad queue (%d)", c, len(bad))
 	}
-	if c := n.logs.FilterMessageSnippet("queue counts are not numbers").Len(); c != 1 {
+	if c := n.logs.FilterMessageSnippet("counts that are not numbers").Len(); c != 1 {
 		t.Errorf("recount logged %d times, want once", c)
 	}
 	q, err := db.Collection("queues").FindOne(ctx, bson.D{{Key: "_id", Value: counted}}).Raw()

@@ -70,6 +70,16 @@ func TestRelayedTasksOpenNoServerConnections(t *testing.T) {
 	dentest.Eventually(t, 5*time.Minute, "2 warm-up tasks done", finished(2))
 	dentest.Eventually(t, time.Minute, "the node's pool filled", func() bool { return srv.Stats().Connections >= pool+1 })
 
+	// The warm-up's handshakes upstream (the relay's one hello, and one
+	// more a few seconds after the first tasks) are over once no hello
+	// has come for 5 s.
+	settled, last := time.Now(), srv.Stats().Commands["hello"]
+	dentest.Eventually(t, time.Minute, "the warm-up's handshakes over", func() bool {
+		if n := srv.Stats().Commands["hello"]; n != last {
+			settled, last = time.Now(), n
+		}
+		return time.Since(settled) >= 5*time.Second
+	})
 	const tasks = 6
 	before := srv.Stats()
 	dentest.Tasks(t, db, qid, demoTasks(tasks)...)

@@ -182,10 +182,22 @@ func ParseTask(raw bson.Raw) (*Task, error) {
 // ErrNoOutput is returned by Output for a task that has no such output yet.
 var ErrNoOutput = errors.New("no output yet")
 
-// ErrOutputType is returned by Output for a task whose stdout or stderr
-// is neither text nor a GridFS file id: the document is at fault (someone
-// wrote it so), not the database.
+// ErrOutputType is what Output's error is (errors.Is) for a task whose
+// stdout or stderr is neither text nor a GridFS file id: the document is
+// at fault (someone wrote it so), not the database.
 var ErrOutputType = errors.New("output of the wrong type")
+
+// outputTypeError says which stream has which type; it is ErrOutputType.
+type outputTypeError struct {
+	stream string
+	typ    bson.Type
+}
+
+func (e outputTypeError) Error() string {
+	return fmt.Sprintf("%s is %s, neither a string nor a GridFS file id", e.stream, e.typ)
+}
+
+func (e outputTypeError) Is(target error) bool { return target == ErrOutputType }
 
 // Output returns where a task's stdout or stderr (stream) is: the text,
 // when it is stored in the task document, or the id of its tasks.files
@@ -201,5 +213,5 @@ func (t Task) Output(stream string) (text string, file bson.ObjectID, err error)
 	case bson.TypeNull, 0:
 		return "", file, ErrNoOutput
 	}
-	return "", file, fmt.Errorf("%w: %s is %s, neither a string nor a GridFS file id", ErrOutputType, stream, v.Type)
+	return "", file, outputTypeError{stream, v.Type}
 }
