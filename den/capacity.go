@@ -11,8 +11,8 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// ResourceLimits are what a node may give its tasks' requested_resources
-// (seed 002). Zero memory or cores means what the machine has.
+// ResourceLimits are what a node may give its tasks' requested_resources.
+// Zero memory or cores means what the machine has.
 type ResourceLimits struct {
 	MemoryMB float64
 	CPUs     float64
@@ -22,7 +22,7 @@ type ResourceLimits struct {
 	BusyCorePercent float64
 }
 
-// DefaultBusyCorePercent is seed 002's threshold.
+// DefaultBusyCorePercent is the default threshold.
 const DefaultBusyCorePercent = 60
 
 // capacity tells how much of its resources a node has free for tasks that

@@ -119,7 +119,7 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 	for q := range n.arrived.take() {
 		delete(st.empty, q)
 	}
-	// What is free for tasks that request resources (seed 002); a queue
+	// What is free for tasks that request resources; a queue
 	// whose own request does not fit waits this pass. The probe asks the
 	// same, so that a task that does not fit does not make its queue look
 	// claimable again and again.

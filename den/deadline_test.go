@@ -13,7 +13,7 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// end_before (seed 004): a task whose deadline has passed is not started;
+// end_before: a task whose deadline has passed is not started;
 // one still running at its deadline is stopped; both fail with
 // expired: true, outcome expired, and are not retried. max_timeouts counts
 // timed-out runs apart from other failures: three runs that time out with

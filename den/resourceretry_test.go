@@ -20,7 +20,7 @@ func hold(mb int) string {
 	return `(head -c ` + strconv.Itoa(mb*1000000) + ` /dev/zero; sleep 4) | tail > /dev/null; echo held`
 }
 
-// A task that requests memory is held to it (issue 11, part 3): den kills
+// A task that requests memory is held to it: den kills
 // the processes of a run that pass the request, records outcome
 // resource_killed, and retries the task with the request times
 // memory_retry_factor, each attempt's request and use kept in its history

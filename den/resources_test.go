@@ -15,7 +15,7 @@ import (
 	"github.com/den-project/den/den/dentest"
 )
 
-// Resource-aware claiming (seed 002) on a real node with 1000 MiB and 4
+// Resource-aware claiming on a real node with 1000 MiB and 4
 // cores to give: two tasks requesting 600 MiB never run together, a task
 // without a request runs beside them as before, one requesting more than
 // the node has stays queued; a queue's request (3 cores) holds for each of
@@ -66,8 +66,8 @@ func TestResourceAwareClaiming(t *testing.T) {
 	}
 }
 
-// When several queues have work, the largest request that fits goes first
-// (seed 002): on a node with 1000 MiB, a queue requesting 800 MiB is
+// When several queues have work, the largest request that fits goes first:
+// on a node with 1000 MiB, a queue requesting 800 MiB is
 // claimed from before an older queue requesting 300 MiB, whatever the two
 // queues' sort orders, and the small tasks wait while a big one runs (300
 // MiB no longer fit). Claim order within each queue stays its sort order.

@@ -11,7 +11,7 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// Claim 3, the node's side: act does nothing to a pooled runner that runs
+// The node's side of the runner-reuse guarantee: act does nothing to a pooled runner that runs
 // another task than the one named (it moved on to its next task, or is
 // idle): no cancel or live message on its task channel, no signal; only
 // the task it runs now is acted on.

@@ -29,7 +29,7 @@ func usageOf(t *testing.T, what string, doc bson.Raw) queue.Usage {
 // 300000 rounds here).
 const burn = `i=0; while [ $i -lt 3000000 ]; do i=$((i+1)); done`
 
-// Every run records what it used (issue 11, part 1): peak RSS, CPU user
+// Every run records what it used: peak RSS, CPU user
 // and system of its whole process tree, processes re-parented to the
 // supervisor included, and wall time; a retried run keeps its own in its
 // history entry; with usage_interval the usage of a running task is

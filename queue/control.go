@@ -44,13 +44,13 @@ const (
 	// sweep, see NormalizeTasks).
 	FieldStartAfter = "start_after"
 	// FieldEndBefore: a time by which the task must have finished (task
-	// only; seed 004). A run that has not started by then never starts,
+	// only). A run that has not started by then never starts,
 	// one still running then is stopped; either way the task fails (2)
 	// with expired: true and is not retried.
 	FieldEndBefore = "end_before"
 	FieldExpired   = "expired"
 	// FieldMaxTimeouts: how many timed-out runs are retried, counted apart
-	// from other failures (task, else queue; seed 004). Unset, a timeout is
+	// from other failures (task, else queue). Unset, a timeout is
 	// a failure like any other and counts against max_retries.
 	FieldMaxTimeouts = "max_timeouts"
 	// FieldTimeouts counts the runs that timed out and were retried.

@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Dependencies (seed 000's continuations): a task may list the tasks it
+// Dependencies: a task may list the tasks it
 // comes after. It waits blocked (status -4, which no node of either kind
 // claims) until all of them succeeded (status 1), and is then queued (-2);
 // when one of them ends any other way for good (failed, cancelled,

@@ -4,7 +4,7 @@
 // reaping, the count_todo/count_total bookkeeping and the indexes.
 //
 // Field names, status codes and query shapes here are the contract of
-// Disbatch 4 (docs/DEN protocol): a Perl Disbatch node and den must be able to
+// Disbatch 4: a Perl Disbatch node and den must be able to
 // work the same database at the same time, so nothing in this package may
 // write a field a Perl node would misread. Everything den adds beyond the
 // protocol is an optional field a Disbatch 4 node ignores.

@@ -2,8 +2,7 @@ package queue
 
 import "go.mongodb.org/mongo-driver/v2/bson"
 
-// Outcome says who decided how a run ended, and why (seed 001's failure
-// triage): it tells a bug in a task or plugin (plugin, exit_code, signal,
+// Outcome says who decided how a run ended, and why: it tells a bug in a task or plugin (plugin, exit_code, signal,
 // malformed) from an infrastructure failure (runner_died, node_died) and
 // from den's own limits (timeout, resource_killed, expired, cancelled).
 // Every ended run records one: in the task (outcome, outcome_reason) and

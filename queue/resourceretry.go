@@ -7,7 +7,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Resource retries (seed 001): a run stopped for using more memory than
+// Resource retries: a run stopped for using more memory than
 // its task requested (den's own enforcement of requested_resources
 // .memory_mb, or the kernel's OOM killer inside the run's cgroup) is
 // retried, when it has retries left (max_retries, as any failure), with

@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// Resource-aware claiming (seed 002): a task, or its queue for all its
+// Resource-aware claiming: a task, or its queue for all its
 // tasks, may carry requested_resources: {memory_mb, cpus}. A node claims
 // only tasks whose request fits what it has free; a task (or queue) without
 // one is claimed as Disbatch 4 claims it. A Perl Disbatch node ignores the

@@ -8,8 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Resource usage of a run (seed 000's execution_info, seed 002's usage
-// updates): den's own fields, ignored by Disbatch 4 nodes.
+// Resource usage of a run: den's own fields, ignored by Disbatch 4 nodes.
 const (
 	// FieldUsage is the usage sub-document of a task (its current or last
 	// run) and of each history entry (that run).

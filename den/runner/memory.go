@@ -17,7 +17,7 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// Memory enforcement (issue 11, part 3; see queue/resourceretry.go). When
+// Memory enforcement (see queue/resourceretry.go). When
 // a task requests memory (requested_resources.memory_mb), the worker tells
 // the supervisor ("memory <bytes>"), which from then on samples the run's
 // processes every memoryEvery and, once the resident memory of the

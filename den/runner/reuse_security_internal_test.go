@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Claim 3, the runner's side: a cancel or live request on the task channel
+// The runner's side of the runner-reuse guarantee: a cancel or live request on the task channel
 // naming a task that is not the one running now (the previous task, a
 // request that arrived between two tasks) never reaches the run of the
 // task that runs now; one naming the running task does.
