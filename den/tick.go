@@ -100,7 +100,7 @@ func (n *Node) setOutage(err error) {
 
 // pass is a full pass. What it reads, and how often, is chosen so that an
 // idle node costs the database about 3 commands a second however many
-// queues there are (see the README's Performance section):
+// queues there are (see docs/performance.md):
 //   - every pass: the queues (count_todo tells of new work), the node
 //     document, and, while this node holds tasks, its own claimed and
 //     running tasks (their cancel flags, and what it holds);

@@ -9,7 +9,7 @@
 //
 // A plugin built outside den's repository lives in a module of its own,
 // whose main.go imports its plugin packages and calls cli.Main (package
-// den/cli); see testdata/outside-plugin and the README's "Writing a plugin".
+// den/cli); see testdata/outside-plugin and docs/plugins.md.
 //
 // What a plugin gets and gives: the status constants StatusSucceeded and
 // StatusFailed; an Env with the task's output writers, the database, a

@@ -19,7 +19,7 @@ func newWebCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "web",
 		Short: "Serve the web status page: queues, nodes, tasks and their output",
-		Long: `Serve the status page (see the README's "Web status page"): queues with
+		Long: `Serve the status page (see docs/web.md): queues with
 todo/running/done/failed and what finished in the last 15 minutes, nodes
 with heartbeat age, running tasks, maxthreads and resources, a filtered
 task list, and each task's document, history and output (polled while it

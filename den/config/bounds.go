@@ -152,7 +152,7 @@ var otherVariables = map[string]bool{
 	"DEN_TASKS_FD":          true, // runner.EnvTasksFD
 	"DEN_TASK_RUNNER_SPEC":  true, // runner.SpecEnv
 	"DEN_SANDBOX":           true, // sandbox.EnvSpec
-	"DEN_WEB_SCREENSHOTS":   true, // den/web's browser test: renew the README's screenshots
+	"DEN_WEB_SCREENSHOTS":   true, // den/web's browser test: renew docs/web.md's screenshots
 }
 
 // otherPrefixes start the names of the test suite's and the benchmarks'

@@ -178,8 +178,8 @@ var defaults = map[string]any{
 // bounds is the range of every duration and number key of defaults: one
 // place that declares them, next to the defaults. A value outside is
 // refused when the configuration loads, with an error that names the key,
-// the value and the range. README's Configuration section lists this
-// table (TestBoundsTableInReadme keeps the two the same), and
+// the value and the range. docs/configuration.md lists this
+// table (TestBoundsTableInDocs keeps the two the same), and
 // TestEveryDurationAndNumberKeyHasBounds fails for a new key without one.
 var bounds = map[string]bound{
 	// At 100ms an idle node makes ten passes a second (at 1ns it sent

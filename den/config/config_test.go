@@ -488,9 +488,9 @@ func TestEveryDurationAndNumberKeyHasBounds(t *testing.T) {
 	}
 }
 
-// README's Configuration section lists every range as bounds declares it.
-func TestBoundsTableInReadme(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// docs/configuration.md lists every range as bounds declares it.
+func TestBoundsTableInDocs(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,9 +503,9 @@ func TestBoundsTableInReadme(t *testing.T) {
 	}
 	for key, b := range bounds {
 		if got, ok := rows[key]; !ok {
-			t.Errorf("README has no row | `%s` | default | %s | why |", key, b.Range())
+			t.Errorf("docs/configuration.md has no row | `%s` | default | %s | why |", key, b.Range())
 		} else if got != b.Range() {
-			t.Errorf("README says %s allows %q; bounds says %q", key, got, b.Range())
+			t.Errorf("docs/configuration.md says %s allows %q; bounds says %q", key, got, b.Range())
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/den-project/den/plugins/command"
 )
 
-// envScreenshots names a directory to write the README's screenshots to
+// envScreenshots names a directory to write the screenshots docs/web.md shows to
 // (status.png, phone.png); the test writes them only when asked.
 const envScreenshots = "DEN_WEB_SCREENSHOTS"
 

@@ -7,7 +7,7 @@ import (
 )
 
 // nodeInfo is what a den node adds to its node document beyond the
-// protocol (see the README's node document fields): all optional, absent
+// protocol (see docs/documents.md, Nodes): all optional, absent
 // on Perl nodes and older den nodes, shown when present.
 type nodeInfo struct {
 	PID       int64
