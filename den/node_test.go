@@ -30,6 +30,7 @@ type running struct {
 // startNode runs a node named name on db; its runners are this test binary.
 func startNode(t testing.TB, db *mongo.Database, name string, tweak ...func(*den.Config)) running {
 	t.Helper()
+	dentest.EndToEnd(t)
 	runnerLog := filepath.Join(t.TempDir(), "runners.log")
 	cfg := runnerConfig(name, dentest.URI(), db.Name(), runnerLog)
 	for _, f := range tweak {

@@ -20,6 +20,7 @@ import (
 // nodeProcess starts this test binary as a node process.
 func nodeProcess(t *testing.T, db *mongo.Database, name string, extraEnv ...string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
+	dentest.EndToEnd(t)
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(),

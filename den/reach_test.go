@@ -24,6 +24,7 @@ import (
 // worker and sandbox, the program has stdin, stdout and stderr only.
 func TestTaskGetsNoInheritedDescriptors(t *testing.T) {
 	t.Parallel()
+	dentest.EndToEnd(t)
 	db := dentest.DB(t)
 	secret, err := os.Create(filepath.Join(t.TempDir(), "secret"))
 	if err != nil {

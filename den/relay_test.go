@@ -28,6 +28,7 @@ import (
 // proxy.
 func TestRelayedTasksOpenNoServerConnections(t *testing.T) {
 	t.Parallel()
+	dentest.EndToEnd(t)
 	ctx, cancel := context.WithCancel(dentest.Context(t))
 	defer cancel()
 	srv, err := devdb.Start(ctx, devdb.Config{Dir: t.TempDir()})

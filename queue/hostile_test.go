@@ -60,6 +60,7 @@ var storeWrites = map[string]string{
 // the whole corpus would cost the square of its size.
 func TestEveryQueryReadsHostileDocuments(t *testing.T) {
 	t.Parallel()
+	dentest.EndToEnd(t)
 	qid := bson.NewObjectID()
 	all := dentest.HostileTasks(qid, "n", bson.D{{Key: "i", Value: 0}})
 	parts := map[string][]dentest.Hostile{}

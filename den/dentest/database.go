@@ -75,3 +75,14 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// EndToEnd skips test t under `go test -short`: t runs a whole node, its
+// runner processes and the development server's scans (seconds to minutes
+// each), where a developer's loop wants the unit tests. CI and the README's
+// test command run without -short, so every such test runs there.
+func EndToEnd(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end to end (a whole node, or the hostile corpus against every query): skipped under -short; go test without -short runs it")
+	}
+}

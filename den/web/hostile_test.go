@@ -18,6 +18,7 @@ import (
 // browser does not act on them as a terminal does.)
 func TestPagesReadHostileDocuments(t *testing.T) {
 	t.Parallel()
+	dentest.EndToEnd(t)
 	f := newFixture(t)
 	// The fields a page shows of a task, with every value; the queues' and
 	// nodes' corpora whole.

@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 // and /usr/bin.
 func startNode(t *testing.T, db *mongo.Database, name string) {
 	t.Helper()
+	dentest.EndToEnd(t)
 	exe, _ := os.Executable()
 	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional})
 	cfg := den.Config{
