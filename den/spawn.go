@@ -151,7 +151,7 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		// The queue's name as the last pass read it: a reused runner may
 		// serve a queue renamed since it started.
 		report := func(b []byte) { n.runnerReport(n.queueName(q.ID, q.Name), b) }
-		if err := n.relay.ServeControlReports(relayCtl, n.log.With(zap.Int("runner_pid", pid)), report); err != nil {
+		if err := n.relay.ServeControl(relayCtl, n.log.With(zap.Int("runner_pid", pid)), report); err != nil {
 			n.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
 	}

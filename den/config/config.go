@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/den-project/den/plugins/command"
 	"github.com/den-project/den/queue"
 )
 
@@ -82,7 +83,7 @@ type Config struct {
 	// web.token is set) on the node's HTTP endpoint too, at /.
 	HTTPWeb bool
 	// Command is the command plugin's policy (off by default).
-	Command CommandPolicy
+	Command command.Policy
 	// WebListen is the address den web serves on (default
 	// 127.0.0.1:8080: this machine only). WebToken, when set, enables the
 	// web page's actions (cancel, retry, maxthreads) for whoever presents
@@ -124,17 +125,6 @@ func (c Config) PluginConfig() map[string]json.RawMessage {
 	}
 	out[CommandPlugin] = command
 	return out
-}
-
-// CommandPolicy configures Disbatch::Plugin::Command (see package
-// plugins/command): off unless Enabled, and then only for Allow.
-type CommandPolicy struct {
-	Enabled  bool     `json:"enabled"`
-	Allow    []string `json:"allow"`
-	Shell    bool     `json:"shell"`
-	Env      []string `json:"env"`
-	EnvAllow []string `json:"env_allow"`
-	Landlock string   `json:"landlock"`
 }
 
 // Keys of den's own file, with their defaults.
@@ -457,8 +447,8 @@ func duration(v *viper.Viper, key string) (time.Duration, error) {
 // commandPolicy reads the command section, refusing values of the wrong
 // type: a typo such as enabled: "yes" or allow: 5 is an error, not a
 // default. (The plugin checks the values themselves.)
-func commandPolicy(v *viper.Viper) (CommandPolicy, error) {
-	var p CommandPolicy
+func commandPolicy(v *viper.Viper) (command.Policy, error) {
+	var p command.Policy
 	var err error
 	if p.Enabled, err = boolean(v, "command.enabled"); err != nil {
 		return p, err
@@ -476,7 +466,7 @@ func commandPolicy(v *viper.Viper) (CommandPolicy, error) {
 		return p, fmt.Errorf("command.landlock must be required or optional, not %v", v.Get("command.landlock"))
 	}
 	p.Landlock = strings.ToLower(strings.TrimSpace(ll))
-	if p.Landlock != "required" && p.Landlock != "optional" {
+	if p.Landlock != command.LandlockRequired && p.Landlock != command.LandlockOptional {
 		return p, fmt.Errorf("command.landlock %q must be required or optional", ll)
 	}
 	return p, nil

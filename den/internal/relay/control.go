@@ -22,7 +22,7 @@ import (
 //
 // A runner may also send a report: reportMagic followed by up to
 // MaxReport bytes the relay does not read, handed to the report function
-// given to ServeControlReports, and not answered. A node learns so, at no
+// given to ServeControl, and not answered. A node learns so, at no
 // database cost, what a runner wants it to know (how its task ended).
 const requestLen = 8
 
@@ -47,15 +47,10 @@ func ControlPair() (node, runner *os.File, err error) {
 // ServeControl serves the runner at the other end of ctl (the node's end
 // of a ControlPair) in a goroutine, until the runner closes its end (it
 // exited) or the relay is closed: each request gets a new relay
-// connection. The runner's sessions end with it. ServeControl owns ctl.
-func (r *Relay) ServeControl(ctl *os.File, log *zap.Logger) error {
-	return r.ServeControlReports(ctl, log, nil)
-}
-
-// ServeControlReports is ServeControl that also hands each report the
-// runner sends (Dialer.Report) to report, in the serving goroutine, one at
-// a time. report may be nil: reports are then dropped.
-func (r *Relay) ServeControlReports(ctl *os.File, log *zap.Logger, report func([]byte)) error {
+// connection, and each report the runner sends (Dialer.Report) goes to
+// report, in the serving goroutine, one at a time (report nil: reports
+// are dropped). The runner's sessions end with it. ServeControl owns ctl.
+func (r *Relay) ServeControl(ctl *os.File, log *zap.Logger, report func([]byte)) error {
 	c, err := net.FileConn(ctl)
 	ctl.Close()
 	if err != nil {

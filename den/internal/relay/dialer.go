@@ -202,7 +202,7 @@ func (d *Dialer) dial(ctx context.Context) (net.Conn, error) {
 	return net.FileConn(f)
 }
 
-// Report sends msg to the node (see ServeControlReports), without waiting
+// Report sends msg to the node (see ServeControl), without waiting
 // for an answer. It fails with ErrNodeGone when the node is gone (its
 // relay no longer serves this runner), and when msg is longer than
 // MaxReport.

@@ -72,7 +72,7 @@ func newSetup(t *testing.T, fallback func(context.Context) (*mongo.Client, error
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.relay.ServeControl(nodeEnd, log); err != nil {
+	if err := s.relay.ServeControl(nodeEnd, log, nil); err != nil {
 		t.Fatal(err)
 	}
 	if fallback == nil {
@@ -374,7 +374,7 @@ func TestReportsReachTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan string, 10)
-	if err := r.ServeControlReports(nodeEnd, log, func(b []byte) { got <- string(b) }); err != nil {
+	if err := r.ServeControl(nodeEnd, log, func(b []byte) { got <- string(b) }); err != nil {
 		t.Fatal(err)
 	}
 	d, err := relay.NewDialer(runnerEnd, func(context.Context) (*mongo.Client, error) { return nil, errors.New("no fallback") }, log)
