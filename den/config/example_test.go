@@ -13,7 +13,9 @@ import (
 // Load reads den's YAML file (or a Disbatch config.json) over den's
 // defaults; keys the file leaves out keep their defaults. A value outside
 // its allowed range is refused with an error naming the file, the key,
-// the value and what is allowed.
+// the value and what is allowed. The environment (DEN_NODE,
+// DEN_MONGO_URI, ...) overrides the file, and flags, Load's second
+// argument, override both.
 func ExampleLoad() {
 	dir, err := os.MkdirTemp("", "den-config-example-")
 	if err != nil {
