@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,23 @@ func EndToEnd(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end to end (a whole node, or the hostile corpus against every query): skipped under -short; go test without -short runs it")
+	}
+}
+
+// ExampleDB returns a new database named after name for an Example
+// function, which has no testing.TB, and a function that drops it. It
+// needs the server Main starts, and panics without one: an Example's
+// output would not say why it printed nothing.
+func ExampleDB(name string) (*mongo.Database, func()) {
+	if client == nil {
+		panic("dentest: no server; call dentest.Main from TestMain")
+	}
+	db := client.Database(dbName(name))
+	return db, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := db.Drop(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "dentest: drop database %s: %v\n", db.Name(), err)
+		}
 	}
 }
