@@ -234,6 +234,10 @@ type Node struct {
 	queueTodo  atomic.Pointer[map[string]int64]
 }
 
+// DefaultInterval is how often a node makes a full pass unless its
+// configuration says otherwise (Config.Interval; the interval key).
+const DefaultInterval = time.Second
+
 // New returns a node working on db. now may be nil (time.Now).
 func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger, now func() time.Time) (*Node, error) {
 	if cfg.Name == "" {
@@ -244,7 +248,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		cfg.Name = host
 	}
 	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = DefaultInterval
 	}
 	if cfg.OrphanAge <= 0 {
 		cfg.OrphanAge = queue.DefaultOrphanAge

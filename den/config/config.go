@@ -19,6 +19,8 @@ import (
 	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/den-project/den/den"
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/plugins/command"
 	"github.com/den-project/den/queue"
 )
@@ -127,12 +129,14 @@ func (c Config) PluginConfig() map[string]json.RawMessage {
 	return out
 }
 
-// Keys of den's own file, with their defaults.
+// Keys of den's own file, with their defaults: the constants the node,
+// its runners and queue declare, so that a node built without this
+// package (embedded) and one configured by it start from the same values.
 var defaults = map[string]any{
 	"mongo.uri":                   "",
 	"mongo.database":              "disbatch",
 	"node":                        "",
-	"interval":                    "1s",
+	"interval":                    den.DefaultInterval.String(),
 	"orphan_age":                  queue.DefaultOrphanAge.String(),
 	"activequeues":                []string{},
 	"ignorequeues":                []string{},
@@ -141,9 +145,9 @@ var defaults = map[string]any{
 	"log.format":                  "auto",
 	"runner.log":                  "",
 	"runner.relay":                "", // true, false, or "" (unset: see Config.RunnerRelay)
-	"runner.max_tasks":            int64(100),
-	"runner.idle":                 "10s",
-	"runner.max_processes":        int64(1024),
+	"runner.max_tasks":            int64(den.DefaultRunnerMaxTasks),
+	"runner.idle":                 den.DefaultRunnerIdle.String(),
+	"runner.max_processes":        int64(den.DefaultRunnerMaxProcesses),
 	"max_termination_time":        queue.DefaultGrace.String(),
 	"dead_node_after":             queue.DefaultDeadNodeAfter.String(),
 	"cgroups":                     "auto",
@@ -153,10 +157,10 @@ var defaults = map[string]any{
 	"command.env":                 []string{},
 	"command.env_allow":           []string{},
 	"command.landlock":            "required",
-	"max_output":                  int64(1 << 30),
+	"max_output":                  int64(runner.DefaultMaxOutput),
 	"resources.memory_mb":         0.0,
 	"resources.cpus":              0.0,
-	"resources.busy_core_percent": 60.0,
+	"resources.busy_core_percent": float64(den.DefaultBusyCorePercent),
 	"web.listen":                  DefaultWebListen,
 	"web.token":                   "",
 	"web.hosts":                   []string{},
