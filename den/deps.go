@@ -51,7 +51,14 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 		failed[b.ID] = reason
 		return n.store.DecrementTodo(ctx, b.Queue)
 	}
-	var succeeded, badly []bson.ObjectID
+	var ended []queue.EndedTask
+	settled := map[bson.ObjectID]bool{}
+	settle := func(id bson.ObjectID, status int) {
+		if !settled[id] {
+			settled[id] = true
+			ended = append(ended, queue.EndedTask{ID: id, Status: status})
+		}
+	}
 	waitingFor := map[bson.ObjectID][]bson.ObjectID{} // registered, still blocked
 	for _, b := range blocked {
 		switch {
@@ -78,19 +85,17 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 			continue
 		}
 		var missing, waiting []bson.ObjectID
-		bad := ""
+		bad := false
 		for _, d := range b.After {
 			st, ok := statuses[d]
 			switch {
 			case !ok:
 				missing = append(missing, d)
 			case queue.EndedBadly(st):
-				if bad == "" {
-					bad = fmt.Sprintf("task %s, which it comes after, ended with status %d (%s)", d.Hex(), st, queue.StatusName(st))
-				}
-				badly = append(badly, d)
+				bad = true
+				settle(d, st)
 			case st == queue.StatusSucceeded:
-				succeeded = append(succeeded, d)
+				settle(d, st)
 			default:
 				waiting = append(waiting, d)
 			}
@@ -121,20 +126,23 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 			}
 			b.Waiting = waiting
 		}
-		if bad != "" {
+		if bad {
 			continue // cancelled with the others below
 		}
 		if len(b.Waiting) > 0 {
 			waitingFor[b.ID] = b.Waiting
 		}
 	}
-	if len(badly) > 0 {
-		for _, d := range badly {
-			st := statuses[d]
-			if _, err := n.cancelDependents(ctx, []bson.ObjectID{d}, fmt.Sprintf("task %s, which it comes after, ended with status %d (%s)", d.Hex(), st, queue.StatusName(st)), now); err != nil {
-				return err
-			}
-		}
+	released, cancelled, err := n.store.SettleDependents(ctx, ended, now)
+	if len(cancelled) > 0 {
+		n.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)))
+	}
+	if released > 0 {
+		n.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
+		n.wakeUp()
+	}
+	if err != nil {
+		return err
 	}
 	for _, cycle := range cycles(waitingFor) {
 		reason := "its dependencies form a cycle: " + strings.Join(hexList(cycle), " after ")
@@ -153,14 +161,6 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 		if _, err := n.cancelDependents(ctx, []bson.ObjectID{id}, fmt.Sprintf("task %s, which it comes after, failed: %s", id.Hex(), reason), now); err != nil {
 			return err
 		}
-	}
-	released, err := n.store.Succeeded(ctx, succeeded, now)
-	if err != nil {
-		return err
-	}
-	if released > 0 {
-		n.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
-		n.wakeUp()
 	}
 	return nil
 }

@@ -178,6 +178,45 @@ func (s *Store) MarkDependents(ctx context.Context, ids []bson.ObjectID) error {
 	return nil
 }
 
+// EndedTask is a task that ended for good, with its status: what
+// SettleDependents settles the dependents of.
+type EndedTask struct {
+	ID     bson.ObjectID
+	Status int
+}
+
+// SettleDependents is the one rule for what comes after tasks that ended:
+// a task that succeeded is removed from its dependents' waiting lists and
+// those that then wait for nothing are queued (Succeeded); a task that
+// ended any other way for good (EndedBadly) has its dependents cancelled,
+// transitively, with DependencyEndedReason as the reason. A status that is
+// neither (still running, queued) settles nothing. The task runner calls
+// it for its task at the end of a run, and the nodes' sweep for whatever
+// a runner missed; doing it twice changes nothing more.
+func (s *Store) SettleDependents(ctx context.Context, ended []EndedTask, now time.Time) (released int64, cancelled []bson.ObjectID, err error) {
+	var succeeded []bson.ObjectID
+	for _, e := range ended {
+		switch {
+		case e.Status == StatusSucceeded:
+			succeeded = append(succeeded, e.ID)
+		case EndedBadly(e.Status):
+			ids, err := s.CancelDependents(ctx, []bson.ObjectID{e.ID}, DependencyEndedReason(e.ID, e.Status), now)
+			cancelled = append(cancelled, ids...)
+			if err != nil {
+				return 0, cancelled, err
+			}
+		}
+	}
+	released, err = s.Succeeded(ctx, succeeded, now)
+	return released, cancelled, err
+}
+
+// DependencyEndedReason is why a task is cancelled when task id, which
+// it comes after, ended with status without succeeding.
+func DependencyEndedReason(id bson.ObjectID, status int) string {
+	return fmt.Sprintf("task %s, which it comes after, ended with status %d (%s)", id.Hex(), status, StatusName(status))
+}
+
 // Succeeded removes tasks that succeeded from the waiting lists of the
 // tasks that come after them, and queues (-2) each task that then waits
 // for nothing. Doing it twice changes nothing more.

@@ -732,19 +732,12 @@ func (t *run) releaseDependents(ctx context.Context, status int) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var err error
-	switch {
-	case status == queue.StatusSucceeded:
-		var n int64
-		if n, err = t.store.Succeeded(ctx, []bson.ObjectID{t.taskID}, t.now()); err == nil && n > 0 {
-			t.log.Info("queued the tasks that came after this one", zap.Int64("count", n))
-		}
-	case queue.EndedBadly(status):
-		var ids []bson.ObjectID
-		why := fmt.Sprintf("task %s, which it comes after, ended with status %d (%s)", t.taskID.Hex(), status, queue.StatusName(status))
-		if ids, err = t.store.CancelDependents(ctx, []bson.ObjectID{t.taskID}, why, t.now()); err == nil && len(ids) > 0 {
-			t.log.Info("cancelled the tasks that came after this one", zap.Int("count", len(ids)))
-		}
+	released, cancelled, err := t.store.SettleDependents(ctx, []queue.EndedTask{{ID: t.taskID, Status: status}}, t.now())
+	if released > 0 {
+		t.log.Info("queued the tasks that came after this one", zap.Int64("count", released))
+	}
+	if len(cancelled) > 0 {
+		t.log.Info("cancelled the tasks that came after this one", zap.Int("count", len(cancelled)))
 	}
 	if err != nil {
 		t.log.Warn("could not move on the tasks that come after this one; the nodes' sweep will", zap.Error(err))
