@@ -114,11 +114,18 @@ func (c *capacity) idleCores() (float64, bool) {
 	}
 	idle := 0
 	for i := range now {
-		busy := (now[i].Total() - now[i].Idle - now[i].Iowait) - (last[i].Total() - last[i].Idle - last[i].Iowait)
-		all := now[i].Total() - last[i].Total()
+		busy := (cpuTotal(now[i]) - now[i].Idle - now[i].Iowait) - (cpuTotal(last[i]) - last[i].Idle - last[i].Iowait)
+		all := cpuTotal(now[i]) - cpuTotal(last[i])
 		if all <= 0 || 100*busy/all < c.busyThreshold() {
 			idle++
 		}
 	}
 	return float64(idle), true
+}
+
+// cpuTotal is the seconds a core has spent in all its states: the sum that
+// gopsutil's TimesStat.Total (deprecated, for gopsutil's own use) makes.
+func cpuTotal(t cpu.TimesStat) float64 {
+	return t.User + t.System + t.Idle + t.Nice + t.Iowait + t.Irq +
+		t.Softirq + t.Steal + t.Guest + t.GuestNice
 }

@@ -35,7 +35,7 @@ type claimState struct {
 	// then: they are not claimed from again until their counts change
 	// (a writer that inserts a task raises count_total), or a probe finds
 	// work in them.
-	empty map[bson.ObjectID]emptyMark
+	empty map[bson.ObjectID]counts
 	// fit is what this claim round has free for tasks that request
 	// resources, less what it claimed so far.
 	fit *queue.Resources
@@ -46,13 +46,6 @@ type claimState struct {
 
 // counts are a queue's count_todo and count_total, -1 when unknown.
 type counts struct{ todo, total int64 }
-
-// emptyMark is a queue's counts when a claim found it empty, and since when
-// it has been found empty with those counts.
-type emptyMark struct {
-	counts
-	since time.Time
-}
 
 func countsOf(q queue.Queue) counts {
 	c := counts{-1, -1}
@@ -68,17 +61,8 @@ func countsOf(q queue.Queue) counts {
 // claimable reports whether a claim in q may find something: it was not
 // found empty since its counts last changed.
 func (st *claimState) claimable(q queue.Queue) bool {
-	m, marked := st.empty[q.ID]
-	return !marked || m.counts != countsOf(q)
-}
-
-// emptySince is since when claims have found q empty with its counts as
-// they are, and false when q is claimable.
-func (st *claimState) emptySince(q queue.Queue) (time.Time, bool) {
-	if st.claimable(q) {
-		return time.Time{}, false
-	}
-	return st.empty[q.ID].since, true
+	c, marked := st.empty[q.ID]
+	return !marked || c != countsOf(q)
 }
 
 // free is how many more tasks of q this node may start now: the queue's
@@ -286,7 +270,7 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 		if !ok {
 			for _, id := range ids {
 				if q := byID[id]; st.claimable(q) {
-					st.empty[id] = emptyMark{countsOf(q), n.now()}
+					st.empty[id] = countsOf(q)
 				}
 			}
 			return true, nil

@@ -353,7 +353,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		capacity:   &capacity{limits: cfg.Resources},
 		pool:       newRunnerPool(),
-		claiming:   claimState{empty: map[bson.ObjectID]emptyMark{}},
+		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
 		own:        newOwnTasks(),
 	}
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)

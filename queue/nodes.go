@@ -101,25 +101,25 @@ type NodeResources struct {
 	Offer *Resources `bson:"offer,omitempty"`
 }
 
-// fields returns the $set fields of self: only those it has.
-func (self *NodeSelf) fields() bson.D {
-	if self == nil {
+// fields returns the $set fields of ns: only those it has.
+func (ns *NodeSelf) fields() bson.D {
+	if ns == nil {
 		return nil
 	}
 	var d bson.D
-	if self.Version != "" {
-		d = append(d, bson.E{Key: "version", Value: self.Version})
+	if ns.Version != "" {
+		d = append(d, bson.E{Key: "version", Value: ns.Version})
 	}
-	if self.PID > 0 {
-		d = append(d, bson.E{Key: "pid", Value: self.PID})
+	if ns.PID > 0 {
+		d = append(d, bson.E{Key: "pid", Value: ns.PID})
 	}
-	if !self.Started.IsZero() {
-		d = append(d, bson.E{Key: "started", Value: self.Started})
+	if !ns.Started.IsZero() {
+		d = append(d, bson.E{Key: "started", Value: ns.Started})
 	}
-	if self.Resources != nil {
-		d = append(d, bson.E{Key: "resources", Value: self.Resources})
+	if ns.Resources != nil {
+		d = append(d, bson.E{Key: "resources", Value: ns.Resources})
 	}
-	d = append(d, bson.E{Key: "queues_left_out", Value: self.QueuesLeftOut})
+	d = append(d, bson.E{Key: "queues_left_out", Value: ns.QueuesLeftOut})
 	return d
 }
 

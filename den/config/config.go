@@ -666,7 +666,7 @@ func pluginSections(src []byte) (map[string]json.RawMessage, error) {
 		case key.Kind != yaml.ScalarNode || strings.TrimSpace(name) == "":
 			return nil, fmt.Errorf("plugins (line %d): a plugin name must be text", key.Line)
 		case name == CommandPlugin:
-			return nil, fmt.Errorf("plugins.%s (line %d): the command plugin is configured under command:, not plugins:", name, key.Line)
+			return nil, fmt.Errorf("plugins.%s (line %d): the command plugin is configured under command:, not in plugins", name, key.Line)
 		case val.Tag == "!!null":
 			continue
 		case val.Kind != yaml.MappingNode:
