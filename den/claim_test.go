@@ -111,7 +111,7 @@ func TestNoChangeStreamsMeansPolling(t *testing.T) {
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo")
 	n := startNode(t, db, "n")
 	dentest.Eventually(t, time.Minute, "the node to tell it polls", func() bool {
-		return n.logs.FilterMessage("no change streams on this server (a replica set has them): new tasks are seen by polling every interval").Len() == 1
+		return n.Logs.FilterMessage("no change streams on this server (a replica set has them): new tasks are seen by polling every interval").Len() == 1
 	})
 	ids := dentest.Tasks(t, db, qid, sleepTasks(3, 1)...)
 	for _, id := range ids {

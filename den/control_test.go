@@ -14,6 +14,7 @@ import (
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/den/dentest/nodetest"
 	"github.com/den-project/den/plugins/command"
 	"github.com/den-project/den/queue"
 )
@@ -210,7 +211,7 @@ func TestDeadNodeRescuedOnce(t *testing.T) {
 	}
 	var rescueEvery time.Duration
 	fast := func(c *den.Config) { c.DeadNodeAfter = time.Minute; rescueEvery = c.RescueEvery }
-	nodes := []running{startNode(t, db, "live1", fast), startNode(t, db, "live2", fast), startNode(t, db, "live3", fast)}
+	nodes := []nodetest.Node{startNode(t, db, "live1", fast), startNode(t, db, "live2", fast), startNode(t, db, "live3", fast)}
 	dentest.Eventually(t, time.Minute, "ghost's tasks rescued", func() bool {
 		return dentest.CountTasks(t, db, bson.D{{Key: "node", Value: "ghost"}}) == 2 // the two orphaned keep node ghost
 	})
@@ -231,7 +232,7 @@ func TestDeadNodeRescuedOnce(t *testing.T) {
 	}
 	total := 0
 	for _, n := range nodes {
-		for _, e := range n.logs.FilterMessage("rescued the tasks of a dead or unknown node").All() {
+		for _, e := range n.Logs.FilterMessage("rescued the tasks of a dead or unknown node").All() {
 			if e.ContextMap()["dead_node"] != "ghost" {
 				t.Errorf("log names %v", e.ContextMap()["dead_node"])
 			}
@@ -375,7 +376,7 @@ func TestStoppedNodesBeatingRunnerIsLeftAlone(t *testing.T) {
 	if st := status(t, db, reused); st != 0 {
 		t.Fatalf("a task a reused runner has just started was rescued: status %d", st)
 	}
-	logged := n.logs.FilterMessage("rescued the tasks of a dead or unknown node").All()
+	logged := n.Logs.FilterMessage("rescued the tasks of a dead or unknown node").All()
 	if len(logged) != 1 || logged[0].ContextMap()["orphaned"] != int64(1) {
 		t.Fatalf("rescues logged: %v, want one line for the silent runner's task", logged)
 	}
@@ -395,7 +396,7 @@ func TestDrainOnStopWaitsForRunners(t *testing.T) {
 	waitFor(t, db, ids[0], 0)
 	waitFor(t, db, ids[1], 0)
 	idle, _ := runOf(t, "quick task", waitFor(t, db, quick, 1))
-	node.stop()
+	node.Stop()
 	// Every runner of the node is gone once it has stopped: the busy ones
 	// drained, the idle one retired.
 	for _, id := range append(ids, quick) {

@@ -122,13 +122,13 @@ func TestHostileDocumentsDoNotStallANode(t *testing.T) {
 		t.Errorf("den_database_outage = %v, want 0", got)
 	}
 	for _, msg := range []string{"a claim failed after it landed; task put back", "MongoDB unreachable or failing; keeping runners and retrying every interval"} {
-		if n := node.logs.FilterMessage(msg).Len(); n > 0 {
+		if n := node.Logs.FilterMessage(msg).Len(); n > 0 {
 			t.Errorf("logged %q %d times", msg, n)
 		}
 	}
 	// One warning per document taken out of the way, the first few of a
 	// pass by _id and the rest in one line: never one a second.
-	named := node.logs.FilterMessageSnippet("claimed a document that cannot be a task").Len()
+	named := node.Logs.FilterMessageSnippet("claimed a document that cannot be a task").Len()
 	if named == 0 || named > len(takeable) {
 		t.Errorf("%d warnings naming a malformed document, want between 1 and %d", named, len(takeable))
 	}
@@ -185,7 +185,7 @@ func TestHostileQueuesDoNotStallANode(t *testing.T) {
 	}
 	// Warned about once each, and never one line per queue past the
 	// first few of a pass.
-	warnings := node.logs.FilterLevelExact(zapcore.WarnLevel).Len()
+	warnings := node.Logs.FilterLevelExact(zapcore.WarnLevel).Len()
 	if warnings > 60 {
 		t.Errorf("%d warnings for %d queue documents: one per queue or per pass, not a few per pass", warnings, len(landed))
 	}

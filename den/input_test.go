@@ -127,10 +127,10 @@ func TestQueueFieldsAsWritersWriteThem(t *testing.T) {
 			t.Errorf("queue with %v: its task has status %d; the queue must be skipped", bad[i], st)
 		}
 	}
-	if c := n.logs.FilterMessage("queue document skipped").Len(); c != len(bad) {
+	if c := n.Logs.FilterMessage("queue document skipped").Len(); c != len(bad) {
 		t.Errorf("%d queue warnings, want one per bad queue (%d)", c, len(bad))
 	}
-	if c := n.logs.FilterMessageSnippet("counts that are not numbers").Len(); c != 1 {
+	if c := n.Logs.FilterMessageSnippet("counts that are not numbers").Len(); c != 1 {
 		t.Errorf("recount logged %d times, want once", c)
 	}
 	q, err := db.Collection("queues").FindOne(ctx, bson.D{{Key: "_id", Value: counted}}).Raw()

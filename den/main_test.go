@@ -2,7 +2,6 @@ package den_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,9 +17,8 @@ import (
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
-	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/dentest/nodetest"
 	"github.com/den-project/den/plugins"
-	"github.com/den-project/den/plugins/command"
 	_ "github.com/den-project/den/plugins/demo"
 )
 
@@ -29,13 +27,9 @@ import (
 // tests that kill one.
 func TestMain(m *testing.M) {
 	dentest.Main(m, map[string]func() int{
-		"task-runner": runnerRole,
+		"task-runner": nodetest.RunnerRole,
 		"node":        nodeRole,
 	})
-}
-
-func runnerRole() int {
-	return runner.Process(plugins.Default(), func(runner.Spec) (*zap.Logger, error) { return zap.NewDevelopment() })
 }
 
 // Environment of the node role.
@@ -81,24 +75,8 @@ func nodeRole() int {
 	return 0
 }
 
-// runnerConfig is a node configuration whose runners are this test binary.
+// runnerConfig is a node configuration whose runners are this test binary
+// (nodetest.Config).
 func runnerConfig(name, uri, database, runnerLog string) den.Config {
-	exe, _ := os.Executable()
-	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional})
-	return den.Config{
-		Name:         name,
-		Interval:     100 * time.Millisecond,
-		URI:          uri,
-		Database:     database,
-		SweepEvery:   200 * time.Millisecond,
-		RescueEvery:  200 * time.Millisecond,
-		RefreshEvery: 200 * time.Millisecond,
-		RecheckEvery: 200 * time.Millisecond,
-		PluginConfig: map[string]json.RawMessage{command.Name: policy},
-		Runner: den.RunnerCommand{
-			Path: exe,
-			Env:  []string{dentest.EnvRole + "=task-runner"},
-			Log:  runnerLog,
-		},
-	}
+	return nodetest.Config(name, uri, database, runnerLog)
 }

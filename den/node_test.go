@@ -1,74 +1,25 @@
 package den_test
 
 import (
-	"context"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
-	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/den/dentest/nodetest"
 	"github.com/den-project/den/plugins/demo"
 )
 
 // running is a node running in the test process until the test ends.
-type running struct {
-	logs *observer.ObservedLogs
-	stop func()
-}
-
-// startNode runs a node named name on db; its runners are this test binary.
-func startNode(t testing.TB, db *mongo.Database, name string, tweak ...func(*den.Config)) running {
+// startNode runs a node named name on db (nodetest.Start); its runners are
+// this test binary.
+func startNode(t testing.TB, db *mongo.Database, name string, tweak ...func(*den.Config)) nodetest.Node {
 	t.Helper()
-	dentest.EndToEnd(t)
-	runnerLog := filepath.Join(t.TempDir(), "runners.log")
-	cfg := runnerConfig(name, dentest.URI(), db.Name(), runnerLog)
-	for _, f := range tweak {
-		f(&cfg)
-	}
-	core, logs := observer.New(zapcore.InfoLevel)
-	// A failed test shows what the node and its runners said: a CI failure
-	// is then explained by its own output.
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		for _, e := range logs.All() {
-			t.Logf("node %s: %s %s %v", name, e.Time.Format("15:04:05.000"), e.Message, e.ContextMap())
-		}
-		if b, err := os.ReadFile(runnerLog); err == nil {
-			if len(b) > 32<<10 {
-				b = b[len(b)-32<<10:]
-			}
-			t.Logf("runners of node %s:\n%s", name, b)
-		}
-	})
-	node, err := den.New(cfg, db, plugins.Default(), zap.New(core), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := node.Run(ctx); err != nil {
-			t.Errorf("node %s: %v", name, err)
-		}
-	}()
-	var once sync.Once
-	stop := func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return running{logs: logs, stop: stop}
+	return nodetest.Start(t, db, name, tweak...)
 }
 
 func sleepTasks(n, ms int) []bson.D {

@@ -158,13 +158,13 @@ func TestBadInput(t *testing.T) {
 	// Several more passes: each problem is still logged exactly once.
 	waitPasses(t, db, []string{"n"}, 3, 0)
 	for _, msg := range []string{"queue document skipped", "queue has a bad maxthreads", "queue skipped: no plugin"} {
-		if c := n.logs.FilterMessageSnippet(msg).Len(); c != 1 {
+		if c := n.Logs.FilterMessageSnippet(msg).Len(); c != 1 {
 			t.Errorf("%q logged %d times, want once", msg, c)
 		}
 	}
 	// Fixing the limit is logged once too.
 	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: silly}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 1}}}})
-	dentest.Eventually(t, time.Minute, "fix noticed", func() bool { return n.logs.FilterMessage("queue problems cleared").Len() == 1 })
+	dentest.Eventually(t, time.Minute, "fix noticed", func() bool { return n.Logs.FilterMessage("queue problems cleared").Len() == 1 })
 }
 
 // Every state a dead or misbehaving writer can leave a task in is
@@ -266,7 +266,7 @@ func TestRestartedNodeReleasesItsClaims(t *testing.T) {
 	for _, id := range ids {
 		waitFor(t, db, id, 1)
 	}
-	if c := n.logs.FilterMessageSnippet("put back tasks this node had claimed before it restarted").Len(); c != 1 {
+	if c := n.Logs.FilterMessageSnippet("put back tasks this node had claimed before it restarted").Len(); c != 1 {
 		t.Errorf("release logged %d times, want once", c)
 	}
 }

@@ -132,7 +132,7 @@ func TestRelayedTaskOutlivesItsNode(t *testing.T) {
 	runnerLog := filepath.Join(t.TempDir(), "runners.log")
 	node := startNode(t, db, "leaver", func(c *den.Config) { c.Runner.Log = runnerLog })
 	waitFor(t, db, id, 0)
-	node.stop() // the relay closes with it
+	node.Stop() // the relay closes with it
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

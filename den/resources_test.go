@@ -197,7 +197,7 @@ func TestUnfitRequestSaysWhy(t *testing.T) {
 				t.Errorf("unfit %q, want %q", got, c.wantReason)
 			}
 			// Several sweeps later: still waiting, still one warning.
-			logged := func(msg string) int { return small.logs.FilterMessageSnippet(msg).Len() }
+			logged := func(msg string) int { return small.Logs.FilterMessageSnippet(msg).Len() }
 			// The node's heartbeat a second of its time on: five sweeps more.
 			beat := func() time.Time {
 				raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "small"}}).Raw()

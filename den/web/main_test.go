@@ -1,65 +1,31 @@
 package web_test
 
 import (
-	"context"
-	"encoding/json"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
-	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/dentest/nodetest"
 	"github.com/den-project/den/den/web"
-	"github.com/den-project/den/plugins"
-	"github.com/den-project/den/plugins/command"
 )
 
 // The test binary plays the task runner of the nodes the tests start, so
 // that the command plugin runs real programs.
 func TestMain(m *testing.M) {
-	dentest.Main(m, map[string]func() int{"task-runner": func() int {
-		return runner.Process(plugins.Default(), func(runner.Spec) (*zap.Logger, error) { return zap.NewDevelopment() })
-	}})
+	dentest.Main(m, map[string]func() int{"task-runner": nodetest.RunnerRole})
 }
 
-// startNode runs a real node named name on db until the test ends; its
-// runners are this test binary, and the command plugin may run /bin/sh
-// and /usr/bin.
+// startNode runs a real node named name on db until the test ends
+// (nodetest.Start): its runners are this test binary, and the command
+// plugin may run /bin/sh and /usr/bin.
 func startNode(t *testing.T, db *mongo.Database, name string) {
 	t.Helper()
-	dentest.EndToEnd(t)
-	exe, _ := os.Executable()
-	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional})
-	cfg := den.Config{
-		Name: name, Interval: 100 * time.Millisecond, URI: dentest.URI(), Database: db.Name(),
-		SweepEvery: 200 * time.Millisecond, RescueEvery: 200 * time.Millisecond,
-		RefreshEvery: 200 * time.Millisecond, RecheckEvery: 200 * time.Millisecond,
-		PluginConfig: map[string]json.RawMessage{command.Name: policy},
-		Runner:       den.RunnerCommand{Path: exe, Env: []string{dentest.EnvRole + "=task-runner"}, Log: filepath.Join(t.TempDir(), "runners.log")},
-	}
-	node, err := den.New(cfg, db, plugins.Default(), zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := node.Run(ctx); err != nil {
-			t.Errorf("node %s: %v", name, err)
-		}
-	}()
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { cancel(); <-done }) })
+	nodetest.Start(t, db, name)
 }
 
 // serve starts the status page on db with token (empty: read-only).
