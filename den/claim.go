@@ -188,8 +188,8 @@ func sortIndex(q queue.Queue) int {
 
 // claimGroups splits the queues to claim from into the groups that one
 // claim (queue: {$in: [...]}) may name: queues of one sort order and one
-// queue-level requested_resources. The largest request goes first (seed
-// 002: prefer the largest task that fits), its size the larger of its
+// queue-level requested_resources. The largest request goes first (the
+// largest task that fits is preferred), its size the larger of its
 // memory and cores as shares of what this node offers; then, among equal
 // requests, fifo, lifo and default queues, in the order they were given.
 // Queues without a request come last, so with no requests this is one

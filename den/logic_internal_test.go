@@ -1,0 +1,134 @@
+package den
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+// The pure logic of the node's components, without a database or a
+// process: the end-to-end tests show them at work, these say exactly what
+// each decides.
+
+func TestCycles(t *testing.T) {
+	t.Parallel()
+	a, b, c, d := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
+	for _, tc := range []struct {
+		name  string
+		edges map[bson.ObjectID][]bson.ObjectID
+		want  int // cycles
+		sizes []int
+	}{
+		{"none", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {c}}, 0, nil},
+		{"diamond, no cycle", map[bson.ObjectID][]bson.ObjectID{a: {b, c}, b: {d}, c: {d}}, 0, nil},
+		{"two tasks after each other", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {a}}, 1, []int{3}},
+		{"three in a ring", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {c}, c: {a}}, 1, []int{4}},
+		{"two rings", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {a}, c: {d}, d: {c}}, 2, []int{3, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := cycles(tc.edges)
+			if len(got) != tc.want {
+				t.Fatalf("%d cycles, want %d: %v", len(got), tc.want, got)
+			}
+			for i, cyc := range got {
+				if cyc[0] != cyc[len(cyc)-1] {
+					t.Errorf("cycle %d does not close: %v", i, cyc)
+				}
+				if !slices.Contains(tc.sizes, len(cyc)) {
+					t.Errorf("cycle %d has %d ids (first repeated last), want one of %v", i, len(cyc), tc.sizes)
+				}
+			}
+		})
+	}
+}
+
+func TestClaimGroups(t *testing.T) {
+	t.Parallel()
+	q := func(name, sort string, req *queue.Resources) queue.Queue {
+		return queue.Queue{ID: bson.NewObjectID(), Name: name, Sort: sort, Control: queue.Control{Requested: req}}
+	}
+	n := &Node{capacity: &capacity{limits: ResourceLimits{MemoryMB: 1000, CPUs: 4}}}
+	names := func(groups [][]queue.Queue) [][]string {
+		var out [][]string
+		for _, g := range groups {
+			var ns []string
+			for _, q := range g {
+				ns = append(ns, q.Name)
+			}
+			out = append(out, ns)
+		}
+		return out
+	}
+	small, big := &queue.Resources{MemoryMB: 100}, &queue.Resources{CPUs: 3} // 10 % of memory, 75 % of cores
+	for _, tc := range []struct {
+		name string
+		work []queue.Queue
+		want [][]string
+	}{
+		{"one group per sort order, fifo then lifo then default", []queue.Queue{q("d", "", nil), q("l", queue.SortLIFO, nil), q("f1", queue.SortFIFO, nil), q("f2", queue.SortFIFO, nil)},
+			[][]string{{"f1", "f2"}, {"l"}, {"d"}}},
+		{"the largest request first, as a share of the node; no request last", []queue.Queue{q("none", queue.SortFIFO, nil), q("small", queue.SortFIFO, small), q("big", queue.SortLIFO, big)},
+			[][]string{{"big"}, {"small"}, {"none"}}},
+		{"equal requests share a group", []queue.Queue{q("s1", queue.SortFIFO, small), q("s2", queue.SortFIFO, &queue.Resources{MemoryMB: 100})},
+			[][]string{{"s1", "s2"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := names(n.claimGroups(tc.work)); !slices.EqualFunc(got, tc.want, slices.Equal[[]string]) {
+				t.Errorf("groups %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// What the node holds: a claim counts from the claim until its runner is
+// done with it, with what it requested reserved meanwhile.
+func TestOwnTasks(t *testing.T) {
+	t.Parallel()
+	o := newOwnTasks()
+	q1, q2 := bson.NewObjectID(), bson.NewObjectID()
+	a, b, c := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
+	o.claimed(a, q1, queue.Resources{MemoryMB: 100})
+	o.claimed(b, q1, queue.Resources{})
+	o.claimed(c, q2, queue.Resources{MemoryMB: 50, CPUs: 1})
+	by, total := o.counts()
+	if total != 3 || by[q1] != 2 || by[q2] != 1 || !o.any() {
+		t.Fatalf("counts %v, %d; want q1 2, q2 1, 3 in all", by, total)
+	}
+	if r := o.reserved(); r != (queue.Resources{MemoryMB: 150, CPUs: 1}) {
+		t.Errorf("reserved %+v, want 150 MiB and 1 core", r)
+	}
+	o.done(a, time.Now())
+	by, total = o.counts()
+	if total != 2 || by[q1] != 1 {
+		t.Errorf("after a's runner is done: %v, %d; want q1 1, 2 in all", by, total)
+	}
+	if r := o.reserved(); r != (queue.Resources{MemoryMB: 50, CPUs: 1}) {
+		t.Errorf("reserved after a is done %+v, want 50 MiB and 1 core", r)
+	}
+}
+
+func TestRequestOfAndQueueFits(t *testing.T) {
+	t.Parallel()
+	queueReq := &queue.Resources{MemoryMB: 200}
+	withReq := queue.Queue{Control: queue.Control{Requested: queueReq}}
+	own := &queue.Resources{CPUs: 2}
+	if got := requestOf(own, withReq); got != *own {
+		t.Errorf("a task's own request goes first: %+v", got)
+	}
+	if got := requestOf(nil, withReq); got != *queueReq {
+		t.Errorf("a task without one inherits its queue's: %+v", got)
+	}
+	if got := requestOf(nil, queue.Queue{}); got != (queue.Resources{}) {
+		t.Errorf("no request anywhere is nothing: %+v", got)
+	}
+	if !queueFits(queue.Queue{}, queue.Resources{}) {
+		t.Error("a queue without a request always fits")
+	}
+	if queueFits(withReq, queue.Resources{MemoryMB: 100, CPUs: 8}) || !queueFits(withReq, queue.Resources{MemoryMB: 200}) {
+		t.Error("a queue's request fits exactly what is free, no less")
+	}
+}
