@@ -29,7 +29,10 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 		return id
 	}
 	late := task("echo ran", bson.D{{Key: "end_before", Value: time.Now().Add(-time.Minute)}, {Key: "max_retries", Value: 3}})
-	stopped := task("echo started; sleep 60", bson.D{{Key: "end_before", Value: time.Now().Add(5 * time.Second)}, {Key: "timeout", Value: 600}, {Key: "max_retries", Value: 3}})
+	// Room for the node to start and claim on a loaded machine (5 s was
+	// too little once: the task had not started by then, and expired
+	// unstarted), then stopped while it runs.
+	stopped := task("echo started; sleep 60", bson.D{{Key: "end_before", Value: time.Now().Add(20 * time.Second)}, {Key: "timeout", Value: 600}, {Key: "max_retries", Value: 3}})
 	timeouts := task("sleep 60", bson.D{{Key: "timeout", Value: 1}, {Key: "max_timeouts", Value: 2}})
 	// Fails (exit 3) the first time, times out the second, succeeds the
 	// third: one retry of each kind.
