@@ -302,6 +302,15 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 		}},
 		{"FailBlocked", func(t *testing.T) {}}, // above
 		{"CancelDependents", func(t *testing.T) { val(store.CancelDependents(ctx, hostileIDs, "test", now))(t) }},
+		{"SettleDependents", func(t *testing.T) {
+			var ended []queue.EndedTask
+			for i, id := range hostileIDs {
+				ended = append(ended, queue.EndedTask{ID: id, Status: []int{queue.StatusSucceeded, queue.StatusFailed, queue.StatusCancelled}[i%3]})
+			}
+			if _, _, err := store.SettleDependents(ctx, ended, now); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"RetryEnded", func(t *testing.T) {
 			for _, task := range val(store.RetryCandidates(ctx, queue.TaskFilter{Queues: []bson.ObjectID{qid}, Limit: 50}))(t) {
 				if _, err := store.RetryEnded(ctx, task, now); err != nil {
