@@ -234,9 +234,24 @@ type Node struct {
 	queueTodo  atomic.Pointer[map[string]int64]
 }
 
-// DefaultInterval is how often a node makes a full pass unless its
-// configuration says otherwise (Config.Interval; the interval key).
-const DefaultInterval = time.Second
+// How often a node does what it does, unless its Config says otherwise
+// (only the interval is a configuration key; the rest are the node's
+// own). docs/performance.md lists them, and a test keeps the two the same.
+const (
+	// DefaultInterval: a full pass (the interval key).
+	DefaultInterval = time.Second
+	// DefaultSweepEvery: the sweeps (cancel flags, malformed tasks,
+	// rewrites, unfit notes, dependencies).
+	DefaultSweepEvery = 15 * time.Second
+	// DefaultRefreshEvery: the config collection, and every node's running
+	// counts.
+	DefaultRefreshEvery = 10 * time.Second
+	// DefaultRecheckEvery: one query for work in queues found empty.
+	DefaultRecheckEvery = 5 * time.Second
+	// DefaultRescueEvery: the rescues of dead runners, dead nodes and
+	// stale claims.
+	DefaultRescueEvery = 30 * time.Second
+)
 
 // New returns a node working on db. now may be nil (time.Now).
 func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger, now func() time.Time) (*Node, error) {
@@ -254,13 +269,13 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		cfg.OrphanAge = queue.DefaultOrphanAge
 	}
 	if cfg.SweepEvery <= 0 {
-		cfg.SweepEvery = 15 * time.Second
+		cfg.SweepEvery = DefaultSweepEvery
 	}
 	if cfg.RefreshEvery <= 0 {
-		cfg.RefreshEvery = 10 * time.Second
+		cfg.RefreshEvery = DefaultRefreshEvery
 	}
 	if cfg.RecheckEvery <= 0 {
-		cfg.RecheckEvery = 5 * time.Second
+		cfg.RecheckEvery = DefaultRecheckEvery
 	}
 	if cfg.Runner.MaxTasks <= 0 {
 		cfg.Runner.MaxTasks = DefaultRunnerMaxTasks
@@ -278,7 +293,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		cfg.DeadNodeAfter = queue.DefaultDeadNodeAfter
 	}
 	if cfg.RescueEvery <= 0 {
-		cfg.RescueEvery = 30 * time.Second
+		cfg.RescueEvery = DefaultRescueEvery
 	}
 	if cfg.GFS != "" {
 		mode, err := queue.NormalizeGFS(cfg.GFS)

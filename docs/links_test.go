@@ -53,6 +53,9 @@ func TestLinksLeadSomewhere(t *testing.T) {
 				prose.WriteString(part)
 			}
 		}
+		if i := strings.Index(prose.String(), "]]("); i >= 0 {
+			t.Errorf("%s: a link with a doubled ]: %q", f, prose.String()[max(i-40, 0):i+10])
+		}
 		for _, m := range link.FindAllStringSubmatch(prose.String(), -1) {
 			target := m[1] + m[2]
 			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {

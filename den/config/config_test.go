@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -494,11 +495,12 @@ func TestBoundsTableInDocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := map[string]string{}
+	rows, defs := map[string]string{}, map[string]string{}
 	for _, line := range strings.Split(string(readme), "\n") {
 		cells := strings.Split(line, "|")
 		if len(cells) == 6 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
-			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = strings.TrimSpace(cells[3])
+			key := strings.Trim(strings.TrimSpace(cells[1]), "`")
+			rows[key], defs[key] = strings.TrimSpace(cells[3]), strings.TrimSpace(cells[2])
 		}
 	}
 	for key, b := range bounds {
@@ -506,6 +508,17 @@ func TestBoundsTableInDocs(t *testing.T) {
 			t.Errorf("docs/configuration.md has no row | `%s` | default | %s | why |", key, b.Range())
 		} else if got != b.Range() {
 			t.Errorf("docs/configuration.md says %s allows %q; bounds says %q", key, got, b.Range())
+		}
+		// The default as the docs write it is the code's default.
+		doc, code := defs[key], fmt.Sprint(defaults[key])
+		if dd, err := time.ParseDuration(doc); err == nil {
+			if cd, err := time.ParseDuration(code); err != nil || cd != dd {
+				t.Errorf("docs/configuration.md says %s defaults to %s; the code has %s", key, doc, code)
+			}
+			continue
+		}
+		if df, err := strconv.ParseFloat(doc, 64); err != nil || fmt.Sprint(df) != fmt.Sprint(toFloat(defaults[key])) {
+			t.Errorf("docs/configuration.md says %s defaults to %s; the code has %s", key, doc, code)
 		}
 	}
 }
@@ -682,4 +695,17 @@ func TestDisbatchWrongTypesRefused(t *testing.T) {
 			t.Errorf("%s: URI %s; want TLS %v", body, redact(c.MongoURI), tls)
 		}
 	}
+}
+
+// toFloat is a number default as a float64.
+func toFloat(v any) float64 {
+	switch n := v.(type) {
+	case int64:
+		return float64(n)
+	case int:
+		return float64(n)
+	case float64:
+		return n
+	}
+	return -1
 }
