@@ -454,10 +454,10 @@ func (n *Node) Run(ctx context.Context) error {
 			n.shutdown()
 			return nil
 		case <-t.C:
-			n.tick(ctx, true)
+			n.fullPass(ctx)
 			t.Reset(n.cfg.Interval)
 		case <-n.wake:
-			n.tick(ctx, false) // a slot is free: claim now
+			n.claimPass(ctx) // a slot is free: claim now
 		}
 	}
 }

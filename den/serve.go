@@ -1,0 +1,130 @@
+package den
+
+import (
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/metrics"
+	"github.com/den-project/den/plugins"
+	"github.com/den-project/den/queue"
+)
+
+// globalInPlay reports whether a served queue with a queue-wide threads
+// limit may have work: claims in it then need every node's running count
+// fresh each pass.
+func (n *Node) globalInPlay(serve []queue.Queue) bool {
+	for _, q := range serve {
+		if q.Global && n.claiming.claimable(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// effective merges the node's own settings with the config collection's:
+// the node's (from its file, environment or flags) win.
+func (n *Node) effective(shared queue.SharedConfig) (queueFilter, string) {
+	active, ignore := n.cfg.ActiveQueues, n.cfg.IgnoreQueues
+	if len(active) == 0 && len(ignore) == 0 {
+		active, ignore = shared.ActiveQueues, shared.IgnoreQueues
+	}
+	gfs := n.cfg.GFS
+	if gfs == "" && shared.GFS != nil {
+		gfs = *shared.GFS
+	}
+	if gfs == "" {
+		gfs = queue.GFSAuto
+	}
+	return newQueueFilter(active, ignore), gfs
+}
+
+// serveable returns the queues this node claims from: those whose plugin is
+// registered here and that the filter allows. A queue without a plugin, and
+// a queue with a nonsense maxthreads, is logged once when that starts and
+// once when it is fixed.
+func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
+	var out []queue.Queue
+	seen := map[string]bool{}
+	logged, more := 0, 0 // new problems logged this pass, and past malformedLogged
+	warn := func(msg string, fields ...zap.Field) {
+		if logged >= malformedLogged {
+			more++
+			return
+		}
+		logged++
+		n.log.Warn(msg, fields...)
+	}
+	for _, q := range queues {
+		if q.MaxThreadsProblem != "" {
+			key := "queue-limit:" + q.ID.Hex()
+			seen[key] = true
+			if n.notes.set(key, q.MaxThreadsProblem) {
+				warn("queue has a bad maxthreads", queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
+			}
+		}
+		p, ok := n.plugins.Lookup(q.Plugin)
+		if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(n.cfg.PluginConfig[q.Plugin]) {
+			key := "queue-plugin:" + q.ID.Hex()
+			seen[key] = true
+			if n.notes.set(key, "disabled") {
+				warn("queue skipped: its plugin is off unless this node's configuration enables it",
+					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+			}
+			continue
+		}
+		if !ok {
+			key := "queue-plugin:" + q.ID.Hex()
+			seen[key] = true
+			if n.notes.set(key, q.Plugin) {
+				warn("queue skipped: no plugin of that name is registered in this den binary",
+					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+			}
+			continue
+		}
+		if filter.allows(q) {
+			out = append(out, q)
+		}
+	}
+	if more > 0 {
+		n.log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
+	}
+	if cleared := n.notes.keep("queue-", seen); len(cleared) > 0 {
+		n.log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+	}
+	return out
+}
+
+// noteBadQueues warns once about each queue document that cannot be a
+// queue, when it is first met: the first few by name, the rest of a pass in
+// one line (a collection of thousands of them must not flood the log).
+func (n *Node) noteBadQueues(bad []queue.BadQueue) {
+	seen := map[string]bool{}
+	fresh := 0
+	for _, b := range bad {
+		key := "bad-queue:" + fmt.Sprint(b.ID)
+		seen[key] = true
+		if n.notes.set(key, b.Reason.Error()) {
+			fresh++
+			n.metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
+			if fresh <= malformedLogged {
+				n.log.Warn("queue document skipped", zap.String("queue_id", metrics.Label(fmt.Sprint(b.ID))), zap.Error(b.Reason))
+			}
+		}
+	}
+	if fresh > malformedLogged {
+		n.log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
+	}
+	if cleared := n.notes.keep("bad-queue:", seen); len(cleared) > 0 {
+		n.log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+	}
+}
+
+// firstLabels is the first max of keys, each cut to a log-sized label.
+func firstLabels(keys []string, max int) []string {
+	out := make([]string, 0, min(len(keys), max))
+	for _, k := range keys[:min(len(keys), max)] {
+		out = append(out, metrics.Label(k))
+	}
+	return out
+}
