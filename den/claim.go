@@ -69,13 +69,13 @@ func (st *claimState) claimable(q queue.Queue) bool {
 // limit (per node for maxthreads, across nodes for threads) minus what runs:
 // this node's own tasks as it holds them (exact between passes), and for
 // threads also the other nodes' as the last count saw them.
-func (n *Node) free(q queue.Queue, own map[bson.ObjectID]int) int {
+func (n *Node) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 	if q.Global {
 		st := &n.claiming
 		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
-		return q.MaxThreads - max(others, 0) - own[q.ID]
+		return q.MaxThreads - max(others, 0) - holds[q.ID]
 	}
-	return q.MaxThreads - own[q.ID]
+	return q.MaxThreads - holds[q.ID]
 }
 
 // claim claims tasks until each queue's limit or the node's limit (nil:
@@ -107,7 +107,7 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 	// whose own request does not fit waits this pass. The probe asks the
 	// same, so that a task that does not fit does not make its queue look
 	// claimable again and again.
-	fit := n.capacity.free(n.own.reserved())
+	fit := n.capacity.free(n.held.reserved())
 	st.fit = &fit
 	st.malformed = malformedTally{}
 	defer func() { st.malformed.report(n.log) }()
@@ -116,7 +116,7 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 			return err
 		}
 	}
-	own, total := n.own.counts()
+	holds, total := n.held.counts()
 	nodeFree := func() int {
 		if st.limit == nil {
 			return math.MaxInt
@@ -125,7 +125,7 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 	}
 	var work []queue.Queue
 	for _, q := range st.serve {
-		if st.claimable(q) && n.free(q, own) > 0 && queueFits(q, fit) {
+		if st.claimable(q) && n.free(q, holds) > 0 && queueFits(q, fit) {
 			work = append(work, q)
 		}
 	}
@@ -135,7 +135,7 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 	// took is called for each claim: it counts it and reports whether the
 	// node may claim more.
 	took := func(q bson.ObjectID) bool {
-		own[q]++
+		holds[q]++
 		total++
 		return nodeFree() > 0
 	}
@@ -143,10 +143,10 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 		n.offset = (n.offset + 1) % len(work)
 		for i := range work {
 			q := work[(n.offset+i)%len(work)]
-			if n.free(q, own) <= 0 || !queueFits(q, *st.fit) {
+			if n.free(q, holds) <= 0 || !queueFits(q, *st.fit) {
 				continue
 			}
-			more, err := n.claimFrom(ctx, []queue.Queue{q}, own, took)
+			more, err := n.claimFrom(ctx, []queue.Queue{q}, holds, took)
 			if err != nil || !more {
 				return err
 			}
@@ -160,12 +160,12 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 			// What the larger requests before took may leave no room for
 			// this chunk's own (a queue without a request always fits).
 			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
-				return n.free(q, own) <= 0 || !queueFits(q, *st.fit)
+				return n.free(q, holds) <= 0 || !queueFits(q, *st.fit)
 			})
 			if len(chunk) == 0 {
 				continue
 			}
-			more, err := n.claimFrom(ctx, chunk, own, took)
+			more, err := n.claimFrom(ctx, chunk, holds, took)
 			if err != nil || !more {
 				return err
 			}
@@ -249,7 +249,7 @@ func share(part, whole float64) float64 {
 
 // claimFrom claims from the given queues (one sort order) until they are
 // empty or full, and reports whether the node may claim more.
-func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.ObjectID]int, took func(bson.ObjectID) bool) (bool, error) {
+func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.ObjectID]int, took func(bson.ObjectID) bool) (bool, error) {
 	st := &n.claiming
 	byID := make(map[bson.ObjectID]queue.Queue, len(qs))
 	ids := make([]bson.ObjectID, 0, len(qs))
@@ -291,14 +291,14 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, own map[bson.Obj
 			return false, nil
 		}
 		req := requestOf(c.Requested, q)
-		n.own.claimed(c.ID, q.ID, req)
+		n.held.claimed(c.ID, q.ID, req)
 		if c.Unfit != "" {
 			n.clearUnfit(ctx, c.ID, c.Unfit)
 		}
 		*st.fit = st.fit.Sub(req)
 		n.metrics.Claims.WithLabelValues(n.metrics.Queue(q.Name)).Inc()
 		more := took(q.ID)
-		if n.free(q, own) <= 0 || !queueFits(q, *st.fit) {
+		if n.free(q, holds) <= 0 || !queueFits(q, *st.fit) {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
 		}
 		if q.Global {
@@ -394,7 +394,7 @@ func (n *Node) release(id bson.ObjectID, why string) {
 	defer cancel()
 	ok, err := n.store.Release(ctx, id, n.cfg.Name, n.now())
 	if err == nil {
-		n.own.done(id, n.now())
+		n.held.done(id, n.now())
 	}
 	switch {
 	case err != nil:

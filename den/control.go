@@ -25,17 +25,17 @@ import (
 // would otherwise stay claimed or running forever into orphans (-6), as the
 // protocol's reaping does.
 
-// cancel carries out cancel: true on this node's tasks (mine, as this pass
+// cancel carries out cancel: true on this node's tasks (held, as this pass
 // read them): claimed ones become -5 without running; for running ones,
 // the run is stopped (see act: a runner this node process started is told
 // over its task channel, any other's process group gets SIGTERM), and its
 // runner's group gets SIGKILL after the task's max_termination_time if it
 // has not recorded a result by then. (Queued
 // tasks with cancel set are never claimed; the sweep records their -5.)
-func (n *Node) cancel(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+func (n *Node) cancel(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
 	now := n.now()
 	live := map[bson.ObjectID]bool{}
-	for _, task := range mine {
+	for _, task := range held {
 		if !task.Cancel {
 			continue
 		}
@@ -235,9 +235,9 @@ func (n *Node) grace(task queue.Task, q *queue.Queue) time.Duration {
 // hand, or a node of another kind shares the name); it is rescued once
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
-func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+func (n *Node) rescueDeadRunners(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
 	now := n.now()
-	for _, task := range mine {
+	for _, task := range held {
 		if task.Status != queue.StatusRunning {
 			continue
 		}
@@ -256,7 +256,7 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 				return nil
 			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
-		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.own.finished(task.ID):
+		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.held.finished(task.ID):
 			if !n.chore() {
 				return nil
 			}
@@ -271,11 +271,11 @@ func (n *Node) rescueDeadRunners(ctx context.Context, mine []queue.Task, queues 
 	return nil
 }
 
-// rescueStaleClaims rescues this node's claims (among mine) that no runner
+// rescueStaleClaims rescues this node's claims (among those it holds) that no runner
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
-func (n *Node) rescueStaleClaims(ctx context.Context, mine []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
-	for _, task := range queue.StaleClaims(mine, now.Add(-n.cfg.OrphanAge)) {
+func (n *Node) rescueStaleClaims(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+	for _, task := range queue.StaleClaims(held, now.Add(-n.cfg.OrphanAge)) {
 		if !n.chore() {
 			return nil
 		}

@@ -16,7 +16,7 @@
 //   - claim.go: claiming within the queues' and the node's limits;
 //     malformed.go: what a claim takes that cannot be a task; arrivals.go:
 //     claiming at once when a task is inserted (change streams).
-//   - own.go: what the node holds (its claimed and running tasks), and
+//   - held.go: what the node holds (its claimed and running tasks), and
 //     capacity.go: the resources it offers tasks that request some.
 //   - spawn.go: starting and watching runner processes; reuse.go: the pool
 //     of idle runners and the task channel; live.go: asking runners for

@@ -20,7 +20,7 @@ const NodeQueuesMax = 256
 // node serves or holds tasks of (not every queue of the database), each
 // as the protocol defines its entry, at most NodeQueuesMax of them.
 func (n *Node) nodeDocQueues(queues, serve []queue.Queue) []queue.NodeQueue {
-	own, _ := n.own.counts()
+	holds, _ := n.held.counts()
 	served := make(map[bson.ObjectID]bool, len(serve))
 	for _, q := range serve {
 		served[q.ID] = true
@@ -29,13 +29,13 @@ func (n *Node) nodeDocQueues(queues, serve []queue.Queue) []queue.NodeQueue {
 	entries := make([]queue.NodeQueue, 0, min(len(serve), NodeQueuesMax))
 	rank := make(map[string]int, len(serve))
 	for _, q := range queues {
-		if !served[q.ID] && own[q.ID] == 0 {
+		if !served[q.ID] && holds[q.ID] == 0 {
 			continue
 		}
 		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
-		e := queue.NewNodeQueue(q, max(others, 0)+own[q.ID])
+		e := queue.NewNodeQueue(q, max(others, 0)+holds[q.ID])
 		switch {
-		case own[q.ID] > 0:
+		case holds[q.ID] > 0:
 			rank[e.ID] = 0
 		case e.TasksTodo > 0 || e.TasksDoing > 0:
 			rank[e.ID] = 1

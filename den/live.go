@@ -21,9 +21,9 @@ const liveAskEvery = 5 * time.Second
 // message on its task channel; see reuse.go). Only a process proven to be
 // the task's runner is signalled, and never its process group: SIGUSR1
 // would end a plugin's program.
-func (n *Node) askLive(mine []queue.Task, now time.Time) {
+func (n *Node) askLive(held []queue.Task, now time.Time) {
 	seen := map[bson.ObjectID]bool{}
-	for _, task := range mine {
+	for _, task := range held {
 		r := task.Runner
 		if task.Status != queue.StatusRunning || r == nil || !task.LiveUntil.After(now) || !n.onThisHost(*r) {
 			continue

@@ -88,7 +88,7 @@ func TestClaimGroups(t *testing.T) {
 // done with it, with what it requested reserved meanwhile.
 func TestOwnTasks(t *testing.T) {
 	t.Parallel()
-	o := newOwnTasks()
+	o := newHeldTasks()
 	q1, q2 := bson.NewObjectID(), bson.NewObjectID()
 	a, b, c := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
 	o.claimed(a, q1, queue.Resources{MemoryMB: 100})

@@ -164,8 +164,8 @@ type Node struct {
 	// unfit is what the sweep needs to note requests no node can meet
 	// (see unfit.go).
 	unfit unfitState
-	// own is what this node holds (claimed and running tasks).
-	own *ownTasks
+	// held is what this node holds (claimed and running tasks).
+	held *heldTasks
 	// arrived are the queues new tasks arrived in (see arrivals.go).
 	arrived arrivals
 	// lastBeat is when a pass last wrote the node document (UnixNano).
@@ -369,7 +369,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		capacity:   &capacity{limits: cfg.Resources},
 		pool:       newRunnerPool(),
 		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
-		own:        newOwnTasks(),
+		held:       newHeldTasks(),
 	}
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
 	return n, nil
@@ -568,7 +568,7 @@ func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	}
 	if res != nil {
 		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, n.capacity.offer(res, n.own.reserved())
+		withOffer, offer := *res, n.capacity.offer(res, n.held.reserved())
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
@@ -611,7 +611,7 @@ func (n *Node) todoByQueue() map[string]int64 {
 // queue name, for den_tasks_running. Every queue of the last full pass is
 // listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
 func (n *Node) runningByQueue() map[string]int {
-	counts, _ := n.own.counts()
+	counts, _ := n.held.counts()
 	out := map[string]int{}
 	var names map[bson.ObjectID]string
 	if p := n.queueNames.Load(); p != nil {

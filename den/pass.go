@@ -147,13 +147,13 @@ func (n *Node) pass(ctx context.Context) error {
 
 	n.chores = choresPerPass
 	rescueDue := now.Sub(n.lastRescue) >= n.cfg.RescueEvery
-	var mine []queue.Task
-	if n.own.any() || rescueDue {
+	var held []queue.Task
+	if n.held.any() || rescueDue {
 		sent := n.now()
-		if mine, err = n.store.Mine(ctx, n.cfg.Name, false); err != nil {
+		if held, err = n.store.Held(ctx, n.cfg.Name, false); err != nil {
 			return err
 		}
-		n.own.read(mine, sent, func(t queue.Task) queue.Resources {
+		n.held.read(held, sent, func(t queue.Task) queue.Resources {
 			for _, q := range queues {
 				if q.ID == t.Queue {
 					return requestOf(t.Control.Requested, q)
@@ -206,17 +206,17 @@ func (n *Node) pass(ctx context.Context) error {
 	for _, q := range queues {
 		byID[q.ID] = q
 	}
-	if err := n.cancel(ctx, mine, byID); err != nil {
+	if err := n.cancel(ctx, held, byID); err != nil {
 		return err
 	}
-	if mine != nil {
-		n.askLive(mine, now)
+	if held != nil {
+		n.askLive(held, now)
 	}
 	if rescueDue {
-		if err := n.rescueStaleClaims(ctx, mine, byID, now); err != nil {
+		if err := n.rescueStaleClaims(ctx, held, byID, now); err != nil {
 			return err
 		}
-		if err := n.rescueDeadRunners(ctx, mine, byID); err != nil {
+		if err := n.rescueDeadRunners(ctx, held, byID); err != nil {
 			return err
 		}
 		if err := n.rescueDeadNodes(ctx, byID); err != nil {

@@ -151,7 +151,7 @@ func (n *Node) listen(p *runnerProc) {
 // runnerFinished lets go of a task whose run is over (its result recorded
 // and its processes stopped) and claims at once in its slot.
 func (n *Node) runnerFinished(id bson.ObjectID) {
-	n.own.done(id, n.now())
+	n.held.done(id, n.now())
 	n.startFailures.Store(0)
 	if n.notes.clear("runner-start") {
 		n.log.Info("task runners start tasks again")

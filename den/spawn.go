@@ -206,7 +206,7 @@ func (n *Node) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 	// Once the task is dealt with, its slot is free: claim at once.
 	defer n.wakeUp()
-	defer func() { n.own.done(taskID, n.now()) }()
+	defer func() { n.held.done(taskID, n.now()) }()
 	if err == nil {
 		if p.ch != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

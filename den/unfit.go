@@ -37,7 +37,7 @@ func (n *Node) noteOffers(seen map[string]time.Time, offers map[string]queue.Res
 // offers, this node's own as it is now (what its node document says).
 func (n *Node) largestOffer(ctx context.Context) queue.Resources {
 	host, _ := n.host.Sample(ctx, n.now()) // nil: the limit, or the machine's total
-	all := []queue.Resources{n.capacity.offer(host, n.own.reserved())}
+	all := []queue.Resources{n.capacity.offer(host, n.held.reserved())}
 	for name, o := range n.unfit.offers {
 		if name != n.cfg.Name {
 			all = append(all, o)

@@ -192,7 +192,7 @@ func TestStaleClaimsAreRescued(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mine, err := store.Mine(ctx, "me", false)
+	mine, err := store.Held(ctx, "me", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -310,9 +310,9 @@ func (s *Store) CancelQueued(ctx context.Context, now time.Time) (int64, error) 
 	return res.ModifiedCount, nil
 }
 
-// Mine returns this node's claimed and running tasks, optionally only
+// Held returns the tasks node holds: its claimed and running tasks, optionally only
 // those with cancel set.
-func (s *Store) Mine(ctx context.Context, node string, cancelled bool) ([]Task, error) {
+func (s *Store) Held(ctx context.Context, node string, cancelled bool) ([]Task, error) {
 	filter := bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: node}}}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}
 	if cancelled {
 		filter = append(filter, bson.E{Key: FieldCancel, Value: true})

@@ -274,9 +274,9 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 			}
 		}},
 		{"CancelQueued", func(t *testing.T) { val(store.CancelQueued(ctx, now))(t) }},
-		{"Mine", func(t *testing.T) {
-			mine := val(store.Mine(ctx, node, false))(t)
-			val(store.Mine(ctx, node, true))(t)
+		{"Held", func(t *testing.T) {
+			mine := val(store.Held(ctx, node, false))(t)
+			val(store.Held(ctx, node, true))(t)
 			for _, task := range mine {
 				if _, err := store.Rescue(ctx, task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "test"}, 0, now); err != nil {
 					t.Errorf("rescue task %s: %v", task.ID.Hex(), err)

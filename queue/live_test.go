@@ -90,7 +90,7 @@ func TestLiveOutputLifecycle(t *testing.T) {
 		t.Fatalf("LiveOutput = %+v, %v", got, ok)
 	}
 	// The node's reads of its tasks leave live output out.
-	mine, err := store.Mine(ctx, "n", false)
+	mine, err := store.Held(ctx, "n", false)
 	if err != nil || len(mine) != 1 || mine[0].Raw.Lookup(queue.FieldLive).Type != 0 || !mine[0].LiveUntil.Equal(now.Add(time.Minute)) {
 		t.Fatalf("Mine = %v, %v", mine, err)
 	}

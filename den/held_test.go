@@ -20,36 +20,36 @@ func TestOwnTasksNeverUndercount(t *testing.T) {
 	a, b, c := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
 	tests := []struct {
 		name string
-		run  func(o *ownTasks)
+		run  func(o *heldTasks)
 		want int
 	}{
-		{"a claim holds at once", func(o *ownTasks) { o.claimed(a, q, queue.Resources{}) }, 1},
-		{"a runner that already recorded its result holds until it exits", func(o *ownTasks) {
+		{"a claim holds at once", func(o *heldTasks) { o.claimed(a, q, queue.Resources{}) }, 1},
+		{"a runner that already recorded its result holds until it exits", func(o *heldTasks) {
 			o.claimed(a, q, queue.Resources{})
 			o.read(nil, t0, noReq) // the database no longer shows it running
 		}, 1},
-		{"an exit lets go", func(o *ownTasks) {
+		{"an exit lets go", func(o *heldTasks) {
 			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0)
 		}, 0},
-		{"a read sent before an exit does not hold the task again", func(o *ownTasks) {
+		{"a read sent before an exit does not hold the task again", func(o *heldTasks) {
 			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0.Add(time.Second))
 			o.read([]queue.Task{task(a)}, t0, noReq)
 		}, 0},
-		{"a read sent after an exit holds a task still shown running (a dead runner not yet rescued)", func(o *ownTasks) {
+		{"a read sent after an exit holds a task still shown running (a dead runner not yet rescued)", func(o *heldTasks) {
 			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0)
 			o.read([]queue.Task{task(a)}, t0.Add(time.Second), noReq)
 		}, 1},
-		{"tasks of runners of an earlier node process are held as read", func(o *ownTasks) {
+		{"tasks of runners of an earlier node process are held as read", func(o *heldTasks) {
 			o.read([]queue.Task{task(b), task(c)}, t0, noReq)
 		}, 2},
-		{"and let go when a read no longer shows them", func(o *ownTasks) {
+		{"and let go when a read no longer shows them", func(o *heldTasks) {
 			o.read([]queue.Task{task(b), task(c)}, t0, noReq)
 			o.read([]queue.Task{task(c)}, t0.Add(time.Second), noReq)
 		}, 1},
-		{"a task claimed again after its exit is held", func(o *ownTasks) {
+		{"a task claimed again after its exit is held", func(o *heldTasks) {
 			o.claimed(a, q, queue.Resources{})
 			o.done(a, t0)
 			o.claimed(a, q, queue.Resources{}) // retried, and claimed by this node again
@@ -59,7 +59,7 @@ func TestOwnTasksNeverUndercount(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			o := newOwnTasks()
+			o := newHeldTasks()
 			tt.run(o)
 			byQueue, total := o.counts()
 			if got := byQueue[q]; got != tt.want {

@@ -9,7 +9,7 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// ownTasks is what this node holds: the tasks under its name that are
+// heldTasks is what this node holds: the tasks under its name that are
 // claimed or running, by queue. It decides how many more tasks the node
 // may claim, between the passes that read them from the database, so that
 // a slot freed by a finished runner is claimed again at once without
@@ -23,7 +23,7 @@ import (
 // the database is held until a later read no longer shows it. Only a
 // runner this process started lets a task go between reads; a task its
 // runner is done with is not taken back by a read that started before.
-type ownTasks struct {
+type heldTasks struct {
 	mu sync.Mutex
 	// held maps each held task to its queue.
 	held map[bson.ObjectID]bson.ObjectID
@@ -37,14 +37,14 @@ type ownTasks struct {
 	req map[bson.ObjectID]queue.Resources
 }
 
-func newOwnTasks() *ownTasks {
-	return &ownTasks{held: map[bson.ObjectID]bson.ObjectID{}, local: map[bson.ObjectID]bool{}, gone: map[bson.ObjectID]time.Time{},
+func newHeldTasks() *heldTasks {
+	return &heldTasks{held: map[bson.ObjectID]bson.ObjectID{}, local: map[bson.ObjectID]bool{}, gone: map[bson.ObjectID]time.Time{},
 		req: map[bson.ObjectID]queue.Resources{}}
 }
 
 // claimed holds a task this node has just claimed, with what it requests
 // (zero: nothing).
-func (o *ownTasks) claimed(id, q bson.ObjectID, req queue.Resources) {
+func (o *heldTasks) claimed(id, q bson.ObjectID, req queue.Resources) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.held[id], o.local[id] = q, true
@@ -55,7 +55,7 @@ func (o *ownTasks) claimed(id, q bson.ObjectID, req queue.Resources) {
 }
 
 // reserved is what the held tasks requested, together.
-func (o *ownTasks) reserved() queue.Resources {
+func (o *heldTasks) reserved() queue.Resources {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var r queue.Resources
@@ -67,7 +67,7 @@ func (o *ownTasks) reserved() queue.Resources {
 
 // done lets go of a task whose runner exited, or whose claim was put back
 // or failed, at time at.
-func (o *ownTasks) done(id bson.ObjectID, at time.Time) {
+func (o *heldTasks) done(id bson.ObjectID, at time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.held, id)
@@ -80,7 +80,7 @@ func (o *ownTasks) done(id bson.ObjectID, at time.Time) {
 // by a query sent at sent. Tasks of runners this process still runs stay
 // held whatever the read says; tasks whose runner exited after sent are
 // not held again.
-func (o *ownTasks) read(tasks []queue.Task, sent time.Time, reqOf func(queue.Task) queue.Resources) {
+func (o *heldTasks) read(tasks []queue.Task, sent time.Time, reqOf func(queue.Task) queue.Resources) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	held := make(map[bson.ObjectID]bson.ObjectID, len(tasks)+len(o.local))
@@ -111,7 +111,7 @@ func (o *ownTasks) read(tasks []queue.Task, sent time.Time, reqOf func(queue.Tas
 
 // finished reports whether a task's runner said it was done with it (or
 // exited) within the last minute or so: a read may still show it running.
-func (o *ownTasks) finished(id bson.ObjectID) bool {
+func (o *heldTasks) finished(id bson.ObjectID) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	_, ok := o.gone[id]
@@ -119,7 +119,7 @@ func (o *ownTasks) finished(id bson.ObjectID) bool {
 }
 
 // counts returns how many tasks this node holds, by queue and in all.
-func (o *ownTasks) counts() (map[bson.ObjectID]int, int) {
+func (o *heldTasks) counts() (map[bson.ObjectID]int, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := make(map[bson.ObjectID]int, len(o.held))
@@ -130,7 +130,7 @@ func (o *ownTasks) counts() (map[bson.ObjectID]int, int) {
 }
 
 // any reports whether this node holds any task.
-func (o *ownTasks) any() bool {
+func (o *heldTasks) any() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.held) > 0
