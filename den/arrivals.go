@@ -22,7 +22,7 @@ import (
 // the loop for a short pass that only claims. Everywhere else (a
 // standalone server, the development server) the node polls: the queues
 // it reads every pass tell of new work by their counts, and a probe every
-// RecheckEvery finds tasks inserted without them.
+// ProbeEvery finds tasks inserted without them.
 
 // ArrivalSource tells a node of new queued tasks as they are inserted.
 // Watch calls arrived with each new task's queue until ctx is done (it

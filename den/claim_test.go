@@ -92,7 +92,7 @@ func TestArrivalClaimsAtOnce(t *testing.T) {
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo")
 	arrivals := make(arrivalsFrom)
 	startNode(t, db, "n", func(c *den.Config) {
-		c.Interval, c.RecheckEvery, c.Arrivals = time.Hour, time.Hour, arrivals
+		c.Interval, c.ProbeEvery, c.Arrivals = time.Hour, time.Hour, arrivals
 	})
 	// The first pass has run, found the queue empty and marked it.
 	dentest.Eventually(t, time.Minute, "the node's first pass", func() bool {

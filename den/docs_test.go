@@ -24,7 +24,7 @@ func TestDocsNameTheCodesIntervals(t *testing.T) {
 		unit          time.Duration // zero: seconds
 	}{
 		{"../docs/performance.md", "every (\\d+) s \\(`RefreshEvery`\\)", den.DefaultRefreshEvery, 0},
-		{"../docs/performance.md", "every (\\d+) s \\(`RecheckEvery`\\)", den.DefaultRecheckEvery, 0},
+		{"../docs/performance.md", "every (\\d+) s \\(`ProbeEvery`\\)", den.DefaultProbeEvery, 0},
 		{"../docs/performance.md", `every (\d+) s the sweeps`, den.DefaultSweepEvery, 0},
 		{"../docs/performance.md", `every (\d+) s the rescues`, den.DefaultRescueEvery, 0},
 		{"../docs/performance.md", `A pass \(every .interval., (\d+) s by default\)`, den.DefaultInterval, 0},

@@ -53,7 +53,7 @@ func nodeRole() int {
 	log, _ := zap.NewDevelopment()
 	cfg := runnerConfig(os.Getenv(envNodeName), os.Getenv(envNodeURI), os.Getenv(envNodeDB), os.Getenv(envNodeRunLog))
 	if os.Getenv(envNodeDefaults) != "" {
-		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery, cfg.RefreshEvery, cfg.RecheckEvery = 0, 0, 0, 0, 0
+		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery, cfg.RefreshEvery, cfg.ProbeEvery = 0, 0, 0, 0, 0
 	}
 	if ms, _ := strconv.Atoi(os.Getenv(envHandOverWait)); ms > 0 {
 		cfg.BeforeHandOver = func(bson.ObjectID) {

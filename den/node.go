@@ -66,11 +66,11 @@ type Config struct {
 	// counts every node's claimed and running tasks (tasks_doing in its
 	// node document). Default 10s.
 	RefreshEvery time.Duration
-	// RecheckEvery is how often the node looks, with one query, for work
+	// ProbeEvery is how often the node looks, with one query, for work
 	// in the queues a claim found empty whose counts have not changed
 	// since: tasks inserted without raising the counts, and tasks whose
 	// start_after has come, start at most this late. Default 5s.
-	RecheckEvery time.Duration
+	ProbeEvery time.Duration
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
 	// Resources limits what the node gives tasks that carry
@@ -152,7 +152,7 @@ type Node struct {
 	// fillBatch is how many queues' counts the next pass fills in
 	// (fillCounts).
 	fillBatch   int
-	lastRecheck time.Time
+	lastProbe time.Time
 	// shared is the config collection's active document as last read, at
 	// sharedAt; runningAt is when every node's running tasks were last
 	// counted (into claiming.running).
@@ -246,8 +246,8 @@ const (
 	// DefaultRefreshEvery: the config collection, and every node's running
 	// counts.
 	DefaultRefreshEvery = 10 * time.Second
-	// DefaultRecheckEvery: one query for work in queues found empty.
-	DefaultRecheckEvery = 5 * time.Second
+	// DefaultProbeEvery: one query for work in queues found empty.
+	DefaultProbeEvery = 5 * time.Second
 	// DefaultRescueEvery: the rescues of dead runners, dead nodes and
 	// stale claims.
 	DefaultRescueEvery = 30 * time.Second
@@ -274,8 +274,8 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if cfg.RefreshEvery <= 0 {
 		cfg.RefreshEvery = DefaultRefreshEvery
 	}
-	if cfg.RecheckEvery <= 0 {
-		cfg.RecheckEvery = DefaultRecheckEvery
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = DefaultProbeEvery
 	}
 	if cfg.Runner.MaxTasks <= 0 {
 		cfg.Runner.MaxTasks = DefaultRunnerMaxTasks

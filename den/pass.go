@@ -115,7 +115,7 @@ func (n *Node) setOutage(err error) {
 //   - every RefreshEvery: the config collection, and the claimed and
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
-//   - every RecheckEvery: one query for work in queues found empty;
+//   - every ProbeEvery: one query for work in queues found empty;
 //   - every RescueEvery and SweepEvery: rescues and sweeps.
 func (n *Node) pass(ctx context.Context) error {
 	now := n.now()
@@ -244,12 +244,12 @@ func (n *Node) pass(ctx context.Context) error {
 	if n.claimsPaused() {
 		return nil
 	}
-	recheck := now.Sub(n.lastRecheck) >= n.cfg.RecheckEvery
-	if err := n.claim(ctx, recheck); err != nil {
+	probe := now.Sub(n.lastProbe) >= n.cfg.ProbeEvery
+	if err := n.claim(ctx, probe); err != nil {
 		return err
 	}
-	if recheck {
-		n.lastRecheck = now
+	if probe {
+		n.lastProbe = now
 	}
 	return nil
 }
