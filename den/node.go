@@ -151,7 +151,7 @@ type Node struct {
 	chores int
 	// fillBatch is how many queues' counts the next pass fills in
 	// (fillCounts).
-	fillBatch   int
+	fillBatch int
 	lastProbe time.Time
 	// shared is the config collection's active document as last read, at
 	// sharedAt; runningAt is when every node's running tasks were last

@@ -43,7 +43,7 @@ func Config(name, uri, database, runnerLog string) den.Config {
 		SweepEvery:   200 * time.Millisecond,
 		RescueEvery:  200 * time.Millisecond,
 		RefreshEvery: 200 * time.Millisecond,
-		ProbeEvery: 200 * time.Millisecond,
+		ProbeEvery:   200 * time.Millisecond,
 		PluginConfig: map[string]json.RawMessage{command.Name: policy},
 		Runner: den.RunnerCommand{
 			Path: exe,
