@@ -139,7 +139,7 @@ func (n *Node) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.noteBadQueues(bad)
+	n.noteMalformedQueues(bad)
 	serve := n.serveable(queues, filter)
 	if err := n.fillCounts(ctx, queues); err != nil {
 		return err

@@ -95,10 +95,10 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 	return out
 }
 
-// noteBadQueues warns once about each queue document that cannot be a
+// noteMalformedQueues warns once about each queue document that cannot be a
 // queue, when it is first met: the first few by name, the rest of a pass in
 // one line (a collection of thousands of them must not flood the log).
-func (n *Node) noteBadQueues(bad []queue.BadQueue) {
+func (n *Node) noteMalformedQueues(bad []queue.MalformedQueue) {
 	seen := map[string]bool{}
 	fresh := 0
 	for _, b := range bad {

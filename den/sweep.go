@@ -83,7 +83,7 @@ func (n *Node) normalize(ctx context.Context, tasks []queue.Task, now time.Time)
 		if !n.chore() {
 			break
 		}
-		bad := t.Unreadable()
+		bad := t.Malformed()
 		if len(bad) == 0 {
 			ok, err := n.store.Normalize(ctx, t)
 			if err != nil {

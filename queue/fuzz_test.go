@@ -80,7 +80,7 @@ func FuzzDecodeTask(f *testing.F) {
 			t.Errorf("ParseTask error %v with problems %q", err, task.Problems)
 		}
 		task.Output("stdout")
-		task.Unreadable()
+		task.Malformed()
 		if q, err := queue.ParseQueue(raw); err == nil && q.MaxThreads < 0 {
 			t.Errorf("queue with maxthreads %d", q.MaxThreads)
 		}

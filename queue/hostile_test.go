@@ -137,7 +137,7 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 			}
 		}},
 		{"Queues", func(t *testing.T) {
-			var bad []queue.BadQueue
+			var bad []queue.MalformedQueue
 			var err error
 			queues, bad, err = store.Queues(ctx)
 			if err != nil {
@@ -255,7 +255,7 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 		{"FailMalformed", func(t *testing.T) {}}, // above
 		{"Irregular", func(t *testing.T) {
 			for _, task := range val(store.Irregular(ctx, []bson.ObjectID{qid}, nil))(t) {
-				if len(task.Unreadable()) > 0 {
+				if len(task.Malformed()) > 0 {
 					if _, err := store.FailQueued(ctx, task, node, "unreadable", now); err != nil {
 						t.Errorf("fail task %s: %v", task.ID.Hex(), err)
 					}

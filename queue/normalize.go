@@ -82,9 +82,9 @@ func (s *Store) Irregular(ctx context.Context, queueIDs []bson.ObjectID, unfit *
 	return out, nil
 }
 
-// Unreadable returns the problems with start_after and cancel of t: what
+// Malformed returns the problems with start_after and cancel of t: what
 // makes an irregular task impossible to normalize.
-func (t Task) Unreadable() []string {
+func (t Task) Malformed() []string {
 	var out []string
 	for _, p := range t.Problems {
 		if strings.HasPrefix(p, FieldStartAfter+" ") || strings.HasPrefix(p, FieldCancel+" ") {

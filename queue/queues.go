@@ -8,8 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// BadQueue is a queue document that cannot be used, with the reason.
-type BadQueue struct {
+// MalformedQueue is a queue document that cannot be used, with the reason.
+type MalformedQueue struct {
 	ID     any
 	Reason error
 }
@@ -17,18 +17,18 @@ type BadQueue struct {
 // Queues reads every queue document. Documents that cannot be used at all
 // are returned apart, with the reason, so the caller can warn once and skip
 // them.
-func (s *Store) Queues(ctx context.Context) ([]Queue, []BadQueue, error) {
+func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
 	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetBatchSize(oneReply))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list queues: %w", err)
 	}
 	defer cur.Close(ctx)
 	var good []Queue
-	var bad []BadQueue
+	var bad []MalformedQueue
 	for cur.Next(ctx) {
 		q, err := ParseQueue(append(bson.Raw(nil), cur.Current...))
 		if err != nil {
-			bad = append(bad, BadQueue{ID: cur.Current.Lookup("_id"), Reason: err})
+			bad = append(bad, MalformedQueue{ID: cur.Current.Lookup("_id"), Reason: err})
 			continue
 		}
 		good = append(good, q)

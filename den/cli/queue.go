@@ -177,7 +177,7 @@ compares them).`,
 	}
 }
 
-func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.BadQueue, error) {
+func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.MalformedQueue, error) {
 	queues, bad, err := d.store.Queues(cmd.Context())
 	if err != nil {
 		return nil, nil, err
