@@ -1,8 +1,11 @@
 package den
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -15,6 +18,39 @@ import (
 // queues_left_out: with 10,000 queues the document stays under 100 KB
 // instead of growing to megabytes rewritten every pass.
 const NodeQueuesMax = 256
+
+// heartbeat is what the node knows of its own node document: the queues
+// it last listed and when, how many it left out, and when a pass last
+// wrote it.
+type heartbeat struct {
+	queues  []queue.NodeQueue
+	at      time.Time
+	leftOut int
+	// last is when the document was last written (UnixNano), by a pass or
+	// by keepAlive.
+	last atomic.Int64
+}
+
+// writeNodeDocument writes the node document of a full pass (the
+// protocol's heartbeat): its timestamp, what the node says of itself, and
+// its queues array, only when an entry changed or RefreshEvery has
+// passed. It returns the node-wide limit the operator set in it.
+func (n *Node) writeNodeDocument(ctx context.Context, queues, serve []queue.Queue, now time.Time) (queue.NodeLimit, string, error) {
+	entries := n.nodeDocQueues(queues, serve)
+	write := entries
+	if slices.Equal(entries, n.beat.queues) && now.Sub(n.beat.at) < n.cfg.RefreshEvery {
+		write = nil // unchanged: the timestamp only
+	}
+	limit, problem, err := n.store.Heartbeat(ctx, n.cfg.Name, write, n.self(ctx, now), now)
+	if err != nil {
+		return nil, "", err
+	}
+	n.beat.last.Store(now.UnixNano())
+	if write != nil {
+		n.beat.queues, n.beat.at = entries, now
+	}
+	return limit, problem, nil
+}
 
 // nodeDocQueues is the queues array of the node document: the queues the
 // node serves or holds tasks of (not every queue of the database), each
@@ -44,7 +80,7 @@ func (n *Node) nodeDocQueues(queues, serve []queue.Queue) []queue.NodeQueue {
 		}
 		entries = append(entries, e)
 	}
-	n.nodeQueuesLeftOut = 0
+	n.beat.leftOut = 0
 	if len(entries) > NodeQueuesMax {
 		slices.SortStableFunc(entries, func(a, b queue.NodeQueue) int {
 			if c := rank[a.ID] - rank[b.ID]; c != 0 {
@@ -52,7 +88,7 @@ func (n *Node) nodeDocQueues(queues, serve []queue.Queue) []queue.NodeQueue {
 			}
 			return strings.Compare(a.Name, b.Name)
 		})
-		n.nodeQueuesLeftOut = len(entries) - NodeQueuesMax
+		n.beat.leftOut = len(entries) - NodeQueuesMax
 		entries = entries[:NodeQueuesMax]
 	}
 	return entries

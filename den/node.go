@@ -168,8 +168,8 @@ type Node struct {
 	held *heldTasks
 	// arrived are the queues new tasks arrived in (see arrivals.go).
 	arrived arrivals
-	// lastBeat is when a pass last wrote the node document (UnixNano).
-	lastBeat atomic.Int64
+	// beat is what the node knows of its node document (heartbeat.go).
+	beat heartbeat
 
 	// startFailures counts runners in a row that exited before starting
 	// their task; claiming pauses until pausedUntil.
@@ -186,12 +186,6 @@ type Node struct {
 	// liveAsked maps the run token of each running task a reader wants live
 	// output of to when its runner was last asked (passes only).
 	liveAsked map[bson.ObjectID]time.Time
-	// nodeQueues is the queues array of the last node document written,
-	// at nodeQueuesAt; nodeQueuesLeftOut the queues it left out
-	// (NodeQueuesMax).
-	nodeQueues        []queue.NodeQueue
-	nodeQueuesAt      time.Time
-	nodeQueuesLeftOut int
 
 	// runners counts the runner processes this process started that are
 	// still running; pool holds them (reuse.go).
@@ -435,7 +429,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.running.Store(true)
 	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
-	n.lastBeat.Store(n.now().UnixNano())
+	n.beat.last.Store(n.now().UnixNano())
 	stopAlive := n.keepAlive(ctx)
 	defer stopAlive()
 	wctx, stopWatch := context.WithCancel(ctx)
@@ -530,12 +524,12 @@ func (n *Node) keepAlive(ctx context.Context) (stop func()) {
 			case <-t.C:
 			}
 			now := n.now()
-			if now.Sub(time.Unix(0, n.lastBeat.Load())) < max(2*n.cfg.Interval, 10*time.Second) {
+			if now.Sub(time.Unix(0, n.beat.last.Load())) < max(2*n.cfg.Interval, 10*time.Second) {
 				continue
 			}
 			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
 			if err := n.store.Alive(actx, n.cfg.Name, now); err == nil {
-				n.lastBeat.Store(now.UnixNano())
+				n.beat.last.Store(now.UnixNano())
 			}
 			acancel()
 		}
@@ -548,7 +542,7 @@ func (n *Node) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	running := n.runners.Load()
-	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.nodeQueues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.beat.queues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
@@ -572,7 +566,7 @@ func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res, QueuesLeftOut: n.nodeQueuesLeftOut}
+	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res, QueuesLeftOut: n.beat.leftOut}
 }
 
 // Ready reports whether the node is ready, for /readyz: nil when it is

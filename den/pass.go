@@ -2,7 +2,6 @@ package den
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"time"
 
@@ -171,7 +170,6 @@ func (n *Node) pass(ctx context.Context) error {
 		st.running, n.runningAt = running, now
 	}
 
-	entries := n.nodeDocQueues(queues, serve)
 	names := make(map[bson.ObjectID]string, len(queues))
 	todo := make(map[string]int64, len(queues))
 	for _, q := range queues {
@@ -182,17 +180,9 @@ func (n *Node) pass(ctx context.Context) error {
 	}
 	n.queueNames.Store(&names)
 	n.queueTodo.Store(&todo)
-	write := entries
-	if slices.Equal(entries, n.nodeQueues) && now.Sub(n.nodeQueuesAt) < n.cfg.RefreshEvery {
-		write = nil // unchanged: the timestamp only
-	}
-	limit, problem, err := n.store.Heartbeat(ctx, n.cfg.Name, write, n.self(ctx, now), now)
+	limit, problem, err := n.writeNodeDocument(ctx, queues, serve, now)
 	if err != nil {
 		return err
-	}
-	n.lastBeat.Store(now.UnixNano())
-	if write != nil {
-		n.nodeQueues, n.nodeQueuesAt = entries, now
 	}
 	if problem != "" {
 		if n.notes.set("node-maxthreads", problem) {
