@@ -9,7 +9,8 @@
 //     (claimPass), with its deadline, its budget of housekeeping writes, and
 //     how a failed pass is reported (an outage, or a document den cannot
 //     read).
-//   - heartbeat.go: the queues the node document lists.
+//   - heartbeat.go: the node document: when it is written, and the queues
+//     it lists.
 //   - serve.go: which queues this node serves (plugins, activequeues and
 //     ignorequeues, bad queue documents); filter.go: the queue filter.
 //   - counts.go: filling in the counts of queues inserted without them.
