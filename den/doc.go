@@ -22,8 +22,9 @@
 //   - spawn.go: starting and watching runner processes; reuse.go: the pool
 //     of idle runners and the task channel; live.go: asking runners for
 //     live output.
-//   - control.go: cancellation, and the rescue of tasks whose runner or node
-//     died; leftovers.go: stopping a dead run's processes.
+//   - cancel.go: cancellation; rescue.go: the rescue of tasks whose runner
+//     or node died; runnerid.go: whose a recorded runner is, and whether it
+//     still runs its task; leftovers.go: stopping a dead run's processes.
 //   - sweep.go: the periodic sweep (cancel flags, malformed tasks, values
 //     rewritten); deps.go: dependencies; unfit.go: notes on tasks no node
 //     can run.

@@ -1,0 +1,200 @@
+package den
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+// This file rescues tasks whose runner or node died, and claims no runner
+// took up: a retry when retries are left, else orphaned (-6), as the
+// protocol's reaping does. None of it acts on a task that a live runner
+// still runs.
+
+// rescueDeadRunners rescues this node's running tasks whose runner process
+// is gone, for example after the node itself was restarted. Live runners
+// are left alone. A runner recorded on another host under this node's name
+// (the node moved, as a container does) counts as gone once it has not
+// beaten for dead_node_after. A task this node's name holds at 0 with no
+// runner recorded was not started by a den runner (a writer set it by
+// hand, or a node of another kind shares the name); it is rescued once
+// its mtime is dead_node_after old, so that it cannot hold its queue's
+// slot for ever.
+func (n *Node) rescueDeadRunners(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+	now := n.now()
+	for _, task := range held {
+		if task.Status != queue.StatusRunning {
+			continue
+		}
+		r := task.Runner
+		switch {
+		case r == nil:
+			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
+				continue
+			}
+			if !n.chore() {
+				return nil
+			}
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
+		case n.onThisHost(*r) && !n.ownRunner(r.PID) && !alive(*r):
+			if !n.chore() {
+				return nil
+			}
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
+		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.held.finished(task.ID):
+			if !n.chore() {
+				return nil
+			}
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
+		case !n.onThisHost(*r) && staleSign(*r, now, n.cfg.DeadNodeAfter):
+			if !n.chore() {
+				return nil
+			}
+			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
+		}
+	}
+	return nil
+}
+
+// rescueStaleClaims rescues this node's claims (among those it holds) that no runner
+// took up within orphan_age: a retry when retries are left, else orphaned
+// (-6).
+func (n *Node) rescueStaleClaims(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+	for _, task := range queue.StaleClaims(held, now.Add(-n.cfg.OrphanAge)) {
+		if !n.chore() {
+			return nil
+		}
+		n.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge)})
+	}
+	return nil
+}
+
+// rescueDeadNodes rescues the claimed and running tasks of nodes that have
+// not written their node document for DeadNodeAfter, and of node names
+// that have no node document at all (a writer's typo, a node of another
+// kind, a document deleted by hand) once the task's mtime is that old. A
+// stopped node's runners keep working (KillMode=process), so a running task
+// is rescued only when its runner has not beaten for DeadNodeAfter either.
+// Several live nodes may do this at once: each task's rescue is
+// conditional, so it happens once.
+func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
+	now := n.now()
+	seen, offers, err := n.store.NodesSeenOffers(ctx)
+	if err != nil {
+		return err
+	}
+	n.noteOffers(seen, offers, now)
+	holders, err := n.store.ClaimingNodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, holder := range holders {
+		name, isName := holder.StringValueOK()
+		if isName && name == n.cfg.Name {
+			continue
+		}
+		last, known := seen[name]
+		if isName && known && now.Sub(last) <= n.cfg.DeadNodeAfter {
+			continue // alive
+		}
+		label := name
+		if !isName {
+			label = holder.String()
+		}
+		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, n.cfg.DeadNodeAfter)
+		if !isName || !known {
+			why = fmt.Sprintf("claimed under node %s, which has no node document", label)
+		}
+		tasks, err := n.store.NodeTasks(ctx, holder)
+		if err != nil {
+			return err
+		}
+		counts := map[int]int{}
+		for _, task := range tasks {
+			if r := task.Runner; r != nil && !staleSign(*r, now, n.cfg.DeadNodeAfter) {
+				continue // its runner is still at work
+			}
+			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
+				continue // give a node that has just started time to write its document
+			}
+			if !n.chore() {
+				break
+			}
+			counts[n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})]++
+		}
+		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
+			n.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
+				zap.Int("orphaned", counts[queue.StatusOrphaned]), zap.Int("retried", counts[queue.StatusQueued]), zap.Int("cancelled", counts[queue.StatusCancelled]))
+		}
+		if n.chores <= 0 {
+			return nil // the rest next pass
+		}
+	}
+	return nil
+}
+
+// Why a task was rescued, for den_rescues_total.
+const (
+	rescueDeadRunner = "dead_runner"
+	rescueDeadNode   = "dead_node"
+	rescueStaleClaim = "stale_claim"
+)
+
+// rescue rescues one task whose runner died, reading its queue's settings.
+func (n *Node) rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
+	q, err := n.store.QueueDoc(ctx, task.Queue)
+	if err != nil {
+		n.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
+		return 0
+	}
+	return n.rescueWith(ctx, task, q, rescueDeadRunner, why)
+}
+
+// queueOf returns a task's queue from the queues read this pass, or nil.
+func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue {
+	if q, ok := queues[task.Queue]; ok {
+		return &q
+	}
+	return nil
+}
+
+// rescueWith rescues one task with its queue's settings (q may be nil)
+// and returns the task's new status, or 0 when someone else got there
+// first.
+//
+// A run on this host is stopped first: a runner that is alive but hung is
+// killed with its group, then whatever the run left is stopped (see
+// leftovers.go), so that a retry never overlaps it. The count goes into
+// the task's history (leftover_processes).
+func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) int {
+	reason := why.Reason
+	id := task.ID
+	leftovers := 0
+	if r := task.Runner; r != nil && n.onThisHost(*r) {
+		n.killHungRunner(id, *r)
+		var busy bool
+		if leftovers, busy = n.stopLeftovers(ctx, id, *r, n.grace(task, q)); busy {
+			return 0 // another pass is stopping this run, and rescues it after
+		}
+	}
+	st, err := n.store.Rescue(ctx, task, q, why, leftovers, n.now())
+	if err == nil && st != 0 {
+		n.metrics.Rescues.WithLabelValues(kind).Inc()
+	}
+	switch {
+	case err != nil:
+		n.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))
+	case st == queue.StatusOrphaned:
+		n.log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
+	case st == queue.StatusQueued:
+		n.log.Warn("task put back for a retry", zap.String("task_id", id.Hex()), zap.String("reason", reason))
+	case st == queue.StatusCancelled:
+		n.log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
+	}
+	return st
+}
