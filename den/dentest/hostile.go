@@ -172,17 +172,7 @@ func HostileTasks(qid bson.ObjectID, node string, params bson.D) []Hostile {
 			{Key: "mtime", Value: now}, {Key: "stdout", Value: nil}, {Key: "stderr", Value: nil},
 		}
 	}
-	var out []Hostile
-	for _, v := range Values(qid) {
-		doc := base()
-		doc[0].Value = v.V
-		out = append(out, Hostile{"task _id " + v.Name, doc})
-	}
-	for _, f := range TaskFields {
-		for _, v := range Values(qid) {
-			out = append(out, Hostile{fmt.Sprintf("task %s %s", f, v.Name), with(base(), f, v.V)})
-		}
-	}
+	out := variants("task", base, TaskFields, qid)
 	// The same fields on tasks a node holds: what rescues, cancellation
 	// and the counts of running tasks read.
 	for _, st := range []int32{-1, 0} {
@@ -220,18 +210,7 @@ func HostileQueues(plugin string) []Hostile {
 			{Key: "count_todo", Value: int64(0)}, {Key: "count_total", Value: int64(0)},
 		}
 	}
-	ref := bson.NewObjectID()
-	var out []Hostile
-	for _, v := range Values(ref) {
-		doc := base()
-		doc[0].Value = v.V
-		out = append(out, Hostile{"queue _id " + v.Name, doc})
-	}
-	for _, f := range QueueFields {
-		for _, v := range Values(ref) {
-			out = append(out, Hostile{fmt.Sprintf("queue %s %s", f, v.Name), with(base(), f, v.V)})
-		}
-	}
+	out := variants("queue", base, QueueFields, bson.NewObjectID())
 	out = append(out,
 		Hostile{"queue with a 4 MiB name", with(base(), "name", HugeString(4<<20))},
 		Hostile{"queue with a 4 MiB field", with(base(), "junk", HugeString(4<<20))},
@@ -254,17 +233,7 @@ func HostileNodes() []Hostile {
 		}
 	}
 	ref := bson.NewObjectID()
-	var out []Hostile
-	for _, v := range Values(ref) {
-		doc := base()
-		doc[0].Value = v.V
-		out = append(out, Hostile{"node _id " + v.Name, doc})
-	}
-	for _, f := range NodeFields {
-		for _, v := range Values(ref) {
-			out = append(out, Hostile{fmt.Sprintf("node %s %s", f, v.Name), with(base(), f, v.V)})
-		}
-	}
+	out := variants("node", base, NodeFields, ref)
 	for _, v := range Values(ref) {
 		out = append(out, Hostile{"node queues entry " + v.Name, with(base(), "queues", bson.A{v.V})})
 	}
@@ -272,6 +241,25 @@ func HostileNodes() []Hostile {
 		Hostile{"node with 4 MiB queues", with(base(), "queues", bson.A{bson.D{{Key: "name", Value: HugeString(4 << 20)}}})},
 		Hostile{"node 95 deep", with(base(), "resources", Deep(95))},
 	)
+	return out
+}
+
+// variants is the part of a corpus every collection has: from valid
+// documents (base, whose first field is _id), one per value of Values(ref)
+// as _id, and one per field of fields and value of Values(ref), each named
+// "kind field value".
+func variants(kind string, base func() bson.D, fields []string, ref bson.ObjectID) []Hostile {
+	var out []Hostile
+	for _, v := range Values(ref) {
+		doc := base()
+		doc[0].Value = v.V
+		out = append(out, Hostile{kind + " _id " + v.Name, doc})
+	}
+	for _, f := range fields {
+		for _, v := range Values(ref) {
+			out = append(out, Hostile{fmt.Sprintf("%s %s %s", kind, f, v.Name), with(base(), f, v.V)})
+		}
+	}
 	return out
 }
 

@@ -86,20 +86,10 @@ func get(t *testing.T, c *http.Client, u string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// post posts a form and returns the status (postResp).
 func post(t *testing.T, c *http.Client, u string, form url.Values, header http.Header) int {
 	t.Helper()
-	req, _ := http.NewRequest("POST", u, strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	return postResp(t, c, u, form, header).StatusCode
 }
 
 func cancelFlag(t *testing.T, db *mongo.Database, id bson.ObjectID) bool {
