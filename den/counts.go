@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/queue"
 )
 
@@ -25,7 +26,7 @@ func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
 		if q.CountTodo == nil || q.CountTotal == nil {
 			todo = append(todo, q)
 			if len(q.BadCounts) > 0 && len(bad) < 10 {
-				bad = append(bad, fmt.Sprintf("%s (%s: %s)", q.Name, q.ID.Hex(), strings.Join(q.BadCounts, ", ")))
+				bad = append(bad, fmt.Sprintf("%s (%s: %s)", metrics.Label(q.Name), q.ID.Hex(), strings.Join(q.BadCounts, ", ")))
 			}
 		}
 	}
@@ -37,7 +38,7 @@ func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
 	}
 	if n.notes.set("fill-counts", "") {
 		n.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
-			zap.Int("queues", len(todo)), zap.Int("batch", queue.FillCountsBatch), zap.Strings("not_numbers", bad))
+			zap.Int("queues", len(todo)), zap.String("batch", fmt.Sprintf("%d to %d queues a pass, as fast as the server takes them", fillBatchMin, queue.FillCountsBatch)), zap.Strings("not_numbers", bad))
 	}
 	if n.fillBatch == 0 {
 		n.fillBatch = fillBatchMin
