@@ -137,9 +137,12 @@ func proportional(pid int32) int64 {
 // worker holds was killed in that window on a loaded machine). Its memory
 // is den's for the moment it lives.
 func trampoline(pid, worker int32) bool {
-	if st, ok := contain.ReadStat(pid); !ok || st.PPID != worker {
-		return false
-	}
+	st, ok := contain.ReadStat(pid)
+	return ok && st.PPID == worker && ownBinary(pid)
+}
+
+// ownBinary reports whether the process pid executes this very binary.
+func ownBinary(pid int32) bool {
 	self, err1 := os.Stat("/proc/self/exe")
 	exe, err2 := os.Stat("/proc/" + strconv.Itoa(int(pid)) + "/exe")
 	return err1 == nil && err2 == nil && os.SameFile(self, exe)

@@ -123,12 +123,18 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 		if !ok {
 			continue
 		}
+		user += float64(st.UTime+st.CUTime) / clockTicks
+		system += float64(st.STime+st.CSTime) / clockTicks
+		if pid != s.worker && st.PPID == s.worker && ownBinary(pid) {
+			// den's trampoline (memory.go): the worker's memory, or den's
+			// sandbox, for the moment it lives; counting it would add a
+			// second worker to whichever sample met it.
+			continue
+		}
 		rss += st.RSSPages * page
 		if pid != s.worker {
 			task += st.RSSPages * page
 		}
-		user += float64(st.UTime+st.CUTime) / clockTicks
-		system += float64(st.STime+st.CSTime) / clockTicks
 	}
 	s.samples++
 	s.peakRSS = max(s.peakRSS, rss)
