@@ -61,6 +61,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return ExitError
 }
 
+// unknownCommand is the usage error for a word a group does not know, with
+// cobra's suggestions and the group's usage.
+func unknownCommand(group *cobra.Command, word string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", word, group.CommandPath())
+	if group.SuggestionsMinimumDistance <= 0 {
+		group.SuggestionsMinimumDistance = 2 // cobra's own default, set only on its own path
+	}
+	if s := group.SuggestionsFor(word); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t")
+	}
+	return usagef("%s\n\n%s", msg, strings.TrimRight(group.UsageString(), "\n"))
+}
+
 // usageError is a mistake on the command line: exit status 2.
 type usageError struct{ error }
 
@@ -74,8 +87,21 @@ type exitError struct {
 	error
 }
 
-// wrapArgs makes every command's argument check a usage error.
+// wrapArgs makes every command's argument check a usage error, and every
+// group of commands (den, den queue, ...) refuse a word it does not know:
+// `den queue pause demo` exits 2 with den queue's usage on stderr, so that
+// a script's `den queue pause X && deploy` stops. A group given no word
+// prints its help on stdout and exits 0, as --help does.
 func wrapArgs(c *cobra.Command) {
+	if c.HasSubCommands() && !c.Runnable() {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return unknownCommand(cmd, args[0])
+		}
+	}
 	if check := c.Args; check != nil {
 		c.Args = func(cmd *cobra.Command, args []string) error {
 			if err := check(cmd, args); err != nil {

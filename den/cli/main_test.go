@@ -3,8 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -124,5 +127,49 @@ func TestExitCodes(t *testing.T) {
 				t.Errorf("stderr %q does not say %q", r.stderr, tc.say)
 			}
 		})
+	}
+}
+
+// Every command of the tree refuses what it does not know with exit 2:
+// a group an unknown word (with the group's usage on stderr, nothing on
+// stdout), every command an unknown flag, and every command that takes a
+// fixed number of arguments one too many. A group given no word prints its
+// help and exits 0.
+func TestEveryCommandRefusesWhatItDoesNotKnow(t *testing.T) {
+	t.Parallel()
+	var walk func(c *cobra.Command, path []string)
+	commands := 0
+	walk = func(c *cobra.Command, path []string) {
+		commands++
+		t.Run(strings.Join(append([]string{"den"}, path...), " "), func(t *testing.T) {
+			args := func(more ...string) []string { return append(slices.Clone(path), more...) }
+			r := denRun(t, "", args("--no-such-flag")...).must(t, ExitUsage, args("--no-such-flag")...)
+			if !strings.Contains(r.stderr, "unknown flag") {
+				t.Errorf("stderr does not name the unknown flag: %q", r.stderr)
+			}
+			switch {
+			case c.HasSubCommands():
+				r := denRun(t, "", args("no-such-word")...).must(t, ExitUsage, args("no-such-word")...)
+				if !strings.Contains(r.stderr, `unknown command "no-such-word"`) || !strings.Contains(r.stderr, "Usage:\n  "+c.CommandPath()) || r.stdout != "" {
+					t.Errorf("an unknown word: want the error and %s's usage on stderr, nothing on stdout; got stdout %q, stderr %q", c.CommandPath(), r.stdout, r.stderr)
+				}
+				r = denRun(t, "", path...).must(t, ExitOK, path...)
+				if !strings.Contains(r.stdout, "Usage:") {
+					t.Errorf("no word: want the help on stdout, got %q", r.stdout)
+				}
+			case strings.Contains(c.Use, "..."):
+				// Takes any number of arguments (den task cancel ID...).
+			default:
+				extra := args(slices.Repeat([]string{"extra"}, 8)...)
+				denRun(t, "", extra...).must(t, ExitUsage, extra...)
+			}
+		})
+		for _, sub := range c.Commands() {
+			walk(sub, append(slices.Clone(path), sub.Name()))
+		}
+	}
+	walk(newRootCmd(), nil)
+	if commands < 25 {
+		t.Fatalf("walked %d commands; the tree has more", commands)
 	}
 }
