@@ -181,6 +181,9 @@ type HistoryEntry struct {
 	// Requested is what the run's task requested (requested_resources);
 	// nil: nothing.
 	Requested *Resources `bson:"requested_resources,omitempty"`
+	// RetriedBy is RetriedByOperator when an operator put the task back
+	// after this run ended; empty for den's own retries.
+	RetriedBy string `bson:"retried_by,omitempty"`
 	// NextRequested, when set, becomes the task's requested_resources for
 	// its next attempt (a resource retry). It is not stored in the entry.
 	NextRequested *Resources `bson:"-"`

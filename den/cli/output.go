@@ -20,6 +20,7 @@ const followEvery = time.Second
 
 func newOutputCmd() *cobra.Command {
 	var stderr, follow, raw bool
+	var attempt int
 	cmd := &cobra.Command{
 		Use:   "output TASK_ID",
 		Short: "Print a task's stdout (or --stderr), from the task document or GridFS",
@@ -46,7 +47,12 @@ When the run ends, --follow goes on from the stored output. A task run by
 a Perl Disbatch node has no live output: its output is printed when it
 ends. A retried run's output is printed from its start; what happens to
 the task is said on stderr. Without --follow, a task that has no output
-yet is an error.`,
+yet is an error.
+
+With --attempt N, den prints the output of the task's Nth run: its runs
+are those in its history (each retried run, whether den or an operator
+retried it), oldest first, then the current one. den task show lists
+them.`,
 		Args: cobra.ExactArgs(1),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			id, err := parseTaskID(args[0])
@@ -57,11 +63,23 @@ yet is an error.`,
 			if stderr {
 				field = queue.StreamStderr
 			}
-			if raw {
-				return writeOutput(cmd, d, id, field, follow, cmd.OutOrStdout())
+			if attempt < 0 {
+				return usagef("--attempt counts runs from 1")
 			}
-			tw := human.NewTextWriter(cmd.OutOrStdout())
-			err = writeOutput(cmd, d, id, field, follow, tw)
+			var w io.Writer = cmd.OutOrStdout()
+			var tw *human.TextWriter
+			if !raw {
+				tw = human.NewTextWriter(w)
+				w = tw
+			}
+			if attempt > 0 {
+				err = writeAttempt(cmd, d, id, field, attempt, follow, w)
+			} else {
+				err = writeOutput(cmd, d, id, field, follow, w)
+			}
+			if tw == nil {
+				return err
+			}
 			if ferr := tw.Flush(); err == nil {
 				err = ferr
 			}
@@ -71,6 +89,7 @@ yet is an error.`,
 	cmd.Flags().BoolVar(&stderr, "stderr", false, "print stderr instead of stdout")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print the output as the task writes it, until it ends")
 	cmd.Flags().BoolVar(&raw, "raw", false, "print the output's exact bytes, control characters included (default: escaped)")
+	cmd.Flags().IntVar(&attempt, "attempt", 0, "print the output of the task's Nth run (1: its first; default: the current or last run)")
 	addDBFlags(cmd.Flags())
 	return cmd
 }
@@ -82,6 +101,47 @@ func writeOutput(cmd *cobra.Command, d *database, id bson.ObjectID, field string
 	}
 	_, err := printOutput(cmd.Context(), d, id, field, w, 0, false)
 	return err
+}
+
+// writeAttempt prints the output of a task's nth run: one of the runs in
+// its history, or the current run when n is one past them.
+func writeAttempt(cmd *cobra.Command, d *database, id bson.ObjectID, field string, n int, follow bool, w io.Writer) error {
+	ctx := cmd.Context()
+	doc, err := d.store.Task(ctx, id)
+	if err != nil {
+		return err
+	}
+	if doc == nil {
+		return fmt.Errorf("no task %s in database %s", id.Hex(), d.cfg.Database)
+	}
+	history, err := doc.History()
+	if err != nil {
+		return fmt.Errorf("task %s: %w", id.Hex(), err)
+	}
+	switch runs := len(history) + 1; {
+	case n > runs:
+		return fmt.Errorf("task %s has had %d runs; there is no run %d", id.Hex(), runs, n)
+	case n == runs:
+		return writeOutput(cmd, d, id, field, follow, w)
+	case follow:
+		return usagef("--follow follows the current run (--attempt %d); run %d has ended", runs, n)
+	}
+	v := history[n-1].Stdout
+	if field == queue.StreamStderr {
+		v = history[n-1].Stderr
+	}
+	switch v := v.(type) {
+	case bson.ObjectID:
+		found, err := printFile(ctx, d, v, w, 0)
+		if err == nil && !found {
+			err = fmt.Errorf("task %s, run %d: its %s file %s is gone from GridFS", id.Hex(), n, field, v.Hex())
+		}
+		return err
+	case string:
+		_, err := io.WriteString(w, v)
+		return err
+	}
+	return fmt.Errorf("task %s, run %d: no %s was kept", id.Hex(), n, field)
 }
 
 // printOutput prints a task's output from byte offset skip on, and returns

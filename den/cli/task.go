@@ -399,6 +399,7 @@ func newTaskShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			history, herr := t.History()
 			if wantJSON(cmd) {
 				type fileRow struct {
 					ID       string `json:"id"`
@@ -409,7 +410,7 @@ func newTaskShowCmd() *cobra.Command {
 				for _, f := range files {
 					fr = append(fr, fileRow{f.ID.Hex(), f.Filename, f.Length})
 				}
-				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems, "runs": len(history) + 1})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "task %s: %s\n", id.Hex(), statusText(*t))
@@ -436,12 +437,40 @@ func newTaskShowCmd() *cobra.Command {
 				}
 			}
 			fmt.Fprintf(w, "  read it with: den output %s [--stderr]\n", id.Hex())
+			if herr != nil {
+				fmt.Fprintf(w, "runs: %s\n", human.Escape(herr.Error()))
+			} else if len(history) > 0 {
+				fmt.Fprintf(w, "\nruns (den output %s --attempt N [--stderr]):\n", id.Hex())
+				for i, e := range history {
+					fmt.Fprintf(w, "  %d: %s", i+1, human.Escape(historyLine(e)))
+					fmt.Fprintln(w)
+				}
+				fmt.Fprintf(w, "  %d: this run (%s)\n", len(history)+1, statusText(*t))
+			}
 			for _, p := range t.Problems {
 				fmt.Fprintf(w, "problem: %s\n", human.Escape(fmt.Sprint(p)))
 			}
 			return nil
 		}),
 	}
+}
+
+// historyLine is one earlier run of a task, as den task show lists it.
+func historyLine(e queue.HistoryEntry) string {
+	line := fmt.Sprintf("status %d (%s) on %s", e.Status, queue.StatusName(e.Status), e.Node)
+	if !e.Ended.IsZero() {
+		line += ", ended " + e.Ended.UTC().Format(time.RFC3339)
+	}
+	if e.Outcome != "" {
+		line += ", " + e.Outcome
+	}
+	if e.Reason != "" {
+		line += ": " + e.Reason
+	}
+	if e.RetriedBy != "" {
+		line += "; retried by " + e.RetriedBy
+	}
+	return line
 }
 
 func newTaskCancelCmd() *cobra.Command {
@@ -518,7 +547,10 @@ func newTaskRetryCmd() *cobra.Command {
 queue to run again now: status -2, node -1, attempts 0, and den's per-run
 fields (start_after, cancel, timed_out, exit_code, signal, orphan_reason,
 outcome, outcome_reason, leftover_processes, live, live_until, unfit,
-runner) removed; history is kept, output is replaced by the new run's.
+runner) removed. The run that ended goes into the task's history, as an
+automatic retry's does (retried_by: operator), with its output (copied to
+GridFS if it was kept in the task document): den output ID --attempt N
+prints it once the new run has replaced stdout and stderr.
 Queued, claimed and running tasks are left alone. Each update is
 conditional on the status read, and a task that had finished (status 1 and
 up) is counted in its queue's count_todo again; cancelled and orphaned

@@ -380,3 +380,72 @@ func TestTaskUnfitShown(t *testing.T) {
 		t.Errorf("task show of the finished task:\n%s", out)
 	}
 }
+
+// A manual retry records the run that ended in the task's history, as an
+// automatic retry does, with its output: kept in the task document, it is
+// copied to GridFS, so den output --attempt N prints every run's output
+// after later runs replaced stdout and stderr. A task that never ran has
+// no run to record.
+func TestRetryKeepsEveryRunsOutput(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{})
+	id, never := ids[0], ids[1]
+	ended := func(stdout, stderr string, code int) {
+		setTask(t, db, id, bson.D{{Key: "status", Value: 1}, {Key: "node", Value: "n1"}, {Key: "stdout", Value: stdout}, {Key: "stderr", Value: stderr},
+			{Key: "exit_code", Value: code}, {Key: "outcome", Value: "succeeded"}, {Key: "mtime", Value: time.Now()}})
+	}
+	output := func(want string, args ...string) {
+		t.Helper()
+		r := denDB(t, db, "", append([]string{"output", id.Hex()}, args...)...).must(t, ExitOK, args...)
+		if r.stdout != want {
+			t.Errorf("den output %v: %q, want %q", args, r.stdout, want)
+		}
+	}
+	ended("first run\n", "first warning\n", 0)
+	denDB(t, db, "", "task", "retry", id.Hex()).must(t, ExitOK)
+	raw := dentest.Task(t, db, id)
+	hist, _ := raw.Lookup("history").ArrayOK()
+	vals, _ := hist.Values()
+	if len(vals) != 1 {
+		t.Fatalf("history after one manual retry: %s", hist)
+	}
+	entry := vals[0].Document()
+	if by, _ := entry.Lookup("retried_by").StringValueOK(); by != "operator" || entry.Lookup("status").AsInt64() != 1 || entry.Lookup("node").StringValue() != "n1" ||
+		entry.Lookup("exit_code").AsInt64() != 0 || entry.Lookup("outcome").StringValue() != "succeeded" {
+		t.Errorf("history entry of the manually retried run: %s", entry)
+	}
+	if entry.Lookup("stdout").Type != bson.TypeObjectID || entry.Lookup("stderr").Type != bson.TypeObjectID {
+		t.Errorf("the run's inline output is not in GridFS files: %s", entry)
+	}
+	// The new run replaces the task's output; both runs can be read.
+	ended("second run\n", "", 0)
+	output("first run\n", "--attempt", "1")
+	output("first warning\n", "--attempt", "1", "--stderr")
+	output("second run\n", "--attempt", "2")
+	output("second run\n")
+	// Retried again: the second run goes into history too, the first stays.
+	denDB(t, db, "", "task", "retry", id.Hex()).must(t, ExitOK)
+	ended("third run\n", "", 0)
+	output("first run\n", "--attempt", "1")
+	output("second run\n", "--attempt", "2")
+	output("third run\n", "--attempt", "3")
+	r := denDB(t, db, "", "output", id.Hex(), "--attempt", "4").must(t, ExitError)
+	if !strings.Contains(r.stderr, "has had 3 runs") {
+		t.Errorf("a run that does not exist: %q", r.stderr)
+	}
+	denDB(t, db, "", "output", id.Hex(), "--attempt", "1", "--follow").must(t, ExitUsage)
+	show := denDB(t, db, "", "task", "show", id.Hex()).must(t, ExitOK)
+	for _, want := range []string{"--attempt N", "  1: status 1 (", "retried by operator", "  3: this run"} {
+		if !strings.Contains(show.stdout, want) {
+			t.Errorf("den task show does not list the runs (%q):\n%s", want, show.stdout)
+		}
+	}
+	// Cancelled while queued: it never ran, so nothing goes into history.
+	setTask(t, db, never, bson.D{{Key: "status", Value: -5}, {Key: "cancel", Value: true}})
+	denDB(t, db, "", "task", "retry", never.Hex()).must(t, ExitOK)
+	if h := dentest.Task(t, db, never).Lookup("history"); h.Type != 0 {
+		t.Errorf("a task that never ran got a history entry: %s", h)
+	}
+}

@@ -382,3 +382,44 @@ func TestUnfitShown(t *testing.T) {
 		t.Errorf("the task list does not mark the unfit task:\n%s", body)
 	}
 }
+
+// A task retried on the page keeps the run that ended in its history,
+// output included; the history rows link to each run's output, which
+// output.txt?attempt=N serves once later runs replaced the task's own.
+func TestEarlierRunsOutput(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	srv := serve(t, f.db, testToken)
+	c := client(nil)
+	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
+	if code := post(t, c, srv.URL+"/tasks/"+f.done.Hex()+"/retry", nil, bearer); code != 303 {
+		t.Fatalf("retry: %d, want 303", code)
+	}
+	// The next run ends, with output of its own.
+	dentest.Update(t, f.db.Collection("tasks"), bson.D{{Key: "_id", Value: f.done}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "status", Value: 1}, {Key: "node", Value: "n2"}, {Key: "mtime", Value: time.Now()}, {Key: "stdout", Value: "second run\n"}, {Key: "stderr", Value: ""}}}})
+	_, page := get(t, c, srv.URL+"/tasks/"+f.done.Hex())
+	for _, want := range []string{"output.txt?stream=stdout&amp;attempt=1", "output.txt?stream=stderr&amp;attempt=1", "retried by operator"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the task page's history does not have %q", want)
+		}
+	}
+	for _, tc := range []struct {
+		query string
+		code  int
+		body  string
+	}{
+		{"?stream=stdout&attempt=1", 200, "hello ünïcode\n"},
+		{"?stream=stderr&attempt=1", 200, "a warning\n"},
+		{"?stream=stdout&attempt=2", 200, "second run\n"},
+		{"?stream=stdout", 200, "second run\n"},
+		{"?stream=stdout&attempt=3", 404, ""},
+		{"?stream=stdout&attempt=0", 400, ""},
+		{"?stream=stdout&attempt=x", 400, ""},
+	} {
+		code, body := get(t, c, srv.URL+"/tasks/"+f.done.Hex()+"/output.txt"+tc.query)
+		if code != tc.code || (tc.code == 200 && body != tc.body) {
+			t.Errorf("output.txt%s: %d %q, want %d %q", tc.query, code, body, tc.code, tc.body)
+		}
+	}
+}

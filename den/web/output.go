@@ -195,6 +195,27 @@ func (h *handler) outputText(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	name := fmt.Sprintf("%s.%s.txt", t.ID.Hex(), stream)
+	if a := r.URL.Query().Get("attempt"); a != "" {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 1 {
+			jsonError(w, http.StatusBadRequest, "attempt must be a run's number, from 1")
+			return
+		}
+		hist, err := t.History()
+		if err != nil {
+			jsonError(w, http.StatusUnprocessableEntity, err.Error())
+			return
+		}
+		switch {
+		case n > len(hist)+1:
+			jsonError(w, http.StatusNotFound, fmt.Sprintf("task %s has had %d runs", t.ID.Hex(), len(hist)+1))
+			return
+		case n <= len(hist):
+			h.earlierOutput(w, r, t, hist[n-1], stream, n)
+			return
+		}
+	}
 	o, err := h.openOutput(r.Context(), t, stream, 0)
 	if err != nil {
 		h.fail(w, r, outputErrorStatus(err), err)
@@ -203,8 +224,42 @@ func (h *handler) outputText(w http.ResponseWriter, r *http.Request) {
 	defer o.Close()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.FormatInt(o.Total, 10))
-	w.Header().Set("Content-Disposition", fmt.Sprintf(`inline; filename="%s.%s.txt"`, t.ID.Hex(), stream))
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`inline; filename="%s"`, name))
 	io.Copy(w, o)
+}
+
+// earlierOutput serves the output of an earlier run of a task, run n of
+// its history: a GridFS file, or text kept in the entry.
+func (h *handler) earlierOutput(w http.ResponseWriter, r *http.Request, t *queue.Task, e queue.HistoryEntry, stream string, n int) {
+	v := e.Stdout
+	if stream == queue.StreamStderr {
+		v = e.Stderr
+	}
+	var body io.Reader
+	var length int64
+	switch v := v.(type) {
+	case string:
+		body, length = strings.NewReader(v), int64(len(v))
+	case bson.ObjectID:
+		rd, err := gridfs.NewBucket(h.db, queue.GridFSPrefix).Open(r.Context(), v)
+		if errors.Is(err, gridfs.ErrNotFound) {
+			jsonError(w, http.StatusNotFound, fmt.Sprintf("run %d's %s file %s is gone from GridFS", n, stream, v.Hex()))
+			return
+		}
+		if err != nil {
+			h.fail(w, r, http.StatusInternalServerError, fmt.Errorf("task %s, run %d: %s: %w", t.ID.Hex(), n, stream, err))
+			return
+		}
+		defer rd.Close()
+		body, length = rd, rd.Length
+	default:
+		jsonError(w, http.StatusNotFound, fmt.Sprintf("run %d kept no %s", n, stream))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.FormatInt(length, 10))
+	w.Header().Set("Content-Disposition", fmt.Sprintf(`inline; filename="%s.run%d.%s.txt"`, t.ID.Hex(), n, stream))
+	io.Copy(w, body)
 }
 
 // streamRequest reads the task and the stream a request names; on a

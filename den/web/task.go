@@ -28,8 +28,12 @@ type streamView struct {
 type historyView struct {
 	queue.HistoryEntry
 	StatusName string
-	Stdout     string
-	Stderr     string
+	// Run is the run's number (its place in the history, from 1); Stdout
+	// and Stderr its text, cut, when the entry keeps it; StdoutURL and
+	// StderrURL where the whole of each stream is.
+	Run                  int
+	Stdout, Stderr       string
+	StdoutURL, StderrURL string
 }
 
 type taskData struct {
@@ -109,26 +113,32 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d.HistoryErr = err.Error()
 	}
-	for _, e := range hist {
-		d.History = append(d.History, historyView{HistoryEntry: e, StatusName: queue.StatusName(e.Status),
-			Stdout: historyOutput(e.Stdout), Stderr: historyOutput(e.Stderr)})
+	for i, e := range hist {
+		v := historyView{HistoryEntry: e, StatusName: queue.StatusName(e.Status), Run: i + 1,
+			Stdout: historyOutput(e.Stdout), Stderr: historyOutput(e.Stderr)}
+		if e.Stdout != nil {
+			v.StdoutURL = fmt.Sprintf("/tasks/%s/output.txt?stream=stdout&attempt=%d", t.ID.Hex(), i+1)
+		}
+		if e.Stderr != nil {
+			v.StderrURL = fmt.Sprintf("/tasks/%s/output.txt?stream=stderr&attempt=%d", t.ID.Hex(), i+1)
+		}
+		d.History = append(d.History, v)
 	}
 	title := "Task " + t.ID.Hex()
 	h.render(w, r, "task", page{Title: title, Nav: "tasks", Data: d})
 }
 
-// historyOutput shows a past run's output: its text (cut), or where it is.
+// historyOutput shows a past run's output kept in its history entry: its
+// text, cut; "" when it is in a GridFS file (the row links to it) or none.
 func historyOutput(v any) string {
 	switch x := v.(type) {
-	case nil:
-		return ""
 	case string:
 		if len(x) > 4096 {
 			return x[:4096] + "\n… (cut at 4 KiB)"
 		}
 		return x
-	case bson.ObjectID:
-		return "(in GridFS file " + x.Hex() + ")"
+	case nil, bson.ObjectID:
+		return ""
 	}
 	return fmt.Sprintf("(%T)", v)
 }
