@@ -103,11 +103,21 @@ func writeOutput(cmd *cobra.Command, d *database, id bson.ObjectID, field string
 	return err
 }
 
+// readTask reads a task from tasks, else from tasks_archive (archived is
+// then true); nil when it is in neither.
+func readTask(ctx context.Context, d *database, id bson.ObjectID) (t *queue.Task, archived bool, err error) {
+	if t, err = d.store.Task(ctx, id); t != nil || err != nil {
+		return t, false, err
+	}
+	t, err = d.store.ArchivedTask(ctx, id)
+	return t, t != nil, err
+}
+
 // writeAttempt prints the output of a task's nth run: one of the runs in
 // its history, or the current run when n is one past them.
 func writeAttempt(cmd *cobra.Command, d *database, id bson.ObjectID, field string, n int, follow bool, w io.Writer) error {
 	ctx := cmd.Context()
-	doc, err := d.store.Task(ctx, id)
+	doc, _, err := readTask(ctx, d, id)
 	if err != nil {
 		return err
 	}
@@ -148,7 +158,7 @@ func writeAttempt(cmd *cobra.Command, d *database, id bson.ObjectID, field strin
 // the task and the offset reached. With quiet, a task without output yet is
 // not an error (nil task returned means no such task).
 func printOutput(ctx context.Context, d *database, id bson.ObjectID, field string, w io.Writer, skip int64, quiet bool) (*queue.Task, error) {
-	doc, err := d.store.Task(ctx, id)
+	doc, _, err := readTask(ctx, d, id)
 	if err != nil {
 		return nil, err
 	}

@@ -23,9 +23,9 @@ import (
 func newTaskCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "task",
-		Short: "Add, list, show, cancel and retry tasks",
+		Short: "Add, list, show, cancel, retry, purge and archive tasks",
 	}
-	cmd.AddCommand(newTaskAddCmd(), newTaskListCmd(), newTaskShowCmd(), newTaskCancelCmd(), newTaskRetryCmd())
+	cmd.AddCommand(newTaskAddCmd(), newTaskListCmd(), newTaskShowCmd(), newTaskCancelCmd(), newTaskRetryCmd(), newTaskPurgeCmd(), newTaskArchiveCmd())
 	for _, c := range cmd.Commands() {
 		addDBFlags(c.Flags())
 		addJSONFlag(c.Flags())
@@ -367,7 +367,7 @@ func newTaskShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t, err := d.store.Task(cmd.Context(), id)
+			t, archived, err := readTask(cmd.Context(), d, id)
 			if err != nil {
 				return err
 			}
@@ -410,10 +410,13 @@ func newTaskShowCmd() *cobra.Command {
 				for _, f := range files {
 					fr = append(fr, fileRow{f.ID.Hex(), f.Filename, f.Length})
 				}
-				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems, "runs": len(history) + 1})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems, "runs": len(history) + 1, "archived": archived})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "task %s: %s\n", id.Hex(), statusText(*t))
+			if archived {
+				fmt.Fprintf(w, "archived: in %s, no longer in tasks\n", queue.ArchiveCollection)
+			}
 			if why := human.Waiting(*t); why != "" {
 				fmt.Fprintf(w, "waits: %s (no live den node offers that; see requested_resources)\n", human.Escape(why))
 			}
