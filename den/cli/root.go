@@ -29,6 +29,6 @@ command or flag, bad value, a confirmation that was refused or impossible).`,
 	}
 	root.SetVersionTemplate("den {{.Version}}\n")
 	root.AddCommand(newRunCmd(), newDevCmd(), newDevDBCmd(), newOutputCmd(), newTaskRunnerCmd(),
-		newQueueCmd(), newTaskCmd(), newNodeCmd(), newStatusCmd(), newCountsCmd(), newVersionCmd(), newConfigCmd(), newWebCmd())
+		newQueueCmd(), newTaskCmd(), newScheduleCmd(), newNodeCmd(), newStatusCmd(), newCountsCmd(), newVersionCmd(), newConfigCmd(), newWebCmd())
 	return root
 }
