@@ -55,10 +55,8 @@ func takeInherited(env, name string, nonblock bool) (*os.File, error) {
 
 // connect returns the runner's client: through the node's relay when ctl
 // (the relay control channel) is given, else straight to spec.URI. close
-// disconnects it. report sends the node a report over the control channel
-// (it fails when there is none).
-func connect(spec Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, close func(context.Context), report func([]byte) error, err error) {
-	noReport := func([]byte) error { return relay.ErrNodeGone }
+// disconnects it.
+func connect(spec Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, close func(context.Context), err error) {
 	direct := func(context.Context) (*mongo.Client, error) {
 		return mongo.Connect(options.Client().ApplyURI(spec.URI).SetAppName("den task-runner"))
 	}
@@ -72,9 +70,9 @@ func connect(spec Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, cl
 	if ctl == nil {
 		c, err := direct(context.Background())
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("connect to MongoDB: %w", err)
+			return nil, nil, fmt.Errorf("connect to MongoDB: %w", err)
 		}
-		return c, disconnect(c), noReport, nil
+		return c, disconnect(c), nil
 	}
 	d, err := relay.NewDialer(ctl, direct, log)
 	if err != nil {
@@ -84,12 +82,12 @@ func connect(spec Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, cl
 	c, err := mongo.Connect(options.Client().ApplyURI(relay.URI).SetDialer(d).SetAppName("den task-runner"))
 	if err != nil {
 		d.Close(context.Background())
-		return nil, nil, nil, fmt.Errorf("connect to the node's relay: %w", err)
+		return nil, nil, fmt.Errorf("connect to the node's relay: %w", err)
 	}
 	return c, func(ctx context.Context) {
 		disconnect(c)(ctx) // its endSessions is answered by the relay
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		d.Close(dctx)
-	}, d.Report, nil
+	}, nil
 }

@@ -2,19 +2,15 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"syscall"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // A runner may serve several tasks of its queue, one after another, so
@@ -24,14 +20,13 @@ import (
 // runner.max_tasks tasks or runner.idle without one, and stops reusing
 // runners when it stops. Nothing changes for the task or the database.
 //
-// The node and the worker talk over the task channel, a SOCK_SEQPACKET
-// socketpair the node creates (its end is the runner's EnvTasksFD,
-// handed by the supervisor to the worker). Each packet is one JSON
-// Message. Only the node that started a runner holds its channel: once
-// that node is gone (stopped, restarted), the channel is closed and the
-// runner retires when its task ends, so a node that signals a runner it
-// did not start (by the task's runner field) signals a runner that will
-// never take another task.
+// The node hands the worker its next task over the task channel
+// (protocol.go), and only to a runner whose spec says it may (Spec.Reuse).
+// Only the node that started a runner holds its channel: once that node
+// is gone (stopped, restarted), the channel is closed and the runner
+// retires when its task ends, so a node that signals a runner it did not
+// start (by the task's runner field) signals a runner that will never
+// take another task.
 //
 // Between two tasks, the worker has recorded the first task's result,
 // every process of that run has been stopped (the supervisor's "stop"),
@@ -40,79 +35,6 @@ import (
 // requests for a reused runner come over the channel, naming their task,
 // and are ignored unless that task is the one running: a signal could
 // arrive after its task ended and hit the next.
-
-// EnvTasksFD names the descriptor of a runner's task channel; unset or
-// empty, the runner serves the one task of its spec.
-const EnvTasksFD = "DEN_TASKS_FD"
-
-// Message is one packet on a task channel.
-type Message struct {
-	// From the node.
-	Task   *Spec  `json:"task,omitempty"`   // run this task next
-	Cancel string `json:"cancel,omitempty"` // stop the run of this task (hex), if it is running
-	Live   string `json:"live,omitempty"`   // publish this task's output live, if it is running
-	// From the runner.
-	Ready bool   `json:"ready,omitempty"` // the runner serves this channel (sent first)
-	Done  string `json:"done,omitempty"`  // this task's run is over and recorded; send the next
-}
-
-// maxMessage bounds one packet (a spec's queue document is at most 32
-// KiB, plugin configuration is small).
-const maxMessage = 1 << 20
-
-// TaskChannel returns a new task channel: the node's end and the end a
-// runner inherits. Both are close-on-exec; exec.Cmd's ExtraFiles hands
-// the runner's end to one child without the flag. The node's end is
-// non-blocking, so that closing it ends a read in progress.
-func TaskChannel() (node, runner *os.File, err error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create a task channel: %w", err)
-	}
-	if err := unix.SetNonblock(fds[0], true); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
-		return nil, nil, fmt.Errorf("create a task channel: %w", err)
-	}
-	return os.NewFile(uintptr(fds[0]), "tasks"), os.NewFile(uintptr(fds[1]), "tasks-runner"), nil
-}
-
-// sendWithin bounds how long Send waits for room in the channel: a
-// runner that reads nothing (stopped, frozen) must not hold up its node.
-const sendWithin = time.Second
-
-// Send writes one message to a task channel, failing when the other end
-// has not made room for it within a second.
-func Send(f *os.File, m Message) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode a task channel message: %w", err)
-	}
-	f.SetWriteDeadline(time.Now().Add(sendWithin)) // an error: not pollable, and then writes do not block
-	if _, err := f.Write(b); err != nil {
-		return fmt.Errorf("send on the task channel: %w", err)
-	}
-	return nil
-}
-
-// Receive reads one message from a task channel; io.EOF (wrapped) once
-// the other end is closed.
-func Receive(f *os.File, buf []byte) (Message, error) {
-	var m Message
-	n, err := f.Read(buf)
-	if err != nil {
-		return m, err
-	}
-	if n == 0 {
-		return m, fmt.Errorf("task channel closed: %w", errEOF)
-	}
-	if err := json.Unmarshal(buf[:n], &m); err != nil {
-		return m, fmt.Errorf("decode a task channel message: %w", err)
-	}
-	return m, nil
-}
-
-var errEOF = errors.New("EOF")
 
 // taskLink is the worker's end of the task channel.
 type taskLink struct {
@@ -132,7 +54,7 @@ func newTaskLink(f *os.File, live chan<- os.Signal) *taskLink {
 	t := &taskLink{f: f, live: live, next: make(chan Spec, 1), gone: make(chan struct{})}
 	// The node uses the channel for this runner only once it has heard
 	// this: a runner of an older den would not read it.
-	Send(f, Message{Ready: true})
+	Send(f, Ready{})
 	go t.read()
 	return t
 }
@@ -143,24 +65,27 @@ func (t *taskLink) read() {
 	buf := make([]byte, maxMessage)
 	for {
 		m, err := Receive(t.f, buf)
+		if errors.Is(err, errUnknown) {
+			continue
+		}
 		if err != nil {
 			return
 		}
-		switch {
-		case m.Task != nil:
+		switch m := m.(type) {
+		case RunTask:
 			select {
-			case t.next <- *m.Task:
+			case t.next <- m.Spec:
 			default: // a second task before the first was taken: the node never does that
 			}
-		case m.Cancel != "":
+		case CancelRun:
 			t.mu.Lock()
-			if m.Cancel == t.current && t.cancel != nil {
+			if m.Task == t.current && t.cancel != nil {
 				t.cancel()
 			}
 			t.mu.Unlock()
-		case m.Live != "":
+		case LiveOutput:
 			t.mu.Lock()
-			if m.Live == t.current {
+			if m.Task == t.current {
 				select {
 				case t.live <- syscall.SIGUSR1:
 				default:
@@ -189,7 +114,7 @@ func (t *taskLink) end() {
 // task: ok is false when the node closed the channel (retiring this
 // runner) or ctx ended.
 func (t *taskLink) done(ctx context.Context, task string) (next Spec, ok bool) {
-	if err := Send(t.f, Message{Done: task}); err != nil {
+	if err := Send(t.f, Done{Task: task}); err != nil {
 		return next, false
 	}
 	select {
@@ -204,6 +129,9 @@ func (t *taskLink) done(ctx context.Context, task string) (next Spec, ok bool) {
 		return next, false
 	}
 }
+
+// report tells the node how a run ended (see Report).
+func (t *taskLink) report(r Report) error { return Send(t.f, r) }
 
 func (t *taskLink) close() { t.f.Close() }
 

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/den-project/den/den/internal/backoff"
 	"github.com/den-project/den/den/internal/contain"
-	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -45,7 +43,8 @@ type Runner struct {
 	// land.
 	Retry backoff.Policy
 	// Report, when set, is told how the run ended once its outcome is
-	// stored (for the node's metrics; it costs no database command).
+	// stored (for the node's metrics, over the task channel; it costs no
+	// database command).
 	Report func(Report)
 	// LiveRequests delivers the node's requests for live output (SIGUSR1,
 	// sent while a reader wants the task's output as it is written; see
@@ -69,31 +68,31 @@ type Runner struct {
 
 // work connects to the database named in spec (through the node's relay
 // when relayCtl is its control channel), runs the task and returns when
-// its result is stored. With tasks (the node's task channel; reuse.go) it
-// then runs the tasks the node hands it, one after another, on the same
-// connection, until the node closes the channel. ctx cancellation
-// (SIGTERM to the runner) stops the plugin, and the runner takes no more
-// tasks; the result is still stored. sup is the worker's link to its
-// supervisor.
+// its result is stored. With tasks (the node's task channel) it tells the
+// node how each run ended (Report), and, when the spec allows reuse
+// (Spec.Reuse; reuse.go), then runs the tasks the node hands it, one after
+// another, on the same connection, until the node closes the channel. ctx
+// cancellation (SIGTERM to the runner) stops the plugin, and the runner
+// takes no more tasks; the result is still stored. sup is the worker's
+// link to its supervisor.
 func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal, tasks *taskLink) error {
-	client, disconnect, report, err := connect(spec, relayCtl, log)
+	client, disconnect, err := connect(spec, relayCtl, log)
 	if err != nil {
 		return err
 	}
 	defer disconnect(ctx)
+	report := func(rep Report) {
+		if tasks == nil {
+			return
+		}
+		if err := tasks.report(rep); err != nil {
+			log.Debug("could not tell the node how the task ended", zap.Error(err))
+		}
+	}
 	var shedder shedder
 	for served := 0; ; served++ {
 		r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
-			reused: served > 0,
-			Report: func(rep Report) {
-				b, err := json.Marshal(rep)
-				if err == nil {
-					err = report(b)
-				}
-				if err != nil && !errors.Is(err, relay.ErrNodeGone) {
-					log.Debug("could not tell the node how the task ended", zap.Error(err))
-				}
-			}}
+			reused: served > 0, Report: report}
 		if tasks == nil {
 			return r.Run(ctx)
 		}
@@ -103,7 +102,7 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 		err := r.Run(runCtx)
 		tasks.end()
 		cancel()
-		if err != nil {
+		if err != nil || !spec.Reuse {
 			return err
 		}
 		if sup != nil {
@@ -699,24 +698,12 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	return nil
 }
 
-// Report is what a runner tells its node, over the relay's control
-// channel, once its task's outcome is stored: the status recorded (0 when
-// the task had changed under the run and nothing was recorded), whether it
-// was put back for a retry, and the bytes the task wrote to stdout and
-// stderr (up to max_output each).
-type Report struct {
-	Status int   `json:"status"`
-	Retry  bool  `json:"retry,omitempty"`
-	Stdout int64 `json:"stdout"`
-	Stderr int64 `json:"stderr"`
-}
-
 func (t *run) report(status int, retry bool) {
 	if t.Report == nil {
 		return
 	}
 	stdout, stderr := t.out.written()
-	t.Report(Report{Status: status, Retry: retry, Stdout: stdout, Stderr: stderr})
+	t.Report(Report{Task: t.Spec.Task, Status: status, Retry: retry, Stdout: stdout, Stderr: stderr})
 }
 
 // releaseDependents moves on the tasks that come after this one, when it

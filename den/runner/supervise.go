@@ -147,10 +147,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		// A kernel without memfd (before 3.17). The node then proves this
 		// runner by its spec, which names its one task: serve no other.
 		log.Warn("no run proof on this kernel; this runner serves one task", zap.Error(err))
-		if tasksCh != nil {
-			tasksCh.Close()
-			tasksCh = nil
-		}
+		spec.Reuse = false // the worker's spec, below
 	}
 	started := int64(0)
 	if t, err := processStart(os.Getpid()); err == nil {
@@ -189,7 +186,13 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	// The worker's environment carries no run marker: the marker of each
 	// run is set for the programs of that run only (Runner.Run), so that
 	// the worker is never taken for a leftover of a run it has served.
-	env := append(os.Environ(), envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
+	workerSpec, err := spec.Env()
+	if err != nil {
+		log.Error("hand the worker its spec", zap.Error(err))
+		return 2
+	}
+	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, SpecEnv+"=") })
+	env = append(env, workerSpec, envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
 	files := []uintptr{0, 1, 2, uintptr(fds[1])}
 	if relayCtl != nil {
 		env = append(env, EnvRelayFD+"="+strconv.Itoa(len(files)))
