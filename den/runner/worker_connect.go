@@ -4,54 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/den-project/den/den/internal/relay"
 )
-
-// EnvRelayFD names the file descriptor of the runner's relay control
-// channel: set by a node whose runners reach MongoDB through it (the
-// default; runner.relay: false turns it off), and by the supervisor for
-// its worker.
-const EnvRelayFD = "DEN_RELAY_FD"
-
-// takeRelayControl returns the relay control channel this process
-// inherited, or nil. It marks the descriptor close-on-exec at once and
-// removes its variable from the environment, so that no program the task
-// starts inherits either.
-func takeRelayControl() (*os.File, error) { return takeInherited(EnvRelayFD, "relay-control", false) }
-
-// takeInherited returns the descriptor named by the environment variable
-// env, or nil when it is unset or empty, marked close-on-exec and with the
-// variable removed; non-blocking when nonblock is set (a read then ends
-// when the file is closed).
-func takeInherited(env, name string, nonblock bool) (*os.File, error) {
-	v := os.Getenv(env)
-	os.Unsetenv(env)
-	if v == "" {
-		return nil, nil
-	}
-	fd, err := strconv.Atoi(v)
-	if err != nil || fd < 3 {
-		return nil, fmt.Errorf("%s=%q is not a file descriptor", env, v)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-		return nil, fmt.Errorf("%s=%d: %w", env, fd, err)
-	}
-	unix.CloseOnExec(fd)
-	if nonblock {
-		if err := unix.SetNonblock(fd, true); err != nil {
-			return nil, fmt.Errorf("%s=%d: %w", env, fd, err)
-		}
-	}
-	return os.NewFile(uintptr(fd), name), nil
-}
 
 // connect returns the runner's client: through the node's relay when ctl
 // (the relay control channel) is given, else straight to spec.URI. close

@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"sync"
 	"syscall"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.uber.org/zap"
 )
 
 // A runner may serve several tasks of its queue, one after another, so
@@ -134,36 +131,3 @@ func (t *taskLink) done(ctx context.Context, task string) (next Spec, ok bool) {
 func (t *taskLink) report(r Report) error { return Send(t.f, r) }
 
 func (t *taskLink) close() { t.f.Close() }
-
-// shedAfter is how much a run may allocate before shed collects and gives
-// memory back: a full collection costs a few milliseconds, so it is paid
-// only after a run that made the worker allocate that much (a large output
-// is held, copied and encoded).
-const shedAfter = 32 << 20
-
-// shedder remembers how much the worker had allocated in all at its last
-// shed.
-type shedder struct{ allocated uint64 }
-
-// shed readies a worker for its next run. What the run made the worker
-// take (its output, held until it was written, and the encoded result)
-// goes back to the kernel, so that an idle runner does not sit on it.
-// Then the worker's peak RSS (VmHWM) is reset to what it holds now: a
-// program the next run starts is cloned from the worker and inherits
-// that peak as its own ru_maxrss, which would charge the next run (maybe
-// another user's small task) with the last run's peak.
-func (s *shedder) shed(log *zap.Logger) {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	if ms.TotalAlloc-s.allocated > shedAfter {
-		// Two collections: the driver keeps message buffers in a
-		// sync.Pool, which holds them through one.
-		runtime.GC()
-		debug.FreeOSMemory()
-	}
-	s.allocated = ms.TotalAlloc
-	// "5" resets the peak RSS to the current RSS (Linux 4.0).
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		log.Debug("could not reset the worker's peak RSS", zap.Error(err))
-	}
-}
