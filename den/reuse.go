@@ -15,7 +15,7 @@ import (
 
 // This file keeps the task runners this node process started, and hands
 // an idle one the next task claimed from its queue, so that a busy queue
-// does not start two processes per task (see den/runner/reuse.go for the
+// does not start two processes per task (see den/runner/worker_tasks.go for the
 // runner's side, and Config.Runner.MaxTasks and Idle).
 //
 // Each runner is one of this node's: the node knows, under one lock, which

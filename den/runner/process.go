@@ -26,23 +26,11 @@ import (
 // rescues the task only after that. The supervisor holds no database
 // connection and runs no plugin code, so it can reap any child it is given.
 //
-// The worker's control channel to its supervisor is file descriptor 3, a
-// socket, with one line per request: "grace <ms>" (the task's
-// max_termination_time, for a worker that dies), "stop <ms>" (stop all
-// other processes of the run), answered by "stopped <n>", and "usage"
-// (the run's resource usage so far, see usage.go), answered by
-// "usage <json>", "procs <n>" (the run's process limit), answered by
-// "procs <dir>" (the pids cgroup the run's programs join) or "procs -"
-// (none: RLIMIT_NPROC holds it), "begin <task id>" (a run of that task starts), answered
-// by "run <token>" (the run's token), and "idle" (the run is over and
-// recorded; no answer). The worker asks one question at a time. When the
-// node relays MongoDB connections (EnvRelayFD), the worker also gets the
-// relay's control channel, and when the node reuses runners (EnvTasksFD)
-// its task channel, as the next descriptors; the supervisor keeps no copy
-// of either, and all are close-on-exec in the worker.
+// The two talk over a control channel (control.go); the worker alone
+// talks to the node (protocol.go) and to MongoDB.
 //
 // A runner may serve several tasks of one queue, one after another (see
-// reuse.go). Each is a run of its own: the supervisor gives it a new
+// worker_tasks.go). Each is a run of its own: the supervisor gives it a new
 // token, run marker, cgroup and run proof, and measures and limits it
 // from zero; the previous run's processes were all stopped before its
 // result was recorded.

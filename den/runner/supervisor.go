@@ -143,7 +143,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastSample := time.Now()
-	// memoryTick runs while a task's memory request is known ("memory").
+	// memoryTick runs while a task's memory request is known (verbMemory).
 	var memoryTicker *time.Ticker
 	var memoryTick <-chan time.Time
 	defer func() {
@@ -268,53 +268,55 @@ func (s *supervisor) reap() {
 	}
 }
 
-// handle answers one request of the worker.
+// handle answers one request of the worker (control.go).
 func (s *supervisor) handle(req string, reply *os.File) {
-	switch verb, arg, _ := strings.Cut(req, " "); verb {
-	case "usage":
+	answer := func(verb string, arg any) { fmt.Fprintf(reply, "%s %v\n", verb, arg) }
+	verb, arg, _ := strings.Cut(req, " ")
+	switch verb {
+	case verbUsage:
 		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1))
 		if err != nil { // cannot happen: numbers only
 			b = []byte("{}")
 		}
-		fmt.Fprintf(reply, "usage %s\n", b)
+		answer(verbUsage, string(b))
 		return
-	case "begin":
+	case verbBegin:
 		token, err := s.begin(arg)
 		if err != nil {
 			s.log.Error("cannot begin a run", zap.String("task", arg), zap.Error(err))
-			fmt.Fprintf(reply, "refused %s\n", err)
+			answer(verbRefused, err)
 			return
 		}
-		fmt.Fprintf(reply, "run %s\n", token)
+		answer(verbRun, token)
 		return
-	case "idle":
-		fmt.Fprintf(reply, "idle %d\n", s.idle())
+	case verbIdle:
+		answer(verbIdle, s.idle())
 		return
-	case "procs":
-		dir := "-"
+	case verbProcs:
+		dir := noPids
 		if n, err := strconv.Atoi(arg); err == nil && n > 0 {
 			if d := s.limitProcesses(n); d != "" {
 				dir = d
 			}
 		}
-		fmt.Fprintf(reply, "procs %s\n", dir)
+		answer(verbProcs, dir)
 		return
 	}
-	verb, arg, _ := strings.Cut(req, " ")
-	ms, err := strconv.ParseInt(arg, 10, 64)
-	if err != nil || ms < 0 {
+	n, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || n < 0 {
 		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
 		return
 	}
 	switch verb {
-	case "memory":
-		s.usage.limit = ms // bytes
-	case "grace":
-		s.grace = time.Duration(ms) * time.Millisecond
-	case "stop":
-		s.grace = time.Duration(ms) * time.Millisecond
-		n := s.stopAll(context.Background(), false)
-		fmt.Fprintf(reply, "stopped %d\n", n)
+	case verbMemory:
+		s.usage.limit = n // bytes
+	case verbGrace:
+		s.grace = time.Duration(n) * time.Millisecond
+	case verbStop:
+		s.grace = time.Duration(n) * time.Millisecond
+		answer(verbStopped, s.stopAll(context.Background(), false))
+	default:
+		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
 	}
 }
 

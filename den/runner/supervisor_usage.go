@@ -98,7 +98,7 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 		user += float64(st.UTime+st.CUTime) / clockTicks
 		system += float64(st.STime+st.CSTime) / clockTicks
 		if pid != s.worker && st.PPID == s.worker && ownBinary(pid) {
-			// den's trampoline (memory.go): the worker's memory, or den's
+			// den's trampoline (supervisor_memory.go): the worker's memory, or den's
 			// sandbox, for the moment it lives; counting it would add a
 			// second worker to whichever sample met it.
 			continue

@@ -16,7 +16,7 @@ import (
 // when relayCtl is its control channel), runs the task and returns when
 // its result is stored. With tasks (the node's task channel) it tells the
 // node how each run ended (Report), and, when the spec allows reuse
-// (Spec.Reuse; reuse.go), then runs the tasks the node hands it, one after
+// (Spec.Reuse; worker_tasks.go), then runs the tasks the node hands it, one after
 // another, on the same connection, until the node closes the channel. ctx
 // cancellation (SIGTERM to the runner) stops the plugin, and the runner
 // takes no more tasks; the result is still stored. sup is the worker's

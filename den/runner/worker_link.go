@@ -47,7 +47,7 @@ func (l *link) close() { l.f.Close() }
 // begin tells the supervisor that a run of task (hex) begins, and returns
 // the run's token.
 func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, error) {
-	line, err := l.ask(ctx, "begin "+task, "run ")
+	line, err := l.ask(ctx, verbBegin, task, verbRun)
 	if err != nil {
 		return bson.ObjectID{}, fmt.Errorf("begin the run with the supervisor: %w", err)
 	}
@@ -61,7 +61,7 @@ func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, error) {
 // idle tells the supervisor that the run is over and recorded, and
 // returns how many of its processes are still there (see supervisor.idle).
 func (l *link) idle(ctx context.Context) (int, error) {
-	line, err := l.ask(ctx, "idle", "idle ")
+	line, err := l.ask(ctx, verbIdle, "", verbIdle)
 	if err != nil {
 		return 0, fmt.Errorf("end the run with the supervisor: %w", err)
 	}
@@ -75,14 +75,13 @@ func (l *link) idle(ctx context.Context) (int, error) {
 // setGrace tells the supervisor the task's max_termination_time, for the
 // case where the worker dies with processes left.
 func (l *link) setGrace(grace time.Duration) error {
-	_, err := fmt.Fprintf(l.f, "grace %d\n", grace.Milliseconds())
-	return err
+	return l.tell(verbGrace, grace.Milliseconds())
 }
 
 // stopLeftovers asks the supervisor to stop every process of the run other
 // than the worker, and returns how many it stopped.
 func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, error) {
-	line, err := l.ask(ctx, fmt.Sprintf("stop %d", grace.Milliseconds()), "stopped ")
+	line, err := l.ask(ctx, verbStop, strconv.FormatInt(grace.Milliseconds(), 10), verbStopped)
 	if err != nil {
 		return 0, fmt.Errorf("ask the supervisor to stop leftover processes: %w", err)
 	}
@@ -93,10 +92,12 @@ func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, err
 	return n, nil
 }
 
-// ask sends one request and returns its answer without the prefix it must
-// start with. Questions are asked one at a time; one whose asker gave up
-// (ctx) still takes its answer off the channel before the next is asked.
-func (l *link) ask(ctx context.Context, req, prefix string) (string, error) {
+// ask sends one request, verb with arg ("" for none), and returns the
+// argument of its answer, which must be answerVerb's (control.go).
+// Questions are asked one at a time; one whose asker gave up (ctx) still
+// takes its answer off the channel before the next is asked.
+func (l *link) ask(ctx context.Context, verb, arg, answerVerb string) (string, error) {
+	req, prefix := request(verb, arg), answerVerb+" "
 	select {
 	case l.asking <- struct{}{}:
 	case <-ctx.Done():
@@ -131,14 +132,20 @@ func (l *link) ask(ctx context.Context, req, prefix string) (string, error) {
 	}
 }
 
+// tell sends a request that has no answer.
+func (l *link) tell(verb string, arg int64) error {
+	_, err := fmt.Fprintf(l.f, "%s\n", request(verb, strconv.FormatInt(arg, 10)))
+	return err
+}
+
 // limitProcesses tells the supervisor the run's process limit n, and
 // returns the pids cgroup the run's programs must join, "" for none.
 func (l *link) limitProcesses(ctx context.Context, n int) (string, error) {
-	line, err := l.ask(ctx, "procs "+strconv.Itoa(n), "procs ")
+	line, err := l.ask(ctx, verbProcs, strconv.Itoa(n), verbProcs)
 	if err != nil {
 		return "", fmt.Errorf("ask the supervisor for the run's pids cgroup: %w", err)
 	}
-	if line == "-" {
+	if line == noPids {
 		return "", nil
 	}
 	return line, nil
@@ -147,7 +154,7 @@ func (l *link) limitProcesses(ctx context.Context, n int) (string, error) {
 // usage asks the supervisor for the run's usage so far.
 func (l *link) usage(ctx context.Context) (measured, error) {
 	var m measured
-	line, err := l.ask(ctx, "usage", "usage ")
+	line, err := l.ask(ctx, verbUsage, "", verbUsage)
 	if err != nil {
 		return m, fmt.Errorf("ask the supervisor for the run's usage: %w", err)
 	}
@@ -159,6 +166,5 @@ func (l *link) usage(ctx context.Context) (measured, error) {
 
 // setMemoryLimit tells the supervisor the task's memory request, in bytes.
 func (l *link) setMemoryLimit(bytes int64) error {
-	_, err := fmt.Fprintf(l.f, "memory %d\n", bytes)
-	return err
+	return l.tell(verbMemory, bytes)
 }

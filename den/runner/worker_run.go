@@ -52,10 +52,10 @@ type Runner struct {
 	// Nil: never asked.
 	LiveRequests <-chan os.Signal
 
-	// supervisor is set in a worker under a supervisor (see supervise.go);
+	// supervisor is set in a worker under a supervisor (see supervisor.go);
 	// a Runner used in-process has none, and contains nothing.
 	supervisor *link
-	// reused is set when this process has run a task before (reuse.go).
+	// reused is set when this process has run a task before (worker_tasks.go).
 	reused bool
 	// abandoned is set when the run gave up on a plugin that ignored
 	// cancellation: its goroutine may still run, so this process must not
