@@ -452,3 +452,34 @@ func TestMetricsFollowARenamedQueueInAReusedRunner(t *testing.T) {
 			value(fams, "den_task_completions_total", "queue", "before", "status", "1") == 1
 	})
 }
+
+// With the relay off (runner.relay: false), runners still tell the node
+// how their tasks ended: completions, retries and output bytes are
+// counted as with the relay, for runners that serve one task and for
+// runners that serve several.
+func TestMetricsCountCompletionsWithoutTheRelay(t *testing.T) {
+	t.Parallel()
+	for _, maxTasks := range []int{1, den.DefaultRunnerMaxTasks} {
+		t.Run(fmt.Sprintf("max_tasks=%d", maxTasks), func(t *testing.T) {
+			t.Parallel()
+			client, ep, tweak := withEndpoint(t, dentest.URI())
+			db := client.Database(dentest.DB(t).Name())
+			sleepQ := dentest.Queue(t, db, "sleepq", sleepPlugin, 2, "fifo")
+			flakyQ := dentest.Queue(t, db, "flakyq", flakyPlugin, 1, "fifo", bson.E{Key: "max_retries", Value: 1}, bson.E{Key: "retry_delay", Value: 0.1})
+			dentest.Tasks(t, db, sleepQ, sleepTasks(3, 10)...)
+			dentest.Tasks(t, db, flakyQ, bson.D{{Key: "succeed_on", Value: 2}})
+			startNode(t, db, "n", tweak, func(c *den.Config) {
+				c.Runner.Direct = true
+				c.Runner.MaxTasks = maxTasks
+			})
+			dentest.Eventually(t, 2*time.Minute, "completions, retries and output bytes counted", func() bool {
+				fams := ep.scrape(t)
+				return value(fams, "den_task_completions_total", "queue", "sleepq", "status", "1") == 3 &&
+					value(fams, "den_task_completions_total", "queue", "flakyq", "status", "1") == 1 &&
+					value(fams, "den_task_retries_total", "queue", "flakyq") == 1 &&
+					value(fams, "den_task_output_bytes_total", "queue", "sleepq", "stream", "stdout") == 3*6 &&
+					value(fams, "den_task_output_bytes_total", "queue", "flakyq", "stream", "stderr") == float64(len("attempt 1 fails\n"))
+			})
+		})
+	}
+}

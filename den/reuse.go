@@ -15,7 +15,7 @@ import (
 
 // This file keeps the task runners this node process started, and hands
 // an idle one the next task claimed from its queue, so that a busy queue
-// does not start two processes per task (see den/runner/reuse.go for the
+// does not start two processes per task (see den/runner/worker_tasks.go for the
 // runner's side, and Config.Runner.MaxTasks and Idle).
 //
 // Each runner is one of this node's: the node knows, under one lock, which
@@ -97,7 +97,7 @@ func (n *Node) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
 		}
 		p := list[len(list)-1] // the warmest
 		pool.removeIdleLocked(p)
-		if err := runner.Send(p.ch, runner.Message{Task: &spec}); err != nil {
+		if err := runner.Send(p.ch, runner.RunTask{Spec: spec}); err != nil {
 			n.log.Debug("an idle task runner cannot take a task; retiring it", zap.Int("pid", p.pid), zap.Error(err))
 			p.retireLocked()
 			continue
@@ -112,29 +112,23 @@ func (n *Node) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
 }
 
 // listen takes what runner p says on its task channel until the channel
-// closes: each "done" frees its task's slot and makes p idle (or retires
-// it, after MaxTasks tasks or once the node stops).
-func (n *Node) listen(p *runnerProc) {
-	buf := make([]byte, 64<<10)
-	for {
-		m, err := runner.Receive(p.ch, buf)
+// closes: each report goes to report, and each "done" frees its task's
+// slot and makes p idle (or retires it, after MaxTasks tasks or once the
+// node stops).
+func (n *Node) listen(p *runnerProc, report func(runner.Report)) {
+	runner.Listen(p.ch, runner.Listener{Report: report, Ready: func() {
+		n.pool.mu.Lock()
+		p.ready = true
+		n.pool.mu.Unlock()
+	}, Done: func(task string) {
+		id, err := bson.ObjectIDFromHex(task)
 		if err != nil {
 			return
-		}
-		if m.Ready {
-			n.pool.mu.Lock()
-			p.ready = true
-			n.pool.mu.Unlock()
-			continue
-		}
-		id, err := bson.ObjectIDFromHex(m.Done)
-		if err != nil {
-			continue
 		}
 		n.pool.mu.Lock()
 		if p.task != id {
 			n.pool.mu.Unlock()
-			continue
+			return
 		}
 		p.task = bson.ObjectID{}
 		if p.served >= n.cfg.Runner.MaxTasks || n.pool.stopped || p.closed {
@@ -145,7 +139,7 @@ func (n *Node) listen(p *runnerProc) {
 		}
 		n.pool.mu.Unlock()
 		n.runnerFinished(id)
-	}
+	}})
 }
 
 // runnerFinished lets go of a task whose run is over (its result recorded
@@ -216,9 +210,9 @@ func (n *Node) act(id bson.ObjectID, r queue.RunnerInfo, what runnerAct) bool {
 			var err error
 			switch what {
 			case actCancel:
-				err = runner.Send(p.ch, runner.Message{Cancel: id.Hex()})
+				err = runner.Send(p.ch, runner.CancelRun{Task: id.Hex()})
 			case actLive:
-				err = runner.Send(p.ch, runner.Message{Live: id.Hex()})
+				err = runner.Send(p.ch, runner.LiveOutput{Task: id.Hex()})
 			default:
 				return signal(p.pid, what)
 			}

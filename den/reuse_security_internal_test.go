@@ -85,7 +85,7 @@ func TestActReachesOnlyTheTaskARunnerRunsNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Live != cur.Hex() || m.Cancel != "" {
+	if live, ok := m.(runner.LiveOutput); !ok || live.Task != cur.Hex() {
 		t.Errorf("the runner's first message is %+v, want only a live request for its task %s", m, cur.Hex())
 	}
 }

@@ -108,15 +108,13 @@ func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
 		return false
 	}
 	var spec runner.Spec
-	specFound, reusable := false, false
+	specFound := false
 	for _, e := range env {
 		if raw, ok := strings.CutPrefix(e, runner.SpecEnv+"="); ok {
 			specFound = json.Unmarshal([]byte(raw), &spec) == nil
 		}
-		if v, ok := strings.CutPrefix(e, runner.EnvTasksFD+"="); ok && v != "" {
-			reusable = true
-		}
 	}
+	reusable := spec.Reuse
 	if !specFound {
 		return false
 	}

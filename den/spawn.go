@@ -2,7 +2,6 @@ package den
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -81,7 +80,7 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		Grace: n.cfg.MaxTermination.Seconds(), PluginConfig: n.cfg.PluginConfig[q.Plugin],
 		Beat:   min(max(n.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
 		Cgroup: n.cgroup, MaxOutput: n.cfg.MaxOutput, DeadNodeAfter: n.cfg.DeadNodeAfter.Seconds(),
-		Pids: n.pids, MaxProcesses: n.cfg.Runner.MaxProcesses,
+		Pids: n.pids, MaxProcesses: n.cfg.Runner.MaxProcesses, Reuse: n.cfg.Runner.MaxTasks > 1,
 	}
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw
@@ -118,22 +117,19 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	} else {
 		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=") // none, whatever the node inherited
 	}
-	var tasks *os.File
-	if n.cfg.Runner.MaxTasks > 1 {
-		ours, theirs, err := runner.TaskChannel()
-		if err != nil {
-			if relayCtl != nil {
-				relayCtl.Close()
-			}
-			return err
+	// Every runner gets a task channel: what it says (its reports) comes
+	// over it, relay or not; only one that may be reused (spec.Reuse) is
+	// handed tasks over it.
+	tasks, theirs, err := runner.TaskChannel()
+	if err != nil {
+		if relayCtl != nil {
+			relayCtl.Close()
 		}
-		defer theirs.Close() // the child has its own copy
-		tasks = ours
-		cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
-		cmd.Env = append(cmd.Env, runner.EnvTasksFD+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
-	} else {
-		cmd.Env = append(cmd.Env, runner.EnvTasksFD+"=")
+		return err
 	}
+	defer theirs.Close() // the child has its own copy
+	cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
+	cmd.Env = append(cmd.Env, runner.EnvTasksFD+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
 	if err := cmd.Start(); err != nil {
 		for _, f := range []*os.File{relayCtl, tasks} {
 			if f != nil {
@@ -148,15 +144,24 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	if relayCtl != nil {
 		// Served until the runner exits (closing its end) or the node
 		// stops; then the runner connects directly.
-		// The queue's name as the last pass read it: a reused runner may
-		// serve a queue renamed since it started.
-		report := func(b []byte) { n.runnerReport(n.queueName(q.ID, q.Name), b) }
-		if err := n.relay.ServeControl(relayCtl, n.log.With(zap.Int("runner_pid", pid)), report); err != nil {
+		if err := n.relay.ServeControl(relayCtl, n.log.With(zap.Int("runner_pid", pid))); err != nil {
 			n.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
 	}
+	// The queue's name as the last pass read it: a reused runner may
+	// serve a queue renamed since it started.
+	report := func(r runner.Report) { n.runnerReport(n.queueName(q.ID, q.Name), r) }
 	n.runners.Add(1)
-	p := &runnerProc{pid: pid, queue: q.ID, ch: tasks, task: taskID, served: 1}
+	p := &runnerProc{pid: pid, queue: q.ID, task: taskID, served: 1}
+	if spec.Reuse {
+		p.ch = tasks
+	} else {
+		// A runner of one task only reports on its channel.
+		go func() {
+			defer tasks.Close()
+			runner.Listen(tasks, runner.Listener{Report: report})
+		}()
+	}
 	n.pool.mu.Lock()
 	n.pool.byPID[pid] = p
 	if n.pool.stopped {
@@ -164,8 +169,8 @@ func (n *Node) spawn(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	}
 	n.pool.mu.Unlock()
 	n.log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), queueField(q.Name), zap.Int("pid", pid))
-	if tasks != nil {
-		go n.listen(p)
+	if p.ch != nil {
+		go n.listen(p, report)
 	}
 	go n.watch(cmd, p)
 	return nil
@@ -272,13 +277,8 @@ func (n *Node) queueName(id bson.ObjectID, fallback string) string {
 }
 
 // runnerReport counts what a runner of a task of queue q reported at its
-// end (runner.Report): its completion or retry, and its output bytes.
-func (n *Node) runnerReport(q string, b []byte) {
-	var r runner.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		n.log.Debug("a runner sent a report that is not one", zap.Error(err))
-		return
-	}
+// end: its completion or retry, and its output bytes.
+func (n *Node) runnerReport(q string, r runner.Report) {
 	q = n.metrics.Queue(q)
 	switch {
 	case r.Retry:

@@ -33,7 +33,7 @@ func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	// sent before has been handled (one reader, packets in order).
 	sync := func() {
 		t.Helper()
-		send(Message{Task: &Spec{Task: bson.NewObjectID().Hex()}})
+		send(RunTask{Spec: Spec{Task: bson.NewObjectID().Hex()}})
 		select {
 		case <-link.next:
 		case <-time.After(30 * time.Second):
@@ -56,17 +56,17 @@ func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	link.begin(b, cancelB)
-	send(Message{Cancel: a})
-	send(Message{Live: a})
+	send(CancelRun{Task: a})
+	send(LiveOutput{Task: a})
 	sync()
 	quiet("requests for the previous task", ctxB)
-	send(Message{Live: b})
+	send(LiveOutput{Task: b})
 	select {
 	case <-live:
 	case <-time.After(30 * time.Second):
 		t.Fatal("a live request for the running task did not reach it")
 	}
-	send(Message{Cancel: b})
+	send(CancelRun{Task: b})
 	select {
 	case <-ctxB.Done():
 	case <-time.After(30 * time.Second):
@@ -75,15 +75,15 @@ func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	link.end()
 
 	// Between tasks: requests for the task just over, then the next task.
-	send(Message{Cancel: b})
-	send(Message{Live: b})
+	send(CancelRun{Task: b})
+	send(LiveOutput{Task: b})
 	sync()
 	ctxC, cancelC := context.WithCancel(context.Background())
 	defer cancelC()
 	link.begin(c, cancelC)
-	send(Message{Cancel: b})
-	send(Message{Live: b})
-	send(Message{Cancel: ""})
+	send(CancelRun{Task: b})
+	send(LiveOutput{Task: b})
+	send(CancelRun{Task: ""})
 	sync()
 	quiet("requests for the task before", ctxC)
 }

@@ -53,6 +53,10 @@ type Spec struct {
 	Queue []byte `json:"queue,omitempty"`
 	// PluginConfig is the plugin's section of the node configuration.
 	PluginConfig json.RawMessage `json:"plugin_config,omitempty"`
+	// Reuse says that the node may hand this runner further tasks of its
+	// queue over its task channel (RunTask, after the runner's Done);
+	// false: the runner serves this one task and exits.
+	Reuse bool `json:"reuse,omitempty"`
 }
 
 // Env renders the spec as an environment entry.

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -18,20 +17,11 @@ import (
 // runner. Each request is 8 bytes, a sequence number; the answer repeats
 // it and carries, in SCM_RIGHTS, one end of a fresh connected socketpair
 // whose other end the node serves as a relay connection. Nothing listens
-// anywhere, so no other process can reach the relay.
-//
-// A runner may also send a report: reportMagic followed by up to
-// MaxReport bytes the relay does not read, handed to the report function
-// given to ServeControl, and not answered. A node learns so, at no
-// database cost, what a runner wants it to know (how its task ended).
+// anywhere, so no other process can reach the relay. The channel carries
+// connections only: what a runner tells its node travels on the runner's
+// task channel (package den/runner), which exists with the relay or
+// without it.
 const requestLen = 8
-
-// reportMagic starts a report on the control channel; a request is never
-// longer than requestLen, so a longer message is never taken for one.
-const reportMagic = "denreprt"
-
-// MaxReport is the largest report a runner may send.
-const MaxReport = 4096
 
 // ControlPair returns a new control channel: the node's end and the end a
 // runner inherits. Both are close-on-exec; exec.Cmd's ExtraFiles hands the
@@ -47,10 +37,8 @@ func ControlPair() (node, runner *os.File, err error) {
 // ServeControl serves the runner at the other end of ctl (the node's end
 // of a ControlPair) in a goroutine, until the runner closes its end (it
 // exited) or the relay is closed: each request gets a new relay
-// connection, and each report the runner sends (Dialer.Report) goes to
-// report, in the serving goroutine, one at a time (report nil: reports
-// are dropped). The runner's sessions end with it. ServeControl owns ctl.
-func (r *Relay) ServeControl(ctl *os.File, log *zap.Logger, report func([]byte)) error {
+// connection. The runner's sessions end with it. ServeControl owns ctl.
+func (r *Relay) ServeControl(ctl *os.File, log *zap.Logger) error {
 	c, err := net.FileConn(ctl)
 	ctl.Close()
 	if err != nil {
@@ -64,30 +52,24 @@ func (r *Relay) ServeControl(ctl *os.File, log *zap.Logger, report func([]byte))
 	if log == nil {
 		log = r.log
 	}
-	if !r.goServe(func(ctx context.Context) { r.serveControl(ctx, uc, log, report) }) {
+	if !r.goServe(func(ctx context.Context) { r.serveControl(ctx, uc, log) }) {
 		uc.Close()
 		return errors.New("relay closed")
 	}
 	return nil
 }
 
-func (r *Relay) serveControl(ctx context.Context, uc *net.UnixConn, log *zap.Logger, report func([]byte)) {
+func (r *Relay) serveControl(ctx context.Context, uc *net.UnixConn, log *zap.Logger) {
 	peer := r.NewPeer(log)
 	defer peer.Close()
 	defer uc.Close()
 	stop := context.AfterFunc(ctx, func() { uc.Close() })
 	defer stop()
-	buf := make([]byte, len(reportMagic)+MaxReport+1)
+	buf := make([]byte, requestLen+1)
 	for {
 		n, _, _, _, err := uc.ReadMsgUnix(buf, nil)
 		if err != nil || n == 0 {
 			return // the runner exited, or the relay is closing
-		}
-		if n > requestLen && bytes.HasPrefix(buf[:n], []byte(reportMagic)) {
-			if report != nil && n <= len(reportMagic)+MaxReport {
-				report(bytes.Clone(buf[len(reportMagic):n]))
-			}
-			continue
 		}
 		if n != requestLen {
 			log.Warn("relay: malformed request on a runner's control socket; closing it", zap.Int("bytes", n))

@@ -202,27 +202,6 @@ func (d *Dialer) dial(ctx context.Context) (net.Conn, error) {
 	return net.FileConn(f)
 }
 
-// Report sends msg to the node (see ServeControl), without waiting
-// for an answer. It fails with ErrNodeGone when the node is gone (its
-// relay no longer serves this runner), and when msg is longer than
-// MaxReport.
-func (d *Dialer) Report(msg []byte) error {
-	if len(msg) > MaxReport {
-		return fmt.Errorf("report of %d bytes: at most %d", len(msg), MaxReport)
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed || d.ctl == nil {
-		return ErrNodeGone
-	}
-	d.ctl.SetDeadline(time.Now().Add(5 * time.Second))
-	defer d.ctl.SetDeadline(time.Time{})
-	if _, _, err := d.ctl.WriteMsgUnix(append([]byte(reportMagic), msg...), nil, nil); err != nil {
-		return fmt.Errorf("report to the node: %w (%w)", ErrNodeGone, err)
-	}
-	return nil
-}
-
 // Direct reports whether the dialer has switched to its own client.
 func (d *Dialer) Direct() bool {
 	d.mu.Lock()

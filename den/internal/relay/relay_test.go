@@ -72,7 +72,7 @@ func newSetup(t *testing.T, fallback func(context.Context) (*mongo.Client, error
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.relay.ServeControl(nodeEnd, log, nil); err != nil {
+	if err := s.relay.ServeControl(nodeEnd, log); err != nil {
 		t.Fatal(err)
 	}
 	if fallback == nil {
@@ -355,62 +355,4 @@ func TestFallbackWhenTheNodeIsGone(t *testing.T) {
 	if n := dentest.Count(t, direct.Collection("c"), bson.D{}); n < 2 {
 		t.Fatalf("server has %d documents, want at least 2", n)
 	}
-}
-
-// A runner's reports reach the node's report function whole, in order,
-// between its connection requests, which go on working; a report over
-// MaxReport is refused on the runner's side, and once the node is gone a
-// report says so.
-func TestReportsReachTheNode(t *testing.T) {
-	log := zaptest.NewLogger(t)
-	node, err := mongo.Connect(options.Client().ApplyURI(dentest.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Disconnect(context.Background()) })
-	r := relay.New(node, log)
-	nodeEnd, runnerEnd, err := relay.ControlPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan string, 10)
-	if err := r.ServeControl(nodeEnd, log, func(b []byte) { got <- string(b) }); err != nil {
-		t.Fatal(err)
-	}
-	d, err := relay.NewDialer(runnerEnd, func(context.Context) (*mongo.Client, error) { return nil, errors.New("no fallback") }, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close(context.Background())
-	runner, err := mongo.Connect(options.Client().ApplyURI(relay.URI).SetDialer(d))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer runner.Disconnect(context.Background())
-	big := strings.Repeat("x", relay.MaxReport)
-	for _, msg := range []string{`{"status":1}`, "12345678", big} {
-		if err := d.Report([]byte(msg)); err != nil {
-			t.Fatalf("report %.20q: %v", msg, err)
-		}
-		if err := runner.Ping(dentest.Context(t), nil); err != nil {
-			t.Fatalf("ping through the relay after a report: %v", err)
-		}
-	}
-	for _, want := range []string{`{"status":1}`, "12345678", big} {
-		select {
-		case g := <-got:
-			if g != want {
-				t.Errorf("report %.20q (%d bytes), want %.20q (%d bytes)", g, len(g), want, len(want))
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("report %.20q never arrived", want)
-		}
-	}
-	if err := d.Report([]byte(big + "x")); err == nil {
-		t.Error("a report over MaxReport was sent")
-	}
-	r.Close()
-	dentest.Eventually(t, time.Minute, "a report fails once the node is gone", func() bool {
-		return errors.Is(d.Report([]byte("late")), relay.ErrNodeGone)
-	})
 }

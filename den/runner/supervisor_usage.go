@@ -2,9 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,10 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/den-project/den/den/internal/contain"
-	"github.com/den-project/den/queue"
 )
 
 // Resource usage of a run. The supervisor owns the run's process tree, so
@@ -53,28 +47,6 @@ const sampleEvery = 2 * time.Second
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
 // architecture Linux runs Go on.
 const clockTicks = 100
-
-// measured is the supervisor's answer to "usage".
-type measured struct {
-	CPUUser   float64 `json:"cpu_user_s"`
-	CPUSystem float64 `json:"cpu_system_s"`
-	// PeakRSS is the largest sampled sum of the tree's RSS, in bytes.
-	PeakRSS int64 `json:"peak_rss"`
-	// MaxRSS is the largest peak RSS of one process the supervisor reaped
-	// (ru_maxrss), in bytes.
-	MaxRSS int64 `json:"max_rss"`
-	// CgroupPeak is the run cgroup's memory.peak in bytes; 0: none.
-	CgroupPeak int64 `json:"cgroup_peak,omitempty"`
-	Samples    int   `json:"samples"`
-	// MemoryKill is set when the supervisor killed the task's processes
-	// for passing their memory request (memory.go); OOMKills counts the
-	// kernel's OOM kills in the run's cgroup.
-	MemoryKill *memoryKill `json:"memory_kill,omitempty"`
-	OOMKills   int64       `json:"oom_kills,omitempty"`
-	// PeakTaskRSS is the largest sampled RSS of the task's processes (the
-	// tree but the worker), in bytes.
-	PeakTaskRSS int64 `json:"peak_task_rss,omitempty"`
-}
 
 // sampler keeps the supervisor's samples of its tree.
 type sampler struct {
@@ -126,7 +98,7 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 		user += float64(st.UTime+st.CUTime) / clockTicks
 		system += float64(st.STime+st.CSTime) / clockTicks
 		if pid != s.worker && st.PPID == s.worker && ownBinary(pid) {
-			// den's trampoline (memory.go): the worker's memory, or den's
+			// den's trampoline (supervisor_memory.go): the worker's memory, or den's
 			// sandbox, for the moment it lives; counting it would add a
 			// second worker to whichever sample met it.
 			continue
@@ -195,107 +167,4 @@ func cgroupCPU(dir string) (user, system float64, ok bool) {
 		}
 	}
 	return user, system, got == 2
-}
-
-// usage asks the supervisor for the run's usage so far.
-func (l *link) usage(ctx context.Context) (measured, error) {
-	var m measured
-	line, err := l.ask(ctx, "usage", "usage ")
-	if err != nil {
-		return m, fmt.Errorf("ask the supervisor for the run's usage: %w", err)
-	}
-	if err := json.Unmarshal([]byte(line), &m); err != nil {
-		return m, fmt.Errorf("supervisor's usage %q: %w", line, err)
-	}
-	return m, nil
-}
-
-// measureUsage returns the run's usage now; nil, and no error, when there
-// is nothing to measure it with (a Runner used in-process, without a
-// supervisor).
-func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *measured, error) {
-	if t.supervisor == nil {
-		return nil, nil, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	m, err := t.supervisor.usage(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	// This process's own peak, and that of the largest process it reaped
-	// (the plugin's programs): exact, where the samples may miss a peak.
-	peak := max(m.PeakRSS, m.MaxRSS)
-	for _, who := range []int{syscall.RUSAGE_SELF, syscall.RUSAGE_CHILDREN} {
-		var ru syscall.Rusage
-		switch {
-		case syscall.Getrusage(who, &ru) != nil:
-		case !t.reused:
-			peak = max(peak, ru.Maxrss*1024)
-		case who == syscall.RUSAGE_CHILDREN && ru.Maxrss > t.maxRSSBefore:
-			// Grown since the run began: a program of this run.
-			peak = max(peak, ru.Maxrss*1024)
-		}
-	}
-	now := t.now()
-	u := &queue.Usage{
-		WallS:      round(time.Since(t.started).Seconds(), 3),
-		CPUUserS:   round(m.CPUUser, 3),
-		CPUSystemS: round(m.CPUSystem, 3),
-		PeakRSSMB:  round(float64(peak)/(1<<20), 1),
-		Samples:    m.Samples,
-		At:         now,
-		Running:    running,
-	}
-	if m.CgroupPeak > 0 {
-		mb := round(float64(m.CgroupPeak)/(1<<20), 1)
-		u.PeakMemoryMB = &mb
-	}
-	return u, &m, nil
-}
-
-func round(v float64, places int) float64 {
-	p := math.Pow(10, float64(places))
-	return math.Round(v*p) / p
-}
-
-// updateUsage writes the run's usage into the task every usage_interval
-// while it runs (one conditional update each), until stopped. A run
-// shorter than the interval writes nothing here: its usage goes into its
-// final write.
-func (t *run) updateUsage(ctx context.Context) (stop func()) {
-	every := t.opts.UsageInterval
-	if every <= 0 || t.supervisor == nil {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		failing := false
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			u, _, err := t.measureUsage(ctx, true)
-			if err == nil {
-				uctx, ucancel := context.WithTimeout(ctx, min(every, time.Minute))
-				_, err = t.store.SetUsage(uctx, t.taskID, t.Spec.Node, t.info.Token, *u)
-				ucancel()
-			}
-			switch {
-			case err != nil && !failing && ctx.Err() == nil:
-				failing = true
-				t.log.Warn("cannot record the run's usage; trying again each usage_interval", zap.Error(err))
-			case err == nil && failing:
-				failing = false
-				t.log.Info("recording the run's usage again")
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
 }

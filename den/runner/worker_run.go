@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/den-project/den/den/internal/backoff"
 	"github.com/den-project/den/den/internal/contain"
-	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -45,7 +43,8 @@ type Runner struct {
 	// land.
 	Retry backoff.Policy
 	// Report, when set, is told how the run ended once its outcome is
-	// stored (for the node's metrics; it costs no database command).
+	// stored (for the node's metrics, over the task channel; it costs no
+	// database command).
 	Report func(Report)
 	// LiveRequests delivers the node's requests for live output (SIGUSR1,
 	// sent while a reader wants the task's output as it is written; see
@@ -53,10 +52,10 @@ type Runner struct {
 	// Nil: never asked.
 	LiveRequests <-chan os.Signal
 
-	// supervisor is set in a worker under a supervisor (see supervise.go);
+	// supervisor is set in a worker under a supervisor (see supervisor.go);
 	// a Runner used in-process has none, and contains nothing.
 	supervisor *link
-	// reused is set when this process has run a task before (reuse.go).
+	// reused is set when this process has run a task before (worker_tasks.go).
 	reused bool
 	// abandoned is set when the run gave up on a plugin that ignored
 	// cancellation: its goroutine may still run, so this process must not
@@ -65,80 +64,6 @@ type Runner struct {
 	// maxRSSBefore is the worker's RUSAGE_CHILDREN ru_maxrss when a reused
 	// run began: a larger one at its end is a program of this run.
 	maxRSSBefore int64
-}
-
-// work connects to the database named in spec (through the node's relay
-// when relayCtl is its control channel), runs the task and returns when
-// its result is stored. With tasks (the node's task channel; reuse.go) it
-// then runs the tasks the node hands it, one after another, on the same
-// connection, until the node closes the channel. ctx cancellation
-// (SIGTERM to the runner) stops the plugin, and the runner takes no more
-// tasks; the result is still stored. sup is the worker's link to its
-// supervisor.
-func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal, tasks *taskLink) error {
-	client, disconnect, report, err := connect(spec, relayCtl, log)
-	if err != nil {
-		return err
-	}
-	defer disconnect(ctx)
-	var shedder shedder
-	for served := 0; ; served++ {
-		r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
-			reused: served > 0,
-			Report: func(rep Report) {
-				b, err := json.Marshal(rep)
-				if err == nil {
-					err = report(b)
-				}
-				if err != nil && !errors.Is(err, relay.ErrNodeGone) {
-					log.Debug("could not tell the node how the task ended", zap.Error(err))
-				}
-			}}
-		if tasks == nil {
-			return r.Run(ctx)
-		}
-		runCtx, cancel := context.WithCancel(ctx)
-		tasks.begin(spec.Task, cancel)
-		drain(live) // a request for the run before is not one for this run
-		err := r.Run(runCtx)
-		tasks.end()
-		cancel()
-		if err != nil {
-			return err
-		}
-		if sup != nil {
-			left, err := sup.idle(ctx)
-			if err != nil || left > 0 {
-				// The supervisor is gone, or could not stop all of the run
-				// (a process stuck in the kernel): serve no more.
-				log.Warn("this task runner takes no more tasks: its last run is not wholly stopped", zap.Int("processes_left", left), zap.Error(err))
-				return nil
-			}
-		}
-		if r.abandoned || ctx.Err() != nil {
-			return nil
-		}
-		shedder.shed(log)
-		next, ok := tasks.done(ctx, spec.Task)
-		if !ok {
-			return nil
-		}
-		if next.URI != spec.URI || next.Database != spec.Database || next.Node != spec.Node {
-			return fmt.Errorf("the node handed this runner a task of another database or node (%s)", next.Task)
-		}
-		spec = next
-	}
-}
-
-// drain empties a channel of live-output requests.
-func drain(live <-chan os.Signal) {
-	for {
-		select {
-		case <-live:
-		default:
-			return
-		}
-	}
 }
 
 func (r *Runner) now() time.Time {
@@ -699,24 +624,12 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	return nil
 }
 
-// Report is what a runner tells its node, over the relay's control
-// channel, once its task's outcome is stored: the status recorded (0 when
-// the task had changed under the run and nothing was recorded), whether it
-// was put back for a retry, and the bytes the task wrote to stdout and
-// stderr (up to max_output each).
-type Report struct {
-	Status int   `json:"status"`
-	Retry  bool  `json:"retry,omitempty"`
-	Stdout int64 `json:"stdout"`
-	Stderr int64 `json:"stderr"`
-}
-
 func (t *run) report(status int, retry bool) {
 	if t.Report == nil {
 		return
 	}
 	stdout, stderr := t.out.written()
-	t.Report(Report{Status: status, Retry: retry, Stdout: stdout, Stderr: stderr})
+	t.Report(Report{Task: t.Spec.Task, Status: status, Retry: retry, Stdout: stdout, Stderr: stderr})
 }
 
 // releaseDependents moves on the tasks that come after this one, when it

@@ -21,106 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/den-project/den/den/internal/contain"
-	"github.com/den-project/den/den/sandbox"
-	"github.com/den-project/den/plugins"
 )
-
-// A task runner is two processes. The node starts the supervisor, which
-// leads the run's session and process group and is a child subreaper; it
-// starts the worker, which connects to MongoDB and runs the task. Every
-// process the task starts stays below the supervisor: those whose parent
-// exits are re-parented to it, not to init, however often they fork or
-// call setsid. When the task ends, and before its result is recorded, the
-// worker asks the supervisor to stop every process left; when the worker
-// itself dies, the supervisor stops what it left and exits, and the node
-// rescues the task only after that. The supervisor holds no database
-// connection and runs no plugin code, so it can reap any child it is given.
-//
-// The worker's control channel to its supervisor is file descriptor 3, a
-// socket, with one line per request: "grace <ms>" (the task's
-// max_termination_time, for a worker that dies), "stop <ms>" (stop all
-// other processes of the run), answered by "stopped <n>", and "usage"
-// (the run's resource usage so far, see usage.go), answered by
-// "usage <json>", "procs <n>" (the run's process limit), answered by
-// "procs <dir>" (the pids cgroup the run's programs join) or "procs -"
-// (none: RLIMIT_NPROC holds it), "begin <task id>" (a run of that task starts), answered
-// by "run <token>" (the run's token), and "idle" (the run is over and
-// recorded; no answer). The worker asks one question at a time. When the
-// node relays MongoDB connections (EnvRelayFD), the worker also gets the
-// relay's control channel, and when the node reuses runners (EnvTasksFD)
-// its task channel, as the next descriptors; the supervisor keeps no copy
-// of either, and all are close-on-exec in the worker.
-//
-// A runner may serve several tasks of one queue, one after another (see
-// reuse.go). Each is a run of its own: the supervisor gives it a new
-// token, run marker, cgroup and run proof, and measures and limits it
-// from zero; the previous run's processes were all stopped before its
-// result was recorded.
-
-// Environment of the worker.
-const (
-	envWorker     = "DEN_RUNNER_WORKER"     // "1" in the worker
-	envSupervisor = "DEN_RUNNER_SUPERVISOR" // the supervisor's pid and start time, "pid:ms"
-	controlFD     = 3
-)
-
-// Process is the body of a task-runner process: the supervisor when the
-// node started it, the worker when the supervisor did. It returns the
-// process's exit code. newLog builds the logger from the spec.
-func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int {
-	// First of all, before anything could start a program: no descriptor
-	// this process inherited (but those it takes below, for itself) may
-	// reach the task's programs, nor may the relay's control channel.
-	inheritErr := sandbox.CloseInherited()
-	relayCtl, relayErr := takeRelayControl()
-	tasksCh, tasksErr := takeInherited(EnvTasksFD, "tasks", os.Getenv(envWorker) != "")
-	spec, err := SpecFromEnv()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "den task-runner:", err)
-		return 2
-	}
-	log, err := newLog(spec)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "den task-runner:", err)
-		return 2
-	}
-	defer log.Sync()
-	if inheritErr != nil {
-		log.Error("cannot keep the descriptors this runner inherited from its programs; refusing to run tasks", zap.Error(inheritErr))
-		return 2
-	}
-	if relayErr != nil {
-		log.Warn("cannot use the node's relay; connecting to MongoDB directly", zap.Error(relayErr))
-	}
-	if tasksErr != nil {
-		log.Warn("cannot take the node's task channel; this runner serves one task", zap.Error(tasksErr))
-	}
-	if os.Getenv(envWorker) == "" {
-		return supervise(spec, log.With(zap.String("node", spec.Node), zap.String("role", "supervisor")), relayCtl, tasksCh)
-	}
-	link, err := linkFromEnv()
-	if err != nil {
-		log.Error("task runner worker without its supervisor", zap.Error(err))
-		return 2
-	}
-	defer link.close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// Requests for live output, forwarded by the supervisor. Never reset:
-	// SIGUSR1's default action would end the worker.
-	live := make(chan os.Signal, 1)
-	signal.Notify(live, syscall.SIGUSR1)
-	var tasks *taskLink
-	if tasksCh != nil {
-		tasks = newTaskLink(tasksCh, live)
-		defer tasks.close()
-	}
-	if err := work(ctx, spec, reg, log, link, relayCtl, live, tasks); err != nil {
-		log.Error("task runner failed", zap.Error(err))
-		return 1
-	}
-	return 0
-}
 
 // supervise runs the supervisor: it starts the worker, reaps every child
 // it is given, answers the worker's requests, and once the worker has
@@ -147,10 +48,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		// A kernel without memfd (before 3.17). The node then proves this
 		// runner by its spec, which names its one task: serve no other.
 		log.Warn("no run proof on this kernel; this runner serves one task", zap.Error(err))
-		if tasksCh != nil {
-			tasksCh.Close()
-			tasksCh = nil
-		}
+		spec.Reuse = false // the worker's spec, below
 	}
 	started := int64(0)
 	if t, err := processStart(os.Getpid()); err == nil {
@@ -189,7 +87,13 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	// The worker's environment carries no run marker: the marker of each
 	// run is set for the programs of that run only (Runner.Run), so that
 	// the worker is never taken for a leftover of a run it has served.
-	env := append(os.Environ(), envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
+	workerSpec, err := spec.Env()
+	if err != nil {
+		log.Error("hand the worker its spec", zap.Error(err))
+		return 2
+	}
+	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, SpecEnv+"=") })
+	env = append(env, workerSpec, envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
 	files := []uintptr{0, 1, 2, uintptr(fds[1])}
 	if relayCtl != nil {
 		env = append(env, EnvRelayFD+"="+strconv.Itoa(len(files)))
@@ -239,7 +143,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastSample := time.Now()
-	// memoryTick runs while a task's memory request is known ("memory").
+	// memoryTick runs while a task's memory request is known (verbMemory).
 	var memoryTicker *time.Ticker
 	var memoryTick <-chan time.Time
 	defer func() {
@@ -364,53 +268,55 @@ func (s *supervisor) reap() {
 	}
 }
 
-// handle answers one request of the worker.
+// handle answers one request of the worker (control.go).
 func (s *supervisor) handle(req string, reply *os.File) {
-	switch verb, arg, _ := strings.Cut(req, " "); verb {
-	case "usage":
+	answer := func(verb string, arg any) { fmt.Fprintf(reply, "%s %v\n", verb, arg) }
+	verb, arg, _ := strings.Cut(req, " ")
+	switch verb {
+	case verbUsage:
 		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1))
 		if err != nil { // cannot happen: numbers only
 			b = []byte("{}")
 		}
-		fmt.Fprintf(reply, "usage %s\n", b)
+		answer(verbUsage, string(b))
 		return
-	case "begin":
+	case verbBegin:
 		token, err := s.begin(arg)
 		if err != nil {
 			s.log.Error("cannot begin a run", zap.String("task", arg), zap.Error(err))
-			fmt.Fprintf(reply, "refused %s\n", err)
+			answer(verbRefused, err)
 			return
 		}
-		fmt.Fprintf(reply, "run %s\n", token)
+		answer(verbRun, token)
 		return
-	case "idle":
-		fmt.Fprintf(reply, "idle %d\n", s.idle())
+	case verbIdle:
+		answer(verbIdle, s.idle())
 		return
-	case "procs":
-		dir := "-"
+	case verbProcs:
+		dir := noPids
 		if n, err := strconv.Atoi(arg); err == nil && n > 0 {
 			if d := s.limitProcesses(n); d != "" {
 				dir = d
 			}
 		}
-		fmt.Fprintf(reply, "procs %s\n", dir)
+		answer(verbProcs, dir)
 		return
 	}
-	verb, arg, _ := strings.Cut(req, " ")
-	ms, err := strconv.ParseInt(arg, 10, 64)
-	if err != nil || ms < 0 {
+	n, err := strconv.ParseInt(arg, 10, 64)
+	if err != nil || n < 0 {
 		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
 		return
 	}
 	switch verb {
-	case "memory":
-		s.usage.limit = ms // bytes
-	case "grace":
-		s.grace = time.Duration(ms) * time.Millisecond
-	case "stop":
-		s.grace = time.Duration(ms) * time.Millisecond
-		n := s.stopAll(context.Background(), false)
-		fmt.Fprintf(reply, "stopped %d\n", n)
+	case verbMemory:
+		s.usage.limit = n // bytes
+	case verbGrace:
+		s.grace = time.Duration(n) * time.Millisecond
+	case verbStop:
+		s.grace = time.Duration(n) * time.Millisecond
+		answer(verbStopped, s.stopAll(context.Background(), false))
+	default:
+		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
 	}
 }
 
@@ -466,122 +372,6 @@ func readRequests(f *os.File, out chan<- string) {
 	}
 }
 
-// link is the worker's end of the control channel.
-type link struct {
-	f       *os.File
-	r       *bufio.Reader
-	pid     int
-	started int64
-	// asking holds a token while a question waits for its answer (even
-	// after its asker gave up), so that every answer goes to its question.
-	asking chan struct{}
-}
-
-func linkFromEnv() (*link, error) {
-	v := os.Getenv(envSupervisor)
-	pidText, startText, ok := strings.Cut(v, ":")
-	pid, err1 := strconv.Atoi(pidText)
-	started, err2 := strconv.ParseInt(startText, 10, 64)
-	if !ok || err1 != nil || err2 != nil || pid != os.Getppid() {
-		return nil, fmt.Errorf("%s=%q does not name this process's parent", envSupervisor, v)
-	}
-	syscall.CloseOnExec(controlFD) // never handed on to the task's programs
-	f := os.NewFile(controlFD, "supervisor")
-	if f == nil {
-		return nil, errors.New("no control channel on fd 3")
-	}
-	return &link{f: f, r: bufio.NewReader(f), pid: pid, started: started, asking: make(chan struct{}, 1)}, nil
-}
-
-func (l *link) close() { l.f.Close() }
-
-// begin tells the supervisor that a run of task (hex) begins, and returns
-// the run's token.
-func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, error) {
-	line, err := l.ask(ctx, "begin "+task, "run ")
-	if err != nil {
-		return bson.ObjectID{}, fmt.Errorf("begin the run with the supervisor: %w", err)
-	}
-	token, err := bson.ObjectIDFromHex(line)
-	if err != nil {
-		return bson.ObjectID{}, fmt.Errorf("supervisor answered %q for a run token", line)
-	}
-	return token, nil
-}
-
-// idle tells the supervisor that the run is over and recorded, and
-// returns how many of its processes are still there (see supervisor.idle).
-func (l *link) idle(ctx context.Context) (int, error) {
-	line, err := l.ask(ctx, "idle", "idle ")
-	if err != nil {
-		return 0, fmt.Errorf("end the run with the supervisor: %w", err)
-	}
-	n, err := strconv.Atoi(line)
-	if err != nil {
-		return 0, fmt.Errorf("supervisor answered %q", line)
-	}
-	return n, nil
-}
-
-// setGrace tells the supervisor the task's max_termination_time, for the
-// case where the worker dies with processes left.
-func (l *link) setGrace(grace time.Duration) error {
-	_, err := fmt.Fprintf(l.f, "grace %d\n", grace.Milliseconds())
-	return err
-}
-
-// stopLeftovers asks the supervisor to stop every process of the run other
-// than the worker, and returns how many it stopped.
-func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, error) {
-	line, err := l.ask(ctx, fmt.Sprintf("stop %d", grace.Milliseconds()), "stopped ")
-	if err != nil {
-		return 0, fmt.Errorf("ask the supervisor to stop leftover processes: %w", err)
-	}
-	n, err := strconv.Atoi(line)
-	if err != nil {
-		return 0, fmt.Errorf("supervisor answered %q", line)
-	}
-	return n, nil
-}
-
-// ask sends one request and returns its answer without the prefix it must
-// start with. Questions are asked one at a time; one whose asker gave up
-// (ctx) still takes its answer off the channel before the next is asked.
-func (l *link) ask(ctx context.Context, req, prefix string) (string, error) {
-	select {
-	case l.asking <- struct{}{}:
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-	if _, err := fmt.Fprintf(l.f, "%s\n", req); err != nil {
-		<-l.asking
-		return "", err
-	}
-	type answer struct {
-		line string
-		err  error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		line, err := l.r.ReadString('\n')
-		<-l.asking
-		got <- answer{line, err}
-	}()
-	select {
-	case a := <-got:
-		if a.err != nil {
-			return "", fmt.Errorf("read the supervisor's answer: %w", a.err)
-		}
-		rest, ok := strings.CutPrefix(strings.TrimSpace(a.line), prefix)
-		if !ok {
-			return "", fmt.Errorf("supervisor answered %q to %q", a.line, req)
-		}
-		return rest, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-}
-
 // limitProcesses gives the current run's programs a pids cgroup with
 // pids.max n, where the node has a pids hierarchy for runs, and returns
 // its directory; "" when there is none (RLIMIT_NPROC holds the limit
@@ -600,19 +390,6 @@ func (s *supervisor) limitProcesses(n int) string {
 	}
 	s.run.pids = dir
 	return dir
-}
-
-// limitProcesses tells the supervisor the run's process limit n, and
-// returns the pids cgroup the run's programs must join, "" for none.
-func (l *link) limitProcesses(ctx context.Context, n int) (string, error) {
-	line, err := l.ask(ctx, "procs "+strconv.Itoa(n), "procs ")
-	if err != nil {
-		return "", fmt.Errorf("ask the supervisor for the run's pids cgroup: %w", err)
-	}
-	if line == "-" {
-		return "", nil
-	}
-	return line, nil
 }
 
 // processStart is a process's start time in milliseconds since the epoch,

@@ -1,0 +1,96 @@
+package runner
+
+// The control channel between a runner's two processes. The supervisor
+// starts the worker with one end of a stream socketpair as its file
+// descriptor controlFD (and its own pid and start time in envSupervisor,
+// which the worker checks against its parent). The worker asks, the
+// supervisor answers: one request per line, a verb and at most one
+// argument, separated by a space; an answer is a line that starts with its
+// verb. The worker asks one question at a time, and takes each answer off
+// the channel before it asks the next (link.ask), so answers need no
+// numbering. Requests, in the order a run makes them:
+//
+//	begin <task id>  a run of that task starts      -> run <token> | refused <why>
+//	grace <ms>       the task's max_termination_time,
+//	                 for a worker that dies          (no answer)
+//	memory <bytes>   the task's memory request, which
+//	                 the supervisor enforces         (no answer)
+//	procs <n>        the run's process limit         -> procs <dir> | procs -
+//	usage            the run's usage so far          -> usage <JSON measured>
+//	stop <ms>        stop every other process of the
+//	                 run, with this grace            -> stopped <n>
+//	idle             the run is over and recorded    -> idle <n>
+//
+// "procs -" means the supervisor has no pids cgroup for the run
+// (RLIMIT_NPROC holds its limit); "idle <n>" counts the run's processes
+// still there (a runner with any takes no other task). A request the
+// supervisor cannot read is logged and ignored. The verbs below are the
+// only spelling of the protocol: supervisor.handle reads them and the
+// worker's link writes them.
+//
+// Besides the control channel, the worker inherits the node's task
+// channel (EnvTasksFD) and, when the node relays MongoDB connections, the
+// relay's control channel (EnvRelayFD), as the next descriptors; the
+// supervisor keeps no copy of either, and all are close-on-exec in the
+// worker.
+const (
+	verbBegin   = "begin"
+	verbRun     = "run"     // the answer to begin: the run's token
+	verbRefused = "refused" // the answer to begin: no run, and why
+	verbGrace   = "grace"
+	verbMemory  = "memory"
+	verbProcs   = "procs"
+	verbUsage   = "usage"
+	verbStop    = "stop"
+	verbStopped = "stopped" // the answer to stop
+	verbIdle    = "idle"
+	// noPids is the argument of the answer to procs when the run has no
+	// pids cgroup.
+	noPids = "-"
+)
+
+// request is the line, without its newline, of a request: verb, and its
+// argument if any.
+func request(verb, arg string) string {
+	if arg == "" {
+		return verb
+	}
+	return verb + " " + arg
+}
+
+// Environment of the worker.
+const (
+	envWorker     = "DEN_RUNNER_WORKER"     // "1" in the worker
+	envSupervisor = "DEN_RUNNER_SUPERVISOR" // the supervisor's pid and start time, "pid:ms"
+	controlFD     = 3
+)
+
+// measured is the supervisor's answer to usage (verbUsage), as JSON.
+type measured struct {
+	CPUUser   float64 `json:"cpu_user_s"`
+	CPUSystem float64 `json:"cpu_system_s"`
+	// PeakRSS is the largest sampled sum of the tree's RSS, in bytes.
+	PeakRSS int64 `json:"peak_rss"`
+	// MaxRSS is the largest peak RSS of one process the supervisor reaped
+	// (ru_maxrss), in bytes.
+	MaxRSS int64 `json:"max_rss"`
+	// CgroupPeak is the run cgroup's memory.peak in bytes; 0: none.
+	CgroupPeak int64 `json:"cgroup_peak,omitempty"`
+	Samples    int   `json:"samples"`
+	// MemoryKill is set when the supervisor killed the task's processes
+	// for passing their memory request (supervisor_memory.go); OOMKills counts the
+	// kernel's OOM kills in the run's cgroup.
+	MemoryKill *memoryKill `json:"memory_kill,omitempty"`
+	OOMKills   int64       `json:"oom_kills,omitempty"`
+	// PeakTaskRSS is the largest sampled RSS of the task's processes (the
+	// tree but the worker), in bytes.
+	PeakTaskRSS int64 `json:"peak_task_rss,omitempty"`
+}
+
+// memoryKill is what the supervisor saw when it stopped a run for its
+// memory.
+type memoryKill struct {
+	RSS   int64 `json:"rss"`   // bytes the task's processes held
+	Limit int64 `json:"limit"` // bytes the task requested
+	Procs int   `json:"procs"` // processes killed
+}

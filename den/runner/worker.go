@@ -1,0 +1,120 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/plugins"
+)
+
+// work connects to the database named in spec (through the node's relay
+// when relayCtl is its control channel), runs the task and returns when
+// its result is stored. With tasks (the node's task channel) it tells the
+// node how each run ended (Report), and, when the spec allows reuse
+// (Spec.Reuse; worker_tasks.go), then runs the tasks the node hands it, one after
+// another, on the same connection, until the node closes the channel. ctx
+// cancellation (SIGTERM to the runner) stops the plugin, and the runner
+// takes no more tasks; the result is still stored. sup is the worker's
+// link to its supervisor.
+func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal, tasks *taskLink) error {
+	client, disconnect, err := connect(spec, relayCtl, log)
+	if err != nil {
+		return err
+	}
+	defer disconnect(ctx)
+	report := func(rep Report) {
+		if tasks == nil {
+			return
+		}
+		if err := tasks.report(rep); err != nil {
+			log.Debug("could not tell the node how the task ended", zap.Error(err))
+		}
+	}
+	var shedder shedder
+	for served := 0; ; served++ {
+		r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
+			reused: served > 0, Report: report}
+		if tasks == nil {
+			return r.Run(ctx)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		tasks.begin(spec.Task, cancel)
+		drain(live) // a request for the run before is not one for this run
+		err := r.Run(runCtx)
+		tasks.end()
+		cancel()
+		if err != nil || !spec.Reuse {
+			return err
+		}
+		if sup != nil {
+			left, err := sup.idle(ctx)
+			if err != nil || left > 0 {
+				// The supervisor is gone, or could not stop all of the run
+				// (a process stuck in the kernel): serve no more.
+				log.Warn("this task runner takes no more tasks: its last run is not wholly stopped", zap.Int("processes_left", left), zap.Error(err))
+				return nil
+			}
+		}
+		if r.abandoned || ctx.Err() != nil {
+			return nil
+		}
+		shedder.shed(log)
+		next, ok := tasks.done(ctx, spec.Task)
+		if !ok {
+			return nil
+		}
+		if next.URI != spec.URI || next.Database != spec.Database || next.Node != spec.Node {
+			return fmt.Errorf("the node handed this runner a task of another database or node (%s)", next.Task)
+		}
+		spec = next
+	}
+}
+
+// drain empties a channel of live-output requests.
+func drain(live <-chan os.Signal) {
+	for {
+		select {
+		case <-live:
+		default:
+			return
+		}
+	}
+}
+
+// shedAfter is how much a run may allocate before shed collects and gives
+// memory back: a full collection costs a few milliseconds, so it is paid
+// only after a run that made the worker allocate that much (a large output
+// is held, copied and encoded).
+const shedAfter = 32 << 20
+
+// shedder remembers how much the worker had allocated in all at its last
+// shed.
+type shedder struct{ allocated uint64 }
+
+// shed readies a worker for its next run. What the run made the worker
+// take (its output, held until it was written, and the encoded result)
+// goes back to the kernel, so that an idle runner does not sit on it.
+// Then the worker's peak RSS (VmHWM) is reset to what it holds now: a
+// program the next run starts is cloned from the worker and inherits
+// that peak as its own ru_maxrss, which would charge the next run (maybe
+// another user's small task) with the last run's peak.
+func (s *shedder) shed(log *zap.Logger) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if ms.TotalAlloc-s.allocated > shedAfter {
+		// Two collections: the driver keeps message buffers in a
+		// sync.Pool, which holds them through one.
+		runtime.GC()
+		debug.FreeOSMemory()
+	}
+	s.allocated = ms.TotalAlloc
+	// "5" resets the peak RSS to the current RSS (Linux 4.0).
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		log.Debug("could not reset the worker's peak RSS", zap.Error(err))
+	}
+}
