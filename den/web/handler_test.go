@@ -16,6 +16,7 @@ import (
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/gridfs"
+	"github.com/den-project/den/queue"
 )
 
 const testToken = "test-token-0123456789"
@@ -420,6 +421,37 @@ func TestEarlierRunsOutput(t *testing.T) {
 		code, body := get(t, c, srv.URL+"/tasks/"+f.done.Hex()+"/output.txt"+tc.query)
 		if code != tc.code || (tc.code == 200 && body != tc.body) {
 			t.Errorf("output.txt%s: %d %q, want %d %q", tc.query, code, body, tc.code, tc.body)
+		}
+	}
+}
+
+// The schedules page lists each schedule with its times, its last task
+// and its state; one that cannot fire says why.
+func TestSchedulesPage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	s := queue.NewStore(f.db)
+	now := time.Now()
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: "0 2 * * *", TZ: "Europe/Berlin"}, now.Add(-48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "poll", Queue: f.queue, Every: time.Minute}, now.Add(-90*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	fired, err := s.FireDue(dentest.Context(t), now.Add(-29*time.Second))
+	if err != nil || len(fired.Inserted) != 1 {
+		t.Fatalf("fire: %+v %v", fired, err)
+	}
+	dentest.Insert(t, f.db.Collection("schedules"), bson.D{{Key: "_id", Value: "broken"}, {Key: "queue", Value: f.queue}, {Key: "cron", Value: "99 * * * *"}})
+	srv := serve(t, f.db, "")
+	code, page := get(t, client(nil), srv.URL+"/schedules")
+	if code != 200 {
+		t.Fatalf("/schedules: %d", code)
+	}
+	for _, want := range []string{`data-schedule="nightly"`, "0 2 * * * (Europe/Berlin)", `data-schedule="poll"`, "every 1m0s",
+		`href="/tasks/` + fired.Inserted[0].Hex() + `"`, "cannot fire:", "above maximum", `href="/schedules" aria-current="page"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the schedules page does not have %q", want)
 		}
 	}
 }
