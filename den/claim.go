@@ -324,7 +324,7 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.O
 		if q.GFS != "" {
 			mode = q.GFS
 		}
-		if err := n.spawn(q, c.ID, mode); err != nil {
+		if err := n.runners.start(q, c.ID, mode); err != nil {
 			n.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
 			n.release(c.ID, "runner did not start")
 			return false, nil

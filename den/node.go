@@ -135,13 +135,9 @@ type Config struct {
 
 // Node is one Disbatch execution node.
 type Node struct {
-	cfg     Config
-	store   *queue.Store
+	*common
 	plugins *plugins.Registry
-	log     *zap.Logger
-	now     func() time.Time
 
-	notes      notices
 	wake       chan struct{} // a runner finished: claim again now
 	offset     int           // rotates which queue claims first
 	lastSweep  time.Time
@@ -161,12 +157,9 @@ type Node struct {
 	runningAt time.Time
 	// claiming is what a claim needs from the last full pass.
 	claiming claimState
-	// unfit is what the sweep needs to note requests no node can meet
-	// (see unfit.go).
-	unfit unfitState
+	unfit    unfitState
 	// held is what this node holds (claimed and running tasks).
-	held *heldTasks
-	// arrived are the queues new tasks arrived in (see arrivals.go).
+	held    *heldTasks
 	arrived arrivals
 	// beat is what the node knows of its node document (heartbeat.go).
 	beat heartbeat
@@ -177,37 +170,11 @@ type Node struct {
 	pauseMu       sync.Mutex
 	pausedUntil   time.Time
 
-	// cancelling maps the run token of each cancelled task whose runner
-	// was sent SIGTERM to when it gets SIGKILL.
-	cancelMu   sync.Mutex
-	cancelling map[bson.ObjectID]time.Time
 	// capacity is what the node has for tasks that request resources.
 	capacity *capacity
-	// liveAsked maps the run token of each running task a reader wants live
-	// output of to when its runner was last asked (passes only).
-	liveAsked map[bson.ObjectID]time.Time
 
-	// runners counts the runner processes this process started that are
-	// still running; pool holds them (reuse.go).
-	runners atomic.Int64
-	pool    *runnerPool
+	runners *runners
 
-	// relay serves runners their MongoDB connections; nil when runners
-	// connect directly (Runner.Direct).
-	relay *relay.Relay
-
-	// cgroup is the delegated cgroup v2 directory runs get cgroups under;
-	// empty when runs are contained by their process tree only.
-	cgroup string
-	// pids is the cgroup v1 pids directory runs' programs get cgroups
-	// under; empty when RLIMIT_NPROC holds their process limit.
-	pids string
-	// stopping holds the run tokens whose leftovers are being stopped, so
-	// that two rescue passes do not do it at once.
-	stopMu   sync.Mutex
-	stopping map[bson.ObjectID]bool
-
-	metrics *metrics.Metrics
 	// host samples the host's resources for the node document; pid and
 	// started describe this process.
 	host    *resources.Sampler
@@ -343,28 +310,22 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 			started = time.UnixMilli(ms)
 		}
 	}
+	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: now, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{
-		metrics:    cfg.Metrics,
-		host:       &resources.Sampler{Every: cfg.ResourcesEvery},
-		pid:        pid,
-		started:    started,
-		relay:      rel,
-		cgroup:     cgroup,
-		pids:       pids,
-		stopping:   map[bson.ObjectID]bool{},
-		cfg:        cfg,
-		store:      queue.NewStore(db),
-		plugins:    reg,
-		log:        log,
-		now:        now,
-		wake:       make(chan struct{}, 1),
-		cancelling: map[bson.ObjectID]time.Time{},
-		liveAsked:  map[bson.ObjectID]time.Time{},
-		capacity:   &capacity{limits: cfg.Resources},
-		pool:       newRunnerPool(),
-		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
-		held:       newHeldTasks(),
+		common:   c,
+		host:     &resources.Sampler{Every: cfg.ResourcesEvery},
+		pid:      pid,
+		started:  started,
+		plugins:  reg,
+		wake:     make(chan struct{}, 1),
+		capacity: &capacity{limits: cfg.Resources},
+		claiming: claimState{empty: map[bson.ObjectID]counts{}},
+		held:     newHeldTasks(),
+		runners:  newRunners(c, rel, cgroup, pids),
 	}
+	n.runners.slots = n
+	n.runners.rescue = n.rescue
+	n.runners.queueName = n.queueName
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
 	return n, nil
 }
@@ -398,9 +359,9 @@ func (n *Node) Name() string { return n.cfg.Name }
 // document one last time and returns nil. Running tasks are not touched:
 // their runners are separate processes and finish on their own.
 func (n *Node) Run(ctx context.Context) error {
-	if n.relay != nil {
+	if n.runners.relay != nil {
 		// Runners still running switch to their own connections.
-		defer n.relay.Close()
+		defer n.runners.relay.Close()
 	}
 	if n.cfg.HTTP != nil {
 		// Served from the start, so that /healthz answers and /readyz says
@@ -441,9 +402,9 @@ func (n *Node) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			n.retireIdle(true)
+			n.runners.retireIdle(true)
 			if n.cfg.DrainOnStop > 0 {
-				n.drain(n.cfg.DrainOnStop)
+				n.runners.drain(n.cfg.DrainOnStop)
 			}
 			n.shutdown()
 			return nil
@@ -541,7 +502,7 @@ func (n *Node) keepAlive(ctx context.Context) (stop func()) {
 func (n *Node) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	running := n.runners.Load()
+	running := n.runners.running.Load()
 	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.beat.queues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
@@ -622,4 +583,58 @@ func (n *Node) runningByQueue() map[string]int {
 		out[name] += c
 	}
 	return out
+}
+
+// queueName is the name of queue id as the last full pass read it, else
+// fallback.
+func (n *Node) queueName(id bson.ObjectID, fallback string) string {
+	if p := n.queueNames.Load(); p != nil {
+		if name, ok := (*p)[id]; ok {
+			return name
+		}
+	}
+	return fallback
+}
+
+func (n *Node) letGo(id bson.ObjectID) {
+	n.held.done(id, n.now())
+	n.wakeUp()
+}
+
+func (n *Node) runnerStarted() {
+	n.startFailures.Store(0)
+	if n.notes.clear("runner-start") {
+		n.log.Info("task runners start tasks again")
+	}
+}
+
+func (n *Node) runnerStartFailed(taskID bson.ObjectID, exit string) {
+	failures := n.startFailures.Add(1)
+	pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
+	n.pauseClaims(pause)
+	if n.notes.set("runner-start", "") {
+		n.log.Error("a task runner exited before starting its task; task put back, claiming paused with backoff (see the runner log)",
+			zap.String("task_id", taskID.Hex()), zap.String("exit", exit))
+	}
+}
+
+func (n *Node) wakeUp() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) pauseClaims(d time.Duration) {
+	n.pauseMu.Lock()
+	defer n.pauseMu.Unlock()
+	if until := n.now().Add(d); until.After(n.pausedUntil) {
+		n.pausedUntil = until
+	}
+}
+
+func (n *Node) claimsPaused() bool {
+	n.pauseMu.Lock()
+	defer n.pauseMu.Unlock()
+	return n.now().Before(n.pausedUntil)
 }

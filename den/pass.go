@@ -17,7 +17,7 @@ import (
 // (pass). A MongoDB failure ends the pass; it is logged when the outage
 // starts and when it ends, and a full pass that succeeds ends it.
 func (n *Node) fullPass(ctx context.Context) {
-	n.retireIdle(false)
+	n.runners.retireIdle(false)
 	stopped, slow, err := n.timedPass(ctx, "full", n.pass)
 	if stopped || slow {
 		return
@@ -200,7 +200,7 @@ func (n *Node) pass(ctx context.Context) error {
 		return err
 	}
 	if held != nil {
-		n.askLive(held, now)
+		n.runners.askLive(held, now)
 	}
 	if rescueDue {
 		if err := n.rescueStaleClaims(ctx, held, byID, now); err != nil {

@@ -41,17 +41,17 @@ func (n *Node) rescueDeadRunners(ctx context.Context, held []queue.Task, queues 
 				return nil
 			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
-		case n.onThisHost(*r) && !n.ownRunner(r.PID) && !alive(*r):
+		case n.runners.onThisHost(*r) && !n.runners.startedHere(r.PID) && !alive(*r):
 			if !n.chore() {
 				return nil
 			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
-		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.held.finished(task.ID):
+		case n.runners.onThisHost(*r) && !n.runners.runGoing(task.ID, *r) && !n.held.finished(task.ID):
 			if !n.chore() {
 				return nil
 			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
-		case !n.onThisHost(*r) && staleSign(*r, now, n.cfg.DeadNodeAfter):
+		case !n.runners.onThisHost(*r) && staleSign(*r, now, n.cfg.DeadNodeAfter):
 			if !n.chore() {
 				return nil
 			}
@@ -174,13 +174,9 @@ func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue
 func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) int {
 	reason := why.Reason
 	id := task.ID
-	leftovers := 0
-	if r := task.Runner; r != nil && n.onThisHost(*r) {
-		n.killHungRunner(id, *r)
-		var busy bool
-		if leftovers, busy = n.stopLeftovers(ctx, id, *r, n.grace(task, q)); busy {
-			return 0 // another pass is stopping this run, and rescues it after
-		}
+	leftovers, busy := n.runners.endDeadRun(ctx, task, q)
+	if busy {
+		return 0 // another pass is stopping this run, and rescues it after
 	}
 	st, err := n.store.Rescue(ctx, task, q, why, leftovers, n.now())
 	if err == nil && st != 0 {
