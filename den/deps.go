@@ -139,7 +139,7 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 	}
 	if released > 0 {
 		n.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
-		n.wakeUp()
+		n.claimer.wakeUp()
 	}
 	if err != nil {
 		return err

@@ -56,20 +56,18 @@ func (n *Node) writeNodeDocument(ctx context.Context, queues, serve []queue.Queu
 // node serves or holds tasks of (not every queue of the database), each
 // as the protocol defines its entry, at most NodeQueuesMax of them.
 func (n *Node) nodeDocQueues(queues, serve []queue.Queue) []queue.NodeQueue {
-	holds, _ := n.held.counts()
+	holds, _ := n.claimer.held.counts()
 	served := make(map[bson.ObjectID]bool, len(serve))
 	for _, q := range serve {
 		served[q.ID] = true
 	}
-	st := &n.claiming
 	entries := make([]queue.NodeQueue, 0, min(len(serve), NodeQueuesMax))
 	rank := make(map[string]int, len(serve))
 	for _, q := range queues {
 		if !served[q.ID] && holds[q.ID] == 0 {
 			continue
 		}
-		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
-		e := queue.NewNodeQueue(q, max(others, 0)+holds[q.ID])
+		e := queue.NewNodeQueue(q, n.claimer.othersRunning(q.ID)+holds[q.ID])
 		switch {
 		case holds[q.ID] > 0:
 			rank[e.ID] = 0

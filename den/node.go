@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,8 +137,6 @@ type Node struct {
 	*common
 	plugins *plugins.Registry
 
-	wake       chan struct{} // a runner finished: claim again now
-	offset     int           // rotates which queue claims first
 	lastSweep  time.Time
 	lastRescue time.Time
 	// chores is what is left of this pass's housekeeping budget
@@ -150,30 +147,15 @@ type Node struct {
 	fillBatch int
 	lastProbe time.Time
 	// shared is the config collection's active document as last read, at
-	// sharedAt; runningAt is when every node's running tasks were last
-	// counted (into claiming.running).
-	shared    *queue.SharedConfig
-	sharedAt  time.Time
-	runningAt time.Time
-	// claiming is what a claim needs from the last full pass.
-	claiming claimState
-	unfit    unfitState
-	// held is what this node holds (claimed and running tasks).
-	held    *heldTasks
-	arrived arrivals
+	// sharedAt.
+	shared   *queue.SharedConfig
+	sharedAt time.Time
+	claimer  *claimer
+	runners  *runners
+	// shared is the config collection's active document as last read, at
+	unfit unfitState
 	// beat is what the node knows of its node document (heartbeat.go).
 	beat heartbeat
-
-	// startFailures counts runners in a row that exited before starting
-	// their task; claiming pauses until pausedUntil.
-	startFailures atomic.Int64
-	pauseMu       sync.Mutex
-	pausedUntil   time.Time
-
-	// capacity is what the node has for tasks that request resources.
-	capacity *capacity
-
-	runners *runners
 
 	// host samples the host's resources for the node document; pid and
 	// started describe this process.
@@ -312,18 +294,15 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	}
 	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: now, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{
-		common:   c,
-		host:     &resources.Sampler{Every: cfg.ResourcesEvery},
-		pid:      pid,
-		started:  started,
-		plugins:  reg,
-		wake:     make(chan struct{}, 1),
-		capacity: &capacity{limits: cfg.Resources},
-		claiming: claimState{empty: map[bson.ObjectID]counts{}},
-		held:     newHeldTasks(),
-		runners:  newRunners(c, rel, cgroup, pids),
+		common:  c,
+		host:    &resources.Sampler{Every: cfg.ResourcesEvery},
+		pid:     pid,
+		started: started,
+		plugins: reg,
+		runners: newRunners(c, rel, cgroup, pids),
 	}
-	n.runners.slots = n
+	n.claimer = newClaimer(c, n.runners, cfg.Resources)
+	n.runners.slots = n.claimer
 	n.runners.rescue = n.rescue
 	n.runners.queueName = n.queueName
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
@@ -395,7 +374,7 @@ func (n *Node) Run(ctx context.Context) error {
 	defer stopAlive()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	waitWatch := n.watchArrivals(wctx)
+	waitWatch := n.claimer.watchArrivals(wctx)
 	defer func() { stopWatch(); waitWatch() }()
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -411,7 +390,7 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-t.C:
 			n.fullPass(ctx)
 			t.Reset(n.cfg.Interval)
-		case <-n.wake:
+		case <-n.claimer.woken():
 			n.claimPass(ctx) // a slot is free: claim now
 		}
 	}
@@ -523,7 +502,7 @@ func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	}
 	if res != nil {
 		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, n.capacity.offer(res, n.held.reserved())
+		withOffer, offer := *res, n.claimer.capacity.offer(res, n.claimer.held.reserved())
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
@@ -566,7 +545,7 @@ func (n *Node) todoByQueue() map[string]int64 {
 // queue name, for den_tasks_running. Every queue of the last full pass is
 // listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
 func (n *Node) runningByQueue() map[string]int {
-	counts, _ := n.held.counts()
+	counts, _ := n.claimer.held.counts()
 	out := map[string]int{}
 	var names map[bson.ObjectID]string
 	if p := n.queueNames.Load(); p != nil {
@@ -594,47 +573,4 @@ func (n *Node) queueName(id bson.ObjectID, fallback string) string {
 		}
 	}
 	return fallback
-}
-
-func (n *Node) letGo(id bson.ObjectID) {
-	n.held.done(id, n.now())
-	n.wakeUp()
-}
-
-func (n *Node) runnerStarted() {
-	n.startFailures.Store(0)
-	if n.notes.clear("runner-start") {
-		n.log.Info("task runners start tasks again")
-	}
-}
-
-func (n *Node) runnerStartFailed(taskID bson.ObjectID, exit string) {
-	failures := n.startFailures.Add(1)
-	pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
-	n.pauseClaims(pause)
-	if n.notes.set("runner-start", "") {
-		n.log.Error("a task runner exited before starting its task; task put back, claiming paused with backoff (see the runner log)",
-			zap.String("task_id", taskID.Hex()), zap.String("exit", exit))
-	}
-}
-
-func (n *Node) wakeUp() {
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (n *Node) pauseClaims(d time.Duration) {
-	n.pauseMu.Lock()
-	defer n.pauseMu.Unlock()
-	if until := n.now().Add(d); until.After(n.pausedUntil) {
-		n.pausedUntil = until
-	}
-}
-
-func (n *Node) claimsPaused() bool {
-	n.pauseMu.Lock()
-	defer n.pauseMu.Unlock()
-	return n.now().Before(n.pausedUntil)
 }

@@ -46,10 +46,10 @@ func (n *Node) fullPass(ctx context.Context) {
 // pass can.
 func (n *Node) claimPass(ctx context.Context) {
 	stopped, slow, err := n.timedPass(ctx, "claim", func(ctx context.Context) error {
-		if n.claimsPaused() {
+		if n.claimer.paused() {
 			return nil
 		}
-		return n.claim(ctx, false)
+		return n.claimer.claim(ctx, false)
 	})
 	if !stopped && !slow && err != nil {
 		n.setOutage(err)
@@ -147,12 +147,12 @@ func (n *Node) pass(ctx context.Context) error {
 	n.chores = choresPerPass
 	rescueDue := now.Sub(n.lastRescue) >= n.cfg.RescueEvery
 	var held []queue.Task
-	if n.held.any() || rescueDue {
+	if n.claimer.held.any() || rescueDue {
 		sent := n.now()
 		if held, err = n.store.Held(ctx, n.cfg.Name, false); err != nil {
 			return err
 		}
-		n.held.read(held, sent, func(t queue.Task) queue.Resources {
+		n.claimer.held.read(held, sent, func(t queue.Task) queue.Resources {
 			for _, q := range queues {
 				if q.ID == t.Queue {
 					return requestOf(t.Control.Requested, q)
@@ -161,13 +161,8 @@ func (n *Node) pass(ctx context.Context) error {
 			return requestOf(t.Control.Requested, queue.Queue{})
 		})
 	}
-	st := &n.claiming
-	if st.running == nil || now.Sub(n.runningAt) >= n.cfg.RefreshEvery || n.globalInPlay(serve) {
-		running, err := n.store.Running(ctx, queueIDs(queues))
-		if err != nil {
-			return err
-		}
-		st.running, n.runningAt = running, now
+	if err := n.claimer.countRunning(ctx, queues, serve, now); err != nil {
+		return err
 	}
 
 	names := make(map[bson.ObjectID]string, len(queues))
@@ -225,17 +220,12 @@ func (n *Node) pass(ctx context.Context) error {
 		}
 	}
 
-	st.ready, st.serve, st.limit, st.gfs = true, serve, limit, gfs
-	for id := range st.empty {
-		if _, served := byID[id]; !served {
-			delete(st.empty, id)
-		}
-	}
-	if n.claimsPaused() {
+	n.claimer.readPass(serve, limit, gfs, byID)
+	if n.claimer.paused() {
 		return nil
 	}
 	probe := now.Sub(n.lastProbe) >= n.cfg.ProbeEvery
-	if err := n.claim(ctx, probe); err != nil {
+	if err := n.claimer.claim(ctx, probe); err != nil {
 		return err
 	}
 	if probe {

@@ -46,7 +46,7 @@ func (n *Node) rescueDeadRunners(ctx context.Context, held []queue.Task, queues 
 				return nil
 			}
 			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
-		case n.runners.onThisHost(*r) && !n.runners.runGoing(task.ID, *r) && !n.held.finished(task.ID):
+		case n.runners.onThisHost(*r) && !n.runners.runGoing(task.ID, *r) && !n.claimer.held.finished(task.ID):
 			if !n.chore() {
 				return nil
 			}

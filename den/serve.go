@@ -10,18 +10,6 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// globalInPlay reports whether a served queue with a queue-wide threads
-// limit may have work: claims in it then need every node's running count
-// fresh each pass.
-func (n *Node) globalInPlay(serve []queue.Queue) bool {
-	for _, q := range serve {
-		if q.Global && n.claiming.claimable(q) {
-			return true
-		}
-	}
-	return false
-}
-
 // effective merges the node's own settings with the config collection's:
 // the node's (from its file, environment or flags) win.
 func (n *Node) effective(shared queue.SharedConfig) (queueFilter, string) {

@@ -37,7 +37,7 @@ func (n *Node) noteOffers(seen map[string]time.Time, offers map[string]queue.Res
 // offers, this node's own as it is now (what its node document says).
 func (n *Node) largestOffer(ctx context.Context) queue.Resources {
 	host, _ := n.host.Sample(ctx, n.now()) // nil: the limit, or the machine's total
-	all := []queue.Resources{n.capacity.offer(host, n.held.reserved())}
+	all := []queue.Resources{n.claimer.capacity.offer(host, n.claimer.held.reserved())}
 	for name, o := range n.unfit.offers {
 		if name != n.cfg.Name {
 			all = append(all, o)
@@ -102,15 +102,4 @@ func (n *Node) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.Unfi
 			queueField(byID[id].Name), zap.String("queue_id", id.Hex()))
 	}
 	return nil
-}
-
-// clearUnfit removes the unfit note of a task this node has just claimed:
-// it fits here after all. A failure is left to the sweep, which removes
-// the notes of claimed and running tasks.
-func (n *Node) clearUnfit(ctx context.Context, id bson.ObjectID, was string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if _, err := n.store.SetUnfit(cctx, id, was, ""); err != nil {
-		n.log.Debug("could not remove the unfit note of a claimed task; the sweep will", zap.String("task_id", id.Hex()), zap.Error(err))
-	}
 }
