@@ -154,14 +154,8 @@ type Node struct {
 	runners  *runners
 	// shared is the config collection's active document as last read, at
 	unfit unfitState
-	// beat is what the node knows of its node document (heartbeat.go).
-	beat heartbeat
+	beat  *heartbeat
 
-	// host samples the host's resources for the node document; pid and
-	// started describe this process.
-	host    *resources.Sampler
-	pid     int
-	started time.Time
 	// running is true from the end of start (MongoDB answered) until Run
 	// returns; lastPassOK is when a full pass last succeeded (UnixNano);
 	// outage is what Ready says while passes fail (MongoDB unreachable or
@@ -295,13 +289,14 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: now, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{
 		common:  c,
-		host:    &resources.Sampler{Every: cfg.ResourcesEvery},
-		pid:     pid,
-		started: started,
 		plugins: reg,
 		runners: newRunners(c, rel, cgroup, pids),
 	}
 	n.claimer = newClaimer(c, n.runners, cfg.Resources)
+	n.beat = &heartbeat{
+		common: c, held: n.claimer.held, capacity: n.claimer.capacity, othersRunning: n.claimer.othersRunning,
+		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started,
+	}
 	n.runners.slots = n.claimer
 	n.runners.rescue = n.rescue
 	n.runners.queueName = n.queueName
@@ -369,8 +364,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.running.Store(true)
 	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
-	n.beat.last.Store(n.now().UnixNano())
-	stopAlive := n.keepAlive(ctx)
+	stopAlive := n.beat.keepAlive(ctx)
 	defer stopAlive()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -446,67 +440,11 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
-// keepAlive writes the node document's timestamp when no pass has written
-// it for two intervals, and at least 10 seconds, (a pass slowed by a large document or a slow
-// server), so that other nodes do not take this one for dead. Normally it
-// writes nothing. The returned func stops it.
-func (n *Node) keepAlive(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(n.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			now := n.now()
-			if now.Sub(time.Unix(0, n.beat.last.Load())) < max(2*n.cfg.Interval, 10*time.Second) {
-				continue
-			}
-			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := n.store.Alive(actx, n.cfg.Name, now); err == nil {
-				n.beat.last.Store(now.UnixNano())
-			}
-			acancel()
-		}
-	}()
-	return func() { cancel(); <-done }
-}
-
 // shutdown writes the node document one last time.
 func (n *Node) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
 	running := n.runners.running.Load()
-	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.beat.queues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
-	}
+	n.beat.writeLast()
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
-}
-
-// self is what the node writes of itself with its heartbeat: version, pid,
-// start time and the host's resources (sampled at most every
-// ResourcesEvery; a part gopsutil cannot read is left zero, logged once).
-func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
-	res, err := n.host.Sample(ctx, now)
-	if err != nil {
-		if n.notes.set("resources", err.Error()) {
-			n.log.Warn("cannot read all of the host's resources for the node document; writing what it could", zap.Error(err))
-		}
-	} else if n.notes.clear("resources") {
-		n.log.Info("host resources readable again")
-	}
-	if res != nil {
-		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, n.claimer.capacity.offer(res, n.claimer.held.reserved())
-		withOffer.Offer = &offer
-		res = &withOffer
-	}
-	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res, QueuesLeftOut: n.beat.leftOut}
 }
 
 // Ready reports whether the node is ready, for /readyz: nil when it is

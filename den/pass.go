@@ -175,7 +175,7 @@ func (n *Node) pass(ctx context.Context) error {
 	}
 	n.queueNames.Store(&names)
 	n.queueTodo.Store(&todo)
-	limit, problem, err := n.writeNodeDocument(ctx, queues, serve, now)
+	limit, problem, err := n.beat.write(ctx, queues, serve, now)
 	if err != nil {
 		return err
 	}

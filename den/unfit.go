@@ -36,8 +36,7 @@ func (n *Node) noteOffers(seen map[string]time.Time, offers map[string]queue.Res
 // largestOffer is the most memory and the most cores any live den node
 // offers, this node's own as it is now (what its node document says).
 func (n *Node) largestOffer(ctx context.Context) queue.Resources {
-	host, _ := n.host.Sample(ctx, n.now()) // nil: the limit, or the machine's total
-	all := []queue.Resources{n.claimer.capacity.offer(host, n.claimer.held.reserved())}
+	all := []queue.Resources{n.beat.offer(ctx)}
 	for name, o := range n.unfit.offers {
 		if name != n.cfg.Name {
 			all = append(all, o)
