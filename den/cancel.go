@@ -19,32 +19,32 @@ import (
 // runner's group gets SIGKILL after the task's max_termination_time if it
 // has not recorded a result by then. (Queued
 // tasks with cancel set are never claimed; the sweep records their -5.)
-func (n *Node) cancel(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
-	now := n.now()
+func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+	now := sw.now()
 	live := map[bson.ObjectID]bool{}
 	for _, task := range held {
 		if !task.Cancel {
 			continue
 		}
 		if task.Status == queue.StatusClaimed {
-			if ok, err := n.store.CancelUnstarted(ctx, task.ID, n.cfg.Name, now); err != nil {
+			if ok, err := sw.store.CancelUnstarted(ctx, task.ID, sw.cfg.Name, now); err != nil {
 				return err
 			} else if ok {
-				n.metrics.Cancellations.WithLabelValues("claimed").Inc()
-				n.log.Info("cancelled a claimed task before its runner started it", zap.String("task_id", task.ID.Hex()))
+				sw.metrics.Cancellations.WithLabelValues("claimed").Inc()
+				sw.log.Info("cancelled a claimed task before its runner started it", zap.String("task_id", task.ID.Hex()))
 			}
 			continue
 		}
 		r := task.Runner
-		if r == nil || !n.runners.onThisHost(*r) {
+		if r == nil || !sw.runners.onThisHost(*r) {
 			continue
 		}
 		live[r.Token] = true
-		if err := n.runners.stopCancelled(ctx, task, queueOf(task, queues), now); err != nil {
+		if err := sw.runners.stopCancelled(ctx, task, queueOf(task, queues), now); err != nil {
 			return err
 		}
 	}
 	// Forget runs that are over.
-	n.runners.forgetCancelled(live)
+	sw.runners.forgetCancelled(live)
 	return nil
 }

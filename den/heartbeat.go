@@ -51,7 +51,7 @@ type heartbeat struct {
 	last atomic.Int64
 }
 
-// writeNodeDocument writes the node document of a full pass (the
+// write writes the node document of a full pass (the
 // protocol's heartbeat): its timestamp, what the node says of itself, and
 // its queues array, only when an entry changed or RefreshEvery has
 // passed. It returns the node-wide limit the operator set in it.
@@ -72,7 +72,7 @@ func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now 
 	return limit, problem, nil
 }
 
-// nodeDocQueues is the queues array of the node document: the queues the
+// entries is the queues array of the node document: the queues the
 // node serves or holds tasks of (not every queue of the database), each
 // as the protocol defines its entry, at most NodeQueuesMax of them.
 func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {

@@ -132,43 +132,24 @@ type Config struct {
 	BeforeHandOver func(taskID bson.ObjectID)
 }
 
-// Node is one Disbatch execution node.
+// Node is one Disbatch execution node. It owns the components that do
+// the work and runs them: the loop's passes, which call on the heartbeat,
+// the claimer, the sweeper and the rescuer; the runners, which run the
+// tasks the claimer claims. Run starts and stops them.
 type Node struct {
 	*common
 	plugins *plugins.Registry
 
-	lastSweep  time.Time
-	lastRescue time.Time
-	// chores is what is left of this pass's housekeeping budget
-	// (choresPerPass).
-	chores int
-	// fillBatch is how many queues' counts the next pass fills in
-	// (fillCounts).
-	fillBatch int
-	lastProbe time.Time
-	// shared is the config collection's active document as last read, at
-	// sharedAt.
-	shared   *queue.SharedConfig
-	sharedAt time.Time
-	claimer  *claimer
-	runners  *runners
-	// shared is the config collection's active document as last read, at
-	unfit unfitState
-	beat  *heartbeat
+	passes  *passes
+	beat    *heartbeat
+	claimer *claimer
+	sweeper *sweeper
+	rescuer *rescuer
+	runners *runners
 
 	// running is true from the end of start (MongoDB answered) until Run
-	// returns; lastPassOK is when a full pass last succeeded (UnixNano);
-	// outage is what Ready says while passes fail (MongoDB unreachable or
-	// failing, or a document den cannot read: see setOutage), nil while
-	// they succeed. They make Ready.
-	running    atomic.Bool
-	lastPassOK atomic.Int64
-	outage     atomic.Pointer[string]
-	// queueNames maps the queues of the last full pass to their names,
-	// and queueTodo their names to their count_todo, for metrics read
-	// outside the loop.
-	queueNames atomic.Pointer[map[bson.ObjectID]string]
-	queueTodo  atomic.Pointer[map[string]int64]
+	// returns; with the passes' results, it makes Ready.
+	running atomic.Bool
 }
 
 // How often a node does what it does, unless its Config says otherwise
@@ -287,19 +268,22 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		}
 	}
 	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: now, metrics: cfg.Metrics, notes: &notices{}}
-	n := &Node{
-		common:  c,
-		plugins: reg,
-		runners: newRunners(c, rel, cgroup, pids),
-	}
+	n := &Node{common: c, plugins: reg, runners: newRunners(c, rel, cgroup, pids)}
 	n.claimer = newClaimer(c, n.runners, cfg.Resources)
 	n.beat = &heartbeat{
 		common: c, held: n.claimer.held, capacity: n.claimer.capacity, othersRunning: n.claimer.othersRunning,
 		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started,
 	}
+	chores := &chores{}
+	n.sweeper = &sweeper{common: c, chores: chores, runners: n.runners, offer: n.beat.offer, wake: n.claimer.wakeUp}
+	n.rescuer = &rescuer{common: c, chores: chores, runners: n.runners, held: n.claimer.held, sawNodes: n.sweeper.noteOffers}
+	n.passes = &passes{
+		common: c, plugins: reg, chores: chores,
+		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
+	}
 	n.runners.slots = n.claimer
-	n.runners.rescue = n.rescue
-	n.runners.queueName = n.queueName
+	n.runners.rescue = n.rescuer.rescue
+	n.runners.queueName = n.passes.queueName
 	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
 	return n, nil
 }
@@ -382,10 +366,10 @@ func (n *Node) Run(ctx context.Context) error {
 			n.shutdown()
 			return nil
 		case <-t.C:
-			n.fullPass(ctx)
+			n.passes.full(ctx)
 			t.Reset(n.cfg.Interval)
 		case <-n.claimer.woken():
-			n.claimPass(ctx) // a slot is free: claim now
+			n.passes.claimOnly(ctx) // a slot is free: claim now
 		}
 	}
 }
@@ -456,24 +440,13 @@ func (n *Node) Ready() error {
 	if !n.running.Load() {
 		return errors.New("not running: starting (waiting for MongoDB), or stopped")
 	}
-	if msg := n.outage.Load(); msg != nil {
-		return errors.New(*msg)
-	}
-	within := max(3*n.cfg.Interval, 3*time.Second)
-	last := n.lastPassOK.Load()
-	if last == 0 {
-		return errors.New("no loop pass has succeeded yet")
-	}
-	if age := n.now().Sub(time.Unix(0, last)); age > within {
-		return fmt.Errorf("last successful loop pass was %s ago (more than %s): passes are slow or stuck", age.Round(time.Millisecond), within)
-	}
-	return nil
+	return n.passes.health()
 }
 
 // todoByQueue is each queue's count_todo as the last full pass read it, by
 // queue name, for den_queue_todo.
 func (n *Node) todoByQueue() map[string]int64 {
-	if p := n.queueTodo.Load(); p != nil {
+	if p := n.passes.queueTodo.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -486,7 +459,7 @@ func (n *Node) runningByQueue() map[string]int {
 	counts, _ := n.claimer.held.counts()
 	out := map[string]int{}
 	var names map[bson.ObjectID]string
-	if p := n.queueNames.Load(); p != nil {
+	if p := n.passes.queueNames.Load(); p != nil {
 		names = *p
 	}
 	for _, name := range names {
@@ -500,15 +473,4 @@ func (n *Node) runningByQueue() map[string]int {
 		out[name] += c
 	}
 	return out
-}
-
-// queueName is the name of queue id as the last full pass read it, else
-// fallback.
-func (n *Node) queueName(id bson.ObjectID, fallback string) string {
-	if p := n.queueNames.Load(); p != nil {
-		if name, ok := (*p)[id]; ok {
-			return name
-		}
-	}
-	return fallback
 }
