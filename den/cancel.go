@@ -14,7 +14,7 @@ import (
 
 // cancel carries out cancel: true on this node's tasks (held, as this pass
 // read them): claimed ones become -5 without running; for running ones,
-// the run is stopped (see act: a runner this node process started is told
+// the runners stop the run (a runner this node process started is told
 // over its task channel, any other's process group gets SIGTERM), and its
 // runner's group gets SIGKILL after the task's max_termination_time if it
 // has not recorded a result by then. (Queued

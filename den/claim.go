@@ -29,7 +29,7 @@ func queueIDs(qs []queue.Queue) []bson.ObjectID {
 // resources, and hands each to the runners. It keeps what the node holds
 // (held), pauses claiming while runners fail to start their tasks, and is
 // woken to claim at once when a runner is done with its task or a task
-// arrives in a queue (arrivals.go).
+// arrives in a queue (watchArrivals).
 //
 // What it knows of the queues is what the last full pass read: the queues
 // this node serves, its node-wide limit and output mode, and the claimed

@@ -18,7 +18,7 @@ const liveAskEvery = 5 * time.Second
 // seen in the read of this node's tasks the pass makes anyway, so it costs
 // no command) to the runners: SIGUSR1 to the runner's supervisor, which
 // passes it to its worker (or, to a runner this node process started, a
-// message on its task channel; see reuse.go). Only a process proven to be
+// message on its task channel). Only a process proven to be
 // the task's runner is signalled, and never its process group: SIGUSR1
 // would end a plugin's program.
 func (rs *runners) askLive(held []queue.Task, now time.Time) {

@@ -73,7 +73,7 @@ type Config struct {
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
 	// Resources limits what the node gives tasks that carry
-	// requested_resources (zero: what the machine has; see capacity.go).
+	// requested_resources (zero: what the machine has).
 	Resources ResourceLimits
 	// DrainOnStop, when positive, makes a stopping node wait up to that
 	// long for the runners it started to finish, then stop the rest
@@ -107,7 +107,8 @@ type Config struct {
 	PluginConfig map[string]json.RawMessage
 	// Arrivals tells the node of tasks as they are inserted, so that a
 	// free slot takes them at once. Default: a change stream on tasks,
-	// where the server has them (see arrivals.go); polling otherwise.
+	// where the server has them; polling otherwise (the queues' counts
+	// every pass, and a probe every ProbeEvery).
 	Arrivals ArrivalSource
 	// Metrics are the node's Prometheus collectors; the caller makes them
 	// on a registry of its own and may set their CommandMonitor on the

@@ -205,9 +205,9 @@ func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue
 // and returns the task's new status, or 0 when someone else got there
 // first.
 //
-// A run on this host is stopped first: a runner that is alive but hung is
-// killed with its group, then whatever the run left is stopped (see
-// leftovers.go), so that a retry never overlaps it. The count goes into
+// A run on this host is stopped first (runners.endDeadRun): a runner that
+// is alive but hung is killed with its group, then whatever the run left
+// is stopped, so that a retry never overlaps it. The count goes into
 // the task's history (leftover_processes).
 func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) int {
 	reason := why.Reason

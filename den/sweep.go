@@ -13,10 +13,10 @@ import (
 
 // sweeper carries out what tasks' own fields ask of the node, apart from
 // claims: every pass, the cancel flags of the tasks this node holds
-// (cancel.go); every SweepEvery, the sweep: queued tasks whose cancel is
+// (cancel); every SweepEvery, the sweep: queued tasks whose cancel is
 // set, malformed tasks, values rewritten as the queries match them, notes
-// on tasks no node can run (unfit.go), and dependencies between tasks
-// (deps.go). Its writes count against the pass's budget of housekeeping
+// on tasks no node can run (noteUnfit), and dependencies between tasks
+// (sweepDependencies). Its writes count against the pass's budget of housekeeping
 // writes.
 type sweeper struct {
 	*common
