@@ -445,10 +445,10 @@ func (cl *claimer) release(id bson.ObjectID, why string) {
 
 // requestOf is what a claimed task requests: its own requested_resources,
 // else its queue's, else nothing.
-func requestOf(own *queue.Resources, q queue.Queue) queue.Resources {
+func requestOf(task *queue.Resources, q queue.Queue) queue.Resources {
 	switch {
-	case own != nil:
-		return *own
+	case task != nil:
+		return *task
 	case q.Control.Requested != nil:
 		return *q.Control.Requested
 	}

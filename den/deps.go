@@ -85,14 +85,14 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 			continue
 		}
 		var missing, waiting []bson.ObjectID
-		bad := false
+		endedBadly := false
 		for _, d := range b.After {
 			st, ok := statuses[d]
 			switch {
 			case !ok:
 				missing = append(missing, d)
 			case queue.EndedBadly(st):
-				bad = true
+				endedBadly = true
 				settle(d, st)
 			case st == queue.StatusSucceeded:
 				settle(d, st)
@@ -126,7 +126,7 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 			}
 			b.Waiting = waiting
 		}
-		if bad {
+		if endedBadly {
 			continue // cancelled with the others below
 		}
 		if len(b.Waiting) > 0 {

@@ -279,13 +279,13 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	n.sweeper = &sweeper{common: c, chores: chores, runners: n.runners, offer: n.beat.offer, wake: n.claimer.wakeUp}
 	n.rescuer = &rescuer{common: c, chores: chores, runners: n.runners, held: n.claimer.held, sawNodes: n.sweeper.noteOffers}
 	n.passes = &passes{
-		common: c, plugins: reg, chores: chores,
+		common: c, plugins: reg, chores: chores, held: n.claimer.held,
 		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
 	}
 	n.runners.slots = n.claimer
 	n.runners.rescue = n.rescuer.rescue
 	n.runners.queueName = n.passes.queueName
-	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
+	n.metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
 	return n, nil
 }
 
@@ -318,10 +318,8 @@ func (n *Node) Name() string { return n.cfg.Name }
 // document one last time and returns nil. Running tasks are not touched:
 // their runners are separate processes and finish on their own.
 func (n *Node) Run(ctx context.Context) error {
-	if n.runners.relay != nil {
-		// Runners still running switch to their own connections.
-		defer n.runners.relay.Close()
-	}
+	// Runners still running switch to their own connections.
+	defer n.runners.closeRelay()
 	if n.cfg.HTTP != nil {
 		// Served from the start, so that /healthz answers and /readyz says
 		// why not while the node waits for MongoDB.
@@ -427,7 +425,7 @@ func (n *Node) start(ctx context.Context) error {
 
 // shutdown writes the node document one last time.
 func (n *Node) shutdown() {
-	running := n.runners.running.Load()
+	running := n.runners.count()
 	n.beat.writeLast()
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }
@@ -442,36 +440,4 @@ func (n *Node) Ready() error {
 		return errors.New("not running: starting (waiting for MongoDB), or stopped")
 	}
 	return n.passes.health()
-}
-
-// todoByQueue is each queue's count_todo as the last full pass read it, by
-// queue name, for den_queue_todo.
-func (n *Node) todoByQueue() map[string]int64 {
-	if p := n.passes.queueTodo.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// runningByQueue is what the node holds (claimed and running tasks), by
-// queue name, for den_tasks_running. Every queue of the last full pass is
-// listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
-func (n *Node) runningByQueue() map[string]int {
-	counts, _ := n.claimer.held.counts()
-	out := map[string]int{}
-	var names map[bson.ObjectID]string
-	if p := n.passes.queueNames.Load(); p != nil {
-		names = *p
-	}
-	for _, name := range names {
-		out[name] += 0
-	}
-	for id, c := range counts {
-		name, ok := names[id]
-		if !ok {
-			name = id.Hex()
-		}
-		out[name] += c
-	}
-	return out
 }

@@ -30,6 +30,9 @@ type passes struct {
 	sweeper *sweeper
 	rescuer *rescuer
 	runners *runners
+	// held is what this node holds (the claimer's): a pass reads it from
+	// the database, and metrics count it.
+	held *heldTasks
 	// chores is the budget of housekeeping writes each full pass refills.
 	chores *chores
 
@@ -179,11 +182,11 @@ func (ps *passes) read(ctx context.Context) error {
 	}
 	filter, gfs := ps.effective(*ps.shared)
 
-	queues, bad, err := ps.store.Queues(ctx)
+	queues, malformed, err := ps.store.Queues(ctx)
 	if err != nil {
 		return err
 	}
-	ps.noteMalformedQueues(bad)
+	ps.noteMalformedQueues(malformed)
 	serve := ps.serveable(queues, filter)
 	if err := ps.fillCounts(ctx, queues); err != nil {
 		return err
@@ -192,12 +195,12 @@ func (ps *passes) read(ctx context.Context) error {
 	ps.chores.refill()
 	rescueDue := ps.rescuer.due(now)
 	var held []queue.Task
-	if ps.claimer.held.any() || rescueDue {
+	if ps.held.any() || rescueDue {
 		sent := ps.now()
 		if held, err = ps.store.Held(ctx, ps.cfg.Name, false); err != nil {
 			return err
 		}
-		ps.claimer.held.read(held, sent, func(t queue.Task) queue.Resources {
+		ps.held.read(held, sent, func(t queue.Task) queue.Resources {
 			for _, q := range queues {
 				if q.ID == t.Queue {
 					return requestOf(t.Control.Requested, q)
@@ -321,4 +324,36 @@ func (ps *passes) health() error {
 		return fmt.Errorf("last successful loop pass was %s ago (more than %s): passes are slow or stuck", age.Round(time.Millisecond), within)
 	}
 	return nil
+}
+
+// todoByQueue is each queue's count_todo as the last full pass read it, by
+// queue name, for den_queue_todo.
+func (ps *passes) todoByQueue() map[string]int64 {
+	if p := ps.queueTodo.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// runningByQueue is what the node holds (claimed and running tasks), by
+// queue name, for den_tasks_running. Every queue of the last full pass is
+// listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
+func (ps *passes) runningByQueue() map[string]int {
+	counts, _ := ps.held.counts()
+	out := map[string]int{}
+	var names map[bson.ObjectID]string
+	if p := ps.queueNames.Load(); p != nil {
+		names = *p
+	}
+	for _, name := range names {
+		out[name] += 0
+	}
+	for id, c := range counts {
+		name, ok := names[id]
+		if !ok {
+			name = id.Hex()
+		}
+		out[name] += c
+	}
+	return out
 }

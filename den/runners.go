@@ -535,3 +535,15 @@ func (rs *runners) retireIdle(stopping bool) {
 }
 
 // pids lists the runner processes this node started that have not exited.
+
+// count is how many runner processes this process started are still
+// running.
+func (rs *runners) count() int64 { return rs.running.Load() }
+
+// closeRelay stops serving runners their MongoDB connections, as the node
+// stops: runners still running switch to their own.
+func (rs *runners) closeRelay() {
+	if rs.relay != nil {
+		rs.relay.Close()
+	}
+}

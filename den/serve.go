@@ -86,11 +86,11 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 // noteMalformedQueues warns once about each queue document that cannot be a
 // queue, when it is first met: the first few by name, the rest of a pass in
 // one line (a collection of thousands of them must not flood the log).
-func (ps *passes) noteMalformedQueues(bad []queue.MalformedQueue) {
+func (ps *passes) noteMalformedQueues(malformed []queue.MalformedQueue) {
 	seen := map[string]bool{}
 	fresh := 0
-	for _, b := range bad {
-		key := "bad-queue:" + fmt.Sprint(b.ID)
+	for _, b := range malformed {
+		key := "malformed-queue:" + fmt.Sprint(b.ID)
 		seen[key] = true
 		if ps.notes.set(key, b.Reason.Error()) {
 			fresh++
@@ -103,7 +103,7 @@ func (ps *passes) noteMalformedQueues(bad []queue.MalformedQueue) {
 	if fresh > malformedLogged {
 		ps.log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
 	}
-	if cleared := ps.notes.keep("bad-queue:", seen); len(cleared) > 0 {
+	if cleared := ps.notes.keep("malformed-queue:", seen); len(cleared) > 0 {
 		ps.log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
 }

@@ -117,8 +117,8 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 		if !sw.chores.take() {
 			break
 		}
-		bad := t.Malformed()
-		if len(bad) == 0 {
+		problems := t.Malformed()
+		if len(problems) == 0 {
 			ok, err := sw.store.Normalize(ctx, t)
 			if err != nil {
 				return err
@@ -128,7 +128,7 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 			}
 			continue
 		}
-		reason := strings.Join(bad, "; ")
+		reason := strings.Join(problems, "; ")
 		if t.Status != queue.StatusQueued {
 			if sw.notes.set("malformed-task:"+t.ID.Hex(), reason) {
 				sw.log.Warn("a claimed or running task has a field den cannot read; leaving it as it is", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))

@@ -14,7 +14,7 @@ import (
 // waits for ever, visibly queued. The sweep says why, in the task's unfit
 // field (queue.FieldUnfit), and removes the note once some node offers
 // enough or the request is lowered. It costs no command of its own: the
-// tasks to look at come with the sweep's query for irregular fields
+// tasks to look at come with the sweep's query for malformed fields
 // (queue.UnfitQuery), what the other nodes offer with the dead-node
 // rescue's read of the node documents, and a task's note is written only
 // when it starts or stops waiting so (not when the offers' numbers move).
