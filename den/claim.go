@@ -43,12 +43,15 @@ type claimer struct {
 	held     *heldTasks
 	capacity *capacity
 
-	ready   bool
-	serve   []queue.Queue
-	limit   queue.NodeLimit
-	gfs     string
-	running queue.Running
-	// runningAt is when every node's running tasks were last counted.
+	// ready is set once a full pass has read the queues: serve, the
+	// queues this node serves; limit, its node-wide limit (nil: none); gfs,
+	// its output mode. running are the claimed and running counts of all
+	// nodes, by queue, at runningAt.
+	ready     bool
+	serve     []queue.Queue
+	limit     queue.NodeLimit
+	gfs       string
+	running   queue.Running
 	runningAt time.Time
 	// empty holds the queues a claim found nothing in, with their counts
 	// then: they are not claimed from again until their counts change

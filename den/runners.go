@@ -400,26 +400,6 @@ func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 }
 
-// receiveReport counts what a runner of a task of queue q reported at its
-// end (runner.Report), over its relay control socket: its completion or
-// retry, and its output bytes.
-func (rs *runners) receiveReport(q string, b []byte) {
-	var r runner.Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		rs.log.Debug("a runner sent a report that is not one", zap.Error(err))
-		return
-	}
-	q = rs.metrics.Queue(q)
-	switch {
-	case r.Retry:
-		rs.metrics.Retries.WithLabelValues(q).Inc()
-	case r.Status != 0:
-		rs.metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status)).Inc()
-	}
-	rs.metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
-	rs.metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))
-}
-
 // drain waits up to wait for the runners this process started to finish,
 // then sends SIGTERM to the groups of those still running and waits for
 // them to record their tasks (their grace, max_termination_time, plus
@@ -512,6 +492,26 @@ func (rs *runners) listen(p *runnerProc) {
 		rs.slots.runnerStarted()
 		rs.slots.letGo(id)
 	}
+}
+
+// receiveReport counts what a runner of a task of queue q reported at its
+// end (runner.Report), over its relay control socket: its completion or
+// retry, and its output bytes.
+func (rs *runners) receiveReport(q string, b []byte) {
+	var r runner.Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		rs.log.Debug("a runner sent a report that is not one", zap.Error(err))
+		return
+	}
+	q = rs.metrics.Queue(q)
+	switch {
+	case r.Retry:
+		rs.metrics.Retries.WithLabelValues(q).Inc()
+	case r.Status != 0:
+		rs.metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status)).Inc()
+	}
+	rs.metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
+	rs.metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))
 }
 
 // retireIdle retires the runners idle for longer than Runner.Idle, or all
