@@ -79,10 +79,10 @@ func (a *arrivals) take() map[bson.ObjectID]bool {
 
 // watchArrivals runs the node's ArrivalSource until ctx is done, and
 // returns a func that waits for it to end.
-func (n *Node) watchArrivals(ctx context.Context) (wait func()) {
-	src := n.cfg.Arrivals
+func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {
+	src := cl.cfg.Arrivals
 	if src == nil {
-		src = changeStream{n.store}
+		src = changeStream{cl.store}
 	}
 	done := make(chan struct{})
 	go func() {
@@ -91,10 +91,10 @@ func (n *Node) watchArrivals(ctx context.Context) (wait func()) {
 		err := backoff.Policy{Initial: time.Second, Max: time.Minute}.Retry(ctx, func(ctx context.Context) error {
 			err := src.Watch(ctx, func(q bson.ObjectID) {
 				if failing.CompareAndSwap(true, false) {
-					n.log.Info("watching task inserts again")
+					cl.log.Info("watching task inserts again")
 				}
-				n.arrived.add(q)
-				n.wakeUp()
+				cl.arrived.add(q)
+				cl.wakeUp()
 			})
 			var refused mongo.ServerError
 			if errors.As(err, &refused) {
@@ -103,11 +103,11 @@ func (n *Node) watchArrivals(ctx context.Context) (wait func()) {
 			return err
 		}, func(attempt int, err error) {
 			if failing.CompareAndSwap(false, true) {
-				n.log.Warn("watching task inserts failed; new tasks are seen by polling until it works again", zap.Error(err))
+				cl.log.Warn("watching task inserts failed; new tasks are seen by polling until it works again", zap.Error(err))
 			}
 		})
 		if err != nil && ctx.Err() == nil {
-			n.log.Info("no change streams on this server (a replica set has them): new tasks are seen by polling every interval", zap.Error(err))
+			cl.log.Info("no change streams on this server (a replica set has them): new tasks are seen by polling every interval", zap.Error(err))
 		}
 	}()
 	return func() { <-done }

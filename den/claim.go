@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -22,15 +24,35 @@ func queueIDs(qs []queue.Queue) []bson.ObjectID {
 	return ids
 }
 
-// claimState is what claiming needs from the last full pass: the queues
+// claimer claims queued tasks for the node, within the queues' and the
+// node's limits and what the node has free for tasks that request
+// resources, and hands each to the runners. It keeps what the node holds
+// (held), pauses claiming while runners fail to start their tasks, and is
+// woken to claim at once when a runner is done with its task or a task
+// arrives in a queue (watchArrivals).
+//
+// What it knows of the queues is what the last full pass read: the queues
 // this node serves, its node-wide limit and output mode, and the claimed
-// and running counts of all nodes. Only the loop's goroutine uses it.
-type claimState struct {
-	ready   bool
-	serve   []queue.Queue
-	limit   queue.NodeLimit
-	gfs     string
-	running queue.Running
+// and running counts of all nodes. Only the loop's goroutine claims.
+type claimer struct {
+	*common
+	// runners start the tasks it claims.
+	runners taskStarter
+	// held is what this node holds (its claimed and running tasks), and
+	// capacity what it has for tasks that request resources.
+	held     *heldTasks
+	capacity *capacity
+
+	// ready is set once a full pass has read the queues: serve, the
+	// queues this node serves; limit, its node-wide limit (nil: none); gfs,
+	// its output mode. running are the claimed and running counts of all
+	// nodes, by queue, at runningAt.
+	ready     bool
+	serve     []queue.Queue
+	limit     queue.NodeLimit
+	gfs       string
+	running   queue.Running
+	runningAt time.Time
 	// empty holds the queues a claim found nothing in, with their counts
 	// then: they are not claimed from again until their counts change
 	// (a writer that inserts a task raises count_total), or a probe finds
@@ -40,8 +62,33 @@ type claimState struct {
 	// resources, less what it claimed so far.
 	fit *queue.Resources
 	// malformed is what this claim round did with documents its claims
-	// took that cannot be tasks (see malformed.go).
+	// took that cannot be tasks (takeMalformed).
 	malformed malformedTally
+	// offset rotates which queue claims first under a node limit.
+	offset int
+
+	// wake is signalled when a slot is free or a task arrived: claim again
+	// now. arrived are the queues new tasks arrived in.
+	wake    chan struct{}
+	arrived arrivals
+
+	// startFailures counts runners in a row that exited before starting
+	// their task; claiming pauses until pausedUntil.
+	startFailures atomic.Int64
+	pauseMu       sync.Mutex
+	pausedUntil   time.Time
+}
+
+// taskStarter starts the task a claim took in a runner (the runners).
+type taskStarter interface {
+	start(q queue.Queue, taskID bson.ObjectID, gfs string) error
+}
+
+func newClaimer(c *common, runners taskStarter, limits ResourceLimits) *claimer {
+	return &claimer{
+		common: c, runners: runners, held: newHeldTasks(), capacity: &capacity{limits: limits},
+		empty: map[bson.ObjectID]counts{}, wake: make(chan struct{}, 1),
+	}
 }
 
 // counts are a queue's count_todo and count_total, -1 when unknown.
@@ -60,8 +107,8 @@ func countsOf(q queue.Queue) counts {
 
 // claimable reports whether a claim in q may find something: it was not
 // found empty since its counts last changed.
-func (st *claimState) claimable(q queue.Queue) bool {
-	c, marked := st.empty[q.ID]
+func (cl *claimer) claimable(q queue.Queue) bool {
+	c, marked := cl.empty[q.ID]
 	return !marked || c != countsOf(q)
 }
 
@@ -69,11 +116,9 @@ func (st *claimState) claimable(q queue.Queue) bool {
 // limit (per node for maxthreads, across nodes for threads) minus what runs:
 // this node's own tasks as it holds them (exact between passes), and for
 // threads also the other nodes' as the last count saw them.
-func (n *Node) free(q queue.Queue, holds map[bson.ObjectID]int) int {
+func (cl *claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 	if q.Global {
-		st := &n.claiming
-		others := st.running.Queue(q.ID) - st.running.Node(q.ID, n.cfg.Name)
-		return q.MaxThreads - max(others, 0) - holds[q.ID]
+		return q.MaxThreads - cl.othersRunning(q.ID) - holds[q.ID]
 	}
 	return q.MaxThreads - holds[q.ID]
 }
@@ -95,37 +140,36 @@ func (n *Node) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 // Under a node limit that leaves fewer free slots than queues with work,
 // it claims queue by queue, the first queue rotating from pass to pass, so
 // that no queue starves the others.
-func (n *Node) claim(ctx context.Context, probe bool) error {
-	st := &n.claiming
-	if !st.ready || len(st.serve) == 0 {
+func (cl *claimer) claim(ctx context.Context, probe bool) error {
+	if !cl.ready || len(cl.serve) == 0 {
 		return nil
 	}
-	for q := range n.arrived.take() {
-		delete(st.empty, q)
+	for q := range cl.arrived.take() {
+		delete(cl.empty, q)
 	}
 	// What is free for tasks that request resources; a queue
 	// whose own request does not fit waits this pass. The probe asks the
 	// same, so that a task that does not fit does not make its queue look
 	// claimable again and again.
-	fit := n.capacity.free(n.held.reserved())
-	st.fit = &fit
-	st.malformed = malformedTally{}
-	defer func() { st.malformed.report(n.log) }()
+	fit := cl.capacity.free(cl.held.reserved())
+	cl.fit = &fit
+	cl.malformed = malformedTally{}
+	defer func() { cl.malformed.report(cl.log) }()
 	if probe {
-		if err := n.probe(ctx); err != nil {
+		if err := cl.probe(ctx); err != nil {
 			return err
 		}
 	}
-	holds, total := n.held.counts()
+	holds, total := cl.held.counts()
 	nodeFree := func() int {
-		if st.limit == nil {
+		if cl.limit == nil {
 			return math.MaxInt
 		}
-		return *st.limit - total
+		return *cl.limit - total
 	}
 	var work []queue.Queue
-	for _, q := range st.serve {
-		if st.claimable(q) && n.free(q, holds) > 0 && queueFits(q, fit) {
+	for _, q := range cl.serve {
+		if cl.claimable(q) && cl.free(q, holds) > 0 && queueFits(q, fit) {
 			work = append(work, q)
 		}
 	}
@@ -140,32 +184,32 @@ func (n *Node) claim(ctx context.Context, probe bool) error {
 		return nodeFree() > 0
 	}
 	if nodeFree() < len(work) {
-		n.offset = (n.offset + 1) % len(work)
+		cl.offset = (cl.offset + 1) % len(work)
 		for i := range work {
-			q := work[(n.offset+i)%len(work)]
-			if n.free(q, holds) <= 0 || !queueFits(q, *st.fit) {
+			q := work[(cl.offset+i)%len(work)]
+			if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) {
 				continue
 			}
-			more, err := n.claimFrom(ctx, []queue.Queue{q}, holds, took)
+			more, err := cl.claimFrom(ctx, []queue.Queue{q}, holds, took)
 			if err != nil || !more {
 				return err
 			}
 		}
 		return nil
 	}
-	for _, group := range n.claimGroups(work) {
+	for _, group := range cl.claimGroups(work) {
 		for len(group) > 0 {
 			chunk := group[:min(len(group), queue.MaxClaimQueues)]
 			group = group[len(chunk):]
 			// What the larger requests before took may leave no room for
 			// this chunk's own (a queue without a request always fits).
 			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
-				return n.free(q, holds) <= 0 || !queueFits(q, *st.fit)
+				return cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit)
 			})
 			if len(chunk) == 0 {
 				continue
 			}
-			more, err := n.claimFrom(ctx, chunk, holds, took)
+			more, err := cl.claimFrom(ctx, chunk, holds, took)
 			if err != nil || !more {
 				return err
 			}
@@ -195,7 +239,7 @@ func sortIndex(q queue.Queue) int {
 // Queues without a request come last, so with no requests this is one
 // group per sort order, the claims as before. A task's own request cannot
 // be ordered by: the claim's index does not hold it.
-func (n *Node) claimGroups(work []queue.Queue) [][]queue.Queue {
+func (cl *claimer) claimGroups(work []queue.Queue) [][]queue.Queue {
 	type key struct {
 		req  queue.Resources
 		sort int
@@ -214,7 +258,7 @@ func (n *Node) claimGroups(work []queue.Queue) [][]queue.Queue {
 		groups[k] = append(groups[k], q)
 	}
 	if requests {
-		total := n.capacity.total()
+		total := cl.capacity.total()
 		size := func(r queue.Resources) float64 {
 			return max(share(r.MemoryMB, total.MemoryMB), share(r.CPUs, total.CPUs))
 		}
@@ -249,8 +293,7 @@ func share(part, whole float64) float64 {
 
 // claimFrom claims from the given queues (one sort order) until they are
 // empty or full, and reports whether the node may claim more.
-func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.ObjectID]int, took func(bson.ObjectID) bool) (bool, error) {
-	st := &n.claiming
+func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.ObjectID]int, took func(bson.ObjectID) bool) (bool, error) {
 	byID := make(map[bson.ObjectID]queue.Queue, len(qs))
 	ids := make([]bson.ObjectID, 0, len(qs))
 	for _, q := range qs {
@@ -263,14 +306,14 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.O
 			// so, rather than passing for a short one.
 			return false, fmt.Errorf("claim in %d queues: %w", len(ids), err)
 		}
-		c, ok, err := n.claimOne(ctx, ids, qs[0].Sort)
+		c, ok, err := cl.claimOne(ctx, ids, qs[0].Sort)
 		if err != nil {
 			return false, err
 		}
 		if !ok {
 			for _, id := range ids {
-				if q := byID[id]; st.claimable(q) {
-					st.empty[id] = countsOf(q)
+				if q := byID[id]; cl.claimable(q) {
+					cl.empty[id] = countsOf(q)
 				}
 			}
 			return true, nil
@@ -279,32 +322,32 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.O
 			// Taken out of the way for good; the next claim meets the
 			// next task. Past the pass's budget, the other groups of
 			// queues go first.
-			n.takeMalformed(ctx, *c.Malformed, &st.malformed)
-			if st.malformed.failed+st.malformed.skipped >= malformedPerPass {
+			cl.takeMalformed(ctx, *c.Malformed, &cl.malformed)
+			if cl.malformed.failed+cl.malformed.skipped >= malformedPerPass {
 				return true, nil
 			}
 			continue
 		}
 		q, known := byID[c.Queue]
 		if !known { // cannot happen: the claim names these queues
-			n.release(c.ID, "claimed from a queue this node did not ask for")
+			cl.release(c.ID, "claimed from a queue this node did not ask for")
 			return false, nil
 		}
 		req := requestOf(c.Requested, q)
-		n.held.claimed(c.ID, q.ID, req)
+		cl.held.claimed(c.ID, q.ID, req)
 		if c.Unfit != "" {
-			n.clearUnfit(ctx, c.ID, c.Unfit)
+			cl.clearUnfit(ctx, c.ID, c.Unfit)
 		}
-		*st.fit = st.fit.Sub(req)
-		n.metrics.Claims.WithLabelValues(n.metrics.Queue(q.Name)).Inc()
+		*cl.fit = cl.fit.Sub(req)
+		cl.metrics.Claims.WithLabelValues(cl.metrics.Queue(q.Name)).Inc()
 		more := took(q.ID)
-		if n.free(q, holds) <= 0 || !queueFits(q, *st.fit) {
+		if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
 		}
 		if q.Global {
-			over, err := n.overQueueLimit(ctx, q)
+			over, err := cl.overQueueLimit(ctx, q)
 			if err != nil || over {
-				n.release(c.ID, "queue-wide threads limit reached by other nodes")
+				cl.release(c.ID, "queue-wide threads limit reached by other nodes")
 				if err != nil {
 					return false, err
 				}
@@ -312,21 +355,21 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.O
 				continue
 			}
 		}
-		if n.cfg.BeforeHandOver != nil {
-			n.cfg.BeforeHandOver(c.ID)
+		if cl.cfg.BeforeHandOver != nil {
+			cl.cfg.BeforeHandOver(c.ID)
 		}
 		if ctx.Err() != nil {
 			// Shutting down between claim and hand-over: put it back.
-			n.release(c.ID, "node stopping")
+			cl.release(c.ID, "node stopping")
 			return false, nil
 		}
-		mode := st.gfs
+		mode := cl.gfs
 		if q.GFS != "" {
 			mode = q.GFS
 		}
-		if err := n.spawn(q, c.ID, mode); err != nil {
-			n.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
-			n.release(c.ID, "runner did not start")
+		if err := cl.runners.start(q, c.ID, mode); err != nil {
+			cl.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
+			cl.release(c.ID, "runner did not start")
 			return false, nil
 		}
 		if !more {
@@ -339,20 +382,19 @@ func (n *Node) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.O
 // probe looks, with one query, for claimable tasks in the served queues
 // that claims found empty, and makes each queue it finds work in
 // claimable again.
-func (n *Node) probe(ctx context.Context) error {
-	st := &n.claiming
+func (cl *claimer) probe(ctx context.Context) error {
 	var ids []bson.ObjectID
-	for _, q := range st.serve {
-		if !st.claimable(q) {
+	for _, q := range cl.serve {
+		if !cl.claimable(q) {
 			ids = append(ids, q.ID)
 		}
 	}
 	for len(ids) > 0 {
-		id, ok, err := n.store.Probe(ctx, ids, n.now(), st.fit)
+		id, ok, err := cl.store.Probe(ctx, ids, cl.now(), cl.fit)
 		if err != nil || !ok {
 			return err
 		}
-		delete(st.empty, id)
+		delete(cl.empty, id)
 		ids = slices.DeleteFunc(ids, func(x bson.ObjectID) bool { return x == id })
 	}
 	return nil
@@ -363,10 +405,10 @@ func (n *Node) probe(ctx context.Context) error {
 // so two nodes can both claim the last slot; but the later of two checks
 // sees both claims, so at least one of them gives its claim back and the
 // limit holds among den nodes.
-func (n *Node) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) {
+func (cl *claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	count, err := n.store.RunningInQueue(cctx, q.ID)
+	count, err := cl.store.RunningInQueue(cctx, q.ID)
 	return count > int64(q.MaxThreads), err
 }
 
@@ -375,41 +417,41 @@ func (n *Node) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) 
 // claimed that nobody knows about. If the claim's reply is lost, the claim
 // may still have landed: the task is then put back, recognised by the
 // claim's own mtime.
-func (n *Node) claimOne(ctx context.Context, ids []bson.ObjectID, sort string) (queue.Claimed, bool, error) {
+func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string) (queue.Claimed, bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	at := n.now().Truncate(time.Millisecond)
-	c, ok, err := n.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: n.cfg.Name, At: at, Free: n.claiming.fit})
+	at := cl.now().Truncate(time.Millisecond)
+	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.cfg.Name, At: at, Free: cl.fit})
 	if err != nil {
-		if released, rerr := n.store.ReleaseLost(cctx, ids, n.cfg.Name, at); rerr == nil && released > 0 {
-			n.log.Warn("a claim failed after it landed; task put back", zap.Error(err))
+		if released, rerr := cl.store.ReleaseLost(cctx, ids, cl.cfg.Name, at); rerr == nil && released > 0 {
+			cl.log.Warn("a claim failed after it landed; task put back", zap.Error(err))
 		}
 	}
 	return c, ok, err
 }
 
 // release puts a claimed task back in its queue.
-func (n *Node) release(id bson.ObjectID, why string) {
+func (cl *claimer) release(id bson.ObjectID, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ok, err := n.store.Release(ctx, id, n.cfg.Name, n.now())
+	ok, err := cl.store.Release(ctx, id, cl.cfg.Name, cl.now())
 	if err == nil {
-		n.held.done(id, n.now())
+		cl.held.done(id, cl.now())
 	}
 	switch {
 	case err != nil:
-		n.log.Error("cannot put a claimed task back; it will be reaped as orphaned", zap.String("task_id", id.Hex()), zap.String("why", why), zap.Error(err))
+		cl.log.Error("cannot put a claimed task back; it will be reaped as orphaned", zap.String("task_id", id.Hex()), zap.String("why", why), zap.Error(err))
 	case ok:
-		n.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
+		cl.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
 }
 
 // requestOf is what a claimed task requests: its own requested_resources,
 // else its queue's, else nothing.
-func requestOf(own *queue.Resources, q queue.Queue) queue.Resources {
+func requestOf(task *queue.Resources, q queue.Queue) queue.Resources {
 	switch {
-	case own != nil:
-		return *own
+	case task != nil:
+		return *task
 	case q.Control.Requested != nil:
 		return *q.Control.Requested
 	}
@@ -420,4 +462,115 @@ func requestOf(own *queue.Resources, q queue.Queue) queue.Resources {
 // tasks without one inherit) fit in free.
 func queueFits(q queue.Queue, free queue.Resources) bool {
 	return q.Control.Requested == nil || q.Control.Requested.Fits(free)
+}
+
+// clearUnfit removes the unfit note of a task this node has just claimed:
+// it fits here after all. A failure is left to the sweep, which removes
+// the notes of claimed and running tasks.
+func (cl *claimer) clearUnfit(ctx context.Context, id bson.ObjectID, was string) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := cl.store.SetUnfit(cctx, id, was, ""); err != nil {
+		cl.log.Debug("could not remove the unfit note of a claimed task; the sweep will", zap.String("task_id", id.Hex()), zap.Error(err))
+	}
+}
+
+// globalInPlay reports whether a served queue with a queue-wide threads
+// limit may have work: claims in it then need every node's running count
+// fresh each pass.
+func (cl *claimer) globalInPlay(serve []queue.Queue) bool {
+	for _, q := range serve {
+		if q.Global && cl.claimable(q) {
+			return true
+		}
+	}
+	return false
+}
+
+// countRunning counts the claimed and running tasks of every node in
+// queues (tasks_doing in the node document), every RefreshEvery, and every
+// pass while a queue-wide threads limit is in play: claims in such a queue
+// need the other nodes' counts fresh.
+func (cl *claimer) countRunning(ctx context.Context, queues, serve []queue.Queue, now time.Time) error {
+	if cl.running == nil || now.Sub(cl.runningAt) >= cl.cfg.RefreshEvery || cl.globalInPlay(serve) {
+		running, err := cl.store.Running(ctx, queueIDs(queues))
+		if err != nil {
+			return err
+		}
+		cl.running, cl.runningAt = running, now
+	}
+	return nil
+}
+
+// othersRunning is how many tasks of queue q the other nodes held when
+// they were last counted.
+func (cl *claimer) othersRunning(q bson.ObjectID) int {
+	return max(cl.running.Queue(q)-cl.running.Node(q, cl.cfg.Name), 0)
+}
+
+// readPass takes what a full pass read for the claims until the next one:
+// the queues this node serves, its node-wide limit and output mode; queues
+// no longer served (byID holds those that are) are forgotten.
+func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID map[bson.ObjectID]queue.Queue) {
+	cl.ready, cl.serve, cl.limit, cl.gfs = true, serve, limit, gfs
+	for id := range cl.empty {
+		if _, served := byID[id]; !served {
+			delete(cl.empty, id)
+		}
+	}
+}
+
+// woken is signalled when the claimer should claim at once.
+func (cl *claimer) woken() <-chan struct{} { return cl.wake }
+
+func (cl *claimer) wakeUp() {
+	select {
+	case cl.wake <- struct{}{}:
+	default:
+	}
+}
+
+// letGo frees the slot of a task whose runner is done with it, or whose
+// claim was put back, and claims again at once.
+func (cl *claimer) letGo(id bson.ObjectID) {
+	cl.held.done(id, cl.now())
+	cl.wakeUp()
+}
+
+// runnerStarted ends the pause after runners that failed to start their
+// task.
+func (cl *claimer) runnerStarted() {
+	cl.startFailures.Store(0)
+	if cl.notes.clear("runner-start") {
+		cl.log.Info("task runners start tasks again")
+	}
+}
+
+// runnerStartFailed pauses claiming after a runner exited before starting
+// its task, with a backoff that grows with each such runner in a row, so
+// that a broken runner setup (bad credentials, a missing binary) does not
+// spin.
+func (cl *claimer) runnerStartFailed(taskID bson.ObjectID, exit string) {
+	failures := cl.startFailures.Add(1)
+	pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
+	cl.pauseClaims(pause)
+	if cl.notes.set("runner-start", "") {
+		cl.log.Error("a task runner exited before starting its task; task put back, claiming paused with backoff (see the runner log)",
+			zap.String("task_id", taskID.Hex()), zap.String("exit", exit))
+	}
+}
+
+func (cl *claimer) pauseClaims(d time.Duration) {
+	cl.pauseMu.Lock()
+	defer cl.pauseMu.Unlock()
+	if until := cl.now().Add(d); until.After(cl.pausedUntil) {
+		cl.pausedUntil = until
+	}
+}
+
+// paused reports whether claiming is paused after runners failed to start.
+func (cl *claimer) paused() bool {
+	cl.pauseMu.Lock()
+	defer cl.pauseMu.Unlock()
+	return cl.now().Before(cl.pausedUntil)
 }

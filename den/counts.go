@@ -19,7 +19,7 @@ import (
 // such queues there are.
 // It logs when there is such work and when it is done, with the queues
 // whose counts were not numbers (someone wrote them: worth a look).
-func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
+func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue) error {
 	var todo []queue.Queue
 	var bad []string
 	for _, q := range queues {
@@ -31,20 +31,20 @@ func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
 		}
 	}
 	if len(todo) == 0 {
-		if n.notes.clear("fill-counts") {
-			n.log.Info("every queue's counts are filled in")
+		if ps.notes.clear("fill-counts") {
+			ps.log.Info("every queue's counts are filled in")
 		}
 		return nil
 	}
-	if n.notes.set("fill-counts", "") {
-		n.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
+	if ps.notes.set("fill-counts", "") {
+		ps.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
 			zap.Int("queues", len(todo)), zap.String("batch", fmt.Sprintf("%d to %d queues a pass, as fast as the server takes them", fillBatchMin, queue.FillCountsBatch)), zap.Strings("not_numbers", bad))
 	}
-	if n.fillBatch == 0 {
-		n.fillBatch = fillBatchMin
+	if ps.fillBatch == 0 {
+		ps.fillBatch = fillBatchMin
 	}
 	start := time.Now()
-	_, err := n.store.FillCounts(ctx, todo[:min(len(todo), n.fillBatch)])
+	_, err := ps.store.FillCounts(ctx, todo[:min(len(todo), ps.fillBatch)])
 	// The batch follows what the server takes: halved when a batch took
 	// more than a tenth of the interval, doubled when it took a
 	// hundredth, between fillBatchMin and queue.FillCountsBatch. MongoDB
@@ -52,10 +52,10 @@ func (n *Node) fillCounts(ctx context.Context, queues []queue.Queue) error {
 	// for each update (the development server) takes a second for a
 	// few dozen, and a pass must not wait minutes behind them.
 	switch took := time.Since(start); {
-	case took > n.cfg.Interval/10:
-		n.fillBatch = max(n.fillBatch/2, fillBatchMin)
-	case took < n.cfg.Interval/100:
-		n.fillBatch = min(n.fillBatch*2, queue.FillCountsBatch)
+	case took > ps.cfg.Interval/10:
+		ps.fillBatch = max(ps.fillBatch/2, fillBatchMin)
+	case took < ps.cfg.Interval/100:
+		ps.fillBatch = min(ps.fillBatch*2, queue.FillCountsBatch)
 	}
 	return err
 }

@@ -26,8 +26,8 @@ const maxBlocked = 1000
 // dependents releases them at once (den/runner); this is the net under it,
 // and the way for tasks that end elsewhere (a Perl node, a rescue, a cancel).
 // With no such task it costs one find.
-func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, now time.Time) error {
-	blocked, err := n.store.BlockedTasks(ctx, queueIDs, maxBlocked)
+func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, now time.Time) error {
+	blocked, err := sw.store.BlockedTasks(ctx, queueIDs, maxBlocked)
 	if err != nil || len(blocked) == 0 {
 		return err
 	}
@@ -35,7 +35,7 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 	for _, b := range blocked {
 		ids = append(ids, b.After...)
 	}
-	statuses, err := n.store.Statuses(ctx, ids)
+	statuses, err := sw.store.Statuses(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -43,13 +43,13 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 	// it is cancelled once all failures are recorded.
 	failed := map[bson.ObjectID]string{}
 	fail := func(b queue.Blocked, reason string) error {
-		ok, err := n.store.FailBlocked(ctx, b, reason, now)
+		ok, err := sw.store.FailBlocked(ctx, b, reason, now)
 		if err != nil || !ok {
 			return err
 		}
-		n.log.Warn("failed a task whose dependencies cannot be (reason in its stderr)", zap.String("task_id", b.ID.Hex()), zap.String("reason", reason))
+		sw.log.Warn("failed a task whose dependencies cannot be (reason in its stderr)", zap.String("task_id", b.ID.Hex()), zap.String("reason", reason))
 		failed[b.ID] = reason
-		return n.store.DecrementTodo(ctx, b.Queue)
+		return sw.store.DecrementTodo(ctx, b.Queue)
 	}
 	var ended []queue.EndedTask
 	settled := map[bson.ObjectID]bool{}
@@ -85,14 +85,14 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 			continue
 		}
 		var missing, waiting []bson.ObjectID
-		bad := false
+		endedBadly := false
 		for _, d := range b.After {
 			st, ok := statuses[d]
 			switch {
 			case !ok:
 				missing = append(missing, d)
 			case queue.EndedBadly(st):
-				bad = true
+				endedBadly = true
 				settle(d, st)
 			case st == queue.StatusSucceeded:
 				settle(d, st)
@@ -114,32 +114,32 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 					waiting = append(waiting, d)
 				}
 			}
-			ok, err := n.store.Register(ctx, b, waiting)
+			ok, err := sw.store.Register(ctx, b, waiting)
 			if err != nil {
 				return err
 			}
 			if !ok {
 				continue
 			}
-			if err := n.store.MarkDependents(ctx, waiting); err != nil {
+			if err := sw.store.MarkDependents(ctx, waiting); err != nil {
 				return err
 			}
 			b.Waiting = waiting
 		}
-		if bad {
+		if endedBadly {
 			continue // cancelled with the others below
 		}
 		if len(b.Waiting) > 0 {
 			waitingFor[b.ID] = b.Waiting
 		}
 	}
-	released, cancelled, err := n.store.SettleDependents(ctx, ended, now)
+	released, cancelled, err := sw.store.SettleDependents(ctx, ended, now)
 	if len(cancelled) > 0 {
-		n.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)))
+		sw.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)))
 	}
 	if released > 0 {
-		n.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
-		n.wakeUp()
+		sw.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
+		sw.wake()
 	}
 	if err != nil {
 		return err
@@ -158,7 +158,7 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 		}
 	}
 	for id, reason := range failed {
-		if _, err := n.cancelDependents(ctx, []bson.ObjectID{id}, fmt.Sprintf("task %s, which it comes after, failed: %s", id.Hex(), reason), now); err != nil {
+		if _, err := sw.cancelDependents(ctx, []bson.ObjectID{id}, fmt.Sprintf("task %s, which it comes after, failed: %s", id.Hex(), reason), now); err != nil {
 			return err
 		}
 	}
@@ -166,10 +166,10 @@ func (n *Node) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, 
 }
 
 // cancelDependents cancels what comes after ids, transitively, and logs it.
-func (n *Node) cancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
-	cancelled, err := n.store.CancelDependents(ctx, ids, why, now)
+func (sw *sweeper) cancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
+	cancelled, err := sw.store.CancelDependents(ctx, ids, why, now)
 	if len(cancelled) > 0 {
-		n.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)), zap.String("why", why))
+		sw.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)), zap.String("why", why))
 	}
 	return cancelled, err
 }

@@ -3,31 +3,39 @@
 // queued tasks up to the queues' and the node's maxthreads, starting a task
 // runner process (package runner) for each.
 //
-// Files, by job:
-//   - node.go: configuration, start-up, the loop and shutdown; Ready.
-//   - pass.go: one pass of the loop, full (fullPass, pass) or claims only
-//     (claimPass), with its deadline, its budget of housekeeping writes, and
-//     how a failed pass is reported (an outage, or a document den cannot
-//     read).
-//   - heartbeat.go: the node document: when it is written, and the queues
-//     it lists.
-//   - serve.go: which queues this node serves (plugins, activequeues and
-//     ignorequeues, bad queue documents); filter.go: the queue filter.
-//   - counts.go: filling in the counts of queues inserted without them.
-//   - claim.go: claiming within the queues' and the node's limits;
-//     malformed.go: what a claim takes that cannot be a task; arrivals.go:
-//     claiming at once when a task is inserted (change streams).
-//   - held.go: what the node holds (its claimed and running tasks), and
-//     capacity.go: the resources it offers tasks that request some.
-//   - spawn.go: starting and watching runner processes; reuse.go: the pool
-//     of idle runners and the task channel; live.go: asking runners for
-//     live output.
-//   - cancel.go: cancellation; rescue.go: the rescue of tasks whose runner
-//     or node died; runnerid.go: whose a recorded runner is, and whether it
-//     still runs its task; leftovers.go: stopping a dead run's processes.
-//   - sweep.go: the periodic sweep (cancel flags, malformed tasks, values
-//     rewritten); deps.go: dependencies; unfit.go: notes on tasks no node
-//     can run.
+// A Node is an orchestrator of components, each a type with its own
+// state; they share a common (configuration, store, log, clock, metrics,
+// notices) and call each other through narrow methods. Files, by job:
+//   - node.go: configuration, New (which makes the components and wires
+//     them), Run (start-up, the loop, shutdown) and Ready; common.go: what
+//     every component works with.
+//   - pass.go: passes, the loop's full pass and claim-only pass, with
+//     their deadline, the budget of housekeeping writes (chores), and how
+//     a failed pass is reported (an outage, or a document den cannot
+//     read); serve.go: which queues the node serves (plugins,
+//     activequeues and ignorequeues, malformed queue documents), with
+//     filter.go, the queue filter; counts.go: filling in the counts of
+//     queues inserted without them.
+//   - heartbeat.go: heartbeat, the node document: when it is written, what
+//     the node says of itself, and the queues it lists.
+//   - claim.go: claimer, claiming within the queues' and the node's
+//     limits, and pausing after runners fail to start; held.go: what the
+//     node holds (its claimed and running tasks); capacity.go: the
+//     resources it offers tasks that request some; malformed.go: what a
+//     claim takes that cannot be a task; arrivals.go: claiming at once
+//     when a task is inserted (change streams).
+//   - runners.go: runners, the only code that deals with runner
+//     processes: starting them, handing them tasks, listening to them
+//     and reaping them; signal.go: signalling them (cancel, kill);
+//     live.go: asking them for live output; runnerid.go: whose a recorded
+//     runner is, and whether it still runs its task; leftovers.go:
+//     stopping what a dead run left.
+//   - sweep.go: sweeper, the periodic sweep (cancel flags of queued
+//     tasks, malformed tasks, values rewritten); cancel.go: the cancel
+//     flags of held tasks; deps.go: dependencies; unfit.go: notes on tasks
+//     no node can run.
+//   - rescue.go: rescuer, the rescue of tasks whose runner or node died,
+//     and of claims no runner took up.
 //   - notice.go: logging a condition once when it starts and once when it
 //     clears.
 //

@@ -12,7 +12,7 @@ import (
 // What the node holds never falls below what it runs: the races between a
 // read of its tasks and its runners' exits all err on the side of holding
 // too much (a count too low would break maxthreads).
-func TestOwnTasksNeverUndercount(t *testing.T) {
+func TestHeldTasksNeverUndercount(t *testing.T) {
 	t.Parallel()
 	q := bson.NewObjectID()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

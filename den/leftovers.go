@@ -70,27 +70,27 @@ func detectPids(mode string, log *zap.Logger) string {
 // for them to end on SIGTERM before SIGKILL. It reports busy, and does
 // nothing, when another goroutine is stopping the same run: the caller
 // must then leave the task to it.
-func (n *Node) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.RunnerInfo, grace time.Duration) (stopped int, busy bool) {
-	n.stopMu.Lock()
-	if n.stopping[r.Token] {
-		n.stopMu.Unlock()
+func (rs *runners) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.RunnerInfo, grace time.Duration) (stopped int, busy bool) {
+	rs.stopMu.Lock()
+	if rs.stopping[r.Token] {
+		rs.stopMu.Unlock()
 		return 0, true
 	}
-	n.stopping[r.Token] = true
-	n.stopMu.Unlock()
+	rs.stopping[r.Token] = true
+	rs.stopMu.Unlock()
 	defer func() {
-		n.stopMu.Lock()
-		delete(n.stopping, r.Token)
-		n.stopMu.Unlock()
+		rs.stopMu.Lock()
+		delete(rs.stopping, r.Token)
+		rs.stopMu.Unlock()
 	}()
 	marker := contain.Marker(id.Hex(), r.Token.Hex())
 	var cgroup string
-	if n.cgroup != "" {
-		cgroup = contain.RunCgroup(n.cgroup, id.Hex(), r.Token.Hex())
+	if rs.cgroup != "" {
+		cgroup = contain.RunCgroup(rs.cgroup, id.Hex(), r.Token.Hex())
 	}
 	var pidsCgroup string
-	if n.pids != "" {
-		pidsCgroup = contain.RunCgroup(n.pids, id.Hex(), r.Token.Hex())
+	if rs.pids != "" {
+		pidsCgroup = contain.RunCgroup(rs.pids, id.Hex(), r.Token.Hex())
 	}
 	find := func() []int32 {
 		pids := contain.Marked(ctx, marker, r.Started)
@@ -108,11 +108,11 @@ func (n *Node) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.Runn
 		}
 		contain.KillCgroup(dir)
 		if err := contain.RemoveCgroup(dir, 10*time.Second); err != nil {
-			n.log.Warn("cannot remove a dead run's cgroup", zap.String("task_id", id.Hex()), zap.Error(err))
+			rs.log.Warn("cannot remove a dead run's cgroup", zap.String("task_id", id.Hex()), zap.Error(err))
 		}
 	}
 	if stopped > 0 {
-		n.log.Warn("stopped processes a dead runner's task left running", zap.String("task_id", id.Hex()), zap.Int("processes", stopped))
+		rs.log.Warn("stopped processes a dead runner's task left running", zap.String("task_id", id.Hex()), zap.Int("processes", stopped))
 	}
 	return stopped, false
 }
@@ -124,13 +124,4 @@ func contains(pids []int32, p int32) bool {
 		}
 	}
 	return false
-}
-
-// killHungRunner kills a runner that is alive but has stopped beating, with
-// its whole group, before its task is rescued. Only a process proven to be
-// this task's runner is signalled.
-func (n *Node) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
-	if n.onThisHost(r) && n.act(id, r, actKill) {
-		n.log.Warn("killed a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
-	}
 }

@@ -18,28 +18,28 @@ const liveAskEvery = 5 * time.Second
 // seen in the read of this node's tasks the pass makes anyway, so it costs
 // no command) to the runners: SIGUSR1 to the runner's supervisor, which
 // passes it to its worker (or, to a runner this node process started, a
-// message on its task channel; see reuse.go). Only a process proven to be
+// message on its task channel). Only a process proven to be
 // the task's runner is signalled, and never its process group: SIGUSR1
 // would end a plugin's program.
-func (n *Node) askLive(held []queue.Task, now time.Time) {
+func (rs *runners) askLive(held []queue.Task, now time.Time) {
 	seen := map[bson.ObjectID]bool{}
 	for _, task := range held {
 		r := task.Runner
-		if task.Status != queue.StatusRunning || r == nil || !task.LiveUntil.After(now) || !n.onThisHost(*r) {
+		if task.Status != queue.StatusRunning || r == nil || !task.LiveUntil.After(now) || !rs.onThisHost(*r) {
 			continue
 		}
 		seen[r.Token] = true
-		if last, ok := n.liveAsked[r.Token]; ok && now.Sub(last) < liveAskEvery {
+		if last, ok := rs.liveAsked[r.Token]; ok && now.Sub(last) < liveAskEvery {
 			continue
 		}
-		n.liveAsked[r.Token] = now
-		if !n.act(task.ID, *r, actLive) {
-			n.log.Debug("cannot ask a runner for live output", zap.String("task_id", task.ID.Hex()))
+		rs.liveAsked[r.Token] = now
+		if !rs.act(task.ID, *r, actLive) {
+			rs.log.Debug("cannot ask a runner for live output", zap.String("task_id", task.ID.Hex()))
 		}
 	}
-	for token := range n.liveAsked {
+	for token := range rs.liveAsked {
 		if !seen[token] {
-			delete(n.liveAsked, token)
+			delete(rs.liveAsked, token)
 		}
 	}
 }

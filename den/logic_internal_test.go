@@ -51,7 +51,7 @@ func TestClaimGroups(t *testing.T) {
 	q := func(name, sort string, req *queue.Resources) queue.Queue {
 		return queue.Queue{ID: bson.NewObjectID(), Name: name, Sort: sort, Control: queue.Control{Requested: req}}
 	}
-	n := &Node{capacity: &capacity{limits: ResourceLimits{MemoryMB: 1000, CPUs: 4}}}
+	n := &claimer{capacity: &capacity{limits: ResourceLimits{MemoryMB: 1000, CPUs: 4}}}
 	names := func(groups [][]queue.Queue) [][]string {
 		var out [][]string
 		for _, g := range groups {
@@ -86,7 +86,7 @@ func TestClaimGroups(t *testing.T) {
 
 // What the node holds: a claim counts from the claim until its runner is
 // done with it, with what it requested reserved meanwhile.
-func TestOwnTasks(t *testing.T) {
+func TestHeldTasks(t *testing.T) {
 	t.Parallel()
 	o := newHeldTasks()
 	q1, q2 := bson.NewObjectID(), bson.NewObjectID()

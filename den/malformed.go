@@ -32,12 +32,12 @@ type malformedTally struct {
 // the document cannot be written, it stays claimed by this node (status
 // -1), which no claim matches, until the orphan reaper of a restarted
 // node puts it back. Either way claiming goes on.
-func (n *Node) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally *malformedTally) {
+func (cl *claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally *malformedTally) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	ok, err := n.store.FailClaimed(cctx, m, n.cfg.Name, n.now())
+	ok, err := cl.store.FailClaimed(cctx, m, cl.cfg.Name, cl.now())
 	if err == nil && ok && !m.Queue.IsZero() {
-		err = n.store.DecrementTodo(cctx, m.Queue)
+		err = cl.store.DecrementTodo(cctx, m.Queue)
 	}
 	action := "failed"
 	if err != nil || !ok {
@@ -46,7 +46,7 @@ func (n *Node) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally 
 	} else {
 		tally.failed++
 	}
-	n.metrics.Malformed.WithLabelValues("tasks", action).Inc()
+	cl.metrics.Malformed.WithLabelValues("tasks", action).Inc()
 	if tally.failed+tally.skipped > malformedLogged {
 		return
 	}
@@ -56,11 +56,11 @@ func (n *Node) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally 
 	}
 	switch {
 	case err != nil:
-		n.log.Warn("claimed a document that cannot be a task and cannot fail it; skipped (it stays claimed by this node)", append(fields, zap.Error(err))...)
+		cl.log.Warn("claimed a document that cannot be a task and cannot fail it; skipped (it stays claimed by this node)", append(fields, zap.Error(err))...)
 	case !ok:
-		n.log.Warn("claimed a document that cannot be a task; it changed before it could be failed, skipped", fields...)
+		cl.log.Warn("claimed a document that cannot be a task; it changed before it could be failed, skipped", fields...)
 	default:
-		n.log.Warn("claimed a document that cannot be a task; failed it (reason in its stderr)", fields...)
+		cl.log.Warn("claimed a document that cannot be a task; failed it (reason in its stderr)", fields...)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,7 +73,7 @@ type Config struct {
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
 	// Resources limits what the node gives tasks that carry
-	// requested_resources (zero: what the machine has; see capacity.go).
+	// requested_resources (zero: what the machine has).
 	Resources ResourceLimits
 	// DrainOnStop, when positive, makes a stopping node wait up to that
 	// long for the runners it started to finish, then stop the rest
@@ -108,7 +107,8 @@ type Config struct {
 	PluginConfig map[string]json.RawMessage
 	// Arrivals tells the node of tasks as they are inserted, so that a
 	// free slot takes them at once. Default: a change stream on tasks,
-	// where the server has them (see arrivals.go); polling otherwise.
+	// where the server has them; polling otherwise (the queues' counts
+	// every pass, and a probe every ProbeEvery).
 	Arrivals ArrivalSource
 	// Metrics are the node's Prometheus collectors; the caller makes them
 	// on a registry of its own and may set their CommandMonitor on the
@@ -133,99 +133,24 @@ type Config struct {
 	BeforeHandOver func(taskID bson.ObjectID)
 }
 
-// Node is one Disbatch execution node.
+// Node is one Disbatch execution node. It owns the components that do
+// the work and runs them: the loop's passes, which call on the heartbeat,
+// the claimer, the sweeper and the rescuer; the runners, which run the
+// tasks the claimer claims. Run starts and stops them.
 type Node struct {
-	cfg     Config
-	store   *queue.Store
+	*common
 	plugins *plugins.Registry
-	log     *zap.Logger
-	now     func() time.Time
 
-	notes      notices
-	wake       chan struct{} // a runner finished: claim again now
-	offset     int           // rotates which queue claims first
-	lastSweep  time.Time
-	lastRescue time.Time
-	// chores is what is left of this pass's housekeeping budget
-	// (choresPerPass).
-	chores int
-	// fillBatch is how many queues' counts the next pass fills in
-	// (fillCounts).
-	fillBatch int
-	lastProbe time.Time
-	// shared is the config collection's active document as last read, at
-	// sharedAt; runningAt is when every node's running tasks were last
-	// counted (into claiming.running).
-	shared    *queue.SharedConfig
-	sharedAt  time.Time
-	runningAt time.Time
-	// claiming is what a claim needs from the last full pass.
-	claiming claimState
-	// unfit is what the sweep needs to note requests no node can meet
-	// (see unfit.go).
-	unfit unfitState
-	// held is what this node holds (claimed and running tasks).
-	held *heldTasks
-	// arrived are the queues new tasks arrived in (see arrivals.go).
-	arrived arrivals
-	// beat is what the node knows of its node document (heartbeat.go).
-	beat heartbeat
+	passes  *passes
+	beat    *heartbeat
+	claimer *claimer
+	sweeper *sweeper
+	rescuer *rescuer
+	runners *runners
 
-	// startFailures counts runners in a row that exited before starting
-	// their task; claiming pauses until pausedUntil.
-	startFailures atomic.Int64
-	pauseMu       sync.Mutex
-	pausedUntil   time.Time
-
-	// cancelling maps the run token of each cancelled task whose runner
-	// was sent SIGTERM to when it gets SIGKILL.
-	cancelMu   sync.Mutex
-	cancelling map[bson.ObjectID]time.Time
-	// capacity is what the node has for tasks that request resources.
-	capacity *capacity
-	// liveAsked maps the run token of each running task a reader wants live
-	// output of to when its runner was last asked (passes only).
-	liveAsked map[bson.ObjectID]time.Time
-
-	// runners counts the runner processes this process started that are
-	// still running; pool holds them (reuse.go).
-	runners atomic.Int64
-	pool    *runnerPool
-
-	// relay serves runners their MongoDB connections; nil when runners
-	// connect directly (Runner.Direct).
-	relay *relay.Relay
-
-	// cgroup is the delegated cgroup v2 directory runs get cgroups under;
-	// empty when runs are contained by their process tree only.
-	cgroup string
-	// pids is the cgroup v1 pids directory runs' programs get cgroups
-	// under; empty when RLIMIT_NPROC holds their process limit.
-	pids string
-	// stopping holds the run tokens whose leftovers are being stopped, so
-	// that two rescue passes do not do it at once.
-	stopMu   sync.Mutex
-	stopping map[bson.ObjectID]bool
-
-	metrics *metrics.Metrics
-	// host samples the host's resources for the node document; pid and
-	// started describe this process.
-	host    *resources.Sampler
-	pid     int
-	started time.Time
 	// running is true from the end of start (MongoDB answered) until Run
-	// returns; lastPassOK is when a full pass last succeeded (UnixNano);
-	// outage is what Ready says while passes fail (MongoDB unreachable or
-	// failing, or a document den cannot read: see setOutage), nil while
-	// they succeed. They make Ready.
-	running    atomic.Bool
-	lastPassOK atomic.Int64
-	outage     atomic.Pointer[string]
-	// queueNames maps the queues of the last full pass to their names,
-	// and queueTodo their names to their count_todo, for metrics read
-	// outside the loop.
-	queueNames atomic.Pointer[map[bson.ObjectID]string]
-	queueTodo  atomic.Pointer[map[string]int64]
+	// returns; with the passes' results, it makes Ready.
+	running atomic.Bool
 }
 
 // How often a node does what it does, unless its Config says otherwise
@@ -343,29 +268,24 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 			started = time.UnixMilli(ms)
 		}
 	}
-	n := &Node{
-		metrics:    cfg.Metrics,
-		host:       &resources.Sampler{Every: cfg.ResourcesEvery},
-		pid:        pid,
-		started:    started,
-		relay:      rel,
-		cgroup:     cgroup,
-		pids:       pids,
-		stopping:   map[bson.ObjectID]bool{},
-		cfg:        cfg,
-		store:      queue.NewStore(db),
-		plugins:    reg,
-		log:        log,
-		now:        now,
-		wake:       make(chan struct{}, 1),
-		cancelling: map[bson.ObjectID]time.Time{},
-		liveAsked:  map[bson.ObjectID]time.Time{},
-		capacity:   &capacity{limits: cfg.Resources},
-		pool:       newRunnerPool(),
-		claiming:   claimState{empty: map[bson.ObjectID]counts{}},
-		held:       newHeldTasks(),
+	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: now, metrics: cfg.Metrics, notes: &notices{}}
+	n := &Node{common: c, plugins: reg, runners: newRunners(c, rel, cgroup, pids)}
+	n.claimer = newClaimer(c, n.runners, cfg.Resources)
+	n.beat = &heartbeat{
+		common: c, held: n.claimer.held, capacity: n.claimer.capacity, othersRunning: n.claimer.othersRunning,
+		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started,
 	}
-	n.metrics.SetState(n.runningByQueue, n.todoByQueue, n.Ready)
+	chores := &chores{}
+	n.sweeper = &sweeper{common: c, chores: chores, runners: n.runners, offer: n.beat.offer, wake: n.claimer.wakeUp}
+	n.rescuer = &rescuer{common: c, chores: chores, runners: n.runners, held: n.claimer.held, sawNodes: n.sweeper.noteOffers}
+	n.passes = &passes{
+		common: c, plugins: reg, chores: chores, held: n.claimer.held,
+		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
+	}
+	n.runners.slots = n.claimer
+	n.runners.rescue = n.rescuer.rescue
+	n.runners.queueName = n.passes.queueName
+	n.metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
 	return n, nil
 }
 
@@ -398,10 +318,8 @@ func (n *Node) Name() string { return n.cfg.Name }
 // document one last time and returns nil. Running tasks are not touched:
 // their runners are separate processes and finish on their own.
 func (n *Node) Run(ctx context.Context) error {
-	if n.relay != nil {
-		// Runners still running switch to their own connections.
-		defer n.relay.Close()
-	}
+	// Runners still running switch to their own connections.
+	defer n.runners.closeRelay()
 	if n.cfg.HTTP != nil {
 		// Served from the start, so that /healthz answers and /readyz says
 		// why not while the node waits for MongoDB.
@@ -429,29 +347,28 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.running.Store(true)
 	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
-	n.beat.last.Store(n.now().UnixNano())
-	stopAlive := n.keepAlive(ctx)
+	stopAlive := n.beat.keepAlive(ctx)
 	defer stopAlive()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	waitWatch := n.watchArrivals(wctx)
+	waitWatch := n.claimer.watchArrivals(wctx)
 	defer func() { stopWatch(); waitWatch() }()
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			n.retireIdle(true)
+			n.runners.retireIdle(true)
 			if n.cfg.DrainOnStop > 0 {
-				n.drain(n.cfg.DrainOnStop)
+				n.runners.drain(n.cfg.DrainOnStop)
 			}
 			n.shutdown()
 			return nil
 		case <-t.C:
-			n.fullPass(ctx)
+			n.passes.full(ctx)
 			t.Reset(n.cfg.Interval)
-		case <-n.wake:
-			n.claimPass(ctx) // a slot is free: claim now
+		case <-n.claimer.woken():
+			n.passes.claimOnly(ctx) // a slot is free: claim now
 		}
 	}
 }
@@ -506,67 +423,11 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
-// keepAlive writes the node document's timestamp when no pass has written
-// it for two intervals, and at least 10 seconds, (a pass slowed by a large document or a slow
-// server), so that other nodes do not take this one for dead. Normally it
-// writes nothing. The returned func stops it.
-func (n *Node) keepAlive(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(n.cfg.Interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			now := n.now()
-			if now.Sub(time.Unix(0, n.beat.last.Load())) < max(2*n.cfg.Interval, 10*time.Second) {
-				continue
-			}
-			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := n.store.Alive(actx, n.cfg.Name, now); err == nil {
-				n.beat.last.Store(now.UnixNano())
-			}
-			acancel()
-		}
-	}()
-	return func() { cancel(); <-done }
-}
-
 // shutdown writes the node document one last time.
 func (n *Node) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	running := n.runners.Load()
-	if _, _, err := n.store.Heartbeat(ctx, n.cfg.Name, n.beat.queues, n.self(ctx, n.now()), n.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		n.log.Warn("could not update the node document at shutdown", zap.Error(err))
-	}
+	running := n.runners.count()
+	n.beat.writeLast()
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
-}
-
-// self is what the node writes of itself with its heartbeat: version, pid,
-// start time and the host's resources (sampled at most every
-// ResourcesEvery; a part gopsutil cannot read is left zero, logged once).
-func (n *Node) self(ctx context.Context, now time.Time) *queue.NodeSelf {
-	res, err := n.host.Sample(ctx, now)
-	if err != nil {
-		if n.notes.set("resources", err.Error()) {
-			n.log.Warn("cannot read all of the host's resources for the node document; writing what it could", zap.Error(err))
-		}
-	} else if n.notes.clear("resources") {
-		n.log.Info("host resources readable again")
-	}
-	if res != nil {
-		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, n.capacity.offer(res, n.held.reserved())
-		withOffer.Offer = &offer
-		res = &withOffer
-	}
-	return &queue.NodeSelf{Version: n.cfg.Version, PID: n.pid, Started: n.started, Resources: res, QueuesLeftOut: n.beat.leftOut}
 }
 
 // Ready reports whether the node is ready, for /readyz: nil when it is
@@ -578,48 +439,5 @@ func (n *Node) Ready() error {
 	if !n.running.Load() {
 		return errors.New("not running: starting (waiting for MongoDB), or stopped")
 	}
-	if msg := n.outage.Load(); msg != nil {
-		return errors.New(*msg)
-	}
-	within := max(3*n.cfg.Interval, 3*time.Second)
-	last := n.lastPassOK.Load()
-	if last == 0 {
-		return errors.New("no loop pass has succeeded yet")
-	}
-	if age := n.now().Sub(time.Unix(0, last)); age > within {
-		return fmt.Errorf("last successful loop pass was %s ago (more than %s): passes are slow or stuck", age.Round(time.Millisecond), within)
-	}
-	return nil
-}
-
-// todoByQueue is each queue's count_todo as the last full pass read it, by
-// queue name, for den_queue_todo.
-func (n *Node) todoByQueue() map[string]int64 {
-	if p := n.queueTodo.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// runningByQueue is what the node holds (claimed and running tasks), by
-// queue name, for den_tasks_running. Every queue of the last full pass is
-// listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
-func (n *Node) runningByQueue() map[string]int {
-	counts, _ := n.held.counts()
-	out := map[string]int{}
-	var names map[bson.ObjectID]string
-	if p := n.queueNames.Load(); p != nil {
-		names = *p
-	}
-	for _, name := range names {
-		out[name] += 0
-	}
-	for id, c := range counts {
-		name, ok := names[id]
-		if !ok {
-			name = id.Hex()
-		}
-		out[name] += c
-	}
-	return out
+	return n.passes.health()
 }

@@ -2,82 +2,130 @@ package den
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
 
-// fullPass is one pass of the loop: it reads the queues, writes the node
+// passes are the loop's passes. A full pass, every interval, reads the
+// queues (and which of them this node serves), fills in missing counts,
+// writes the node document (heartbeat), carries out cancellations, now and
+// then rescues and sweeps, and claims. A claim-only pass, when a slot frees
+// or a task arrives, claims with what the last full pass read. Each pass
+// runs under a deadline; a failed pass is an outage, or a document den
+// cannot read, and what Ready says until a full pass succeeds.
+type passes struct {
+	*common
+	plugins *plugins.Registry
+	claimer *claimer
+	beat    *heartbeat
+	sweeper *sweeper
+	rescuer *rescuer
+	runners *runners
+	// held is what this node holds (the claimer's): a pass reads it from
+	// the database, and metrics count it.
+	held *heldTasks
+	// chores is the budget of housekeeping writes each full pass refills.
+	chores *chores
+
+	// shared is the config collection's active document as last read, at
+	// sharedAt.
+	shared   *queue.SharedConfig
+	sharedAt time.Time
+	// lastProbe is when claims last probed the queues found empty.
+	lastProbe time.Time
+	// fillBatch is how many queues' counts the next pass fills in
+	// (fillCounts).
+	fillBatch int
+
+	// lastPassOK is when a full pass last succeeded (UnixNano); outage is
+	// what Ready says while passes fail (MongoDB unreachable or failing,
+	// or a document den cannot read: see setOutage), nil while they
+	// succeed.
+	lastPassOK atomic.Int64
+	outage     atomic.Pointer[string]
+	// queueNames maps the queues of the last full pass to their names,
+	// and queueTodo their names to their count_todo, for metrics read
+	// outside the loop.
+	queueNames atomic.Pointer[map[bson.ObjectID]string]
+	queueTodo  atomic.Pointer[map[string]int64]
+}
+
+// full is one full pass of the loop: it reads the queues, writes the node
 // document, carries out cancellations, now and then rescues the tasks of
 // dead runners and dead nodes and sweeps malformed tasks, and claims
-// (pass). A MongoDB failure ends the pass; it is logged when the outage
+// (read). A MongoDB failure ends the pass; it is logged when the outage
 // starts and when it ends, and a full pass that succeeds ends it.
-func (n *Node) fullPass(ctx context.Context) {
-	n.retireIdle(false)
-	stopped, slow, err := n.timedPass(ctx, "full", n.pass)
+func (ps *passes) full(ctx context.Context) {
+	ps.runners.retireIdle(false)
+	stopped, slow, err := ps.timed(ctx, "full", ps.read)
 	if stopped || slow {
 		return
 	}
-	if n.notes.clear("slow") {
-		n.log.Info("passes finish in time again")
+	if ps.notes.clear("slow") {
+		ps.log.Info("passes finish in time again")
 	}
 	if err != nil {
-		n.setOutage(err)
+		ps.setOutage(err)
 		return
 	}
-	n.lastPassOK.Store(n.now().UnixNano())
-	n.outage.Store(nil)
-	n.metrics.Outage.Set(0)
-	if n.notes.clear("outage") {
-		n.log.Info("MongoDB reachable again")
+	ps.lastPassOK.Store(ps.now().UnixNano())
+	ps.outage.Store(nil)
+	ps.metrics.Outage.Set(0)
+	if ps.notes.clear("outage") {
+		ps.log.Info("MongoDB reachable again")
 	}
-	if n.notes.clear("document-fault") {
-		n.log.Info("passes read every document again")
+	if ps.notes.clear("document-fault") {
+		ps.log.Info("passes read every document again")
 	}
 }
 
-// claimPass is a short pass: a runner has exited, so a slot is free, and
+// claimOnly is a short pass: a runner has exited, so a slot is free, and
 // the node claims at once with what the last full pass read. It can tell
 // that an outage or slowness starts, not that it is over: only a full
 // pass can.
-func (n *Node) claimPass(ctx context.Context) {
-	stopped, slow, err := n.timedPass(ctx, "claim", func(ctx context.Context) error {
-		if n.claimsPaused() {
+func (ps *passes) claimOnly(ctx context.Context) {
+	stopped, slow, err := ps.timed(ctx, "claim", func(ctx context.Context) error {
+		if ps.claimer.paused() {
 			return nil
 		}
-		return n.claim(ctx, false)
+		return ps.claimer.claim(ctx, false)
 	})
 	if !stopped && !slow && err != nil {
-		n.setOutage(err)
+		ps.setOutage(err)
 	}
 }
 
-// timedPass runs one pass of kind (full, claim) under the pass's deadline,
+// timed runs one pass of kind (full, claim) under the pass's deadline,
 // so that one hung connection cannot stop the heartbeat for good, and
 // counts it (den_loop_pass_duration_seconds, den_database_errors_total).
 // stopped: the node is stopping, and nothing more is to be said; slow:
 // the pass ran out of time, which it logs once (slow, not necessarily
 // unreachable).
-func (n *Node) timedPass(ctx context.Context, kind string, pass func(context.Context) error) (stopped, slow bool, err error) {
+func (ps *passes) timed(ctx context.Context, kind string, pass func(context.Context) error) (stopped, slow bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	started := n.now()
+	started := ps.now()
 	err = pass(pctx)
 	if ctx.Err() != nil {
 		return true, false, err
 	}
-	n.metrics.PassSeconds.WithLabelValues(kind).Observe(n.now().Sub(started).Seconds())
+	ps.metrics.PassSeconds.WithLabelValues(kind).Observe(ps.now().Sub(started).Seconds())
 	if err != nil {
-		n.metrics.DBErrors.Inc()
+		ps.metrics.DBErrors.Inc()
 	}
 	if err != nil && pctx.Err() != nil {
-		if n.notes.set("slow", "") {
-			n.log.Warn("a pass took longer than its 1-minute limit; the node stays alive and goes on (large documents or a slow server?)",
-				zap.Duration("took", n.now().Sub(started)), zap.Error(err))
+		if ps.notes.set("slow", "") {
+			ps.log.Warn("a pass took longer than its 1-minute limit; the node stays alive and goes on (large documents or a slow server?)",
+				zap.Duration("took", ps.now().Sub(started)), zap.Error(err))
 		}
 		return false, true, err
 	}
@@ -88,24 +136,24 @@ func (n *Node) timedPass(ctx context.Context, kind string, pass func(context.Con
 // failing until a full pass succeeds. A pass that failed on a document it
 // could not read is told apart: that is no outage (the database answered),
 // and it is what /readyz then says.
-func (n *Node) setOutage(err error) {
+func (ps *passes) setOutage(err error) {
 	if queue.IsDocumentError(err) {
 		msg := "a document den cannot read stopped a pass (MongoDB answered): " + err.Error()
-		n.outage.Store(&msg)
-		if n.notes.set("document-fault", "") {
-			n.log.Warn("a document den cannot read stopped a pass; retrying every interval", zap.Error(err))
+		ps.outage.Store(&msg)
+		if ps.notes.set("document-fault", "") {
+			ps.log.Warn("a document den cannot read stopped a pass; retrying every interval", zap.Error(err))
 		}
 		return
 	}
 	msg := "MongoDB unreachable or failing: " + err.Error()
-	n.outage.Store(&msg)
-	n.metrics.Outage.Set(1)
-	if n.notes.set("outage", "") {
-		n.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
+	ps.outage.Store(&msg)
+	ps.metrics.Outage.Set(1)
+	if ps.notes.set("outage", "") {
+		ps.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
 	}
 }
 
-// pass is a full pass. What it reads, and how often, is chosen so that an
+// read is the work of a full pass. What it reads, and how often, is chosen so that an
 // idle node costs the database about 3 commands a second however many
 // queues there are (see docs/performance.md):
 //   - every pass: the queues (count_todo tells of new work), the node
@@ -116,43 +164,43 @@ func (n *Node) setOutage(err error) {
 //     pass while a queue-wide threads limit is in play);
 //   - every ProbeEvery: one query for work in queues found empty;
 //   - every RescueEvery and SweepEvery: rescues and sweeps.
-func (n *Node) pass(ctx context.Context) error {
-	now := n.now()
-	if n.shared == nil || now.Sub(n.sharedAt) >= n.cfg.RefreshEvery {
-		shared, err := n.store.ActiveConfig(ctx)
+func (ps *passes) read(ctx context.Context) error {
+	now := ps.now()
+	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
+		shared, err := ps.store.ActiveConfig(ctx)
 		if err != nil {
 			return err // never fall back to serving every queue
 		}
-		n.shared, n.sharedAt = &shared, now
+		ps.shared, ps.sharedAt = &shared, now
 		if len(shared.Problems) > 0 {
-			if n.notes.set("config", strings.Join(shared.Problems, "; ")) {
-				n.log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
+			if ps.notes.set("config", strings.Join(shared.Problems, "; ")) {
+				ps.log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
 			}
-		} else if n.notes.clear("config") {
-			n.log.Info("config collection: active document is valid again")
+		} else if ps.notes.clear("config") {
+			ps.log.Info("config collection: active document is valid again")
 		}
 	}
-	filter, gfs := n.effective(*n.shared)
+	filter, gfs := ps.effective(*ps.shared)
 
-	queues, bad, err := n.store.Queues(ctx)
+	queues, malformed, err := ps.store.Queues(ctx)
 	if err != nil {
 		return err
 	}
-	n.noteMalformedQueues(bad)
-	serve := n.serveable(queues, filter)
-	if err := n.fillCounts(ctx, queues); err != nil {
+	ps.noteMalformedQueues(malformed)
+	serve := ps.serveable(queues, filter)
+	if err := ps.fillCounts(ctx, queues); err != nil {
 		return err
 	}
 
-	n.chores = choresPerPass
-	rescueDue := now.Sub(n.lastRescue) >= n.cfg.RescueEvery
+	ps.chores.refill()
+	rescueDue := ps.rescuer.due(now)
 	var held []queue.Task
-	if n.held.any() || rescueDue {
-		sent := n.now()
-		if held, err = n.store.Held(ctx, n.cfg.Name, false); err != nil {
+	if ps.held.any() || rescueDue {
+		sent := ps.now()
+		if held, err = ps.store.Held(ctx, ps.cfg.Name, false); err != nil {
 			return err
 		}
-		n.held.read(held, sent, func(t queue.Task) queue.Resources {
+		ps.held.read(held, sent, func(t queue.Task) queue.Resources {
 			for _, q := range queues {
 				if q.ID == t.Queue {
 					return requestOf(t.Control.Requested, q)
@@ -161,13 +209,8 @@ func (n *Node) pass(ctx context.Context) error {
 			return requestOf(t.Control.Requested, queue.Queue{})
 		})
 	}
-	st := &n.claiming
-	if st.running == nil || now.Sub(n.runningAt) >= n.cfg.RefreshEvery || n.globalInPlay(serve) {
-		running, err := n.store.Running(ctx, queueIDs(queues))
-		if err != nil {
-			return err
-		}
-		st.running, n.runningAt = running, now
+	if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
+		return err
 	}
 
 	names := make(map[bson.ObjectID]string, len(queues))
@@ -178,68 +221,51 @@ func (n *Node) pass(ctx context.Context) error {
 			todo[q.Name] += *q.CountTodo
 		}
 	}
-	n.queueNames.Store(&names)
-	n.queueTodo.Store(&todo)
-	limit, problem, err := n.writeNodeDocument(ctx, queues, serve, now)
+	ps.queueNames.Store(&names)
+	ps.queueTodo.Store(&todo)
+	limit, problem, err := ps.beat.write(ctx, queues, serve, now)
 	if err != nil {
 		return err
 	}
 	if problem != "" {
-		if n.notes.set("node-maxthreads", problem) {
-			n.log.Warn("node document: " + problem)
+		if ps.notes.set("node-maxthreads", problem) {
+			ps.log.Warn("node document: " + problem)
 		}
-	} else if n.notes.clear("node-maxthreads") {
-		n.log.Info("node document: maxthreads is valid again")
+	} else if ps.notes.clear("node-maxthreads") {
+		ps.log.Info("node document: maxthreads is valid again")
 	}
 
 	byID := make(map[bson.ObjectID]queue.Queue, len(queues))
 	for _, q := range queues {
 		byID[q.ID] = q
 	}
-	if err := n.cancel(ctx, held, byID); err != nil {
+	if err := ps.sweeper.cancel(ctx, held, byID); err != nil {
 		return err
 	}
 	if held != nil {
-		n.askLive(held, now)
+		ps.runners.askLive(held, now)
 	}
 	if rescueDue {
-		if err := n.rescueStaleClaims(ctx, held, byID, now); err != nil {
+		if err := ps.rescuer.run(ctx, held, byID, now); err != nil {
 			return err
-		}
-		if err := n.rescueDeadRunners(ctx, held, byID); err != nil {
-			return err
-		}
-		if err := n.rescueDeadNodes(ctx, byID); err != nil {
-			return err
-		}
-		if n.chores > 0 {
-			n.lastRescue = now // else the rest next pass, after its claims
 		}
 	}
-	if now.Sub(n.lastSweep) >= n.cfg.SweepEvery {
-		if err := n.sweep(ctx, serve, now); err != nil {
+	if ps.sweeper.due(now) {
+		if err := ps.sweeper.sweep(ctx, serve, now); err != nil {
 			return err
-		}
-		if n.chores > 0 {
-			n.lastSweep = now // else the rest next pass, after its claims
 		}
 	}
 
-	st.ready, st.serve, st.limit, st.gfs = true, serve, limit, gfs
-	for id := range st.empty {
-		if _, served := byID[id]; !served {
-			delete(st.empty, id)
-		}
-	}
-	if n.claimsPaused() {
+	ps.claimer.readPass(serve, limit, gfs, byID)
+	if ps.claimer.paused() {
 		return nil
 	}
-	probe := now.Sub(n.lastProbe) >= n.cfg.ProbeEvery
-	if err := n.claim(ctx, probe); err != nil {
+	probe := now.Sub(ps.lastProbe) >= ps.cfg.ProbeEvery
+	if err := ps.claimer.claim(ctx, probe); err != nil {
 		return err
 	}
 	if probe {
-		n.lastProbe = now
+		ps.lastProbe = now
 	}
 	return nil
 }
@@ -250,12 +276,84 @@ func (n *Node) pass(ctx context.Context) error {
 // rescued in 50 passes instead of one pass that never ends.
 const choresPerPass = 200
 
-// chore reports whether this pass may make one more housekeeping write,
+// chores is a full pass's budget of housekeeping writes (choresPerPass),
+// which the rescuer and the sweeper take from. Only the loop's goroutine
+// uses it.
+type chores struct{ left int }
+
+// refill starts a pass's budget.
+func (c *chores) refill() { c.left = choresPerPass }
+
+// take reports whether this pass may make one more housekeeping write,
 // and counts it.
-func (n *Node) chore() bool {
-	if n.chores <= 0 {
+func (c *chores) take() bool {
+	if c.left <= 0 {
 		return false
 	}
-	n.chores--
+	c.left--
 	return true
+}
+
+// spent reports whether this pass's budget is used up.
+func (c *chores) spent() bool { return c.left <= 0 }
+
+// queueName is the name of queue id as the last full pass read it, else
+// fallback.
+func (ps *passes) queueName(id bson.ObjectID, fallback string) string {
+	if p := ps.queueNames.Load(); p != nil {
+		if name, ok := (*p)[id]; ok {
+			return name
+		}
+	}
+	return fallback
+}
+
+// health is what Ready says of the passes: nil when MongoDB answered the
+// last pass and a full pass succeeded within the last 3 intervals (at
+// least 3 seconds).
+func (ps *passes) health() error {
+	if msg := ps.outage.Load(); msg != nil {
+		return errors.New(*msg)
+	}
+	within := max(3*ps.cfg.Interval, 3*time.Second)
+	last := ps.lastPassOK.Load()
+	if last == 0 {
+		return errors.New("no loop pass has succeeded yet")
+	}
+	if age := ps.now().Sub(time.Unix(0, last)); age > within {
+		return fmt.Errorf("last successful loop pass was %s ago (more than %s): passes are slow or stuck", age.Round(time.Millisecond), within)
+	}
+	return nil
+}
+
+// todoByQueue is each queue's count_todo as the last full pass read it, by
+// queue name, for den_queue_todo.
+func (ps *passes) todoByQueue() map[string]int64 {
+	if p := ps.queueTodo.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// runningByQueue is what the node holds (claimed and running tasks), by
+// queue name, for den_tasks_running. Every queue of the last full pass is
+// listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
+func (ps *passes) runningByQueue() map[string]int {
+	counts, _ := ps.held.counts()
+	out := map[string]int{}
+	var names map[bson.ObjectID]string
+	if p := ps.queueNames.Load(); p != nil {
+		names = *p
+	}
+	for _, name := range names {
+		out[name] += 0
+	}
+	for id, c := range counts {
+		name, ok := names[id]
+		if !ok {
+			name = id.Hex()
+		}
+		out[name] += c
+	}
+	return out
 }

@@ -11,12 +11,50 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// This file rescues tasks whose runner or node died, and claims no runner
+// rescuer rescues tasks whose runner or node died, and claims no runner
 // took up: a retry when retries are left, else orphaned (-6), as the
 // protocol's reaping does. None of it acts on a task that a live runner
-// still runs.
+// still runs. It runs every RescueEvery (and once at start), within the
+// pass's budget of housekeeping writes, and for one task whenever a
+// runner of this process dies running it.
+type rescuer struct {
+	*common
+	chores *chores
+	// runners tell whose a recorded runner is and stop what a dead run
+	// left; held is what this node holds (the claimer's).
+	runners *runners
+	held    *heldTasks
+	// sawNodes is given the node documents' last beats and offers as each
+	// dead-node rescue reads them (the sweeper notes unfit tasks by them).
+	sawNodes func(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time)
+	// last is when the rescues last ran to the end.
+	last time.Time
+}
 
-// rescueDeadRunners rescues this node's running tasks whose runner process
+// due reports whether the rescues are due in a pass at now.
+func (rc *rescuer) due(now time.Time) bool { return now.Sub(rc.last) >= rc.cfg.RescueEvery }
+
+// run rescues this node's stale claims and the tasks of dead runners and
+// dead nodes: held is what this node holds as the pass read it, queues
+// the queues it read. What the pass's budget leaves undone waits for the
+// next pass.
+func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+	if err := rc.staleClaims(ctx, held, queues, now); err != nil {
+		return err
+	}
+	if err := rc.deadRunners(ctx, held, queues); err != nil {
+		return err
+	}
+	if err := rc.deadNodes(ctx, queues); err != nil {
+		return err
+	}
+	if !rc.chores.spent() {
+		rc.last = now // else the rest next pass, after its claims
+	}
+	return nil
+}
+
+// deadRunners rescues this node's running tasks whose runner process
 // is gone, for example after the node itself was restarted. Live runners
 // are left alone. A runner recorded on another host under this node's name
 // (the node moved, as a container does) counts as gone once it has not
@@ -25,8 +63,8 @@ import (
 // hand, or a node of another kind shares the name); it is rescued once
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
-func (n *Node) rescueDeadRunners(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
-	now := n.now()
+func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+	now := rc.now()
 	for _, task := range held {
 		if task.Status != queue.StatusRunning {
 			continue
@@ -34,47 +72,47 @@ func (n *Node) rescueDeadRunners(ctx context.Context, held []queue.Task, queues 
 		r := task.Runner
 		switch {
 		case r == nil:
-			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
+			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.cfg.DeadNodeAfter {
 				continue
 			}
-			if !n.chore() {
+			if !rc.chores.take() {
 				return nil
 			}
-			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", n.cfg.Name, n.cfg.DeadNodeAfter)})
-		case n.onThisHost(*r) && !n.ownRunner(r.PID) && !alive(*r):
-			if !n.chore() {
+			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.cfg.Name, rc.cfg.DeadNodeAfter)})
+		case rc.runners.onThisHost(*r) && !rc.runners.startedHere(r.PID) && !alive(*r):
+			if !rc.chores.take() {
 				return nil
 			}
-			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
-		case n.onThisHost(*r) && !n.runGoing(task.ID, *r) && !n.held.finished(task.ID):
-			if !n.chore() {
+			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
+		case rc.runners.onThisHost(*r) && !rc.runners.runGoing(task.ID, *r) && !rc.held.finished(task.ID):
+			if !rc.chores.take() {
 				return nil
 			}
-			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
-		case !n.onThisHost(*r) && staleSign(*r, now, n.cfg.DeadNodeAfter):
-			if !n.chore() {
+			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
+		case !rc.runners.onThisHost(*r) && staleSign(*r, now, rc.cfg.DeadNodeAfter):
+			if !rc.chores.take() {
 				return nil
 			}
-			n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
+			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
 		}
 	}
 	return nil
 }
 
-// rescueStaleClaims rescues this node's claims (among those it holds) that no runner
+// staleClaims rescues this node's claims (among those it holds) that no runner
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
-func (n *Node) rescueStaleClaims(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
-	for _, task := range queue.StaleClaims(held, now.Add(-n.cfg.OrphanAge)) {
-		if !n.chore() {
+func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+	for _, task := range queue.StaleClaims(held, now.Add(-rc.cfg.OrphanAge)) {
+		if !rc.chores.take() {
 			return nil
 		}
-		n.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", n.cfg.Name, n.cfg.OrphanAge)})
+		rc.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.cfg.Name, rc.cfg.OrphanAge)})
 	}
 	return nil
 }
 
-// rescueDeadNodes rescues the claimed and running tasks of nodes that have
+// deadNodes rescues the claimed and running tasks of nodes that have
 // not written their node document for DeadNodeAfter, and of node names
 // that have no node document at all (a writer's typo, a node of another
 // kind, a document deleted by hand) once the task's mtime is that old. A
@@ -82,56 +120,56 @@ func (n *Node) rescueStaleClaims(ctx context.Context, held []queue.Task, queues 
 // is rescued only when its runner has not beaten for DeadNodeAfter either.
 // Several live nodes may do this at once: each task's rescue is
 // conditional, so it happens once.
-func (n *Node) rescueDeadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
-	now := n.now()
-	seen, offers, err := n.store.NodesSeenOffers(ctx)
+func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
+	now := rc.now()
+	seen, offers, err := rc.store.NodesSeenOffers(ctx)
 	if err != nil {
 		return err
 	}
-	n.noteOffers(seen, offers, now)
-	holders, err := n.store.ClaimingNodes(ctx)
+	rc.sawNodes(seen, offers, now)
+	holders, err := rc.store.ClaimingNodes(ctx)
 	if err != nil {
 		return err
 	}
 	for _, holder := range holders {
 		name, isName := holder.StringValueOK()
-		if isName && name == n.cfg.Name {
+		if isName && name == rc.cfg.Name {
 			continue
 		}
 		last, known := seen[name]
-		if isName && known && now.Sub(last) <= n.cfg.DeadNodeAfter {
+		if isName && known && now.Sub(last) <= rc.cfg.DeadNodeAfter {
 			continue // alive
 		}
 		label := name
 		if !isName {
 			label = holder.String()
 		}
-		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, n.cfg.DeadNodeAfter)
+		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, rc.cfg.DeadNodeAfter)
 		if !isName || !known {
 			why = fmt.Sprintf("claimed under node %s, which has no node document", label)
 		}
-		tasks, err := n.store.NodeTasks(ctx, holder)
+		tasks, err := rc.store.NodeTasks(ctx, holder)
 		if err != nil {
 			return err
 		}
 		counts := map[int]int{}
 		for _, task := range tasks {
-			if r := task.Runner; r != nil && !staleSign(*r, now, n.cfg.DeadNodeAfter) {
+			if r := task.Runner; r != nil && !staleSign(*r, now, rc.cfg.DeadNodeAfter) {
 				continue // its runner is still at work
 			}
-			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= n.cfg.DeadNodeAfter {
+			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.cfg.DeadNodeAfter {
 				continue // give a node that has just started time to write its document
 			}
-			if !n.chore() {
+			if !rc.chores.take() {
 				break
 			}
-			counts[n.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})]++
+			counts[rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})]++
 		}
 		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
-			n.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
+			rc.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
 				zap.Int("orphaned", counts[queue.StatusOrphaned]), zap.Int("retried", counts[queue.StatusQueued]), zap.Int("cancelled", counts[queue.StatusCancelled]))
 		}
-		if n.chores <= 0 {
+		if rc.chores.spent() {
 			return nil // the rest next pass
 		}
 	}
@@ -146,13 +184,13 @@ const (
 )
 
 // rescue rescues one task whose runner died, reading its queue's settings.
-func (n *Node) rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
-	q, err := n.store.QueueDoc(ctx, task.Queue)
+func (rc *rescuer) rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
+	q, err := rc.store.QueueDoc(ctx, task.Queue)
 	if err != nil {
-		n.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
+		rc.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
 		return 0
 	}
-	return n.rescueWith(ctx, task, q, rescueDeadRunner, why)
+	return rc.rescueWith(ctx, task, q, rescueDeadRunner, why)
 }
 
 // queueOf returns a task's queue from the queues read this pass, or nil.
@@ -167,34 +205,30 @@ func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue
 // and returns the task's new status, or 0 when someone else got there
 // first.
 //
-// A run on this host is stopped first: a runner that is alive but hung is
-// killed with its group, then whatever the run left is stopped (see
-// leftovers.go), so that a retry never overlaps it. The count goes into
+// A run on this host is stopped first (runners.endDeadRun): a runner that
+// is alive but hung is killed with its group, then whatever the run left
+// is stopped, so that a retry never overlaps it. The count goes into
 // the task's history (leftover_processes).
-func (n *Node) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) int {
+func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) int {
 	reason := why.Reason
 	id := task.ID
-	leftovers := 0
-	if r := task.Runner; r != nil && n.onThisHost(*r) {
-		n.killHungRunner(id, *r)
-		var busy bool
-		if leftovers, busy = n.stopLeftovers(ctx, id, *r, n.grace(task, q)); busy {
-			return 0 // another pass is stopping this run, and rescues it after
-		}
+	leftovers, busy := rc.runners.endDeadRun(ctx, task, q)
+	if busy {
+		return 0 // another pass is stopping this run, and rescues it after
 	}
-	st, err := n.store.Rescue(ctx, task, q, why, leftovers, n.now())
+	st, err := rc.store.Rescue(ctx, task, q, why, leftovers, rc.now())
 	if err == nil && st != 0 {
-		n.metrics.Rescues.WithLabelValues(kind).Inc()
+		rc.metrics.Rescues.WithLabelValues(kind).Inc()
 	}
 	switch {
 	case err != nil:
-		n.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))
+		rc.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))
 	case st == queue.StatusOrphaned:
-		n.log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
+		rc.log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
 	case st == queue.StatusQueued:
-		n.log.Warn("task put back for a retry", zap.String("task_id", id.Hex()), zap.String("reason", reason))
+		rc.log.Warn("task put back for a retry", zap.String("task_id", id.Hex()), zap.String("reason", reason))
 	case st == queue.StatusCancelled:
-		n.log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
+		rc.log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
 	}
 	return st
 }

@@ -22,7 +22,7 @@ import (
 
 // onThisHost reports whether a runner runs on this machine: only then can
 // the node signal it or tell whether it is alive.
-func (n *Node) onThisHost(r queue.RunnerInfo) bool {
+func (rs *runners) onThisHost(r queue.RunnerInfo) bool {
 	host, _ := os.Hostname()
 	return r.Host == host
 }
@@ -54,15 +54,15 @@ func alive(r queue.RunnerInfo) bool {
 	return diff > -1000 && diff < 1000
 }
 
-// ownRunner reports whether pid is a runner this node process started and
+// startedHere reports whether pid is a runner this node process started and
 // has not reaped: it is alive, and the pid cannot have been reused, so its
 // recorded start time need not be compared (a process's apparent start
 // time can move by a second or more with the boot time the kernel reports
 // or a clock step, and a reused runner lives for many tasks).
-func (n *Node) ownRunner(pid int) bool {
-	n.pool.mu.Lock()
-	defer n.pool.mu.Unlock()
-	return n.pool.byPID[pid] != nil
+func (rs *runners) startedHere(pid int) bool {
+	rs.pool.mu.Lock()
+	defer rs.pool.mu.Unlock()
+	return rs.pool.byPID[pid] != nil
 }
 
 // runGoing reports whether the live runner r may still be running run r
@@ -73,11 +73,11 @@ func (n *Node) ownRunner(pid int) bool {
 // runner what its proof says (one without a proof, its one task).
 // (Rescues are conditional on the run's token: a run that has just
 // recorded its result is left as it is.)
-func (n *Node) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
-	n.pool.mu.Lock()
-	p := n.pool.byPID[r.PID]
+func (rs *runners) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
+	rs.pool.mu.Lock()
+	p := rs.pool.byPID[r.PID]
 	at := p != nil && p.task == id
-	n.pool.mu.Unlock()
+	rs.pool.mu.Unlock()
 	if p != nil {
 		return at
 	}

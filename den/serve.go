@@ -10,26 +10,14 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// globalInPlay reports whether a served queue with a queue-wide threads
-// limit may have work: claims in it then need every node's running count
-// fresh each pass.
-func (n *Node) globalInPlay(serve []queue.Queue) bool {
-	for _, q := range serve {
-		if q.Global && n.claiming.claimable(q) {
-			return true
-		}
-	}
-	return false
-}
-
 // effective merges the node's own settings with the config collection's:
 // the node's (from its file, environment or flags) win.
-func (n *Node) effective(shared queue.SharedConfig) (queueFilter, string) {
-	active, ignore := n.cfg.ActiveQueues, n.cfg.IgnoreQueues
+func (ps *passes) effective(shared queue.SharedConfig) (queueFilter, string) {
+	active, ignore := ps.cfg.ActiveQueues, ps.cfg.IgnoreQueues
 	if len(active) == 0 && len(ignore) == 0 {
 		active, ignore = shared.ActiveQueues, shared.IgnoreQueues
 	}
-	gfs := n.cfg.GFS
+	gfs := ps.cfg.GFS
 	if gfs == "" && shared.GFS != nil {
 		gfs = *shared.GFS
 	}
@@ -43,7 +31,7 @@ func (n *Node) effective(shared queue.SharedConfig) (queueFilter, string) {
 // registered here and that the filter allows. A queue without a plugin, and
 // a queue with a nonsense maxthreads, is logged once when that starts and
 // once when it is fixed.
-func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
+func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
 	var out []queue.Queue
 	seen := map[string]bool{}
 	logged, more := 0, 0 // new problems logged this pass, and past malformedLogged
@@ -53,21 +41,21 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 			return
 		}
 		logged++
-		n.log.Warn(msg, fields...)
+		ps.log.Warn(msg, fields...)
 	}
 	for _, q := range queues {
 		if q.MaxThreadsProblem != "" {
 			key := "queue-limit:" + q.ID.Hex()
 			seen[key] = true
-			if n.notes.set(key, q.MaxThreadsProblem) {
+			if ps.notes.set(key, q.MaxThreadsProblem) {
 				warn("queue has a bad maxthreads", queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
 			}
 		}
-		p, ok := n.plugins.Lookup(q.Plugin)
-		if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(n.cfg.PluginConfig[q.Plugin]) {
+		p, ok := ps.plugins.Lookup(q.Plugin)
+		if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(ps.cfg.PluginConfig[q.Plugin]) {
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
-			if n.notes.set(key, "disabled") {
+			if ps.notes.set(key, "disabled") {
 				warn("queue skipped: its plugin is off unless this node's configuration enables it",
 					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
@@ -76,7 +64,7 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 		if !ok {
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
-			if n.notes.set(key, q.Plugin) {
+			if ps.notes.set(key, q.Plugin) {
 				warn("queue skipped: no plugin of that name is registered in this den binary",
 					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
@@ -87,10 +75,10 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 		}
 	}
 	if more > 0 {
-		n.log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
+		ps.log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
 	}
-	if cleared := n.notes.keep("queue-", seen); len(cleared) > 0 {
-		n.log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+	if cleared := ps.notes.keep("queue-", seen); len(cleared) > 0 {
+		ps.log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
 	return out
 }
@@ -98,25 +86,25 @@ func (n *Node) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue
 // noteMalformedQueues warns once about each queue document that cannot be a
 // queue, when it is first met: the first few by name, the rest of a pass in
 // one line (a collection of thousands of them must not flood the log).
-func (n *Node) noteMalformedQueues(bad []queue.MalformedQueue) {
+func (ps *passes) noteMalformedQueues(malformed []queue.MalformedQueue) {
 	seen := map[string]bool{}
 	fresh := 0
-	for _, b := range bad {
-		key := "bad-queue:" + fmt.Sprint(b.ID)
+	for _, b := range malformed {
+		key := "malformed-queue:" + fmt.Sprint(b.ID)
 		seen[key] = true
-		if n.notes.set(key, b.Reason.Error()) {
+		if ps.notes.set(key, b.Reason.Error()) {
 			fresh++
-			n.metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
+			ps.metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
 			if fresh <= malformedLogged {
-				n.log.Warn("queue document skipped", zap.String("queue_id", metrics.Label(fmt.Sprint(b.ID))), zap.Error(b.Reason))
+				ps.log.Warn("queue document skipped", zap.String("queue_id", metrics.Label(fmt.Sprint(b.ID))), zap.Error(b.Reason))
 			}
 		}
 	}
 	if fresh > malformedLogged {
-		n.log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
+		ps.log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
 	}
-	if cleared := n.notes.keep("bad-queue:", seen); len(cleared) > 0 {
-		n.log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+	if cleared := ps.notes.keep("malformed-queue:", seen); len(cleared) > 0 {
+		ps.log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
 }
 

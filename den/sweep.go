@@ -11,6 +11,34 @@ import (
 	"github.com/den-project/den/queue"
 )
 
+// sweeper carries out what tasks' own fields ask of the node, apart from
+// claims: every pass, the cancel flags of the tasks this node holds
+// (cancel); every SweepEvery, the sweep: queued tasks whose cancel is
+// set, malformed tasks, values rewritten as the queries match them, notes
+// on tasks no node can run (noteUnfit), and dependencies between tasks
+// (sweepDependencies). Its writes count against the pass's budget of housekeeping
+// writes.
+type sweeper struct {
+	*common
+	chores *chores
+	// runners stop the runs of cancelled tasks.
+	runners *runners
+	// offer is what this node offers one task's request now (the
+	// heartbeat's); wake makes the claimer claim at once (dependencies
+	// released tasks).
+	offer func(ctx context.Context) queue.Resources
+	wake  func()
+	// offers are the offers of the nodes alive at the last dead-node
+	// check (every RescueEvery), by node name, for unfit notes. Only the
+	// loop's goroutine uses it.
+	offers map[string]queue.Resources
+	// last is when the sweep last ran to the end.
+	last time.Time
+}
+
+// due reports whether the sweep is due in a pass at now.
+func (sw *sweeper) due(now time.Time) bool { return now.Sub(sw.last) >= sw.cfg.SweepEvery }
+
 // sweep cancels the queued tasks whose cancel is set (-5: the claim never
 // takes them), fails the malformed tasks of the served queues, notes on
 // queued tasks that request more than any node offers why they wait, and
@@ -18,74 +46,80 @@ import (
 // date strings, 1, "yes") as the ISODate or boolean the claim and
 // cancellation queries match, failing the queued tasks whose value means
 // nothing.
-func (n *Node) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
-	if c, err := n.store.CancelQueued(ctx, now); err != nil {
+func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
+	if c, err := sw.store.CancelQueued(ctx, now); err != nil {
 		return err
 	} else if c > 0 {
-		n.metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
-		n.log.Info("cancelled queued tasks", zap.Int64("count", c))
+		sw.metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
+		sw.log.Info("cancelled queued tasks", zap.Int64("count", c))
 	}
-	unfit := n.unfitQuery(ctx, queues)
-	tasks, err := n.store.Irregular(ctx, queueIDs(queues), unfit)
+	unfit := sw.unfitQuery(ctx, queues)
+	tasks, err := sw.store.Irregular(ctx, queueIDs(queues), unfit)
 	if err != nil {
 		return err
 	}
-	if err := n.normalize(ctx, tasks, now); err != nil {
+	if err := sw.normalize(ctx, tasks, now); err != nil {
 		return err
 	}
-	malformed, err := n.store.Malformed(ctx, queueIDs(queues))
+	malformed, err := sw.store.Malformed(ctx, queueIDs(queues))
 	if err != nil {
 		return err
 	}
 	failed := map[bson.ObjectID]int{}
 	for _, m := range malformed {
-		if !n.chore() {
+		if !sw.chores.take() {
 			break
 		}
-		ok, err := n.store.FailMalformed(ctx, m, n.cfg.Name, now)
+		ok, err := sw.store.FailMalformed(ctx, m, sw.cfg.Name, now)
 		if err != nil {
 			return err
 		}
 		if ok {
 			failed[m.Queue]++
-			n.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
-			if err := n.store.DecrementTodo(ctx, m.Queue); err != nil {
+			sw.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
+			if err := sw.store.DecrementTodo(ctx, m.Queue); err != nil {
 				return err
 			}
 		}
 	}
 	for _, q := range queues {
 		if c := failed[q.ID]; c > 0 {
-			n.log.Warn("failed malformed tasks (reason in their stderr)", queueField(q.Name), zap.Int("count", c))
+			sw.log.Warn("failed malformed tasks (reason in their stderr)", queueField(q.Name), zap.Int("count", c))
 		}
 	}
 	// A note is for people to read: failing to write one must not keep
 	// the dependencies below from moving on.
-	if err := n.noteUnfit(ctx, queues, unfit, tasks); err != nil {
-		if n.notes.set("unfit-notes", err.Error()) {
-			n.log.Warn("cannot write why tasks wait (unfit); trying again each sweep", zap.Error(err))
+	if err := sw.noteUnfit(ctx, queues, unfit, tasks); err != nil {
+		if sw.notes.set("unfit-notes", err.Error()) {
+			sw.log.Warn("cannot write why tasks wait (unfit); trying again each sweep", zap.Error(err))
 		}
-	} else if n.notes.clear("unfit-notes") {
-		n.log.Info("writing why tasks wait (unfit) again")
+	} else if sw.notes.clear("unfit-notes") {
+		sw.log.Info("writing why tasks wait (unfit) again")
 	}
-	return n.sweepDependencies(ctx, queueIDs(queues), now)
+	if err := sw.sweepDependencies(ctx, queueIDs(queues), now); err != nil {
+		return err
+	}
+	if !sw.chores.spent() {
+		sw.last = now // else the rest next pass, after its claims
+	}
+	return nil
 }
 
 // normalize handles the tasks of the served queues (of those the sweep's
 // query returned) whose start_after, cancel or request the claim and
 // cancel queries cannot match as they are.
-func (n *Node) normalize(ctx context.Context, tasks []queue.Task, now time.Time) error {
+func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.Time) error {
 	fixed := 0
 	for _, t := range tasks {
 		if !t.IsIrregular() {
 			continue // there for the unfit step
 		}
-		if !n.chore() {
+		if !sw.chores.take() {
 			break
 		}
-		bad := t.Malformed()
-		if len(bad) == 0 {
-			ok, err := n.store.Normalize(ctx, t)
+		problems := t.Malformed()
+		if len(problems) == 0 {
+			ok, err := sw.store.Normalize(ctx, t)
 			if err != nil {
 				return err
 			}
@@ -94,27 +128,27 @@ func (n *Node) normalize(ctx context.Context, tasks []queue.Task, now time.Time)
 			}
 			continue
 		}
-		reason := strings.Join(bad, "; ")
+		reason := strings.Join(problems, "; ")
 		if t.Status != queue.StatusQueued {
-			if n.notes.set("irregular:"+t.ID.Hex(), reason) {
-				n.log.Warn("a claimed or running task has a field den cannot read; leaving it as it is", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
+			if sw.notes.set("malformed-task:"+t.ID.Hex(), reason) {
+				sw.log.Warn("a claimed or running task has a field den cannot read; leaving it as it is", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
 			}
 			continue
 		}
-		ok, err := n.store.FailQueued(ctx, t, n.cfg.Name, reason, now)
+		ok, err := sw.store.FailQueued(ctx, t, sw.cfg.Name, reason, now)
 		if err != nil {
 			return err
 		}
 		if ok {
-			n.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
-			n.log.Warn("failed a task that cannot be run as written (reason in its stderr)", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
-			if err := n.store.DecrementTodo(ctx, t.Queue); err != nil {
+			sw.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
+			sw.log.Warn("failed a task that cannot be run as written (reason in its stderr)", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
+			if err := sw.store.DecrementTodo(ctx, t.Queue); err != nil {
 				return err
 			}
 		}
 	}
 	if fixed > 0 {
-		n.log.Info("rewrote start_after, cancel or requested_resources values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
+		sw.log.Info("rewrote start_after, cancel or requested_resources values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
 	}
 	return nil
 }

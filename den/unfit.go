@@ -14,32 +14,23 @@ import (
 // waits for ever, visibly queued. The sweep says why, in the task's unfit
 // field (queue.FieldUnfit), and removes the note once some node offers
 // enough or the request is lowered. It costs no command of its own: the
-// tasks to look at come with the sweep's query for irregular fields
+// tasks to look at come with the sweep's query for malformed fields
 // (queue.UnfitQuery), what the other nodes offer with the dead-node
 // rescue's read of the node documents, and a task's note is written only
 // when it starts or stops waiting so (not when the offers' numbers move).
 
-// unfitState is what the sweep keeps between passes for unfit notes. Only
-// the loop's goroutine uses it.
-type unfitState struct {
-	// offers are the offers of the nodes alive at the last dead-node
-	// check (every RescueEvery), by node name.
-	offers map[string]queue.Resources
-}
-
 // noteOffers keeps, from the node documents the dead-node rescue read, the
 // offers of the nodes alive now.
-func (n *Node) noteOffers(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time) {
-	n.unfit.offers = queue.LiveOffers(seen, offers, now.Add(-n.cfg.DeadNodeAfter))
+func (sw *sweeper) noteOffers(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time) {
+	sw.offers = queue.LiveOffers(seen, offers, now.Add(-sw.cfg.DeadNodeAfter))
 }
 
 // largestOffer is the most memory and the most cores any live den node
 // offers, this node's own as it is now (what its node document says).
-func (n *Node) largestOffer(ctx context.Context) queue.Resources {
-	host, _ := n.host.Sample(ctx, n.now()) // nil: the limit, or the machine's total
-	all := []queue.Resources{n.capacity.offer(host, n.held.reserved())}
-	for name, o := range n.unfit.offers {
-		if name != n.cfg.Name {
+func (sw *sweeper) largestOffer(ctx context.Context) queue.Resources {
+	all := []queue.Resources{sw.offer(ctx)}
+	for name, o := range sw.offers {
+		if name != sw.cfg.Name {
 			all = append(all, o)
 		}
 	}
@@ -47,8 +38,8 @@ func (n *Node) largestOffer(ctx context.Context) queue.Resources {
 }
 
 // unfitQuery is what the sweep's query also asks for, for unfit notes.
-func (n *Node) unfitQuery(ctx context.Context, serve []queue.Queue) *queue.UnfitQuery {
-	u := &queue.UnfitQuery{Largest: n.largestOffer(ctx)}
+func (sw *sweeper) unfitQuery(ctx context.Context, serve []queue.Queue) *queue.UnfitQuery {
+	u := &queue.UnfitQuery{Largest: sw.largestOffer(ctx)}
 	for _, q := range serve {
 		if r := q.Control.Requested; r != nil && !r.Fits(u.Largest) {
 			u.OverQueues = append(u.OverQueues, q.ID)
@@ -61,7 +52,7 @@ func (n *Node) unfitQuery(ctx context.Context, serve []queue.Queue) *queue.Unfit
 // returned: a conditional write for each task that starts or stops
 // waiting for a node that can run it. It logs once per queue when tasks
 // start waiting so, and once when none does any more.
-func (n *Node) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.UnfitQuery, tasks []queue.Task) error {
+func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.UnfitQuery, tasks []queue.Task) error {
 	byID := make(map[bson.ObjectID]queue.Queue, len(serve))
 	for _, q := range serve {
 		byID[q.ID] = q
@@ -75,7 +66,7 @@ func (n *Node) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.Unfi
 			reason = queue.UnfitReason(requestOf(c.Requested, byID[c.Queue]), u.Largest)
 		}
 		if (reason == "") != (c.Unfit == "") {
-			if _, err := n.store.SetUnfit(ctx, c.ID, c.Unfit, reason); err != nil {
+			if _, err := sw.store.SetUnfit(ctx, c.ID, c.Unfit, reason); err != nil {
 				return err
 			}
 		}
@@ -88,29 +79,18 @@ func (n *Node) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.Unfi
 	for id, count := range waiting {
 		key := "unfit:" + id.Hex()
 		seen[key] = true
-		if n.notes.set(key, "") {
-			n.log.Warn("queued tasks request more than any live den node offers; they wait, with the reason in their unfit field",
+		if sw.notes.set(key, "") {
+			sw.log.Warn("queued tasks request more than any live den node offers; they wait, with the reason in their unfit field",
 				queueField(byID[id].Name), zap.String("queue_id", id.Hex()), zap.Int("tasks", count), zap.String("example", example[id]))
 		}
 	}
 	if len(tasks) >= queue.IrregularLimit {
 		return nil // some were left for the next sweep: nothing to say of the others yet
 	}
-	for _, key := range n.notes.keep("unfit:", seen) {
+	for _, key := range sw.notes.keep("unfit:", seen) {
 		id, _ := bson.ObjectIDFromHex(key[len("unfit:"):])
-		n.log.Info("no queued task of the queue requests more than the live den nodes offer any more",
+		sw.log.Info("no queued task of the queue requests more than the live den nodes offer any more",
 			queueField(byID[id].Name), zap.String("queue_id", id.Hex()))
 	}
 	return nil
-}
-
-// clearUnfit removes the unfit note of a task this node has just claimed:
-// it fits here after all. A failure is left to the sweep, which removes
-// the notes of claimed and running tasks.
-func (n *Node) clearUnfit(ctx context.Context, id bson.ObjectID, was string) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if _, err := n.store.SetUnfit(cctx, id, was, ""); err != nil {
-		n.log.Debug("could not remove the unfit note of a claimed task; the sweep will", zap.String("task_id", id.Hex()), zap.Error(err))
-	}
 }

@@ -1,0 +1,23 @@
+package den
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/metrics"
+	"github.com/den-project/den/queue"
+)
+
+// common is what every component of a node works with: the node's
+// configuration (defaults filled in), its store, its log, its clock, its
+// metrics, and the conditions it has logged as started and not yet as
+// cleared. New makes one, and each component holds a pointer to it.
+type common struct {
+	cfg     Config
+	store   *queue.Store
+	log     *zap.Logger
+	now     func() time.Time
+	metrics *metrics.Metrics
+	notes   *notices
+}

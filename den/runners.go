@@ -1,0 +1,542 @@
+package den
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/internal/relay"
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/queue"
+)
+
+// RunnerCommand is how a node starts a task runner: Path with Args, with
+// the node's environment plus Env plus the runner's spec (runner.SpecEnv).
+// The default is this very binary with the hidden subcommand "task-runner".
+type RunnerCommand struct {
+	Path string
+	Args []string
+	Env  []string
+	// Log is the file runners append their log to; empty means the node's
+	// own stderr (under systemd, the journal).
+	Log string
+	// LogJSON makes runners log JSON lines.
+	LogJSON bool
+	// MaxTasks is how many tasks of its queue one runner may run, one
+	// after another, each handed over its task channel; 1 starts a runner per task, as
+	// Disbatch does. Default DefaultRunnerMaxTasks.
+	MaxTasks int
+	// Idle is how long a runner waits for its queue's next task before
+	// the node retires it. Default DefaultRunnerIdle.
+	Idle time.Duration
+	// MaxProcesses is the most processes, threads included, a task's
+	// programs may have at once (runner.max_processes); a task's or its
+	// queue's max_processes may lower it, never raise it. Default
+	// DefaultRunnerMaxProcesses. Enforced by pids.max where the node has a
+	// pids cgroup for runs, else by RLIMIT_NPROC (see den/sandbox).
+	MaxProcesses int
+	// Direct makes runners connect to MongoDB themselves (URI), as
+	// Disbatch's do. By default (false) they reach it through the node's
+	// relay, on the node's own connections: a task then opens no server
+	// connection (no handshake, TLS or authentication round trips, no
+	// endSessions). See package den/internal/relay.
+	Direct bool
+}
+
+func (c *RunnerCommand) check() error {
+	if c.Path != "" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary to start task runners: %w", err)
+	}
+	c.Path, c.Args = exe, []string{"task-runner"}
+	return nil
+}
+
+// maxSpecQueue is the largest queue document handed to a runner in its
+// spec; a larger one (an environment string may not pass 128 KiB) the
+// runner reads itself.
+const maxSpecQueue = 32 << 10
+
+// DefaultRunnerMaxTasks, DefaultRunnerIdle and DefaultRunnerMaxProcesses
+// are the defaults of RunnerCommand's MaxTasks, Idle and MaxProcesses.
+const (
+	DefaultRunnerMaxTasks     = 100
+	DefaultRunnerIdle         = 10 * time.Second
+	DefaultRunnerMaxProcesses = 1024
+)
+
+// runners is the only part of a node that deals with task runner
+// processes. It starts them, each in a session of its own, and hands each
+// a claimed task, or hands the task to an idle runner of its queue over
+// that runner's task channel, so that a busy queue does not start two
+// processes per task (RunnerCommand.MaxTasks and Idle; den/runner/worker_tasks.go
+// is the runner's side). It listens to what they say (done, ready, and
+// their end-of-task reports), reaps them, signals them (cancel, live
+// output, kill) after proving who they are, and stops what a dead run
+// left behind.
+//
+// Each runner this node process started is in its pool: under one lock,
+// the pool knows which task each runs. Every act on the runner of a task
+// goes through act, which acts only on the runner that runs that task now,
+// so that nothing meant for a task can reach the next task of the same
+// runner. Runners of an earlier node process are not in the pool: their
+// task channel closed with that process, so they take no other task, and
+// act signals them after proving them (isRunnerOf).
+type runners struct {
+	*common
+	// pool holds the runner processes this process started and has not
+	// reaped; running counts them.
+	pool    *runnerPool
+	running atomic.Int64
+	// relay serves runners their MongoDB connections; nil when runners
+	// connect directly (Runner.Direct).
+	relay *relay.Relay
+	// cgroup is the delegated cgroup v2 directory runs get cgroups under;
+	// empty when runs are contained by their process tree only.
+	cgroup string
+	// pids is the cgroup v1 pids directory runs' programs get cgroups
+	// under; empty when RLIMIT_NPROC holds their process limit.
+	pids string
+
+	// cancelling maps the run token of each cancelled task whose runner
+	// was sent SIGTERM to when it gets SIGKILL.
+	cancelMu   sync.Mutex
+	cancelling map[bson.ObjectID]time.Time
+	// liveAsked maps the run token of each running task a reader wants live
+	// output of to when its runner was last asked (passes only).
+	liveAsked map[bson.ObjectID]time.Time
+	// stopping holds the run tokens whose leftovers are being stopped, so
+	// that two rescue passes do not do it at once.
+	stopMu   sync.Mutex
+	stopping map[bson.ObjectID]bool
+
+	// slots is told when a runner is done with its task, and whether
+	// runners start their tasks (the claimer).
+	slots runnerEvents
+	// rescue rescues a task whose runner died while running it (the
+	// rescuer), and returns the task's new status.
+	rescue func(ctx context.Context, task queue.Task, why queue.Outcome) int
+	// queueName is the name of a queue as the last full pass read it,
+	// else fallback: a runner's reports are counted under it.
+	queueName func(id bson.ObjectID, fallback string) string
+}
+
+// runnerEvents is what the runners tell the part of the node that claims.
+type runnerEvents interface {
+	// letGo frees the slot of a task whose runner is done with it (its
+	// result recorded and its processes stopped, or the task put back),
+	// and claims again at once.
+	letGo(task bson.ObjectID)
+	// runnerStarted says that a runner started its task, or ended
+	// cleanly: claims go on at full pace.
+	runnerStarted()
+	// runnerStartFailed says that a runner exited before starting task
+	// (exit: how it exited): claims pause, with a growing backoff.
+	runnerStartFailed(task bson.ObjectID, exit string)
+}
+
+func newRunners(c *common, relay *relay.Relay, cgroup, pids string) *runners {
+	return &runners{
+		common: c, pool: newRunnerPool(), relay: relay, cgroup: cgroup, pids: pids,
+		cancelling: map[bson.ObjectID]time.Time{},
+		liveAsked:  map[bson.ObjectID]time.Time{},
+		stopping:   map[bson.ObjectID]bool{},
+	}
+}
+
+// runnerProc is one runner process (its supervisor) this node started.
+type runnerProc struct {
+	pid   int
+	queue bson.ObjectID
+	ch    *os.File      // the node's end of its task channel; nil: one task only
+	ready bool          // the runner said it serves ch
+	task  bson.ObjectID // the task it runs; zero between tasks
+	// served counts the tasks handed to it; idleAt is when it last became
+	// idle; closed is set once ch is closed (it takes no more tasks).
+	served int
+	idleAt time.Time
+	closed bool
+}
+
+// runnerPool is the node's runner processes, by pid, and the idle ones by
+// queue (the most recently idle last).
+type runnerPool struct {
+	mu      sync.Mutex
+	byPID   map[int]*runnerProc
+	idle    map[bson.ObjectID][]*runnerProc
+	stopped bool // the node stops: no more hand-overs
+}
+
+func newRunnerPool() *runnerPool {
+	return &runnerPool{byPID: map[int]*runnerProc{}, idle: map[bson.ObjectID][]*runnerProc{}}
+}
+
+// retireLocked closes p's task channel: it takes no more tasks and exits
+// once it has none.
+func (p *runnerProc) retireLocked() {
+	if p.ch != nil && !p.closed {
+		p.closed = true
+		p.ch.Close()
+	}
+}
+
+// removeIdleLocked takes p off its queue's idle list.
+func (pool *runnerPool) removeIdleLocked(p *runnerProc) {
+	list := pool.idle[p.queue]
+	for i, q := range list {
+		if q == p {
+			pool.idle[p.queue] = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(pool.idle[p.queue]) == 0 {
+		delete(pool.idle, p.queue)
+	}
+}
+
+// pids lists the runner processes this node started that have not exited.
+func (pool *runnerPool) pids() []int {
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	out := make([]int, 0, len(pool.byPID))
+	for pid := range pool.byPID {
+		out = append(out, pid)
+	}
+	return out
+}
+
+// start hands one claimed task to an idle runner of its queue, or starts a
+// runner for it in a session of its own, so that signals to the node
+// (Ctrl-C, systemctl stop) do not reach it and the node can stop, restart
+// or be upgraded while it runs. The runner leads its own process group,
+// which is what cancellation signals.
+func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
+	spec := runner.Spec{
+		URI: rs.cfg.URI, Database: rs.cfg.Database, Node: rs.cfg.Name,
+		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: rs.cfg.Runner.LogJSON,
+		Grace: rs.cfg.MaxTermination.Seconds(), PluginConfig: rs.cfg.PluginConfig[q.Plugin],
+		Beat:   min(max(rs.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
+		Cgroup: rs.cgroup, MaxOutput: rs.cfg.MaxOutput, DeadNodeAfter: rs.cfg.DeadNodeAfter.Seconds(),
+		Pids: rs.pids, MaxProcesses: rs.cfg.Runner.MaxProcesses, Reuse: rs.cfg.Runner.MaxTasks > 1,
+	}
+	if len(q.Raw) <= maxSpecQueue {
+		spec.Queue = q.Raw
+	}
+	if rs.handOver(q.ID, taskID, spec) {
+		return nil
+	}
+	env, err := spec.Env()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(rs.cfg.Runner.Path, rs.cfg.Runner.Args...)
+	cmd.Env = append(append(os.Environ(), rs.cfg.Runner.Env...), env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Stderr = os.Stderr
+	if rs.cfg.Runner.Log != "" {
+		f, err := os.OpenFile(rs.cfg.Runner.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("open runner log: %w", err)
+		}
+		defer f.Close() // the child has its own copy
+		cmd.Stderr = f
+	}
+	var relayCtl *os.File
+	if rs.relay != nil {
+		ours, theirs, err := relay.ControlPair()
+		if err != nil {
+			return err
+		}
+		defer theirs.Close() // the child has its own copy
+		relayCtl = ours
+		cmd.ExtraFiles = []*os.File{theirs} // fd 3 in the runner
+		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=3")
+	} else {
+		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=") // none, whatever the node inherited
+	}
+	// Every runner gets a task channel: what it says (its reports) comes
+	// over it, relay or not; only one that may be reused (spec.Reuse) is
+	// handed tasks over it.
+	tasks, theirs, err := runner.TaskChannel()
+	if err != nil {
+		if relayCtl != nil {
+			relayCtl.Close()
+		}
+		return err
+	}
+	defer theirs.Close() // the child has its own copy
+	cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
+	cmd.Env = append(cmd.Env, runner.EnvTasksFD+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
+	if err := cmd.Start(); err != nil {
+		for _, f := range []*os.File{relayCtl, tasks} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		rs.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
+		return fmt.Errorf("start %s: %w", rs.cfg.Runner.Path, err)
+	}
+	rs.metrics.RunnerStarts.Inc()
+	pid := cmd.Process.Pid
+	if relayCtl != nil {
+		// Served until the runner exits (closing its end) or the node
+		// stops; then the runner connects directly.
+		if err := rs.relay.ServeControl(relayCtl, rs.log.With(zap.Int("runner_pid", pid))); err != nil {
+			rs.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
+		}
+	}
+	// The queue's name as the last pass read it: a reused runner may
+	// serve a queue renamed since it started.
+	report := func(r runner.Report) { rs.receiveReport(rs.queueName(q.ID, q.Name), r) }
+	rs.running.Add(1)
+	p := &runnerProc{pid: pid, queue: q.ID, task: taskID, served: 1}
+	if spec.Reuse {
+		p.ch = tasks
+	} else {
+		// A runner of one task only reports on its channel.
+		go func() {
+			defer tasks.Close()
+			runner.Listen(tasks, runner.Listener{Report: report})
+		}()
+	}
+	rs.pool.mu.Lock()
+	rs.pool.byPID[pid] = p
+	if rs.pool.stopped {
+		p.retireLocked()
+	}
+	rs.pool.mu.Unlock()
+	rs.log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), queueField(q.Name), zap.Int("pid", pid))
+	if p.ch != nil {
+		go rs.listen(p, report)
+	}
+	go rs.watch(cmd, p)
+	return nil
+}
+
+// watch waits for a runner this process started (so it does not linger as a
+// zombie) and then wakes the loop, so that a finished task frees its slot at
+// once instead of at the next interval.
+//
+// A runner that failed before starting its task gets the task put back, and
+// claiming pauses with a growing backoff, so that a broken runner setup
+// (bad credentials, a missing binary) does not spin. A runner that died
+// while running its task gets the task rescued (retried or orphaned). The
+// goroutine lives exactly as long as the runner, or until the node process
+// exits.
+//
+// A runner that serves several tasks says when each of its tasks is done; what it
+// runs when it exits is the task handed to it last, if it has not said so
+// of that one. One that exits cleanly without having said so (it was
+// stopped) may have been handed a task it never started: that task is put
+// back.
+func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
+	err := cmd.Wait()
+	pid := cmd.Process.Pid
+	rs.pool.mu.Lock()
+	taskID, reused := p.task, p.served > 1
+	p.task = bson.ObjectID{}
+	delete(rs.pool.byPID, pid)
+	rs.pool.removeIdleLocked(p)
+	p.retireLocked()
+	rs.pool.mu.Unlock()
+	rs.running.Add(-1)
+	if taskID.IsZero() {
+		if err != nil {
+			rs.log.Debug("an idle task runner exited", zap.Int("pid", pid), zap.Error(err))
+		}
+		return
+	}
+	// Once the task is dealt with, its slot is free: claim at once.
+	defer rs.slots.letGo(taskID)
+	if err == nil {
+		if p.ch != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if ok, err := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now()); err == nil && ok {
+				rs.log.Warn("a task runner stopped before starting the task it was handed; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid))
+			}
+		}
+		rs.slots.runnerStarted()
+		return
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		rs.log.Warn("lost track of a task runner", zap.String("task_id", taskID.Hex()), zap.Error(err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ok, err := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now()); err == nil && ok && reused {
+		// A runner that served tasks before: not a broken setup, and the
+		// next task gets a new runner.
+		rs.log.Warn("a task runner died before starting the task handed to it; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid), zap.String("exit", exit.String()))
+		return
+	} else if err == nil && ok {
+		rs.metrics.RunnerStartFailures.WithLabelValues("exited").Inc()
+		rs.slots.runnerStartFailed(taskID, exit.String())
+		return
+	}
+	task, err := rs.store.Task(ctx, taskID)
+	if err != nil || task == nil {
+		return
+	}
+	// Only a task its run left claimed or running: a runner that recorded
+	// the result and then exited badly leaves the result as it is. The
+	// rescue stops what the run left first, which takes the task's grace
+	// and, on a loaded machine, a while to find them: a context of its
+	// own, so that it is never cut short (a retry must not overlap).
+	if r := task.Runner; r != nil && r.PID == pid && (task.Status == queue.StatusClaimed || task.Status == queue.StatusRunning) {
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer rcancel()
+		rs.rescue(rctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
+	}
+}
+
+// drain waits up to wait for the runners this process started to finish,
+// then sends SIGTERM to the groups of those still running and waits for
+// them to record their tasks (their grace, max_termination_time, plus
+// slack). See Config.DrainOnStop.
+func (rs *runners) drain(wait time.Duration) {
+	left := rs.pool.pids
+	until := func(d time.Duration) bool {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if len(left()) == 0 {
+				return true
+			}
+		}
+		return len(left()) == 0
+	}
+	pids := left()
+	if len(pids) == 0 {
+		return
+	}
+	rs.log.Info("waiting for running tasks to finish before the database stops", zap.Int("runners", len(pids)), zap.Duration("at_most", wait))
+	if until(wait) {
+		return
+	}
+	pids = left()
+	rs.log.Warn("stopping the tasks still running (SIGTERM to their runners)", zap.Int("runners", len(pids)))
+	for _, pid := range pids {
+		syscall.Kill(-pid, syscall.SIGTERM)
+	}
+	if !until(rs.cfg.MaxTermination + 15*time.Second) {
+		rs.log.Warn("task runners did not stop in time", zap.Int("runners", len(left())))
+	}
+}
+func (rs *runners) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
+	pool := rs.pool
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	for !pool.stopped {
+		list := pool.idle[queueID]
+		if len(list) == 0 {
+			return false
+		}
+		p := list[len(list)-1] // the warmest
+		pool.removeIdleLocked(p)
+		if err := runner.Send(p.ch, runner.RunTask{Spec: spec}); err != nil {
+			rs.log.Debug("an idle task runner cannot take a task; retiring it", zap.Int("pid", p.pid), zap.Error(err))
+			p.retireLocked()
+			continue
+		}
+		p.task = task
+		p.served++
+		rs.metrics.RunnerReuses.Inc()
+		rs.log.Debug("task handed to an idle runner", zap.String("task_id", task.Hex()), zap.Int("pid", p.pid), zap.Int("served", p.served))
+		return true
+	}
+	return false
+}
+
+// listen takes what runner p says on its task channel until the channel
+// closes: each report goes to report, and each "done" frees its task's
+// slot and makes p idle (or retires it, after MaxTasks tasks or once the
+// node stops).
+func (rs *runners) listen(p *runnerProc, report func(runner.Report)) {
+	runner.Listen(p.ch, runner.Listener{Report: report, Ready: func() {
+		rs.pool.mu.Lock()
+		p.ready = true
+		rs.pool.mu.Unlock()
+	}, Done: func(task string) {
+		id, err := bson.ObjectIDFromHex(task)
+		if err != nil {
+			return
+		}
+		rs.pool.mu.Lock()
+		if p.task != id {
+			rs.pool.mu.Unlock()
+			return
+		}
+		p.task = bson.ObjectID{}
+		if p.served >= rs.cfg.Runner.MaxTasks || rs.pool.stopped || p.closed {
+			p.retireLocked()
+		} else {
+			p.idleAt = rs.now()
+			rs.pool.idle[p.queue] = append(rs.pool.idle[p.queue], p)
+		}
+		rs.pool.mu.Unlock()
+		rs.slots.runnerStarted()
+		rs.slots.letGo(id)
+	}})
+}
+
+// receiveReport counts what a runner of a task of queue q reported at its
+// end, on its task channel: its completion or retry, and its output bytes.
+func (rs *runners) receiveReport(q string, r runner.Report) {
+	q = rs.metrics.Queue(q)
+	switch {
+	case r.Retry:
+		rs.metrics.Retries.WithLabelValues(q).Inc()
+	case r.Status != 0:
+		rs.metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status)).Inc()
+	}
+	rs.metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
+	rs.metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))
+}
+
+// retireIdle retires the runners idle for longer than Runner.Idle, or all
+// idle ones (and stops hand-overs) once the node stops.
+func (rs *runners) retireIdle(stopping bool) {
+	pool := rs.pool
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	if stopping {
+		pool.stopped = true
+	}
+	now := rs.now()
+	for _, list := range pool.idle {
+		for _, p := range list {
+			if stopping || now.Sub(p.idleAt) >= rs.cfg.Runner.Idle {
+				p.retireLocked()
+				pool.removeIdleLocked(p)
+			}
+		}
+	}
+}
+
+// pids lists the runner processes this node started that have not exited.
+
+// count is how many runner processes this process started are still
+// running.
+func (rs *runners) count() int64 { return rs.running.Load() }
+
+// closeRelay stops serving runners their MongoDB connections, as the node
+// stops: runners still running switch to their own.
+func (rs *runners) closeRelay() {
+	if rs.relay != nil {
+		rs.relay.Close()
+	}
+}
