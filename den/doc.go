@@ -36,6 +36,8 @@
 //     no node can run.
 //   - rescue.go: rescuer, the rescue of tasks whose runner or node died,
 //     and of claims no runner took up.
+//   - schedules.go: scheduler, the firing of the schedules whose time
+//     has come (queue.Store.FireDue: one task per scheduled time).
 //   - notice.go: logging a condition once when it starts and once when it
 //     clears.
 //

@@ -281,6 +281,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	n.passes = &passes{
 		common: c, plugins: reg, chores: chores, held: n.claimer.held,
 		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
+		schedules: &scheduler{common: c},
 	}
 	n.runners.slots = n.claimer
 	n.runners.rescue = n.rescuer.rescue

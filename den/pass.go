@@ -30,6 +30,8 @@ type passes struct {
 	sweeper *sweeper
 	rescuer *rescuer
 	runners *runners
+	// schedules fires the schedules whose time has come.
+	schedules *scheduler
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
 	held *heldTasks
@@ -163,6 +165,8 @@ func (ps *passes) setOutage(err error) {
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
 //   - every ProbeEvery: one query for work in queues found empty;
+//   - every RefreshEvery, and when a schedule's time has come: the
+//     schedules (two queries), and the tasks of those due;
 //   - every RescueEvery and SweepEvery: rescues and sweeps.
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
@@ -252,6 +256,12 @@ func (ps *passes) read(ctx context.Context) error {
 	}
 	if ps.sweeper.due(now) {
 		if err := ps.sweeper.sweep(ctx, serve, now); err != nil {
+			return err
+		}
+	}
+
+	if ps.schedules.due(now) {
+		if err := ps.schedules.fire(ctx, now); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 	// Zone data in the binary: a schedule's tz must not depend on the
 	// host having tzdata installed.
@@ -357,9 +358,7 @@ func decodeSchedule(raw bson.Raw) Schedule {
 		}
 	}
 	if len(problems) > 0 {
-		sc.Problem = fmt.Sprint(problems)
-	} else {
-		sc.Problem, _ = raw.Lookup("problem").StringValueOK()
+		sc.Problem = strings.Join(problems, "; ")
 	}
 	return sc
 }
@@ -437,8 +436,8 @@ type Fired struct {
 	Skipped  int
 	// Problems maps each schedule den cannot fire to why.
 	Problems map[string]string
-	// Next is the earliest next time of the schedules that are not paused
-	// and have no problem; zero when there is none.
+	// Next is the earliest next time after now of the schedules that are
+	// not paused; zero when there is none.
 	Next time.Time
 }
 
@@ -448,8 +447,12 @@ type Fired struct {
 // time, for the caller to know when to call again.
 func (s *Store) FireDue(ctx context.Context, now time.Time) (Fired, error) {
 	fired := Fired{Problems: map[string]string{}}
-	due, err := s.findSchedules(ctx, bson.D{{Key: "next", Value: bson.D{{Key: "$lte", Value: now}}}, {Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}},
-		options.Find().SetSort(bson.D{{Key: "next", Value: 1}}).SetLimit(100))
+	// Due: next has come, or is not a date (a schedule written by hand
+	// without one gets its first).
+	due, err := s.findSchedules(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "next", Value: bson.D{{Key: "$lte", Value: now}}}},
+		bson.D{{Key: "next", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
+	}}}, options.Find().SetSort(bson.D{{Key: "next", Value: 1}}).SetLimit(100))
 	if err != nil {
 		return fired, err
 	}
@@ -463,8 +466,8 @@ func (s *Store) FireDue(ctx context.Context, now time.Time) (Fired, error) {
 			return fired, fmt.Errorf("fire schedule %q: %w", sc.Name, err)
 		}
 	}
-	next, err := s.findSchedules(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}, {Key: "problem", Value: bson.D{{Key: "$exists", Value: false}}},
-		{Key: "next", Value: bson.D{{Key: "$type", Value: "date"}}}},
+	next, err := s.findSchedules(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}},
+		{Key: "next", Value: bson.D{{Key: "$gt", Value: now}}}},
 		options.Find().SetSort(bson.D{{Key: "next", Value: 1}}).SetLimit(1).SetProjection(bson.D{{Key: "next", Value: 1}}))
 	if err != nil {
 		return fired, err
@@ -475,7 +478,9 @@ func (s *Store) FireDue(ctx context.Context, now time.Time) (Fired, error) {
 	return fired, nil
 }
 
-// noteScheduleProblem writes why a schedule cannot fire into it, once.
+// noteScheduleProblem writes why a schedule cannot fire into it, once
+// (for people: den schedule list, the page; what den reads is the
+// schedule itself).
 func (s *Store) noteScheduleProblem(ctx context.Context, sc Schedule) {
 	if p, _ := sc.Raw.Lookup("problem").StringValueOK(); p == sc.Problem {
 		return
@@ -490,6 +495,23 @@ func (s *Store) fire(ctx context.Context, sc Schedule, now time.Time, fired *Fir
 	tm, _ := sc.timing()
 	at := sc.Next
 	lastTask := sc.LastTask
+	if p := sc.Raw.Lookup("problem"); p.Type != 0 && !sc.Paused {
+		// Fixed since: the note goes.
+		s.db.Collection(SchedulesCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: sc.Name}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "problem", Value: ""}}}})
+	}
+	if at.IsZero() {
+		// Written without a next time: its first is the first after now.
+		filter := bson.D{{Key: "_id", Value: sc.Name}, {Key: "next", Value: bson.D{{Key: "$exists", Value: false}}}}
+		if v := sc.Raw.Lookup("next"); v.Type != 0 {
+			filter[1].Value = v
+		}
+		_, err := s.db.Collection(SchedulesCollection).UpdateOne(ctx, filter,
+			bson.D{{Key: "$set", Value: bson.D{{Key: "next", Value: tm.after(now)}}}})
+		if err != nil {
+			return fmt.Errorf("set its first time: %w", err)
+		}
+		return nil
+	}
 	for range maxFiresPerSchedule {
 		if at.IsZero() || at.After(now) {
 			return nil
