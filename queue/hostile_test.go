@@ -44,6 +44,9 @@ var storeWrites = map[string]string{
 	"Succeeded":         "pulls ids from waiting lists (tried by ReleaseReady below)",
 	"SetUnfit":          "updates a task by _id and its note",
 	"Cancel":            "updates a task by _id",
+	"AddSchedule":       "inserts a schedule",
+	"PauseSchedule":     "updates a schedule by name (reading it with Schedule, tried below)",
+	"DeleteSchedule":    "deletes a schedule by name",
 	"WatchArrivals":     "a change stream: events with a queue that is not an ObjectId are skipped (Arrivals.Next); the development server has no change streams",
 }
 
@@ -91,12 +94,17 @@ func TestEveryQueryReadsHostileDocuments(t *testing.T) {
 		t.Parallel()
 		tryEveryQuery(t, qid, nil, dentest.HostileQueues("P"), dentest.HostileNodes(), &metMalformed)
 	})
+	t.Run("schedules", func(t *testing.T) {
+		t.Parallel()
+		// Their tasks go into a queue of their own, out of the claims' way.
+		tryEveryQuery(t, qid, nil, nil, nil, &metMalformed, dentest.HostileSchedules(bson.NewObjectID())...)
+	})
 }
 
 // tryEveryQuery tries every query of Store on a database of its own that
 // holds a good queue (_id qid) with three good tasks, and the hostile
 // tasks, queues and nodes given.
-func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues, hostileNodes []dentest.Hostile, metMalformed *atomic.Int64) {
+func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues, hostileNodes []dentest.Hostile, metMalformed *atomic.Int64, hostileSchedules ...dentest.Hostile) {
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
 	store := queue.NewStore(db)
@@ -117,6 +125,9 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 	}
 	if len(hostileNodes) > 0 {
 		dentest.InsertHostile(t, db.Collection("nodes"), hostileNodes)
+	}
+	if len(hostileSchedules) > 0 {
+		dentest.InsertHostile(t, db.Collection("schedules"), hostileSchedules)
 	}
 	var hostileIDs []bson.ObjectID
 	for _, h := range tasks {
@@ -219,6 +230,38 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 		}},
 		{"RecentFailures", func(t *testing.T) { val(store.RecentFailures(ctx, 1000))(t) }},
 		{"RetryCandidates", func(t *testing.T) { val(store.RetryCandidates(ctx, queue.TaskFilter{}))(t) }},
+		{"RetireCandidates", func(t *testing.T) {
+			// Archived, not deleted: the corpus stays for the calls after.
+			for _, f := range []queue.RetireFilter{{}, {EndedBefore: now}, {TaskFilter: queue.TaskFilter{Queues: []bson.ObjectID{qid}, Limit: 100}}} {
+				if _, err := store.RetireTasks(ctx, val(store.RetireCandidates(ctx, f))(t), queue.RetireArchive); err != nil {
+					t.Errorf("archive %+v: %v", f, err)
+				}
+			}
+		}},
+		{"RetireTasks", func(t *testing.T) {}}, // above
+		{"ArchivedTask", func(t *testing.T) {
+			for _, id := range append(slices.Clone(good), hostileIDs...) {
+				if _, err := store.ArchivedTask(ctx, id); err != nil {
+					t.Errorf("archived task %s: %v", id.Hex(), err)
+				}
+			}
+		}},
+		{"Schedules", func(t *testing.T) {
+			for _, sc := range val(store.Schedules(ctx))(t) {
+				if name, ok := sc.Raw.Lookup("_id").StringValueOK(); ok {
+					if _, err := store.Schedule(ctx, name); err != nil {
+						t.Errorf("schedule %q: %v", name, err)
+					}
+				}
+			}
+		}},
+		{"Schedule", func(t *testing.T) {}}, // above
+		{"FireDue", func(t *testing.T) {
+			// Twice: the second finds the first's notes and next times.
+			for range 2 {
+				val(store.FireDue(ctx, time.Now()))(t)
+			}
+		}},
 		{"UnfitTasks", func(t *testing.T) { val(store.UnfitTasks(ctx, 1000))(t) }},
 		{"Task", func(t *testing.T) {
 			for _, id := range append(slices.Clone(good), hostileIDs...) {

@@ -116,6 +116,12 @@ var NodeFields = []string{
 	"resources", "resources.offer", "resources.offer.memory_mb", "resources.offer.cpus", "resources.load",
 }
 
+// ScheduleFields are the fields of a schedule document den reads.
+var ScheduleFields = []string{
+	"queue", "parameters", "task", "task.timeout", "cron", "tz", "every", "missed", "overlap", "paused", "next",
+	"last", "last.at", "last.task", "last_task", "problem",
+}
+
 // with returns doc with field (dotted: inside a sub-document, made where
 // missing or not a document) set to v.
 func with(doc bson.D, field string, v any) bson.D {
@@ -216,6 +222,28 @@ func HostileQueues(plugin string) []Hostile {
 		Hostile{"queue with a 4 MiB field", with(base(), "junk", HugeString(4<<20))},
 		Hostile{"queue 95 deep", with(base(), "junk", Deep(95))},
 		Hostile{"queue with 10000 fields", wide(base(), 10000)},
+	)
+	return out
+}
+
+// HostileSchedules returns the corpus of schedule documents: from a valid
+// schedule of queue (every second, due now), one per field of
+// ScheduleFields and value of Values, one per value as _id, and huge and
+// deep ones.
+func HostileSchedules(queue bson.ObjectID) []Hostile {
+	n := 0
+	base := func() bson.D {
+		n++
+		return bson.D{
+			{Key: "_id", Value: fmt.Sprintf("hostile-schedule-%d", n)}, {Key: "queue", Value: queue},
+			{Key: "parameters", Value: bson.D{}}, {Key: "every", Value: 1.0}, {Key: "missed", Value: "skip"}, {Key: "overlap", Value: "allow"},
+			{Key: "paused", Value: false}, {Key: "next", Value: time.Now().Add(-time.Second)},
+		}
+	}
+	out := variants("schedule", base, ScheduleFields, queue)
+	out = append(out,
+		Hostile{"schedule with 4 MiB parameters", with(base(), "parameters", bson.D{{Key: "x", Value: HugeString(4 << 20)}})},
+		Hostile{"schedule 95 deep", with(base(), "task", Deep(95))},
 	)
 	return out
 }
