@@ -227,7 +227,8 @@ while [ ! -e %[1]s/go ]; do sleep 0.1; done
 	})
 }
 
-// Claim 1, a program still a child of the worker when its task ends (a
+// A reused runner is clean between runs: a program still a child of the
+// worker when its task ends (a
 // plugin that abandoned it): it is stopped before the result is recorded,
 // as a program that escaped to the supervisor is, and never lives on into
 // the next task of the runner with the previous run's marker.
@@ -273,7 +274,7 @@ func testReuseAbandonedProgram(t *testing.T, c containment) {
 	waitFor(t, db, ids[1], 1)
 }
 
-// Claim 1, code: a plugin that does not stop when its task is cancelled or
+// A reused runner runs no code of an earlier task: a plugin that does not stop when its task is cancelled or
 // times out is abandoned after its grace, and the task recorded without
 // it; it still runs in the worker. That runner must take no other task:
 // the abandoned plugin would run on inside the next task's run (its
@@ -313,7 +314,7 @@ func TestReuseRunnerWithAbandonedPluginTakesNoOtherTask(t *testing.T) {
 	waitFor(t, db, ids[1], 1)
 }
 
-// Claim 4: a forged runner field, in a task document of another node,
+// A reused runner cannot be pointed at by a forged document: a forged runner field, in a task document of another node,
 // naming a reused runner (its pid and start time) with a task id it served
 // before (the one in its spec, with that run's true token), another task
 // id with the current run's token, or a random token, makes the node
@@ -375,7 +376,7 @@ echo finished
 	}
 }
 
-// Claim 5: a runner of a node process that was killed finishes its task
+// A node restart does not hand a runner of the old process new work: a runner of a node process that was killed finishes its task
 // and takes no other (the next task of its queue runs on a runner of the
 // new node process); the new node does not rescue the running task, still
 // proves the runner (a cancel reaches its program by signal).
@@ -426,7 +427,7 @@ while :; do sleep 0.1; done
 	dentest.Eventually(t, time.Minute, "the old node's runner exits", func() bool { return !liveProcess(a.PID) })
 }
 
-// Claim 6: a reused runner measures each run from zero (the second task's
+// A reused runner measures each run from zero (the second task's
 // CPU does not include the first's), and the first task's memory request
 // does not limit the second.
 func TestReuseUsageAndMemoryLimitArePerRun(t *testing.T) {

@@ -409,7 +409,7 @@ func (s *Store) TaskCounts(ctx context.Context, only ...bson.ObjectID) (map[bson
 // InsertOptions are what InsertTasks gives every task it inserts besides
 // its parameters.
 type InsertOptions struct {
-	// After lists the tasks they come after (see deps.go); Waiting those
+	// After lists the tasks they come after (FieldAfter); Waiting those
 	// of them not yet succeeded. With Waiting, the tasks are inserted
 	// blocked (-4) and registered; with only After, queued and registered.
 	After, Waiting []bson.ObjectID

@@ -29,7 +29,7 @@ var unclaimed = bson.D{{Key: "$in", Value: bson.A{Unclaimed, nil}}}
 // (NormalizeTasks): it is never run early, nor run cancelled. A task
 // without those fields is claimed exactly as Disbatch 4 claims it. With
 // free (nil: no condition), a task whose own requested_resources do not
-// fit in free is not claimed (see resources.go).
+// fit in free is not claimed (Resources.Fits).
 func ClaimFilter(now time.Time, free *Resources, queueIDs ...bson.ObjectID) bson.D {
 	var inQueue any = bson.D{{Key: "$in", Value: queueIDs}}
 	if len(queueIDs) == 1 {
@@ -94,7 +94,7 @@ type Claimed struct {
 	ID        bson.ObjectID
 	Queue     bson.ObjectID
 	Requested *Resources
-	// Unfit is the task's unfit note as it was (see resources.go): the
+	// Unfit is the task's unfit note as it was (FieldUnfit): the
 	// claim shows that some node can run it, so the claimer removes it.
 	Unfit     string
 	Malformed *MalformedClaim

@@ -124,9 +124,9 @@ type Control struct {
 	MaxProcesses   *int64
 	MaxTimeouts    *int
 	UsageInterval  *time.Duration
-	// Requested is requested_resources (see resources.go).
+	// Requested is requested_resources (Resources).
 	Requested *Resources
-	// MemoryRetryFactor is memory_retry_factor (see resourceretry.go).
+	// MemoryRetryFactor is memory_retry_factor (DecodeMemoryRetryFactor).
 	MemoryRetryFactor *float64
 }
 

@@ -52,7 +52,7 @@ type Runner struct {
 	// Nil: never asked.
 	LiveRequests <-chan os.Signal
 
-	// supervisor is set in a worker under a supervisor (see supervisor.go);
+	// supervisor is the worker's link to its supervisor process;
 	// a Runner used in-process has none, and contains nothing.
 	supervisor *link
 	// reused is set when this process has run a task before (worker_tasks.go).

@@ -28,7 +28,7 @@ import (
 // Between two tasks, the worker has recorded the first task's result,
 // every process of that run has been stopped (the supervisor's "stop"),
 // and the supervisor holds no run proof; the next run gets a new token,
-// marker, cgroup and proof (see supervisor.go). Cancellation and live-output
+// marker, cgroup and proof (the supervisor's begin). Cancellation and live-output
 // requests for a reused runner come over the channel, naming their task,
 // and are ignored unless that task is the one running: a signal could
 // arrive after its task ended and hit the next.

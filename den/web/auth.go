@@ -54,7 +54,7 @@ func bearerToken(r *http.Request) (string, bool) {
 }
 
 // session returns the CSRF value of the request's open session, if its
-// cookie names one (see session.go).
+// cookie names one (sessions).
 func (h *handler) session(r *http.Request) (string, bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
