@@ -228,10 +228,10 @@ while [ ! -e %[1]s/go ]; do sleep 0.1; done
 }
 
 // A reused runner is clean between runs: a program still a child of the
-// worker when its task ends (a
-// plugin that abandoned it): it is stopped before the result is recorded,
-// as a program that escaped to the supervisor is, and never lives on into
-// the next task of the runner with the previous run's marker.
+// worker when its task ends (a plugin that abandoned it): it is stopped
+// before the result is recorded, as a program that escaped to the
+// supervisor is, and never lives on into the next task of the runner with
+// the previous run's marker.
 func TestReuseAbandonedProgramDoesNotReachNextTask(t *testing.T) {
 	t.Parallel()
 	inEachContainment(t, testReuseAbandonedProgram)
@@ -274,8 +274,8 @@ func testReuseAbandonedProgram(t *testing.T, c containment) {
 	waitFor(t, db, ids[1], 1)
 }
 
-// A reused runner runs no code of an earlier task: a plugin that does not stop when its task is cancelled or
-// times out is abandoned after its grace, and the task recorded without
+// A reused runner runs no code of an earlier task: a plugin that does not
+// stop when its task is cancelled or times out is abandoned after its grace, and the task recorded without
 // it; it still runs in the worker. That runner must take no other task:
 // the abandoned plugin would run on inside the next task's run (its
 // marker, its cgroup, its usage).
@@ -314,8 +314,8 @@ func TestReuseRunnerWithAbandonedPluginTakesNoOtherTask(t *testing.T) {
 	waitFor(t, db, ids[1], 1)
 }
 
-// A reused runner cannot be pointed at by a forged document: a forged runner field, in a task document of another node,
-// naming a reused runner (its pid and start time) with a task id it served
+// A reused runner cannot be pointed at by a forged document: a forged
+// runner field, in a task document of another node, naming a reused runner (its pid and start time) with a task id it served
 // before (the one in its spec, with that run's true token), another task
 // id with the current run's token, or a random token, makes the node
 // signal nothing; nor does one of the same node naming its pooled runner.
@@ -376,8 +376,9 @@ echo finished
 	}
 }
 
-// A node restart does not hand a runner of the old process new work: a runner of a node process that was killed finishes its task
-// and takes no other (the next task of its queue runs on a runner of the
+// A node restart does not hand a runner of the old process new work: a
+// runner of a node process that was killed finishes its task and takes no
+// other (the next task of its queue runs on a runner of the
 // new node process); the new node does not rescue the running task, still
 // proves the runner (a cancel reaches its program by signal).
 func TestReuseRunnerOfKilledNodeTakesNoOtherTask(t *testing.T) {
