@@ -77,6 +77,84 @@ type claimer struct {
 	startFailures atomic.Int64
 	pauseMu       sync.Mutex
 	pausedUntil   time.Time
+
+	// unsettled are the claims this node could not put right yet; each
+	// claim round tries again.
+	unsettled unsettled
+}
+
+// unsettled are claims whose outcome the node could not put right when it
+// happened: a claim whose reply was lost (it may have landed) and whose
+// put-back failed too, and claimed tasks it could not put back. Each claim
+// round tries again, so that once MongoDB answers no such task waits for
+// orphan_age, claimed by this node and never started.
+type unsettled struct {
+	mu sync.Mutex
+	// lost are claims that may have landed: the queues they were made in
+	// and their mtime, which tells the task they took apart.
+	lost []lostClaim
+	// back are claimed tasks to put back, with why.
+	back map[bson.ObjectID]string
+}
+
+type lostClaim struct {
+	queues []bson.ObjectID
+	at     time.Time
+}
+
+func (u *unsettled) addLost(queues []bson.ObjectID, at time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.lost = append(u.lost, lostClaim{slices.Clone(queues), at})
+}
+
+func (u *unsettled) addBack(id bson.ObjectID, why string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.back == nil {
+		u.back = map[bson.ObjectID]string{}
+	}
+	u.back[id] = why
+}
+
+// take returns what is unsettled, and forgets it.
+func (u *unsettled) take() ([]lostClaim, map[bson.ObjectID]string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	lost, back := u.lost, u.back
+	u.lost, u.back = nil, nil
+	return lost, back
+}
+
+// settle tries again to put right the claims that are unsettled: a claim
+// that may have landed is put back by its mtime, a claimed task by its id.
+// What fails again stays for the next round.
+func (cl *claimer) settle(ctx context.Context) {
+	lost, back := cl.unsettled.take()
+	if len(lost) == 0 && len(back) == 0 {
+		return
+	}
+	failed := false
+	for _, l := range lost {
+		released, err := cl.store.ReleaseLost(ctx, l.queues, cl.cfg.Name, l.at)
+		if err != nil {
+			cl.unsettled.addLost(l.queues, l.at)
+			failed = true
+			continue
+		}
+		if released > 0 {
+			cl.log.Warn("a claim whose reply was lost had landed; task put back", zap.Int64("tasks", released))
+		}
+	}
+	for id, why := range back {
+		if !cl.putBack(ctx, id, why) {
+			cl.unsettled.addBack(id, why)
+			failed = true
+		}
+	}
+	if !failed && cl.notes.clear("unsettled") {
+		cl.log.Info("the claims that could not be put back are settled")
+	}
 }
 
 // taskStarter starts the task a claim took in a runner (the runners).
@@ -423,27 +501,46 @@ func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort strin
 	at := cl.now().Truncate(time.Millisecond)
 	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.cfg.Name, At: at, Free: cl.fit})
 	if err != nil {
-		if released, rerr := cl.store.ReleaseLost(cctx, ids, cl.cfg.Name, at); rerr == nil && released > 0 {
+		released, rerr := cl.store.ReleaseLost(cctx, ids, cl.cfg.Name, at)
+		switch {
+		case rerr != nil:
+			// It may have landed: the next rounds put it back.
+			cl.unsettled.addLost(ids, at)
+			if cl.notes.set("unsettled", "") {
+				cl.log.Warn("a claim failed and may have landed; putting its task back each claim round until MongoDB answers", zap.Error(err))
+			}
+		case released > 0:
 			cl.log.Warn("a claim failed after it landed; task put back", zap.Error(err))
 		}
 	}
 	return c, ok, err
 }
 
-// release puts a claimed task back in its queue.
+// release puts a claimed task back in its queue. If MongoDB does not
+// answer, the task stays held and the next claim rounds try again.
 func (cl *claimer) release(id bson.ObjectID, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ok, err := cl.store.Release(ctx, id, cl.cfg.Name, cl.now())
-	if err == nil {
-		cl.held.done(id, cl.now())
+	if !cl.putBack(ctx, id, why) {
+		cl.unsettled.addBack(id, why)
+		if cl.notes.set("unsettled", "") {
+			cl.log.Warn("cannot put a claimed task back; trying again each claim round until MongoDB answers", zap.String("task_id", id.Hex()), zap.String("why", why))
+		}
 	}
-	switch {
-	case err != nil:
-		cl.log.Error("cannot put a claimed task back; it will be reaped as orphaned", zap.String("task_id", id.Hex()), zap.String("why", why), zap.Error(err))
-	case ok:
+}
+
+// putBack puts a claimed task back in its queue, and lets it go; false
+// when MongoDB did not answer.
+func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bool {
+	ok, err := cl.store.Release(ctx, id, cl.cfg.Name, cl.now())
+	if err != nil {
+		return false
+	}
+	cl.held.done(id, cl.now())
+	if ok {
 		cl.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
+	return true
 }
 
 // requestOf is what a claimed task requests: its own requested_resources,

@@ -266,6 +266,7 @@ func (ps *passes) read(ctx context.Context) error {
 		}
 	}
 
+	ps.claimer.settle(ctx)
 	ps.claimer.readPass(serve, limit, gfs, byID)
 	if ps.claimer.paused() {
 		return nil
