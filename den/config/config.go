@@ -157,6 +157,8 @@ var defaults = map[string]any{
 	"command.env":                 []string{},
 	"command.env_allow":           []string{},
 	"command.landlock":            "required",
+	"command.user":                "",
+	"command.user_optional":       false,
 	"max_output":                  int64(runner.DefaultMaxOutput),
 	"resources.memory_mb":         0.0,
 	"resources.cpus":              0.0,
@@ -473,7 +475,18 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 	if p.Landlock != command.LandlockRequired && p.Landlock != command.LandlockOptional {
 		return p, fmt.Errorf("command.landlock %q must be required or optional", ll)
 	}
-	return p, nil
+	switch u := v.Get("command.user").(type) {
+	case string:
+		p.User = strings.TrimSpace(u)
+	case int, int64, uint64:
+		return p, fmt.Errorf("command.user %v must be a user name or uid:gid (quoted in YAML: \"%v:GID\")", u, u)
+	default:
+		return p, fmt.Errorf("command.user must be a user name or uid:gid, not %v", u)
+	}
+	if p.UserOptional, err = boolean(v, "command.user_optional"); err != nil {
+		return p, err
+	}
+	return p, p.Validate()
 }
 
 // boolean reads a true/false key: a YAML boolean, or "true"/"false" from

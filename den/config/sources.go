@@ -108,6 +108,8 @@ func effective(c Config) map[string]any {
 		"command.env":                 c.Command.Env,
 		"command.env_allow":           c.Command.EnvAllow,
 		"command.landlock":            c.Command.Landlock,
+		"command.user":                c.Command.User,
+		"command.user_optional":       c.Command.UserOptional,
 		"max_output":                  c.MaxOutput,
 		"resources.memory_mb":         c.Resources.MemoryMB,
 		"resources.cpus":              c.Resources.CPUs,

@@ -46,6 +46,13 @@ type Spec struct {
 	// RLIMIT_NPROC (procs.go says what that limits).
 	MaxProcesses int    `json:"max_processes,omitempty"`
 	PidsCgroup   string `json:"pids_cgroup,omitempty"`
+	// User, when set, is the user the program and all it starts run as,
+	// with no supplementary group and no capability (user.go); nil keeps
+	// the caller's. Changing user needs CapsUser.
+	User *Credential `json:"user,omitempty"`
+	// Dir is the program's working directory, entered as User (so that
+	// the caller's rights open nothing for it); empty keeps the caller's.
+	Dir string `json:"dir,omitempty"`
 }
 
 // LandlockABI returns the Landlock ABI version the running kernel offers,
@@ -110,6 +117,37 @@ func enter(raw string) error {
 	if err := CloseInherited(); err != nil {
 		return err
 	}
+	// The process limit: the run's pids cgroup is joined while this
+	// process may still write to it (it belongs to den's user);
+	// RLIMIT_NPROC is set once this process is the program's user, whose
+	// processes it counts. This process's few threads count against
+	// either until execve.
+	limit := func() error {
+		if spec.MaxProcesses > 0 {
+			return limitProcesses(spec.MaxProcesses, spec.PidsCgroup)
+		}
+		return nil
+	}
+	if spec.PidsCgroup != "" {
+		if err := limit(); err != nil {
+			return err
+		}
+	}
+	if spec.User != nil {
+		if err := becomeUser(*spec.User); err != nil {
+			return err
+		}
+	}
+	if spec.PidsCgroup == "" {
+		if err := limit(); err != nil {
+			return err
+		}
+	}
+	if spec.Dir != "" {
+		if err := os.Chdir(spec.Dir); err != nil {
+			return fmt.Errorf("enter the working directory: %w", err)
+		}
+	}
 	if spec.Landlock {
 		paths := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...))
 		execute := landlock.AccessFSSet(llsys.AccessFSExecute)
@@ -128,13 +166,6 @@ func enter(raw string) error {
 	// (seccomp.go). After no_new_privs, which seccomp requires.
 	if err := refuseAnonymousExec(); err != nil {
 		return err
-	}
-	// Last before execve: this process's threads count against the limit
-	// too, and one the Go runtime could not start would end it.
-	if spec.MaxProcesses > 0 {
-		if err := limitProcesses(spec.MaxProcesses, spec.PidsCgroup); err != nil {
-			return err
-		}
 	}
 	// execve replaces every thread, and the program inherits the calling
 	// thread's restrictions, which RestrictPaths and the seccomp filter's

@@ -64,8 +64,8 @@ func TestKernelRefusesExecOutsideAllowlist(t *testing.T) {
 	dir := toolDir(t, "find", "sed", "make", "env", "cat")
 	fake := filepath.Join(t.TempDir(), "notashell")
 	copyFile(t, "/usr/bin/dash", fake)
-	tools := command.Policy{Enabled: true, Allow: []string{dir + "/"}, Env: []string{"PATH"}}
-	usrBin := command.Policy{Enabled: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}}
+	tools := command.Policy{Enabled: true, UserOptional: true, Allow: []string{dir + "/"}, Env: []string{"PATH"}}
+	usrBin := command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}}
 	cases := []struct {
 		name   string
 		policy command.Policy
@@ -110,7 +110,7 @@ func TestKernelRefusesExecOutsideAllowlist(t *testing.T) {
 // openssl or any dynamically linked program into a shell.
 func TestTaskEnvOutsideAllowlistRefused(t *testing.T) {
 	t.Parallel()
-	policy := command.Policy{Enabled: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}, EnvAllow: []string{"LANG", "LC_*"},
+	policy := command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}, EnvAllow: []string{"LANG", "LC_*"},
 		Landlock: command.LandlockOptional}
 	for _, name := range []string{"TAR_OPTIONS", "MAKEFLAGS", "MAKEFILES", "OPENSSL_CONF", "LD_PRELOAD", "DEN_RUN"} {
 		t.Run(name, func(t *testing.T) {

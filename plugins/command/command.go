@@ -34,7 +34,7 @@ func (Plugin) Enabled(config json.RawMessage) bool {
 	if err != nil || !p.Enabled {
 		return false
 	}
-	_, err = p.Boundary(sandbox.LandlockABI())
+	_, err = p.Boundary(ThisMachine())
 	return err == nil
 }
 
@@ -79,7 +79,7 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
-	landlock, err := policy.Boundary(sandbox.LandlockABI())
+	boundary, err := policy.Boundary(ThisMachine())
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
@@ -95,12 +95,11 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	// The program starts through den's sandbox, which confines it and all
 	// it starts to executing what command.allow allows (Landlock), then
 	// becomes the program (same pid).
-	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: landlock,
-		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup}, environ)
+	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: boundary.Landlock,
+		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: p.Dir}, environ)
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
-	cmd.Dir = p.Dir
 	cmd.Stdin = strings.NewReader(p.Stdin)
 	cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
 	// Its own session and process group, so that stopping it stops what it

@@ -131,13 +131,20 @@ func TestPolicyConfigurationErrors(t *testing.T) {
 		`{"enabled": true}`:                                     "lists no executable",
 		`{"enabled": true, "allow": ["usr/bin/"]}`:              "absolute path",
 		`{"enabled": true, "allow": ["/usr/bin/"], "env": [1]}`: "cannot unmarshal",
+		`{"enabled": true, "allow": ["/usr/bin/"]}`:             "command.user is not set",
+		`{"user": "root"}`:                                      "not root",
+		`{"user": "0:1000"}`:                                    "root's user or group",
+		`{"user": "1000:0"}`:                                    "root's user or group",
+		`{"user": "1000:x"}`:                                    "uid:gid (two numbers)",
+		`{"user": 1000}`:                                        "cannot unmarshal",
+		`{"user_optional": "yes"}`:                              "cannot unmarshal",
 	} {
 		if _, err := ParsePolicy([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", raw, err, want)
 		}
 	}
-	p, err := ParsePolicy([]byte(`{"enabled": true, "allow": ["/usr/bin/"], "env_allow": ["LANG", "LC_*", "MYAPP_", "DENTIST"], "landlock": "optional"}`))
-	if err != nil || !p.Enabled || p.Landlock != LandlockOptional {
+	p, err := ParsePolicy([]byte(`{"enabled": true, "allow": ["/usr/bin/"], "env_allow": ["LANG", "LC_*", "MYAPP_", "DENTIST"], "landlock": "optional", "user": "nobody"}`))
+	if err != nil || !p.Enabled || p.Landlock != LandlockOptional || p.User != "nobody" {
 		t.Fatalf("valid policy: %+v, %v", p, err)
 	}
 }
@@ -158,9 +165,9 @@ func TestLandlockMissingRefusesThePluginUnlessOptional(t *testing.T) {
 		{LandlockRequired, 7, true, false},
 		{LandlockOptional, 7, true, false},
 	} {
-		p := Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}
-		enforce, err := p.Boundary(tc.abi)
-		if enforce != tc.enforce || (err != nil) != tc.refused {
+		p := Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}
+		e, err := p.Boundary(Machine{LandlockABI: tc.abi})
+		if enforce := e.Landlock; enforce != tc.enforce || (err != nil) != tc.refused {
 			t.Errorf("landlock %q, ABI %d: enforce %v, err %v", tc.landlock, tc.abi, enforce, err)
 		}
 		if tc.refused && !strings.Contains(err.Error(), "command.landlock is optional") {
@@ -184,7 +191,7 @@ func TestLogBoundarySaysWhatIsNotEnforced(t *testing.T) {
 		{LandlockRequired, 7, zapcore.InfoLevel, "Landlock enforces"},
 	} {
 		core, logs := observer.New(zapcore.DebugLevel)
-		Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), tc.abi)
+		Policy{Enabled: true, User: "nobody", Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), Machine{LandlockABI: tc.abi, SetUser: true})
 		all := logs.All()
 		if len(all) != 1 || all[0].Level != tc.level || !strings.Contains(all[0].Message, tc.has) {
 			t.Errorf("landlock %s, ABI %d: logged %v", tc.landlock, tc.abi, all)

@@ -40,7 +40,7 @@ func buildHelper(t *testing.T, name string) string {
 func TestMemfdExecRefused(t *testing.T) {
 	t.Parallel()
 	helper := buildHelper(t, "memfdexec")
-	policy := command.Policy{Enabled: true, Allow: []string{filepath.Dir(helper) + "/"}, Landlock: command.LandlockOptional}
+	policy := command.Policy{Enabled: true, UserOptional: true, Allow: []string{filepath.Dir(helper) + "/"}, Landlock: command.LandlockOptional}
 	raw := runTask(t, policy, bson.D{{Key: "command", Value: bson.A{helper}}})
 	stdout := text(t, raw, "stdout")
 	if strings.Contains(stdout, "pwned") {
@@ -90,7 +90,7 @@ func TestMemfdExecRefusedPerl(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/perl"); err != nil {
 		t.Skipf("no perl here (%v); TestMemfdExecRefused tries the same with a Go program", err)
 	}
-	policy := command.Policy{Enabled: true, Allow: []string{"/usr/bin/"}, Landlock: command.LandlockOptional}
+	policy := command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/"}, Landlock: command.LandlockOptional}
 	raw := runTask(t, policy, bson.D{{Key: "command", Value: bson.A{"/usr/bin/perl", "-e", perlMemfd}}})
 	if stdout := text(t, raw, "stdout"); stdout != "memfd_create: Operation not permitted\n" {
 		t.Fatalf("stdout %q, stderr %q; want memfd_create refused", stdout, text(t, raw, "stderr"))

@@ -1,0 +1,69 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// A node running as an unprivileged user with the capabilities its unit
+// gives it (AmbientCapabilities=CAP_SETUID CAP_SETGID ...) starts a program
+// as the task's user: the program has that user, no supplementary group
+// and no capability at all. The kernel clears capabilities by itself only
+// when root becomes another user; from one unprivileged user to another,
+// ambient capabilities would pass on to the program, which could then
+// become any user (root included).
+func TestUnprivilegedNodeLeavesNoCapabilityToTheProgram(t *testing.T) {
+	if !HasCaps(CapsUser) {
+		t.Skipf("this test process lacks %s, so it cannot start a node-like process with them", CapsUser)
+	}
+	script := `id -u; id -G; grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/self/status`
+	cmd, err := Command(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, User: &Credential{Uid: 65534, Gid: 65534}}, []string{"PATH=/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Dir = "/"
+	// The sandbox runs as uid 64000 (a user of den's own, with no
+	// account), holding in its ambient set what den's unit gives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential:  &syscall.Credential{Uid: 64000, Gid: 64000, Groups: []uint32{64000, 64001}},
+		AmbientCaps: []uintptr{0 /* CAP_CHOWN */, 5 /* CAP_KILL */, 6 /* CAP_SETGID */, 7 /* CAP_SETUID */},
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := "65534\n65534\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n"
+	if string(out) != want {
+		t.Fatalf("the program runs as\n%s\nwant\n%s", out, want)
+	}
+}
+
+// The sandbox enters the working directory as the program's user: a
+// directory den's user may enter but the program's user may not is
+// refused.
+func TestWorkingDirectoryEnteredAsTheProgramsUser(t *testing.T) {
+	if !HasCaps(CapsUser) {
+		t.Skipf("this test process lacks %s", CapsUser)
+	}
+	dir := t.TempDir() // 0700, den's user's
+	cmd, err := Command(Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "permission denied") {
+		t.Fatalf("pwd in %s ran as the program's user (%v): %s", dir, err, out)
+	}
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd, _ = Command(Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir}, nil)
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != dir+"\n" {
+		t.Fatalf("pwd: %v, %q", err, out)
+	}
+}
