@@ -159,6 +159,7 @@ var defaults = map[string]any{
 	"command.landlock":            "required",
 	"command.user":                "",
 	"command.user_optional":       false,
+	"command.shared_tmp":          false,
 	"max_output":                  int64(runner.DefaultMaxOutput),
 	"resources.memory_mb":         0.0,
 	"resources.cpus":              0.0,
@@ -484,6 +485,9 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 		return p, fmt.Errorf("command.user must be a user name or uid:gid, not %v", u)
 	}
 	if p.UserOptional, err = boolean(v, "command.user_optional"); err != nil {
+		return p, err
+	}
+	if p.SharedTmp, err = boolean(v, "command.shared_tmp"); err != nil {
 		return p, err
 	}
 	return p, p.Validate()

@@ -149,6 +149,7 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"command.user half a uid:gid", "den.yaml", "command:\n  user: \"65534:\"\n", "must be a user name or uid:gid"},
 		{"command.user a number", "den.yaml", "command:\n  user: 65534\n", "command.user 65534 must be a user name or uid:gid"},
 		{"command.user_optional not a boolean", "den.yaml", "command:\n  user_optional: maybe\n", "command.user_optional must be true or false"},
+		{"command.shared_tmp not a boolean", "den.yaml", "command:\n  shared_tmp: sometimes\n", "command.shared_tmp must be true or false"},
 		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots is not a whole number"},
 		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output: 0 is below the minimum 1024"},
 		{"node a list", "den.yaml", "node: [a, b]\n", "node must be a single value"},
@@ -228,12 +229,12 @@ func TestCommandAndMaxOutputKeys(t *testing.T) {
 	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 || c.Command.User != "" || c.Command.UserOptional {
 		t.Fatalf("defaults: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
-	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n")
+	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" {
+	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp {
 		t.Fatalf("file: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 	t.Setenv("DEN_MAX_OUTPUT", "4096")

@@ -110,6 +110,7 @@ func effective(c Config) map[string]any {
 		"command.landlock":            c.Command.Landlock,
 		"command.user":                c.Command.User,
 		"command.user_optional":       c.Command.UserOptional,
+		"command.shared_tmp":          c.Command.SharedTmp,
 		"max_output":                  c.MaxOutput,
 		"resources.memory_mb":         c.Resources.MemoryMB,
 		"resources.cpus":              c.Resources.CPUs,

@@ -2,6 +2,7 @@ package command_test
 
 import (
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +44,19 @@ func runTaskIn(t *testing.T, db *mongo.Database, policy command.Policy, params b
 		t.Fatal(err)
 	}
 	return dentest.Task(t, db, id), db
+}
+
+// hostDir makes a directory, removed at the test's end, that tasks'
+// programs see: t.TempDir is under /tmp, where a task in its own mount
+// namespace sees its own temporary directory instead.
+func hostDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/run", "den-command-test-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func text(t *testing.T, raw bson.Raw, field string) string {

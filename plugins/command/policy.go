@@ -37,6 +37,10 @@ type Policy struct {
 	// command.user is not set or den may not change user (it lacks
 	// sandbox.CapsUser); the node then logs what does not hold.
 	UserOptional bool `json:"user_optional"`
+	// SharedTmp leaves tasks the node's /tmp, /var/tmp and /dev/shm
+	// (TMPDIR is still a directory of each task's own); by default each
+	// task has a mount namespace where they are its own directory.
+	SharedTmp bool `json:"shared_tmp"`
 }
 
 // Values of Policy.Landlock.
@@ -141,6 +145,12 @@ type Enforced struct {
 	User *sandbox.Credential
 	// UserName names User (or den's user) for logs.
 	UserName string
+	// PrivateTmp: each program gets a mount namespace of its own, where
+	// its temporary directory is /tmp, /var/tmp and /dev/shm, noexec
+	// (den holds sandbox.CapsNamespaces, and command.shared_tmp is off).
+	PrivateTmp bool
+	// Namespaces: den holds sandbox.CapsNamespaces.
+	Namespaces bool
 }
 
 // Boundary decides, for a machine, whether the plugin may run and what
@@ -149,7 +159,7 @@ type Enforced struct {
 // unset, or den may not change user) only when it says user_optional. The
 // error says why not.
 func (p Policy) Boundary(m Machine) (Enforced, error) {
-	var e Enforced
+	e := Enforced{Namespaces: m.Namespaces, PrivateTmp: m.Namespaces && !p.SharedTmp}
 	switch {
 	case m.LandlockABI >= 1:
 		e.Landlock = true
@@ -188,6 +198,10 @@ const Unenforced = "programs started by an allowed program (find -exec, make, se
 // own user, for the node's log.
 const UnenforcedUser = "tasks' programs run as den's own user: they can read den's configuration (the MongoDB URI and its credentials) and data, and signal den's processes where Landlock's scoping (ABI 6) does not stop them"
 
+// UnenforcedNamespaces describes what does not hold when programs share
+// den's mount namespace, for the node's log.
+const UnenforcedNamespaces = "/tmp, /var/tmp and /dev/shm are shared by all tasks (TMPDIR is still a directory of the task's own, mode 0700), so tasks running as one user can read and plant each other's files there, and a task can execute the loader on a file it wrote there"
+
 // LogBoundary logs, once at start, what the node's command plugin enforces
 // on this machine, in one entry: an error when it stays off, a warning
 // naming what does not hold when it runs without part of its boundary.
@@ -202,6 +216,13 @@ func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 	}
 	if err == nil && e.User == nil {
 		missing = append(missing, "AS DEN'S OWN USER (command.user_optional: true; command.user "+strconv.Quote(p.User)+"): "+UnenforcedUser)
+	}
+	if err == nil && !e.PrivateTmp {
+		why := "command.shared_tmp: true"
+		if !m.Namespaces {
+			why = "den lacks " + sandbox.CapsNamespaces
+		}
+		missing = append(missing, "WITHOUT a mount namespace of its own ("+why+"): "+UnenforcedNamespaces)
 	}
 	fields := []zap.Field{zap.String("plugin", Name), zap.Int("landlock_abi", m.LandlockABI), zap.String("task_user", e.UserName)}
 	switch {

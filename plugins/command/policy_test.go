@@ -191,7 +191,7 @@ func TestLogBoundarySaysWhatIsNotEnforced(t *testing.T) {
 		{LandlockRequired, 7, zapcore.InfoLevel, "Landlock enforces"},
 	} {
 		core, logs := observer.New(zapcore.DebugLevel)
-		Policy{Enabled: true, User: "nobody", Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), Machine{LandlockABI: tc.abi, SetUser: true})
+		Policy{Enabled: true, User: "nobody", Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), Machine{LandlockABI: tc.abi, SetUser: true, Namespaces: true})
 		all := logs.All()
 		if len(all) != 1 || all[0].Level != tc.level || !strings.Contains(all[0].Message, tc.has) {
 			t.Errorf("landlock %s, ABI %d: logged %v", tc.landlock, tc.abi, all)

@@ -21,7 +21,7 @@ func buildHelper(t *testing.T, name string) string {
 	if err != nil {
 		goTool = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	out := filepath.Join(t.TempDir(), name)
+	out := filepath.Join(hostDir(t), name)
 	cmd := exec.Command(goTool, "build", "-o", out, "./testdata/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

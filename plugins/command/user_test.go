@@ -55,7 +55,7 @@ func TestTaskRunsAsItsOwnUser(t *testing.T) {
 func TestTaskCannotReadDensConfiguration(t *testing.T) {
 	t.Parallel()
 	needSetUser(t)
-	dir := t.TempDir()
+	dir := hostDir(t)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// TaskTmp is where a program in its own mount namespace (Spec.PrivateTmp)
+// finds its temporary directory: Spec.Tmp is mounted there, and on every
+// other shared directory in privateDirs.
+const TaskTmp = "/tmp"
+
+// privateDirs are the directories every user may write to on a usual
+// system, where one task could plant or read another's files. In the
+// program's mount namespace each is its own temporary directory, mounted
+// noexec, nosuid and nodev. /tmp comes last: once it is mounted, the
+// temporary directory's own path (under the node's /tmp) is gone.
+var privateDirs = []string{"/var/tmp", "/dev/shm", TaskTmp}
+
+// NewTmp makes a task's temporary directory: fresh, under the node's
+// temporary directory (os.TempDir), mode 0700, owned by user (nil: this
+// process's user). RemoveTmp removes it.
+func NewTmp(user *Credential) (string, error) {
+	dir, err := os.MkdirTemp("", "den-task-")
+	if err != nil {
+		return "", fmt.Errorf("make the task's temporary directory: %w", err)
+	}
+	if user != nil {
+		if err := os.Chown(dir, int(user.Uid), int(user.Gid)); err != nil {
+			os.Remove(dir)
+			return "", fmt.Errorf("give the task's temporary directory to uid %d: %w", user.Uid, err)
+		}
+	}
+	return dir, nil
+}
+
+// RemoveTmp removes a task's temporary directory made by NewTmp, and all
+// the task left in it. What the task's user made there, den's user may not
+// be allowed to remove (a directory of mode 0), so for a task user the
+// removal runs as that user, through this binary (Main), as the program
+// did.
+func RemoveTmp(dir string, user *Credential) error {
+	if user == nil {
+		return removeTree(dir)
+	}
+	cmd, err := Command(Spec{Remove: dir, User: user}, nil)
+	if err != nil {
+		return err
+	}
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("remove the task's temporary directory %s as uid %d: %w: %s", dir, user.Uid, err, out)
+	}
+	return nil
+}
+
+// removeTree removes dir and what it holds, first giving its owner the
+// right to list and change every directory below it (a program may have
+// left one of mode 0).
+func removeTree(dir string) error {
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if d != nil && d.IsDir() {
+			os.Chmod(path, 0o700)
+		}
+		return nil
+	})
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the task's temporary directory: %w", err)
+	}
+	return nil
+}
+
+// mountPrivate mounts tmp on each of privateDirs that exists, noexec,
+// nosuid and nodev, in this process's own mount namespace (Command made
+// it, with the host's mounts made private to it).
+func mountPrivate(tmp string) error {
+	for _, target := range privateDirs {
+		if st, err := os.Stat(target); err != nil || !st.IsDir() {
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("mount the task's temporary directory on %s: %w", target, err)
+			}
+			continue
+		}
+		if err := unix.Mount(tmp, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount the task's temporary directory on %s: %w", target, err)
+		}
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV)
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			return fmt.Errorf("make %s noexec, nosuid, nodev: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// namespaceFlags are the namespaces Command has the sandbox start in.
+func namespaceFlags(spec Spec) uintptr {
+	var flags uintptr
+	if spec.PrivateTmp {
+		flags |= syscall.CLONE_NEWNS
+	}
+	if spec.NoNetwork {
+		flags |= syscall.CLONE_NEWNET
+	}
+	return flags
+}
