@@ -48,14 +48,19 @@ func runTaskIn(t *testing.T, db *mongo.Database, policy command.Policy, params b
 
 // hostDir makes a directory, removed at the test's end, that tasks'
 // programs see: t.TempDir is under /tmp, where a task in its own mount
-// namespace sees its own temporary directory instead.
+// namespace sees its own temporary directory instead. Anyone may enter it
+// (the task user too).
 func hostDir(t *testing.T) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("/run", "den-command-test-")
 	if err != nil {
-		return t.TempDir()
+		dir = t.TempDir()
+	} else {
+		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return dir
 }
 
