@@ -206,6 +206,11 @@ func enter(raw string) error {
 	if err := refuseAnonymousExec(); err != nil {
 		return err
 	}
+	if spec.Network != "" && spec.Network != NetworkAll {
+		if err := refuseMPTCP(); err != nil {
+			return err
+		}
+	}
 	// execve replaces every thread, and the program inherits the calling
 	// thread's restrictions, which RestrictPaths and the seccomp filter's
 	// TSYNC gave all of them.

@@ -45,6 +45,9 @@ const x32Bit = 0x40000000
 type syscalls struct {
 	arch                               uint32
 	memfdCreate, memfdSecret, execveat []uint32
+	// socket and socketcall (i386's multiplexer, whose arguments are in
+	// memory the filter cannot read) for the network filter.
+	socket, socketcall []uint32
 }
 
 // filtered returns the architectures the filter covers on GOARCH, the
@@ -53,13 +56,17 @@ func filtered() []syscalls {
 	switch runtime.GOARCH {
 	case "amd64":
 		return []syscalls{
-			{arch: unix.AUDIT_ARCH_X86_64, memfdCreate: []uint32{319, x32Bit | 319}, memfdSecret: []uint32{447, x32Bit | 447}, execveat: []uint32{322, x32Bit | 545}},
-			{arch: unix.AUDIT_ARCH_I386, memfdCreate: []uint32{356}, memfdSecret: []uint32{447}, execveat: []uint32{358}},
+			{arch: unix.AUDIT_ARCH_X86_64, memfdCreate: []uint32{319, x32Bit | 319}, memfdSecret: []uint32{447, x32Bit | 447}, execveat: []uint32{322, x32Bit | 545},
+				socket: []uint32{41, x32Bit | 41}},
+			{arch: unix.AUDIT_ARCH_I386, memfdCreate: []uint32{356}, memfdSecret: []uint32{447}, execveat: []uint32{358},
+				socket: []uint32{359}, socketcall: []uint32{102}},
 		}
 	case "arm64":
 		return []syscalls{
-			{arch: unix.AUDIT_ARCH_AARCH64, memfdCreate: []uint32{279}, memfdSecret: []uint32{447}, execveat: []uint32{281}},
-			{arch: unix.AUDIT_ARCH_ARM, memfdCreate: []uint32{385}, memfdSecret: []uint32{447}, execveat: []uint32{387}},
+			{arch: unix.AUDIT_ARCH_AARCH64, memfdCreate: []uint32{279}, memfdSecret: []uint32{447}, execveat: []uint32{281},
+				socket: []uint32{198}},
+			{arch: unix.AUDIT_ARCH_ARM, memfdCreate: []uint32{385}, memfdSecret: []uint32{447}, execveat: []uint32{387},
+				socket: []uint32{281}},
 		}
 	}
 	return nil
@@ -154,6 +161,70 @@ func memfdFilter(archs []syscalls) ([]unix.SockFilter, error) {
 	return a.done()
 }
 
+// ipprotoMPTCP is Multipath TCP's protocol number (linux/in.h).
+const ipprotoMPTCP = 262
+
+// mptcpFilter builds the filter that keeps a restricted network
+// restricted: Landlock's TCP rules (ABI 4 to at least 7) check only
+// sockets of protocol TCP, and a Multipath TCP socket connects to any TCP
+// server, falling back to plain TCP where the server has no MPTCP. So
+// socket(…, IPPROTO_MPTCP) fails with EPROTONOSUPPORT, as on a kernel
+// without MPTCP (programs then fall back to TCP, which Landlock checks),
+// and i386's socketcall, whose arguments the filter cannot see, with
+// ENOSYS (the C library then uses socket itself). The memfd filter
+// already refuses other architectures.
+func mptcpFilter(archs []syscalls) ([]unix.SockFilter, error) {
+	a := &asm{labels: map[string]int{}}
+	a.stmt(ldAbs, offArch)
+	for i, s := range archs {
+		p := func(name string) string { return fmt.Sprintf("%d.%s", i, name) }
+		a.jump(jeq, s.arch, "", p("next"))
+		a.stmt(ldAbs, offNR)
+		for _, nr := range s.socketcall {
+			a.jump(jeq, nr, "nosys", "")
+		}
+		for _, nr := range s.socket {
+			a.jump(jeq, nr, p("socket"), "")
+		}
+		a.stmt(ret, retAllow)
+		a.label(p("socket")) // socket(family, type, protocol)
+		a.stmt(ldAbs, offArgs+8*2)
+		a.jump(jeq, ipprotoMPTCP, "noproto", "allow")
+		a.label(p("next"))
+	}
+	a.label("allow")
+	a.stmt(ret, retAllow)
+	a.label("noproto")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.EPROTONOSUPPORT))
+	a.label("nosys")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
+	return a.done()
+}
+
+// refuseMPTCP installs mptcpFilter on every thread of this process, as
+// refuseAnonymousExec does its own.
+func refuseMPTCP() error {
+	f, err := mptcpFilter(filtered())
+	if err != nil {
+		return err
+	}
+	return install(f, "against Multipath TCP sockets")
+}
+
+// install installs filter f on every thread (SECCOMP_FILTER_FLAG_TSYNC).
+func install(f []unix.SockFilter, what string) error {
+	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	runtime.KeepAlive(f)
+	switch {
+	case errno != 0:
+		return fmt.Errorf("seccomp: install the filter %s: %w", what, errno)
+	case r != 0:
+		return fmt.Errorf("seccomp: thread %d could not take the filter %s", r, what)
+	}
+	return nil
+}
+
 // refuseAnonymousExec installs the filter on every thread of this process
 // (SECCOMP_FILTER_FLAG_TSYNC). The calling thread must have no_new_privs
 // set (which TSYNC then sets on the others).
@@ -166,14 +237,5 @@ func refuseAnonymousExec() error {
 	if err != nil {
 		return err
 	}
-	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
-	runtime.KeepAlive(f)
-	switch {
-	case errno != 0:
-		return fmt.Errorf("seccomp: install the filter against executing memfds: %w", errno)
-	case r != 0:
-		return fmt.Errorf("seccomp: thread %d could not take the filter against executing memfds", r)
-	}
-	return nil
+	return install(f, "against executing memfds")
 }

@@ -67,3 +67,20 @@ func TestWorkingDirectoryEnteredAsTheProgramsUser(t *testing.T) {
 		t.Fatalf("pwd: %v, %q", err, out)
 	}
 }
+
+// With NoNetwork the program has a network namespace of its own: no
+// interface but a loopback (which is down).
+func TestNoNetworkLeavesOnlyADownLoopback(t *testing.T) {
+	if !HasCaps(CapsNamespaces) {
+		t.Skipf("this test process lacks %s, so it cannot make a network namespace", CapsNamespaces)
+	}
+	cmd, err := Command(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '"}, Network: NetworkNone, NoNetwork: true}, []string{"PATH=/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "lo\n" {
+		t.Fatalf("%v: interfaces %q, want only lo", err, out)
+	}
+}

@@ -117,9 +117,18 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	// The program starts through den's sandbox, which confines it and all
 	// it starts (Landlock, its user, its namespaces), then becomes the
 	// program (same pid).
-	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: boundary.Landlock,
+	spec := sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: boundary.Landlock,
 		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: dir,
-		Tmp: tmp, PrivateTmp: boundary.PrivateTmp}, environ)
+		Tmp: tmp, PrivateTmp: boundary.PrivateTmp}
+	switch {
+	case policy.Network.None:
+		// A network namespace of its own where den may make one, and
+		// Landlock's TCP rules where the kernel has them: each holds alone.
+		spec.Network, spec.NoNetwork = sandbox.NetworkNone, boundary.Namespaces
+	case !policy.Network.All():
+		spec.Network, spec.Ports = sandbox.NetworkPorts, policy.Network.Ports
+	}
+	cmd, err := sandbox.Command(spec, environ)
 	if err != nil {
 		return plugins.StatusFailed, err
 	}

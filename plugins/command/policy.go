@@ -41,6 +41,74 @@ type Policy struct {
 	// (TMPDIR is still a directory of each task's own); by default each
 	// task has a mount namespace where they are its own directory.
 	SharedTmp bool `json:"shared_tmp"`
+	// Network is what tasks' programs may connect to over TCP: all (the
+	// default), none, or a list of ports.
+	Network Network `json:"network"`
+}
+
+// Network is command.network: "all" (also the zero value), "none", or a
+// list of the TCP ports programs may connect to, in JSON a string or an
+// array of numbers.
+type Network struct {
+	// None: no TCP connection at all. Otherwise Ports, when not nil, are
+	// the only ports programs may connect to; nil Ports is all.
+	None  bool
+	Ports []uint16
+}
+
+// All reports whether programs may connect anywhere.
+func (n Network) All() bool { return !n.None && n.Ports == nil }
+
+// String is the value as the configuration writes it.
+func (n Network) String() string {
+	switch {
+	case n.None:
+		return "none"
+	case n.Ports == nil:
+		return "all"
+	}
+	ports := make([]string, len(n.Ports))
+	for i, p := range n.Ports {
+		ports[i] = strconv.Itoa(int(p))
+	}
+	return "[" + strings.Join(ports, ", ") + "]"
+}
+
+// MarshalJSON writes "all", "none" or the array of ports.
+func (n Network) MarshalJSON() ([]byte, error) {
+	if n.None || n.Ports == nil {
+		return json.Marshal(n.String())
+	}
+	return json.Marshal(n.Ports)
+}
+
+// UnmarshalJSON reads "all", "none", or an array of ports (1 to 65535).
+func (n *Network) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		switch s {
+		case "", "all":
+			*n = Network{}
+		case "none":
+			*n = Network{None: true}
+		default:
+			return fmt.Errorf("command.network %q must be all, none or a list of TCP ports", s)
+		}
+		return nil
+	}
+	var ports []int64
+	if err := json.Unmarshal(b, &ports); err != nil {
+		return fmt.Errorf("command.network must be all, none or a list of TCP ports, not %s", b)
+	}
+	out := make([]uint16, 0, len(ports))
+	for _, p := range ports {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("command.network port %d is not a TCP port (1 to 65535)", p)
+		}
+		out = append(out, uint16(p))
+	}
+	*n = Network{Ports: out}
+	return nil
 }
 
 // Values of Policy.Landlock.
@@ -166,6 +234,10 @@ func (p Policy) Boundary(m Machine) (Enforced, error) {
 	case p.Landlock != LandlockOptional:
 		return e, errors.New("command refused: this kernel has no Landlock (not built in, or not in the lsm= boot list), so the execute boundary cannot be enforced; the plugin stays off unless command.landlock is optional")
 	}
+	if !p.Network.All() && m.LandlockABI < 4 && !(p.Network.None && m.Namespaces) {
+		return e, fmt.Errorf("command refused: command.network %s needs Landlock's TCP rules (ABI 4; this kernel has %d)%s", p.Network, m.LandlockABI,
+			map[bool]string{true: ", or for none a network namespace (den needs " + sandbox.CapsNamespaces + ")", false: ""}[p.Network.None])
+	}
 	e.UserName = "den's own user"
 	if p.User == "" {
 		if !p.UserOptional {
@@ -224,7 +296,7 @@ func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 		}
 		missing = append(missing, "WITHOUT a mount namespace of its own ("+why+"): "+UnenforcedNamespaces)
 	}
-	fields := []zap.Field{zap.String("plugin", Name), zap.Int("landlock_abi", m.LandlockABI), zap.String("task_user", e.UserName)}
+	fields := []zap.Field{zap.String("plugin", Name), zap.Int("landlock_abi", m.LandlockABI), zap.String("task_user", e.UserName), zap.Stringer("network", p.Network)}
 	switch {
 	case err != nil:
 		log.Error("command plugin NOT enabled", append(fields, zap.Error(err))...)

@@ -198,3 +198,43 @@ func TestLogBoundarySaysWhatIsNotEnforced(t *testing.T) {
 		}
 	}
 }
+
+// A restricted network needs Landlock's TCP rules (ABI 4), or for none a
+// network namespace; without either the plugin stays off, whatever
+// command.landlock says.
+func TestRestrictedNetworkNeedsItsMechanism(t *testing.T) {
+	for _, tc := range []struct {
+		network Network
+		m       Machine
+		refused bool
+	}{
+		{Network{None: true}, Machine{LandlockABI: 3, SetUser: true}, true},
+		{Network{None: true}, Machine{LandlockABI: 3, SetUser: true, Namespaces: true}, false},
+		{Network{None: true}, Machine{LandlockABI: 0, SetUser: true, Namespaces: true}, false},
+		{Network{Ports: []uint16{443}}, Machine{LandlockABI: 3, SetUser: true, Namespaces: true}, true},
+		{Network{Ports: []uint16{443}}, Machine{LandlockABI: 4, SetUser: true}, false},
+		{Network{}, Machine{LandlockABI: 0, SetUser: true}, false},
+	} {
+		p := Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, User: "nobody", Landlock: LandlockOptional, Network: tc.network}
+		_, err := p.Boundary(tc.m)
+		if (err != nil) != tc.refused {
+			t.Errorf("network %s on %+v: error %v, want refused %v", tc.network, tc.m, err, tc.refused)
+		}
+	}
+	for raw, want := range map[string]string{
+		`{"network": "some"}`:   "must be all, none or a list",
+		`{"network": [0]}`:      "not a TCP port",
+		`{"network": [65536]}`:  "not a TCP port",
+		`{"network": {"a": 1}}`: "must be all, none or a list",
+	} {
+		if _, err := ParsePolicy([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", raw, err, want)
+		}
+	}
+	for raw, want := range map[string]string{`{"network": "none"}`: "none", `{"network": "all"}`: "all", `{}`: "all", `{"network": [443, 27017]}`: "[443, 27017]"} {
+		p, err := ParsePolicy([]byte(raw))
+		if err != nil || p.Network.String() != want {
+			t.Errorf("%s: network %s, error %v, want %s", raw, p.Network, err, want)
+		}
+	}
+}
