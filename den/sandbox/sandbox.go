@@ -53,14 +53,17 @@ type Spec struct {
 	// Dir is the program's working directory, entered as User (so that
 	// the caller's rights open nothing for it); empty keeps the caller's.
 	Dir string `json:"dir,omitempty"`
-	// Tmp is the program's own temporary directory (NewTmp). With
-	// PrivateTmp it is mounted, noexec, on /tmp, /var/tmp and /dev/shm of
-	// a mount namespace of the program's own (tmp.go). NoNetwork gives the
-	// program a network namespace of its own, without any interface but
-	// a loopback that is down. Both need CapsNamespaces.
-	Tmp        string `json:"tmp,omitempty"`
-	PrivateTmp bool   `json:"private_tmp,omitempty"`
-	NoNetwork  bool   `json:"no_network,omitempty"`
+	// Tmp is the program's own temporary directory (NewTmp).
+	Tmp string `json:"tmp,omitempty"`
+	// MountNS gives the program a mount namespace of its own, where,
+	// with Landlock, every mount is noexec but what it must execute or
+	// map for execution (mounts.go). PrivateTmp (with MountNS) mounts
+	// Tmp, noexec, on its /tmp, /var/tmp and /dev/shm (tmp.go).
+	// NoNetwork gives it a network namespace of its own, without any
+	// interface but a loopback that is down. Each needs CapsNamespaces.
+	MountNS    bool `json:"mount_ns,omitempty"`
+	PrivateTmp bool `json:"private_tmp,omitempty"`
+	NoNetwork  bool `json:"no_network,omitempty"`
 	// Network is what the program may connect to over TCP: NetworkAll
 	// (also when empty), NetworkNone, or NetworkPorts: the ports in
 	// Ports only. Landlock (ABI 4) enforces it.
@@ -156,8 +159,14 @@ func enter(raw string) error {
 	if err := CloseInherited(); err != nil {
 		return err
 	}
-	if spec.PrivateTmp && spec.Tmp != "" {
+	if spec.MountNS && spec.PrivateTmp && spec.Tmp != "" {
 		if err := mountPrivate(spec.Tmp); err != nil {
+			return err
+		}
+	}
+	if spec.MountNS && spec.Landlock {
+		keep := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...), LibraryDirs())
+		if err := confineExec(keep); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TaskTmp is where a program in its own mount namespace (Spec.PrivateTmp)
+// TaskTmp is where a program with a private temporary directory (Spec.PrivateTmp)
 // finds its temporary directory: Spec.Tmp is mounted there, and on every
 // other shared directory in privateDirs.
 const TaskTmp = "/tmp"
@@ -101,7 +101,7 @@ func mountPrivate(tmp string) error {
 // namespaceFlags are the namespaces Command has the sandbox start in.
 func namespaceFlags(spec Spec) uintptr {
 	var flags uintptr
-	if spec.PrivateTmp {
+	if spec.MountNS {
 		flags |= syscall.CLONE_NEWNS
 	}
 	if spec.NoNetwork {

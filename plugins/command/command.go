@@ -119,7 +119,7 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	// program (same pid).
 	spec := sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: boundary.Landlock,
 		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: dir,
-		Tmp: tmp, PrivateTmp: boundary.PrivateTmp}
+		Tmp: tmp, MountNS: boundary.Namespaces, PrivateTmp: boundary.PrivateTmp}
 	switch {
 	case policy.Network.None:
 		// A network namespace of its own where den may make one, and
