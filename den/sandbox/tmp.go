@@ -42,13 +42,19 @@ func NewTmp(user *Credential) (string, error) {
 
 // RemoveTmp removes a task's temporary directory made by NewTmp, and all
 // the task left in it. What the task's user made there, den's user may not
-// be allowed to remove (a directory of mode 0), so for a task user the
-// removal runs as that user, through this binary (Main), as the program
-// did.
+// be allowed to remove unless it is root (a directory of mode 0 owned by
+// the task's user), so for a task user and a node that is not root the
+// removal runs as the task's user, through this binary (Main), as the
+// program did.
 func RemoveTmp(dir string, user *Credential) error {
-	if user == nil {
+	if user == nil || os.Geteuid() == 0 {
 		return removeTree(dir)
 	}
+	return removeTmpAs(dir, user)
+}
+
+// removeTmpAs removes dir as user, in a process of this binary.
+func removeTmpAs(dir string, user *Credential) error {
 	cmd, err := Command(Spec{Remove: dir, User: user}, nil)
 	if err != nil {
 		return err

@@ -84,3 +84,30 @@ func TestNoNetworkLeavesOnlyADownLoopback(t *testing.T) {
 		t.Fatalf("%v: interfaces %q, want only lo", err, out)
 	}
 }
+
+// A node that is not root removes a task's temporary directory as the
+// task's user, whatever the task left there: here a directory of mode 0
+// holding a file, which only the task's user (or root) may open up.
+func TestTmpRemovedAsTheTasksUser(t *testing.T) {
+	if !HasCaps(CapsUser) {
+		t.Skipf("this test process lacks %s", CapsUser)
+	}
+	user := &Credential{Uid: 65534, Gid: 65534}
+	tmp, err := NewTmp(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := Command(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", "mkdir -p d/e && touch d/e/f && chmod 0 d/e d"}, User: user, Dir: tmp}, []string{"PATH=/usr/bin:/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if err := removeTmpAs(tmp, user); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
+		t.Fatalf("%s is left: %v", tmp, err)
+	}
+}
