@@ -111,3 +111,46 @@ func TestTmpRemovedAsTheTasksUser(t *testing.T) {
 		t.Fatalf("%s is left: %v", tmp, err)
 	}
 }
+
+// The whole boundary, as a node that is not root sets it up with the
+// capabilities its unit gives it (CapsUser and CapsNamespaces, ambient):
+// the program runs as the task's user without any capability, in its own
+// temporary directory, with no network, and cannot run the loader on a
+// program that is not allowed.
+func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
+	if !HasCaps(CapsUser + " " + CapsNamespaces) {
+		t.Skipf("this test process lacks %s %s", CapsUser, CapsNamespaces)
+	}
+	if LandlockABI() < 6 {
+		t.Skipf("this kernel's Landlock ABI is %d; this test checks the boundary as ABI 6 and later make it", LandlockABI())
+	}
+	user := &Credential{Uid: 65534, Gid: 65534}
+	tmp, err := NewTmp(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RemoveTmp(tmp, user)
+	ld := Loaders("/usr/bin/id")
+	if len(ld) == 0 {
+		t.Skip("/usr/bin/id is not dynamically linked here")
+	}
+	script := `id -u; grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status; ls -A /tmp; echo "$TMPDIR"; pwd; ` +
+		`tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '; ` + ld[0] + ` /usr/bin/whoami 2>&1 | grep -c 'failed to map'; true`
+	cmd, err := Command(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Exec: []string{"/bin/sh", "/usr/bin/dash", "/usr/bin/id", "/usr/bin/grep", "/usr/bin/ls", "/usr/bin/tail", "/usr/bin/cut", "/usr/bin/tr", "/usr/bin/pwd"}, Landlock: true,
+		User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, Network: NetworkNone, NoNetwork: true},
+		[]string{"PATH=/usr/bin:/bin", "TMPDIR=" + TaskTmp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Dir = "/"
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 64000, Gid: 64000}
+	cmd.SysProcAttr.AmbientCaps = []uintptr{0 /* CAP_CHOWN */, 5 /* CAP_KILL */, 6 /* CAP_SETGID */, 7 /* CAP_SETUID */, 21 /* CAP_SYS_ADMIN */}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := "65534\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n/tmp\n/tmp\nlo\n1\n"
+	if string(out) != want {
+		t.Fatalf("the program says\n%s\nwant\n%s", out, want)
+	}
+}
