@@ -8,21 +8,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The seccomp filter closes the one way to execute a file Landlock never
+// The seccomp filter closes the ways to execute a file Landlock never
 // sees a path for: a file on the kernel's internal shared-memory mount,
 // made by memfd_create(2) and executed through /proc/self/fd/N or
-// execveat(fd, "", AT_EMPTY_PATH). Landlock allows every access to such
-// internal files, so without it any allowed program that can make system
-// calls of its own (python3, perl) can write an ELF into a memfd and run
-// it. The filter, inherited by the program and all it starts and never
-// lifted, refuses with EPERM:
+// execveat(fd, "", AT_EMPTY_PATH), or loaded by the dynamic loader run as
+// a program (ld-linux-x86-64.so.2 /proc/self/fd/N). Landlock allows every
+// access to such internal files, and that mount is never noexec (a memfd
+// sealed against execve, MFD_NOEXEC_SEAL, can still be mapped for
+// execution), so without the filter any allowed program that can make
+// system calls of its own (python3, perl) can write an ELF into a memfd
+// and run it. The filter, inherited by the program and all it starts and
+// never lifted, refuses with EPERM:
 //
-//   - memfd_create unless its flags hold MFD_NOEXEC_SEAL (Linux 6.3) and
-//     not MFD_EXEC: a sealed memfd can never be made executable, so
-//     programs that use memfds for data keep working where they ask for
-//     that (on an older kernel the flag is unknown and every memfd_create
-//     fails; programs fall back to /dev/shm or temporary files, which are
-//     paths Landlock checks);
+//   - memfd_create, whatever its flags: programs that use memfds for data
+//     fall back to /dev/shm or temporary files, which are paths Landlock
+//     and the task's noexec mounts check;
 //   - memfd_secret;
 //   - execveat with AT_EMPTY_PATH (fexecve(3)): executing a descriptor
 //     rather than a path.
@@ -144,10 +144,8 @@ func memfdFilter(archs []syscalls) ([]unix.SockFilter, error) {
 			a.jump(jeq, nr, p("execveat"), "")
 		}
 		a.stmt(ret, retAllow)
-		a.label(p("memfd")) // memfd_create(name, flags)
-		a.stmt(ldAbs, offArgs+8*1)
-		a.jump(jset, unix.MFD_EXEC, p("deny"), "")
-		a.jump(jset, unix.MFD_NOEXEC_SEAL, p("allow"), p("deny"))
+		a.label(p("memfd")) // memfd_create(name, flags), whatever its flags
+		a.stmt(ret, retEPERM)
 		a.label(p("execveat")) // execveat(dirfd, path, argv, envp, flags)
 		a.stmt(ldAbs, offArgs+8*4)
 		a.jump(jset, unix.AT_EMPTY_PATH, p("deny"), p("allow"))

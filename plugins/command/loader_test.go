@@ -3,6 +3,7 @@ package command_test
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -11,6 +12,21 @@ import (
 	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins/command"
 )
+
+// perlMemfdLoader writes id into a memfd sealed against execve
+// (memfd_create is x86-64's 319, MFD_NOEXEC_SEAL 8) and runs the loader
+// on it.
+const perlMemfdLoader = `my $name = "x";
+my $fd = syscall(319, $name, 8);
+if ($fd < 0) { print "memfd_create: $!\n"; exit 0 }
+open(my $out, ">&", $fd) or die "dup: $!";
+binmode $out;
+open(my $in, "<", "/usr/bin/id") or die "open: $!";
+binmode $in;
+local $/; my $elf = <$in>;
+print $out $elf; close $out;
+exec {"LOADER"} "ld", "/proc/self/fd/$fd" or print "execve: $!\n";
+`
 
 // The loader hole, tried as an attacker would with only exact programs
 // allowed (a shell, env and cp; not id): the dynamic loader, which every
@@ -59,6 +75,19 @@ func TestLoaderRunsNothingNotAllowed(t *testing.T) {
 				t.Fatalf("status %d, stderr %q", st, stderr)
 			}
 			t.Logf("refused: %q", stderr)
+		})
+	}
+	// The same with a memfd, sealed against execve (MFD_NOEXEC_SEAL), which
+	// the loader could still map for execution: perl, allowed alone, makes
+	// one, copies id into it and runs the loader on /proc/self/fd/N.
+	if _, err := os.Stat("/usr/bin/perl"); err == nil && runtime.GOARCH == "amd64" {
+		t.Run("a memfd given to the loader", func(t *testing.T) {
+			t.Parallel()
+			p := asTaskUser(command.Policy{Enabled: true, Allow: []string{"/usr/bin/perl"}})
+			raw := runTask(t, p, bson.D{{Key: "command", Value: bson.A{"/usr/bin/perl", "-e", strings.ReplaceAll(perlMemfdLoader, "LOADER", ld)}}})
+			if stdout := text(t, raw, "stdout"); stdout != "memfd_create: Operation not permitted\n" {
+				t.Fatalf("stdout %q, stderr %q; want memfd_create refused", stdout, text(t, raw, "stderr"))
+			}
 		})
 	}
 	// The allowed programs still run, with their libraries.
