@@ -20,9 +20,10 @@ import (
 
 // Through den's own task runner (its supervisor, a subreaper, and its
 // worker), a task running as its own user leaves a process that escaped
-// its process group (setsid) and ignores SIGTERM, then times out: the
-// supervisor, running as den's user, stops what the task's user left and
-// counts it, across the change of user.
+// its process group (setsid) and ignores SIGTERM, then exits, times out,
+// or is stopped as the node stops a cancelled task's runner (SIGTERM):
+// the supervisor, running as den's user, stops what the task's user left
+// and counts it, across the change of user.
 func TestDenRunnerStopsWhatTheTaskUserLeft(t *testing.T) {
 	t.Parallel()
 	needSetUser(t)
@@ -35,15 +36,18 @@ func TestDenRunnerStopsWhatTheTaskUserLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidFile := filepath.Join(gate, "pid")
-	for _, timeout := range []bool{false, true} {
-		t.Run("timed out "+strconv.FormatBool(timeout), func(t *testing.T) {
+	for _, end := range []string{"exits", "timed out", "stopped"} {
+		t.Run(end, func(t *testing.T) {
+			timeout := end == "timed out"
 			os.Remove(pidFile)
 			script := `setsid sh -c 'trap "" TERM; echo $$ > ` + pidFile + `; exec sleep 120' & ` +
 				`while [ ! -s ` + pidFile + ` ]; do sleep 0.05; done`
-			extra := []bson.E{}
-			if timeout {
+			extra := []bson.E{{Key: "max_termination_time", Value: 1}}
+			if end != "exits" {
 				script += `; trap "" TERM; sleep 120`
-				extra = append(extra, bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
+			}
+			if timeout {
+				extra = append(extra, bson.E{Key: "timeout", Value: 1})
 			}
 			db := dentest.DB(t)
 			qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
@@ -56,8 +60,21 @@ func TestDenRunnerStopsWhatTheTaskUserLeft(t *testing.T) {
 			}
 			cmd := exec.Command(bin, "task-runner")
 			cmd.Env = append(os.Environ(), env)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("task-runner: %v\n%s", err, out)
+			var out strings.Builder
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if end == "stopped" {
+				// As the node stops a runner whose task was cancelled.
+				dentest.Eventually(t, 30*time.Second, "the task left its process", func() bool {
+					b, err := os.ReadFile(pidFile)
+					return err == nil && strings.HasSuffix(string(b), "\n")
+				})
+				cmd.Process.Signal(syscall.SIGTERM)
+			}
+			if err := cmd.Wait(); err != nil && end != "stopped" {
+				t.Fatalf("task-runner: %v\n%s", err, out.String())
 			}
 			raw := dentest.Task(t, db, id)
 			b, _ := os.ReadFile(pidFile)
