@@ -235,8 +235,11 @@ func (p Policy) Boundary(m Machine) (Enforced, error) {
 		return e, errors.New("command refused: this kernel has no Landlock (not built in, or not in the lsm= boot list), so the execute boundary cannot be enforced; the plugin stays off unless command.landlock is optional")
 	}
 	if !p.Network.All() && m.LandlockABI < 4 && !(p.Network.None && m.Namespaces) {
-		return e, fmt.Errorf("command refused: command.network %s needs Landlock's TCP rules (ABI 4; this kernel has %d)%s", p.Network, m.LandlockABI,
-			map[bool]string{true: ", or for none a network namespace (den needs " + sandbox.CapsNamespaces + ")", false: ""}[p.Network.None])
+		or := ""
+		if p.Network.None {
+			or = ", or a network namespace (den needs " + sandbox.CapsNamespaces + ")"
+		}
+		return e, fmt.Errorf("command refused: command.network %s needs Landlock's TCP rules (ABI 4; this kernel has %d)%s", p.Network, m.LandlockABI, or)
 	}
 	e.UserName = "den's own user"
 	if p.User == "" {
