@@ -210,8 +210,8 @@ func enter(raw string) error {
 	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	// Landlock sees no path for a memfd: refuse making an executable one
-	// (seccomp.go). After no_new_privs, which seccomp requires.
+	// Landlock sees no path for a memfd: refuse making one (seccomp.go).
+	// After no_new_privs, which seccomp requires.
 	if err := refuseAnonymousExec(); err != nil {
 		return err
 	}

@@ -66,16 +66,21 @@ func removeTmpAs(dir string, user *Credential) error {
 	return nil
 }
 
-// removeTree removes dir and what it holds, first giving its owner the
-// right to list and change every directory below it (a program may have
-// left one of mode 0).
+// removeTree removes dir and what it holds. A user other than root first
+// gives itself the right to list and change every directory below it (a
+// program may have left one of mode 0); root needs no such right, and
+// changes no mode, since a process the task left running could swap a
+// directory for a symbolic link to a file of anyone's in between.
+// os.RemoveAll follows no symbolic link.
 func removeTree(dir string) error {
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if d != nil && d.IsDir() {
-			os.Chmod(path, 0o700)
-		}
-		return nil
-	})
+	if os.Geteuid() != 0 {
+		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if d != nil && d.IsDir() {
+				os.Chmod(path, 0o700)
+			}
+			return nil
+		})
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("remove the task's temporary directory: %w", err)
 	}
@@ -85,7 +90,18 @@ func removeTree(dir string) error {
 // mountPrivate mounts tmp on each of privateDirs that exists, noexec,
 // nosuid and nodev, in this process's own mount namespace (Command made
 // it, with the host's mounts made private to it).
+//
+// tmp is opened without following a symbolic link, and mounted through
+// that descriptor: the directory is its user's, in a directory others may
+// write to, and another process of that user could have put a link to
+// elsewhere in its place.
 func mountPrivate(tmp string) error {
+	fd, err := unix.Open(tmp, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the task's temporary directory: %w", err)
+	}
+	defer unix.Close(fd)
+	tmp = fmt.Sprintf("/proc/self/fd/%d", fd)
 	for _, target := range privateDirs {
 		if st, err := os.Stat(target); err != nil || !st.IsDir() {
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -154,3 +154,32 @@ func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
 		t.Fatalf("the program says\n%s\nwant\n%s", out, want)
 	}
 }
+
+// A task's temporary directory is its user's, in the node's /tmp, where
+// another process of that user could put a symbolic link in its place
+// before the sandbox mounts it: the sandbox refuses to follow it.
+func TestPrivateTmpFollowsNoSymbolicLink(t *testing.T) {
+	if !HasCaps(CapsNamespaces) {
+		t.Skipf("this test process lacks %s", CapsNamespaces)
+	}
+	tmp, err := NewTmp(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", tmp); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(tmp)
+	cmd, err := Command(Spec{Path: "/bin/ls", Args: []string{"ls", "/tmp"}, Tmp: tmp, MountNS: true, PrivateTmp: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	if err == nil || strings.Contains(string(out), "passwd") || !strings.Contains(string(out), "open the task's temporary directory") {
+		t.Fatalf("the sandbox mounted what the link points to (%v): %s", err, out)
+	}
+}
