@@ -77,6 +77,15 @@ func TestLoaderRunsNothingNotAllowed(t *testing.T) {
 			t.Logf("refused: %q", stderr)
 		})
 	}
+	// find allowed alone: find -exec the loader on the shell, as reported.
+	t.Run("find -exec the loader on the shell", func(t *testing.T) {
+		t.Parallel()
+		p := asTaskUser(command.Policy{Enabled: true, Allow: []string{"/usr/bin/find"}})
+		raw := runTask(t, p, bson.D{{Key: "command", Value: bson.A{"/usr/bin/find", "/usr/bin/find", "-exec", ld, "/usr/bin/dash", "-c", "echo pwned", ";"}}})
+		if stdout, stderr := text(t, raw, "stdout"), text(t, raw, "stderr"); strings.Contains(stdout, "pwned") || !strings.Contains(stderr, "failed to map segment") {
+			t.Fatalf("stdout %q, stderr %q; want the loader's mapping refused", stdout, stderr)
+		}
+	})
 	// The same with a memfd, sealed against execve (MFD_NOEXEC_SEAL), which
 	// the loader could still map for execution: perl, allowed alone, makes
 	// one, copies id into it and runs the loader on /proc/self/fd/N.
