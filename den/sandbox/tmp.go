@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -23,11 +25,18 @@ const TaskTmp = "/tmp"
 // temporary directory's own path (under the node's /tmp) is gone.
 var privateDirs = []string{"/var/tmp", "/dev/shm", TaskTmp}
 
+// tmpPrefix begins the name of every task's temporary directory, which
+// goes on with the pid of the process that made it: den-task-<pid>-<random>.
+const tmpPrefix = "den-task-"
+
 // NewTmp makes a task's temporary directory: fresh, under the node's
 // temporary directory (os.TempDir), mode 0700, owned by user (nil: this
-// process's user). RemoveTmp removes it.
+// process's user). RemoveTmp removes it. A process killed before it could
+// (a runner's worker killed with SIGKILL) leaves it: NewTmp first removes
+// those whose maker is gone.
 func NewTmp(user *Credential) (string, error) {
-	dir, err := os.MkdirTemp("", "den-task-")
+	sweepTmp()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tmpPrefix, os.Getpid()))
 	if err != nil {
 		return "", fmt.Errorf("make the task's temporary directory: %w", err)
 	}
@@ -130,4 +139,33 @@ func namespaceFlags(spec Spec) uintptr {
 		flags |= syscall.CLONE_NEWNET
 	}
 	return flags
+}
+
+// sweepTmp removes the tasks' temporary directories whose maker, named by
+// the pid in their name, no longer runs. A directory whose pid runs (its
+// task's, or a process that took the pid since) is left for a later
+// sweep; one that is not a directory (a symbolic link) is never touched.
+// A directory of another user than this process's is removed as that
+// user (RemoveTmp).
+func sweepTmp() {
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), tmpPrefix+"*-*"))
+	for _, m := range matches {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(m), tmpPrefix), "-", 2)[0])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		fi, err := os.Lstat(m)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		var owner *Credential
+		if int(st.Uid) != os.Geteuid() {
+			owner = &Credential{Uid: st.Uid, Gid: st.Gid}
+		}
+		RemoveTmp(m, owner)
+	}
 }

@@ -1,7 +1,9 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -181,5 +183,45 @@ func TestPrivateTmpFollowsNoSymbolicLink(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || strings.Contains(string(out), "passwd") || !strings.Contains(string(out), "open the task's temporary directory") {
 		t.Fatalf("the sandbox mounted what the link points to (%v): %s", err, out)
+	}
+}
+
+// A task's temporary directory left by a process killed before it could
+// remove it (a runner's worker killed with SIGKILL) is removed by the next
+// NewTmp, whatever the task left in it; one whose maker still runs stays.
+func TestLeftTmpRemovedOnceItsMakerIsGone(t *testing.T) {
+	if !HasCaps(CapsUser) {
+		t.Skipf("this test process lacks %s", CapsUser)
+	}
+	user := &Credential{Uid: 65534, Gid: 65534}
+	// A maker that is gone: a process started and waited for.
+	gone := exec.Command("/bin/true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-test", tmpPrefix, gone.Process.Pid))
+	live := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-test", tmpPrefix, os.Getpid()))
+	for _, d := range []string{left, live} {
+		if err := os.MkdirAll(filepath.Join(d, "d", "e"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		os.Chmod(filepath.Join(d, "d"), 0)
+		for _, p := range []string{d, filepath.Join(d, "d"), filepath.Join(d, "d", "e")} {
+			if err := os.Lchown(p, int(user.Uid), int(user.Gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tmp, err := NewTmp(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RemoveTmp(tmp, user)
+	if _, err := os.Lstat(left); !os.IsNotExist(err) {
+		t.Errorf("the directory of a maker that is gone is left: %v", err)
+	}
+	if _, err := os.Lstat(live); err != nil {
+		t.Errorf("the directory of a maker that runs was removed: %v", err)
 	}
 }
