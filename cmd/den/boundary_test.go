@@ -29,7 +29,7 @@ func TestDenBinaryRunsProgramsInsideExecBoundary(t *testing.T) {
 	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "command", Value: bson.A{"/usr/bin/find", "/usr/bin/env", "-exec", "{}", ";", "-exec", "/bin/sh", "-c", "echo pwned", ";"}}})[0]
 	dentest.Claim(t, db, id, "n")
-	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/usr/bin/find", "/usr/bin/env"}})
+	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/usr/bin/find", "/usr/bin/env"}, UserOptional: true})
 	env, err := runner.Spec{URI: dentest.URI(), Database: db.Name(), Node: "n", Task: id.Hex(), Plugin: command.Name, GFS: "auto", PluginConfig: policy}.Env()
 	if err != nil {
 		t.Fatal(err)

@@ -32,7 +32,7 @@ func TestFollowPrintsOutputWhileTheTaskRuns(t *testing.T) {
 			cfg := filepath.Join(dir, "den.yaml")
 			err := os.WriteFile(cfg, []byte(fmt.Sprintf(`mongo: {uri: %q, database: %q}
 node: follow-%s
-command: {enabled: true, allow: [/bin/, /usr/bin/], shell: true, env: [PATH], landlock: optional}
+command: {enabled: true, allow: [/bin/, /usr/bin/], shell: true, env: [PATH], landlock: optional, user_optional: true, shared_tmp: true}
 `, dentest.URI(), db.Name(), gfs)), 0o600)
 			if err != nil {
 				t.Fatal(err)

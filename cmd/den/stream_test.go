@@ -33,7 +33,7 @@ func TestCommandOutputStreamsWithBoundedMemory(t *testing.T) {
 	run := func(size int) (bson.ObjectID, int64) {
 		id := dentest.Tasks(t, db, qid, bson.D{{Key: "command", Value: bson.A{"/usr/bin/head", "-c", strconv.Itoa(size), "/dev/zero"}}})[0]
 		dentest.Claim(t, db, id, "n")
-		policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/usr/bin/head"}, Landlock: command.LandlockOptional})
+		policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/usr/bin/head"}, Landlock: command.LandlockOptional, UserOptional: true})
 		env, err := runner.Spec{URI: dentest.URI(), Database: db.Name(), Node: "n", Task: id.Hex(), Plugin: command.Name, GFS: "true", PluginConfig: policy}.Env()
 		if err != nil {
 			t.Fatal(err)

@@ -18,7 +18,6 @@ import (
 	"github.com/den-project/den/den/config"
 	"github.com/den-project/den/den/httpserve"
 	"github.com/den-project/den/den/metrics"
-	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/den/web"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/command"
@@ -70,7 +69,7 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 	if err != nil {
 		return err
 	}
-	policy.LogBoundary(log, sandbox.LandlockABI())
+	policy.LogBoundary(log, command.ThisMachine())
 	// The node's collectors, on a registry of its own (never Prometheus's
 	// global one), watching the commands of the node's client.
 	m := metrics.New(prometheus.NewRegistry())

@@ -157,6 +157,10 @@ var defaults = map[string]any{
 	"command.env":                 []string{},
 	"command.env_allow":           []string{},
 	"command.landlock":            "required",
+	"command.user":                "",
+	"command.user_optional":       false,
+	"command.shared_tmp":          false,
+	"command.network":             "all",
 	"max_output":                  int64(runner.DefaultMaxOutput),
 	"resources.memory_mb":         0.0,
 	"resources.cpus":              0.0,
@@ -473,7 +477,64 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 	if p.Landlock != command.LandlockRequired && p.Landlock != command.LandlockOptional {
 		return p, fmt.Errorf("command.landlock %q must be required or optional", ll)
 	}
-	return p, nil
+	switch u := v.Get("command.user").(type) {
+	case string:
+		p.User = strings.TrimSpace(u)
+	case int, int64, uint64:
+		return p, fmt.Errorf("command.user %v must be a user name or uid:gid (quoted in YAML: \"%v:GID\")", u, u)
+	default:
+		return p, fmt.Errorf("command.user must be a user name or uid:gid, not %v", u)
+	}
+	if p.UserOptional, err = boolean(v, "command.user_optional"); err != nil {
+		return p, err
+	}
+	if p.SharedTmp, err = boolean(v, "command.shared_tmp"); err != nil {
+		return p, err
+	}
+	if p.Network, err = network(v.Get("command.network")); err != nil {
+		return p, err
+	}
+	return p, p.Validate()
+}
+
+// network reads command.network: all, none, or a list of TCP ports (in
+// YAML a list of numbers; from the environment, numbers separated by
+// commas).
+func network(raw any) (command.Network, error) {
+	var n command.Network
+	var js []byte
+	switch x := raw.(type) {
+	case string:
+		x = strings.TrimSpace(x)
+		if x == "" || x == "all" || x == "none" {
+			js, _ = json.Marshal(x)
+			break
+		}
+		var ports []json.Number
+		for _, f := range strings.Split(x, ",") {
+			f = strings.TrimSpace(f)
+			if _, err := strconv.ParseUint(f, 10, 16); err != nil {
+				return n, fmt.Errorf("command.network %q must be all, none or a list of TCP ports", x)
+			}
+			ports = append(ports, json.Number(f))
+		}
+		js, _ = json.Marshal(ports)
+	case []any:
+		for _, p := range x {
+			switch p.(type) {
+			case int, int64, uint64:
+			default:
+				return n, fmt.Errorf("command.network entry %v must be a TCP port number", p)
+			}
+		}
+		js, _ = json.Marshal(x)
+	default:
+		return n, fmt.Errorf("command.network must be all, none or a list of TCP ports, not %v", raw)
+	}
+	if err := json.Unmarshal(js, &n); err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 // boolean reads a true/false key: a YAML boolean, or "true"/"false" from

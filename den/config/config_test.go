@@ -142,6 +142,19 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"command.env_allow not a list", "den.yaml", "command:\n  env_allow: 5\n", "command.env_allow must be a list of strings"},
 		{"command.landlock unknown", "den.yaml", "command:\n  landlock: sometimes\n", "command.landlock \"sometimes\" must be required or optional"},
 		{"command.landlock not a string", "den.yaml", "command:\n  landlock: false\n", "command.landlock must be required or optional"},
+		{"command enabled without a task user", "den.yaml", "command:\n  enabled: true\n  allow: [/usr/bin/true]\n", "command.user is not set"},
+		{"command.user root", "den.yaml", "command:\n  user: root\n", "not root"},
+		{"command.user root's uid", "den.yaml", "command:\n  user: \"0:65534\"\n", "root's user or group"},
+		{"command.user root's group", "den.yaml", "command:\n  user: \"65534:0\"\n", "root's user or group"},
+		{"command.user half a uid:gid", "den.yaml", "command:\n  user: \"65534:\"\n", "must be a user name or uid:gid"},
+		{"command.user a number", "den.yaml", "command:\n  user: 65534\n", "command.user 65534 must be a user name or uid:gid"},
+		{"command.user_optional not a boolean", "den.yaml", "command:\n  user_optional: maybe\n", "command.user_optional must be true or false"},
+		{"command.network unknown", "den.yaml", "command:\n  network: some\n", "command.network \"some\" must be all, none or a list of TCP ports"},
+		{"command.network port too large", "den.yaml", "command:\n  network: [27017, 70000]\n", "port 70000 is not a TCP port"},
+		{"command.network port zero", "den.yaml", "command:\n  network: [0]\n", "port 0 is not a TCP port"},
+		{"command.network port a string", "den.yaml", "command:\n  network: [https]\n", "entry https must be a TCP port number"},
+		{"command.network a boolean", "den.yaml", "command:\n  network: false\n", "command.network must be all, none or a list"},
+		{"command.shared_tmp not a boolean", "den.yaml", "command:\n  shared_tmp: sometimes\n", "command.shared_tmp must be true or false"},
 		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots is not a whole number"},
 		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output: 0 is below the minimum 1024"},
 		{"node a list", "den.yaml", "node: [a, b]\n", "node must be a single value"},
@@ -218,25 +231,28 @@ func TestCommandAndMaxOutputKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 {
+	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 || c.Command.User != "" || c.Command.UserOptional || !c.Command.Network.All() {
 		t.Fatalf("defaults: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
-	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n")
+	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n  network: [443, 8080]\n")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" {
+	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp || c.Command.Network.String() != "[443, 8080]" {
 		t.Fatalf("file: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 	t.Setenv("DEN_MAX_OUTPUT", "4096")
 	t.Setenv("DEN_COMMAND_ENABLED", "false")
 	t.Setenv("DEN_COMMAND_ENV_ALLOW", "MYAPP_")
+	t.Setenv("DEN_COMMAND_USER", "65534:65534")
+	t.Setenv("DEN_COMMAND_USER_OPTIONAL", "true")
+	t.Setenv("DEN_COMMAND_NETWORK", "none")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 4096 || c.Command.Enabled || strings.Join(c.Command.EnvAllow, ",") != "MYAPP_" {
+	if c.MaxOutput != 4096 || c.Command.Enabled || strings.Join(c.Command.EnvAllow, ",") != "MYAPP_" || c.Command.User != "65534:65534" || !c.Command.UserOptional || !c.Command.Network.None {
 		t.Fatalf("environment: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/den-project/den/plugins/command"
 )
 
 // Setting is one key of the effective configuration, with where its value
@@ -108,6 +110,10 @@ func effective(c Config) map[string]any {
 		"command.env":                 c.Command.Env,
 		"command.env_allow":           c.Command.EnvAllow,
 		"command.landlock":            c.Command.Landlock,
+		"command.user":                c.Command.User,
+		"command.user_optional":       c.Command.UserOptional,
+		"command.shared_tmp":          c.Command.SharedTmp,
+		"command.network":             networkValue(c.Command.Network),
 		"max_output":                  c.MaxOutput,
 		"resources.memory_mb":         c.Resources.MemoryMB,
 		"resources.cpus":              c.Resources.CPUs,
@@ -153,4 +159,16 @@ func redactToken(s string) string {
 		return ""
 	}
 	return "(set, hidden)"
+}
+
+// networkValue is command.network as the configuration file writes it.
+func networkValue(n command.Network) any {
+	if n.None || n.Ports == nil {
+		return n.String()
+	}
+	ports := make([]int, len(n.Ports))
+	for i, p := range n.Ports {
+		ports[i] = int(p)
+	}
+	return ports
 }

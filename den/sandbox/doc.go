@@ -18,18 +18,32 @@
 //
 //   - marks every descriptor from 3 up close-on-exec (fds.go): the program
 //     gets stdin, stdout and stderr, nothing its callers inherited;
-//   - installs a seccomp filter (seccomp.go) that refuses executable
-//     memfds and execveat(AT_EMPTY_PATH), the files Landlock never sees a
-//     path for;
+//   - with Spec.MountNS, in a mount namespace of the program's own, makes
+//     every mount noexec but the allowed paths, the loaders and the library
+//     directories (mounts.go), so that the dynamic loader run as a program
+//     (ld-linux-x86-64.so.2 FILE) cannot map a program that is not
+//     allowed, nor one the task wrote; and with Spec.PrivateTmp mounts the
+//     task's own temporary directory on /tmp, /var/tmp and /dev/shm
+//     (tmp.go);
 //   - puts the program under its process limit, Spec.MaxProcesses
 //     (procs.go): into the pids cgroup it is given, else under
-//     RLIMIT_NPROC above what its user runs already.
+//     RLIMIT_NPROC above what its user runs already;
+//   - becomes Spec.User, with no supplementary group and no capability
+//     (user.go), and enters Spec.Dir as that user;
+//   - with Landlock, also refuses signals and abstract unix socket
+//     connections to processes outside the program's domain (ABI 6), and
+//     restricts TCP connections to Spec.Network (ABI 4);
+//   - installs a seccomp filter (seccomp.go) that refuses executable
+//     memfds and execveat(AT_EMPTY_PATH), the files Landlock never sees a
+//     path for, and, where the network is restricted, Multipath TCP
+//     sockets, which Landlock's TCP rules do not see.
 //
-// Reading and writing files are not restricted; neither is the network.
+// Reading and writing files are restricted only by the program's user's
+// permissions (and the private temporary directory).
 //
-// Limit: the dynamic loader must be executable for any dynamically linked
-// program to start, and run as a program (ld-linux-x86-64.so.2 FILE) it
-// loads any ELF file it can read, which Landlock's execute right does not
-// cover. A program that can run commands with arguments of its caller's
-// choosing can therefore run any readable ELF program this way.
+// Limits: the loader still maps for execution any ELF file in the library
+// directories and allowed directories, which hold programs too
+// (/usr/lib/git-core/git); and a program that already runs code of the
+// task's choosing (an allowed interpreter) can map memory for execution
+// itself. docs/security.md lists what holds where.
 package sandbox

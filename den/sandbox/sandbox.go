@@ -46,7 +46,40 @@ type Spec struct {
 	// RLIMIT_NPROC (procs.go says what that limits).
 	MaxProcesses int    `json:"max_processes,omitempty"`
 	PidsCgroup   string `json:"pids_cgroup,omitempty"`
+	// User, when set, is the user the program and all it starts run as,
+	// with no supplementary group and no capability (user.go); nil keeps
+	// the caller's. Changing user needs CapsUser.
+	User *Credential `json:"user,omitempty"`
+	// Dir is the program's working directory, entered as User (so that
+	// the caller's rights open nothing for it); empty keeps the caller's.
+	Dir string `json:"dir,omitempty"`
+	// Tmp is the program's own temporary directory (NewTmp).
+	Tmp string `json:"tmp,omitempty"`
+	// MountNS gives the program a mount namespace of its own, where,
+	// with Landlock, every mount is noexec but what it must execute or
+	// map for execution (mounts.go). PrivateTmp (with MountNS) mounts
+	// Tmp, noexec, on its /tmp, /var/tmp and /dev/shm (tmp.go).
+	// NoNetwork gives it a network namespace of its own, without any
+	// interface but a loopback that is down. Each needs CapsNamespaces.
+	MountNS    bool `json:"mount_ns,omitempty"`
+	PrivateTmp bool `json:"private_tmp,omitempty"`
+	NoNetwork  bool `json:"no_network,omitempty"`
+	// Network is what the program may connect to over TCP: NetworkAll
+	// (also when empty), NetworkNone, or NetworkPorts: the ports in
+	// Ports only. Landlock (ABI 4) enforces it.
+	Network string   `json:"network,omitempty"`
+	Ports   []uint16 `json:"ports,omitempty"`
+	// Remove, when set, makes the sandbox remove this directory as User
+	// instead of running a program (RemoveTmp).
+	Remove string `json:"remove,omitempty"`
 }
+
+// Values of Spec.Network.
+const (
+	NetworkAll   = "all"
+	NetworkNone  = "none"
+	NetworkPorts = "ports"
+)
 
 // LandlockABI returns the Landlock ABI version the running kernel offers,
 // 0 when it has none (not built in, or not enabled at boot).
@@ -59,8 +92,9 @@ func LandlockABI() int {
 }
 
 // Command returns a command that runs spec's program in its boundary, with
-// environment env. The caller sets its stdio, directory and SysProcAttr as
-// for the program itself.
+// environment env. The caller sets its stdio as for the program itself,
+// and may add to its SysProcAttr (Setsid, Pdeathsig); the working
+// directory is Spec.Dir.
 func Command(spec Spec, env []string) (*exec.Cmd, error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
@@ -74,6 +108,10 @@ func Command(spec Spec, env []string) (*exec.Cmd, error) {
 		cmd.Args[0] = spec.Args[0]
 	}
 	cmd.Env = append(slices.DeleteFunc(slices.Clone(env), isSpec), EnvSpec+"="+string(b))
+	// The namespaces are made as the sandbox starts (Go makes the mounts
+	// of a new mount namespace private to it, so nothing mounted there
+	// reaches the node's).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: namespaceFlags(spec)}
 	return cmd, nil
 }
 
@@ -101,6 +139,17 @@ func enter(raw string) error {
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		return fmt.Errorf("decode %s: %w", EnvSpec, err)
 	}
+	if spec.Remove != "" {
+		if spec.User != nil {
+			if err := becomeUser(*spec.User); err != nil {
+				return err
+			}
+		}
+		if err := removeTree(spec.Remove); err != nil {
+			return err
+		}
+		os.Exit(0)
+	}
 	if spec.Path == "" || len(spec.Args) == 0 {
 		return errors.New("no program given")
 	}
@@ -110,29 +159,64 @@ func enter(raw string) error {
 	if err := CloseInherited(); err != nil {
 		return err
 	}
+	if spec.MountNS && spec.PrivateTmp && spec.Tmp != "" {
+		if err := mountPrivate(spec.Tmp); err != nil {
+			return err
+		}
+	}
+	if spec.MountNS && spec.Landlock {
+		keep := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...), LibraryDirs())
+		if err := confineExec(keep); err != nil {
+			return err
+		}
+	}
+	// The process limit: the run's pids cgroup is joined while this
+	// process may still write to it (it belongs to den's user);
+	// RLIMIT_NPROC is set once this process is the program's user, whose
+	// processes it counts. This process's few threads count against
+	// either until execve.
+	limit := func() error {
+		if spec.MaxProcesses > 0 {
+			return limitProcesses(spec.MaxProcesses, spec.PidsCgroup)
+		}
+		return nil
+	}
+	if spec.PidsCgroup != "" {
+		if err := limit(); err != nil {
+			return err
+		}
+	}
+	if spec.User != nil {
+		if err := becomeUser(*spec.User); err != nil {
+			return err
+		}
+	}
+	if spec.PidsCgroup == "" {
+		if err := limit(); err != nil {
+			return err
+		}
+	}
+	if spec.Dir != "" {
+		if err := os.Chdir(spec.Dir); err != nil {
+			return fmt.Errorf("enter the working directory: %w", err)
+		}
+	}
 	if spec.Landlock {
-		paths := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...))
-		execute := landlock.AccessFSSet(llsys.AccessFSExecute)
-		cfg, err := landlock.NewConfig(execute)
-		if err != nil {
+		if err := restrict(spec); err != nil {
 			return fmt.Errorf("landlock: %w", err)
 		}
-		// RestrictPaths sets no_new_privs too, on every thread.
-		if err := cfg.RestrictPaths(landlock.PathAccess(execute, paths...).IgnoreIfMissing()); err != nil {
-			return fmt.Errorf("landlock: %w", err)
-		}
+	} else if spec.Network != "" && spec.Network != NetworkAll && !(spec.Network == NetworkNone && spec.NoNetwork) {
+		return fmt.Errorf("network %s needs Landlock, which this sandbox was not given", spec.Network)
 	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	// Landlock sees no path for a memfd: refuse making an executable one
-	// (seccomp.go). After no_new_privs, which seccomp requires.
+	// Landlock sees no path for a memfd: refuse making one (seccomp.go).
+	// After no_new_privs, which seccomp requires.
 	if err := refuseAnonymousExec(); err != nil {
 		return err
 	}
-	// Last before execve: this process's threads count against the limit
-	// too, and one the Go runtime could not start would end it.
-	if spec.MaxProcesses > 0 {
-		if err := limitProcesses(spec.MaxProcesses, spec.PidsCgroup); err != nil {
+	if spec.Network != "" && spec.Network != NetworkAll {
+		if err := refuseMPTCP(); err != nil {
 			return err
 		}
 	}
@@ -141,6 +225,45 @@ func enter(raw string) error {
 	// TSYNC gave all of them.
 	err := syscall.Exec(spec.Path, spec.Args, env)
 	return fmt.Errorf("execute %s: %w", spec.Path, err)
+}
+
+// restrict puts this process in its Landlock domain: executing only
+// spec.Exec and the loaders; with ABI 6, no signal and no abstract unix
+// socket connection to a process outside the domain (den's, another
+// task's); with ABI 4, TCP connections only as spec.Network allows. It
+// sets no_new_privs too, on every thread.
+func restrict(spec Spec) error {
+	abi := LandlockABI()
+	paths := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...))
+	execute := landlock.AccessFSSet(llsys.AccessFSExecute)
+	args := []any{execute}
+	rules := []landlock.Rule{landlock.PathAccess(execute, paths...).IgnoreIfMissing()}
+	if abi >= 6 {
+		args = append(args, landlock.ScopedSet(llsys.ScopeSignal|llsys.ScopeAbstractUnixSocket))
+	}
+	switch spec.Network {
+	case "", NetworkAll:
+	case NetworkNone, NetworkPorts:
+		if abi < 4 {
+			if spec.Network == NetworkNone && spec.NoNetwork {
+				break // the network namespace holds alone
+			}
+			return fmt.Errorf("network %s needs Landlock ABI 4 (this kernel has %d)", spec.Network, abi)
+		}
+		args = append(args, landlock.AccessNetSet(llsys.AccessNetConnectTCP))
+		if spec.Network == NetworkPorts {
+			for _, p := range spec.Ports {
+				rules = append(rules, landlock.ConnectTCP(p))
+			}
+		}
+	default:
+		return fmt.Errorf("unknown network %q", spec.Network)
+	}
+	cfg, err := landlock.NewConfig(args...)
+	if err != nil {
+		return err
+	}
+	return cfg.Restrict(rules...)
 }
 
 // loaderGlobs are where dynamic loaders live on Linux distributions.

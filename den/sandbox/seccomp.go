@@ -8,21 +8,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The seccomp filter closes the one way to execute a file Landlock never
+// The seccomp filter closes the ways to execute a file Landlock never
 // sees a path for: a file on the kernel's internal shared-memory mount,
 // made by memfd_create(2) and executed through /proc/self/fd/N or
-// execveat(fd, "", AT_EMPTY_PATH). Landlock allows every access to such
-// internal files, so without it any allowed program that can make system
-// calls of its own (python3, perl) can write an ELF into a memfd and run
-// it. The filter, inherited by the program and all it starts and never
-// lifted, refuses with EPERM:
+// execveat(fd, "", AT_EMPTY_PATH), or loaded by the dynamic loader run as
+// a program (ld-linux-x86-64.so.2 /proc/self/fd/N). Landlock allows every
+// access to such internal files, and that mount is never noexec (a memfd
+// sealed against execve, MFD_NOEXEC_SEAL, can still be mapped for
+// execution), so without the filter any allowed program that can make
+// system calls of its own (python3, perl) can write an ELF into a memfd
+// and run it. The filter, inherited by the program and all it starts and
+// never lifted, refuses with EPERM:
 //
-//   - memfd_create unless its flags hold MFD_NOEXEC_SEAL (Linux 6.3) and
-//     not MFD_EXEC: a sealed memfd can never be made executable, so
-//     programs that use memfds for data keep working where they ask for
-//     that (on an older kernel the flag is unknown and every memfd_create
-//     fails; programs fall back to /dev/shm or temporary files, which are
-//     paths Landlock checks);
+//   - memfd_create, whatever its flags: programs that use memfds for data
+//     fall back to /dev/shm or temporary files, which are paths Landlock
+//     and the task's noexec mounts check;
 //   - memfd_secret;
 //   - execveat with AT_EMPTY_PATH (fexecve(3)): executing a descriptor
 //     rather than a path.
@@ -45,6 +45,9 @@ const x32Bit = 0x40000000
 type syscalls struct {
 	arch                               uint32
 	memfdCreate, memfdSecret, execveat []uint32
+	// socket and socketcall (i386's multiplexer, whose arguments are in
+	// memory the filter cannot read) for the network filter.
+	socket, socketcall []uint32
 }
 
 // filtered returns the architectures the filter covers on GOARCH, the
@@ -53,13 +56,17 @@ func filtered() []syscalls {
 	switch runtime.GOARCH {
 	case "amd64":
 		return []syscalls{
-			{arch: unix.AUDIT_ARCH_X86_64, memfdCreate: []uint32{319, x32Bit | 319}, memfdSecret: []uint32{447, x32Bit | 447}, execveat: []uint32{322, x32Bit | 545}},
-			{arch: unix.AUDIT_ARCH_I386, memfdCreate: []uint32{356}, memfdSecret: []uint32{447}, execveat: []uint32{358}},
+			{arch: unix.AUDIT_ARCH_X86_64, memfdCreate: []uint32{319, x32Bit | 319}, memfdSecret: []uint32{447, x32Bit | 447}, execveat: []uint32{322, x32Bit | 545},
+				socket: []uint32{41, x32Bit | 41}},
+			{arch: unix.AUDIT_ARCH_I386, memfdCreate: []uint32{356}, memfdSecret: []uint32{447}, execveat: []uint32{358},
+				socket: []uint32{359}, socketcall: []uint32{102}},
 		}
 	case "arm64":
 		return []syscalls{
-			{arch: unix.AUDIT_ARCH_AARCH64, memfdCreate: []uint32{279}, memfdSecret: []uint32{447}, execveat: []uint32{281}},
-			{arch: unix.AUDIT_ARCH_ARM, memfdCreate: []uint32{385}, memfdSecret: []uint32{447}, execveat: []uint32{387}},
+			{arch: unix.AUDIT_ARCH_AARCH64, memfdCreate: []uint32{279}, memfdSecret: []uint32{447}, execveat: []uint32{281},
+				socket: []uint32{198}},
+			{arch: unix.AUDIT_ARCH_ARM, memfdCreate: []uint32{385}, memfdSecret: []uint32{447}, execveat: []uint32{387},
+				socket: []uint32{281}},
 		}
 	}
 	return nil
@@ -137,10 +144,8 @@ func memfdFilter(archs []syscalls) ([]unix.SockFilter, error) {
 			a.jump(jeq, nr, p("execveat"), "")
 		}
 		a.stmt(ret, retAllow)
-		a.label(p("memfd")) // memfd_create(name, flags)
-		a.stmt(ldAbs, offArgs+8*1)
-		a.jump(jset, unix.MFD_EXEC, p("deny"), "")
-		a.jump(jset, unix.MFD_NOEXEC_SEAL, p("allow"), p("deny"))
+		a.label(p("memfd")) // memfd_create(name, flags), whatever its flags
+		a.stmt(ret, retEPERM)
 		a.label(p("execveat")) // execveat(dirfd, path, argv, envp, flags)
 		a.stmt(ldAbs, offArgs+8*4)
 		a.jump(jset, unix.AT_EMPTY_PATH, p("deny"), p("allow"))
@@ -152,6 +157,70 @@ func memfdFilter(archs []syscalls) ([]unix.SockFilter, error) {
 	}
 	a.stmt(ret, retEPERM)
 	return a.done()
+}
+
+// ipprotoMPTCP is Multipath TCP's protocol number (linux/in.h).
+const ipprotoMPTCP = 262
+
+// mptcpFilter builds the filter that keeps a restricted network
+// restricted: Landlock's TCP rules (ABI 4 to at least 7) check only
+// sockets of protocol TCP, and a Multipath TCP socket connects to any TCP
+// server, falling back to plain TCP where the server has no MPTCP. So
+// socket(…, IPPROTO_MPTCP) fails with EPROTONOSUPPORT, as on a kernel
+// without MPTCP (programs then fall back to TCP, which Landlock checks),
+// and i386's socketcall, whose arguments the filter cannot see, with
+// ENOSYS (the C library then uses socket itself). The memfd filter
+// already refuses other architectures.
+func mptcpFilter(archs []syscalls) ([]unix.SockFilter, error) {
+	a := &asm{labels: map[string]int{}}
+	a.stmt(ldAbs, offArch)
+	for i, s := range archs {
+		p := func(name string) string { return fmt.Sprintf("%d.%s", i, name) }
+		a.jump(jeq, s.arch, "", p("next"))
+		a.stmt(ldAbs, offNR)
+		for _, nr := range s.socketcall {
+			a.jump(jeq, nr, "nosys", "")
+		}
+		for _, nr := range s.socket {
+			a.jump(jeq, nr, p("socket"), "")
+		}
+		a.stmt(ret, retAllow)
+		a.label(p("socket")) // socket(family, type, protocol)
+		a.stmt(ldAbs, offArgs+8*2)
+		a.jump(jeq, ipprotoMPTCP, "noproto", "allow")
+		a.label(p("next"))
+	}
+	a.label("allow")
+	a.stmt(ret, retAllow)
+	a.label("noproto")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.EPROTONOSUPPORT))
+	a.label("nosys")
+	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
+	return a.done()
+}
+
+// refuseMPTCP installs mptcpFilter on every thread of this process, as
+// refuseAnonymousExec does its own.
+func refuseMPTCP() error {
+	f, err := mptcpFilter(filtered())
+	if err != nil {
+		return err
+	}
+	return install(f, "against Multipath TCP sockets")
+}
+
+// install installs filter f on every thread (SECCOMP_FILTER_FLAG_TSYNC).
+func install(f []unix.SockFilter, what string) error {
+	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	runtime.KeepAlive(f)
+	switch {
+	case errno != 0:
+		return fmt.Errorf("seccomp: install the filter %s: %w", what, errno)
+	case r != 0:
+		return fmt.Errorf("seccomp: thread %d could not take the filter %s", r, what)
+	}
+	return nil
 }
 
 // refuseAnonymousExec installs the filter on every thread of this process
@@ -166,14 +235,5 @@ func refuseAnonymousExec() error {
 	if err != nil {
 		return err
 	}
-	prog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
-	runtime.KeepAlive(f)
-	switch {
-	case errno != 0:
-		return fmt.Errorf("seccomp: install the filter against executing memfds: %w", errno)
-	case r != 0:
-		return fmt.Errorf("seccomp: thread %d could not take the filter against executing memfds", r)
-	}
-	return nil
+	return install(f, "against executing memfds")
 }

@@ -38,7 +38,7 @@ func copyFile(t *testing.T, src, dst string) {
 // that allows that whole directory and nothing else.
 func toolDir(t *testing.T, names ...string) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir := hostDir(t)
 	for _, n := range names {
 		copyFile(t, filepath.Join("/usr/bin", n), filepath.Join(dir, n))
 	}
@@ -62,10 +62,10 @@ func TestKernelRefusesExecOutsideAllowlist(t *testing.T) {
 	t.Parallel()
 	needLandlock(t)
 	dir := toolDir(t, "find", "sed", "make", "env", "cat")
-	fake := filepath.Join(t.TempDir(), "notashell")
+	fake := filepath.Join(hostDir(t), "notashell")
 	copyFile(t, "/usr/bin/dash", fake)
-	tools := command.Policy{Enabled: true, Allow: []string{dir + "/"}, Env: []string{"PATH"}}
-	usrBin := command.Policy{Enabled: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}}
+	tools := command.Policy{Enabled: true, UserOptional: true, Allow: []string{dir + "/"}, Env: []string{"PATH"}}
+	usrBin := command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}}
 	cases := []struct {
 		name   string
 		policy command.Policy
@@ -110,7 +110,7 @@ func TestKernelRefusesExecOutsideAllowlist(t *testing.T) {
 // openssl or any dynamically linked program into a shell.
 func TestTaskEnvOutsideAllowlistRefused(t *testing.T) {
 	t.Parallel()
-	policy := command.Policy{Enabled: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}, EnvAllow: []string{"LANG", "LC_*"},
+	policy := command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/"}, Env: []string{"PATH"}, EnvAllow: []string{"LANG", "LC_*"},
 		Landlock: command.LandlockOptional}
 	for _, name := range []string{"TAR_OPTIONS", "MAKEFLAGS", "MAKEFILES", "OPENSSL_CONF", "LD_PRELOAD", "DEN_RUN"} {
 		t.Run(name, func(t *testing.T) {
@@ -155,7 +155,8 @@ func TestProgramRunsWithNoNewPrivsAndOnlyItsEnvironment(t *testing.T) {
 	if len(lines) == 0 || lines[0] != "NoNewPrivs:\t1" {
 		t.Fatalf("stdout %q: no_new_privs is not set", lines)
 	}
-	env := slices.DeleteFunc(lines[1:], func(l string) bool { return strings.HasPrefix(l, "PWD=") }) // dash sets PWD
+	// dash sets PWD; TMPDIR is the task's own temporary directory.
+	env := slices.DeleteFunc(lines[1:], func(l string) bool { return strings.HasPrefix(l, "PWD=") || strings.HasPrefix(l, "TMPDIR=") })
 	slices.Sort(env)
 	if want := []string{"GREETING=hi", "PATH=" + os.Getenv("PATH")}; !slices.Equal(env, want) {
 		t.Fatalf("environment %q, want %q", env, want)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -34,7 +36,7 @@ func (Plugin) Enabled(config json.RawMessage) bool {
 	if err != nil || !p.Enabled {
 		return false
 	}
-	_, err = p.Boundary(sandbox.LandlockABI())
+	_, err = p.Boundary(ThisMachine())
 	return err == nil
 }
 
@@ -79,7 +81,7 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
-	landlock, err := policy.Boundary(sandbox.LandlockABI())
+	boundary, err := policy.Boundary(ThisMachine())
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
@@ -87,20 +89,49 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
+	// The task's own temporary directory, its TMPDIR and, unless the task
+	// names one, its working directory.
+	tmp, err := sandbox.NewTmp(boundary.User)
+	if err != nil {
+		return plugins.StatusFailed, err
+	}
+	defer func() {
+		if err := sandbox.RemoveTmp(tmp, boundary.User); err != nil && env.Log != nil {
+			env.Log.Warn("the task's temporary directory was not removed", zap.String("dir", tmp), zap.Error(err))
+		}
+	}()
+	taskTmp := tmp
+	if boundary.PrivateTmp {
+		taskTmp = sandbox.TaskTmp
+	}
+	environ = append(environ, "TMPDIR="+taskTmp)
+	dir := p.Dir
+	if dir == "" {
+		dir = taskTmp
+	}
 	// The run marker goes last, so that nothing a task sets can replace it:
 	// it is how a node finds this run's processes if their runner dies.
 	if m, ok := os.LookupEnv(plugins.EnvRun); ok {
 		environ = append(environ, plugins.EnvRun+"="+m)
 	}
 	// The program starts through den's sandbox, which confines it and all
-	// it starts to executing what command.allow allows (Landlock), then
-	// becomes the program (same pid).
-	cmd, err := sandbox.Command(sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: landlock,
-		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup}, environ)
+	// it starts (Landlock, its user, its namespaces), then becomes the
+	// program (same pid).
+	spec := sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: boundary.Landlock,
+		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: dir,
+		Tmp: tmp, MountNS: boundary.Namespaces, PrivateTmp: boundary.PrivateTmp}
+	switch {
+	case policy.Network.None:
+		// A network namespace of its own where den may make one, and
+		// Landlock's TCP rules where the kernel has them: each holds alone.
+		spec.Network, spec.NoNetwork = sandbox.NetworkNone, boundary.Namespaces
+	case !policy.Network.All():
+		spec.Network, spec.Ports = sandbox.NetworkPorts, policy.Network.Ports
+	}
+	cmd, err := sandbox.Command(spec, environ)
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
-	cmd.Dir = p.Dir
 	cmd.Stdin = strings.NewReader(p.Stdin)
 	cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
 	// Its own session and process group, so that stopping it stops what it
@@ -108,7 +139,7 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	// (Pdeathsig fires when the thread that started it exits, so this
 	// goroutine keeps its thread until Wait). What escapes the group is
 	// stopped by the runner's supervisor when the task ends (den/runner).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	// A descendant that keeps the output open after the program exits does
 	// not hold the task forever.
 	cmd.WaitDelay = 5 * time.Second

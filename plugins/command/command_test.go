@@ -2,6 +2,7 @@ package command_test
 
 import (
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,24 @@ func runTaskIn(t *testing.T, db *mongo.Database, policy command.Policy, params b
 	return dentest.Task(t, db, id), db
 }
 
+// hostDir makes a directory, removed at the test's end, that tasks'
+// programs see: t.TempDir is under /tmp, where a task in its own mount
+// namespace sees its own temporary directory instead. Anyone may enter it
+// (the task user too).
+func hostDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/run", "den-command-test-")
+	if err != nil {
+		dir = t.TempDir()
+	} else {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func text(t *testing.T, raw bson.Raw, field string) string {
 	v := raw.Lookup(field)
 	if s, ok := v.StringValueOK(); ok {
@@ -56,7 +75,7 @@ func text(t *testing.T, raw bson.Raw, field string) string {
 
 // sh allows the shell and all of /usr/bin (where, on a merged-/usr
 // system, /bin/sh lives too). Landlock is enforced where the kernel has it.
-var sh = command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"},
+var sh = command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"},
 	EnvAllow: []string{"GREETING"}, Landlock: command.LandlockOptional}
 
 func TestCommandOutcomes(t *testing.T) {
@@ -81,9 +100,9 @@ func TestCommandOutcomes(t *testing.T) {
 			status: 1, stdout: "in /tmp hi\n", exitCode: int32(0)},
 		{name: "environment not inherited", policy: sh, params: bson.D{{Key: "shell", Value: `echo "[$HOME]"`}},
 			status: 1, stdout: "[]\n", exitCode: int32(0)},
-		{name: "not allowed", policy: command.Policy{Enabled: true, Allow: []string{"/usr/bin/true"}}, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "echo no"}}},
+		{name: "not allowed", policy: command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/true"}}, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "echo no"}}},
 			status: 2, stderr: "is not allowed on this node"},
-		{name: "shell not allowed", policy: command.Policy{Enabled: true, Allow: []string{"/bin/sh"}}, params: bson.D{{Key: "shell", Value: "echo no"}},
+		{name: "shell not allowed", policy: command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/bin/sh"}}, params: bson.D{{Key: "shell", Value: "echo no"}},
 			status: 2, stderr: "shell parameter is not allowed"},
 		{name: "disabled", policy: command.Policy{}, params: bson.D{{Key: "command", Value: bson.A{"/bin/true"}}},
 			status: 2, stderr: "not enabled on this node"},

@@ -25,9 +25,16 @@
 // does not inherit the runner's environment, except the variables
 // command.env lists; a task may set only the variables command.env_allow
 // lists, and never DEN_*. The program gets no descriptor but 0, 1 and 2,
-// cannot execute a memfd (seccomp), and may have at most max_processes
-// processes and threads (den/sandbox; docs/security.md says where each
-// holds). A refused task fails with the reason in stderr.
+// cannot make a memfd (seccomp), and may have at most max_processes
+// processes and threads. It runs as command.user (never root, never den's
+// own user; without the capabilities to change user the plugin stays off
+// unless command.user_optional), with a temporary directory of its own
+// (TMPDIR, and where den may make namespaces its /tmp, /var/tmp and
+// /dev/shm, every other mount noexec but what it may execute, which closes
+// the dynamic loader as a way round the allowlist), cannot signal or reach
+// the abstract sockets of processes outside its sandbox, and connects over
+// TCP only as command.network allows (den/sandbox; docs/security.md says
+// where each holds). A refused task fails with the reason in stderr.
 //
 // Node configuration (den YAML):
 //
@@ -38,4 +45,8 @@
 //	  env: [PATH, LANG]       # inherited from the node's environment
 //	  env_allow: [LC_*, JOBS_] # what tasks may set: names, or prefixes ending in * or _
 //	  landlock: required      # or optional
+//	  user: den-task          # the user tasks run as (a name, or uid:gid)
+//	  user_optional: false    # true: run as den's own user where den may not change user
+//	  shared_tmp: false       # true: tasks keep the node's /tmp
+//	  network: all            # none, or a list of TCP ports
 package command

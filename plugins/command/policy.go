@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/sandbox"
 )
 
 // Policy is the node's configuration of the plugin.
@@ -26,6 +30,85 @@ type Policy struct {
 	// Landlock is LandlockRequired (the default, also when empty) or
 	// LandlockOptional.
 	Landlock string `json:"landlock"`
+	// User is the user tasks' programs run as: a user name, or uid:gid.
+	// Never root, never den's own user. Required unless UserOptional.
+	User string `json:"user"`
+	// UserOptional lets the plugin run tasks as den's own user where
+	// command.user is not set or den may not change user (it lacks
+	// sandbox.CapsUser); the node then logs what does not hold.
+	UserOptional bool `json:"user_optional"`
+	// SharedTmp leaves tasks the node's /tmp, /var/tmp and /dev/shm
+	// (TMPDIR is still a directory of each task's own); by default each
+	// task has a mount namespace where they are its own directory.
+	SharedTmp bool `json:"shared_tmp"`
+	// Network is what tasks' programs may connect to over TCP: all (the
+	// default), none, or a list of ports.
+	Network Network `json:"network"`
+}
+
+// Network is command.network: "all" (also the zero value), "none", or a
+// list of the TCP ports programs may connect to, in JSON a string or an
+// array of numbers.
+type Network struct {
+	// None: no TCP connection at all. Otherwise Ports, when not nil, are
+	// the only ports programs may connect to; nil Ports is all.
+	None  bool
+	Ports []uint16
+}
+
+// All reports whether programs may connect anywhere.
+func (n Network) All() bool { return !n.None && n.Ports == nil }
+
+// String is the value as the configuration writes it.
+func (n Network) String() string {
+	switch {
+	case n.None:
+		return "none"
+	case n.Ports == nil:
+		return "all"
+	}
+	ports := make([]string, len(n.Ports))
+	for i, p := range n.Ports {
+		ports[i] = strconv.Itoa(int(p))
+	}
+	return "[" + strings.Join(ports, ", ") + "]"
+}
+
+// MarshalJSON writes "all", "none" or the array of ports.
+func (n Network) MarshalJSON() ([]byte, error) {
+	if n.None || n.Ports == nil {
+		return json.Marshal(n.String())
+	}
+	return json.Marshal(n.Ports)
+}
+
+// UnmarshalJSON reads "all", "none", or an array of ports (1 to 65535).
+func (n *Network) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		switch s {
+		case "", "all":
+			*n = Network{}
+		case "none":
+			*n = Network{None: true}
+		default:
+			return fmt.Errorf("command.network %q must be all, none or a list of TCP ports", s)
+		}
+		return nil
+	}
+	var ports []int64
+	if err := json.Unmarshal(b, &ports); err != nil {
+		return fmt.Errorf("command.network must be all, none or a list of TCP ports, not %s", b)
+	}
+	out := make([]uint16, 0, len(ports))
+	for _, p := range ports {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("command.network port %d is not a TCP port (1 to 65535)", p)
+		}
+		out = append(out, uint16(p))
+	}
+	*n = Network{Ports: out}
+	return nil
 }
 
 // Values of Policy.Landlock.
@@ -95,42 +178,135 @@ func (p Policy) Validate() error {
 	default:
 		return bad("command.landlock %q must be %s or %s", p.Landlock, LandlockRequired, LandlockOptional)
 	}
+	if p.User != "" {
+		if err := checkUserSyntax(p.User); err != nil {
+			return bad("%v", err)
+		}
+	} else if p.Enabled && !p.UserOptional {
+		return bad("command.user is not set: name the user tasks run as (a user of their own: not root, not den's), or set command.user_optional: true to run them as den's own user")
+	}
 	return nil
 }
 
-// Boundary decides, for a machine whose kernel offers Landlock ABI abi (0:
-// none), whether the plugin may run and whether Landlock enforces its
-// execute boundary. Without Landlock the plugin may run only when the
-// policy says landlock: optional; the error says why not.
-func (p Policy) Boundary(abi int) (landlock bool, err error) {
-	if abi >= 1 {
-		return true, nil
+// Machine is what the node's machine offers the plugin's boundary.
+type Machine struct {
+	// LandlockABI is the kernel's Landlock ABI version (0: none).
+	LandlockABI int
+	// SetUser: den holds sandbox.CapsUser, so it may run programs as
+	// another user.
+	SetUser bool
+	// Namespaces: den holds sandbox.CapsNamespaces.
+	Namespaces bool
+}
+
+// ThisMachine describes the machine and process den runs on.
+func ThisMachine() Machine {
+	return Machine{LandlockABI: sandbox.LandlockABI(), SetUser: sandbox.HasCaps(sandbox.CapsUser),
+		Namespaces: sandbox.HasCaps(sandbox.CapsNamespaces)}
+}
+
+// Enforced is the boundary the plugin puts its programs in on a machine.
+type Enforced struct {
+	// Landlock: Landlock enforces the execute allowlist.
+	Landlock bool
+	// User is the user programs run as; nil: den's own.
+	User *sandbox.Credential
+	// UserName names User (or den's user) for logs.
+	UserName string
+	// PrivateTmp: each program gets a mount namespace of its own, where
+	// its temporary directory is /tmp, /var/tmp and /dev/shm, noexec
+	// (den holds sandbox.CapsNamespaces, and command.shared_tmp is off).
+	PrivateTmp bool
+	// Namespaces: den holds sandbox.CapsNamespaces.
+	Namespaces bool
+}
+
+// Boundary decides, for a machine, whether the plugin may run and what
+// its programs' boundary is. Without Landlock the plugin may run only when
+// the policy says landlock: optional; without a task user (command.user
+// unset, or den may not change user) only when it says user_optional. The
+// error says why not.
+func (p Policy) Boundary(m Machine) (Enforced, error) {
+	e := Enforced{Namespaces: m.Namespaces, PrivateTmp: m.Namespaces && !p.SharedTmp}
+	switch {
+	case m.LandlockABI >= 1:
+		e.Landlock = true
+	case p.Landlock != LandlockOptional:
+		return e, errors.New("command refused: this kernel has no Landlock (not built in, or not in the lsm= boot list), so the execute boundary cannot be enforced; the plugin stays off unless command.landlock is optional")
 	}
-	if p.Landlock == LandlockOptional {
-		return false, nil
+	if !p.Network.All() && m.LandlockABI < 4 && !(p.Network.None && m.Namespaces) {
+		or := ""
+		if p.Network.None {
+			or = ", or a network namespace (den needs " + sandbox.CapsNamespaces + ")"
+		}
+		return e, fmt.Errorf("command refused: command.network %s needs Landlock's TCP rules (ABI 4; this kernel has %d)%s", p.Network, m.LandlockABI, or)
 	}
-	return false, errors.New("command refused: this kernel has no Landlock (not built in, or not in the lsm= boot list), so the execute boundary cannot be enforced; the plugin stays off unless command.landlock is optional")
+	e.UserName = "den's own user"
+	if p.User == "" {
+		if !p.UserOptional {
+			return e, errors.New("command refused: command.user is not set, and command.user_optional is not true")
+		}
+		return e, nil
+	}
+	cred, err := lookupUser(p.User)
+	if err != nil {
+		return e, fmt.Errorf("command refused: command.user: %w", err)
+	}
+	if cred.Uid == uint32(os.Geteuid()) {
+		return e, fmt.Errorf("command refused: command.user %q is den's own user (uid %d): tasks would reach den's configuration and processes", p.User, cred.Uid)
+	}
+	if !m.SetUser {
+		if !p.UserOptional {
+			return e, fmt.Errorf("command refused: den may not run programs as command.user %q: it runs as uid %d without %s (run den as root, or give its unit AmbientCapabilities=%s); the plugin stays off unless command.user_optional is true", p.User, os.Geteuid(), sandbox.CapsUser, sandbox.CapsUser)
+		}
+		return e, nil
+	}
+	e.User, e.UserName = &cred, fmt.Sprintf("%s (uid %d, gid %d)", p.User, cred.Uid, cred.Gid)
+	return e, nil
 }
 
 // Unenforced describes what does not hold when the plugin runs without
 // Landlock, for the node's log.
 const Unenforced = "programs started by an allowed program (find -exec, make, sed e, env, xargs, tar, git, ...) can execute anything on this machine, not only command.allow; only the task's own program is checked, and no_new_privs still holds"
 
+// UnenforcedUser describes what does not hold when programs run as den's
+// own user, for the node's log.
+const UnenforcedUser = "tasks' programs run as den's own user: they can read den's configuration (the MongoDB URI and its credentials) and data, and signal den's processes where Landlock's scoping (ABI 6) does not stop them"
+
+// UnenforcedNamespaces describes what does not hold when programs share
+// den's mount namespace, for the node's log.
+const UnenforcedNamespaces = "/tmp, /var/tmp and /dev/shm are shared by all tasks (TMPDIR is still a directory of the task's own, mode 0700), so tasks running as one user can read and plant each other's files there, and a task can execute the loader on a file it wrote there"
+
 // LogBoundary logs, once at start, what the node's command plugin enforces
-// on this machine: an error when it stays off for want of Landlock, a
-// warning when it runs without it.
-func (p Policy) LogBoundary(log *zap.Logger, abi int) {
+// on this machine, in one entry: an error when it stays off, a warning
+// naming what does not hold when it runs without part of its boundary.
+func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 	if !p.Enabled {
 		return
 	}
-	landlock, err := p.Boundary(abi)
+	e, err := p.Boundary(m)
+	var missing []string
+	if err == nil && !e.Landlock {
+		missing = append(missing, "WITHOUT Landlock (command.landlock: optional, and this kernel has no Landlock): "+Unenforced)
+	}
+	if err == nil && e.User == nil {
+		missing = append(missing, "AS DEN'S OWN USER (command.user_optional: true; command.user "+strconv.Quote(p.User)+"): "+UnenforcedUser)
+	}
+	if err == nil && !e.PrivateTmp {
+		why := "command.shared_tmp: true"
+		if !m.Namespaces {
+			why = "den lacks " + sandbox.CapsNamespaces
+		}
+		missing = append(missing, "WITHOUT a mount namespace of its own ("+why+"): "+UnenforcedNamespaces)
+	}
+	fields := []zap.Field{zap.String("plugin", Name), zap.Int("landlock_abi", m.LandlockABI), zap.String("task_user", e.UserName), zap.Stringer("network", p.Network)}
 	switch {
 	case err != nil:
-		log.Error("command plugin NOT enabled: the kernel has no Landlock and command.landlock is not optional", zap.String("plugin", Name), zap.Error(err))
-	case !landlock:
-		log.Warn("command plugin runs WITHOUT its kernel boundary (command.landlock: optional, and this kernel has no Landlock): "+Unenforced, zap.String("plugin", Name))
+		log.Error("command plugin NOT enabled", append(fields, zap.Error(err))...)
+	case len(missing) > 0:
+		log.Warn("command plugin runs "+strings.Join(missing, "; and "), fields...)
 	default:
-		log.Info("command plugin enabled; Landlock enforces its execute boundary", zap.String("plugin", Name), zap.Int("landlock_abi", abi), zap.Strings("allow", p.Allow))
+		log.Info("command plugin enabled; Landlock enforces its execute boundary and tasks run as their own user", append(fields, zap.Strings("allow", p.Allow))...)
 	}
 }
 
@@ -255,4 +431,50 @@ func (p Policy) environment(task map[string]string) ([]string, error) {
 	}
 	slices.Sort(env[len(env)-len(task):])
 	return env, nil
+}
+
+// checkUserSyntax checks a command.user value without looking it up: a
+// user name, or uid:gid, never root's user or group.
+func checkUserSyntax(s string) error {
+	if u, g, ok := strings.Cut(s, ":"); ok {
+		uid, err1 := strconv.ParseUint(u, 10, 32)
+		gid, err2 := strconv.ParseUint(g, 10, 32)
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("command.user %q must be a user name or uid:gid (two numbers)", s)
+		}
+		if uid == 0 || gid == 0 {
+			return fmt.Errorf("command.user %q is root's user or group: tasks must run as a user of their own", s)
+		}
+		return nil
+	}
+	if s == "root" {
+		return fmt.Errorf("command.user %q: tasks must run as a user of their own, not root", s)
+	}
+	return nil
+}
+
+// lookupUser resolves a command.user value: uid:gid as it is, a name to
+// its uid and primary group. Root's user or group is refused.
+func lookupUser(s string) (sandbox.Credential, error) {
+	if err := checkUserSyntax(s); err != nil {
+		return sandbox.Credential{}, err
+	}
+	if u, g, ok := strings.Cut(s, ":"); ok {
+		uid, _ := strconv.ParseUint(u, 10, 32)
+		gid, _ := strconv.ParseUint(g, 10, 32)
+		return sandbox.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	}
+	usr, err := user.Lookup(s)
+	if err != nil {
+		return sandbox.Credential{}, fmt.Errorf("look up user %q: %w", s, err)
+	}
+	uid, err1 := strconv.ParseUint(usr.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(usr.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return sandbox.Credential{}, fmt.Errorf("user %q has uid %q and gid %q, not numbers", s, usr.Uid, usr.Gid)
+	}
+	if uid == 0 || gid == 0 {
+		return sandbox.Credential{}, fmt.Errorf("user %q has uid %d and gid %d: tasks must run as a user and group of their own, not root's", s, uid, gid)
+	}
+	return sandbox.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }

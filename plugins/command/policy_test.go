@@ -131,13 +131,20 @@ func TestPolicyConfigurationErrors(t *testing.T) {
 		`{"enabled": true}`:                                     "lists no executable",
 		`{"enabled": true, "allow": ["usr/bin/"]}`:              "absolute path",
 		`{"enabled": true, "allow": ["/usr/bin/"], "env": [1]}`: "cannot unmarshal",
+		`{"enabled": true, "allow": ["/usr/bin/"]}`:             "command.user is not set",
+		`{"user": "root"}`:                                      "not root",
+		`{"user": "0:1000"}`:                                    "root's user or group",
+		`{"user": "1000:0"}`:                                    "root's user or group",
+		`{"user": "1000:x"}`:                                    "uid:gid (two numbers)",
+		`{"user": 1000}`:                                        "cannot unmarshal",
+		`{"user_optional": "yes"}`:                              "cannot unmarshal",
 	} {
 		if _, err := ParsePolicy([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", raw, err, want)
 		}
 	}
-	p, err := ParsePolicy([]byte(`{"enabled": true, "allow": ["/usr/bin/"], "env_allow": ["LANG", "LC_*", "MYAPP_", "DENTIST"], "landlock": "optional"}`))
-	if err != nil || !p.Enabled || p.Landlock != LandlockOptional {
+	p, err := ParsePolicy([]byte(`{"enabled": true, "allow": ["/usr/bin/"], "env_allow": ["LANG", "LC_*", "MYAPP_", "DENTIST"], "landlock": "optional", "user": "nobody"}`))
+	if err != nil || !p.Enabled || p.Landlock != LandlockOptional || p.User != "nobody" {
 		t.Fatalf("valid policy: %+v, %v", p, err)
 	}
 }
@@ -158,9 +165,9 @@ func TestLandlockMissingRefusesThePluginUnlessOptional(t *testing.T) {
 		{LandlockRequired, 7, true, false},
 		{LandlockOptional, 7, true, false},
 	} {
-		p := Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}
-		enforce, err := p.Boundary(tc.abi)
-		if enforce != tc.enforce || (err != nil) != tc.refused {
+		p := Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}
+		e, err := p.Boundary(Machine{LandlockABI: tc.abi})
+		if enforce := e.Landlock; enforce != tc.enforce || (err != nil) != tc.refused {
 			t.Errorf("landlock %q, ABI %d: enforce %v, err %v", tc.landlock, tc.abi, enforce, err)
 		}
 		if tc.refused && !strings.Contains(err.Error(), "command.landlock is optional") {
@@ -184,10 +191,50 @@ func TestLogBoundarySaysWhatIsNotEnforced(t *testing.T) {
 		{LandlockRequired, 7, zapcore.InfoLevel, "Landlock enforces"},
 	} {
 		core, logs := observer.New(zapcore.DebugLevel)
-		Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), tc.abi)
+		Policy{Enabled: true, User: "nobody", Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), Machine{LandlockABI: tc.abi, SetUser: true, Namespaces: true})
 		all := logs.All()
 		if len(all) != 1 || all[0].Level != tc.level || !strings.Contains(all[0].Message, tc.has) {
 			t.Errorf("landlock %s, ABI %d: logged %v", tc.landlock, tc.abi, all)
+		}
+	}
+}
+
+// A restricted network needs Landlock's TCP rules (ABI 4), or for none a
+// network namespace; without either the plugin stays off, whatever
+// command.landlock says.
+func TestRestrictedNetworkNeedsItsMechanism(t *testing.T) {
+	for _, tc := range []struct {
+		network Network
+		m       Machine
+		refused bool
+	}{
+		{Network{None: true}, Machine{LandlockABI: 3, SetUser: true}, true},
+		{Network{None: true}, Machine{LandlockABI: 3, SetUser: true, Namespaces: true}, false},
+		{Network{None: true}, Machine{LandlockABI: 0, SetUser: true, Namespaces: true}, false},
+		{Network{Ports: []uint16{443}}, Machine{LandlockABI: 3, SetUser: true, Namespaces: true}, true},
+		{Network{Ports: []uint16{443}}, Machine{LandlockABI: 4, SetUser: true}, false},
+		{Network{}, Machine{LandlockABI: 0, SetUser: true}, false},
+	} {
+		p := Policy{Enabled: true, Allow: []string{"/usr/bin/true"}, User: "nobody", Landlock: LandlockOptional, Network: tc.network}
+		_, err := p.Boundary(tc.m)
+		if (err != nil) != tc.refused {
+			t.Errorf("network %s on %+v: error %v, want refused %v", tc.network, tc.m, err, tc.refused)
+		}
+	}
+	for raw, want := range map[string]string{
+		`{"network": "some"}`:   "must be all, none or a list",
+		`{"network": [0]}`:      "not a TCP port",
+		`{"network": [65536]}`:  "not a TCP port",
+		`{"network": {"a": 1}}`: "must be all, none or a list",
+	} {
+		if _, err := ParsePolicy([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", raw, err, want)
+		}
+	}
+	for raw, want := range map[string]string{`{"network": "none"}`: "none", `{"network": "all"}`: "all", `{}`: "all", `{"network": [443, 27017]}`: "[443, 27017]"} {
+		p, err := ParsePolicy([]byte(raw))
+		if err != nil || p.Network.String() != want {
+			t.Errorf("%s: network %s, error %v, want %s", raw, p.Network, err, want)
 		}
 	}
 }

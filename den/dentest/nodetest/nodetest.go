@@ -34,7 +34,7 @@ func RunnerRole() int {
 // this test binary as its task runners, logging to runnerLog.
 func Config(name, uri, database, runnerLog string) den.Config {
 	exe, _ := os.Executable()
-	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional})
+	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional, UserOptional: true, SharedTmp: true})
 	return den.Config{
 		Name:         name,
 		Interval:     100 * time.Millisecond,

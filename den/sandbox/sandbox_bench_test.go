@@ -1,0 +1,64 @@
+package sandbox
+
+import (
+	"os/exec"
+	"testing"
+)
+
+// BenchmarkSetup measures what the sandbox adds to starting a command
+// task's program: /bin/true run directly, then through the sandbox with
+// each part of the boundary a node gives a task (Landlock with scoping,
+// seccomp, the task's user, its temporary directory made and removed, a
+// mount namespace with every mount noexec but what it executes, and a
+// network namespace for network none). The difference between a case and
+// "direct" is the setup cost per task (docs/security.md records it).
+func BenchmarkSetup(b *testing.B) {
+	user := &Credential{Uid: 65534, Gid: 65534}
+	full := func(net string) func(b *testing.B) {
+		return func(b *testing.B) {
+			if !HasCaps(CapsUser + " " + CapsNamespaces) {
+				b.Skipf("this process lacks %s %s", CapsUser, CapsNamespaces)
+			}
+			for b.Loop() {
+				tmp, err := NewTmp(user)
+				if err != nil {
+					b.Fatal(err)
+				}
+				spec := Spec{Path: "/bin/true", Args: []string{"true"}, Exec: []string{"/bin/true", "/usr/bin/true"}, Landlock: LandlockABI() > 0,
+					User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, MaxProcesses: 64}
+				if net == NetworkNone {
+					spec.Network, spec.NoNetwork = NetworkNone, true
+				}
+				run(b, spec)
+				if err := RemoveTmp(tmp, user); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("landlock+seccomp", func(b *testing.B) {
+		for b.Loop() {
+			run(b, Spec{Path: "/bin/true", Args: []string{"true"}, Exec: []string{"/bin/true", "/usr/bin/true"}, Landlock: LandlockABI() > 0})
+		}
+	})
+	b.Run("full", full(NetworkAll))
+	b.Run("full, network none", full(NetworkNone))
+}
+
+func run(b *testing.B, spec Spec) {
+	cmd, err := Command(spec, []string{"PATH=/usr/bin:/bin"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("%v: %s", err, out)
+	}
+}

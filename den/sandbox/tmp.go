@@ -1,0 +1,171 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// TaskTmp is where a program with a private temporary directory (Spec.PrivateTmp)
+// finds its temporary directory: Spec.Tmp is mounted there, and on every
+// other shared directory in privateDirs.
+const TaskTmp = "/tmp"
+
+// privateDirs are the directories every user may write to on a usual
+// system, where one task could plant or read another's files. In the
+// program's mount namespace each is its own temporary directory, mounted
+// noexec, nosuid and nodev. /tmp comes last: once it is mounted, the
+// temporary directory's own path (under the node's /tmp) is gone.
+var privateDirs = []string{"/var/tmp", "/dev/shm", TaskTmp}
+
+// tmpPrefix begins the name of every task's temporary directory, which
+// goes on with the pid of the process that made it: den-task-<pid>-<random>.
+const tmpPrefix = "den-task-"
+
+// NewTmp makes a task's temporary directory: fresh, under the node's
+// temporary directory (os.TempDir), mode 0700, owned by user (nil: this
+// process's user). RemoveTmp removes it. A process killed before it could
+// (a runner's worker killed with SIGKILL) leaves it: NewTmp first removes
+// those whose maker is gone.
+func NewTmp(user *Credential) (string, error) {
+	sweepTmp()
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tmpPrefix, os.Getpid()))
+	if err != nil {
+		return "", fmt.Errorf("make the task's temporary directory: %w", err)
+	}
+	if user != nil {
+		if err := os.Chown(dir, int(user.Uid), int(user.Gid)); err != nil {
+			os.Remove(dir)
+			return "", fmt.Errorf("give the task's temporary directory to uid %d: %w", user.Uid, err)
+		}
+	}
+	return dir, nil
+}
+
+// RemoveTmp removes a task's temporary directory made by NewTmp, and all
+// the task left in it. What the task's user made there, den's user may not
+// be allowed to remove unless it is root (a directory of mode 0 owned by
+// the task's user), so for a task user and a node that is not root the
+// removal runs as the task's user, through this binary (Main), as the
+// program did.
+func RemoveTmp(dir string, user *Credential) error {
+	if user == nil || os.Geteuid() == 0 {
+		return removeTree(dir)
+	}
+	return removeTmpAs(dir, user)
+}
+
+// removeTmpAs removes dir as user, in a process of this binary.
+func removeTmpAs(dir string, user *Credential) error {
+	cmd, err := Command(Spec{Remove: dir, User: user}, nil)
+	if err != nil {
+		return err
+	}
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("remove the task's temporary directory %s as uid %d: %w: %s", dir, user.Uid, err, out)
+	}
+	return nil
+}
+
+// removeTree removes dir and what it holds. A user other than root first
+// gives itself the right to list and change every directory below it (a
+// program may have left one of mode 0); root needs no such right, and
+// changes no mode, since a process the task left running could swap a
+// directory for a symbolic link to a file of anyone's in between.
+// os.RemoveAll follows no symbolic link.
+func removeTree(dir string) error {
+	if os.Geteuid() != 0 {
+		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if d != nil && d.IsDir() {
+				os.Chmod(path, 0o700)
+			}
+			return nil
+		})
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the task's temporary directory: %w", err)
+	}
+	return nil
+}
+
+// mountPrivate mounts tmp on each of privateDirs that exists, noexec,
+// nosuid and nodev, in this process's own mount namespace (Command made
+// it, with the host's mounts made private to it).
+//
+// tmp is opened without following a symbolic link, and mounted through
+// that descriptor: the directory is its user's, in a directory others may
+// write to, and another process of that user could have put a link to
+// elsewhere in its place.
+func mountPrivate(tmp string) error {
+	fd, err := unix.Open(tmp, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the task's temporary directory: %w", err)
+	}
+	defer unix.Close(fd)
+	tmp = fmt.Sprintf("/proc/self/fd/%d", fd)
+	for _, target := range privateDirs {
+		if st, err := os.Stat(target); err != nil || !st.IsDir() {
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("mount the task's temporary directory on %s: %w", target, err)
+			}
+			continue
+		}
+		if err := unix.Mount(tmp, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount the task's temporary directory on %s: %w", target, err)
+		}
+		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV)
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			return fmt.Errorf("make %s noexec, nosuid, nodev: %w", target, err)
+		}
+	}
+	return nil
+}
+
+// namespaceFlags are the namespaces Command has the sandbox start in.
+func namespaceFlags(spec Spec) uintptr {
+	var flags uintptr
+	if spec.MountNS {
+		flags |= syscall.CLONE_NEWNS
+	}
+	if spec.NoNetwork {
+		flags |= syscall.CLONE_NEWNET
+	}
+	return flags
+}
+
+// sweepTmp removes the tasks' temporary directories whose maker, named by
+// the pid in their name, no longer runs. A directory whose pid runs (its
+// task's, or a process that took the pid since) is left for a later
+// sweep; one that is not a directory (a symbolic link) is never touched.
+// A directory of another user than this process's is removed as that
+// user (RemoveTmp).
+func sweepTmp() {
+	matches, _ := filepath.Glob(filepath.Join(os.TempDir(), tmpPrefix+"*-*"))
+	for _, m := range matches {
+		pid, err := strconv.Atoi(strings.SplitN(strings.TrimPrefix(filepath.Base(m), tmpPrefix), "-", 2)[0])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		fi, err := os.Lstat(m)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		var owner *Credential
+		if int(st.Uid) != os.Geteuid() {
+			owner = &Credential{Uid: st.Uid, Gid: st.Gid}
+		}
+		RemoveTmp(m, owner)
+	}
+}
