@@ -522,10 +522,16 @@ func (cl *claimer) release(id bson.ObjectID, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !cl.putBack(ctx, id, why) {
-		cl.unsettled.addBack(id, why)
-		if cl.notes.set("unsettled", "") {
-			cl.log.Warn("cannot put a claimed task back; trying again each claim round until MongoDB answers", zap.String("task_id", id.Hex()), zap.String("why", why))
-		}
+		cl.putBackLater(id, why)
+	}
+}
+
+// putBackLater keeps a claimed task that could not be put back for the
+// next passes to put back.
+func (cl *claimer) putBackLater(id bson.ObjectID, why string) {
+	cl.unsettled.addBack(id, why)
+	if cl.notes.set("unsettled", "") {
+		cl.log.Warn("cannot put a claimed task back; trying again each claim round until MongoDB answers", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
 }
 

@@ -140,6 +140,9 @@ type runnerEvents interface {
 	// result recorded and its processes stopped, or the task put back),
 	// and claims again at once.
 	letGo(task bson.ObjectID)
+	// putBackLater says that a claimed task could not be put back (MongoDB
+	// did not answer): the claimer tries again each pass.
+	putBackLater(task bson.ObjectID, why string)
 	// runnerStarted says that a runner started its task, or ended
 	// cleanly: claims go on at full pace.
 	runnerStarted()
@@ -365,7 +368,11 @@ func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
 		if p.ch != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if ok, err := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now()); err == nil && ok {
+			ok, err := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now())
+			switch {
+			case err != nil:
+				rs.slots.putBackLater(taskID, "its runner stopped before starting it")
+			case ok:
 				rs.log.Warn("a task runner stopped before starting the task it was handed; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid))
 			}
 		}
@@ -379,12 +386,20 @@ func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if ok, err := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now()); err == nil && ok && reused {
+	ok, rerr := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now())
+	if rerr != nil {
+		// Claimed or running, it cannot be told now: put back if it is
+		// still claimed when MongoDB answers; if it was running, the
+		// rescue of dead runners finds it.
+		rs.slots.putBackLater(taskID, "its runner died ("+exit.String()+")")
+		return
+	}
+	if ok && reused {
 		// A runner that served tasks before: not a broken setup, and the
 		// next task gets a new runner.
 		rs.log.Warn("a task runner died before starting the task handed to it; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid), zap.String("exit", exit.String()))
 		return
-	} else if err == nil && ok {
+	} else if ok {
 		rs.metrics.RunnerStartFailures.WithLabelValues("exited").Inc()
 		rs.slots.runnerStartFailed(taskID, exit.String())
 		return
