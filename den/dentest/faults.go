@@ -48,9 +48,11 @@ type Fault int
 
 // The faults.
 const (
-	// LoseReply forwards the command, reads the server's reply (so the
-	// write is applied) and drops the client's connection instead of
-	// answering: the client cannot know whether its write landed.
+	// LoseReply forwards the command, reads the server's reply and, if
+	// the server ran it (ok: 1; its write is applied), drops the client's
+	// connection instead of answering: the client cannot know whether its
+	// write landed. A command the server refused does not count as
+	// matching: its reply is passed on.
 	LoseReply Fault = iota + 1
 	// NotWritablePrimary answers, without forwarding, with the error a
 	// replica set member that is no longer primary sends: code 10107,
@@ -95,15 +97,17 @@ type Rule struct {
 	Fault      Fault
 	Rate       float64
 	Nth        int
+	After      int
 	// Delay is how long a Delay fault holds the reply.
 	Delay time.Duration
 }
 
-// Injected is one fault the proxy injected.
+// Injected is one fault the proxy injected, and when.
 type Injected struct {
 	Command    string
 	Collection string
 	Fault      Fault
+	At         time.Time
 }
 
 // FaultProxy is a running fault-injecting proxy.
@@ -298,16 +302,18 @@ type action struct {
 	refuse bool
 }
 
-// decide picks the action for a command, counting it against the rules.
-func (p *FaultProxy) decide(cmd command) action {
+// decide picks the action for a command, counting it against the rules:
+// before it is forwarded (applied false) every rule but LoseReply's, and
+// once the server has applied it (answered ok: 1) LoseReply's.
+func (p *FaultProxy) decide(cmd command, applied bool) action {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !cmd.handshake() && time.Now().Before(p.refuseUntil) {
+	if !applied && !cmd.handshake() && time.Now().Before(p.refuseUntil) {
 		p.refused++
 		return action{refuse: true}
 	}
 	for i, r := range p.rules {
-		if !r.matches(cmd) {
+		if !r.matches(cmd) || len(p.injected) < r.After || (r.Fault == LoseReply) != applied {
 			continue
 		}
 		p.seen[i]++
@@ -318,7 +324,7 @@ func (p *FaultProxy) decide(cmd command) action {
 			hit = p.rnd.Float64() < r.Rate
 		}
 		if hit {
-			p.injected = append(p.injected, Injected{Command: cmd.name, Collection: cmd.coll, Fault: r.Fault})
+			p.injected = append(p.injected, Injected{Command: cmd.name, Collection: cmd.coll, Fault: r.Fault, At: time.Now()})
 			return action{fault: r.Fault, delay: r.Delay}
 		}
 	}
@@ -357,7 +363,7 @@ func (p *FaultProxy) handle(client net.Conn) {
 			return
 		}
 		cmd := parseCommand(req)
-		act := p.decide(cmd)
+		act := p.decide(cmd, false)
 		switch {
 		case act.refuse:
 			if _, err := client.Write(errorReply(req, cmd, refusal(cmd))); err != nil {
@@ -376,10 +382,7 @@ func (p *FaultProxy) handle(client net.Conn) {
 			return
 		}
 		if moreToComeFlag(req) {
-			if act.fault == LoseReply {
-				return
-			}
-			continue
+			continue // an unacknowledged write: no reply to lose
 		}
 		var replies [][]byte
 		for {
@@ -392,9 +395,10 @@ func (p *FaultProxy) handle(client net.Conn) {
 				break
 			}
 		}
-		switch act.fault {
-		case LoseReply:
+		if replyOK(replies[len(replies)-1]) && p.decide(cmd, true).fault == LoseReply {
 			return
+		}
+		switch act.fault {
 		case Delay:
 			select {
 			case <-time.After(act.delay):
@@ -484,6 +488,21 @@ func parseCommand(msg []byte) command {
 	c := command{name: el.Key(), msg: true}
 	c.coll, _ = el.Value().StringValueOK()
 	return c
+}
+
+// replyOK reports whether a reply is an OP_MSG whose body says ok: 1 (a
+// command the server ran; its writes may still hold write errors).
+func replyOK(msg []byte) bool {
+	if wireOpCode(msg) != wireOpMsg || len(msg) < wireHeaderLen+5 || msg[wireHeaderLen+4] != 0 {
+		return false
+	}
+	doc := bson.Raw(msg[wireHeaderLen+5:])
+	v, err := doc.LookupErr("ok")
+	if err != nil {
+		return false
+	}
+	n, ok := v.AsFloat64OK()
+	return ok && n == 1
 }
 
 // refusal is the fault an election gives a command.

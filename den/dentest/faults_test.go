@@ -45,7 +45,7 @@ func TestFaultLoseReply(t *testing.T) {
 	if !has(t, db, "things", 1) {
 		t.Fatal("the insert whose reply was lost was not applied")
 	}
-	if got := p.Injected(); len(got) != 1 || got[0] != (dentest.Injected{Command: "insert", Collection: "things", Fault: dentest.LoseReply}) {
+	if got := p.Injected(); len(got) != 1 || got[0].Command != "insert" || got[0].Collection != "things" || got[0].Fault != dentest.LoseReply {
 		t.Fatalf("injected %v", got)
 	}
 	// The next command goes through on a new connection.
