@@ -15,7 +15,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/internal/mongoclient"
 )
 
 // This file is a proxy that sits between any client (a node, a task
@@ -182,11 +183,12 @@ func uriHost(uri string) (string, error) {
 // URI is the proxy's mongodb:// URI, for any node, runner or CLI command.
 func (p *FaultProxy) URI() string { return "mongodb://" + p.ln.Addr().String() + "/" }
 
-// Client returns a new client of the server through the proxy,
-// disconnected when the test ends.
+// Client returns a new client of the server through the proxy, with the
+// client options den's node uses (package mongoclient), disconnected when
+// the test ends.
 func (p *FaultProxy) Client(t testing.TB) *mongo.Client {
 	t.Helper()
-	c, err := mongo.Connect(options.Client().ApplyURI(p.URI()).SetAppName("dentest through faults"))
+	c, err := mongo.Connect(mongoclient.Options(p.URI(), "dentest through faults"))
 	if err != nil {
 		t.Fatalf("connect through the fault proxy: %v", err)
 	}
@@ -207,27 +209,19 @@ func (p *FaultProxy) Set(rules ...Rule) {
 	p.seen = make([]int, len(rules))
 }
 
-// Refuse answers every command but handshakes for d with the errors a
-// replica set without a primary gives (an election): NotWritablePrimary
-// (10107, RetryableWriteError on writes) to writes, NotPrimaryNoSecondaryOk
-// (13435) to reads; and drops every open connection at its start, as a
-// primary that steps down does with connections running writes. Refuse(0)
-// ends a refusal under way (and drops nothing).
+// Refuse makes the server look, for d, like a replica set without a
+// primary (an election): it answers commands with the errors a member that
+// is not primary gives, NotWritablePrimary (10107, RetryableWriteError on
+// writes) to writes and NotPrimaryNoSecondaryOk (13435) to reads, and it
+// drops the connection of every handshake (hello, isMaster). A client's
+// first command on a connection it holds meets the error; the driver then
+// checks the server, finds no primary, and waits for one to send its
+// operations to (serverSelectionTimeout). Refuse(0) ends a refusal under
+// way.
 func (p *FaultProxy) Refuse(d time.Duration) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.refuseUntil = time.Now().Add(d)
-	if d <= 0 {
-		p.mu.Unlock()
-		return
-	}
-	conns := make([]net.Conn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
-	p.mu.Unlock()
-	for _, c := range conns {
-		c.Close()
-	}
 }
 
 // Injected returns the faults injected so far, in order (refusals are not
@@ -308,7 +302,10 @@ type action struct {
 func (p *FaultProxy) decide(cmd command, applied bool) action {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !applied && !cmd.handshake() && time.Now().Before(p.refuseUntil) {
+	if !applied && time.Now().Before(p.refuseUntil) {
+		if cmd.handshake() {
+			return action{fault: DropBefore}
+		}
 		p.refused++
 		return action{refuse: true}
 	}

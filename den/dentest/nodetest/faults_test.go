@@ -2,6 +2,11 @@ package nodetest_test
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +17,7 @@ import (
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/dentest/nodetest"
+	"github.com/den-project/den/plugins/command"
 	"github.com/den-project/den/plugins/demo"
 )
 
@@ -130,5 +136,83 @@ func TestLostClaimIsNotLeftClaimed(t *testing.T) {
 			t.Fatalf("2 minutes after the faults ended, the task has not run: %s", unended(t, db))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// During an election (no primary: commands refused, handshakes dropped) a
+// node keeps its runner and its running task, says it is not ready,
+// logs the outage once and its end once; after it, the task's result is
+// recorded and the node is ready again.
+func TestElection(t *testing.T) {
+	dentest.EndToEnd(t)
+	db := dentest.DB(t)
+	p := dentest.Faults(t, 1)
+	faulted := p.Client(t).Database(db.Name())
+	dir := t.TempDir()
+	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
+	// The task runs until the test lets it end.
+	script := fmt.Sprintf("touch %[1]s/started; while [ ! -e %[1]s/end ]; do sleep 0.1; done; echo done; touch %[1]s/ended", dir)
+	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: script}})[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := nodetest.Start(t, faulted, "node-0", func(c *den.Config) {
+		c.URI = p.URI()
+		c.HTTP = ln
+	})
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	running := bson.D{{Key: "_id", Value: id}, {Key: "status", Value: 0}}
+	dentest.Eventually(t, 2*time.Minute, "the task running", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "started"))
+		return err == nil && dentest.CountTasks(t, db, running) == 1
+	})
+	dentest.Eventually(t, time.Minute, "/readyz ready before the election", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK
+	})
+	p.Refuse(time.Hour)
+	dentest.Eventually(t, time.Minute, "/readyz not ready during the election", func() bool {
+		code, body := readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "MongoDB unreachable or failing")
+	})
+	// The task's program ends during the election: its runner cannot
+	// record the result yet, and is not stopped.
+	if err := os.WriteFile(filepath.Join(dir, "end"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dentest.Eventually(t, time.Minute, "the task's program ended", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "ended"))
+		return err == nil
+	})
+	if n := dentest.CountTasks(t, db, running); n != 1 {
+		t.Fatalf("during the election the task is no longer running (status 0): %s", unended(t, db))
+	}
+	p.Refuse(0)
+	dentest.Eventually(t, 2*time.Minute, "the task's result recorded after the election", func() bool {
+		return dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: id}, {Key: "status", Value: 1}}) == 1
+	})
+	dentest.Eventually(t, time.Minute, "/readyz ready after the election", func() bool {
+		code, _ := readyz()
+		return code == http.StatusOK
+	})
+	if out := dentest.Task(t, db, id).Lookup("stdout").StringValue(); out != "done\n" {
+		t.Fatalf("stdout %q, want the program's one line", out)
+	}
+	for msg, want := range map[string]int{
+		"MongoDB unreachable or failing; keeping runners and retrying every interval": 1,
+		"MongoDB reachable again": 1,
+	} {
+		if n := node.Logs.FilterMessage(msg).Len(); n != want {
+			t.Errorf("the node logged %q %d times, want %d", msg, n, want)
+		}
 	}
 }
