@@ -40,9 +40,11 @@ import (
 // deadline, which every call of den's has (the driver then retries until
 // the deadline, about every half second, each time after a new hello):
 // a fault on a find or an aggregate is then seen only when the faults
-// last past the deadline, as Refuse's do. A MongoDB replica set given by
-// DEN_TEST_MONGODB_URI behind this proxy would retry writes the same way:
-// a test that counts errors must allow for that.
+// last past the deadline, as Refuse's do. A member of a MongoDB replica
+// set behind this proxy (DEN_TEST_MONGODB_URI naming one host, with
+// directConnection=true: else the driver goes to the members the replica
+// set names, around the proxy) would have writes retried the same way: a
+// test that counts errors must allow for that.
 
 // Fault is what the proxy does to a command a rule matches.
 type Fault int
@@ -91,7 +93,10 @@ func (f Fault) String() string {
 // and collection are those given (empty: any); handshakes (hello,
 // isMaster) match only a rule that names them. Of the matching commands,
 // the Nth (counting from 1) gets the fault when Nth is set, else each
-// with probability Rate, drawn from the proxy's seeded source.
+// with probability Rate, drawn from the proxy's seeded source. With
+// After, a rule applies (and counts commands) only once the proxy has
+// injected that many faults: so chained, rules fault a step and then the
+// step that would repair it.
 type Rule struct {
 	Command    string
 	Collection string
