@@ -2,23 +2,23 @@ package cli
 
 import (
 	"fmt"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/internal/mongoclient"
 )
 
-// connect returns a MongoDB client for uri, named app in the server's
-// logs. The defaults are set before the URI is applied, so that options
-// written in the URI (serverSelectionTimeoutMS, ...) win. monitor, when
-// given, watches the client's commands.
+// connect returns a MongoDB client for uri with den's client options
+// (package mongoclient: w: majority, retryable writes and reads, the
+// primary, unless the URI says otherwise), named app in the server's
+// logs. monitor, when given, watches the client's commands.
 func connect(uri, app string, monitor ...*event.CommandMonitor) (*mongo.Client, error) {
-	opts := options.Client().SetAppName(app).SetServerSelectionTimeout(10 * time.Second)
+	opts := mongoclient.Options(uri, app)
 	for _, m := range monitor {
 		opts.SetMonitor(m)
 	}
-	client, err := mongo.Connect(opts.ApplyURI(uri))
+	client, err := mongo.Connect(opts)
 	if err != nil {
 		return nil, fmt.Errorf("MongoDB URI: %w", err)
 	}

@@ -11,4 +11,12 @@
 // Main also lets a test binary act as another process of the system (a
 // task runner, a node) when re-executed with DEN_TEST_ROLE set, so tests can
 // kill and restart those processes for real.
+//
+// Faults (faults.go) puts a fault-injecting proxy in front of the server:
+// per command name and collection, with a seeded rate or on the Nth
+// matching command, it loses replies after the write was applied, answers
+// with the errors of a member that is no longer primary, drops
+// connections, delays replies, or refuses every command for a stretch as
+// a replica set does during an election. Its URI serves any node, task
+// runner or CLI command.
 package dentest

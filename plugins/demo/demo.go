@@ -3,11 +3,14 @@ package demo
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -50,6 +53,7 @@ func Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 	}
 	report := bson.D{
 		{Key: "task_id", Value: t.ID},
+		{Key: "attempt", Value: t.Attempts},
 		{Key: "queue_id", Value: t.Queue},
 		{Key: "counter", Value: params.Counter},
 		{Key: "commands", Value: params.Commands},
@@ -103,9 +107,49 @@ func Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, error) {
 		if env.DB == nil {
 			return plugins.StatusFailed, fmt.Errorf("no database to write the report to")
 		}
-		if _, err := env.DB.Collection(ReportsCollection).InsertOne(ctx, report); err != nil {
-			return plugins.StatusFailed, fmt.Errorf("insert report: %w", err)
+		if err := writeReport(ctx, env.DB.Collection(ReportsCollection), t, report); err != nil {
+			return plugins.StatusFailed, err
 		}
 	}
 	return status, nil
+}
+
+// reportTries is how many times writeReport tries a write that met a
+// retryable fault.
+const reportTries = 8
+
+// writeReport writes the report of this attempt of task t once, however
+// often it is tried: it is keyed by the task and its attempt (an upsert
+// that inserts only when no report of them exists), so a write whose
+// reply was lost after it landed, tried again, leaves one report. A write
+// that met a fault a failover causes (a dropped connection, a primary
+// that stepped down) is tried again, up to reportTries times within ctx.
+func writeReport(ctx context.Context, reports *mongo.Collection, t *queue.Task, report bson.D) error {
+	filter := bson.D{{Key: "task_id", Value: t.ID}, {Key: "attempt", Value: t.Attempts}}
+	update := bson.D{{Key: "$setOnInsert", Value: report}}
+	wait := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		_, err := reports.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
+		if err == nil {
+			return nil
+		}
+		if try == reportTries || !retryable(err) {
+			return fmt.Errorf("write report: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("write report: %w", err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// retryable reports whether a write that failed on err may be tried
+// again: the connection failed, or the server said so (the
+// RetryableWriteError label a replica set puts on the errors of an
+// election).
+func retryable(err error) bool {
+	var le mongo.LabeledError
+	return mongo.IsNetworkError(err) || (errors.As(err, &le) && le.HasErrorLabel("RetryableWriteError"))
 }

@@ -1,0 +1,548 @@
+package dentest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/den-project/den/den/internal/mongoclient"
+)
+
+// This file is a proxy that sits between any client (a node, a task
+// runner, a CLI command, a test's own client) and the test server and
+// does to some of its commands what a replica set does to its clients:
+// a reply lost after the write was applied, a "not primary" error, a
+// connection dropped, a slow reply, an election.
+//
+// What the driver does with them (go.mongodb.org/mongo-driver/v2): it
+// retries a write once only when the server it talks to supports
+// retryable writes, that is when its hello advertises
+// logicalSessionTimeoutMinutes AND it is not a standalone server. The
+// embedded test server (FerretDB) advertises logicalSessionTimeoutMinutes
+// but no replica set name, so the driver sees a standalone and never
+// retries a write through this proxy: every injected write fault reaches
+// the caller as an error. (That is also the safe choice here: FerretDB
+// ignores txnNumber, so a retried write would be applied twice, where a
+// replica set answers the retry with the first attempt's result.) Reads
+// are retried whatever the server (retryReads defaults to true): once
+// without a deadline, and as often as it allows under a context with a
+// deadline, which every call of den's has (the driver then retries until
+// the deadline, about every half second, each time after a new hello):
+// a fault on a find or an aggregate is then seen only when the faults
+// last past the deadline, as Refuse's do. A member of a MongoDB replica
+// set behind this proxy (DEN_TEST_MONGODB_URI naming one host, with
+// directConnection=true: else the driver goes to the members the replica
+// set names, around the proxy) would have writes retried the same way: a
+// test that counts errors must allow for that.
+
+// Fault is what the proxy does to a command a rule matches.
+type Fault int
+
+// The faults.
+const (
+	// LoseReply forwards the command, reads the server's reply and, if
+	// the server ran it (ok: 1; its write is applied), drops the client's
+	// connection instead of answering: the client cannot know whether its
+	// write landed. A command the server refused does not count as
+	// matching: its reply is passed on.
+	LoseReply Fault = iota + 1
+	// NotWritablePrimary answers, without forwarding, with the error a
+	// replica set member that is no longer primary sends: code 10107,
+	// with the RetryableWriteError label on writes.
+	NotWritablePrimary
+	// ReplStateChange answers, without forwarding, with the error a
+	// primary that steps down sends for a command it was running: code
+	// 11602 (InterruptedDueToReplStateChange), with the
+	// RetryableWriteError label on writes.
+	ReplStateChange
+	// DropBefore drops the client's connection without forwarding: the
+	// command was never run.
+	DropBefore
+	// Delay forwards the command and holds its reply for Rule.Delay.
+	Delay
+)
+
+func (f Fault) String() string {
+	switch f {
+	case LoseReply:
+		return "lose-reply"
+	case NotWritablePrimary:
+		return "not-writable-primary"
+	case ReplStateChange:
+		return "repl-state-change"
+	case DropBefore:
+		return "drop-before"
+	case Delay:
+		return "delay"
+	}
+	return fmt.Sprintf("fault(%d)", int(f))
+}
+
+// Rule says which commands get a fault. A command matches when its name
+// and collection are those given (empty: any); handshakes (hello,
+// isMaster) match only a rule that names them. Of the matching commands,
+// the Nth (counting from 1) gets the fault when Nth is set, else each
+// with probability Rate, drawn from the proxy's seeded source. With
+// After, a rule applies (and counts commands) only once the proxy has
+// injected that many faults: so chained, rules fault a step and then the
+// step that would repair it.
+type Rule struct {
+	Command    string
+	Collection string
+	Fault      Fault
+	Rate       float64
+	Nth        int
+	After      int
+	// Delay is how long a Delay fault holds the reply.
+	Delay time.Duration
+}
+
+// Injected is one fault the proxy injected, and when.
+type Injected struct {
+	Command    string
+	Collection string
+	Fault      Fault
+	At         time.Time
+}
+
+// FaultProxy is a running fault-injecting proxy.
+type FaultProxy struct {
+	ln       net.Listener
+	upstream string
+
+	mu          sync.Mutex
+	rules       []Rule
+	seen        []int // matching commands so far, per rule
+	rnd         *rand.Rand
+	refuseUntil time.Time
+	injected    []Injected
+	refused     int
+	conns       map[net.Conn]struct{}
+	closed      bool
+	done        chan struct{} // closed by Close: ends delays
+
+	wg sync.WaitGroup
+}
+
+// Faults starts a fault-injecting proxy in front of the test server for
+// test t, its random draws seeded with seed (the same seed, the same
+// draws in the same order of matching commands), with the given rules.
+// It stops when the test ends.
+func Faults(t testing.TB, seed uint64, rules ...Rule) *FaultProxy {
+	t.Helper()
+	host, err := uriHost(URI())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := StartFaults(host, seed, rules...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// StartFaults starts a fault-injecting proxy on a free loopback port in
+// front of the server at upstream (host:port). Close stops it.
+func StartFaults(upstream string, seed uint64, rules ...Rule) (*FaultProxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("dentest: fault proxy: listen: %w", err)
+	}
+	p := &FaultProxy{ln: ln, upstream: upstream, rnd: rand.New(rand.NewPCG(seed, seed^0x5eed)), conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p.Set(rules...)
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// uriHost returns the host:port of a mongodb:// URI naming one host.
+func uriHost(uri string) (string, error) {
+	rest, ok := strings.CutPrefix(uri, "mongodb://")
+	if !ok {
+		return "", fmt.Errorf("dentest: fault proxy: %q is not a mongodb:// URI", uri)
+	}
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if rest == "" || strings.Contains(rest, ",") {
+		return "", fmt.Errorf("dentest: fault proxy: %q must name one host", uri)
+	}
+	return rest, nil
+}
+
+// URI is the proxy's mongodb:// URI, for any node, runner or CLI command.
+func (p *FaultProxy) URI() string { return "mongodb://" + p.ln.Addr().String() + "/" }
+
+// Client returns a new client of the server through the proxy, with the
+// client options den's node uses (package mongoclient), disconnected when
+// the test ends.
+func (p *FaultProxy) Client(t testing.TB) *mongo.Client {
+	t.Helper()
+	c, err := mongo.Connect(mongoclient.Options(p.URI(), "dentest through faults"))
+	if err != nil {
+		t.Fatalf("connect through the fault proxy: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c.Disconnect(ctx)
+	})
+	return c
+}
+
+// Set replaces the proxy's rules (none: every command goes through), and
+// starts their counts of matching commands from zero.
+func (p *FaultProxy) Set(rules ...Rule) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = append([]Rule(nil), rules...)
+	p.seen = make([]int, len(rules))
+}
+
+// Refuse makes the server look, for d, like a replica set without a
+// primary (an election): it answers commands with the errors a member that
+// is not primary gives, NotWritablePrimary (10107, RetryableWriteError on
+// writes) to writes and NotPrimaryNoSecondaryOk (13435) to reads, and it
+// drops the connection of every handshake (hello, isMaster). A client's
+// first command on a connection it holds meets the error; the driver then
+// checks the server, finds no primary, and waits for one to send its
+// operations to (serverSelectionTimeout). Refuse(0) ends a refusal under
+// way.
+func (p *FaultProxy) Refuse(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuseUntil = time.Now().Add(d)
+}
+
+// Injected returns the faults injected so far, in order (refusals are not
+// among them: Refused counts them).
+func (p *FaultProxy) Injected() []Injected {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Injected(nil), p.injected...)
+}
+
+// Refused is how many commands Refuse answered with an error.
+func (p *FaultProxy) Refused() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}
+
+// Close stops the proxy and drops its connections.
+func (p *FaultProxy) Close() {
+	p.ln.Close()
+	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
+	p.closed = true
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// track adds or removes an open connection; it refuses to add one once
+// the proxy is closed.
+func (p *FaultProxy) track(c net.Conn, add bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if add {
+		if p.closed {
+			return false
+		}
+		p.conns[c] = struct{}{}
+	} else {
+		delete(p.conns, c)
+	}
+	return true
+}
+
+func (p *FaultProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.handle(c)
+		}()
+	}
+}
+
+// action is what the proxy does with one request.
+type action struct {
+	fault  Fault
+	delay  time.Duration
+	refuse bool
+}
+
+// decide picks the action for a command, counting it against the rules:
+// before it is forwarded (applied false) every rule but LoseReply's, and
+// once the server has applied it (answered ok: 1) LoseReply's.
+func (p *FaultProxy) decide(cmd command, applied bool) action {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !applied && time.Now().Before(p.refuseUntil) {
+		if cmd.handshake() {
+			return action{fault: DropBefore}
+		}
+		p.refused++
+		return action{refuse: true}
+	}
+	for i, r := range p.rules {
+		if !r.matches(cmd) || len(p.injected) < r.After || (r.Fault == LoseReply) != applied {
+			continue
+		}
+		p.seen[i]++
+		hit := false
+		if r.Nth > 0 {
+			hit = p.seen[i] == r.Nth
+		} else if r.Rate > 0 {
+			hit = p.rnd.Float64() < r.Rate
+		}
+		if hit {
+			p.injected = append(p.injected, Injected{Command: cmd.name, Collection: cmd.coll, Fault: r.Fault, At: time.Now()})
+			return action{fault: r.Fault, delay: r.Delay}
+		}
+	}
+	return action{}
+}
+
+func (r Rule) matches(c command) bool {
+	if r.Command == "" {
+		if c.handshake() {
+			return false
+		}
+	} else if r.Command != c.name {
+		return false
+	}
+	return r.Collection == "" || r.Collection == c.coll
+}
+
+func (p *FaultProxy) handle(client net.Conn) {
+	defer client.Close()
+	if !p.track(client, true) {
+		return
+	}
+	defer p.track(client, false)
+	up, err := net.Dial("tcp", p.upstream)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if !p.track(up, true) {
+		return
+	}
+	defer p.track(up, false)
+	for {
+		req, err := readWire(client)
+		if err != nil {
+			return
+		}
+		cmd := parseCommand(req)
+		act := p.decide(cmd, false)
+		switch {
+		case act.refuse:
+			if _, err := client.Write(errorReply(req, cmd, refusal(cmd))); err != nil {
+				return
+			}
+			continue
+		case act.fault == DropBefore:
+			return
+		case act.fault == NotWritablePrimary || act.fault == ReplStateChange:
+			if _, err := client.Write(errorReply(req, cmd, act.fault)); err != nil {
+				return
+			}
+			continue
+		}
+		if _, err := up.Write(req); err != nil {
+			return
+		}
+		if moreToComeFlag(req) {
+			continue // an unacknowledged write: no reply to lose
+		}
+		var replies [][]byte
+		for {
+			r, err := readWire(up)
+			if err != nil {
+				return
+			}
+			replies = append(replies, r)
+			if !moreToComeFlag(r) {
+				break
+			}
+		}
+		if replyOK(replies[len(replies)-1]) && p.decide(cmd, true).fault == LoseReply {
+			return
+		}
+		switch act.fault {
+		case Delay:
+			select {
+			case <-time.After(act.delay):
+			case <-p.done:
+				return
+			}
+		}
+		for _, r := range replies {
+			if _, err := client.Write(r); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Wire protocol (OP_MSG) as far as the proxy needs it.
+const (
+	wireHeaderLen  = 16
+	wireOpMsg      = 2013
+	wireMoreToCome = 1 << 1
+	wireMaxLen     = 256 << 20
+)
+
+func readWire(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(hdr[:]))
+	if n < wireHeaderLen || n > wireMaxLen {
+		return nil, fmt.Errorf("bad message length %d", n)
+	}
+	msg := make([]byte, n)
+	copy(msg, hdr[:])
+	if _, err := io.ReadFull(r, msg[4:]); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+func wireOpCode(msg []byte) uint32 { return binary.LittleEndian.Uint32(msg[12:16]) }
+
+func moreToComeFlag(msg []byte) bool {
+	return wireOpCode(msg) == wireOpMsg && len(msg) >= wireHeaderLen+4 &&
+		binary.LittleEndian.Uint32(msg[wireHeaderLen:])&wireMoreToCome != 0
+}
+
+// command is what the proxy knows of a request: the command's name, its
+// collection (the first value, when a string), and whether it is an
+// OP_MSG (only those get error replies; a legacy OP_QUERY, which drivers
+// use for the first handshake only, is always forwarded).
+type command struct {
+	name, coll string
+	msg        bool
+}
+
+func (c command) handshake() bool {
+	switch c.name {
+	case "hello", "isMaster", "ismaster":
+		return true
+	}
+	return !c.msg
+}
+
+// write reports whether a command writes documents.
+func (c command) write() bool {
+	switch c.name {
+	case "insert", "update", "delete", "findAndModify":
+		return true
+	}
+	return false
+}
+
+func parseCommand(msg []byte) command {
+	if wireOpCode(msg) != wireOpMsg || len(msg) < wireHeaderLen+5 || msg[wireHeaderLen+4] != 0 {
+		return command{}
+	}
+	doc := bson.Raw(msg[wireHeaderLen+5:])
+	if len(doc) < 5 {
+		return command{}
+	}
+	doc = doc[:min(int(binary.LittleEndian.Uint32(doc)), len(doc))]
+	el, err := doc.IndexErr(0)
+	if err != nil {
+		return command{msg: true}
+	}
+	c := command{name: el.Key(), msg: true}
+	c.coll, _ = el.Value().StringValueOK()
+	return c
+}
+
+// replyOK reports whether a reply is an OP_MSG whose body says ok: 1 (a
+// command the server ran; its writes may still hold write errors).
+func replyOK(msg []byte) bool {
+	if wireOpCode(msg) != wireOpMsg || len(msg) < wireHeaderLen+5 || msg[wireHeaderLen+4] != 0 {
+		return false
+	}
+	doc := bson.Raw(msg[wireHeaderLen+5:])
+	v, err := doc.LookupErr("ok")
+	if err != nil {
+		return false
+	}
+	n, ok := v.AsFloat64OK()
+	return ok && n == 1
+}
+
+// refusal is the fault an election gives a command.
+func refusal(c command) Fault {
+	if c.write() {
+		return NotWritablePrimary
+	}
+	return notPrimaryNoSecondaryOk
+}
+
+// notPrimaryNoSecondaryOk is the error a secondary gives a read with a
+// primary read preference; not a Fault rules can name.
+const notPrimaryNoSecondaryOk Fault = -1
+
+// errorReply is the OP_MSG reply to req with the error for f.
+func errorReply(req []byte, c command, f Fault) []byte {
+	doc := bson.D{{Key: "ok", Value: 0.0}}
+	switch f {
+	case NotWritablePrimary:
+		doc = append(doc, bson.E{Key: "errmsg", Value: "not primary"}, bson.E{Key: "code", Value: int32(10107)}, bson.E{Key: "codeName", Value: "NotWritablePrimary"})
+	case ReplStateChange:
+		doc = append(doc, bson.E{Key: "errmsg", Value: "operation was interrupted because of a replication state change"}, bson.E{Key: "code", Value: int32(11602)}, bson.E{Key: "codeName", Value: "InterruptedDueToReplStateChange"})
+	default:
+		doc = append(doc, bson.E{Key: "errmsg", Value: "not primary and secondaryOk=false"}, bson.E{Key: "code", Value: int32(13435)}, bson.E{Key: "codeName", Value: "NotPrimaryNoSecondaryOk"})
+	}
+	if c.write() && f != notPrimaryNoSecondaryOk {
+		doc = append(doc, bson.E{Key: "errorLabels", Value: bson.A{"RetryableWriteError"}})
+	}
+	body, err := bson.Marshal(doc)
+	if err != nil {
+		panic(err) // a fixed document
+	}
+	out := make([]byte, wireHeaderLen+5, wireHeaderLen+5+len(body))
+	binary.LittleEndian.PutUint32(out[4:], uint32(rand.Int32()))
+	copy(out[8:12], req[4:8]) // responseTo: the request's id
+	binary.LittleEndian.PutUint32(out[12:], wireOpMsg)
+	// flagBits 0, then section kind 0 (the body).
+	out = append(out, body...)
+	binary.LittleEndian.PutUint32(out[0:], uint32(len(out)))
+	return out
+}
