@@ -7,18 +7,19 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/mongoclient"
 	"github.com/den-project/den/den/internal/relay"
 )
 
-// connect returns the runner's client: through the node's relay when ctl
-// (the relay control channel) is given, else straight to spec.URI. close
-// disconnects it.
+// connect returns the runner's client, with den's client options
+// (package mongoclient): through the node's relay when ctl (the relay
+// control channel) is given, else straight to spec.URI. close disconnects
+// it.
 func connect(spec Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, close func(context.Context), err error) {
 	direct := func(context.Context) (*mongo.Client, error) {
-		return mongo.Connect(options.Client().ApplyURI(spec.URI).SetAppName("den task-runner"))
+		return mongo.Connect(mongoclient.Options(spec.URI, "den task-runner"))
 	}
 	disconnect := func(c *mongo.Client) func(context.Context) {
 		return func(ctx context.Context) {
@@ -39,7 +40,7 @@ func connect(spec Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, cl
 		log.Warn("cannot use the node's relay; connecting to MongoDB directly", zap.Error(err))
 		return connect(spec, nil, log)
 	}
-	c, err := mongo.Connect(options.Client().ApplyURI(relay.URI).SetDialer(d).SetAppName("den task-runner"))
+	c, err := mongo.Connect(mongoclient.Options(relay.URI, "den task-runner").SetDialer(d))
 	if err != nil {
 		d.Close(context.Background())
 		return nil, nil, fmt.Errorf("connect to the node's relay: %w", err)
