@@ -14,10 +14,13 @@ import (
 // metrics, and the conditions it has logged as started and not yet as
 // cleared. New makes one, and each component holds a pointer to it.
 type common struct {
-	cfg     Config
-	store   *queue.Store
-	log     *zap.Logger
+	cfg   Config
+	store *queue.Store
+	log   *zap.Logger
+	// now is clock's Now: the database server's time, as this host
+	// estimates it (synced by the passes every RefreshEvery).
 	now     func() time.Time
+	clock   *queue.Clock
 	metrics *metrics.Metrics
 	notes   *notices
 }

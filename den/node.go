@@ -268,7 +268,8 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 			started = time.UnixMilli(ms)
 		}
 	}
-	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: now, metrics: cfg.Metrics, notes: &notices{}}
+	clock := queue.NewClock(now)
+	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: clock.Now, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{common: c, plugins: reg, runners: newRunners(c, rel, cgroup, pids)}
 	n.claimer = newClaimer(c, n.runners, cfg.Resources)
 	n.beat = &heartbeat{
@@ -414,6 +415,11 @@ func (n *Node) start(ctx context.Context) error {
 	// than orphan them after orphan_age.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// The server's time, before anything is written or decided by time
+	// (the passes keep it synced).
+	if err := n.store.SyncClock(cctx, n.clock); err != nil {
+		n.log.Warn("cannot read the database server's time; using this host's until a pass can", zap.Error(err))
+	}
 	released, err := n.store.ReleaseClaims(cctx, n.cfg.Name, n.now())
 	switch {
 	case err != nil:

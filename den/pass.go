@@ -161,7 +161,8 @@ func (ps *passes) setOutage(err error) {
 //   - every pass: the queues (count_todo tells of new work), the node
 //     document, and, while this node holds tasks, its own claimed and
 //     running tasks (their cancel flags, and what it holds);
-//   - every RefreshEvery: the config collection, and the claimed and
+//   - every RefreshEvery: the server's time (hello), the config
+//     collection, and the claimed and
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
 //   - every ProbeEvery: one query for work in queues found empty;
@@ -171,6 +172,11 @@ func (ps *passes) setOutage(err error) {
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
 	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
+		// The server's time again: a clock this host's monotonic clock
+		// counts on drifts a little.
+		if err := ps.store.SyncClock(ctx, ps.clock); err != nil {
+			return err
+		}
 		shared, err := ps.store.ActiveConfig(ctx)
 		if err != nil {
 			return err // never fall back to serving every queue

@@ -235,6 +235,9 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 		Cgroup: rs.cgroup, MaxOutput: rs.cfg.MaxOutput, DeadNodeAfter: rs.cfg.DeadNodeAfter.Seconds(),
 		Pids: rs.pids, MaxProcesses: rs.cfg.Runner.MaxProcesses, Reuse: rs.cfg.Runner.MaxTasks > 1,
 	}
+	if server, mono := rs.clock.Anchor(); !server.IsZero() {
+		spec.ClockServer, spec.ClockMono = server, int64(mono)
+	}
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw
 	}

@@ -52,14 +52,40 @@ func (r RunnerInfo) RunStart() time.Time {
 	return time.UnixMilli(r.Started)
 }
 
-// Beat records that a run is alive. It reports false when the task is no
-// longer that run's.
-func (s *Store) Beat(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
-	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), bson.D{{Key: "$set", Value: bson.D{{Key: "runner.beat", Value: now}}}})
+// Lease is what a run's heartbeat found of its task.
+type Lease int
+
+const (
+	// LeaseHeld: the task is still this run's, and not cancelled.
+	LeaseHeld Lease = iota
+	// LeaseCancelled: the task is this run's, and cancel is set.
+	LeaseCancelled
+	// LeaseLost: the task is no longer this run's: rescued, retried,
+	// ended or deleted by someone else.
+	LeaseLost
+)
+
+// Renew records that a run is alive (runner.beat = now, the server's time
+// by the runner's clock) and says whether it still holds its task. One
+// update while it does; one more read when it does not, to tell a cancel
+// apart from a loss.
+func (s *Store) Renew(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (Lease, error) {
+	held := append(running(taskID, node, token), bson.E{Key: FieldCancel, Value: bson.D{{Key: "$ne", Value: true}}})
+	res, err := s.tasks.UpdateOne(ctx, held, bson.D{{Key: "$set", Value: bson.D{{Key: "runner.beat", Value: now}}}})
 	if err != nil {
-		return false, fmt.Errorf("heartbeat of task %s: %w", taskID.Hex(), err)
+		return LeaseHeld, fmt.Errorf("heartbeat of task %s: %w", taskID.Hex(), err)
 	}
-	return res.MatchedCount == 1, nil
+	if res.MatchedCount == 1 {
+		return LeaseHeld, nil
+	}
+	n, err := s.tasks.CountDocuments(ctx, running(taskID, node, token))
+	if err != nil {
+		return LeaseHeld, fmt.Errorf("heartbeat of task %s: %w", taskID.Hex(), err)
+	}
+	if n == 1 {
+		return LeaseCancelled, nil
+	}
+	return LeaseLost, nil
 }
 
 // Start moves a task this node claimed to running (status 0), recording

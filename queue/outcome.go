@@ -47,11 +47,15 @@ const (
 	OutcomeExpired = "expired"
 	// OutcomeMalformed: the task document could not be read; it never ran.
 	OutcomeMalformed = "malformed"
+	// OutcomeLeaseLost: the run's runner could not renew its lease (no
+	// heartbeat of its landed for its lease, less the time to stop) and
+	// stopped the run, so that no other node's attempt overlaps it.
+	OutcomeLeaseLost = "lease_lost"
 )
 
 // Outcomes lists every kind, for validating a filter.
 var Outcomes = []string{OutcomePlugin, OutcomeExitCode, OutcomeSignal, OutcomeTimeout, OutcomeCancelled,
-	OutcomeRunnerDied, OutcomeNodeDied, OutcomeResourceKilled, OutcomeExpired, OutcomeMalformed}
+	OutcomeRunnerDied, OutcomeNodeDied, OutcomeResourceKilled, OutcomeExpired, OutcomeMalformed, OutcomeLeaseLost}
 
 // set returns the task fields of an outcome ($set).
 func (o Outcome) set() bson.D {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -31,6 +32,11 @@ type Spec struct {
 	// document older than that is a dead node's (resource retries read
 	// only live nodes' offers). 0: five beats.
 	DeadNodeAfter float64 `json:"dead_node_after,omitempty"`
+	// ClockServer and ClockMono anchor the runner's clock where its node's
+	// is (queue.Clock): the database server's time at the host's
+	// monotonic time ClockMono (nanoseconds). Zero: the host's wall clock.
+	ClockServer time.Time `json:"clock_server,omitzero"`
+	ClockMono   int64     `json:"clock_mono,omitempty"`
 	// Cgroup is the node's delegated cgroup v2 directory, under which the
 	// runner puts its run in a cgroup of its own; empty: none (the run is
 	// contained by its process tree only).

@@ -66,9 +66,14 @@ type Runner struct {
 	maxRSSBefore int64
 }
 
+// now is the runner's clock: Now when set, else the database server's
+// time by the node's anchor (Spec.ClockServer), else the host's.
 func (r *Runner) now() time.Time {
-	if r.Now != nil {
+	switch {
+	case r.Now != nil:
 		return r.Now()
+	case !r.Spec.ClockServer.IsZero():
+		return queue.ClockAt(r.Spec.ClockServer, time.Duration(r.Spec.ClockMono)).Now()
 	}
 	return time.Now()
 }
@@ -161,7 +166,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	t.out = newOutputs(storeCtx, gridfs.NewBucket(r.DB, queue.GridFSPrefix), taskID, r.Spec.GFS)
 	t.started = time.Now()
 
-	stopBeat := t.beat(ctx)
+	// The run holds its task while its heartbeats land (its lease); a
+	// run that loses it is stopped as a cancelled one is.
+	ctx, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
+	stopBeat := t.beat(ctx, lose)
 	stopLive := t.publishLive(ctx)
 	stopUsage := t.updateUsage(ctx)
 	status := t.execute(ctx)
@@ -220,30 +229,93 @@ func (t *run) finalUsage(ctx context.Context) {
 // running when it ended and that den stopped.
 const FieldLeftovers = "leftover_processes"
 
-// beat records that the run is alive, every Spec.Beat, until stopped: a
-// node that stopped writing its own document while its runners still work
-// is then not taken for dead with them.
-func (t *run) beat(ctx context.Context) (stop func()) {
+// leaseLost is why a runner stopped its run on its own: the run's lease
+// (its heartbeats) could not be renewed, or the task is no longer its.
+type leaseLost struct{ why string }
+
+func (l leaseLost) Error() string { return l.why }
+
+// errCancelSeen is why a runner stopped a run whose task it found
+// cancelled at a heartbeat (its node did not tell it: frozen, or cut off).
+var errCancelSeen = errors.New("cancelled (seen at a heartbeat)")
+
+// stopAfter is how long a run may go without a heartbeat landing before
+// its runner stops it: its lease (dead_node_after, after which a node may
+// rescue the task), less the task's grace (SIGTERM to SIGKILL), two beats
+// and 5 s; at least half the lease. So the run's processes are gone
+// before any node may start another attempt, where the grace is at most
+// half the lease less two beats and 5 s.
+func stopAfter(lease, every, grace time.Duration) time.Duration {
+	return max(lease-grace-2*every-5*time.Second, lease/2)
+}
+
+// beat renews the run's lease every Spec.Beat until stopped: a heartbeat
+// (runner.beat) that also says whether the task is still this run's. The
+// runner gives up the run, cancelling lose with why, when a heartbeat
+// finds the task no longer its (rescued, retried, ended by someone else),
+// cancelled (the node did not say so: frozen, or cut off), or when none
+// has landed for stopAfter (the host's monotonic clock counts it).
+func (t *run) beat(ctx context.Context, lose context.CancelCauseFunc) (stop func()) {
 	every := queue.DefaultBeat
 	if t.Spec.Beat > 0 {
 		every = time.Duration(t.Spec.Beat * float64(time.Second))
 	}
+	lease := queue.DefaultDeadNodeAfter
+	if t.Spec.DeadNodeAfter > 0 {
+		lease = time.Duration(t.Spec.DeadNodeAfter * float64(time.Second))
+	}
+	grace := t.opts.MaxTermination
+	if grace <= 0 {
+		grace = time.Duration(t.Spec.Grace * float64(time.Second))
+	}
+	limit := stopAfter(lease, every, grace)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
+		landed := time.Now() // the task's start landed
+		failing := false
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				bctx, bcancel := context.WithTimeout(ctx, every)
-				if _, err := t.store.Beat(bctx, t.taskID, t.Spec.Node, t.info.Token, t.now()); err != nil {
-					t.log.Debug("heartbeat failed", zap.Error(err))
+			}
+			sent := time.Now()
+			bctx, bcancel := context.WithTimeout(ctx, every)
+			state, err := t.store.Renew(bctx, t.taskID, t.Spec.Node, t.info.Token, t.now())
+			bcancel()
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				if !failing {
+					failing = true
+					t.log.Warn("heartbeats fail; the run stops if none lands within its lease", zap.Duration("stop_after", limit), zap.Error(err))
 				}
-				bcancel()
+				if since := time.Since(landed); since > limit {
+					why := fmt.Sprintf("no heartbeat of its runner landed for %s (its lease: dead_node_after %s, less the time to stop it), so the runner stopped it before another node could start it again", since.Round(time.Second), lease)
+					t.log.Error("lease lost: stopping the run", zap.String("why", why))
+					lose(leaseLost{why})
+					return
+				}
+			case state == queue.LeaseHeld:
+				landed = sent
+				if failing {
+					failing = false
+					t.log.Info("heartbeats land again")
+				}
+			case state == queue.LeaseCancelled:
+				t.log.Info("the task was cancelled (seen at a heartbeat); stopping the run")
+				lose(errCancelSeen)
+				return
+			default:
+				why := "the task is no longer this run's (another node rescued, retried or ended it), so its runner stopped it"
+				t.log.Warn("lease lost: stopping the run", zap.String("why", why))
+				lose(leaseLost{why})
+				return
 			}
 		}
 	}()
@@ -540,7 +612,14 @@ func validate(status int, err error, out *outputs) int {
 // while it ran, else a retry when it failed with retries left, else the
 // final status.
 func (t *run) record(storeCtx, runCtx context.Context, status int) error {
-	if runCtx.Err() != nil && status != queue.StatusCancelled {
+	var lost leaseLost
+	if errors.As(context.Cause(runCtx), &lost) && status != queue.StatusCancelled {
+		// Recorded when the database answers, fenced by the run's token as
+		// every write: a task another node took meanwhile is left alone.
+		t.out.appendLine("den: " + lost.why)
+		status = queue.StatusFailed
+		t.outcome = queue.Outcome{Kind: queue.OutcomeLeaseLost, Reason: lost.why}
+	} else if runCtx.Err() != nil && status != queue.StatusCancelled {
 		// Retried a little: a read that fails once (the node's relay
 		// going away) must not turn a cancelled task into a failed one.
 		var task *queue.Task

@@ -68,6 +68,13 @@ type Node struct {
 // under -short (dentest.EndToEnd).
 func Start(t testing.TB, db *mongo.Database, name string, tweak ...func(*den.Config)) Node {
 	t.Helper()
+	return StartClock(t, db, name, nil, tweak...)
+}
+
+// StartClock is Start with the node's host clock: now (nil: time.Now),
+// as a host whose wall clock is off would have it.
+func StartClock(t testing.TB, db *mongo.Database, name string, now func() time.Time, tweak ...func(*den.Config)) Node {
+	t.Helper()
 	dentest.EndToEnd(t)
 	runnerLog := filepath.Join(t.TempDir(), "runners.log")
 	cfg := Config(name, dentest.URI(), db.Name(), runnerLog)
@@ -89,7 +96,7 @@ func Start(t testing.TB, db *mongo.Database, name string, tweak ...func(*den.Con
 			t.Logf("runners of node %s:\n%s", name, b)
 		}
 	})
-	node, err := den.New(cfg, db, plugins.Default(), zap.New(core), nil)
+	node, err := den.New(cfg, db, plugins.Default(), zap.New(core), now)
 	if err != nil {
 		t.Fatal(err)
 	}
