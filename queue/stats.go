@@ -78,7 +78,10 @@ type StatPoint struct {
 	RunSeconds float64 `bson:"run_seconds"`
 	Queued     int64   `bson:"queued"`
 	Running    int64   `bson:"running"`
-	Load       float64 `bson:"load"`
+	// Sampled is set in a queue's document once a node wrote its backlog
+	// (Queued, Running) in it.
+	Sampled bool    `bson:"sampled"`
+	Load    float64 `bson:"load"`
 }
 
 // Kinds of stats documents.
@@ -102,7 +105,7 @@ func (s *Store) AddStats(ctx context.Context, qs []QueueStat, ns []NodeStat) err
 			t := q.At.Truncate(step).UTC()
 			set := bson.D{{Key: "name", Value: q.Name}}
 			if q.Backlog {
-				set = append(set, bson.E{Key: "queued", Value: q.Queued}, bson.E{Key: "running", Value: q.Running})
+				set = append(set, bson.E{Key: "queued", Value: q.Queued}, bson.E{Key: "running", Value: q.Running}, bson.E{Key: "sampled", Value: true})
 			}
 			update := bson.D{
 				{Key: "$setOnInsert", Value: bson.D{{Key: "kind", Value: StatQueue}, {Key: "queue", Value: q.Queue}, {Key: "step", Value: secs}, {Key: "t", Value: t}}},

@@ -93,7 +93,7 @@ func newChart(title string, times []time.Time, week bool, lines ...series) chart
 	}
 	top = niceCeil(top)
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %g %g" role="img" aria-label="%s" preserveAspectRatio="none" xmlns="http://www.w3.org/2000/svg">`,
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %g %g" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg">`,
 		chartW, chartH, template.HTMLEscapeString(title))
 	// Grid: the base line, the middle and the top, with their values.
 	for _, f := range []float64{0, 0.5, 1} {
@@ -195,15 +195,24 @@ type nodeCharts struct {
 }
 
 // overviewCharts draws the charts of the queues and nodes in points
-// (stats documents of r's step, from r's start on): zero where a bucket
-// has no document.
+// (stats documents of r's step, from r's start on): counts are zero where
+// a step has no document, samples a gap.
 func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []queue.StatPoint) chartsData {
 	times := r.buckets(now)
 	index := make(map[time.Time]int, len(times))
 	for i, t := range times {
 		index[t] = i
 	}
+	// Counts are zero in a step with no document; samples (backlog, a
+	// node's tasks and load) are missing there, a gap.
 	zeros := func() []float64 { return make([]float64, len(times)) }
+	gaps := func() []float64 {
+		v := make([]float64, len(times))
+		for i := range v {
+			v[i] = math.NaN()
+		}
+		return v
+	}
 	type qv struct{ ok, bad, todo, run []float64 }
 	type nv struct{ run, load []float64 }
 	byQueue := map[bson.ObjectID]*qv{}
@@ -217,14 +226,17 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 		case queue.StatQueue:
 			v := byQueue[p.Queue]
 			if v == nil {
-				v = &qv{zeros(), zeros(), zeros(), zeros()}
+				v = &qv{zeros(), zeros(), gaps(), gaps()}
 				byQueue[p.Queue] = v
 			}
-			v.ok[i], v.bad[i], v.todo[i], v.run[i] = float64(p.Succeeded), float64(p.Failed), float64(p.Queued), float64(p.Running)
+			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
+			if p.Sampled {
+				v.todo[i], v.run[i] = float64(p.Queued), float64(p.Running)
+			}
 		case queue.StatNode:
 			v := byNode[p.Node]
 			if v == nil {
-				v = &nv{zeros(), zeros()}
+				v = &nv{gaps(), gaps()}
 				byNode[p.Node] = v
 			}
 			v.run[i], v.load[i] = float64(p.Running), p.Load
@@ -235,7 +247,7 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 	for _, q := range queues {
 		v := byQueue[q.ID]
 		if v == nil {
-			v = &qv{zeros(), zeros(), zeros(), zeros()}
+			v = &qv{zeros(), zeros(), gaps(), gaps()}
 		}
 		d.Queues = append(d.Queues, queueCharts{Name: q.Name,
 			Finished: newChart(q.Name+": finished "+r.Label, times, week,
