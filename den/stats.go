@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
@@ -48,8 +49,10 @@ type statsRecorder struct {
 	done map[endedKey]*queue.QueueStat
 
 	// flushed is the minute last written; trimmed when old documents
-	// were last deleted (loop only).
+	// were last deleted; busy the queues whose backlog was last written
+	// as not zero (loop only).
 	flushed, trimmed time.Time
+	busy             map[bson.ObjectID]bool
 }
 
 type endedKey struct {
@@ -82,7 +85,7 @@ func (sr *statsRecorder) ended(q bson.ObjectID, name string, r runner.Report, at
 	key := endedKey{q, at.Truncate(time.Minute)}
 	st := sr.done[key]
 	if st == nil {
-		st = &queue.QueueStat{Queue: q, Name: name, At: key.minute}
+		st = &queue.QueueStat{Queue: q, Name: metrics.Label(name), At: key.minute}
 		sr.done[key] = st
 	}
 	if r.Status == queue.StatusSucceeded {
@@ -106,8 +109,9 @@ func (sr *statsRecorder) due(now time.Time) bool {
 }
 
 // flush writes the completions counted so far, the backlog of every queue
-// (queued: count_todo as the pass read it; running: on all nodes, as the
-// claimer last counted them), and this node's sample (held: the tasks it
+// that has one, or had one when last written (queued: count_todo as the
+// pass read it; running: on all nodes, as the claimer last counted them),
+// and this node's sample (held: the tasks it
 // holds; flushLast passes -1: no sample). Completions are forgotten only once written. Every
 // trimStatsEvery it also deletes the documents past retention.
 //
@@ -146,10 +150,16 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 	}
 	sr.mu.Unlock()
 
+	busy := map[bson.ObjectID]bool{}
 	for _, q := range queues {
-		st := queue.QueueStat{Queue: q.ID, Name: q.Name, At: now, Backlog: true, Running: int64(running(q.ID))}
+		st := queue.QueueStat{Queue: q.ID, Name: metrics.Label(q.Name), At: now, Backlog: true, Running: int64(running(q.ID))}
 		if q.CountTodo != nil {
 			st.Queued = max(*q.CountTodo, 0)
+		}
+		if st.Queued > 0 || st.Running > 0 {
+			busy[q.ID] = true
+		} else if !sr.busy[q.ID] {
+			continue // idle, and written as idle already
 		}
 		pending = append(pending, st)
 	}
@@ -159,6 +169,9 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 	}
 	if err := sr.store.AddStats(ctx, pending, nodes); err != nil {
 		return err
+	}
+	if held >= 0 {
+		sr.busy = busy
 	}
 	// Forget what was written; what ended meanwhile stays for the next.
 	sr.mu.Lock()

@@ -6,7 +6,9 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/plugins/demo"
 	"github.com/den-project/den/queue"
 )
@@ -14,7 +16,8 @@ import (
 // Two nodes run a queue's tasks and write the stats collection: their
 // completions add up (succeeded and failed apart, with their runs timed)
 // in every step's documents, each node writes its own sample, the
-// backlog is sampled, and documents past retention are deleted.
+// backlog of every queue that has one is sampled, and documents past
+// retention are deleted.
 func TestNodesWriteStats(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
@@ -26,6 +29,8 @@ func TestNodesWriteStats(t *testing.T) {
 	// A queue no node serves still has its backlog sampled.
 	idle := dentest.Queue(t, db, "unserved", "no such plugin", 1, "fifo")
 	dentest.Tasks(t, db, idle, bson.D{{Key: "commands", Value: "a"}}, bson.D{{Key: "commands", Value: "a"}})
+	// A queue with nothing to do costs nothing.
+	empty := dentest.Queue(t, db, "empty", demo.Name, 1, "fifo")
 
 	var params []bson.D
 	for i := range 12 {
@@ -36,10 +41,27 @@ func TestNodesWriteStats(t *testing.T) {
 		params = append(params, bson.D{{Key: "commands", Value: cmd}, {Key: "noreport", Value: true}})
 	}
 	dentest.Tasks(t, db, qid, params...)
-	a := startNode(t, db, "stats-a")
-	b := startNode(t, db, "stats-b")
-	dentest.Eventually(t, 2*time.Minute, "every task ended", func() bool {
-		return dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}}) == 12
+	ma, mb := metrics.New(nil), metrics.New(nil)
+	a := startNode(t, db, "stats-a", func(c *den.Config) { c.Metrics = ma })
+	b := startNode(t, db, "stats-b", func(c *den.Config) { c.Metrics = mb })
+	// A runner reports the end to its node after it wrote it: wait for
+	// the nodes to have heard of every end.
+	dentest.Eventually(t, 2*time.Minute, "the nodes hearing of every task's end", func() bool {
+		n := 0.0
+		for _, m := range []*metrics.Metrics{ma, mb} {
+			fams, err := m.Registry().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range fams {
+				if f.GetName() == "den_task_completions_total" {
+					for _, s := range f.GetMetric() {
+						n += s.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return n == 12
 	})
 	a.Stop() // each writes what it has not written yet as it stops
 	b.Stop()
@@ -82,6 +104,9 @@ func TestNodesWriteStats(t *testing.T) {
 		if !seen["stats-a"] || !seen["stats-b"] {
 			t.Errorf("step %s: node samples of %v, want stats-a and stats-b", step, seen)
 		}
+	}
+	if n := dentest.Count(t, stats, bson.D{{Key: "queue", Value: empty}}); n != 0 {
+		t.Errorf("%d stats documents of a queue that never had a task", n)
 	}
 	if n := dentest.Count(t, stats, bson.D{{Key: "_id", Value: "old"}}); n != 0 {
 		t.Errorf("a stats document past retention was kept")

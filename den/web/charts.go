@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,13 +177,19 @@ func axisNumber(v float64) string {
 	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
 }
 
-// queueCharts and nodeCharts are the overview's charts over r.
+// chartsData are the overview's charts over Range.
 type chartsData struct {
 	Range  chartRange
 	Ranges []chartRange
 	Queues []queueCharts
 	Nodes  []nodeCharts
+	// QueuesLeftOut and NodesLeftOut are how many are not charted.
+	QueuesLeftOut, NodesLeftOut int
 }
+
+// chartsShown is the most queues, and the most nodes, the overview charts:
+// the page stays small with thousands of queues.
+const chartsShown = 30
 
 type queueCharts struct {
 	Name              string
@@ -195,22 +202,28 @@ type nodeCharts struct {
 }
 
 // overviewCharts draws the charts of the queues and nodes in points
-// (stats documents of r's step, from r's start on): counts are zero where
-// a step has no document, samples a gap.
+// (stats documents of r's step, from r's start on).
 func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []queue.StatPoint) chartsData {
 	times := r.buckets(now)
 	index := make(map[time.Time]int, len(times))
 	for i, t := range times {
 		index[t] = i
 	}
-	// Counts are zero in a step with no document; samples (backlog, a
-	// node's tasks and load) are missing there, a gap.
+	// A step with no document has nothing finished and no backlog (nodes
+	// write a queue's backlog while it has one, and once more when it is
+	// gone), except the step under way, not written yet: a gap. A node's
+	// samples are missing there (it did not run): a gap.
 	zeros := func() []float64 { return make([]float64, len(times)) }
 	gaps := func() []float64 {
 		v := make([]float64, len(times))
 		for i := range v {
 			v[i] = math.NaN()
 		}
+		return v
+	}
+	backlog := func() []float64 {
+		v := zeros()
+		v[len(v)-1] = math.NaN()
 		return v
 	}
 	type qv struct{ ok, bad, todo, run []float64 }
@@ -226,7 +239,7 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 		case queue.StatQueue:
 			v := byQueue[p.Queue]
 			if v == nil {
-				v = &qv{zeros(), zeros(), gaps(), gaps()}
+				v = &qv{zeros(), zeros(), backlog(), backlog()}
 				byQueue[p.Queue] = v
 			}
 			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
@@ -244,10 +257,37 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 	}
 	week := r.Step >= time.Hour
 	d := chartsData{Range: r, Ranges: chartRanges}
+	// The busiest queues (most tasks finished and queued over the range)
+	// first, by name among equals; past chartsShown, none.
+	activity := func(id bson.ObjectID) float64 {
+		v, n := byQueue[id], 0.0
+		if v == nil {
+			return 0
+		}
+		for i := range times {
+			n += v.ok[i] + v.bad[i]
+			if !math.IsNaN(v.todo[i]) {
+				n += v.todo[i]
+			}
+		}
+		return n
+	}
+	queues = slices.Clone(queues)
+	sort.SliceStable(queues, func(i, j int) bool {
+		ai, aj := activity(queues[i].ID), activity(queues[j].ID)
+		if ai != aj {
+			return ai > aj
+		}
+		return queues[i].Name < queues[j].Name
+	})
+	if len(queues) > chartsShown {
+		d.QueuesLeftOut = len(queues) - chartsShown
+		queues = queues[:chartsShown]
+	}
 	for _, q := range queues {
 		v := byQueue[q.ID]
 		if v == nil {
-			v = &qv{zeros(), zeros(), gaps(), gaps()}
+			v = &qv{zeros(), zeros(), backlog(), backlog()}
 		}
 		d.Queues = append(d.Queues, queueCharts{Name: q.Name,
 			Finished: newChart(q.Name+": finished "+r.Label, times, week,
@@ -261,6 +301,10 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	if len(names) > chartsShown {
+		d.NodesLeftOut = len(names) - chartsShown
+		names = names[:chartsShown]
+	}
 	for _, name := range names {
 		v := byNode[name]
 		d.Nodes = append(d.Nodes, nodeCharts{Name: name,

@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -151,6 +152,17 @@ func TestChartsDrawTheStats(t *testing.T) {
 	_, many := view("/")
 	if total(few) != total(many) || many["find "+queue.StatsCollection] != 1 {
 		t.Errorf("a page view's commands: %v with 3 tasks, %v with 303; want as many, and one find of the stats", few, many)
+	}
+
+	// With many queues, the busiest are charted, and the page says how
+	// many are not.
+	for i := range 30 {
+		dentest.Queue(t, db, fmt.Sprintf("quiet%02d", i), "Disbatch::Plugin::Command", 1, "fifo")
+	}
+	body, _ = view("/")
+	seriesValues(t, body, "resize: finished per minute", "succeeded")
+	if !strings.Contains(body, "1 quieter queues are not charted") || strings.Contains(body, `data-chart="quiet29: backlog"`) {
+		t.Errorf("with 31 queues, the quietest is charted or not said to be left out")
 	}
 }
 
