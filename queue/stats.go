@@ -143,7 +143,8 @@ type StatsQuery struct {
 }
 
 // Stats returns the stats documents q selects, in time order: one query,
-// in one reply (the index on step and t finds them).
+// in one reply (the index on step and t finds them). A document it cannot
+// decode is left out.
 func (s *Store) Stats(ctx context.Context, q StatsQuery) ([]StatPoint, error) {
 	filter := bson.D{{Key: "step", Value: int64(q.Step / time.Second)}, {Key: "t", Value: bson.D{{Key: "$gte", Value: q.Since}}}}
 	if q.Kind != "" {
@@ -156,8 +157,16 @@ func (s *Store) Stats(ctx context.Context, q StatsQuery) ([]StatPoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read stats since %s: %w", q.Since.Format(time.RFC3339), err)
 	}
+	defer cur.Close(ctx)
 	var out []StatPoint
-	if err := cur.All(ctx, &out); err != nil {
+	for cur.Next(ctx) {
+		var p StatPoint
+		if err := bson.Unmarshal(cur.Current, &p); err != nil {
+			continue // not written by a node (a string for a count, say): left out
+		}
+		out = append(out, p)
+	}
+	if err := cur.Err(); err != nil {
 		return nil, fmt.Errorf("read stats since %s: %w", q.Since.Format(time.RFC3339), err)
 	}
 	return out, nil
