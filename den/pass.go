@@ -264,15 +264,15 @@ func (ps *passes) read(ctx context.Context) error {
 		}
 	}
 
+	if ps.stats.due(now) {
+		_, total := ps.held.counts()
+		ps.stats.flush(ctx, now, queues, ps.claimer.running.Queue, total)
+	}
+
 	if ps.schedules.due(now) {
 		if err := ps.schedules.fire(ctx, now); err != nil {
 			return err
 		}
-	}
-
-	if ps.stats.due(now) {
-		_, total := ps.held.counts()
-		ps.stats.flush(ctx, now, queues, ps.claimer.running.Queue, total)
 	}
 
 	ps.claimer.readPass(serve, limit, gfs, byID)
