@@ -38,6 +38,10 @@
 //     and of claims no runner took up.
 //   - schedules.go: scheduler, the firing of the schedules whose time
 //     has come (queue.Store.FireDue: one task per scheduled time).
+//   - stats.go: statsRecorder, the time series of the status page's
+//     charts (queue.StatsCollection): completions counted as runners
+//     report them, written once a minute with each queue's backlog and
+//     the node's own sample, and trimmed to its retention.
 //   - notice.go: logging a condition once when it starts and once when it
 //     clears.
 //

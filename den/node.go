@@ -276,13 +276,15 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		common: c, held: n.claimer.held, capacity: n.claimer.capacity, othersRunning: n.claimer.othersRunning,
 		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started,
 	}
+	stats := &statsRecorder{common: c, load: n.beat.load1}
+	n.runners.stats = stats
 	chores := &chores{}
 	n.sweeper = &sweeper{common: c, chores: chores, runners: n.runners, offer: n.beat.offer, wake: n.claimer.wakeUp}
 	n.rescuer = &rescuer{common: c, chores: chores, runners: n.runners, held: n.claimer.held, sawNodes: n.sweeper.noteOffers}
 	n.passes = &passes{
 		common: c, plugins: reg, chores: chores, held: n.claimer.held,
 		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
-		schedules: &scheduler{common: c},
+		schedules: &scheduler{common: c}, stats: stats,
 	}
 	n.runners.slots = n.claimer
 	n.runners.rescue = n.rescuer.rescue
@@ -430,10 +432,12 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
-// shutdown writes the node document one last time.
+// shutdown writes the node document one last time, and the completions
+// the stats collection has not had.
 func (n *Node) shutdown() {
 	running := n.runners.count()
 	n.beat.writeLast()
+	n.passes.stats.flushLast()
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }
 

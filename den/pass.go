@@ -32,6 +32,8 @@ type passes struct {
 	runners *runners
 	// schedules fires the schedules whose time has come.
 	schedules *scheduler
+	// stats writes the status page's time series once a minute.
+	stats *statsRecorder
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
 	held *heldTasks
@@ -168,7 +170,9 @@ func (ps *passes) setOutage(err error) {
 //   - every ProbeEvery: one query for work in queues found empty;
 //   - every RefreshEvery, and when a schedule's time has come: the
 //     schedules (two queries), and the tasks of those due;
-//   - every RescueEvery and SweepEvery: rescues and sweeps.
+//   - every RescueEvery and SweepEvery: rescues and sweeps;
+//   - once a minute: the stats (one bulkWrite; every hour, two more
+//     commands delete those past retention).
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
 	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
@@ -264,6 +268,11 @@ func (ps *passes) read(ctx context.Context) error {
 		if err := ps.sweeper.sweep(ctx, serve, now); err != nil {
 			return err
 		}
+	}
+
+	if ps.stats.due(now) {
+		_, total := ps.held.counts()
+		ps.stats.flush(ctx, now, queues, ps.claimer.running.Queue, total)
 	}
 
 	if ps.schedules.due(now) {

@@ -118,6 +118,8 @@ type runners struct {
 	// liveAsked maps the run token of each running task a reader wants live
 	// output of to when its runner was last asked (passes only).
 	liveAsked map[bson.ObjectID]time.Time
+	// stats counts completions for the status page's charts.
+	stats *statsRecorder
 	// stopping holds the run tokens whose leftovers are being stopped, so
 	// that two rescue passes do not do it at once.
 	stopMu   sync.Mutex
@@ -241,6 +243,7 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw
 	}
+	rs.stats.handed(taskID, rs.now())
 	if rs.handOver(q.ID, taskID, spec) {
 		return nil
 	}
@@ -306,7 +309,11 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 	}
 	// The queue's name as the last pass read it: a reused runner may
 	// serve a queue renamed since it started.
-	report := func(r runner.Report) { rs.receiveReport(rs.queueName(q.ID, q.Name), r) }
+	report := func(r runner.Report) {
+		name := rs.queueName(q.ID, q.Name)
+		rs.receiveReport(name, r)
+		rs.stats.ended(q.ID, name, r, rs.now())
+	}
 	rs.running.Add(1)
 	p := &runnerProc{pid: pid, queue: q.ID, task: taskID, served: 1}
 	if spec.Reuse {

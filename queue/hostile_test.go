@@ -23,6 +23,8 @@ import (
 // Every other method reads tasks, queues, nodes or config and is tried
 // against the corpus below.
 var storeWrites = map[string]string{
+	"AddStats":          "upserts den's stats documents by _id",
+	"TrimStats":         "deletes den's stats documents older than a time, by _id",
 	"CreateQueue":       "inserts a queue",
 	"CreateQueueWith":   "inserts a queue",
 	"UpdateQueue":       "updates a queue by its ObjectId",
@@ -424,6 +426,9 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 		{"FailClaimed", func(t *testing.T) {}}, // above
 		{"Start", func(t *testing.T) {}},       // above
 		{"ReleaseLost", func(t *testing.T) { val(store.ReleaseLost(ctx, []bson.ObjectID{qid}, node, now))(t) }},
+		{"Stats", func(t *testing.T) {
+			val(store.Stats(ctx, queue.StatsQuery{Step: time.Minute, Since: now.Add(-time.Hour), Queue: qid}))(t)
+		}},
 	}
 
 	tried := map[string]bool{}

@@ -25,7 +25,9 @@ type Index struct {
 //   - tasks: the claim's {node, status, queue} with either _id order for
 //     fifo/lifo, and {queue, status} for counting;
 //   - nodes: node, unique;
-//   - tasks.files / tasks.chunks: Disbatch's GridFS.
+//   - tasks.files / tasks.chunks: Disbatch's GridFS;
+//   - stats (den's own): {step, t} for the page's charts, {t} for
+//     TrimStats.
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -37,6 +39,8 @@ var Indexes = []Index{
 	// den's own: finds cancelled tasks without scanning. Sparse, so it only
 	// holds the tasks someone cancelled.
 	{Collection: TasksCollection, Keys: bson.D{{Key: FieldCancel, Value: 1}, {Key: "status", Value: 1}}, Sparse: true},
+	{Collection: StatsCollection, Keys: bson.D{{Key: "step", Value: 1}, {Key: "t", Value: 1}}},
+	{Collection: StatsCollection, Keys: bson.D{{Key: "t", Value: 1}}},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.

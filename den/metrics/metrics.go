@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"regexp"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -59,6 +60,8 @@ type Metrics struct {
 	Malformed *prometheus.CounterVec
 
 	queues queueLabels
+	// collectors are what New registered.
+	collectors []prometheus.Collector
 
 	funcsMu sync.Mutex
 	running func() map[string]int
@@ -121,15 +124,39 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "den_malformed_documents_total", Help: "Documents this node met that cannot be what their collection holds, by collection (tasks, queues) and action (failed: a task failed with the reason in its stderr; skipped: left as it is).",
 		}, []string{"collection", "action"}),
 	}
-	reg.MustRegister(
+	m.collectors = []prometheus.Collector{
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
 		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes, m.Malformed,
 		funcCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	}
+	reg.MustRegister(m.collectors...)
 	return m
 }
+
+// Names lists the names of the metrics the collectors export, whether or
+// not they have a series yet (a histogram's series add _bucket, _sum and
+// _count): what a dashboard or an alert rule may name.
+func (m *Metrics) Names() []string {
+	ch := make(chan *prometheus.Desc)
+	go func() {
+		for _, c := range m.collectors {
+			c.Describe(ch)
+		}
+		close(ch)
+	}()
+	var names []string
+	for d := range ch {
+		// A Desc says its name only in its String form.
+		if n := fqName.FindStringSubmatch(d.String()); n != nil {
+			names = append(names, n[1])
+		}
+	}
+	return names
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
 
 // Registry is the registry the collectors are on: what /metrics serves.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

@@ -62,6 +62,7 @@ type overviewData struct {
 	Bad      []string
 	Nodes    []nodeView
 	Failures []failureView
+	Charts   chartsData
 }
 
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
@@ -103,6 +104,12 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	rng := rangeOf(r.URL.Query().Get("range"))
+	points, err := h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(now)[0]})
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.dbOK()
 	d := overviewData{Database: h.db.Name(), Window: "15m"}
 	sort.SliceStable(queues, func(i, j int) bool { return queues[i].Name < queues[j].Name })
@@ -123,6 +130,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
 		d.Queues = append(d.Queues, v)
 	}
+	d.Charts = overviewCharts(rng, now, queues, points)
 	for _, b := range bad {
 		d.Bad = append(d.Bad, fmt.Sprintf("queue %v cannot be used: %v", b.ID, b.Reason))
 	}

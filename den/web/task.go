@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -49,6 +50,33 @@ type taskData struct {
 	Live       bool // the page polls for output and the end
 	CanCancel  bool
 	CanRetry   bool
+	// RunTime charts this task's run times against its queue's recent
+	// runs; nil when it has not run.
+	RunTime *chartView
+}
+
+// runTimesShown is how many of a task's runs its run-time chart draws.
+const runTimesShown = 3
+
+// runTimes are how long t's runs took, the last (or the one running, until
+// now) first: from the start its runner recorded to the end.
+func runTimes(t queue.Task, hist []queue.HistoryEntry, now time.Time) []time.Duration {
+	var out []time.Duration
+	if t.Runner != nil && !t.Runner.At.IsZero() && t.StatusOK && t.Status >= queue.StatusRunning {
+		end := now
+		if t.Status != queue.StatusRunning {
+			end = t.Mtime
+		}
+		if end.After(t.Runner.At) {
+			out = append(out, end.Sub(t.Runner.At))
+		}
+	}
+	for i := len(hist) - 1; i >= 0 && len(out) < runTimesShown; i-- {
+		if e := hist[i]; !e.Started.IsZero() && e.Ended.After(e.Started) {
+			out = append(out, e.Ended.Sub(e.Started))
+		}
+	}
+	return out
 }
 
 func (h *handler) task(w http.ResponseWriter, r *http.Request) {
@@ -72,6 +100,11 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.wantLive(r.Context(), t); err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	runs, err := h.store.Stats(r.Context(), queue.StatsQuery{Step: runTimeRange.Step, Since: runTimeRange.buckets(h.now())[0], Kind: queue.StatQueue, Queue: t.Queue})
+	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
@@ -123,6 +156,10 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 			v.StderrURL = fmt.Sprintf("/tasks/%s/output.txt?stream=stderr&attempt=%d", t.ID.Hex(), i+1)
 		}
 		d.History = append(d.History, v)
+	}
+	if took := runTimes(*t, hist, h.now()); len(took) > 0 {
+		c := runTimeChart(h.now(), runs, took)
+		d.RunTime = &c
 	}
 	title := "Task " + t.ID.Hex()
 	h.render(w, r, "task", page{Title: title, Nav: "tasks", Data: d})

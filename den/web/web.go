@@ -106,7 +106,7 @@ func New(o Options) (http.Handler, error) {
 	h.sessions = newSessions()
 	h.limit = newLimiter(h.log)
 	for _, page := range []string{"overview", "tasks", "task", "schedules", "login", "error"} {
-		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/"+page+".html")
+		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/chart.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse template %s: %w", page, err)
 		}

@@ -1,0 +1,226 @@
+package den
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/metrics"
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/queue"
+)
+
+// statsEvery is how often a node writes its samples and completions to
+// the stats collection: once a minute, on the first full pass of each
+// minute.
+const statsEvery = time.Minute
+
+// trimStatsEvery is how often a node deletes stats documents older than
+// queue.StatsRetention, and trimStatsBatch the most it deletes then.
+const (
+	trimStatsEvery = time.Hour
+	trimStatsBatch = 1000
+)
+
+// statsPending is the most minutes of completions a node keeps while it
+// cannot write them (MongoDB unreachable): older ones are dropped.
+const statsPending = 24 * 60
+
+// statsRecorder keeps the time series of the status page's charts
+// (queue.StatsCollection). Runners tell it when a task is handed over and
+// when its runner reports the end (handed, ended: any goroutine); it adds
+// up each queue's completions per minute in memory, and a full pass
+// flushes them once a minute with the backlog of every queue and the
+// node's own sample: one bulkWrite a minute, and, every trimStatsEvery,
+// the deletion of documents past queue.StatsRetention (two commands).
+type statsRecorder struct {
+	*common
+	// load reads the host's 1-minute load average (the heartbeat's
+	// sampler, cached).
+	load func(ctx context.Context, now time.Time) float64
+
+	mu sync.Mutex
+	// started maps each task handed to a runner to when.
+	started map[bson.ObjectID]time.Time
+	// done holds the completions not yet written, by queue and minute.
+	done map[endedKey]*queue.QueueStat
+
+	// flushed is the minute last written; trimmed when old documents
+	// were last deleted; busy the queues whose backlog was last written
+	// as not zero (loop only).
+	flushed, trimmed time.Time
+	busy             map[bson.ObjectID]bool
+}
+
+type endedKey struct {
+	queue  bson.ObjectID
+	minute time.Time
+}
+
+// handed notes that task was handed to a runner at at.
+func (sr *statsRecorder) handed(task bson.ObjectID, at time.Time) {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	if sr.started == nil {
+		sr.started = map[bson.ObjectID]time.Time{}
+	}
+	sr.started[task] = at
+}
+
+// ended counts the end a runner reported for a task of queue q (name, as
+// the last pass read it) at at: status 1 succeeded, any other final status
+// failed; a retry is no end.
+func (sr *statsRecorder) ended(q bson.ObjectID, name string, r runner.Report, at time.Time) {
+	if r.Retry || r.Status == 0 {
+		return
+	}
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	if sr.done == nil {
+		sr.done = map[endedKey]*queue.QueueStat{}
+	}
+	key := endedKey{q, at.Truncate(time.Minute)}
+	st := sr.done[key]
+	if st == nil {
+		st = &queue.QueueStat{Queue: q, Name: metrics.Label(name), At: key.minute}
+		sr.done[key] = st
+	}
+	if r.Status == queue.StatusSucceeded {
+		st.Succeeded++
+	} else {
+		st.Failed++
+	}
+	if id, err := bson.ObjectIDFromHex(r.Task); err == nil {
+		if began, ok := sr.started[id]; ok {
+			delete(sr.started, id)
+			st.Runs++
+			st.RunSeconds += max(at.Sub(began).Seconds(), 0)
+		}
+	}
+}
+
+// due reports whether a full pass should flush now: none has in this
+// minute.
+func (sr *statsRecorder) due(now time.Time) bool {
+	return now.Truncate(statsEvery).After(sr.flushed)
+}
+
+// flush writes the completions counted so far, the backlog of every queue
+// that has one, or had one when last written (queued: count_todo as the
+// pass read it; running: on all nodes, as the claimer last counted them),
+// and this node's sample (held: the tasks it
+// holds; flushLast passes -1: no sample). Completions are forgotten only once written. Every
+// trimStatsEvery it also deletes the documents past retention.
+//
+// A failure fails no pass (the charts are not the node's work): it is
+// logged when it starts and when it clears, and the next minute's flush
+// tries again with the completions kept.
+func (sr *statsRecorder) flush(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) {
+	sr.flushed = now.Truncate(statsEvery)
+	if err := sr.write(ctx, now, queues, running, held); err != nil {
+		if sr.notes.set("stats", err.Error()) {
+			sr.log.Warn("cannot write the stats collection (the status page's charts); trying again every minute", zap.Error(err))
+		}
+		return
+	}
+	if sr.notes.clear("stats") {
+		sr.log.Info("the stats collection is written again")
+	}
+}
+
+func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) error {
+	sr.mu.Lock()
+	pending := make([]queue.QueueStat, 0, len(sr.done)+len(queues))
+	keys := make([]endedKey, 0, len(sr.done))
+	for k, st := range sr.done {
+		if now.Sub(k.minute) > statsPending*time.Minute {
+			delete(sr.done, k)
+			continue
+		}
+		pending = append(pending, *st)
+		keys = append(keys, k)
+	}
+	for id, at := range sr.started {
+		if now.Sub(at) > queue.StatsRetention { // a runner that never reported
+			delete(sr.started, id)
+		}
+	}
+	sr.mu.Unlock()
+
+	busy := map[bson.ObjectID]bool{}
+	for _, q := range queues {
+		st := queue.QueueStat{Queue: q.ID, Name: metrics.Label(q.Name), At: now, Backlog: true, Running: int64(running(q.ID))}
+		if q.CountTodo != nil {
+			st.Queued = max(*q.CountTodo, 0)
+		}
+		if st.Queued > 0 || st.Running > 0 {
+			busy[q.ID] = true
+		} else if !sr.busy[q.ID] {
+			continue // idle, and written as idle already
+		}
+		pending = append(pending, st)
+	}
+	var nodes []queue.NodeStat
+	if held >= 0 { // not the last flush
+		nodes = append(nodes, queue.NodeStat{Node: sr.cfg.Name, At: now, Running: int64(held), Load: sr.load(ctx, now)})
+	}
+	if err := sr.store.AddStats(ctx, pending, nodes); err != nil {
+		return err
+	}
+	if held >= 0 {
+		sr.busy = busy
+	}
+	// Forget what was written; what ended meanwhile stays for the next.
+	sr.mu.Lock()
+	for i, k := range keys {
+		st, w := sr.done[k], pending[i]
+		if st == nil {
+			continue
+		}
+		st.Succeeded -= w.Succeeded
+		st.Failed -= w.Failed
+		st.Runs -= w.Runs
+		st.RunSeconds -= w.RunSeconds
+		if st.Succeeded == 0 && st.Failed == 0 && st.Runs == 0 {
+			delete(sr.done, k)
+		}
+	}
+	sr.mu.Unlock()
+
+	if held >= 0 && now.Sub(sr.trimmed) >= trimStatsEvery {
+		n, err := sr.store.TrimStats(ctx, now.Add(-queue.StatsRetention), trimStatsBatch)
+		if err != nil {
+			return err
+		}
+		if n < trimStatsBatch {
+			sr.trimmed = now
+		}
+		if n > 0 {
+			sr.log.Debug("old stats deleted", zap.Int64("deleted", n))
+		}
+	}
+	return nil
+}
+
+// load1 is the host's 1-minute load average as the heartbeat's sampler
+// last read it (0 when it cannot).
+func (h *heartbeat) load1(ctx context.Context, now time.Time) float64 {
+	res, _ := h.host.Sample(ctx, now)
+	if res == nil || len(res.Load) == 0 {
+		return 0
+	}
+	return res.Load[0]
+}
+
+// flushLast writes the completions not yet written, as the node stops,
+// within a few seconds.
+func (sr *statsRecorder) flushLast() {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := sr.write(ctx, sr.now(), nil, nil, -1); err != nil {
+		sr.log.Warn("could not write the last completions to the stats collection at shutdown", zap.Error(err))
+	}
+}

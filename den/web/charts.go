@@ -1,0 +1,351 @@
+package web
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+// chartRange is a range the charts can show: its name (the range
+// parameter), how far back, and the step of the stats it draws.
+type chartRange struct {
+	Name  string
+	Span  time.Duration
+	Step  time.Duration
+	Label string // "per minute", ...
+}
+
+// chartRanges are the overview's ranges, the default first.
+var chartRanges = []chartRange{
+	{"hour", time.Hour, time.Minute, "per minute"},
+	{"day", 24 * time.Hour, 15 * time.Minute, "per 15 minutes"},
+	{"week", 7 * 24 * time.Hour, time.Hour, "per hour"},
+}
+
+// rangeOf is the range named name, else the default.
+func rangeOf(name string) chartRange {
+	for _, r := range chartRanges {
+		if r.Name == name {
+			return r
+		}
+	}
+	return chartRanges[0]
+}
+
+// buckets are the starts of the steps of r that end at now, oldest first.
+func (r chartRange) buckets(now time.Time) []time.Time {
+	n := int(r.Span / r.Step)
+	last := now.UTC().Truncate(r.Step)
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = last.Add(-time.Duration(n-1-i) * r.Step)
+	}
+	return out
+}
+
+// series is one line of a chart: a value per bucket, NaN where there is
+// none (drawn as a gap).
+type series struct {
+	Name   string
+	Color  string
+	Values []float64
+	Dashed bool
+}
+
+// chartView is one chart as the templates show it.
+type chartView struct {
+	Title  string
+	Series []series
+	SVG    template.HTML
+}
+
+// Chart geometry, in the SVG's own units (it scales to its box).
+const (
+	chartW, chartH         = 360.0, 130.0
+	plotL, plotR           = 34.0, 352.0
+	plotT, plotB           = 8.0, 108.0
+	chartTimeFmt, weekFmt  = "15:04", "Jan 2"
+	colorOK, colorBad      = "#1a7f37", "#c62828"
+	colorTodo, colorRun    = "#8a6d00", "#0b63c5"
+	colorLoad, colorAccent = "#667085", "#2f4f8f"
+)
+
+// newChart draws title's series over the buckets times as inline SVG: a
+// line each, a y axis from 0 to the largest value, and the first and last
+// times. Each line carries its values in data-values ("-" for none), so
+// that they can be read back (tests do).
+func newChart(title string, times []time.Time, week bool, lines ...series) chartView {
+	top := 0.0
+	for _, s := range lines {
+		for _, v := range s.Values {
+			if !math.IsNaN(v) && v > top {
+				top = v
+			}
+		}
+	}
+	top = niceCeil(top)
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %g %g" role="img" aria-label="%s" xmlns="http://www.w3.org/2000/svg">`,
+		chartW, chartH, template.HTMLEscapeString(title))
+	// Grid: the base line, the middle and the top, with their values.
+	for _, f := range []float64{0, 0.5, 1} {
+		y := plotB - f*(plotB-plotT)
+		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#e4e7ec" stroke-width="1"/>`, plotL, y, plotR, y)
+		fmt.Fprintf(&b, `<text x="%g" y="%.1f" text-anchor="end" font-size="10" fill="#667085">%s</text>`, plotL-4, y+3.5, axisNumber(f*top))
+	}
+	if len(times) > 0 {
+		format := chartTimeFmt
+		if week {
+			format = weekFmt
+		}
+		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="10" fill="#667085">%s</text>`, plotL, chartH-6, times[0].Format(format))
+		fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="end" font-size="10" fill="#667085">%s UTC</text>`, plotR, chartH-6, times[len(times)-1].Format(format))
+	}
+	for _, s := range lines {
+		values := make([]string, len(s.Values))
+		for i, v := range s.Values {
+			values[i] = "-"
+			if !math.IsNaN(v) {
+				values[i] = strconv.FormatFloat(v, 'f', -1, 64)
+			}
+		}
+		dash := ""
+		if s.Dashed {
+			dash = ` stroke-dasharray="4 3"`
+		}
+		fmt.Fprintf(&b, `<g class="series" data-series="%s" data-values="%s" stroke="%s" fill="none" stroke-width="1.6"%s>`,
+			template.HTMLEscapeString(s.Name), strings.Join(values, ","), s.Color, dash)
+		// One polyline per run of values without a gap; a lone value is a dot.
+		var run []string
+		flush := func() {
+			switch {
+			case len(run) == 1:
+				xy := strings.Split(run[0], ",")
+				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="1.6" fill="%s"/>`, xy[0], xy[1], s.Color)
+			case len(run) > 1:
+				fmt.Fprintf(&b, `<polyline points="%s"/>`, strings.Join(run, " "))
+			}
+			run = run[:0]
+		}
+		for i, v := range s.Values {
+			if math.IsNaN(v) {
+				flush()
+				continue
+			}
+			x := plotL + (plotR-plotL)*float64(i)/math.Max(float64(len(s.Values)-1), 1)
+			y := plotB
+			if top > 0 {
+				y = plotB - v/top*(plotB-plotT)
+			}
+			run = append(run, fmt.Sprintf("%.1f,%.1f", x, y))
+		}
+		flush()
+		b.WriteString(`</g>`)
+	}
+	b.WriteString(`</svg>`)
+	return chartView{Title: title, Series: lines, SVG: template.HTML(b.String())}
+}
+
+// niceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for 0).
+func niceCeil(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if v <= m*p {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// axisNumber writes an axis value short: 0.5, 20, 1.5k.
+func axisNumber(v float64) string {
+	if v >= 1000 {
+		return strconv.FormatFloat(v/1000, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
+}
+
+// chartsData are the overview's charts over Range.
+type chartsData struct {
+	Range  chartRange
+	Ranges []chartRange
+	Queues []queueCharts
+	Nodes  []nodeCharts
+	// QueuesLeftOut and NodesLeftOut are how many are not charted.
+	QueuesLeftOut, NodesLeftOut int
+}
+
+// chartsShown is the most queues, and the most nodes, the overview charts:
+// the page stays small with thousands of queues.
+const chartsShown = 30
+
+type queueCharts struct {
+	Name              string
+	Finished, Backlog chartView
+}
+
+type nodeCharts struct {
+	Name          string
+	Running, Load chartView
+}
+
+// overviewCharts draws the charts of the queues and nodes in points
+// (stats documents of r's step, from r's start on).
+func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []queue.StatPoint) chartsData {
+	times := r.buckets(now)
+	index := make(map[time.Time]int, len(times))
+	for i, t := range times {
+		index[t] = i
+	}
+	// A step with no document has nothing finished and no backlog (nodes
+	// write a queue's backlog while it has one, and once more when it is
+	// gone), except the step under way, not written yet: a gap. A node's
+	// samples are missing there (it did not run): a gap.
+	zeros := func() []float64 { return make([]float64, len(times)) }
+	gaps := func() []float64 {
+		v := make([]float64, len(times))
+		for i := range v {
+			v[i] = math.NaN()
+		}
+		return v
+	}
+	backlog := func() []float64 {
+		v := zeros()
+		v[len(v)-1] = math.NaN()
+		return v
+	}
+	type qv struct{ ok, bad, todo, run []float64 }
+	type nv struct{ run, load []float64 }
+	byQueue := map[bson.ObjectID]*qv{}
+	byNode := map[string]*nv{}
+	for _, p := range points {
+		i, ok := index[p.T.UTC()]
+		if !ok {
+			continue
+		}
+		switch p.Kind {
+		case queue.StatQueue:
+			v := byQueue[p.Queue]
+			if v == nil {
+				v = &qv{zeros(), zeros(), backlog(), backlog()}
+				byQueue[p.Queue] = v
+			}
+			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
+			if p.Sampled {
+				v.todo[i], v.run[i] = float64(p.Queued), float64(p.Running)
+			}
+		case queue.StatNode:
+			v := byNode[p.Node]
+			if v == nil {
+				v = &nv{gaps(), gaps()}
+				byNode[p.Node] = v
+			}
+			v.run[i], v.load[i] = float64(p.Running), p.Load
+		}
+	}
+	week := r.Step >= time.Hour
+	d := chartsData{Range: r, Ranges: chartRanges}
+	// The busiest queues (most tasks finished and queued over the range)
+	// first, by name among equals; past chartsShown, none.
+	activity := func(id bson.ObjectID) float64 {
+		v, n := byQueue[id], 0.0
+		if v == nil {
+			return 0
+		}
+		for i := range times {
+			n += v.ok[i] + v.bad[i]
+			if !math.IsNaN(v.todo[i]) {
+				n += v.todo[i]
+			}
+		}
+		return n
+	}
+	queues = slices.Clone(queues)
+	sort.SliceStable(queues, func(i, j int) bool {
+		ai, aj := activity(queues[i].ID), activity(queues[j].ID)
+		if ai != aj {
+			return ai > aj
+		}
+		return queues[i].Name < queues[j].Name
+	})
+	if len(queues) > chartsShown {
+		d.QueuesLeftOut = len(queues) - chartsShown
+		queues = queues[:chartsShown]
+	}
+	for _, q := range queues {
+		v := byQueue[q.ID]
+		if v == nil {
+			v = &qv{zeros(), zeros(), backlog(), backlog()}
+		}
+		d.Queues = append(d.Queues, queueCharts{Name: q.Name,
+			Finished: newChart(q.Name+": finished "+r.Label, times, week,
+				series{Name: "succeeded", Color: colorOK, Values: v.ok}, series{Name: "failed", Color: colorBad, Values: v.bad}),
+			Backlog: newChart(q.Name+": backlog", times, week,
+				series{Name: "queued", Color: colorTodo, Values: v.todo}, series{Name: "running", Color: colorRun, Values: v.run}),
+		})
+	}
+	names := make([]string, 0, len(byNode))
+	for name := range byNode {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if len(names) > chartsShown {
+		d.NodesLeftOut = len(names) - chartsShown
+		names = names[:chartsShown]
+	}
+	for _, name := range names {
+		v := byNode[name]
+		d.Nodes = append(d.Nodes, nodeCharts{Name: name,
+			Running: newChart(name+": tasks running", times, week, series{Name: "running", Color: colorRun, Values: v.run}),
+			Load:    newChart(name+": load (1 min)", times, week, series{Name: "load", Color: colorLoad, Values: v.load}),
+		})
+	}
+	return d
+}
+
+// runTimeRange is what the task page compares a task's run time with:
+// its queue's mean run time per hour over the last week.
+var runTimeRange = chartRanges[2]
+
+// runTimeChart draws the mean run time of the queue's runs per hour
+// (points: its stats of runTimeRange's step) against took, the run times
+// of this task (one dashed line each, the last run first).
+func runTimeChart(now time.Time, points []queue.StatPoint, took []time.Duration) chartView {
+	times := runTimeRange.buckets(now)
+	index := make(map[time.Time]int, len(times))
+	mean := make([]float64, len(times))
+	for i, t := range times {
+		index[t] = i
+		mean[i] = math.NaN()
+	}
+	for _, p := range points {
+		if i, ok := index[p.T.UTC()]; ok && p.Runs > 0 {
+			mean[i] = math.Round(p.RunSeconds/float64(p.Runs)*1000) / 1000
+		}
+	}
+	lines := []series{{Name: "queue mean run (s)", Color: colorAccent, Values: mean}}
+	for i, d := range took {
+		flat := make([]float64, len(times))
+		for j := range flat {
+			flat[j] = math.Round(d.Seconds()*1000) / 1000
+		}
+		name := "this task (s)"
+		if i > 0 {
+			name = fmt.Sprintf("this task, run %d (s)", len(took)-i)
+		}
+		lines = append(lines, series{Name: name, Color: colorBad, Values: flat, Dashed: true})
+	}
+	return newChart("Run time: this task and its queue mean, per hour", times, true, lines...)
+}
