@@ -65,6 +65,10 @@ type Config struct {
 	// counts every node's claimed and running tasks (tasks_doing in its
 	// node document). Default 10s.
 	RefreshEvery time.Duration
+	// ClockEvery is how often the node asks the database server its time
+	// (one hello; queue.Clock): the host's monotonic clock counts between.
+	// Default 1m.
+	ClockEvery time.Duration
 	// ProbeEvery is how often the node looks, with one query, for work
 	// in the queues a claim found empty whose counts have not changed
 	// since: tasks inserted without raising the counts, and tasks whose
@@ -165,6 +169,8 @@ const (
 	// DefaultRefreshEvery: the config collection, and every node's running
 	// counts.
 	DefaultRefreshEvery = 10 * time.Second
+	// DefaultClockEvery: the server's time (hello).
+	DefaultClockEvery = time.Minute
 	// DefaultProbeEvery: one query for work in queues found empty.
 	DefaultProbeEvery = 5 * time.Second
 	// DefaultRescueEvery: the rescues of dead runners, dead nodes and
@@ -195,6 +201,9 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	}
 	if cfg.ProbeEvery <= 0 {
 		cfg.ProbeEvery = DefaultProbeEvery
+	}
+	if cfg.ClockEvery <= 0 {
+		cfg.ClockEvery = DefaultClockEvery
 	}
 	if cfg.Runner.MaxTasks <= 0 {
 		cfg.Runner.MaxTasks = DefaultRunnerMaxTasks

@@ -44,6 +44,8 @@ type passes struct {
 	// sharedAt.
 	shared   *queue.SharedConfig
 	sharedAt time.Time
+	// clockAt is when the clock was last synced with the server.
+	clockAt time.Time
 	// lastProbe is when claims last probed the queues found empty.
 	lastProbe time.Time
 	// fillBatch is how many queues' counts the next pass fills in
@@ -163,8 +165,8 @@ func (ps *passes) setOutage(err error) {
 //   - every pass: the queues (count_todo tells of new work), the node
 //     document, and, while this node holds tasks, its own claimed and
 //     running tasks (their cancel flags, and what it holds);
-//   - every RefreshEvery: the server's time (hello), the config
-//     collection, and the claimed and
+//   - every ClockEvery: the server's time (hello);
+//   - every RefreshEvery: the config collection, and the claimed and
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
 //   - every ProbeEvery: one query for work in queues found empty;
@@ -175,12 +177,15 @@ func (ps *passes) setOutage(err error) {
 //     commands delete those past retention).
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
-	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
+	if now.Sub(ps.clockAt) >= ps.cfg.ClockEvery {
 		// The server's time again: a clock this host's monotonic clock
 		// counts on drifts a little.
 		if err := ps.store.SyncClock(ctx, ps.clock); err != nil {
 			return err
 		}
+		ps.clockAt = now
+	}
+	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
 		shared, err := ps.store.ActiveConfig(ctx)
 		if err != nil {
 			return err // never fall back to serving every queue
