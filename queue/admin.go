@@ -221,7 +221,9 @@ func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bs
 
 // UpdateQueue writes settings into a queue document. Setting maxthreads
 // removes threads and the other way round, so that the queue has the one
-// limit the operator asked for.
+// limit the operator asked for. On a paused queue the limits go into what
+// it keeps for its resume (paused.maxthreads, paused.threads): it stays
+// paused, and resumes with them.
 func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
 	if settings.has(SettingMaxThreads) && settings.has(SettingThreads) {
 		return errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
@@ -236,17 +238,34 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 	if settings.has(SettingPlugin) {
 		unset = append(unset, "plugin") // later Disbatch's spelling, which constructor would shadow
 	}
-	update := bson.D{}
-	if len(settings.Set) > 0 {
-		update = append(update, bson.E{Key: "$set", Value: settings.Set})
-	}
-	if len(unset) > 0 {
-		u := bson.D{}
-		for _, k := range unset {
-			u = append(u, bson.E{Key: k, Value: ""})
+	limits := false
+	// build is the update, with the limits renamed by limit.
+	build := func(limit func(string) string) bson.D {
+		name := func(k string) string {
+			if k == SettingMaxThreads || k == SettingThreads {
+				limits = true
+				return limit(k)
+			}
+			return k
 		}
-		update = append(update, bson.E{Key: "$unset", Value: u})
+		update := bson.D{}
+		if len(settings.Set) > 0 {
+			set := bson.D{}
+			for _, e := range settings.Set {
+				set = append(set, bson.E{Key: name(e.Key), Value: e.Value})
+			}
+			update = append(update, bson.E{Key: "$set", Value: set})
+		}
+		if len(unset) > 0 {
+			u := bson.D{}
+			for _, k := range unset {
+				u = append(u, bson.E{Key: name(k), Value: ""})
+			}
+			update = append(update, bson.E{Key: "$unset", Value: u})
+		}
+		return update
 	}
+	update := build(func(k string) string { return k })
 	if len(update) == 0 {
 		return errors.New("nothing to set")
 	}
@@ -259,9 +278,21 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 			return fmt.Errorf("update queue %s: another queue is named %q", id.Hex(), name)
 		}
 	}
-	res, err := s.queues.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
+	filter := bson.D{{Key: "_id", Value: id}}
+	if limits {
+		filter = append(filter, bson.E{Key: FieldPaused, Value: nil})
+	}
+	res, err := s.queues.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return fmt.Errorf("update queue %s: %w", id.Hex(), err)
+	}
+	if res.MatchedCount == 0 && limits {
+		// Paused (the filter's null also matches a paused: null, which
+		// is no pause): its limits are those it keeps.
+		filter = bson.D{{Key: "_id", Value: id}, {Key: FieldPaused, Value: bson.D{{Key: "$ne", Value: nil}}}}
+		if res, err = s.queues.UpdateOne(ctx, filter, build(keptLimit)); err != nil {
+			return fmt.Errorf("update queue %s: %w", id.Hex(), err)
+		}
 	}
 	if res.MatchedCount == 0 {
 		return fmt.Errorf("update queue %s: %w", id.Hex(), ErrNoQueue)

@@ -28,6 +28,9 @@ type queueView struct {
 	PerMinute                       string
 	Problem                         string
 	TasksURL, RunningURL, FailedURL string
+	// Paused says since when and by whom, when the queue is paused
+	// (Limit is then the limit it resumes with).
+	Paused string
 }
 
 type nodeView struct {
@@ -120,6 +123,9 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		if q.Global {
 			v.Limit = strconv.Itoa(q.MaxThreads) + " on all nodes"
 		}
+		if q.Paused != nil {
+			v.Limit, v.Paused = q.Paused.Limit(), pausedText(*q.Paused)
+		}
 		v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
 		d.Queues = append(d.Queues, v)
 	}
@@ -168,4 +174,16 @@ func taskListURL(queueID, status, node string) string {
 		return "/tasks"
 	}
 	return "/tasks?" + v.Encode()
+}
+
+// pausedText says when and by whom a queue was paused.
+func pausedText(p queue.Pause) string {
+	s := "paused"
+	if !p.At.IsZero() {
+		s += " at " + p.At.UTC().Format(time.RFC3339)
+	}
+	if p.By != "" {
+		s += " by " + p.By
+	}
+	return s
 }

@@ -127,6 +127,8 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("POST /tasks/{id}/cancel", h.action(h.cancel))
 	m.HandleFunc("POST /tasks/{id}/retry", h.action(h.retry))
 	m.HandleFunc("POST /nodes/maxthreads", h.action(h.setMaxThreads))
+	m.HandleFunc("POST /queues/{id}/pause", h.action(h.pauseQueue))
+	m.HandleFunc("POST /queues/{id}/resume", h.action(h.resumeQueue))
 	m.HandleFunc("GET /login", h.loginPage)
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)
@@ -211,6 +213,8 @@ var messages = map[string]string{
 	"retried":          "The task is queued again.",
 	"not-retried":      "The task was not retried: it is queued or running, or it changed meanwhile.",
 	"maxthreads-set":   "The node's maxthreads is set; the node applies it on its next pass.",
+	"queue-paused":     "The queue is paused: no node starts its tasks until it is resumed.",
+	"queue-resumed":    "The queue is resumed with the limits it had.",
 	"logged-in":        "Logged in: actions are enabled in this browser.",
 	"logged-out":       "Logged out.",
 }
