@@ -779,7 +779,25 @@ type NodeDoc struct {
 	MaxThreadsProblem string
 	// Version is the node's version, when it writes one.
 	Version string
+	// QueuesLeftOut is how many queues a den node serves but left out of
+	// its queues array (den.NodeQueuesMax).
+	QueuesLeftOut int
+	// Stopped is when a den node said, as it stopped cleanly, that it
+	// stopped (zero: it did not; see FieldStopped).
+	Stopped time.Time
 	Raw     bson.Raw
+}
+
+// Live reports whether the node is alive at now: it wrote its document
+// within deadAfter, and did not say it stopped since.
+func (n NodeDoc) Live(now time.Time, deadAfter time.Duration) bool {
+	return !n.Timestamp.IsZero() && now.Sub(n.Timestamp) <= deadAfter && !n.StoppedCleanly()
+}
+
+// StoppedCleanly reports whether the node said it stopped, and has not
+// written its document since.
+func (n NodeDoc) StoppedCleanly() bool {
+	return !n.Stopped.IsZero() && !n.Stopped.Before(n.Timestamp)
 }
 
 // Nodes returns every node document, by name.
@@ -817,6 +835,10 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeDoc, error) {
 			}
 		}
 		n.Version, _ = raw.Lookup("version").StringValueOK()
+		if left, ok := intValue(raw.Lookup("queues_left_out")); ok {
+			n.QueuesLeftOut = int(left)
+		}
+		n.Stopped, _ = timeValue(raw.Lookup(FieldStopped))
 		out = append(out, n)
 	}
 	if err := cur.Err(); err != nil {

@@ -61,6 +61,11 @@ func NewNodeQueue(q Queue, doing int) NodeQueue {
 	}
 }
 
+// FieldStopped is when a den node stopped cleanly: it writes it in its node
+// document, with its last timestamp, as it stops (Stopped), and a later
+// heartbeat of the same name supersedes it. A Perl node ignores it.
+const FieldStopped = "stopped"
+
 // NodeLimit is the node-wide limit an operator may set in the node
 // document's maxthreads: nil means no limit, 0 means run nothing.
 type NodeLimit = *int

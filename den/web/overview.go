@@ -31,6 +31,9 @@ type queueView struct {
 	// Paused says since when and by whom, when the queue is paused
 	// (Limit is then the limit it resumes with).
 	Paused string
+	// Unserved says why no live node can serve the queue (no live node,
+	// or none serves it); empty when one can.
+	Unserved string
 }
 
 type nodeView struct {
@@ -107,6 +110,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.dbOK()
+	facts := &queue.Facts{Now: now, DeadAfter: h.dead, Nodes: nodes, Running: running}
 	d := overviewData{Database: h.db.Name(), Window: "15m"}
 	sort.SliceStable(queues, func(i, j int) bool { return queues[i].Name < queues[j].Name })
 	for _, q := range queues {
@@ -125,6 +129,11 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		if q.Paused != nil {
 			v.Limit, v.Paused = q.Paused.Limit(), pausedText(*q.Paused)
+		}
+		for _, why := range facts.QueueReasons(q) {
+			if why.Code == queue.WhyNoLiveNode || why.Code == queue.WhyNoNodeServes {
+				v.Unserved = why.Text
+			}
 		}
 		v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
 		d.Queues = append(d.Queues, v)

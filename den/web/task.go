@@ -49,6 +49,9 @@ type taskData struct {
 	Live       bool // the page polls for output and the end
 	CanCancel  bool
 	CanRetry   bool
+	// Why is the first reason a waiting task has not started (den task
+	// why); zero for a task that is not waiting.
+	Why queue.Reason
 }
 
 func (h *handler) task(w http.ResponseWriter, r *http.Request) {
@@ -75,8 +78,13 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	why, err := h.why(r, *t)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.dbOK()
-	d := taskData{Task: *t, Params: prettyJSON(t.Parameters), Document: prettyJSON(withoutBulk(t.Raw))}
+	d := taskData{Task: *t, Params: prettyJSON(t.Parameters), Document: prettyJSON(withoutBulk(t.Raw)), Why: why}
 	if q != nil {
 		d.QueueName = q.Name
 	}
@@ -163,4 +171,21 @@ func withoutBulk(raw bson.Raw) bson.Raw {
 		return raw
 	}
 	return b
+}
+
+// why is the first reason a task that waits (queued or held back) has not
+// started, as den task why says it; zero for any other task.
+func (h *handler) why(r *http.Request, t queue.Task) (queue.Reason, error) {
+	if !t.StatusOK || t.Status >= queue.StatusClaimed || queue.Ended(t.Status) {
+		return queue.Reason{}, nil
+	}
+	facts, err := h.store.ReadFacts(r.Context(), h.now(), h.dead)
+	if err != nil {
+		return queue.Reason{}, err
+	}
+	reasons, err := h.store.Why(r.Context(), facts, t)
+	if err != nil {
+		return queue.Reason{}, err
+	}
+	return reasons[0], nil
 }
