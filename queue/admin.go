@@ -794,6 +794,24 @@ func (n NodeDoc) Live(now time.Time, deadAfter time.Duration) bool {
 	return !n.Timestamp.IsZero() && now.Sub(n.Timestamp) <= deadAfter && !n.StoppedCleanly()
 }
 
+// Node states, as den node list and the page show them.
+const (
+	NodeRunning = "running" // wrote its document within dead_node_after
+	NodeStopped = "stopped" // said it stopped, as it stopped cleanly
+	NodeDead    = "dead"    // silent for longer than dead_node_after, without saying it stopped
+)
+
+// State is the node's state at now: NodeStopped, NodeRunning or NodeDead.
+func (n NodeDoc) State(now time.Time, deadAfter time.Duration) string {
+	switch {
+	case n.StoppedCleanly():
+		return NodeStopped
+	case n.Live(now, deadAfter):
+		return NodeRunning
+	}
+	return NodeDead
+}
+
 // StoppedCleanly reports whether the node said it stopped, and has not
 // written its document since.
 func (n NodeDoc) StoppedCleanly() bool {
@@ -809,36 +827,7 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeDoc, error) {
 	defer cur.Close(ctx)
 	var out []NodeDoc
 	for cur.Next(ctx) {
-		raw := append(bson.Raw(nil), cur.Current...)
-		n := NodeDoc{Raw: raw}
-		if name, ok := raw.Lookup("node").StringValueOK(); ok {
-			n.Name = name
-		} else {
-			n.Name = raw.Lookup("node").String()
-		}
-		n.Timestamp, _ = timeValue(raw.Lookup("timestamp"))
-		if arr, ok := raw.Lookup("queues").ArrayOK(); ok {
-			vals, _ := arr.Values()
-			for _, v := range vals {
-				var nq NodeQueue
-				if doc, ok := v.DocumentOK(); ok && bson.Unmarshal(doc, &nq) == nil {
-					n.Queues = append(n.Queues, nq)
-				}
-			}
-		}
-		if v := raw.Lookup("maxthreads"); !absent(v) {
-			if m, ok := intValue(v); ok && m >= 0 {
-				mt := int(min(m, 1<<20))
-				n.MaxThreads = &mt
-			} else {
-				n.MaxThreadsProblem = fmt.Sprintf("maxthreads is %s, not a non-negative whole number or null; nodes treat it as 0", describe(v))
-			}
-		}
-		n.Version, _ = raw.Lookup("version").StringValueOK()
-		if left, ok := intValue(raw.Lookup("queues_left_out")); ok {
-			n.QueuesLeftOut = int(left)
-		}
-		n.Stopped, _ = timeValue(raw.Lookup(FieldStopped))
+		n := decodeNodeDoc(append(bson.Raw(nil), cur.Current...))
 		out = append(out, n)
 	}
 	if err := cur.Err(); err != nil {
@@ -846,6 +835,41 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeDoc, error) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// decodeNodeDoc reads a node document leniently: what cannot be read is
+// left zero.
+func decodeNodeDoc(raw bson.Raw) NodeDoc {
+	n := NodeDoc{Raw: raw}
+	if name, ok := raw.Lookup("node").StringValueOK(); ok {
+		n.Name = name
+	} else {
+		n.Name = raw.Lookup("node").String()
+	}
+	n.Timestamp, _ = timeValue(raw.Lookup("timestamp"))
+	if arr, ok := raw.Lookup("queues").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			var nq NodeQueue
+			if doc, ok := v.DocumentOK(); ok && bson.Unmarshal(doc, &nq) == nil {
+				n.Queues = append(n.Queues, nq)
+			}
+		}
+	}
+	if v := raw.Lookup("maxthreads"); !absent(v) {
+		if m, ok := intValue(v); ok && m >= 0 {
+			mt := int(min(m, 1<<20))
+			n.MaxThreads = &mt
+		} else {
+			n.MaxThreadsProblem = fmt.Sprintf("maxthreads is %s, not a non-negative whole number or null; nodes treat it as 0", describe(v))
+		}
+	}
+	n.Version, _ = raw.Lookup("version").StringValueOK()
+	if left, ok := intValue(raw.Lookup("queues_left_out")); ok {
+		n.QueuesLeftOut = int(left)
+	}
+	n.Stopped, _ = timeValue(raw.Lookup(FieldStopped))
+	return n
 }
 
 // SetNodeMaxThreads sets a node's node-wide limit (nil removes it: no

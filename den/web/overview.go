@@ -37,9 +37,11 @@ type queueView struct {
 }
 
 type nodeView struct {
-	Name       string
-	Heartbeat  time.Time
-	Dead       bool
+	Name      string
+	Heartbeat time.Time
+	Dead      bool
+	// State is running, stopped or dead (queue.NodeDoc.State).
+	State      string
 	MaxThreads string
 	Limit      string // the form's current value: a number, or empty
 	Problem    string
@@ -144,7 +146,8 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	for _, n := range nodes {
 		v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
 			Info: decodeNodeInfo(n.Raw), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
-		v.Dead = n.Timestamp.IsZero() || now.Sub(n.Timestamp) > h.dead
+		v.State = n.State(now, h.dead)
+		v.Dead = v.State == queue.NodeDead
 		if n.MaxThreads != nil {
 			v.MaxThreads = strconv.Itoa(*n.MaxThreads)
 			v.Limit = v.MaxThreads
