@@ -483,3 +483,33 @@ func TestMetricsCountCompletionsWithoutTheRelay(t *testing.T) {
 		})
 	}
 }
+
+// A node that has not yet reached MongoDB says so: den_database_outage is
+// 1 from its start until its first full pass succeeds.
+func TestOutageUntilTheFirstSuccess(t *testing.T) {
+	t.Parallel()
+	host := strings.TrimPrefix(dentest.URI(), "mongodb://")
+	host, _, _ = strings.Cut(host, "/")
+	g := newGate(t, host)
+	g.setShut(true)
+	uri := fmt.Sprintf("mongodb://%s/?directConnection=true&serverSelectionTimeoutMS=2000&connectTimeoutMS=2000", g.ln.Addr())
+	client, ep, tweak := withEndpoint(t, uri)
+	db := client.Database(dentest.DB(t).Name())
+	startNode(t, db, "n", tweak, func(c *den.Config) { c.URI = uri })
+	var up bool
+	dentest.Eventually(t, time.Minute, "/metrics served", func() bool {
+		resp, err := http.Get(ep.base + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			up = resp.StatusCode == http.StatusOK
+		}
+		return up
+	})
+	if f := ep.scrape(t); value(f, "den_database_outage") != 1 {
+		t.Errorf("den_database_outage %v before the node reached MongoDB, want 1", value(f, "den_database_outage"))
+	}
+	g.setShut(false)
+	dentest.Eventually(t, 2*time.Minute, "den_database_outage 0 once MongoDB answers", func() bool {
+		return value(ep.scrape(t), "den_database_outage") == 0
+	})
+}

@@ -34,7 +34,8 @@ type Metrics struct {
 	// DBErrors counts loop passes that failed on a database error.
 	DBErrors prometheus.Counter
 	// Outage is 1 while the node takes MongoDB for unreachable or failing
-	// (from a failed pass until a full pass succeeds), else 0.
+	// (from a failed pass until a full pass succeeds), else 0; it starts
+	// at 1, so a node that never reached MongoDB says so.
 	Outage prometheus.Gauge
 	// Commands counts MongoDB commands the node's client started, by
 	// command name; CommandFailures those that failed.
@@ -97,7 +98,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "den_database_errors_total", Help: "Loop passes that failed on a MongoDB error.",
 		}),
 		Outage: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "den_database_outage", Help: "1 while the node takes MongoDB for unreachable or failing, else 0.",
+			Name: "den_database_outage", Help: "1 until the node's first full pass succeeds and while it takes MongoDB for unreachable or failing, else 0.",
 		}),
 		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_mongodb_commands_total", Help: "MongoDB commands the node's client started (its own and those it relays for its runners), by command.",
@@ -121,6 +122,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "den_malformed_documents_total", Help: "Documents this node met that cannot be what their collection holds, by collection (tasks, queues) and action (failed: a task failed with the reason in its stderr; skipped: left as it is).",
 		}, []string{"collection", "action"}),
 	}
+	m.Outage.Set(1)
 	reg.MustRegister(
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
 		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes, m.Malformed,
