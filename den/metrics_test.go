@@ -513,3 +513,44 @@ func TestOutageUntilTheFirstSuccess(t *testing.T) {
 		return value(ep.scrape(t), "den_database_outage") == 0
 	})
 }
+
+// How long runs take and how long tasks wait are histograms by queue (and
+// by outcome for runs), observed as the runners report each run's end: a
+// failed attempt and its successful retry are two runs, and a task
+// created an hour ago waited at least an hour.
+func TestMetricsRunAndWaitTimes(t *testing.T) {
+	t.Parallel()
+	client, ep, tweak := withEndpoint(t, dentest.URI())
+	db := client.Database(dentest.DB(t).Name())
+	sleepQ := dentest.Queue(t, db, "sleepq", sleepPlugin, 2, "fifo")
+	flakyQ := dentest.Queue(t, db, "flakyq", flakyPlugin, 1, "fifo", bson.E{Key: "max_retries", Value: 1}, bson.E{Key: "retry_delay", Value: 0.1})
+	ids := dentest.Tasks(t, db, sleepQ, sleepTasks(3, 50)...)
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "ctime", Value: time.Now().Add(-time.Hour)}}}})
+	dentest.Tasks(t, db, flakyQ, bson.D{{Key: "succeed_on", Value: 2}})
+	startNode(t, db, "n", tweak)
+	sum := func(fams map[string]*dto.MetricFamily, name, queue string) float64 {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" && l.GetValue() == queue {
+					return m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+		return -1
+	}
+	var fams map[string]*dto.MetricFamily
+	dentest.Eventually(t, 2*time.Minute, "every run observed", func() bool {
+		fams = ep.scrape(t)
+		return value(fams, "den_task_run_seconds", "queue", "sleepq", "outcome", "succeeded") == 3 &&
+			value(fams, "den_task_run_seconds", "queue", "flakyq", "outcome", "succeeded") == 1 &&
+			value(fams, "den_task_run_seconds", "queue", "flakyq", "outcome", "plugin") == 1 &&
+			value(fams, "den_task_wait_seconds", "queue", "sleepq") == 3 &&
+			value(fams, "den_task_wait_seconds", "queue", "flakyq") == 2
+	})
+	if s := sum(fams, "den_task_run_seconds", "sleepq"); s < 3*0.05 {
+		t.Errorf("runs of 50 ms each took %v s in all", s)
+	}
+	if s := sum(fams, "den_task_wait_seconds", "sleepq"); s < 3600 {
+		t.Errorf("a task created an hour ago waited %v s in all", s)
+	}
+}

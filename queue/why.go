@@ -272,3 +272,21 @@ func (n NodeDoc) Serves(id bson.ObjectID) bool {
 	hex := id.Hex()
 	return slices.ContainsFunc(n.Queues, func(e NodeQueue) bool { return e.ID == hex })
 }
+
+// ReadyAt is when a task could first start, for the time it waited
+// (den_task_wait_seconds): the latest of its creation (ctime, else its
+// _id's time), its start_after, and the end of its last run when it was
+// retried (an operator's retry counts from that end too).
+func ReadyAt(t Task) time.Time {
+	ready := t.Ctime
+	if ready.IsZero() {
+		ready = t.ID.Timestamp()
+	}
+	if t.StartAfter.After(ready) {
+		ready = t.StartAfter
+	}
+	if h, err := t.History(); err == nil && len(h) > 0 && h[len(h)-1].Ended.After(ready) {
+		ready = h[len(h)-1].Ended
+	}
+	return ready
+}

@@ -58,6 +58,13 @@ type Metrics struct {
 	// by what it did: failed (a task, with the reason in its stderr) or
 	// skipped (left as it is, one warning naming it).
 	Malformed *prometheus.CounterVec
+	// RunSeconds is how long the runs of this node's runners took, by
+	// queue name and outcome (succeeded, or who decided a run that did
+	// not succeed: exit_code, timeout, ...); WaitSeconds how long their
+	// tasks waited to start, from when they could first start, by queue
+	// name. Both are observed when a runner reports the run's end.
+	RunSeconds  *prometheus.HistogramVec
+	WaitSeconds *prometheus.HistogramVec
 
 	queues queueLabels
 
@@ -121,17 +128,30 @@ func New(reg *prometheus.Registry) *Metrics {
 		Malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_malformed_documents_total", Help: "Documents this node met that cannot be what their collection holds, by collection (tasks, queues) and action (failed: a task failed with the reason in its stderr; skipped: left as it is).",
 		}, []string{"collection", "action"}),
+		RunSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "den_task_run_seconds", Help: "How long runs of this node's tasks took, by queue and outcome (succeeded, or who decided a run that did not: exit_code, plugin, timeout, ...).",
+			Buckets: taskBuckets,
+		}, []string{"queue", "outcome"}),
+		WaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "den_task_wait_seconds", Help: "How long this node's tasks waited to start, from when they could first start (created, start_after, or the end of the run before a retry), by queue.",
+			Buckets: taskBuckets,
+		}, []string{"queue"}),
 	}
 	m.Outage.Set(1)
 	reg.MustRegister(
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
 		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes, m.Malformed,
+		m.RunSeconds, m.WaitSeconds,
 		funcCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
 }
+
+// taskBuckets are the buckets of the tasks' run and wait times: from a
+// tenth of a second to six hours.
+var taskBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}
 
 // Registry is the registry the collectors are on: what /metrics serves.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
