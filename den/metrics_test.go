@@ -554,3 +554,28 @@ func TestMetricsRunAndWaitTimes(t *testing.T) {
 		t.Errorf("a task created an hour ago waited %v s in all", s)
 	}
 }
+
+// den_queue_oldest_ready_seconds is, for each served queue with tasks to
+// do, how long its oldest task that could start has been ready: a queue
+// whose limit is 0 keeps a task created an hour ago waiting; a queue whose
+// only task waits for its start_after has no series.
+func TestMetricsOldestReady(t *testing.T) {
+	t.Parallel()
+	client, ep, tweak := withEndpoint(t, dentest.URI())
+	db := client.Database(dentest.DB(t).Name())
+	held := dentest.Queue(t, db, "heldq", sleepPlugin, 0, "fifo")
+	later := dentest.Queue(t, db, "laterq", sleepPlugin, 0, "fifo")
+	old := dentest.Tasks(t, db, held, sleepTasks(2, 1)...)
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: old[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "ctime", Value: time.Now().Add(-time.Hour)}}}})
+	notYet := dentest.Tasks(t, db, later, sleepTasks(1, 1)...)[0]
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: notYet}}, bson.D{{Key: "$set", Value: bson.D{{Key: "start_after", Value: time.Now().Add(time.Hour)}}}})
+	startNode(t, db, "n", tweak)
+	var fams map[string]*dto.MetricFamily
+	dentest.Eventually(t, time.Minute, "den_queue_oldest_ready_seconds of heldq", func() bool {
+		fams = ep.scrape(t)
+		return value(fams, "den_queue_oldest_ready_seconds", "queue", "heldq") >= 3600
+	})
+	if v := value(fams, "den_queue_oldest_ready_seconds", "queue", "laterq"); v != -1 {
+		t.Errorf("a queue with nothing ready has den_queue_oldest_ready_seconds %v", v)
+	}
+}

@@ -47,6 +47,9 @@ type passes struct {
 	// fillBatch is how many queues' counts the next pass fills in
 	// (fillCounts).
 	fillBatch int
+	// oldestAt is when the oldest ready tasks were last measured
+	// (measureOldest).
+	oldestAt time.Time
 
 	// lastPassOK is when a full pass last succeeded (UnixNano); outage is
 	// what Ready says while passes fail (MongoDB unreachable or failing,
@@ -167,6 +170,8 @@ func (ps *passes) setOutage(err error) {
 //   - every ProbeEvery: one query for work in queues found empty;
 //   - every RefreshEvery, and when a schedule's time has come: the
 //     schedules (two queries), and the tasks of those due;
+//   - every RefreshEvery: the oldest ready task of each served queue with
+//     tasks to do (at most oldestQueues queues, one query each);
 //   - every RescueEvery and SweepEvery: rescues and sweeps.
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
@@ -214,6 +219,9 @@ func (ps *passes) read(ctx context.Context) error {
 		})
 	}
 	if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
+		return err
+	}
+	if err := ps.measureOldest(ctx, serve, now); err != nil {
 		return err
 	}
 

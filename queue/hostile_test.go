@@ -336,6 +336,11 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 			}
 		}},
 		{"Why", func(t *testing.T) {}}, // above
+		{"OldestReady", func(t *testing.T) {
+			if _, _, err := store.OldestReady(ctx, qid, now); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"PauseQueue", func(t *testing.T) {
 			qs, _, err := store.Queues(ctx)
 			if err != nil {

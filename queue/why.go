@@ -2,12 +2,15 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // Why a task has not started: reason codes, stable for scripts (den task
@@ -273,11 +276,57 @@ func (n NodeDoc) Serves(id bson.ObjectID) bool {
 	return slices.ContainsFunc(n.Queues, func(e NodeQueue) bool { return e.ID == hex })
 }
 
+// OldestReady returns when the oldest task (by _id) that a claim of queueID
+// could take at now became ready (ReadyAt), and false when there is none.
+// One query, served by the claim's index.
+func (s *Store) OldestReady(ctx context.Context, queueID bson.ObjectID, now time.Time) (time.Time, bool, error) {
+	raw, err := s.tasks.FindOne(ctx, ClaimFilter(now, nil, queueID), options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "ctime", Value: 1}, {Key: FieldStartAfter, Value: 1}, {Key: FieldHistory + ".ended", Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("find the oldest ready task of queue %s: %w", queueID.Hex(), err)
+	}
+	var t Task
+	if id, ok := raw.Lookup("_id").ObjectIDOK(); ok {
+		t.ID = id
+	}
+	t.Ctime, _ = timeValue(raw.Lookup("ctime"))
+	t.StartAfter, _ = timeValue(raw.Lookup(FieldStartAfter))
+	ready := readyAt(t, lastEnded(raw))
+	return ready, true, nil
+}
+
+// lastEnded is the ended time of the last entry of a task's history
+// (zero: none).
+func lastEnded(raw bson.Raw) time.Time {
+	arr, ok := raw.Lookup(FieldHistory).ArrayOK()
+	if !ok {
+		return time.Time{}
+	}
+	vals, _ := arr.Values()
+	if len(vals) == 0 {
+		return time.Time{}
+	}
+	d, ok := vals[len(vals)-1].DocumentOK()
+	if !ok {
+		return time.Time{}
+	}
+	at, _ := timeValue(d.Lookup("ended"))
+	return at
+}
+
 // ReadyAt is when a task could first start, for the time it waited
 // (den_task_wait_seconds): the latest of its creation (ctime, else its
 // _id's time), its start_after, and the end of its last run when it was
 // retried (an operator's retry counts from that end too).
 func ReadyAt(t Task) time.Time {
+	return readyAt(t, lastEnded(t.Raw))
+}
+
+// readyAt is ReadyAt of a task whose last run ended at ended (zero: none).
+func readyAt(t Task, ended time.Time) time.Time {
 	ready := t.Ctime
 	if ready.IsZero() {
 		ready = t.ID.Timestamp()
@@ -285,8 +334,8 @@ func ReadyAt(t Task) time.Time {
 	if t.StartAfter.After(ready) {
 		ready = t.StartAfter
 	}
-	if h, err := t.History(); err == nil && len(h) > 0 && h[len(h)-1].Ended.After(ready) {
-		ready = h[len(h)-1].Ended
+	if ended.After(ready) {
+		ready = ended
 	}
 	return ready
 }

@@ -65,6 +65,9 @@ type Metrics struct {
 	// name. Both are observed when a runner reports the run's end.
 	RunSeconds  *prometheus.HistogramVec
 	WaitSeconds *prometheus.HistogramVec
+	// OldestReady is, by queue name, how long the oldest task a claim
+	// could take now has been ready, for the queues this node serves.
+	OldestReady *prometheus.GaugeVec
 
 	queues queueLabels
 
@@ -136,12 +139,15 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "den_task_wait_seconds", Help: "How long this node's tasks waited to start, from when they could first start (created, start_after, or the end of the run before a retry), by queue.",
 			Buckets: taskBuckets,
 		}, []string{"queue"}),
+		OldestReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "den_queue_oldest_ready_seconds", Help: "How long the oldest task a claim could take now has been ready (created, start_after, or the end of the run before a retry), by queue this node serves; no series for a queue with nothing ready.",
+		}, []string{"queue"}),
 	}
 	m.Outage.Set(1)
 	reg.MustRegister(
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
 		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes, m.Malformed,
-		m.RunSeconds, m.WaitSeconds,
+		m.RunSeconds, m.WaitSeconds, m.OldestReady,
 		funcCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
