@@ -14,22 +14,23 @@ import (
 const oldestQueues = 100
 
 // measureOldest sets den_queue_oldest_ready_seconds, every RefreshEvery:
-// for each queue this node serves that has tasks to do (count_todo), how
-// long the oldest task that a claim could take now has been ready
-// (queue.Store.OldestReady). One indexed query per queue, for at most
-// oldestQueues queues; a queue with nothing ready has no series.
+// for each queue this node serves that has tasks to do (count_todo above
+// 0) and that its last claim did not find empty, how long the oldest task
+// that a claim could take now has been ready (queue.Store.OldestReady).
+// One indexed query per queue, for at most oldestQueues queues; a queue
+// with nothing ready has no series.
 func (ps *passes) measureOldest(ctx context.Context, serve []queue.Queue, now time.Time) error {
 	if now.Sub(ps.oldestAt) < ps.cfg.RefreshEvery {
 		return nil
 	}
 	var todo []queue.Queue
 	for _, q := range serve {
-		if q.CountTodo == nil || *q.CountTodo > 0 {
+		if q.CountTodo != nil && *q.CountTodo > 0 && ps.claimer.claimable(q) {
 			todo = append(todo, q)
 		}
 	}
 	slices.SortStableFunc(todo, func(a, b queue.Queue) int {
-		return cmp.Compare(countOf(b.CountTodo), countOf(a.CountTodo))
+		return cmp.Compare(*b.CountTodo, *a.CountTodo)
 	})
 	ages := map[string]float64{}
 	for _, q := range todo[:min(len(todo), oldestQueues)] {
@@ -48,12 +49,4 @@ func (ps *passes) measureOldest(ctx context.Context, serve []queue.Queue, now ti
 	}
 	ps.oldestAt = now
 	return nil
-}
-
-// countOf is a count that may be unknown (nil counts as one: worth a look).
-func countOf(n *int64) int64 {
-	if n == nil {
-		return 1
-	}
-	return *n
 }
