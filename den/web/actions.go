@@ -141,6 +141,10 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 		return
 	case o == queue.PauseDone:
 		h.log.Info("web: queue "+strings.TrimPrefix(msg, "queue-"), zap.String("queue", id.Hex()), zap.String("remote", r.RemoteAddr))
+	case pause:
+		msg = "queue-already-paused"
+	default:
+		msg = "queue-not-paused"
 	}
 	http.Redirect(w, r, "/?msg="+msg+"#queues", http.StatusSeeOther)
 }
