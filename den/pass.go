@@ -168,10 +168,10 @@ func (ps *passes) setOutage(err error) {
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
 //   - every ProbeEvery: one query for work in queues found empty;
-//   - every RefreshEvery, and when a schedule's time has come: the
-//     schedules (two queries), and the tasks of those due;
 //   - every RefreshEvery: the oldest ready task of each served queue with
 //     tasks to do (at most oldestQueues queues, one query each);
+//   - every RefreshEvery, and when a schedule's time has come: the
+//     schedules (two queries), and the tasks of those due;
 //   - every RescueEvery and SweepEvery: rescues and sweeps.
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()

@@ -77,6 +77,17 @@ type Metrics struct {
 	ready   func() error
 }
 
+// taskBuckets are the buckets of the tasks' run and wait times: from a
+// tenth of a second to six hours.
+var taskBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}
+
+// startsAt1 sets g to 1 and returns it: den_database_outage says "out"
+// until the node's first full pass succeeds.
+func startsAt1(g prometheus.Gauge) prometheus.Gauge {
+	g.Set(1)
+	return g
+}
+
 // New returns a node's collectors, registered on reg with the Go runtime
 // and process collectors. reg nil means a registry of its own.
 func New(reg *prometheus.Registry) *Metrics {
@@ -107,9 +118,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		DBErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "den_database_errors_total", Help: "Loop passes that failed on a MongoDB error.",
 		}),
-		Outage: prometheus.NewGauge(prometheus.GaugeOpts{
+		Outage: startsAt1(prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "den_database_outage", Help: "1 until the node's first full pass succeeds and while it takes MongoDB for unreachable or failing, else 0.",
-		}),
+		})),
 		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_mongodb_commands_total", Help: "MongoDB commands the node's client started (its own and those it relays for its runners), by command.",
 		}, []string{"command"}),
@@ -143,7 +154,6 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "den_queue_oldest_ready_seconds", Help: "How long the oldest task a claim could take now has been ready (created, start_after, or the end of the run before a retry), by queue this node serves; no series for a queue with nothing ready.",
 		}, []string{"queue"}),
 	}
-	m.Outage.Set(1)
 	reg.MustRegister(
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
 		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes, m.Malformed,
@@ -154,10 +164,6 @@ func New(reg *prometheus.Registry) *Metrics {
 	)
 	return m
 }
-
-// taskBuckets are the buckets of the tasks' run and wait times: from a
-// tenth of a second to six hours.
-var taskBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}
 
 // Registry is the registry the collectors are on: what /metrics serves.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

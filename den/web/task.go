@@ -45,13 +45,11 @@ type taskData struct {
 	History    []historyView
 	HistoryErr string
 	Outcome    queue.Outcome
+	Why        queue.Reason // why a waiting task has not started (den task why); zero for any other
 	Ended      bool
 	Live       bool // the page polls for output and the end
 	CanCancel  bool
 	CanRetry   bool
-	// Why is the first reason a waiting task has not started (den task
-	// why); zero for a task that is not waiting.
-	Why queue.Reason
 }
 
 func (h *handler) task(w http.ResponseWriter, r *http.Request) {
@@ -74,21 +72,22 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	if err := h.wantLive(r.Context(), t); err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
 	why, err := h.why(r, *t)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	if err := h.wantLive(r.Context(), t); err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.dbOK()
-	d := taskData{Task: *t, Params: prettyJSON(t.Parameters), Document: prettyJSON(withoutBulk(t.Raw)), Why: why}
+	d := taskData{Task: *t, Params: prettyJSON(t.Parameters), Document: prettyJSON(withoutBulk(t.Raw))}
 	if q != nil {
 		d.QueueName = q.Name
 	}
 	d.Outcome = outcomeOf(*t)
+	d.Why = why
 	d.Ended = t.StatusOK && queue.Ended(t.Status)
 	d.Live = !d.Ended
 	d.CanCancel = t.StatusOK && t.Status <= 0 && t.Status != queue.StatusCancelled && t.Status != queue.StatusOrphaned && !t.Cancel
