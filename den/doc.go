@@ -15,7 +15,8 @@
 //     read); serve.go: which queues the node serves (plugins,
 //     activequeues and ignorequeues, malformed queue documents), with
 //     filter.go, the queue filter; counts.go: filling in the counts of
-//     queues inserted without them.
+//     queues inserted without them; oldest.go: how long each served
+//     queue's oldest ready task has waited (a metric).
 //   - heartbeat.go: heartbeat, the node document: when it is written, what
 //     the node says of itself, and the queues it lists.
 //   - claim.go: claimer, claiming within the queues' and the node's

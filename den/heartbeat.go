@@ -166,11 +166,16 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	return &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut}
 }
 
-// writeLast writes the node document one last time, as the node stops.
+// writeLast writes the node document one last time, as the node stops,
+// with stopped: the node stopped cleanly (den node list tells it from a
+// dead one).
 func (h *heartbeat) writeLast() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if _, _, err := h.store.Heartbeat(ctx, h.cfg.Name, h.queues, h.self(ctx, h.now()), h.now()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	now := h.now()
+	self := h.self(ctx, now)
+	self.Stopped = now
+	if _, _, err := h.store.Heartbeat(ctx, h.cfg.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		h.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 }

@@ -483,3 +483,99 @@ func TestMetricsCountCompletionsWithoutTheRelay(t *testing.T) {
 		})
 	}
 }
+
+// A node that has not yet reached MongoDB says so: den_database_outage is
+// 1 from its start until its first full pass succeeds.
+func TestOutageUntilTheFirstSuccess(t *testing.T) {
+	t.Parallel()
+	host := strings.TrimPrefix(dentest.URI(), "mongodb://")
+	host, _, _ = strings.Cut(host, "/")
+	g := newGate(t, host)
+	g.setShut(true)
+	uri := fmt.Sprintf("mongodb://%s/?directConnection=true&serverSelectionTimeoutMS=2000&connectTimeoutMS=2000", g.ln.Addr())
+	client, ep, tweak := withEndpoint(t, uri)
+	db := client.Database(dentest.DB(t).Name())
+	startNode(t, db, "n", tweak, func(c *den.Config) { c.URI = uri })
+	var up bool
+	dentest.Eventually(t, time.Minute, "/metrics served", func() bool {
+		resp, err := http.Get(ep.base + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			up = resp.StatusCode == http.StatusOK
+		}
+		return up
+	})
+	if f := ep.scrape(t); value(f, "den_database_outage") != 1 {
+		t.Errorf("den_database_outage %v before the node reached MongoDB, want 1", value(f, "den_database_outage"))
+	}
+	g.setShut(false)
+	dentest.Eventually(t, 2*time.Minute, "den_database_outage 0 once MongoDB answers", func() bool {
+		return value(ep.scrape(t), "den_database_outage") == 0
+	})
+}
+
+// How long runs take and how long tasks wait are histograms by queue (and
+// by outcome for runs), observed as the runners report each run's end: a
+// failed attempt and its successful retry are two runs, and a task
+// created an hour ago waited at least an hour.
+func TestMetricsRunAndWaitTimes(t *testing.T) {
+	t.Parallel()
+	client, ep, tweak := withEndpoint(t, dentest.URI())
+	db := client.Database(dentest.DB(t).Name())
+	sleepQ := dentest.Queue(t, db, "sleepq", sleepPlugin, 2, "fifo")
+	flakyQ := dentest.Queue(t, db, "flakyq", flakyPlugin, 1, "fifo", bson.E{Key: "max_retries", Value: 1}, bson.E{Key: "retry_delay", Value: 0.1})
+	ids := dentest.Tasks(t, db, sleepQ, sleepTasks(3, 50)...)
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "ctime", Value: time.Now().Add(-time.Hour)}}}})
+	dentest.Tasks(t, db, flakyQ, bson.D{{Key: "succeed_on", Value: 2}})
+	startNode(t, db, "n", tweak)
+	sum := func(fams map[string]*dto.MetricFamily, name, queue string) float64 {
+		for _, m := range fams[name].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" && l.GetValue() == queue {
+					return m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+		return -1
+	}
+	var fams map[string]*dto.MetricFamily
+	dentest.Eventually(t, 2*time.Minute, "every run observed", func() bool {
+		fams = ep.scrape(t)
+		return value(fams, "den_task_run_seconds", "queue", "sleepq", "outcome", "succeeded") == 3 &&
+			value(fams, "den_task_run_seconds", "queue", "flakyq", "outcome", "succeeded") == 1 &&
+			value(fams, "den_task_run_seconds", "queue", "flakyq", "outcome", "plugin") == 1 &&
+			value(fams, "den_task_wait_seconds", "queue", "sleepq") == 3 &&
+			value(fams, "den_task_wait_seconds", "queue", "flakyq") == 2
+	})
+	if s := sum(fams, "den_task_run_seconds", "sleepq"); s < 3*0.05 {
+		t.Errorf("runs of 50 ms each took %v s in all", s)
+	}
+	if s := sum(fams, "den_task_wait_seconds", "sleepq"); s < 3600 {
+		t.Errorf("a task created an hour ago waited %v s in all", s)
+	}
+}
+
+// den_queue_oldest_ready_seconds is, for each served queue with tasks to
+// do, how long its oldest task that could start has been ready: a queue
+// whose limit is 0 keeps a task created an hour ago waiting; a queue whose
+// only task waits for its start_after has no series.
+func TestMetricsOldestReady(t *testing.T) {
+	t.Parallel()
+	client, ep, tweak := withEndpoint(t, dentest.URI())
+	db := client.Database(dentest.DB(t).Name())
+	held := dentest.Queue(t, db, "heldq", sleepPlugin, 0, "fifo")
+	later := dentest.Queue(t, db, "laterq", sleepPlugin, 0, "fifo")
+	old := dentest.Tasks(t, db, held, sleepTasks(2, 1)...)
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: old[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "ctime", Value: time.Now().Add(-time.Hour)}}}})
+	notYet := dentest.Tasks(t, db, later, sleepTasks(1, 1)...)[0]
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: notYet}}, bson.D{{Key: "$set", Value: bson.D{{Key: "start_after", Value: time.Now().Add(time.Hour)}}}})
+	startNode(t, db, "n", tweak)
+	var fams map[string]*dto.MetricFamily
+	dentest.Eventually(t, time.Minute, "den_queue_oldest_ready_seconds of heldq", func() bool {
+		fams = ep.scrape(t)
+		return value(fams, "den_queue_oldest_ready_seconds", "queue", "heldq") >= 3600
+	})
+	if v := value(fams, "den_queue_oldest_ready_seconds", "queue", "laterq"); v != -1 {
+		t.Errorf("a queue with nothing ready has den_queue_oldest_ready_seconds %v", v)
+	}
+}

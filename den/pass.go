@@ -51,6 +51,9 @@ type passes struct {
 	// fillBatch is how many queues' counts the next pass fills in
 	// (fillCounts).
 	fillBatch int
+	// oldestAt is when the oldest ready tasks were last measured
+	// (measureOldest).
+	oldestAt time.Time
 
 	// lastPassOK is when a full pass last succeeded (UnixNano); outage is
 	// what Ready says while passes fail (MongoDB unreachable or failing,
@@ -170,6 +173,8 @@ func (ps *passes) setOutage(err error) {
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
 //   - every ProbeEvery: one query for work in queues found empty;
+//   - every RefreshEvery: the oldest ready task of each served queue with
+//     tasks to do (at most oldestQueues queues, one query each);
 //   - every RefreshEvery, and when a schedule's time has come: the
 //     schedules (two queries), and the tasks of those due;
 //   - every RescueEvery and SweepEvery: rescues and sweeps;
@@ -229,6 +234,9 @@ func (ps *passes) read(ctx context.Context) error {
 		})
 	}
 	if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
+		return err
+	}
+	if err := ps.measureOldest(ctx, serve, now); err != nil {
 		return err
 	}
 

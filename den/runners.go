@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -530,6 +531,22 @@ func (rs *runners) receiveReport(q string, r runner.Report) {
 	}
 	rs.metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
 	rs.metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))
+	if r.Outcome != "" && r.Status != 0 {
+		rs.metrics.RunSeconds.WithLabelValues(q, runOutcome(r)).Observe(max(r.Run, 0))
+		rs.metrics.WaitSeconds.WithLabelValues(q).Observe(max(r.Wait, 0))
+	}
+}
+
+// runOutcome is a reported run's outcome label: succeeded, or who decided
+// the end of a run that did not succeed (one of queue's outcome kinds).
+func runOutcome(r runner.Report) string {
+	switch {
+	case r.Status == queue.StatusSucceeded:
+		return "succeeded"
+	case slices.Contains(queue.Outcomes, r.Outcome):
+		return r.Outcome
+	}
+	return "other"
 }
 
 // retireIdle retires the runners idle for longer than Runner.Idle, or all

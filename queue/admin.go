@@ -221,7 +221,9 @@ func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bs
 
 // UpdateQueue writes settings into a queue document. Setting maxthreads
 // removes threads and the other way round, so that the queue has the one
-// limit the operator asked for.
+// limit the operator asked for. On a paused queue the limits go into what
+// it keeps for its resume (paused.maxthreads, paused.threads): it stays
+// paused, and resumes with them.
 func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
 	if settings.has(SettingMaxThreads) && settings.has(SettingThreads) {
 		return errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
@@ -236,17 +238,34 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 	if settings.has(SettingPlugin) {
 		unset = append(unset, "plugin") // later Disbatch's spelling, which constructor would shadow
 	}
-	update := bson.D{}
-	if len(settings.Set) > 0 {
-		update = append(update, bson.E{Key: "$set", Value: settings.Set})
-	}
-	if len(unset) > 0 {
-		u := bson.D{}
-		for _, k := range unset {
-			u = append(u, bson.E{Key: k, Value: ""})
+	limits := false
+	// build is the update, with the limits renamed by limit.
+	build := func(limit func(string) string) bson.D {
+		name := func(k string) string {
+			if k == SettingMaxThreads || k == SettingThreads {
+				limits = true
+				return limit(k)
+			}
+			return k
 		}
-		update = append(update, bson.E{Key: "$unset", Value: u})
+		update := bson.D{}
+		if len(settings.Set) > 0 {
+			set := bson.D{}
+			for _, e := range settings.Set {
+				set = append(set, bson.E{Key: name(e.Key), Value: e.Value})
+			}
+			update = append(update, bson.E{Key: "$set", Value: set})
+		}
+		if len(unset) > 0 {
+			u := bson.D{}
+			for _, k := range unset {
+				u = append(u, bson.E{Key: name(k), Value: ""})
+			}
+			update = append(update, bson.E{Key: "$unset", Value: u})
+		}
+		return update
 	}
+	update := build(func(k string) string { return k })
 	if len(update) == 0 {
 		return errors.New("nothing to set")
 	}
@@ -259,9 +278,21 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 			return fmt.Errorf("update queue %s: another queue is named %q", id.Hex(), name)
 		}
 	}
-	res, err := s.queues.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update)
+	filter := bson.D{{Key: "_id", Value: id}}
+	if limits {
+		filter = append(filter, bson.E{Key: FieldPaused, Value: nil})
+	}
+	res, err := s.queues.UpdateOne(ctx, filter, update)
 	if err != nil {
 		return fmt.Errorf("update queue %s: %w", id.Hex(), err)
+	}
+	if res.MatchedCount == 0 && limits {
+		// Paused (the filter's null also matches a paused: null, which
+		// is no pause): its limits are those it keeps.
+		filter = bson.D{{Key: "_id", Value: id}, {Key: FieldPaused, Value: bson.D{{Key: "$ne", Value: nil}}}}
+		if res, err = s.queues.UpdateOne(ctx, filter, build(keptLimit)); err != nil {
+			return fmt.Errorf("update queue %s: %w", id.Hex(), err)
+		}
 	}
 	if res.MatchedCount == 0 {
 		return fmt.Errorf("update queue %s: %w", id.Hex(), ErrNoQueue)
@@ -748,7 +779,43 @@ type NodeDoc struct {
 	MaxThreadsProblem string
 	// Version is the node's version, when it writes one.
 	Version string
+	// QueuesLeftOut is how many queues a den node serves but left out of
+	// its queues array (den.NodeQueuesMax).
+	QueuesLeftOut int
+	// Stopped is when a den node said, as it stopped cleanly, that it
+	// stopped (zero: it did not; see FieldStopped).
+	Stopped time.Time
 	Raw     bson.Raw
+}
+
+// Live reports whether the node is alive at now: it wrote its document
+// within deadAfter, and did not say it stopped since.
+func (n NodeDoc) Live(now time.Time, deadAfter time.Duration) bool {
+	return !n.Timestamp.IsZero() && now.Sub(n.Timestamp) <= deadAfter && !n.StoppedCleanly()
+}
+
+// Node states, as den node list and the page show them.
+const (
+	NodeRunning = "running" // wrote its document within dead_node_after
+	NodeStopped = "stopped" // said it stopped, as it stopped cleanly
+	NodeDead    = "dead"    // silent for longer than dead_node_after, without saying it stopped
+)
+
+// State is the node's state at now: NodeStopped, NodeRunning or NodeDead.
+func (n NodeDoc) State(now time.Time, deadAfter time.Duration) string {
+	switch {
+	case n.StoppedCleanly():
+		return NodeStopped
+	case n.Live(now, deadAfter):
+		return NodeRunning
+	}
+	return NodeDead
+}
+
+// StoppedCleanly reports whether the node said it stopped, and has not
+// written its document since.
+func (n NodeDoc) StoppedCleanly() bool {
+	return !n.Stopped.IsZero() && !n.Stopped.Before(n.Timestamp)
 }
 
 // Nodes returns every node document, by name.
@@ -760,32 +827,7 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeDoc, error) {
 	defer cur.Close(ctx)
 	var out []NodeDoc
 	for cur.Next(ctx) {
-		raw := append(bson.Raw(nil), cur.Current...)
-		n := NodeDoc{Raw: raw}
-		if name, ok := raw.Lookup("node").StringValueOK(); ok {
-			n.Name = name
-		} else {
-			n.Name = raw.Lookup("node").String()
-		}
-		n.Timestamp, _ = timeValue(raw.Lookup("timestamp"))
-		if arr, ok := raw.Lookup("queues").ArrayOK(); ok {
-			vals, _ := arr.Values()
-			for _, v := range vals {
-				var nq NodeQueue
-				if doc, ok := v.DocumentOK(); ok && bson.Unmarshal(doc, &nq) == nil {
-					n.Queues = append(n.Queues, nq)
-				}
-			}
-		}
-		if v := raw.Lookup("maxthreads"); !absent(v) {
-			if m, ok := intValue(v); ok && m >= 0 {
-				mt := int(min(m, 1<<20))
-				n.MaxThreads = &mt
-			} else {
-				n.MaxThreadsProblem = fmt.Sprintf("maxthreads is %s, not a non-negative whole number or null; nodes treat it as 0", describe(v))
-			}
-		}
-		n.Version, _ = raw.Lookup("version").StringValueOK()
+		n := decodeNodeDoc(append(bson.Raw(nil), cur.Current...))
 		out = append(out, n)
 	}
 	if err := cur.Err(); err != nil {
@@ -793,6 +835,41 @@ func (s *Store) Nodes(ctx context.Context) ([]NodeDoc, error) {
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// decodeNodeDoc reads a node document leniently: what cannot be read is
+// left zero.
+func decodeNodeDoc(raw bson.Raw) NodeDoc {
+	n := NodeDoc{Raw: raw}
+	if name, ok := raw.Lookup("node").StringValueOK(); ok {
+		n.Name = name
+	} else {
+		n.Name = raw.Lookup("node").String()
+	}
+	n.Timestamp, _ = timeValue(raw.Lookup("timestamp"))
+	if arr, ok := raw.Lookup("queues").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			var nq NodeQueue
+			if doc, ok := v.DocumentOK(); ok && bson.Unmarshal(doc, &nq) == nil {
+				n.Queues = append(n.Queues, nq)
+			}
+		}
+	}
+	if v := raw.Lookup("maxthreads"); !absent(v) {
+		if m, ok := intValue(v); ok && m >= 0 {
+			mt := int(min(m, 1<<20))
+			n.MaxThreads = &mt
+		} else {
+			n.MaxThreadsProblem = fmt.Sprintf("maxthreads is %s, not a non-negative whole number or null; nodes treat it as 0", describe(v))
+		}
+	}
+	n.Version, _ = raw.Lookup("version").StringValueOK()
+	if left, ok := intValue(raw.Lookup("queues_left_out")); ok {
+		n.QueuesLeftOut = int(left)
+	}
+	n.Stopped, _ = timeValue(raw.Lookup(FieldStopped))
+	return n
 }
 
 // SetNodeMaxThreads sets a node's node-wide limit (nil removes it: no

@@ -369,6 +369,46 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 				t.Fatal(err)
 			}
 		}},
+		{"ReadFacts", func(t *testing.T) {
+			facts := val(store.ReadFacts(ctx, now, time.Minute))(t)
+			for _, id := range append(slices.Clone(good), hostileIDs...) {
+				task, err := store.Task(ctx, id)
+				if err != nil || task == nil {
+					continue
+				}
+				if r, err := store.Why(ctx, facts, *task); err != nil || len(r) == 0 {
+					t.Errorf("why %s: %v, %v", id.Hex(), r, err)
+				}
+			}
+		}},
+		{"Why", func(t *testing.T) {}}, // above
+		{"OldestReady", func(t *testing.T) {
+			if _, _, err := store.OldestReady(ctx, qid, now); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"PauseQueue", func(t *testing.T) {
+			qs, _, err := store.Queues(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range qs {
+				if _, err := store.PauseQueue(ctx, q.ID, "test", now); err != nil {
+					t.Errorf("pause %s: %v", q.ID.Hex(), err)
+				}
+				if _, err := store.ResumeQueue(ctx, q.ID); err != nil {
+					t.Errorf("resume %s: %v", q.ID.Hex(), err)
+				}
+			}
+		}},
+		{"ResumeQueue", func(t *testing.T) {}}, // above
+		{"ForgetNode", func(t *testing.T) {
+			// Refusals are answers: what is tried is that no document
+			// breaks the reads.
+			for _, n := range val(store.Nodes(ctx))(t) {
+				_, _ = store.ForgetNode(ctx, n.Name, now, time.Minute)
+			}
+		}},
 		{"FixCounts", func(t *testing.T) {
 			for _, d := range val(store.CheckCounts(ctx))(t) {
 				if d.Drifted() {

@@ -2,11 +2,13 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -61,6 +63,11 @@ func NewNodeQueue(q Queue, doing int) NodeQueue {
 	}
 }
 
+// FieldStopped is when a den node stopped cleanly: it writes it in its node
+// document, with its last timestamp, as it stops (Stopped), and a later
+// heartbeat of the same name supersedes it. A Perl node ignores it.
+const FieldStopped = "stopped"
+
 // NodeLimit is the node-wide limit an operator may set in the node
 // document's maxthreads: nil means no limit, 0 means run nothing.
 type NodeLimit = *int
@@ -80,6 +87,9 @@ type NodeSelf struct {
 	// QueuesLeftOut is how many queues the node serves or runs but left
 	// out of its queues array, which has a cap (den.NodeQueuesMax).
 	QueuesLeftOut int
+	// Stopped is set in the node's last write, as it stops cleanly
+	// (FieldStopped); every other write removes the field.
+	Stopped time.Time
 }
 
 // NodeResources is the resources sub-document of a node document: the host
@@ -120,6 +130,9 @@ func (ns *NodeSelf) fields() bson.D {
 		d = append(d, bson.E{Key: "resources", Value: ns.Resources})
 	}
 	d = append(d, bson.E{Key: "queues_left_out", Value: ns.QueuesLeftOut})
+	if !ns.Stopped.IsZero() {
+		d = append(d, bson.E{Key: FieldStopped, Value: ns.Stopped})
+	}
 	return d
 }
 
@@ -130,7 +143,8 @@ func (ns *NodeSelf) fields() bson.D {
 // writes them whatever they are, so that a node document deleted by hand
 // gets them back). It never writes
 // maxthreads, which belongs to the operator, and returns the value the
-// operator set there. Problem is non-empty when that value is not a
+// operator set there. It removes stopped unless self sets it: the node
+// runs. Problem is non-empty when that value is not a
 // non-negative whole number (it then counts as 0).
 func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
 	set := bson.D{{Key: "timestamp", Value: now}}
@@ -139,6 +153,9 @@ func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, 
 	}
 	set = append(set, self.fields()...)
 	update := bson.D{{Key: "$set", Value: set}}
+	if self == nil || self.Stopped.IsZero() {
+		update = append(update, bson.E{Key: "$unset", Value: bson.D{{Key: FieldStopped, Value: ""}}})
+	}
 	doc, err := s.nodes.FindOneAndUpdate(ctx,
 		bson.D{{Key: "node", Value: node}},
 		update,
@@ -193,4 +210,45 @@ func LiveOffers(seen map[string]time.Time, offers map[string]Resources, since ti
 		}
 	}
 	return live
+}
+
+// ErrNodeLive is returned by ForgetNode for a node that is alive.
+var ErrNodeLive = errors.New("the node is alive")
+
+// ForgetNode removes the node document of a node that stopped or is dead
+// (silent for longer than deadAfter), and returns what it removed. It
+// refuses a live node (ErrNodeLive) and a node that still holds tasks
+// (claimed or running under its name: the rescue of a dead node's tasks
+// needs nothing of its document, but an operator should see them first).
+// The delete is conditional on the timestamp read, so a node that writes
+// its document meanwhile keeps it.
+func (s *Store) ForgetNode(ctx context.Context, name string, now time.Time, deadAfter time.Duration) (NodeDoc, error) {
+	var n NodeDoc
+	raw, err := s.nodes.FindOne(ctx, bson.D{{Key: "node", Value: name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return n, fmt.Errorf("forget node %s: no node document for node %q", name, name)
+	}
+	if err != nil {
+		return n, fmt.Errorf("forget node %s: %w", name, err)
+	}
+	n = decodeNodeDoc(raw)
+	if n.Live(now, deadAfter) {
+		return n, fmt.Errorf("forget node %s: %w: it wrote its node document %s ago; stop it first (a node silent for %s is dead)",
+			name, ErrNodeLive, now.Sub(n.Timestamp).Round(time.Second), deadAfter)
+	}
+	held, err := s.tasks.CountDocuments(ctx, bson.D{{Key: "node", Value: name}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}})
+	if err != nil {
+		return n, fmt.Errorf("forget node %s: count its tasks: %w", name, err)
+	}
+	if held > 0 {
+		return n, fmt.Errorf("forget node %s: it still holds %d claimed or running tasks (den task list --node %s --status claimed,running); they are rescued once it is dead, or cancel them", name, held, name)
+	}
+	res, err := s.nodes.DeleteOne(ctx, bson.D{{Key: "node", Value: name}, {Key: "timestamp", Value: bson.D{{Key: "$eq", Value: raw.Lookup("timestamp")}}}})
+	if err != nil {
+		return n, fmt.Errorf("forget node %s: %w", name, err)
+	}
+	if res.DeletedCount == 0 {
+		return n, fmt.Errorf("forget node %s: it wrote its node document meanwhile; look again (den node list)", name)
+	}
+	return n, nil
 }

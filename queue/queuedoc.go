@@ -52,6 +52,10 @@ type Queue struct {
 	BadCounts []string
 	// Control holds the queue's defaults for its tasks' control settings.
 	Control Control
+	// Paused is set when the queue is paused (see pause.go): it then runs
+	// nothing, MaxThreads is 0 whatever its limits say, and Paused keeps
+	// the limits it resumes with.
+	Paused *Pause
 	// Raw is the whole document, for settings den reads per task
 	// (timeout, max_retries, ...).
 	Raw bson.Raw
@@ -96,6 +100,10 @@ func ParseQueue(raw bson.Raw) (Queue, error) {
 		q.MaxThreads = 1 << 20
 	default:
 		q.MaxThreads = int(n)
+	}
+
+	if q.Paused = parsePause(raw); q.Paused != nil {
+		q.MaxThreads, q.MaxThreadsProblem = 0, ""
 	}
 
 	q.Sort = SortDefault

@@ -16,7 +16,9 @@
 // Files: main.go (Main, exit codes), root.go (the command tree), common.go
 // (connection, tables, JSON, confirmation), run.go (den run), dev.go and
 // devdb.go (the embedded development database), taskrunner.go (the task
-// runner process), queue.go, task.go, output.go, node.go, status.go,
+// runner process), queue.go, pause.go (den queue pause and resume), task.go,
+// why.go (den task why, and the reasons den task show and den status
+// give), output.go, node.go, status.go,
 // counts.go, version.go, configcmd.go (the operator commands), web.go (den web, serving package den/web), connect.go,
 // logging.go.
 package cli

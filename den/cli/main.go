@@ -89,8 +89,8 @@ type exitError struct {
 
 // wrapArgs makes every command's argument check a usage error, and every
 // group of commands (den, den queue, ...) refuse a word it does not know:
-// `den queue pause demo` exits 2 with den queue's usage on stderr, so that
-// a script's `den queue pause X && deploy` stops. A group given no word
+// `den queue purge demo` exits 2 with den queue's usage on stderr, so that
+// a script's `den queue purge X && deploy` stops. A group given no word
 // prints its help on stdout and exits 0, as --help does.
 func wrapArgs(c *cobra.Command) {
 	if c.HasSubCommands() && !c.Runnable() {

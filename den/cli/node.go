@@ -11,15 +11,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/den/internal/human"
-	"github.com/den-project/den/queue"
 )
 
 func newNodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "List nodes, and set a node's maxthreads",
+		Short: "List nodes, set a node's maxthreads, and forget a stopped or dead node",
 	}
-	cmd.AddCommand(newNodeListCmd(), newNodeSetCmd())
+	cmd.AddCommand(newNodeListCmd(), newNodeSetCmd(), newNodeForgetCmd())
 	for _, c := range cmd.Commands() {
 		addDBFlags(c.Flags())
 		addJSONFlag(c.Flags())
@@ -37,6 +36,11 @@ type nodeRow struct {
 	Running    int            `json:"running"`
 	PerQueue   map[string]int `json:"running_per_queue"`
 	Version    string         `json:"version,omitempty"`
+	// State is running, stopped (it said so as it stopped) or dead
+	// (silent for longer than dead_node_after); Stopped is when it
+	// stopped.
+	State   string     `json:"state"`
+	Stopped *time.Time `json:"stopped,omitempty"`
 }
 
 func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error) {
@@ -60,7 +64,12 @@ func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error)
 	}
 	rows := []nodeRow{}
 	for _, n := range nodes {
-		r := nodeRow{Name: n.Name, MaxThreads: n.MaxThreads, Problem: n.MaxThreadsProblem, Version: n.Version, PerQueue: map[string]int{}}
+		r := nodeRow{Name: n.Name, MaxThreads: n.MaxThreads, Problem: n.MaxThreadsProblem, Version: n.Version, PerQueue: map[string]int{},
+			State: n.State(now, deadAfter(d))}
+		if n.StoppedCleanly() {
+			at := n.Stopped
+			r.Stopped = &at
+		}
 		if !n.Timestamp.IsZero() {
 			ts := n.Timestamp
 			age := now.Sub(ts).Seconds()
@@ -78,14 +87,11 @@ func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error)
 }
 
 func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
-	t := newTable(cmd.OutOrStdout(), "NODE", "HEARTBEAT", "MAXTHREADS", "RUNNING", "PER QUEUE", "VERSION")
+	t := newTable(cmd.OutOrStdout(), "NODE", "STATE", "HEARTBEAT", "MAXTHREADS", "RUNNING", "PER QUEUE", "VERSION")
 	for _, r := range rows {
 		hb := "-"
 		if r.Heartbeat != nil {
 			hb = ago(now, *r.Heartbeat)
-			if now.Sub(*r.Heartbeat) > queue.DefaultDeadNodeAfter {
-				hb += " (dead?)"
-			}
 		}
 		limit := "none"
 		if r.MaxThreads != nil {
@@ -107,7 +113,7 @@ func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
 		if v == "" {
 			v = "-"
 		}
-		t.row(r.Name, hb, limit, strconv.Itoa(r.Running), pq, v)
+		t.row(r.Name, r.State, hb, limit, strconv.Itoa(r.Running), pq, v)
 	}
 	t.flush()
 }
@@ -115,10 +121,11 @@ func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
 func newNodeListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List nodes: heartbeat age, maxthreads, tasks running per queue, version",
-		Long: `List the node documents: when each node last wrote its heartbeat (a node
-silent for longer than dead_node_after, 5 minutes by default, is taken for
-dead by the others), its node-wide maxthreads (none: no limit), the tasks
+		Short: "List nodes: state, heartbeat age, maxthreads, tasks running per queue, version",
+		Long: `List the node documents: each node's state (running; stopped, when a den
+node said so as it stopped cleanly; dead, when it has been silent for
+longer than dead_node_after, 5 minutes by default, without saying so: the
+others take it for dead), when it last wrote its heartbeat, its node-wide maxthreads (none: no limit), the tasks
 claimed or running under its name per queue (counted from the tasks), and
 its version when it writes one.`,
 		Args: cobra.NoArgs,
@@ -166,6 +173,31 @@ limit; 0 makes the node run nothing new. The node must have a document.`,
 				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "maxthreads": limit})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "node %s: maxthreads %s\n", human.Escape(args[0]), args[2])
+			return nil
+		}),
+	}
+}
+
+func newNodeForgetCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "forget NODE",
+		Short: "Remove the node document of a stopped or dead node",
+		Long: `Remove a node's document, so that den node list, den status and the page no
+longer show it. Refused for a running node (one that wrote its document
+within dead_node_after and did not say it stopped), and for a node that
+still holds claimed or running tasks. A node that starts again under the
+name writes a new document.`,
+		Args: cobra.ExactArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			n, err := d.store.ForgetNode(cmd.Context(), args[0], time.Now(), deadAfter(d))
+			if err != nil {
+				return err
+			}
+			state := n.State(time.Now(), deadAfter(d))
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"node": n.Name, "forgotten": true, "state": state})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "forgot node %s (%s)\n", human.Escape(n.Name), state)
 			return nil
 		}),
 	}

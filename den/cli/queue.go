@@ -17,9 +17,10 @@ import (
 func newQueueCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "queue",
-		Short: "Create, list, show, change and delete queues",
+		Short: "Create, list, show, change, pause, resume and delete queues",
 	}
-	cmd.AddCommand(newQueueCreateCmd(), newQueueListCmd(), newQueueShowCmd(), newQueueSetCmd(), newQueueDeleteCmd())
+	cmd.AddCommand(newQueueCreateCmd(), newQueueListCmd(), newQueueShowCmd(), newQueueSetCmd(), newQueueDeleteCmd(),
+		newQueuePauseCmd(), newQueueResumeCmd())
 	for _, c := range cmd.Commands() {
 		addDBFlags(c.Flags())
 		addJSONFlag(c.Flags())
@@ -125,6 +126,8 @@ type queueRow struct {
 	CountTodo  *int64 `json:"count_todo"`
 	CountTotal *int64 `json:"count_total"`
 	Problem    string `json:"problem,omitempty"`
+	// Paused is set when the queue is paused (Limit is then 0).
+	Paused *pausedRow `json:"paused,omitempty"`
 }
 
 func newQueueRow(q queue.Queue, c queue.StatusCounts) queueRow {
@@ -132,11 +135,14 @@ func newQueueRow(q queue.Queue, c queue.StatusCounts) queueRow {
 		ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Limit: q.MaxThreads, Global: q.Global, Sort: q.Sort,
 		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
 		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
-		CountTodo: q.CountTodo, CountTotal: q.CountTotal, Problem: q.MaxThreadsProblem,
+		CountTodo: q.CountTodo, CountTotal: q.CountTotal, Problem: q.MaxThreadsProblem, Paused: newPausedRow(q.Paused),
 	}
 }
 
 func (r queueRow) limit() string {
+	if r.Paused != nil {
+		return "paused (resumes: " + r.Paused.Resumes + ")"
+	}
 	if r.Global {
 		return strconv.Itoa(r.Limit) + " (all nodes)"
 	}
@@ -236,6 +242,9 @@ func newQueueShowCmd() *cobra.Command {
 			if problem != nil {
 				fmt.Fprintf(w, "\nproblem: %s\n", human.Escape(problem.Error()))
 			}
+			if p := newPausedRow(q.Paused); p != nil {
+				fmt.Fprintf(w, "\npaused%s%s; resumes with %s (den queue resume)\n", sinceText(p.At), byText(p.By), p.Resumes)
+			}
 			fmt.Fprintf(w, "\ntasks: %d\n", c.Total())
 			sts := make([]int, 0, len(c.ByStatus))
 			for st := range c.ByStatus {
@@ -260,7 +269,8 @@ func newQueueSetCmd() *cobra.Command {
 		Long: `Change settings of a queue, with the checks of den queue create. Keys:
 ` + strings.Join(queue.QueueSettingKeys, ", ") + ` (plugin is accepted for
 constructor). The value none removes the key (the node's or den's default
-applies). Setting maxthreads removes threads and the other way round.`,
+applies). Setting maxthreads removes threads and the other way round. On a
+paused queue, maxthreads and threads set the limit it resumes with.`,
 		Example: `  den queue set resize maxthreads=8 timeout=10m
   den queue set resize max_retries=none`,
 		Args: cobra.MinimumNArgs(2),
@@ -286,6 +296,9 @@ applies). Setting maxthreads removes threads and the other way round.`,
 				return printJSON(cmd.OutOrStdout(), map[string]string{"id": q.ID.Hex(), "name": q.Name})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s (%s)\n", human.Escape(q.Name), q.ID.Hex())
+			if q.Paused != nil {
+				fmt.Fprintln(cmd.OutOrStdout(), "the queue is paused: a limit set now applies when it is resumed (den queue resume)")
+			}
 			return nil
 		}),
 	}

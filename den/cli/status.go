@@ -20,8 +20,9 @@ func newStatusCmd() *cobra.Command {
 		Long: `Print the queues (as den queue list), the nodes (as den node list) and the
 last 10 tasks that failed (status 2 and up) or were orphaned (-6), most
 recently changed first, with the last line of their stderr; and, when
-there are any, up to 10 queued tasks that request more than any live den
-node offers, with why (their unfit field).`,
+there are any, the queues whose waiting tasks none starts, with why (den
+task why says it of one task), and up to 10 queued tasks that request more
+than any live den node offers, with why (their unfit field).`,
 		Args: cobra.NoArgs,
 		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
 			now := time.Now()
@@ -42,6 +43,10 @@ node offers, with why (their unfit field).`,
 				return err
 			}
 			names, err := queueNames(cmd, d)
+			if err != nil {
+				return err
+			}
+			held, err := heldQueues(cmd, d, queues, now)
 			if err != nil {
 				return err
 			}
@@ -68,7 +73,7 @@ node offers, with why (their unfit field).`,
 				fr = append(fr, f)
 			}
 			if wantJSON(cmd) {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "nodes": nodes, "recent_failures": fr, "unfit": wr})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "nodes": nodes, "recent_failures": fr, "unfit": wr, "held_queues": held})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "database %s, %s\n\nQUEUES\n", human.Escape(d.cfg.Database), stamp(now))
@@ -86,6 +91,7 @@ node offers, with why (their unfit field).`,
 			} else {
 				printNodeTable(cmd, nodes, now)
 			}
+			printHeldQueues(cmd, held)
 			if len(wr) > 0 {
 				fmt.Fprintln(w, "\nWAITING: MORE REQUESTED THAN ANY LIVE DEN NODE OFFERS")
 				t := newTable(w, "ID", "QUEUE", "WHY")

@@ -23,9 +23,10 @@ import (
 func newTaskCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "task",
-		Short: "Add, list, show, cancel, retry, purge and archive tasks",
+		Short: "Add, list, show, cancel, retry, purge and archive tasks, and say why one waits",
 	}
-	cmd.AddCommand(newTaskAddCmd(), newTaskListCmd(), newTaskShowCmd(), newTaskCancelCmd(), newTaskRetryCmd(), newTaskPurgeCmd(), newTaskArchiveCmd())
+	cmd.AddCommand(newTaskAddCmd(), newTaskListCmd(), newTaskShowCmd(), newTaskCancelCmd(), newTaskRetryCmd(), newTaskPurgeCmd(), newTaskArchiveCmd(),
+		newTaskWhyCmd())
 	for _, c := range cmd.Commands() {
 		addDBFlags(c.Flags())
 		addJSONFlag(c.Flags())
@@ -400,6 +401,12 @@ func newTaskShowCmd() *cobra.Command {
 				return err
 			}
 			history, herr := t.History()
+			var why queue.Reason
+			if !archived {
+				if why, err = whyLine(cmd, d, *t); err != nil {
+					return err
+				}
+			}
 			if wantJSON(cmd) {
 				type fileRow struct {
 					ID       string `json:"id"`
@@ -410,7 +417,7 @@ func newTaskShowCmd() *cobra.Command {
 				for _, f := range files {
 					fr = append(fr, fileRow{f.ID.Hex(), f.Filename, f.Length})
 				}
-				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems, "runs": len(history) + 1, "archived": archived})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"task": extJSON(t.Raw), "output": places, "gridfs_files": fr, "problems": t.Problems, "runs": len(history) + 1, "archived": archived, "why": whyJSON(why)})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "task %s: %s\n", id.Hex(), statusText(*t))
@@ -419,6 +426,9 @@ func newTaskShowCmd() *cobra.Command {
 			}
 			if why := human.Waiting(*t); why != "" {
 				fmt.Fprintf(w, "waits: %s (no live den node offers that; see requested_resources)\n", human.Escape(why))
+			}
+			if why.Code != "" {
+				fmt.Fprintf(w, "why: %s: %s (den task why %s)\n", why.Code, human.Escape(why.Text), id.Hex())
 			}
 			fmt.Fprintln(w)
 			printDoc(w, t.Raw, "")

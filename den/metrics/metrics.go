@@ -35,7 +35,8 @@ type Metrics struct {
 	// DBErrors counts loop passes that failed on a database error.
 	DBErrors prometheus.Counter
 	// Outage is 1 while the node takes MongoDB for unreachable or failing
-	// (from a failed pass until a full pass succeeds), else 0.
+	// (from a failed pass until a full pass succeeds), else 0; it starts
+	// at 1, so a node that never reached MongoDB says so.
 	Outage prometheus.Gauge
 	// Commands counts MongoDB commands the node's client started, by
 	// command name; CommandFailures those that failed.
@@ -58,6 +59,16 @@ type Metrics struct {
 	// by what it did: failed (a task, with the reason in its stderr) or
 	// skipped (left as it is, one warning naming it).
 	Malformed *prometheus.CounterVec
+	// RunSeconds is how long the runs of this node's runners took, by
+	// queue name and outcome (succeeded, or who decided a run that did
+	// not succeed: exit_code, timeout, ...); WaitSeconds how long their
+	// tasks waited to start, from when they could first start, by queue
+	// name. Both are observed when a runner reports the run's end.
+	RunSeconds  *prometheus.HistogramVec
+	WaitSeconds *prometheus.HistogramVec
+	// OldestReady is, by queue name, how long the oldest task a claim
+	// could take now has been ready, for the queues this node serves.
+	OldestReady *prometheus.GaugeVec
 
 	queues queueLabels
 	// collectors are what New registered.
@@ -67,6 +78,17 @@ type Metrics struct {
 	running func() map[string]int
 	todo    func() map[string]int64
 	ready   func() error
+}
+
+// taskBuckets are the buckets of the tasks' run and wait times: from a
+// tenth of a second to six hours.
+var taskBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}
+
+// startsAt1 sets g to 1 and returns it: den_database_outage says "out"
+// until the node's first full pass succeeds.
+func startsAt1(g prometheus.Gauge) prometheus.Gauge {
+	g.Set(1)
+	return g
 }
 
 // New returns a node's collectors, registered on reg with the Go runtime
@@ -99,9 +121,9 @@ func New(reg *prometheus.Registry) *Metrics {
 		DBErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "den_database_errors_total", Help: "Loop passes that failed on a MongoDB error.",
 		}),
-		Outage: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "den_database_outage", Help: "1 while the node takes MongoDB for unreachable or failing, else 0.",
-		}),
+		Outage: startsAt1(prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "den_database_outage", Help: "1 until the node's first full pass succeeds and while it takes MongoDB for unreachable or failing, else 0.",
+		})),
 		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_mongodb_commands_total", Help: "MongoDB commands the node's client started (its own and those it relays for its runners), by command.",
 		}, []string{"command"}),
@@ -123,10 +145,22 @@ func New(reg *prometheus.Registry) *Metrics {
 		Malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_malformed_documents_total", Help: "Documents this node met that cannot be what their collection holds, by collection (tasks, queues) and action (failed: a task failed with the reason in its stderr; skipped: left as it is).",
 		}, []string{"collection", "action"}),
+		RunSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "den_task_run_seconds", Help: "How long runs of this node's tasks took, by queue and outcome (succeeded, or who decided a run that did not: exit_code, plugin, timeout, ...).",
+			Buckets: taskBuckets,
+		}, []string{"queue", "outcome"}),
+		WaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "den_task_wait_seconds", Help: "How long this node's tasks waited to start, from when they could first start (created, start_after, or the end of the run before a retry), by queue.",
+			Buckets: taskBuckets,
+		}, []string{"queue"}),
+		OldestReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "den_queue_oldest_ready_seconds", Help: "How long the oldest task a claim could take now has been ready (created, start_after, or the end of the run before a retry), by queue this node serves; no series for a queue with nothing ready.",
+		}, []string{"queue"}),
 	}
 	m.collectors = []prometheus.Collector{
 		m.Claims, m.Completions, m.Retries, m.Cancellations, m.Rescues, m.PassSeconds,
 		m.DBErrors, m.Outage, m.Commands, m.CommandFailures, m.RunnerStarts, m.RunnerReuses, m.RunnerStartFailures, m.OutputBytes, m.Malformed,
+		m.RunSeconds, m.WaitSeconds, m.OldestReady,
 		funcCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

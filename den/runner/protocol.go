@@ -84,6 +84,12 @@ type Report struct {
 	Retry  bool   `json:"retry,omitempty"`
 	Stdout int64  `json:"stdout"`
 	Stderr int64  `json:"stderr"`
+	// Outcome is who decided how the run ended (queue.Outcome's kind);
+	// Run is how long it ran and Wait how long the task waited before it
+	// started, from when it could first start (queue.ReadyAt), in seconds.
+	Outcome string  `json:"outcome,omitempty"`
+	Run     float64 `json:"run_seconds,omitempty"`
+	Wait    float64 `json:"wait_seconds,omitempty"`
 }
 
 // packet is a message as it travels: exactly one field is set.

@@ -688,10 +688,10 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	})
 	if !recorded {
 		t.keepOrphanedOutput(storeCtx, result)
-		t.report(0, false)
+		t.report(0, false, outcome)
 		return nil
 	}
-	t.report(status, false)
+	t.report(status, false, outcome)
 	if status > 0 && t.task != nil {
 		t.retryForever(storeCtx, "decrement count_todo", func(ctx context.Context) error {
 			return t.store.DecrementTodo(ctx, t.task.Queue)
@@ -703,12 +703,17 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	return nil
 }
 
-func (t *run) report(status int, retry bool) {
+func (t *run) report(status int, retry bool, outcome queue.Outcome) {
 	if t.Report == nil {
 		return
 	}
 	stdout, stderr := t.out.written()
-	t.Report(Report{Task: t.Spec.Task, Status: status, Retry: retry, Stdout: stdout, Stderr: stderr})
+	r := Report{Task: t.Spec.Task, Status: status, Retry: retry, Stdout: stdout, Stderr: stderr,
+		Outcome: outcome.Kind, Run: time.Since(t.started).Seconds()}
+	if t.task != nil {
+		r.Wait = max(t.started.Sub(queue.ReadyAt(*t.task)).Seconds(), 0)
+	}
+	t.Report(r)
 }
 
 // releaseDependents moves on the tasks that come after this one, when it
@@ -777,10 +782,10 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 	})
 	if !requeued {
 		t.log.Warn("task changed while it ran; not retrying it (its output is in GridFS under metadata.task_id)")
-		t.report(0, false)
+		t.report(0, false, outcome)
 		return nil
 	}
-	t.report(status, true)
+	t.report(status, true, outcome)
 	if next != nil {
 		t.log.Info("task stopped for passing its memory request; retrying with more", zap.Float64("memory_mb", t.opts.Requested.MemoryMB),
 			zap.Float64("next_memory_mb", next.MemoryMB), zap.Int("attempt", entry.Attempt))

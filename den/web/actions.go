@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -105,4 +106,45 @@ func (h *handler) setMaxThreads(w http.ResponseWriter, r *http.Request) {
 	}
 	h.log.Info("web: node maxthreads set", zap.String("node", node), zap.String("maxthreads", shown), zap.String("remote", r.RemoteAddr))
 	http.Redirect(w, r, "/?msg=maxthreads-set#nodes", http.StatusSeeOther)
+}
+
+// pauseQueue serves POST /queues/ID/pause, as den queue pause, and
+// resumeQueue POST /queues/ID/resume, as den queue resume.
+func (h *handler) pauseQueue(w http.ResponseWriter, r *http.Request) {
+	h.pauseOrResume(w, r, true)
+}
+
+func (h *handler) resumeQueue(w http.ResponseWriter, r *http.Request) {
+	h.pauseOrResume(w, r, false)
+}
+
+func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bool) {
+	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a queue id", r.PathValue("id")))
+		return
+	}
+	var o queue.PauseOutcome
+	msg := "queue-paused"
+	if pause {
+		o, err = h.store.PauseQueue(r.Context(), id, "den web ("+r.RemoteAddr+")", h.now())
+	} else {
+		msg = "queue-resumed"
+		o, err = h.store.ResumeQueue(r.Context(), id)
+	}
+	switch {
+	case errors.Is(err, queue.ErrNoQueue):
+		h.fail(w, r, http.StatusNotFound, err)
+		return
+	case err != nil:
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	case o == queue.PauseDone:
+		h.log.Info("web: queue "+strings.TrimPrefix(msg, "queue-"), zap.String("queue", id.Hex()), zap.String("remote", r.RemoteAddr))
+	case pause:
+		msg = "queue-already-paused"
+	default:
+		msg = "queue-not-paused"
+	}
+	http.Redirect(w, r, "/?msg="+msg+"#queues", http.StatusSeeOther)
 }

@@ -19,9 +19,9 @@
 // embedded with embed, with no build step. Without JavaScript every page
 // still works, only without refreshing itself.
 //
-// Actions (cancel a task, retry an ended task, set a node's maxthreads)
-// exist only when Options.Token is set, and every action request is
-// checked against it: the token itself in an Authorization: Bearer header
+// Actions (cancel a task, retry an ended task, pause or resume a queue,
+// set a node's maxthreads) exist only when Options.Token is set, and every
+// action request is checked against it: the token itself in an Authorization: Bearer header
 // or a form field named token (for scripts), or the session cookie that
 // logging in on /login sets. A session is a random id (32 bytes from
 // crypto/rand) kept in this process's memory with a CSRF value of its

@@ -28,12 +28,20 @@ type queueView struct {
 	PerMinute                       string
 	Problem                         string
 	TasksURL, RunningURL, FailedURL string
+	// Paused says since when and by whom, when the queue is paused
+	// (Limit is then the limit it resumes with).
+	Paused string
+	// Unserved says why no live node can serve the queue (no live node,
+	// or none serves it); empty when one can.
+	Unserved string
 }
 
 type nodeView struct {
-	Name       string
-	Heartbeat  time.Time
-	Dead       bool
+	Name      string
+	Heartbeat time.Time
+	Dead      bool
+	// State is running, stopped or dead (queue.NodeDoc.State).
+	State      string
 	MaxThreads string
 	Limit      string // the form's current value: a number, or empty
 	Problem    string
@@ -111,6 +119,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.dbOK()
+	facts := &queue.Facts{Now: now, DeadAfter: h.dead, Nodes: nodes, Running: running}
 	d := overviewData{Database: h.db.Name(), Window: "15m"}
 	sort.SliceStable(queues, func(i, j int) bool { return queues[i].Name < queues[j].Name })
 	for _, q := range queues {
@@ -127,6 +136,14 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 		if q.Global {
 			v.Limit = strconv.Itoa(q.MaxThreads) + " on all nodes"
 		}
+		if q.Paused != nil {
+			v.Limit, v.Paused = q.Paused.Limit(), pausedText(*q.Paused)
+		}
+		for _, why := range facts.QueueReasons(q) {
+			if why.Code == queue.WhyNoLiveNode || why.Code == queue.WhyNoNodeServes {
+				v.Unserved = why.Text
+			}
+		}
 		v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
 		d.Queues = append(d.Queues, v)
 	}
@@ -137,7 +154,8 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	for _, n := range nodes {
 		v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
 			Info: decodeNodeInfo(n.Raw), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
-		v.Dead = n.Timestamp.IsZero() || now.Sub(n.Timestamp) > h.dead
+		v.State = n.State(now, h.dead)
+		v.Dead = v.State == queue.NodeDead
 		if n.MaxThreads != nil {
 			v.MaxThreads = strconv.Itoa(*n.MaxThreads)
 			v.Limit = v.MaxThreads
@@ -176,4 +194,16 @@ func taskListURL(queueID, status, node string) string {
 		return "/tasks"
 	}
 	return "/tasks?" + v.Encode()
+}
+
+// pausedText says when and by whom a queue was paused.
+func pausedText(p queue.Pause) string {
+	s := "paused"
+	if !p.At.IsZero() {
+		s += " at " + p.At.UTC().Format(time.RFC3339)
+	}
+	if p.By != "" {
+		s += " by " + p.By
+	}
+	return s
 }

@@ -46,6 +46,7 @@ type taskData struct {
 	History    []historyView
 	HistoryErr string
 	Outcome    queue.Outcome
+	Why        queue.Reason // why a waiting task has not started (den task why); zero for any other
 	Ended      bool
 	Live       bool // the page polls for output and the end
 	CanCancel  bool
@@ -99,6 +100,11 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	why, err := h.why(r, *t)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	if err := h.wantLive(r.Context(), t); err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -114,6 +120,7 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 		d.QueueName = q.Name
 	}
 	d.Outcome = outcomeOf(*t)
+	d.Why = why
 	d.Ended = t.StatusOK && queue.Ended(t.Status)
 	d.Live = !d.Ended
 	d.CanCancel = t.StatusOK && t.Status <= 0 && t.Status != queue.StatusCancelled && t.Status != queue.StatusOrphaned && !t.Cancel
@@ -200,4 +207,21 @@ func withoutBulk(raw bson.Raw) bson.Raw {
 		return raw
 	}
 	return b
+}
+
+// why is the first reason a task that waits (queued or held back) has not
+// started, as den task why says it; zero for any other task.
+func (h *handler) why(r *http.Request, t queue.Task) (queue.Reason, error) {
+	if !t.StatusOK || t.Status >= queue.StatusClaimed || queue.Ended(t.Status) {
+		return queue.Reason{}, nil
+	}
+	facts, err := h.store.ReadFacts(r.Context(), h.now(), h.dead)
+	if err != nil {
+		return queue.Reason{}, err
+	}
+	reasons, err := h.store.Why(r.Context(), facts, t)
+	if err != nil {
+		return queue.Reason{}, err
+	}
+	return reasons[0], nil
 }

@@ -127,6 +127,8 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("POST /tasks/{id}/cancel", h.action(h.cancel))
 	m.HandleFunc("POST /tasks/{id}/retry", h.action(h.retry))
 	m.HandleFunc("POST /nodes/maxthreads", h.action(h.setMaxThreads))
+	m.HandleFunc("POST /queues/{id}/pause", h.action(h.pauseQueue))
+	m.HandleFunc("POST /queues/{id}/resume", h.action(h.resumeQueue))
 	m.HandleFunc("GET /login", h.loginPage)
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)
@@ -206,11 +208,15 @@ func (h *handler) dbOK() {
 // messages are the notes an action's redirect may ask a page to show
 // (?msg=KEY); unknown keys show nothing.
 var messages = map[string]string{
-	"cancel-requested": "Cancel requested: a queued task never starts; a running one is stopped by its node.",
-	"already-ended":    "The task had already ended; nothing was changed.",
-	"retried":          "The task is queued again.",
-	"not-retried":      "The task was not retried: it is queued or running, or it changed meanwhile.",
-	"maxthreads-set":   "The node's maxthreads is set; the node applies it on its next pass.",
-	"logged-in":        "Logged in: actions are enabled in this browser.",
-	"logged-out":       "Logged out.",
+	"cancel-requested":     "Cancel requested: a queued task never starts; a running one is stopped by its node.",
+	"already-ended":        "The task had already ended; nothing was changed.",
+	"retried":              "The task is queued again.",
+	"not-retried":          "The task was not retried: it is queued or running, or it changed meanwhile.",
+	"maxthreads-set":       "The node's maxthreads is set; the node applies it on its next pass.",
+	"queue-paused":         "The queue is paused: no node starts its tasks until it is resumed.",
+	"queue-resumed":        "The queue is resumed with the limits it had.",
+	"queue-already-paused": "The queue was already paused; nothing was changed.",
+	"queue-not-paused":     "The queue was not paused; nothing was changed.",
+	"logged-in":            "Logged in: actions are enabled in this browser.",
+	"logged-out":           "Logged out.",
 }
