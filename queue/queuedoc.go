@@ -52,6 +52,12 @@ type Queue struct {
 	BadCounts []string
 	// Control holds the queue's defaults for its tasks' control settings.
 	Control Control
+	// Retention is the queue's own retention (its retention field);
+	// RetentionProblem says why it could not be read, and then Retention
+	// is empty and the queue's tasks are kept (the queue is served all
+	// the same).
+	Retention        Retention
+	RetentionProblem string
 	// Raw is the whole document, for settings den reads per task
 	// (timeout, max_retries, ...).
 	Raw bson.Raw
@@ -125,6 +131,11 @@ func ParseQueue(raw bson.Raw) (Queue, error) {
 			continue
 		}
 		q.BadCounts = append(q.BadCounts, c.field)
+	}
+	if r, err := DecodeRetention(raw.Lookup(FieldRetention)); err != nil {
+		q.RetentionProblem = fmt.Sprintf("retention: %v", err)
+	} else {
+		q.Retention = r
 	}
 	var problems []string
 	q.Control, problems = DecodeControl(raw)

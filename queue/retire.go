@@ -50,6 +50,12 @@ type RetireFilter struct {
 	EndedBefore time.Time
 	// AfterID pages through a selection: only tasks with a larger _id.
 	AfterID bson.ObjectID
+	// MinStatus, when positive, selects finished tasks of this status or
+	// above (2: every finished task that did not succeed).
+	MinStatus int
+	// CreatedBefore, when set, selects tasks created (their _id's time)
+	// before it: with EndedBefore, it bounds the scan of the _id index.
+	CreatedBefore time.Time
 }
 
 // endedStatuses is the filter part that selects ended tasks.
@@ -68,6 +74,12 @@ func (f RetireFilter) bson() bson.D {
 	if !f.AfterID.IsZero() {
 		and = append(and, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: f.AfterID}}}})
 	}
+	if f.MinStatus > 0 {
+		and = append(and, bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: f.MinStatus}}}})
+	}
+	if !f.CreatedBefore.IsZero() {
+		and = append(and, bson.D{{Key: "_id", Value: bson.D{{Key: "$lt", Value: bson.NewObjectIDFromTimestamp(f.CreatedBefore)}}}})
+	}
 	return append(f.TaskFilter.bson(), bson.E{Key: "$and", Value: and})
 }
 
@@ -78,17 +90,30 @@ var retireFields = bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key
 // RetireCandidates returns up to f.Limit ended tasks matching f, oldest
 // first, without those an unended task comes after.
 func (s *Store) RetireCandidates(ctx context.Context, f RetireFilter) ([]Task, error) {
+	tasks, _, _, err := s.RetirePage(ctx, f)
+	return tasks, err
+}
+
+// RetirePage is RetireCandidates that also returns how many tasks it
+// read, and the _id of the last (zero when none), those left out
+// included: the next page starts after last (AfterID), and a page that
+// read fewer than f.Limit was the last.
+func (s *Store) RetirePage(ctx context.Context, f RetireFilter) (tasks []Task, read int, last bson.ObjectID, err error) {
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(retireFields)
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	tasks, err := s.collect(ctx, "find tasks to retire", f.bson(), opts)
+	tasks, err = s.collect(ctx, "find tasks to retire", f.bson(), opts)
 	if err != nil {
-		return nil, err
+		return nil, 0, last, err
+	}
+	read = len(tasks)
+	if read > 0 {
+		last = tasks[read-1].ID
 	}
 	needed, err := s.neededByDependents(ctx, tasks)
 	if err != nil {
-		return nil, err
+		return nil, read, last, err
 	}
 	out := tasks[:0]
 	for _, t := range tasks {
@@ -96,7 +121,7 @@ func (s *Store) RetireCandidates(ctx context.Context, f RetireFilter) ([]Task, e
 			out = append(out, t)
 		}
 	}
-	return out, nil
+	return out, read, last, nil
 }
 
 // neededByDependents returns which of tasks an unended task comes after.
