@@ -32,6 +32,8 @@ type passes struct {
 	runners *runners
 	// schedules fires the schedules whose time has come.
 	schedules *scheduler
+	// retention removes ended tasks past their retention.
+	retention *retention
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
 	held *heldTasks
@@ -167,7 +169,10 @@ func (ps *passes) setOutage(err error) {
 //   - every ProbeEvery: one query for work in queues found empty;
 //   - every RefreshEvery, and when a schedule's time has come: the
 //     schedules (two queries), and the tasks of those due;
-//   - every RescueEvery and SweepEvery: rescues and sweeps.
+//   - every RescueEvery and SweepEvery: rescues and sweeps;
+//   - every RetentionEvery, when some queue has a retention: the
+//     retention lease and one find per queue and class (every pass while
+//     there is more to remove than a pass may).
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
 	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
@@ -262,6 +267,11 @@ func (ps *passes) read(ctx context.Context) error {
 
 	if ps.schedules.due(now) {
 		if err := ps.schedules.fire(ctx, now); err != nil {
+			return err
+		}
+	}
+	if ps.retention.due(now) {
+		if err := ps.retention.run(ctx, queues, now); err != nil {
 			return err
 		}
 	}
