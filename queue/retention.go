@@ -210,7 +210,7 @@ func ParseRetention(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, bad
 	}
-	var total time.Duration
+	var total float64
 	for s != "" {
 		i := 0
 		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.') {
@@ -222,13 +222,16 @@ func ParseRetention(s string) (time.Duration, error) {
 		}
 		n, err := strconv.ParseFloat(s[:i], 64)
 		unit, ok := retentionUnits[s[i:j]]
-		if i == 0 || err != nil || !ok || n > 1e6 {
+		if i == 0 || err != nil || !ok {
 			return 0, bad
 		}
-		total += time.Duration(n * float64(unit))
+		total += n * float64(unit)
 		s = s[j:]
 	}
-	return total, nil
+	if total > float64(MaxRetention) {
+		return MaxRetention + 1, nil
+	}
+	return time.Duration(total), nil
 }
 
 func decodeAction(v bson.RawValue) (RetireMode, error) {
