@@ -164,7 +164,8 @@ type Retired struct {
 
 // RetireTasks removes tasks (as RetireCandidates returned them) by mode,
 // and lowers their queues' counts. A task whose status changed since it
-// was read stays.
+// was read stays. The tasks go in one delete per queue and status they
+// were read with: a batch of any size costs a few commands.
 func (s *Store) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) (Retired, error) {
 	var done Retired
 	if len(tasks) == 0 {
@@ -194,25 +195,44 @@ func (s *Store) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) 
 	default:
 		return done, fmt.Errorf("retire tasks: %q is neither delete nor archive", mode)
 	}
+	// One delete per queue and status: each is conditional on the status
+	// the tasks were read with, and its count is what leaves the queue.
+	type group struct {
+		queue  bson.ObjectID
+		status int
+	}
+	var order []group
+	ids := map[group][]bson.ObjectID{}
+	for _, t := range tasks {
+		g := group{t.Queue, t.Status}
+		if _, ok := ids[g]; !ok {
+			order = append(order, g)
+		}
+		ids[g] = append(ids[g], t.ID)
+	}
 	type change struct{ total, todo int64 }
 	byQueue := map[bson.ObjectID]*change{}
-	for _, t := range tasks {
-		res, err := s.tasks.DeleteOne(ctx, bson.D{{Key: "_id", Value: t.ID}, {Key: "status", Value: t.Status}})
+	// deleteErr ends the deletes; what they removed before is counted
+	// before it is returned.
+	var deleteErr error
+	for _, g := range order {
+		res, err := s.tasks.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[g]}}}, {Key: "status", Value: g.status}})
 		if err != nil {
-			return done, fmt.Errorf("retire task %s: %w", t.ID.Hex(), err)
+			deleteErr = fmt.Errorf("retire %d tasks of status %d: %w", len(ids[g]), g.status, err)
+			break
 		}
 		if res.DeletedCount == 0 {
 			continue
 		}
-		done.Tasks++
-		c := byQueue[t.Queue]
+		done.Tasks += res.DeletedCount
+		c := byQueue[g.queue]
 		if c == nil {
 			c = &change{}
-			byQueue[t.Queue] = c
+			byQueue[g.queue] = c
 		}
-		c.total++
-		if t.Status <= 0 {
-			c.todo++
+		c.total += res.DeletedCount
+		if g.status <= 0 {
+			c.todo += res.DeletedCount
 		}
 	}
 	for q, c := range byQueue {
@@ -224,7 +244,7 @@ func (s *Store) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) 
 			return done, fmt.Errorf("count %d retired tasks in queue %s: %w (run den counts fix)", c.total, q.Hex(), err)
 		}
 	}
-	return done, nil
+	return done, deleteErr
 }
 
 // archive copies the whole documents of tasks into tasks_archive. A task
