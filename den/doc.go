@@ -38,6 +38,9 @@
 //     and of claims no runner took up.
 //   - schedules.go: scheduler, the firing of the schedules whose time
 //     has come (queue.Store.FireDue: one task per scheduled time).
+//   - retention.go: retention, the removal of ended tasks past their
+//     queue's retention (or the node's default), in batches within the
+//     pass's chores budget, by the node that holds the retention lease.
 //   - notice.go: logging a condition once when it starts and once when it
 //     clears.
 //
