@@ -43,6 +43,9 @@
 //     charts (queue.StatsCollection): completions counted as runners
 //     report them, written once a minute with each queue's backlog and
 //     the node's own sample, and trimmed to its retention.
+//   - retention.go: retention, the removal of ended tasks past their
+//     queue's retention (or the node's default), in batches within the
+//     pass's chores budget, by the node that holds the retention lease.
 //   - notice.go: logging a condition once when it starts and once when it
 //     clears.
 //

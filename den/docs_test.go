@@ -27,6 +27,7 @@ func TestDocsNameTheCodesIntervals(t *testing.T) {
 		{"../docs/performance.md", "every (\\d+) s \\(`ProbeEvery`\\)", den.DefaultProbeEvery, 0},
 		{"../docs/performance.md", `every (\d+) s the sweeps`, den.DefaultSweepEvery, 0},
 		{"../docs/performance.md", `every (\d+) s the rescues`, den.DefaultRescueEvery, 0},
+		{"../docs/performance.md", "every (\\d+) s \\(`RetentionEvery`\\)", den.DefaultRetentionEvery, 0},
 		{"../docs/performance.md", `A pass \(every .interval., (\d+) s by default\)`, den.DefaultInterval, 0},
 		{"../docs/task-control.md", `sweep \(every (\d+) s\)`, den.DefaultSweepEvery, 0},
 		{"../docs/task-control.md", `At start, and every (\d+) s, a node checks its own running tasks`, den.DefaultRescueEvery, 0},

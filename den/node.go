@@ -131,6 +131,19 @@ type Config struct {
 	// ResourcesEvery is the least time between two samples of the host's
 	// resources for the node document. Default 5s.
 	ResourcesEvery time.Duration
+	// Retention is the node's default retention of ended tasks, for the
+	// queues whose own retention field leaves a class or the action
+	// unset. Zero: keep everything, as Disbatch does.
+	Retention queue.Retention
+	// RetentionEvery is how often the node looks for ended tasks past
+	// their retention, when some queue has one (while it finds more than
+	// a pass may remove, it goes on every pass). Default 1m.
+	RetentionEvery time.Duration
+	// OnRetentionBatch, when set, is called with true before the node
+	// removes a batch of tasks past their retention and with false after.
+	// It exists so tests can watch that one node at a time does it;
+	// production leaves it nil.
+	OnRetentionBatch func(start bool)
 	// BeforeHandOver, when set, is called after each claim and before the
 	// task's runner starts. It exists so tests can stop a node in exactly
 	// that window; production leaves it nil.
@@ -176,6 +189,9 @@ const (
 	// DefaultRescueEvery: the rescues of dead runners, dead nodes and
 	// stale claims.
 	DefaultRescueEvery = 30 * time.Second
+	// DefaultRetentionEvery: the look for ended tasks past their
+	// retention (only when some queue has one).
+	DefaultRetentionEvery = time.Minute
 )
 
 // New returns a node working on db. now may be nil (time.Now).
@@ -222,6 +238,9 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	}
 	if cfg.RescueEvery <= 0 {
 		cfg.RescueEvery = DefaultRescueEvery
+	}
+	if cfg.RetentionEvery <= 0 {
+		cfg.RetentionEvery = DefaultRetentionEvery
 	}
 	if cfg.GFS != "" {
 		mode, err := queue.NormalizeGFS(cfg.GFS)
@@ -293,7 +312,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	n.passes = &passes{
 		common: c, plugins: reg, chores: chores, held: n.claimer.held,
 		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
-		schedules: &scheduler{common: c}, stats: stats,
+		schedules: &scheduler{common: c}, stats: stats, retention: &retention{common: c, chores: chores},
 	}
 	n.runners.slots = n.claimer
 	n.runners.rescue = n.rescuer.rescue
@@ -442,11 +461,12 @@ func (n *Node) start(ctx context.Context) error {
 }
 
 // shutdown writes the node document one last time, and the completions
-// the stats collection has not had.
+// the stats collection has not had, and releases the retention lease.
 func (n *Node) shutdown() {
 	running := n.runners.count()
 	n.beat.writeLast()
 	n.passes.stats.flushLast()
+	n.passes.retention.stop()
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }
 

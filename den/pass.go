@@ -34,6 +34,8 @@ type passes struct {
 	schedules *scheduler
 	// stats writes the status page's time series once a minute.
 	stats *statsRecorder
+	// retention removes ended tasks past their retention.
+	retention *retention
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
 	held *heldTasks
@@ -180,6 +182,9 @@ func (ps *passes) setOutage(err error) {
 //   - every RescueEvery and SweepEvery: rescues and sweeps;
 //   - once a minute: the stats (one bulkWrite; every hour, two more
 //     commands delete those past retention).
+//   - every RetentionEvery, when some queue has a retention: the
+//     retention lease and one find per queue and class (every pass while
+//     there is more to remove than a pass may).
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
 	if now.Sub(ps.clockAt) >= ps.cfg.ClockEvery {
@@ -290,6 +295,11 @@ func (ps *passes) read(ctx context.Context) error {
 
 	if ps.schedules.due(now) {
 		if err := ps.schedules.fire(ctx, now); err != nil {
+			return err
+		}
+	}
+	if ps.retention.due(now) {
+		if err := ps.retention.run(ctx, queues, now); err != nil {
 			return err
 		}
 	}

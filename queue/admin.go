@@ -36,7 +36,9 @@ const (
 // help texts show them.
 var QueueSettingKeys = []string{SettingName, SettingPlugin, SettingMaxThreads, SettingThreads, SettingSort, SettingGFS,
 	FieldTimeout, FieldMaxRetries, FieldMaxTimeouts, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput,
-	FieldMaxProcesses, FieldUsageInterval, FieldMemoryRetryFactor}
+	FieldMaxProcesses, FieldUsageInterval, FieldMemoryRetryFactor, FieldRetention,
+	FieldRetention + "." + RetainSucceeded, FieldRetention + "." + RetainFailed, FieldRetention + "." + RetainCancelled,
+	FieldRetention + "." + RetainOrphaned, FieldRetention + ".action", FieldRetention + ".reports"}
 
 // QueueSettings are values to write into a queue document, each already
 // checked and in the form den writes it. Unset lists keys to remove.
@@ -118,6 +120,13 @@ func (s *QueueSettings) ParseQueueSetting(key, value string) error {
 			return fmt.Errorf("%s %s", key, err)
 		}
 		v = f
+	case FieldRetention:
+		return fmt.Errorf("retention is set key by key (retention.succeeded=7d, retention.action=archive, ...) or removed whole (retention=none)")
+	default: // retention.*
+		var err error
+		if v, err = parseRetentionSetting(strings.TrimPrefix(key, FieldRetention+"."), value); err != nil {
+			return err
+		}
 	}
 	s.Set = append(s.Set, bson.E{Key: key, Value: v})
 	return nil

@@ -7,7 +7,8 @@
 // Disbatch 4: a Perl Disbatch node and den must be able to
 // work the same database at the same time, so nothing in this package may
 // write a field a Perl node would misread. Everything den adds beyond the
-// protocol is an optional field a Disbatch 4 node ignores, or a collection
-// of den's own (schedules; stats, the status page's time series, in
-// stats.go).
+// protocol is an optional field a Disbatch 4 node ignores, or a
+// collection of den's own: tasks_archive (retired tasks), schedules,
+// leases (work one node at a time does, such as retention), and stats
+// (the status page's time series, in stats.go).
 package queue

@@ -29,6 +29,9 @@ var storeWrites = map[string]string{
 	"CreateQueueWith":   "inserts a queue",
 	"UpdateQueue":       "updates a queue by its ObjectId",
 	"DeleteQueue":       "deletes a queue by its ObjectId",
+	"DeleteReports":     "deletes reports by task_id",
+	"TakeLease":         "updates (or inserts) a lease by name",
+	"ReleaseLease":      "updates a lease by name and holder",
 	"InsertTasks":       "inserts tasks",
 	"SetNodeMaxThreads": "updates a node document by name",
 	"Alive":             "updates this node's timestamp",
@@ -218,6 +221,18 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 			val(store.TaskCounts(ctx, qid))(t)
 		}},
 		{"CheckCounts", func(t *testing.T) { val(store.CheckCounts(ctx))(t) }},
+		{"RetirePage", func(t *testing.T) {
+			// What retention reads, each class; nothing is removed.
+			for _, class := range queue.RetentionClasses {
+				for _, q := range []bson.ObjectID{qid, bson.NewObjectID()} {
+					f := queue.ClassFilter(q, class, now.Add(time.Hour))
+					f.Limit = 100
+					if _, _, _, err := store.RetirePage(ctx, f); err != nil {
+						t.Errorf("retire page of %s: %v", class, err)
+					}
+				}
+			}
+		}},
 		{"EndedSince", func(t *testing.T) { val(store.EndedSince(ctx, time.Time{}))(t) }},
 		{"ListTasks", func(t *testing.T) {
 			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{qid}}, {Statuses: []int{-2, -1, 0}}, {Node: node}, {Outcomes: []string{"malformed"}}, {Since: now.Add(-time.Hour)}} {

@@ -56,6 +56,12 @@ type Queue struct {
 	// nothing, MaxThreads is 0 whatever its limits say, and Paused keeps
 	// the limits it resumes with.
 	Paused *Pause
+	// Retention is the queue's own retention (its retention field);
+	// RetentionProblem says why it could not be read, and then Retention
+	// is empty and the queue's tasks are kept (the queue is served all
+	// the same).
+	Retention        Retention
+	RetentionProblem string
 	// Raw is the whole document, for settings den reads per task
 	// (timeout, max_retries, ...).
 	Raw bson.Raw
@@ -133,6 +139,11 @@ func ParseQueue(raw bson.Raw) (Queue, error) {
 			continue
 		}
 		q.BadCounts = append(q.BadCounts, c.field)
+	}
+	if r, err := DecodeRetention(raw.Lookup(FieldRetention)); err != nil {
+		q.RetentionProblem = fmt.Sprintf("retention: %v", err)
+	} else {
+		q.Retention = r
 	}
 	var problems []string
 	q.Control, problems = DecodeControl(raw)

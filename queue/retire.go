@@ -50,6 +50,12 @@ type RetireFilter struct {
 	EndedBefore time.Time
 	// AfterID pages through a selection: only tasks with a larger _id.
 	AfterID bson.ObjectID
+	// MinStatus, when positive, selects finished tasks of this status or
+	// above (2: every finished task that did not succeed).
+	MinStatus int
+	// CreatedBefore, when set, selects tasks created (their _id's time)
+	// before it: with EndedBefore, it bounds the scan of the _id index.
+	CreatedBefore time.Time
 }
 
 // endedStatuses is the filter part that selects ended tasks.
@@ -68,6 +74,12 @@ func (f RetireFilter) bson() bson.D {
 	if !f.AfterID.IsZero() {
 		and = append(and, bson.D{{Key: "_id", Value: bson.D{{Key: "$gt", Value: f.AfterID}}}})
 	}
+	if f.MinStatus > 0 {
+		and = append(and, bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: f.MinStatus}}}})
+	}
+	if !f.CreatedBefore.IsZero() {
+		and = append(and, bson.D{{Key: "_id", Value: bson.D{{Key: "$lt", Value: bson.NewObjectIDFromTimestamp(f.CreatedBefore)}}}})
+	}
 	return append(f.TaskFilter.bson(), bson.E{Key: "$and", Value: and})
 }
 
@@ -78,17 +90,30 @@ var retireFields = bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key
 // RetireCandidates returns up to f.Limit ended tasks matching f, oldest
 // first, without those an unended task comes after.
 func (s *Store) RetireCandidates(ctx context.Context, f RetireFilter) ([]Task, error) {
+	tasks, _, _, err := s.RetirePage(ctx, f)
+	return tasks, err
+}
+
+// RetirePage is RetireCandidates that also returns how many tasks it
+// read, and the _id of the last (zero when none), those left out
+// included: the next page starts after last (AfterID), and a page that
+// read fewer than f.Limit was the last.
+func (s *Store) RetirePage(ctx context.Context, f RetireFilter) (tasks []Task, read int, last bson.ObjectID, err error) {
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(retireFields)
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	tasks, err := s.collect(ctx, "find tasks to retire", f.bson(), opts)
+	tasks, err = s.collect(ctx, "find tasks to retire", f.bson(), opts)
 	if err != nil {
-		return nil, err
+		return nil, 0, last, err
+	}
+	read = len(tasks)
+	if read > 0 {
+		last = tasks[read-1].ID
 	}
 	needed, err := s.neededByDependents(ctx, tasks)
 	if err != nil {
-		return nil, err
+		return nil, read, last, err
 	}
 	out := tasks[:0]
 	for _, t := range tasks {
@@ -96,7 +121,7 @@ func (s *Store) RetireCandidates(ctx context.Context, f RetireFilter) ([]Task, e
 			out = append(out, t)
 		}
 	}
-	return out, nil
+	return out, read, last, nil
 }
 
 // neededByDependents returns which of tasks an unended task comes after.
@@ -139,7 +164,8 @@ type Retired struct {
 
 // RetireTasks removes tasks (as RetireCandidates returned them) by mode,
 // and lowers their queues' counts. A task whose status changed since it
-// was read stays.
+// was read stays. The tasks go in one delete per queue and status they
+// were read with: a batch of any size costs a few commands.
 func (s *Store) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) (Retired, error) {
 	var done Retired
 	if len(tasks) == 0 {
@@ -169,25 +195,44 @@ func (s *Store) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) 
 	default:
 		return done, fmt.Errorf("retire tasks: %q is neither delete nor archive", mode)
 	}
+	// One delete per queue and status: each is conditional on the status
+	// the tasks were read with, and its count is what leaves the queue.
+	type group struct {
+		queue  bson.ObjectID
+		status int
+	}
+	var order []group
+	ids := map[group][]bson.ObjectID{}
+	for _, t := range tasks {
+		g := group{t.Queue, t.Status}
+		if _, ok := ids[g]; !ok {
+			order = append(order, g)
+		}
+		ids[g] = append(ids[g], t.ID)
+	}
 	type change struct{ total, todo int64 }
 	byQueue := map[bson.ObjectID]*change{}
-	for _, t := range tasks {
-		res, err := s.tasks.DeleteOne(ctx, bson.D{{Key: "_id", Value: t.ID}, {Key: "status", Value: t.Status}})
+	// deleteErr ends the deletes; what they removed before is counted
+	// before it is returned.
+	var deleteErr error
+	for _, g := range order {
+		res, err := s.tasks.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids[g]}}}, {Key: "status", Value: g.status}})
 		if err != nil {
-			return done, fmt.Errorf("retire task %s: %w", t.ID.Hex(), err)
+			deleteErr = fmt.Errorf("retire %d tasks of status %d: %w", len(ids[g]), g.status, err)
+			break
 		}
 		if res.DeletedCount == 0 {
 			continue
 		}
-		done.Tasks++
-		c := byQueue[t.Queue]
+		done.Tasks += res.DeletedCount
+		c := byQueue[g.queue]
 		if c == nil {
 			c = &change{}
-			byQueue[t.Queue] = c
+			byQueue[g.queue] = c
 		}
-		c.total++
-		if t.Status <= 0 {
-			c.todo++
+		c.total += res.DeletedCount
+		if g.status <= 0 {
+			c.todo += res.DeletedCount
 		}
 	}
 	for q, c := range byQueue {
@@ -199,7 +244,7 @@ func (s *Store) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) 
 			return done, fmt.Errorf("count %d retired tasks in queue %s: %w (run den counts fix)", c.total, q.Hex(), err)
 		}
 	}
-	return done, nil
+	return done, deleteErr
 }
 
 // archive copies the whole documents of tasks into tasks_archive. A task

@@ -120,6 +120,7 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 		MaxOutput:      cfg.MaxOutput,
 		Resources:      den.ResourceLimits{MemoryMB: cfg.Resources.MemoryMB, CPUs: cfg.Resources.CPUs, BusyCorePercent: cfg.Resources.BusyCorePercent},
 		DeadNodeAfter:  cfg.DeadNodeAfter,
+		Retention:      cfg.Retention,
 		Cgroups:        cfg.Cgroups,
 		PluginConfig:   cfg.PluginConfig(),
 		Metrics:        m,

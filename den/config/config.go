@@ -77,6 +77,11 @@ type Config struct {
 	// MaxOutput is the most bytes a task may write to each of stdout and
 	// stderr; a task or queue may lower it.
 	MaxOutput int64
+	// Retention is the node's default retention of ended tasks
+	// (retention.succeeded, .failed, .cancelled, .orphaned: 0 keeps;
+	// retention.action: delete or archive; retention.reports: keep or
+	// delete), for what a queue's own retention field leaves unset.
+	Retention queue.Retention
 	// HTTPListen is the address of the node's HTTP endpoint (/metrics,
 	// /healthz, /readyz), such as 127.0.0.1:9187; empty (the default)
 	// means no endpoint.
@@ -162,6 +167,12 @@ var defaults = map[string]any{
 	"command.shared_tmp":          false,
 	"command.network":             "all",
 	"max_output":                  int64(runner.DefaultMaxOutput),
+	"retention.succeeded":         "0s",
+	"retention.failed":            "0s",
+	"retention.cancelled":         "0s",
+	"retention.orphaned":          "0s",
+	"retention.action":            string(queue.RetireDelete),
+	"retention.reports":           queue.ReportsKeep,
 	"resources.memory_mb":         0.0,
 	"resources.cpus":              0.0,
 	"resources.busy_core_percent": float64(den.DefaultBusyCorePercent),
@@ -200,6 +211,12 @@ var bounds = map[string]bound{
 	// 1 KiB keeps den's own note of the cut; 1 TiB per stream is far more
 	// than anything read back should be.
 	"max_output": counts(1<<10, 1<<40, "bytes"),
+	// 0 keeps everything (the default); anything else is at least a
+	// minute (queue.MinRetention) and at most a century.
+	"retention.succeeded": durations(0, queue.MaxRetention),
+	"retention.failed":    durations(0, queue.MaxRetention),
+	"retention.cancelled": durations(0, queue.MaxRetention),
+	"retention.orphaned":  durations(0, queue.MaxRetention),
 	// 0: what the machine has (memory, cpus) or the default 60 (busy).
 	"resources.memory_mb":         numbers(0, 1<<24, "MiB"),  // 16 TiB
 	"resources.cpus":              numbers(0, 8192, "cores"), // Linux's largest NR_CPUS
@@ -290,7 +307,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 	}
 	// Keys read as text must be text (a number is taken as written): a
 	// list or a map there is a mistake, never a default.
-	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token", "http.listen"} {
+	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token", "http.listen", "retention.action", "retention.reports"} {
 		switch x := v.Get(key).(type) {
 		case nil, string, int, int64, uint64, float64:
 		case bool:
@@ -347,6 +364,9 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		if *k.dst, err = boundedNumber(v, k.key); err != nil {
 			return fail("%v", err)
 		}
+	}
+	if c.Retention, err = retention(v); err != nil {
+		return fail("%v", err)
 	}
 	c.Cgroups = strings.ToLower(v.GetString("cgroups"))
 	if !slices.Contains([]string{"auto", "on", "off"}, c.Cgroups) {
@@ -450,6 +470,37 @@ func duration(v *viper.Viper, key string) (time.Duration, error) {
 		return time.Duration(s * float64(time.Second)), nil
 	}
 	return time.ParseDuration(v.GetString(key))
+}
+
+// retention reads the retention keys: a time of 0 keeps (it is left
+// unset, so a queue's own setting alone decides), any other is at least
+// queue.MinRetention.
+func retention(v *viper.Viper) (queue.Retention, error) {
+	r := queue.Retention{Keep: map[string]time.Duration{}}
+	for _, class := range queue.RetentionClasses {
+		key := "retention." + class
+		d, err := boundedDuration(v, key)
+		if err != nil {
+			return r, err
+		}
+		if d > 0 && d < queue.MinRetention {
+			return r, fmt.Errorf("%s %s is below %s: write 0 to keep everything, or a time such as 168h", key, formatDuration(d), formatDuration(queue.MinRetention))
+		}
+		r.Keep[class] = d
+	}
+	switch a := queue.RetireMode(strings.ToLower(strings.TrimSpace(v.GetString("retention.action")))); a {
+	case queue.RetireDelete, queue.RetireArchive:
+		r.Action = a
+	default:
+		return r, fmt.Errorf("retention.action %q must be delete or archive", v.GetString("retention.action"))
+	}
+	switch rep := strings.ToLower(strings.TrimSpace(v.GetString("retention.reports"))); rep {
+	case queue.ReportsKeep, queue.ReportsDelete:
+		r.Reports = rep
+	default:
+		return r, fmt.Errorf("retention.reports %q must be keep or delete", v.GetString("retention.reports"))
+	}
+	return r, nil
 }
 
 // commandPolicy reads the command section, refusing values of the wrong

@@ -436,6 +436,18 @@ func TestBoundsRefused(t *testing.T) {
 		{"resources.busy_core_percent", "", "-1", "", "resources.busy_core_percent: -1 is below the minimum 0 (allowed: 0 to 100 percent)"},
 		{"resources.busy_core_percent", "resources:\n  busy_core_percent: 150\n", "", "", "resources.busy_core_percent: 150 is above the maximum 100"},
 		{"resources.busy_core_percent", "resources:\n  busy_core_percent: 100\n", "", "", ""},
+		{"retention.succeeded", "retention:\n  succeeded: -1h\n", "", "", "retention.succeeded: -1h is below the minimum 0s (allowed: 0s to 876000h)"},
+		{"retention.succeeded", "", "876001h", "", "retention.succeeded: 876001h is above the maximum 876000h"},
+		{"retention.succeeded", "retention:\n  succeeded: 30s\n", "", "", "retention.succeeded 30s is below 1m: write 0 to keep everything"},
+		{"retention.succeeded", "retention:\n  succeeded: 168h\n  action: archive\n", "", "", ""},
+		{"retention.failed", "", "-1s", "", "retention.failed: -1s is below the minimum 0s"},
+		{"retention.failed", "retention:\n  failed: 1000000h\n", "", "", "retention.failed: 1000000h is above the maximum 876000h"},
+		{"retention.cancelled", "", "-1s", "", "retention.cancelled: -1s is below the minimum 0s"},
+		{"retention.cancelled", "", "900000h", "", "retention.cancelled: 900000h is above the maximum 876000h"},
+		{"retention.orphaned", "", "-1s", "", "retention.orphaned: -1s is below the minimum 0s"},
+		{"retention.orphaned", "", "900000h", "", "retention.orphaned: 900000h is above the maximum 876000h"},
+		{"retention.action", "retention:\n  action: shred\n", "", "", "retention.action \"shred\" must be delete or archive"},
+		{"retention.reports", "", "burn", "", "retention.reports \"burn\" must be keep or delete"},
 	}
 	below, above := map[string]bool{}, map[string]bool{}
 	for _, tc := range cases {
