@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/internal/mongoclient"
+	"github.com/den-project/den/den/internal/wire"
 )
 
 // This file is a proxy that sits between any client (a node, a task
@@ -360,7 +360,7 @@ func (p *FaultProxy) handle(client net.Conn) {
 	}
 	defer p.track(up, false)
 	for {
-		req, err := readWire(client)
+		req, err := wire.Read(client)
 		if err != nil {
 			return
 		}
@@ -383,17 +383,17 @@ func (p *FaultProxy) handle(client net.Conn) {
 		if _, err := up.Write(req); err != nil {
 			return
 		}
-		if moreToComeFlag(req) {
+		if wire.MoreToCome(req) {
 			continue // an unacknowledged write: no reply to lose
 		}
 		var replies [][]byte
 		for {
-			r, err := readWire(up)
+			r, err := wire.Read(up)
 			if err != nil {
 				return
 			}
 			replies = append(replies, r)
-			if !moreToComeFlag(r) {
+			if !wire.MoreToCome(r) {
 				break
 			}
 		}
@@ -417,37 +417,6 @@ func (p *FaultProxy) handle(client net.Conn) {
 }
 
 // Wire protocol (OP_MSG) as far as the proxy needs it.
-const (
-	wireHeaderLen  = 16
-	wireOpMsg      = 2013
-	wireMoreToCome = 1 << 1
-	wireMaxLen     = 256 << 20
-)
-
-func readWire(r io.Reader) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := int(binary.LittleEndian.Uint32(hdr[:]))
-	if n < wireHeaderLen || n > wireMaxLen {
-		return nil, fmt.Errorf("bad message length %d", n)
-	}
-	msg := make([]byte, n)
-	copy(msg, hdr[:])
-	if _, err := io.ReadFull(r, msg[4:]); err != nil {
-		return nil, err
-	}
-	return msg, nil
-}
-
-func wireOpCode(msg []byte) uint32 { return binary.LittleEndian.Uint32(msg[12:16]) }
-
-func moreToComeFlag(msg []byte) bool {
-	return wireOpCode(msg) == wireOpMsg && len(msg) >= wireHeaderLen+4 &&
-		binary.LittleEndian.Uint32(msg[wireHeaderLen:])&wireMoreToCome != 0
-}
-
 // command is what the proxy knows of a request: the command's name, its
 // collection (the first value, when a string), and whether it is an
 // OP_MSG (only those get error replies; a legacy OP_QUERY, which drivers
@@ -475,31 +444,14 @@ func (c command) write() bool {
 }
 
 func parseCommand(msg []byte) command {
-	if wireOpCode(msg) != wireOpMsg || len(msg) < wireHeaderLen+5 || msg[wireHeaderLen+4] != 0 {
-		return command{}
-	}
-	doc := bson.Raw(msg[wireHeaderLen+5:])
-	if len(doc) < 5 {
-		return command{}
-	}
-	doc = doc[:min(int(binary.LittleEndian.Uint32(doc)), len(doc))]
-	el, err := doc.IndexErr(0)
-	if err != nil {
-		return command{msg: true}
-	}
-	c := command{name: el.Key(), msg: true}
-	c.coll, _ = el.Value().StringValueOK()
-	return c
+	name, coll := wire.Command(msg)
+	return command{name: name, coll: coll, msg: wire.OpCode(msg) == wire.OpMsg}
 }
 
 // replyOK reports whether a reply is an OP_MSG whose body says ok: 1 (a
 // command the server ran; its writes may still hold write errors).
 func replyOK(msg []byte) bool {
-	if wireOpCode(msg) != wireOpMsg || len(msg) < wireHeaderLen+5 || msg[wireHeaderLen+4] != 0 {
-		return false
-	}
-	doc := bson.Raw(msg[wireHeaderLen+5:])
-	v, err := doc.LookupErr("ok")
+	v, err := wire.Body(msg).LookupErr("ok")
 	if err != nil {
 		return false
 	}
@@ -537,10 +489,10 @@ func errorReply(req []byte, c command, f Fault) []byte {
 	if err != nil {
 		panic(err) // a fixed document
 	}
-	out := make([]byte, wireHeaderLen+5, wireHeaderLen+5+len(body))
+	out := make([]byte, wire.HeaderLen+5, wire.HeaderLen+5+len(body))
 	binary.LittleEndian.PutUint32(out[4:], uint32(rand.Int32()))
 	copy(out[8:12], req[4:8]) // responseTo: the request's id
-	binary.LittleEndian.PutUint32(out[12:], wireOpMsg)
+	binary.LittleEndian.PutUint32(out[12:], wire.OpMsg)
 	// flagBits 0, then section kind 0 (the body).
 	out = append(out, body...)
 	binary.LittleEndian.PutUint32(out[0:], uint32(len(out)))

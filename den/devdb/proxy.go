@@ -1,9 +1,7 @@
 package devdb
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,16 +10,11 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/den-project/den/den/internal/wire"
 )
 
-// Wire protocol constants (MongoDB OP_MSG).
 const (
-	headerLen      = 16
-	opMsg          = 2013
-	flagMoreToCome = 1 << 1
-	// MongoDB's limit is 48 MiB, but FerretDB does not cap replies by size:
-	// allow more rather than drop the connection.
-	maxMessageLen = 256 << 20
 	// commandTimeout is the longest the proxy waits for the server's reply
 	// to one command. The lock that makes the server run one command at
 	// a time is held meanwhile: a command the server never answers would
@@ -182,7 +175,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 	p.track(up, true)
 	defer p.track(up, false)
 	for {
-		req, err := readMessage(client)
+		req, err := wire.Read(client)
 		if err != nil {
 			return
 		}
@@ -202,7 +195,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 // Handshakes (hello, isMaster) change nothing and skip the lock, so that
 // the driver's monitoring never waits behind a command.
 func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
-	name, coll := commandName(req)
+	name, coll := wire.Command(req)
 	p.count(name, false)
 	if !handshake(name) {
 		if p.serial {
@@ -215,7 +208,7 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 	if _, err := up.Write(req); err != nil {
 		return nil, err
 	}
-	if moreToCome(req) {
+	if wire.MoreToCome(req) {
 		return nil, nil // fire-and-forget write: no reply
 	}
 	var replies [][]byte
@@ -223,7 +216,7 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 		return nil, err
 	}
 	for {
-		r, err := readMessage(up)
+		r, err := wire.Read(up)
 		if errors.Is(err, os.ErrDeadlineExceeded) && p.logOut != nil {
 			fmt.Fprintf(p.logOut, "devdb: no reply to %s %s within %s; dropping its connection\n", name, coll, commandTimeout)
 		}
@@ -231,74 +224,10 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 			return nil, err
 		}
 		replies = append(replies, r)
-		if !moreToCome(r) {
+		if !wire.MoreToCome(r) {
 			return replies, nil
 		}
 	}
-}
-
-func readMessage(r io.Reader) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := int(binary.LittleEndian.Uint32(hdr[:]))
-	if n < headerLen || n > maxMessageLen {
-		return nil, fmt.Errorf("bad message length %d", n)
-	}
-	msg := make([]byte, n)
-	copy(msg, hdr[:])
-	if _, err := io.ReadFull(r, msg[4:]); err != nil {
-		return nil, err
-	}
-	return msg, nil
-}
-
-func opCode(msg []byte) uint32 { return binary.LittleEndian.Uint32(msg[12:16]) }
-
-func moreToCome(msg []byte) bool {
-	return opCode(msg) == opMsg && len(msg) >= headerLen+4 &&
-		binary.LittleEndian.Uint32(msg[headerLen:])&flagMoreToCome != 0
-}
-
-// commandName returns the name of the command in msg (OP_MSG with the
-// command first in its body section, or a legacy OP_QUERY), or "", and
-// the command's collection (its first value, when that is a string).
-func commandName(msg []byte) (name, coll string) {
-	var doc []byte
-	switch opCode(msg) {
-	case opMsg:
-		if len(msg) < headerLen+5 || msg[headerLen+4] != 0 {
-			return "", ""
-		}
-		doc = msg[headerLen+5:]
-	case 2004: // OP_QUERY: flags, cstring collection, skip, return, document
-		rest := msg[headerLen+4:]
-		i := bytes.IndexByte(rest, 0)
-		if i < 0 || len(rest) < i+9 {
-			return "", ""
-		}
-		doc = rest[i+9:]
-	default:
-		return "", ""
-	}
-	if len(doc) < 6 {
-		return "", ""
-	}
-	key := doc[5:]
-	end := bytes.IndexByte(key, 0)
-	if end < 0 {
-		return "", ""
-	}
-	name = string(key[:end])
-	// A string value: int32 length (with its NUL), then the bytes.
-	if doc[4] == 0x02 && len(key) >= end+5 {
-		n := int(binary.LittleEndian.Uint32(key[end+1:]))
-		if v := key[end+5:]; n > 0 && len(v) >= n {
-			coll = string(v[:n-1])
-		}
-	}
-	return name, coll
 }
 
 // handshake reports whether a command is a hello/isMaster, which changes
