@@ -1,6 +1,7 @@
 package web
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,7 +15,29 @@ import (
 )
 
 // Actions run only through h.action, which checks the token first. Each
-// logs one line and redirects (303) to the page it came from with a note.
+// logs one line and answers (answer): a browser's form is redirected (303)
+// to the page it came from with a note; a script's request (a Bearer
+// token, or Accept: application/json) gets JSON, its errors too.
+
+// wantsJSON reports whether a request is a script's: it sent a Bearer
+// token or asked for JSON.
+func wantsJSON(r *http.Request) bool {
+	return strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") ||
+		strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+// answer ends an action that did what it could: result is the key of its
+// note (messages). A script gets 200 and {"ok": true, "result", "message"};
+// a browser goes back to page, with the note.
+func (h *handler) answer(w http.ResponseWriter, r *http.Request, page, result string) {
+	if wantsJSON(r) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": result, "message": messages[result]})
+		return
+	}
+	http.Redirect(w, r, withMsg(page, result), http.StatusSeeOther)
+}
 
 func (h *handler) taskID(w http.ResponseWriter, r *http.Request) (bson.ObjectID, bool) {
 	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
@@ -41,10 +64,10 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 	case queue.CancelNoTask:
 		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %s", id.Hex()))
 	case queue.CancelFinished:
-		http.Redirect(w, r, withMsg(page, "already-ended"), http.StatusSeeOther)
+		h.answer(w, r, page, "already-ended")
 	default:
 		h.log.Info("web: task cancel requested", zap.String("task", id.Hex()), zap.String("remote", r.RemoteAddr))
-		http.Redirect(w, r, withMsg(page, "cancel-requested"), http.StatusSeeOther)
+		h.answer(w, r, page, "cancel-requested")
 	}
 }
 
@@ -71,11 +94,11 @@ func (h *handler) retry(w http.ResponseWriter, r *http.Request) {
 	}
 	page := "/tasks/" + id.Hex()
 	if !done {
-		http.Redirect(w, r, withMsg(page, "not-retried"), http.StatusSeeOther)
+		h.answer(w, r, page, "not-retried")
 		return
 	}
 	h.log.Info("web: task retried", zap.String("task", id.Hex()), zap.Int("was_status", t.Status), zap.String("remote", r.RemoteAddr))
-	http.Redirect(w, r, withMsg(page, "retried"), http.StatusSeeOther)
+	h.answer(w, r, page, "retried")
 }
 
 // setMaxThreads serves POST /nodes/maxthreads (fields node, maxthreads),
@@ -105,7 +128,7 @@ func (h *handler) setMaxThreads(w http.ResponseWriter, r *http.Request) {
 		shown = strconv.Itoa(*limit)
 	}
 	h.log.Info("web: node maxthreads set", zap.String("node", node), zap.String("maxthreads", shown), zap.String("remote", r.RemoteAddr))
-	http.Redirect(w, r, "/?msg=maxthreads-set#nodes", http.StatusSeeOther)
+	h.answer(w, r, "/#nodes", "maxthreads-set")
 }
 
 // pauseQueue serves POST /queues/ID/pause, as den queue pause, and
@@ -146,5 +169,5 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 	default:
 		msg = "queue-not-paused"
 	}
-	http.Redirect(w, r, "/?msg="+msg+"#queues", http.StatusSeeOther)
+	h.answer(w, r, "/#queues", msg)
 }

@@ -314,7 +314,7 @@ func TestActionsNeedTheToken(t *testing.T) {
 		{"cookie with a wrong CSRF field", browser, url.Values{"csrf": {"00"}}, nil, 403},
 		{"bearer from another origin", anon, nil, http.Header{"Authorization": {"Bearer " + testToken}, "Origin": {"https://evil.example"}}, 403},
 		{"cookie from another site", browser, url.Values{"csrf": {csrf}}, http.Header{"Sec-Fetch-Site": {"cross-site"}}, 403},
-		{"bearer", anon, nil, http.Header{"Authorization": {"Bearer " + testToken}}, 303},
+		{"bearer (a script: answered in JSON)", anon, nil, http.Header{"Authorization": {"Bearer " + testToken}}, 200},
 		{"form token", anon, url.Values{"token": {testToken}}, nil, 303},
 		{"cookie and CSRF field", browser, url.Values{"csrf": {csrf}}, http.Header{"Origin": {srv.URL}}, 303},
 		{"behind a proxy that sets X-Forwarded-Host", browser, url.Values{"csrf": {csrf}},
@@ -327,20 +327,20 @@ func TestActionsNeedTheToken(t *testing.T) {
 		if code != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, code, tc.want)
 		}
-		if got := cancelFlag(t, f.db, id); got != (tc.want == 303) {
+		if got := cancelFlag(t, f.db, id); got != (tc.want < 400) {
 			t.Errorf("%s: cancel flag %v after %d", tc.name, got, code)
 		}
 	}
 	// Retry and maxthreads work with the token, as den task retry and den
 	// node set do.
 	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
-	if code := post(t, anon, srv.URL+"/tasks/"+f.gfs.Hex()+"/retry", nil, bearer); code != 303 {
+	if code := post(t, anon, srv.URL+"/tasks/"+f.gfs.Hex()+"/retry", nil, bearer); code != 200 {
 		t.Errorf("retry: %d", code)
 	}
 	if st, _ := dentest.Task(t, f.db, f.gfs).Lookup("status").AsInt64OK(); st != -2 {
 		t.Errorf("retried task has status %d, want -2", st)
 	}
-	if code := post(t, anon, srv.URL+"/nodes/maxthreads", url.Values{"node": {"n1"}, "maxthreads": {"3"}}, bearer); code != 303 {
+	if code := post(t, anon, srv.URL+"/nodes/maxthreads", url.Values{"node": {"n1"}, "maxthreads": {"3"}}, bearer); code != 200 {
 		t.Errorf("maxthreads: %d", code)
 	}
 	raw, err := f.db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "n1"}}).Raw()
@@ -393,8 +393,8 @@ func TestEarlierRunsOutput(t *testing.T) {
 	srv := serve(t, f.db, testToken)
 	c := client(nil)
 	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
-	if code := post(t, c, srv.URL+"/tasks/"+f.done.Hex()+"/retry", nil, bearer); code != 303 {
-		t.Fatalf("retry: %d, want 303", code)
+	if code := post(t, c, srv.URL+"/tasks/"+f.done.Hex()+"/retry", nil, bearer); code != 200 {
+		t.Fatalf("retry: %d, want 200", code)
 	}
 	// The next run ends, with output of its own.
 	dentest.Update(t, f.db.Collection("tasks"), bson.D{{Key: "_id", Value: f.done}}, bson.D{{Key: "$set", Value: bson.D{
@@ -453,5 +453,59 @@ func TestSchedulesPage(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("the schedules page does not have %q", want)
 		}
+	}
+}
+
+// A script's request to an action (a Bearer token, or Accept:
+// application/json) is answered in JSON, its errors too; a browser's form
+// is still redirected to its page with a note.
+func TestActionsAnswerScriptsInJSON(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	srv := serve(t, f.db, testToken)
+	c := client(nil)
+	do := func(path string, form url.Values, header http.Header) (int, string, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		b, _ := io.ReadAll(resp.Body)
+		json.Unmarshal(b, &body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), body
+	}
+	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
+	code, ctype, body := do("/tasks/"+f.waiting.Hex()+"/cancel", nil, bearer)
+	if code != 200 || ctype != "application/json" || body["ok"] != true || body["result"] != "cancel-requested" || body["message"] == "" {
+		t.Errorf("cancel by a script: %d %s %v", code, ctype, body)
+	}
+	code, _, body = do("/tasks/"+f.done.Hex()+"/cancel", url.Values{"token": {testToken}}, http.Header{"Accept": {"application/json"}})
+	if code != 200 || body["result"] != "already-ended" {
+		t.Errorf("cancel of an ended task, asking for JSON: %d %v", code, body)
+	}
+	code, ctype, body = do("/tasks/"+bson.NewObjectID().Hex()+"/retry", nil, bearer)
+	if code != 404 || ctype != "application/json" || body["error"] == nil {
+		t.Errorf("retry of no task by a script: %d %s %v", code, ctype, body)
+	}
+	code, _, body = do("/nodes/maxthreads", url.Values{"node": {"n1"}, "maxthreads": {"-1"}}, bearer)
+	if code != 400 || body["error"] == nil {
+		t.Errorf("a bad value from a script: %d %v", code, body)
+	}
+	code, _, body = do("/tasks/"+f.waiting.Hex()+"/cancel", nil, http.Header{"Authorization": {"Bearer wrong-token-0123456789"}})
+	if code != 403 || body["error"] == nil {
+		t.Errorf("a wrong token from a script: %d %v", code, body)
+	}
+	// A browser's form: redirected, as before.
+	resp := postResp(t, c, srv.URL+"/tasks/"+f.running.Hex()+"/cancel", url.Values{"token": {testToken}}, nil)
+	resp.Body.Close()
+	if resp.StatusCode != 303 || !strings.Contains(resp.Header.Get("Location"), "msg=cancel-requested") {
+		t.Errorf("a form's cancel: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }

@@ -195,6 +195,10 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err e
 	if status >= 500 && h.dbFailing.CompareAndSwap(false, true) {
 		h.log.Warn("web: database reads failing; pages show the error until they work again", zap.Error(err))
 	}
+	if r.Method == http.MethodPost && wantsJSON(r) {
+		jsonError(w, status, err.Error()) // a script's action
+		return
+	}
 	h.renderStatus(w, r, status, "error", page{Title: http.StatusText(status), Data: map[string]any{"Status": status, "Error": err.Error()}})
 }
 
