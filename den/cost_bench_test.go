@@ -63,21 +63,35 @@ type costResult struct {
 	topIdle, topTask         string
 }
 
-func benchCost(b *testing.B, queues int) {
-	tasks := 200
+// benchTasks is DEN_BENCH_TASKS, else def.
+func benchTasks(def int) int {
+	tasks := def
 	if n, err := fmt.Sscan(os.Getenv("DEN_BENCH_TASKS"), &tasks); n != 1 || err != nil || tasks <= 0 {
-		tasks = 200
+		tasks = def
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	return tasks
+}
+
+// benchDB starts the benchmark's server (benchServer) and returns it with
+// its database, reached directly, dropped when the benchmark ends.
+func benchDB(ctx context.Context, b *testing.B) (costServer, *mongo.Database) {
+	b.Helper()
 	srv := benchServer(ctx, b)
 	direct, err := mongo.Connect(options.Client().ApplyURI(srv.directURI))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer direct.Disconnect(context.Background())
+	b.Cleanup(func() { direct.Disconnect(context.Background()) })
 	db := direct.Database(srv.database)
-	defer db.Drop(context.Background())
+	b.Cleanup(func() { db.Drop(context.Background()) })
+	return srv, db
+}
+
+func benchCost(b *testing.B, queues int) {
+	tasks := benchTasks(200)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel) // after the database is dropped (benchDB)
+	srv, db := benchDB(ctx, b)
 	var demoQueue bson.ObjectID
 	for i := range queues {
 		// Every queue is a Demo queue the node serves; all but the last

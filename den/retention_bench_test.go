@@ -3,13 +3,10 @@ package den_test
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/den-project/den/den/dentest"
@@ -39,20 +36,10 @@ func BenchmarkRetention(b *testing.B) {
 const oldTasks = 10_000
 
 func benchRetention(b *testing.B, keep string) {
-	tasks := 50
-	if n, err := fmt.Sscan(os.Getenv("DEN_BENCH_TASKS"), &tasks); n != 1 || err != nil || tasks <= 0 {
-		tasks = 50
-	}
+	tasks := benchTasks(50)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	srv := benchServer(ctx, b)
-	direct, err := mongo.Connect(options.Client().ApplyURI(srv.directURI))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer direct.Disconnect(context.Background())
-	db := direct.Database(srv.database)
-	defer db.Drop(context.Background())
+	b.Cleanup(cancel) // after the database is dropped (benchDB)
+	srv, db := benchDB(ctx, b)
 	var extra []bson.E
 	if keep != "everything" {
 		extra = append(extra, bson.E{Key: "retention", Value: bson.D{{Key: "succeeded", Value: keep}}})

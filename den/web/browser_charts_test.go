@@ -1,7 +1,6 @@
 package web_test
 
 import (
-	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -79,25 +78,7 @@ func TestBrowserCharts(t *testing.T) {
 	node.Stop() // it writes the completions it has not written yet
 	srv := serve(t, db, "")
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.WindowSize(1200, 900))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // Chromium refuses its sandbox as root
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start Chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
-	defer cancel()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	ctx, do := browser(t, bin)
 	eval := func(js string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))

@@ -22,6 +22,33 @@ import (
 // (status.png, phone.png); the test writes them only when asked.
 const envScreenshots = "DEN_WEB_SCREENSHOTS"
 
+// browser starts a headless Chromium of 1200×900 (its start has no
+// deadline; what the test does with it then has 3 minutes), stopped when
+// the test ends, and returns its context and a helper that runs steps in
+// it, failing the test with what was being done.
+func browser(t *testing.T, bin string) (context.Context, func(what string, steps ...chromedp.Action[chromedp.Void])) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.WindowSize(1200, 900))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses its sandbox as root
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
 // chromium finds Debian's Chromium, or says why the test cannot run.
 func chromium(t *testing.T) string {
 	for _, p := range []string{os.Getenv("DEN_TEST_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
@@ -76,25 +103,7 @@ func TestBrowser(t *testing.T) {
 	})
 	srv := serve(t, db, testToken)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.WindowSize(1200, 900))
-	if os.Geteuid() == 0 {
-		opts = append(opts, chromedp.NoSandbox) // Chromium refuses its sandbox as root
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, with no deadline
-		t.Fatalf("start Chromium: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(bctx, 3*time.Minute)
-	defer cancel()
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+	ctx, do := browser(t, bin)
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
