@@ -27,10 +27,12 @@ func (ps *passes) effective(shared queue.SharedConfig) (queueFilter, string) {
 	return newQueueFilter(active, ignore), gfs
 }
 
-// serveable returns the queues this node claims from: those whose plugin is
-// registered here and that the filter allows. A queue without a plugin, and
-// a queue with a nonsense maxthreads, is logged once when that starts and
-// once when it is fixed.
+// serveable returns the queues this node claims from: those that the filter
+// allows and whose plugin is registered here. Of the queues the filter
+// allows, one without a plugin, and one with a nonsense maxthreads, is
+// logged once when that starts and once when it is fixed; the queues the
+// filter leaves out are no concern of this node's (a node started with
+// --activequeues demo says nothing about the others).
 func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
 	var out []queue.Queue
 	seen := map[string]bool{}
@@ -44,6 +46,9 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 		ps.log.Warn(msg, fields...)
 	}
 	for _, q := range queues {
+		if !filter.allows(q) {
+			continue
+		}
 		if q.MaxThreadsProblem != "" {
 			key := "queue-limit:" + q.ID.Hex()
 			seen[key] = true
@@ -70,9 +75,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 			}
 			continue
 		}
-		if filter.allows(q) {
-			out = append(out, q)
-		}
+		out = append(out, q)
 	}
 	if more > 0 {
 		ps.log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
