@@ -42,9 +42,29 @@ const (
 	// envNodeDefaults makes the node role use the production intervals
 	// (loop, sweeps, rescue) instead of the tests' fast ones.
 	envNodeDefaults = "DEN_TEST_NODE_DEFAULTS"
+	// envNodeHost makes the node another host: the test started it in
+	// UTS, PID and mount namespaces of its own (hostProcess), and it
+	// takes this hostname and mounts a /proc of its PID namespace.
+	envNodeHost = "DEN_TEST_NODE_HOST"
+	// envNodeLease is the node's dead_node_after (a Go duration); its
+	// runners beat every fifth of it, and its tasks' grace is 1 s.
+	envNodeLease = "DEN_TEST_NODE_LEASE"
+	// envNodeClock is how far the node's host clock is off (a Go
+	// duration), as nodetest.StartClock's now.
+	envNodeClock = "DEN_TEST_NODE_CLOCK"
+	// envNodeDirect makes the node's runners connect to the database
+	// themselves (runner.relay: false).
+	envNodeDirect = "DEN_TEST_NODE_DIRECT"
 )
 
 func nodeRole() int {
+	if host := os.Getenv(envNodeHost); host != "" {
+		if err := becomeHost(host); err != nil {
+			fmt.Printf("host refused: %v\n", err) // the test skips, saying this
+			return 3
+		}
+		fmt.Println("host " + host) // the test waits for this line
+	}
 	client, err := mongo.Connect(options.Client().ApplyURI(os.Getenv(envNodeURI)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -55,13 +75,23 @@ func nodeRole() int {
 	if os.Getenv(envNodeDefaults) != "" {
 		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery, cfg.RefreshEvery, cfg.ProbeEvery = 0, 0, 0, 0, 0
 	}
+	if lease, err := time.ParseDuration(os.Getenv(envNodeLease)); err == nil {
+		cfg.DeadNodeAfter, cfg.MaxTermination = lease, time.Second
+	}
+	if os.Getenv(envNodeDirect) != "" {
+		cfg.Runner.Direct = true
+	}
+	var now func() time.Time
+	if off, err := time.ParseDuration(os.Getenv(envNodeClock)); err == nil {
+		now = func() time.Time { return time.Now().Add(off) }
+	}
 	if ms, _ := strconv.Atoi(os.Getenv(envHandOverWait)); ms > 0 {
 		cfg.BeforeHandOver = func(bson.ObjectID) {
 			fmt.Println("claimed") // the test waits for this line
 			time.Sleep(time.Duration(ms) * time.Millisecond)
 		}
 	}
-	node, err := den.New(cfg, client.Database(os.Getenv(envNodeDB)), plugins.Default(), log, nil)
+	node, err := den.New(cfg, client.Database(os.Getenv(envNodeDB)), plugins.Default(), log, now)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -79,4 +109,21 @@ func nodeRole() int {
 // (nodetest.Config).
 func runnerConfig(name, uri, database, runnerLog string) den.Config {
 	return nodetest.Config(name, uri, database, runnerLog)
+}
+
+// becomeHost makes this process, started in UTS, PID and mount namespaces
+// of its own, another host as den sees one: its hostname, and a /proc
+// that shows its own processes only (its runners', not the test's or
+// another node's).
+func becomeHost(host string) error {
+	if err := syscall.Sethostname([]byte(host)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	if err := syscall.Mount("", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the mounts private: %w", err)
+	}
+	if err := syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	return nil
 }

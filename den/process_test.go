@@ -2,6 +2,7 @@ package den_test
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,17 @@ import (
 // nodeProcess starts this test binary as a node process.
 func nodeProcess(t *testing.T, db *mongo.Database, name string, extraEnv ...string) (*exec.Cmd, *bufio.Scanner) {
 	t.Helper()
+	return nodeProcessWith(t, db, name, nil, extraEnv...)
+}
+
+// nodeProcessWith is nodeProcess with the process's attributes (nil:
+// none).
+func nodeProcessWith(t *testing.T, db *mongo.Database, name string, attr *syscall.SysProcAttr, extraEnv ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
 	dentest.EndToEnd(t)
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
+	cmd.SysProcAttr = attr
 	cmd.Env = append(os.Environ(),
 		dentest.EnvRole+"=node", envNodeURI+"="+dentest.URI(), envNodeDB+"="+db.Name(), envNodeName+"="+name,
 		envNodeRunLog+"="+filepath.Join(t.TempDir(), "runners.log"))
@@ -34,6 +43,9 @@ func nodeProcess(t *testing.T, db *mongo.Database, name string, extraEnv ...stri
 	cmd.Stderr = logFile
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
+		if attr != nil && attr.Cloneflags != 0 && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC)) {
+			t.Skipf("this machine refuses new namespaces (clone flags %#x) to the test, so it cannot start a node as another host: %v", attr.Cloneflags, err)
+		}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
