@@ -208,8 +208,8 @@ func rescuedByOtherHost(t *testing.T, bSkew time.Duration) {
 	if second.start-frozen > secs(hostLease+10*time.Second) {
 		t.Errorf("attempt 2 started %.2f s after node a froze, long after dead_node_after (%s)", second.start-frozen, hostLease)
 	}
-	t.Logf("node a frozen; attempt 1 stopped after %.2f s, attempt 2 started after %.2f s (dead_node_after %s), the task succeeded after %.2f s",
-		first.stopAt-frozen, second.start-frozen, hostLease, took)
+	t.Logf("node a frozen; attempt 1's last stamp after %.2f s, attempt 2 started after %.2f s (dead_node_after %s), the task succeeded after %.2f s",
+		first.last-frozen, second.start-frozen, hostLease, took)
 	if raw.Lookup("node").StringValue() != "b" || raw.Lookup("runner", "host").StringValue() != "den-test-b" {
 		t.Errorf("the task ended on node %s, runner host %s, want b on den-test-b", raw.Lookup("node"), raw.Lookup("runner", "host"))
 	}
