@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins/command"
 	"github.com/den-project/den/queue"
 )
@@ -83,13 +84,18 @@ func uptime(t *testing.T) float64 {
 // as a line "<step> <run marker> <pid> <uptime> <epoch seconds>": start,
 // a tick every 0.2 s while it runs, stop when it gets SIGTERM, end when it
 // ends. The first attempt (file still empty) ticks ticks times (60 s for
-// 300), a later one 5 times.
-func stampProgram(file string, ticks int) string {
+// 300), a later one 5 times. With stubborn, it ticks on after SIGTERM,
+// until SIGKILL.
+func stampProgram(file string, ticks int, stubborn ...bool) string {
+	onTerm := "st stop; exit 143"
+	if len(stubborn) > 0 && stubborn[0] {
+		onTerm = "st stop"
+	}
 	return fmt.Sprintf(`f=%s
 st() { read up rest < /proc/uptime; echo "$1 $DEN_RUN $$ $up $(date +%%s.%%N)" >> $f; }
 if [ -s $f ]; then n=5; else n=%d; fi
 st start
-trap 'st stop; exit 143' TERM
+trap '`+onTerm+`' TERM
 i=0; while [ $i -lt $n ]; do st tick; sleep 0.2; i=$((i+1)); done
 st end`, file, ticks)
 }
@@ -142,6 +148,21 @@ func attempts(t *testing.T, file string) []attempt {
 	return out
 }
 
+// historyStderr is what the first attempt in task raw's history wrote to
+// stderr, to explain a failure.
+func historyStderr(t *testing.T, d *mongo.Database, raw bson.Raw) string {
+	id, ok := raw.Lookup("history", "0", "stderr").ObjectIDOK()
+	if !ok {
+		s, _ := raw.Lookup("history", "0", "stderr").StringValueOK()
+		return s
+	}
+	b, err := gridfs.NewBucket(d, queue.GridFSPrefix).ReadFile(dentest.Context(t), id)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
 // secs is a duration in seconds, as uptimes are.
 func secs(d time.Duration) float64 { return d.Seconds() }
 
@@ -158,12 +179,19 @@ const (
 // rescuedByOtherHost runs a 60-second task on node a, freezes a (and so
 // its runners) and lets node b, on another host whose clock is off by
 // bSkew, rescue it, and checks from the program's stamps that the two
-// attempts never overlapped.
-func rescuedByOtherHost(t *testing.T, bSkew time.Duration) {
+// attempts never overlapped. With a grace (the queue's
+// max_termination_time), the program ignores SIGTERM and ticks on until
+// SIGKILL.
+func rescuedByOtherHost(t *testing.T, bSkew, grace time.Duration) {
 	d := dentest.DB(t)
-	qid := dentest.Queue(t, d, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_retries", Value: 1}, bson.E{Key: "retry_delay", Value: 0})
+	stubborn := grace > 0
+	if !stubborn {
+		grace = hostGrace
+	}
+	qid := dentest.Queue(t, d, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_retries", Value: 1}, bson.E{Key: "retry_delay", Value: 0},
+		bson.E{Key: "max_termination_time", Value: grace.Seconds()})
 	stamps := filepath.Join(t.TempDir(), "stamps")
-	id := dentest.Tasks(t, d, qid, bson.D{{Key: "shell", Value: stampProgram(stamps, 300)}})[0]
+	id := dentest.Tasks(t, d, qid, bson.D{{Key: "shell", Value: stampProgram(stamps, 300, stubborn)}})[0]
 	lease := envNodeLease + "=" + hostLease.String()
 	a, _ := nodeProcess(t, d, "a", lease)
 	dentest.Eventually(t, time.Minute, "attempt 1 ticks on node a", func() bool {
@@ -183,6 +211,11 @@ func rescuedByOtherHost(t *testing.T, bSkew time.Duration) {
 	if !first.stop || first.end {
 		t.Errorf("attempt 1 was not stopped with SIGTERM part way (stop %v, end %v)", first.stop, first.end)
 	}
+	// A node may start the task again only once attempt 1's processes
+	// are surely gone: dead_node_after after its last beat, or, where
+	// the grace does not fit in the lease, the time its runner takes to
+	// stop it (half the lease, two beats, the grace) and 5 s.
+	heldFor := max(hostLease, hostStop+2*hostBeat+grace+5*time.Second)
 	if !second.end || second.stop {
 		t.Errorf("attempt 2 did not run to its end (stop %v, end %v)", second.stop, second.end)
 	}
@@ -194,28 +227,28 @@ func rescuedByOtherHost(t *testing.T, bSkew time.Duration) {
 	// Attempt 1 stopped once its lease ran out: no later than stopAfter
 	// plus the beat that finds it out and the grace, from its last beat
 	// that landed (at most a beat before the freeze).
-	if limit := secs(hostBeat + hostStop + hostBeat + hostGrace + time.Second); first.stopAt-frozen > limit {
+	if limit := secs(hostBeat + hostStop + hostBeat + time.Second); first.stopAt-frozen > limit {
 		t.Errorf("attempt 1 stopped %.2f s after its node froze, later than its lease allows (%.0f s)", first.stopAt-frozen, limit)
 	}
-	// Attempt 2 starts no earlier than dead_node_after after attempt 1's
-	// last beat (at most a beat before the freeze).
-	if second.start-frozen < secs(hostLease-hostBeat) {
-		t.Errorf("attempt 2 started %.2f s after node a froze, before its runner's lease (%s) could have run out", second.start-frozen, hostLease)
+	// Attempt 2 starts no earlier than that after attempt 1's last beat
+	// (at most a beat before the freeze).
+	if second.start-frozen < secs(heldFor-hostBeat) {
+		t.Errorf("attempt 2 started %.2f s after node a froze, before its runner's lease (%s) could have run out", second.start-frozen, heldFor)
 	}
-	// And no later than dead_node_after after it, plus a rescue round
-	// (rescue_every, 0.2 s here), a claim and a runner's start (a few
-	// seconds under -race on a loaded machine).
-	if second.start-frozen > secs(hostLease+10*time.Second) {
-		t.Errorf("attempt 2 started %.2f s after node a froze, long after dead_node_after (%s)", second.start-frozen, hostLease)
+	// And no later than that after it, plus a rescue round (rescue_every,
+	// 0.2 s here), a claim and a runner's start (a few seconds under
+	// -race on a loaded machine).
+	if second.start-frozen > secs(heldFor+10*time.Second) {
+		t.Errorf("attempt 2 started %.2f s after node a froze, long after its runner's lease (%s)", second.start-frozen, heldFor)
 	}
-	t.Logf("node a frozen; attempt 1's last stamp after %.2f s, attempt 2 started after %.2f s (dead_node_after %s), the task succeeded after %.2f s",
-		first.last-frozen, second.start-frozen, hostLease, took)
+	t.Logf("node a frozen; attempt 1 got SIGTERM after %.2f s, its last stamp after %.2f s, attempt 2 started after %.2f s (dead_node_after %s, grace %s), the task succeeded after %.2f s",
+		first.stopAt-frozen, first.last-frozen, second.start-frozen, hostLease, grace, took)
 	if raw.Lookup("node").StringValue() != "b" || raw.Lookup("runner", "host").StringValue() != "den-test-b" {
 		t.Errorf("the task ended on node %s, runner host %s, want b on den-test-b", raw.Lookup("node"), raw.Lookup("runner", "host"))
 	}
 	h, _ := raw.Lookup("history").Array().Values()
 	if n, _ := raw.Lookup("attempts").AsInt64OK(); n != 1 || len(h) != 1 {
-		t.Fatalf("attempts %d, history of %d, want 1 and 1: %s", n, len(h), raw)
+		t.Fatalf("attempts %d, history of %d, want 1 and 1: %s; the first attempt's stderr: %q", n, len(h), raw, historyStderr(t, d, raw))
 	}
 	e := h[0].Document()
 	if e.Lookup("attempt").AsInt64() != 1 || e.Lookup("node").StringValue() != "a" || e.Lookup("outcome").StringValue() != queue.OutcomeNodeDied {
@@ -239,7 +272,7 @@ func rescuedByOtherHost(t *testing.T, bSkew time.Duration) {
 // its first attempt's program stopped before the second started.
 func TestTwoHostsFrozenNodeRescued(t *testing.T) {
 	t.Parallel()
-	rescuedByOtherHost(t, 0)
+	rescuedByOtherHost(t, 0, 0)
 }
 
 // The same with the rescuing host's clock two minutes ahead, more than
@@ -247,7 +280,17 @@ func TestTwoHostsFrozenNodeRescued(t *testing.T) {
 // lease ran out (both write and decide by the database server's clock).
 func TestTwoHostsClocksApartRescued(t *testing.T) {
 	t.Parallel()
-	rescuedByOtherHost(t, 2*time.Minute)
+	rescuedByOtherHost(t, 2*time.Minute, 0)
+}
+
+// The same with a grace (max_termination_time, 8 s) too long for the
+// lease to hold it: the runner stops the run after half the lease (5 s),
+// and the program, which ignores SIGTERM, lives until SIGKILL 8 s later.
+// The other host waits for that, not just dead_node_after. Before, it
+// started attempt 2 after dead_node_after, while attempt 1 still ran.
+func TestTwoHostsLongGraceRescued(t *testing.T) {
+	t.Parallel()
+	rescuedByOtherHost(t, 0, 8*time.Second)
 }
 
 // A task cancelled while its node is frozen and its runner cut off from
@@ -321,7 +364,7 @@ func TestTwoHostsCancelWhileCutOff(t *testing.T) {
 				}
 			}
 			if n, _ := raw.Lookup("attempts").AsInt64OK(); n != 0 || raw.Lookup("history").Type != 0 {
-				t.Errorf("the cancelled task was run again: %s", raw)
+				t.Errorf("the cancelled task was run again: %s; its first attempt's stderr: %q", raw, historyStderr(t, d, raw))
 			}
 		})
 	}

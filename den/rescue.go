@@ -89,7 +89,7 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues ma
 				return nil
 			}
 			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
-		case !rc.runners.onThisHost(*r) && staleSign(*r, now, rc.cfg.DeadNodeAfter):
+		case !rc.runners.onThisHost(*r) && staleSign(*r, now, rc.runners.heldFor(task, queueOf(task, queues), *r)):
 			if !rc.chores.take() {
 				return nil
 			}
@@ -154,8 +154,8 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue
 		}
 		counts := map[int]int{}
 		for _, task := range tasks {
-			if r := task.Runner; r != nil && !staleSign(*r, now, rc.cfg.DeadNodeAfter) {
-				continue // its runner is still at work
+			if r := task.Runner; r != nil && !staleSign(*r, now, rc.runners.heldFor(task, queueOf(task, queues), *r)) {
+				continue // its runner is still at work, or may still be stopping it
 			}
 			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.cfg.DeadNodeAfter {
 				continue // give a node that has just started time to write its document

@@ -249,6 +249,17 @@ func stopAfter(lease, every, grace time.Duration) time.Duration {
 	return max(lease-grace-2*every-5*time.Second, lease/2)
 }
 
+// HeldFor is how long after its last heartbeat landed a run's processes
+// may still exist: its runner stops the run stopAfter after that beat and
+// finds it out within two beats (a beat that fails may take a beat to
+// time out), the processes get the grace before SIGKILL, and 5 s to spare.
+// That is the lease (dead_node_after) where the grace fits in it, else
+// more. A node that cannot signal a run's runner (it is on another host)
+// starts its task again only after it.
+func HeldFor(lease, every, grace time.Duration) time.Duration {
+	return stopAfter(lease, every, grace) + 2*every + grace + 5*time.Second
+}
+
 // beat renews the run's lease every Spec.Beat until stopped: a heartbeat
 // (runner.beat) that also says whether the task is still this run's. The
 // runner gives up the run, cancelling lose with why, when a heartbeat
