@@ -148,6 +148,20 @@ func attempts(t *testing.T, file string) []attempt {
 	return out
 }
 
+// waitTicking waits until the task's first attempt, on node a, has
+// stamped its start and a tick. An attempt that failed before (the test
+// would take the retry for it) fails the test, saying why.
+func waitTicking(t *testing.T, d *mongo.Database, id bson.ObjectID, stamps string) {
+	t.Helper()
+	dentest.Eventually(t, time.Minute, "attempt 1 ticks on node a", func() bool {
+		at := attempts(t, stamps)
+		return len(at) == 1 && at[0].stampLines >= 2
+	})
+	if raw := dentest.Task(t, d, id); raw.Lookup("history").Type != 0 {
+		t.Fatalf("the task's first attempt failed before the test began: %s; its stderr: %q", raw, historyStderr(t, d, raw))
+	}
+}
+
 // historyStderr is what the first attempt in task raw's history wrote to
 // stderr, to explain a failure.
 func historyStderr(t *testing.T, d *mongo.Database, raw bson.Raw) string {
@@ -194,10 +208,7 @@ func rescuedByOtherHost(t *testing.T, bSkew, grace time.Duration) {
 	id := dentest.Tasks(t, d, qid, bson.D{{Key: "shell", Value: stampProgram(stamps, 300, stubborn)}})[0]
 	lease := envNodeLease + "=" + hostLease.String()
 	a, _ := nodeProcess(t, d, "a", lease)
-	dentest.Eventually(t, time.Minute, "attempt 1 ticks on node a", func() bool {
-		at := attempts(t, stamps)
-		return len(at) == 1 && at[0].stampLines >= 2
-	})
+	waitTicking(t, d, id, stamps)
 	hostProcess(t, d, "b", "den-test-b", lease, envNodeClock+"="+bSkew.String())
 	thaw := freeze(t, a)
 	frozen := uptime(t)
@@ -322,10 +333,7 @@ func TestTwoHostsCancelWhileCutOff(t *testing.T) {
 			id := dentest.Tasks(t, d, qid, bson.D{{Key: "shell", Value: stampProgram(stamps, 300)}})[0]
 			lease := envNodeLease + "=" + c.lease.String()
 			a, _ := nodeProcess(t, d, "a", envNodeURI+"="+p.URI(), envNodeDirect+"=1", lease)
-			dentest.Eventually(t, time.Minute, "the program ticks on node a", func() bool {
-				at := attempts(t, stamps)
-				return len(at) == 1 && at[0].stampLines >= 2
-			})
+			waitTicking(t, d, id, stamps)
 			hostProcess(t, d, "b", "den-test-b", lease)
 			freeze(t, a)
 			p.Refuse(c.outage)
@@ -385,10 +393,7 @@ func TestTwoHostsFrozenNodesRunnerKeepsItsTask(t *testing.T) {
 	id := dentest.Tasks(t, d, qid, bson.D{{Key: "shell", Value: stampProgram(stamps, ticks)}})[0]
 	lease := envNodeLease + "=" + hostLease.String()
 	a, _ := nodeProcess(t, d, "a", envNodeDirect+"=1", lease)
-	dentest.Eventually(t, time.Minute, "the program ticks on node a", func() bool {
-		at := attempts(t, stamps)
-		return len(at) == 1 && at[0].stampLines >= 2
-	})
+	waitTicking(t, d, id, stamps)
 	hostProcess(t, d, "b", "den-test-b", lease)
 	freeze(t, a)
 	frozen := uptime(t)
