@@ -42,6 +42,9 @@ const (
 	// envNodeDefaults makes the node role use the production intervals
 	// (loop, sweeps, rescue) instead of the tests' fast ones.
 	envNodeDefaults = "DEN_TEST_NODE_DEFAULTS"
+	// envNodeDeadAfter sets the node role's dead_node_after (a Go
+	// duration).
+	envNodeDeadAfter = "DEN_TEST_NODE_DEAD_AFTER"
 )
 
 func nodeRole() int {
@@ -54,6 +57,9 @@ func nodeRole() int {
 	cfg := runnerConfig(os.Getenv(envNodeName), os.Getenv(envNodeURI), os.Getenv(envNodeDB), os.Getenv(envNodeRunLog))
 	if os.Getenv(envNodeDefaults) != "" {
 		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery, cfg.RefreshEvery, cfg.ProbeEvery = 0, 0, 0, 0, 0
+	}
+	if d, err := time.ParseDuration(os.Getenv(envNodeDeadAfter)); err == nil {
+		cfg.DeadNodeAfter = d
 	}
 	if ms, _ := strconv.Atoi(os.Getenv(envHandOverWait)); ms > 0 {
 		cfg.BeforeHandOver = func(bson.ObjectID) {

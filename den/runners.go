@@ -234,7 +234,7 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 		URI: rs.cfg.URI, Database: rs.cfg.Database, Node: rs.cfg.Name,
 		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: rs.cfg.Runner.LogJSON,
 		Grace: rs.cfg.MaxTermination.Seconds(), PluginConfig: rs.cfg.PluginConfig[q.Plugin],
-		Beat:   min(max(rs.cfg.DeadNodeAfter/5, time.Second), time.Minute).Seconds(),
+		Beat:   queue.BeatEvery(rs.cfg.DeadNodeAfter).Seconds(),
 		Cgroup: rs.cgroup, MaxOutput: rs.cfg.MaxOutput, DeadNodeAfter: rs.cfg.DeadNodeAfter.Seconds(),
 		Pids: rs.pids, MaxProcesses: rs.cfg.Runner.MaxProcesses, Reuse: rs.cfg.Runner.MaxTasks > 1,
 	}
