@@ -34,7 +34,7 @@ func TestDocsNameTheCodesIntervals(t *testing.T) {
 		{"../docs/task-control.md", `dead-node check \(every (\d+) s`, den.DefaultRescueEvery, 0},
 		{"../docs/documents.md", `running\s+tasks are counted every (\d+) s`, den.DefaultRefreshEvery, 0},
 		{"../docs/documents.md", `only when an entry changed \(and every (\d+) s\)`, den.DefaultRefreshEvery, 0},
-		{"../docs/task-control.md", "`dead_node_after` \\(default (\\d+) minutes\\)", queue.DefaultDeadNodeAfter, time.Minute},
+		{"../docs/task-control.md", "`dead_node_after` \\(default (\\d+) minutes?\\)", queue.DefaultDeadNodeAfter, time.Minute},
 	} {
 		b, err := os.ReadFile(tc.file)
 		if err != nil {

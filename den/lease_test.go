@@ -15,7 +15,7 @@ import (
 	"github.com/den-project/den/plugins/command"
 )
 
-// leaseNode starts a node whose runners beat every 2 s (dead_node_after
+// leaseNode starts a node whose runners beat every 1.25 s (dead_node_after
 // 10 s), runs a 60-second program that writes its pid, and stops the node
 // once the program runs (runners go on, by design): what the runner does
 // then is its own doing, not its node's. It returns the task and the

@@ -47,7 +47,7 @@ const (
 	// takes this hostname and mounts a /proc of its PID namespace.
 	envNodeHost = "DEN_TEST_NODE_HOST"
 	// envNodeLease is the node's dead_node_after (a Go duration); its
-	// runners beat every fifth of it, and its tasks' grace is 1 s.
+	// runners beat as queue.BeatEvery says, and its tasks' grace is 1 s.
 	envNodeLease = "DEN_TEST_NODE_LEASE"
 	// envNodeClock is how far the node's host clock is off (a Go
 	// duration), as nodetest.StartClock's now.
@@ -55,6 +55,9 @@ const (
 	// envNodeDirect makes the node's runners connect to the database
 	// themselves (runner.relay: false).
 	envNodeDirect = "DEN_TEST_NODE_DIRECT"
+	// envNodeDeadAfter sets the node role's dead_node_after (a Go
+	// duration).
+	envNodeDeadAfter = "DEN_TEST_NODE_DEAD_AFTER"
 )
 
 func nodeRole() int {
@@ -74,6 +77,9 @@ func nodeRole() int {
 	cfg := runnerConfig(os.Getenv(envNodeName), os.Getenv(envNodeURI), os.Getenv(envNodeDB), os.Getenv(envNodeRunLog))
 	if os.Getenv(envNodeDefaults) != "" {
 		cfg.Interval, cfg.SweepEvery, cfg.RescueEvery, cfg.RefreshEvery, cfg.ProbeEvery = 0, 0, 0, 0, 0
+	}
+	if d, err := time.ParseDuration(os.Getenv(envNodeDeadAfter)); err == nil {
+		cfg.DeadNodeAfter = d
 	}
 	if lease, err := time.ParseDuration(os.Getenv(envNodeLease)); err == nil {
 		cfg.DeadNodeAfter, cfg.MaxTermination = lease, time.Second

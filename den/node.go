@@ -92,7 +92,7 @@ type Config struct {
 	// do not set max_termination_time. Default 10s.
 	MaxTermination time.Duration
 	// DeadNodeAfter is how long a node may go without writing its node
-	// document before live nodes rescue its tasks. Default 5m; keep it far
+	// document before live nodes rescue its tasks. Default 1m; keep it far
 	// above any node's Interval.
 	DeadNodeAfter time.Duration
 	// MaxOutput is the most bytes a task may write to each of stdout and

@@ -224,12 +224,6 @@ func (pool *runnerPool) pids() []int {
 	return out
 }
 
-// beatEvery is how often runners beat under a lease (dead_node_after):
-// a fifth of it, between 1 s and a minute.
-func beatEvery(lease time.Duration) time.Duration {
-	return min(max(lease/5, time.Second), time.Minute)
-}
-
 // heldFor is how long after its last beat runner r may still run task's
 // processes (runner.HeldFor): on this host only dead_node_after, since a
 // rescue here kills a hung runner and what its run left first; on
@@ -239,7 +233,7 @@ func (rs *runners) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) 
 	if rs.onThisHost(r) {
 		return rs.cfg.DeadNodeAfter
 	}
-	return runner.HeldFor(rs.cfg.DeadNodeAfter, beatEvery(rs.cfg.DeadNodeAfter), rs.grace(task, q))
+	return runner.HeldFor(rs.cfg.DeadNodeAfter, queue.BeatEvery(rs.cfg.DeadNodeAfter), rs.grace(task, q))
 }
 
 // start hands one claimed task to an idle runner of its queue, or starts a
@@ -252,7 +246,7 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 		URI: rs.cfg.URI, Database: rs.cfg.Database, Node: rs.cfg.Name,
 		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: rs.cfg.Runner.LogJSON,
 		Grace: rs.cfg.MaxTermination.Seconds(), PluginConfig: rs.cfg.PluginConfig[q.Plugin],
-		Beat:   beatEvery(rs.cfg.DeadNodeAfter).Seconds(),
+		Beat:   queue.BeatEvery(rs.cfg.DeadNodeAfter).Seconds(),
 		Cgroup: rs.cgroup, MaxOutput: rs.cfg.MaxOutput, DeadNodeAfter: rs.cfg.DeadNodeAfter.Seconds(),
 		Pids: rs.pids, MaxProcesses: rs.cfg.Runner.MaxProcesses, Reuse: rs.cfg.Runner.MaxTasks > 1,
 	}

@@ -124,7 +124,7 @@ func newNodeListCmd() *cobra.Command {
 		Short: "List nodes: state, heartbeat age, maxthreads, tasks running per queue, version",
 		Long: `List the node documents: each node's state (running; stopped, when a den
 node said so as it stopped cleanly; dead, when it has been silent for
-longer than dead_node_after, 5 minutes by default, without saying so: the
+longer than dead_node_after, 1 minute by default, without saying so: the
 others take it for dead), when it last wrote its heartbeat, its node-wide maxthreads (none: no limit), the tasks
 claimed or running under its name per queue (counted from the tasks), and
 its version when it writes one.`,
