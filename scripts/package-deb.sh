@@ -14,9 +14,8 @@ arch=$(go env GOARCH)
 # The version: the nearest tag if there is one, else 0.0.0 and the commit.
 version=$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//' || true)
 version=${version:-0.0.0}+git$(git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
-bin=$(mktemp -d)/den
-trap 'rm -rf "$(dirname "$bin")"' EXIT
-CGO_ENABLED=0 go build -trimpath -o "$bin" ./cmd/den
-DEN_DEB_ARCH=$arch DEN_DEB_VERSION=$version DEN_DEB_BINARY=$bin \
+mkdir -p dist
+CGO_ENABLED=0 go build -trimpath -o dist/den ./cmd/den
+DEN_DEB_ARCH=$arch DEN_DEB_VERSION=$version \
   go run "$nfpm" package --config scripts/nfpm.yaml --packager deb --target "$out"
 ls "$out"/den_*"$arch".deb
