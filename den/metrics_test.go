@@ -149,10 +149,10 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 	var fams map[string]*dto.MetricFamily
 	dentest.Eventually(t, 2*time.Minute, "completions of every task counted", func() bool {
 		fams = ep.scrape(t)
-		return value(fams, "den_task_completions_total", "queue", "sleepq", "status", "1") == 5 &&
-			value(fams, "den_task_completions_total", "queue", "flakyq", "status", "1") == 1 &&
-			value(fams, "den_task_completions_total", "queue", "flakyq", "status", "2") == 1 &&
-			value(fams, "den_task_completions_total", "queue", "longq", "status", "-5") == 1 &&
+		return value(fams, "den_task_completions_total", "queue", "sleepq", "status", "1", "state", "succeeded") == 5 &&
+			value(fams, "den_task_completions_total", "queue", "flakyq", "status", "1", "state", "succeeded") == 1 &&
+			value(fams, "den_task_completions_total", "queue", "flakyq", "status", "2", "state", "failed") == 1 &&
+			value(fams, "den_task_completions_total", "queue", "longq", "status", "-5", "state", "cancelled") == 1 &&
 			value(fams, "den_cancellations_total", "stage", "queued") == 1
 	})
 	// Everything finished, so den_tasks_running reads 0 once the node
@@ -448,8 +448,8 @@ func TestMetricsFollowARenamedQueueInAReusedRunner(t *testing.T) {
 	assertReused(t, runnerInfo(t, rawA), runnerInfo(t, rawB))
 	dentest.Eventually(t, time.Minute, "the second completion counted under the new name", func() bool {
 		fams := ep.scrape(t)
-		return value(fams, "den_task_completions_total", "queue", "after", "status", "1") == 1 &&
-			value(fams, "den_task_completions_total", "queue", "before", "status", "1") == 1
+		return value(fams, "den_task_completions_total", "queue", "after", "status", "1", "state", "succeeded") == 1 &&
+			value(fams, "den_task_completions_total", "queue", "before", "status", "1", "state", "succeeded") == 1
 	})
 }
 
@@ -474,8 +474,8 @@ func TestMetricsCountCompletionsWithoutTheRelay(t *testing.T) {
 			})
 			dentest.Eventually(t, 2*time.Minute, "completions, retries and output bytes counted", func() bool {
 				fams := ep.scrape(t)
-				return value(fams, "den_task_completions_total", "queue", "sleepq", "status", "1") == 3 &&
-					value(fams, "den_task_completions_total", "queue", "flakyq", "status", "1") == 1 &&
+				return value(fams, "den_task_completions_total", "queue", "sleepq", "status", "1", "state", "succeeded") == 3 &&
+					value(fams, "den_task_completions_total", "queue", "flakyq", "status", "1", "state", "succeeded") == 1 &&
 					value(fams, "den_task_retries_total", "queue", "flakyq") == 1 &&
 					value(fams, "den_task_output_bytes_total", "queue", "sleepq", "stream", "stdout") == 3*6 &&
 					value(fams, "den_task_output_bytes_total", "queue", "flakyq", "stream", "stderr") == float64(len("attempt 1 fails\n"))

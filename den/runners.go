@@ -539,7 +539,7 @@ func (rs *runners) receiveReport(q string, r runner.Report) {
 	case r.Retry:
 		rs.metrics.Retries.WithLabelValues(q).Inc()
 	case r.Status != 0:
-		rs.metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status)).Inc()
+		rs.metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status), queue.StatusName(r.Status)).Inc()
 	}
 	rs.metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
 	rs.metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))

@@ -18,7 +18,8 @@ type Metrics struct {
 	// Claims counts tasks this node claimed, by queue name.
 	Claims *prometheus.CounterVec
 	// Completions counts tasks whose runner (started by this node process)
-	// recorded a final status, by queue name and status (1, 2, -5, ...).
+	// recorded a final status, by queue name, status (1, 2, -5, ...) and
+	// state, the status's name (succeeded, failed, cancelled, ...).
 	Completions *prometheus.CounterVec
 	// Retries counts failed attempts put back for a retry, by queue name.
 	Retries *prometheus.CounterVec
@@ -103,8 +104,8 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "den_claims_total", Help: "Tasks this node claimed, by queue.",
 		}, []string{"queue"}),
 		Completions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "den_task_completions_total", Help: "Tasks this node's runners finished, by queue and recorded status (1 succeeded, 2 failed, -5 cancelled, ...).",
-		}, []string{"queue", "status"}),
+			Name: "den_task_completions_total", Help: "Tasks this node's runners finished, by queue, recorded status (1, 2, -5, ...) and the status's name as state (succeeded, failed, cancelled, ...).",
+		}, []string{"queue", "status", "state"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "den_task_retries_total", Help: "Failed attempts this node's runners put back for a retry, by queue.",
 		}, []string{"queue"}),
