@@ -209,11 +209,6 @@ func faultAtStep(t *testing.T, st step, f dentest.Fault) {
 	// injected then, and they must come right.
 	dentest.Eventually(t, time.Minute, fmt.Sprintf("a %s injected at step %s", f, st.name), injected)
 	checkCounts(t, db, qid)
-	if os.Getenv("DBG") != "" {
-		var q bson.Raw
-		q, _ = db.Collection("queues").FindOne(dentest.Context(t), bson.D{}).Raw()
-		t.Errorf("DBG injected %v queue %s tasks %s", p.Injected(), q, unended(t, db))
-	}
 	checkEnded(t, db, dir, "task", ids[0], st)
 	if st.name == "dependency" {
 		checkEnded(t, db, dir, "child", child, st)
