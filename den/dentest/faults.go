@@ -1,6 +1,7 @@
 package dentest
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -96,7 +97,9 @@ func (f Fault) String() string {
 // with probability Rate, drawn from the proxy's seeded source. With
 // After, a rule applies (and counts commands) only once the proxy has
 // injected that many faults: so chained, rules fault a step and then the
-// step that would repair it.
+// step that would repair it. With Match, a command matches only when
+// Match also accepts it: so a rule can pick one step's update of tasks
+// by what it sets.
 type Rule struct {
 	Command    string
 	Collection string
@@ -106,6 +109,10 @@ type Rule struct {
 	After      int
 	// Delay is how long a Delay fault holds the reply.
 	Delay time.Duration
+	// Match, when set, is given the command's documents as sent: its body
+	// first, then each document of its sequences (an update's updates,
+	// an insert's documents, when the driver sends them apart).
+	Match func(docs []bson.Raw) bool
 }
 
 // Injected is one fault the proxy injected, and when.
@@ -341,7 +348,71 @@ func (r Rule) matches(c command) bool {
 	} else if r.Command != c.name {
 		return false
 	}
-	return r.Collection == "" || r.Collection == c.coll
+	if r.Collection != "" && r.Collection != c.coll {
+		return false
+	}
+	return r.Match == nil || r.Match(sections(c.req))
+}
+
+// sections returns an OP_MSG's documents: its body (kind 0) and the
+// documents of its sequences (kind 1), in order; nil for anything else.
+func sections(msg []byte) []bson.Raw {
+	if wire.OpCode(msg) != wire.OpMsg || len(msg) < wire.HeaderLen+4 {
+		return nil
+	}
+	end := len(msg)
+	if binary.LittleEndian.Uint32(msg[wire.HeaderLen:])&1 != 0 { // checksumPresent
+		end -= 4
+	}
+	var docs []bson.Raw
+	doc := func(b []byte) (bson.Raw, int) {
+		if len(b) < 5 {
+			return nil, 0
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		if n < 5 || n > len(b) {
+			return nil, 0
+		}
+		return bson.Raw(b[:n]), n
+	}
+	for i := wire.HeaderLen + 4; i < end; {
+		kind := msg[i]
+		i++
+		switch kind {
+		case 0:
+			d, n := doc(msg[i:end])
+			if n == 0 {
+				return docs
+			}
+			docs = append(docs, d)
+			i += n
+		case 1:
+			if end-i < 4 {
+				return docs
+			}
+			size := int(binary.LittleEndian.Uint32(msg[i:]))
+			if size < 4 || i+size > end {
+				return docs
+			}
+			seq := msg[i+4 : i+size]
+			j := bytes.IndexByte(seq, 0)
+			if j < 0 {
+				return docs
+			}
+			for seq = seq[j+1:]; len(seq) > 0; {
+				d, n := doc(seq)
+				if n == 0 {
+					break
+				}
+				docs = append(docs, d)
+				seq = seq[n:]
+			}
+			i += size
+		default:
+			return docs
+		}
+	}
+	return docs
 }
 
 func (p *FaultProxy) handle(client net.Conn) {
@@ -424,6 +495,7 @@ func (p *FaultProxy) handle(client net.Conn) {
 type command struct {
 	name, coll string
 	msg        bool
+	req        []byte
 }
 
 func (c command) handshake() bool {
@@ -445,7 +517,7 @@ func (c command) write() bool {
 
 func parseCommand(msg []byte) command {
 	name, coll := wire.Command(msg)
-	return command{name: name, coll: coll, msg: wire.OpCode(msg) == wire.OpMsg}
+	return command{name: name, coll: coll, msg: wire.OpCode(msg) == wire.OpMsg, req: msg}
 }
 
 // replyOK reports whether a reply is an OP_MSG whose body says ok: 1 (a
