@@ -247,6 +247,7 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 			}
 		}},
 		{"RecentFailures", func(t *testing.T) { val(store.RecentFailures(ctx, 1000))(t) }},
+		{"LastEnded", func(t *testing.T) { val(store.LastEnded(ctx, qid, 1000))(t) }},
 		{"RetryCandidates", func(t *testing.T) { val(store.RetryCandidates(ctx, queue.TaskFilter{}))(t) }},
 		{"RetireCandidates", func(t *testing.T) {
 			// Archived, not deleted: the corpus stays for the calls after.

@@ -169,5 +169,9 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 	default:
 		msg = "queue-not-paused"
 	}
-	h.answer(w, r, "/#queues", msg)
+	back := "/#queues"
+	if r.PostFormValue("back") == "queue" { // the queue's own page
+		back = queueURL(id.Hex())
+	}
+	h.answer(w, r, back, msg)
 }

@@ -16,12 +16,14 @@ import (
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
-	"when":    when,
-	"ago":     ago,
-	"group":   func(status int) string { return queue.StatusGroup(status) },
-	"status":  statusText,
-	"waiting": human.Waiting,
-	"mb":      megabytes,
+	"when":     when,
+	"queueURL": queueURL,
+	"nodeURL":  nodeURL,
+	"ago":      ago,
+	"group":    func(status int) string { return queue.StatusGroup(status) },
+	"status":   statusText,
+	"waiting":  human.Waiting,
+	"mb":       megabytes,
 	"load": func(l []float64) string {
 		parts := make([]string, len(l))
 		for i, f := range l {

@@ -105,7 +105,7 @@ func New(o Options) (http.Handler, error) {
 	}
 	h.sessions = newSessions()
 	h.limit = newLimiter(h.log)
-	for _, page := range []string{"overview", "tasks", "task", "schedules", "login", "error"} {
+	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/chart.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse template %s: %w", page, err)
@@ -122,6 +122,8 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("GET /tasks", h.tasks)
 	m.HandleFunc("GET /tasks/{id}", h.task)
 	m.HandleFunc("GET /schedules", h.schedules)
+	m.HandleFunc("GET /queues/{ref}", h.queuePage)
+	m.HandleFunc("GET /nodes/{name}", h.nodePage)
 	m.HandleFunc("GET /tasks/{id}/output", h.output)
 	m.HandleFunc("GET /tasks/{id}/output.txt", h.outputText)
 	m.HandleFunc("POST /tasks/{id}/cancel", h.action(h.cancel))

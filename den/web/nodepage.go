@@ -1,0 +1,76 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+type nodePageData struct {
+	Node      nodeView
+	DeadAfter string
+	Tasks     []taskRow
+	// More is set when the node holds more tasks than are listed
+	// (queue.NodeTasksLimit).
+	More bool
+}
+
+// nodePage serves GET /nodes/NAME: the node's state as the overview
+// decides it, its last heartbeat, maxthreads, and the tasks it holds
+// (claimed or running with node = NAME).
+func (h *handler) nodePage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name := r.PathValue("name")
+	nodes, err := h.store.Nodes(ctx)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	var n *queue.NodeDoc
+	for i := range nodes {
+		if nodes[i].Name == name {
+			n = &nodes[i]
+			break
+		}
+	}
+	if n == nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no node named %q has written a heartbeat", name))
+		return
+	}
+	held, err := h.store.NodeTasks(ctx, name)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	queues, _, err := h.store.Queues(ctx)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	h.dbOK()
+	names := map[bson.ObjectID]string{}
+	for _, q := range queues {
+		names[q.ID] = q.Name
+	}
+	v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
+		Info: decodeNodeInfo(n.Raw), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
+	v.State = n.State(h.now(), h.dead)
+	v.Dead = v.State == queue.NodeDead
+	if n.MaxThreads != nil {
+		v.MaxThreads = strconv.Itoa(*n.MaxThreads)
+		v.Limit = v.MaxThreads
+	}
+	if n.MaxThreadsProblem != "" {
+		v.MaxThreads = "invalid (0)"
+	}
+	d := nodePageData{Node: v, DeadAfter: h.dead.String(), More: len(held) >= queue.NodeTasksLimit}
+	for _, t := range held {
+		d.Tasks = append(d.Tasks, taskRow{Task: t, QueueName: names[t.Queue]})
+	}
+	d.Node.Running = len(held)
+	h.render(w, r, "node", page{Title: "Node " + n.Name, Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
+}

@@ -1,0 +1,150 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
+)
+
+// queueRecentShown is how many of a queue's newest tasks its page lists;
+// queueRateOf how many of its last ended tasks the failure rate is taken
+// from (queue.LastEnded).
+const (
+	queueRecentShown = 50
+	queueRateOf      = 100
+)
+
+type statusCount struct {
+	Status int
+	Name   string
+	Group  string
+	N      int64
+}
+
+type queuePageData struct {
+	Queue    queueView
+	Sort     string
+	Problem  string
+	Counts   []statusCount
+	Other    int64
+	Total    int64
+	Recent   []taskRow
+	RecentOf int
+	// Rate is the failure rate, as text, over Sample ended tasks
+	// (Failed of them); empty when none ended.
+	Rate           string
+	Sample, Failed int
+	// Why says why its waiting tasks wait (queue/why.go); WhyTask is the
+	// task it was asked of, when the queue itself holds none back.
+	Why     []queue.Reason
+	WhyTask string
+	Waiting int64
+}
+
+// taskRow is a task in a page's short list.
+type taskRow struct {
+	Task      queue.Task
+	QueueName string
+}
+
+// queuePage serves GET /queues/REF, REF a queue's name or id: its counts,
+// settings, pause and resume, newest tasks, failure rate and why its
+// waiting tasks wait.
+func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	ref := r.PathValue("ref")
+	q, problem, err := h.store.FindQueue(ctx, ref)
+	switch {
+	case errors.Is(err, queue.ErrNoQueue):
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no queue is named %q or has that id", ref))
+		return
+	case err != nil:
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	counts, err := h.store.TaskCounts(ctx, q.ID)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	recent, err := h.store.ListTasks(ctx, queue.TaskFilter{Queues: []bson.ObjectID{q.ID}, Limit: queueRecentShown})
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	ended, err := h.store.LastEnded(ctx, q.ID, queueRateOf)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	facts, err := h.store.ReadFacts(ctx, h.now(), h.dead)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	h.dbOK()
+	c := counts[q.ID]
+	d := queuePageData{Queue: queueView{ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Problem: q.MaxThreadsProblem,
+		TasksURL: taskListURL(q.ID.Hex(), "", "")}, Sort: q.Sort, Other: c.Other, Total: c.Total(), RecentOf: queueRecentShown}
+	if problem != nil {
+		d.Problem = problem.Error()
+	}
+	d.Queue.Limit = strconv.Itoa(q.MaxThreads) + " per node"
+	if q.Global {
+		d.Queue.Limit = strconv.Itoa(q.MaxThreads) + " on all nodes"
+	}
+	if q.Paused != nil {
+		d.Queue.Limit, d.Queue.Paused = q.Paused.Limit(), pausedText(*q.Paused)
+	}
+	for st, n := range c.ByStatus {
+		d.Counts = append(d.Counts, statusCount{Status: st, Name: queue.StatusName(st), Group: queue.StatusGroup(st), N: n})
+	}
+	sort.Slice(d.Counts, func(i, j int) bool { return d.Counts[i].Status < d.Counts[j].Status })
+	d.Waiting = c.Group(queue.GroupTodo)
+	for _, t := range recent {
+		d.Recent = append(d.Recent, taskRow{Task: t, QueueName: q.Name})
+	}
+	for _, t := range ended {
+		d.Sample++
+		if queue.StatusGroup(t.Status) == queue.GroupFailed {
+			d.Failed++
+		}
+	}
+	if d.Sample > 0 {
+		d.Rate = fmt.Sprintf("%.0f%%", 100*float64(d.Failed)/float64(d.Sample))
+	}
+	if d.Waiting > 0 {
+		d.Why = facts.QueueReasons(q)
+		if len(d.Why) == 0 {
+			// Nothing in the queue holds its tasks: ask the newest
+			// waiting one, as den task why does.
+			waiting, err := h.store.ListTasks(ctx, queue.TaskFilter{Queues: []bson.ObjectID{q.ID}, Statuses: []int{queue.StatusQueued, queue.StatusTerminated, queue.StatusBlocked}, Limit: 1})
+			if err != nil {
+				h.fail(w, r, http.StatusInternalServerError, err)
+				return
+			}
+			if len(waiting) > 0 {
+				if d.Why, err = h.store.Why(ctx, facts, waiting[0]); err != nil {
+					h.fail(w, r, http.StatusInternalServerError, err)
+					return
+				}
+				d.WhyTask = waiting[0].ID.Hex()
+			}
+		}
+	}
+	h.render(w, r, "queue", page{Title: "Queue " + q.Name, Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
+}
+
+// queueURL is a queue's page, by its id (a name may be shared or look
+// like another queue's id).
+func queueURL(id string) string { return "/queues/" + url.PathEscape(id) }
+
+// nodeURL is a node's page.
+func nodeURL(name string) string { return "/nodes/" + url.PathEscape(name) }
