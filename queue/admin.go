@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -528,8 +529,23 @@ type TaskFilter struct {
 	Outcomes []string
 	// Since selects tasks created at or after it (their _id's time).
 	Since time.Time
-	Limit int64
+	// Before and After, when not zero, select tasks whose _id is below or
+	// above them: a page of ListTasks, with After the page just newer.
+	Before, After bson.ObjectID
+	// ParamKey and ParamValue, when ParamKey is set, select tasks whose
+	// parameters.KEY is the string ParamValue. A key that is not
+	// ValidParamKey selects nothing.
+	ParamKey, ParamValue string
+	Limit                int64
 }
+
+// validParamKey is what a parameter search may name: a plain field of
+// parameters, never a path (.) or an operator ($).
+var validParamKey = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
+
+// ValidParamKey reports whether key may be searched (TaskFilter.ParamKey):
+// 1 to 64 of A-Z, a-z, 0-9 and _.
+func ValidParamKey(key string) bool { return validParamKey.MatchString(key) }
 
 func (f TaskFilter) bson() bson.D {
 	d := bson.D{}
@@ -545,8 +561,24 @@ func (f TaskFilter) bson() bson.D {
 	if len(f.Outcomes) > 0 {
 		d = append(d, bson.E{Key: FieldOutcome, Value: bson.D{{Key: "$in", Value: f.Outcomes}}})
 	}
+	id := bson.D{}
 	if !f.Since.IsZero() {
-		d = append(d, bson.E{Key: "_id", Value: bson.D{{Key: "$gte", Value: bson.NewObjectIDFromTimestamp(f.Since)}}})
+		id = append(id, bson.E{Key: "$gte", Value: bson.NewObjectIDFromTimestamp(f.Since)})
+	}
+	if !f.Before.IsZero() {
+		id = append(id, bson.E{Key: "$lt", Value: f.Before})
+	}
+	if !f.After.IsZero() {
+		id = append(id, bson.E{Key: "$gt", Value: f.After})
+	}
+	if len(id) > 0 {
+		d = append(d, bson.E{Key: "_id", Value: id})
+	}
+	if f.ParamKey != "" {
+		if !ValidParamKey(f.ParamKey) {
+			return bson.D{{Key: "_id", Value: bson.D{{Key: "$exists", Value: false}}}} // nothing
+		}
+		d = append(d, bson.E{Key: "parameters." + f.ParamKey, Value: f.ParamValue})
 	}
 	return d
 }
@@ -555,13 +587,32 @@ func (f TaskFilter) bson() bson.D {
 var listFields = bson.D{{Key: "stdout", Value: 0}, {Key: "stderr", Value: 0}, {Key: FieldHistory, Value: 0}}
 
 // ListTasks returns the tasks matching f, newest first, without their
-// output and history. Documents without an ObjectId _id are skipped.
+// output and history. Documents without an ObjectId _id are skipped. With
+// After and a limit, they are the Limit tasks just above After (still
+// listed newest first).
 func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
-	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: -1}}).SetProjection(listFields)
+	order := -1
+	if !f.After.IsZero() {
+		order = 1
+	}
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: order}}).SetProjection(listFields)
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	return s.collect(ctx, "list tasks", f.bson(), opts)
+	list, err := s.collect(ctx, "list tasks", f.bson(), opts)
+	if order == 1 {
+		slices.Reverse(list)
+	}
+	return list, err
+}
+
+// CountTasks counts the tasks matching f (its Limit aside).
+func (s *Store) CountTasks(ctx context.Context, f TaskFilter) (int64, error) {
+	n, err := s.tasks.CountDocuments(ctx, f.bson())
+	if err != nil {
+		return 0, fmt.Errorf("count tasks: %w", err)
+	}
+	return n, nil
 }
 
 // collect runs a find on tasks and decodes what it returns; a document

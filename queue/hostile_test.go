@@ -235,15 +235,22 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 		}},
 		{"EndedSince", func(t *testing.T) { val(store.EndedSince(ctx, time.Time{}))(t) }},
 		{"ListTasks", func(t *testing.T) {
-			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{qid}}, {Statuses: []int{-2, -1, 0}}, {Node: node}, {Outcomes: []string{"malformed"}}, {Since: now.Add(-time.Hour)}} {
+			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{qid}}, {Statuses: []int{-2, -1, 0}}, {Node: node}, {Outcomes: []string{"malformed"}}, {Since: now.Add(-time.Hour)},
+				{After: bson.NilObjectID, Before: bson.NewObjectID(), Limit: 5000}, {ParamKey: "a", ParamValue: "b"}, {ParamKey: "a.b", ParamValue: "c"}} {
 				listed := val(store.ListTasks(ctx, f))(t)
-				if f.Node == "" && len(f.Outcomes) == 0 {
+				if f.Node == "" && len(f.Outcomes) == 0 && f.ParamKey == "" {
 					for _, id := range good {
 						if !slices.ContainsFunc(listed, func(x queue.Task) bool { return x.ID == id }) {
 							t.Errorf("filter %+v: good task %s missing", f, id.Hex())
 						}
 					}
 				}
+			}
+		}},
+		{"CountTasks", func(t *testing.T) {
+			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{qid}}, {ParamKey: "shell", ParamValue: "x"}, {ParamKey: "$where", ParamValue: "1"},
+				{Before: bson.NewObjectID(), Statuses: []int{-2}}} {
+				val(store.CountTasks(ctx, f))(t)
 			}
 		}},
 		{"RecentFailures", func(t *testing.T) { val(store.RecentFailures(ctx, 1000))(t) }},

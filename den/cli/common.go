@@ -55,8 +55,9 @@ func (d *database) close(ctx context.Context) {
 }
 
 // openDB loads the configuration as den run does and connects. A missing
-// URI is a usage error; an unreachable server an operational one.
-func openDB(cmd *cobra.Command) (*database, error) {
+// URI is a usage error; with ping, an unreachable server an operational
+// one (without, the client connects in the background, as den run's).
+func openDB(cmd *cobra.Command, ping bool) (*database, error) {
 	cfg, err := config.Load("", cmd.Flags())
 	if err != nil {
 		return nil, usageError{err}
@@ -68,20 +69,31 @@ func openDB(cmd *cobra.Command) (*database, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
+	db := client.Database(cfg.Database)
+	d := &database{cfg: cfg, client: client, db: db, store: queue.NewStore(db)}
+	if !ping {
+		return d, nil
+	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
 	defer cancel()
 	if err := client.Ping(ctx, nil); err != nil {
 		client.Disconnect(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("cannot reach MongoDB (database %s): %w", cfg.Database, err)
 	}
-	db := client.Database(cfg.Database)
-	return &database{cfg: cfg, client: client, db: db, store: queue.NewStore(db)}, nil
+	return d, nil
 }
 
-// withDB runs f with an open database, closing it afterwards.
+// withDB runs f with an open database that answered a ping, closing it
+// afterwards.
 func withDB(f func(cmd *cobra.Command, args []string, d *database) error) func(*cobra.Command, []string) error {
+	return withDBPing(true, f)
+}
+
+// withDBPing is withDB; without ping, f runs whether the server answers
+// or not.
+func withDBPing(ping bool, f func(cmd *cobra.Command, args []string, d *database) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
-		d, err := openDB(cmd)
+		d, err := openDB(cmd, ping)
 		if err != nil {
 			return err
 		}

@@ -39,11 +39,17 @@ least 16 characters): log in on the page with it (a session ends on
 logout, after 2 hours unused, 12 hours after login, or when den web
 stops), or send it as Authorization: Bearer TOKEN. After 10 wrong tokens
 in 15 minutes an address gets 429 for 15 minutes. Without it the page
-is read-only.`,
+is read-only.
+
+Started while MongoDB is unreachable, or when it becomes so, den web
+keeps serving: every page shows "database unreachable since …, retrying"
+with status 503, and it pings the database every 2 s until it answers.`,
 		Example: `  den web --config /etc/disbatch/config.json
   DEN_WEB_TOKEN=$(openssl rand -hex 32) den web --mongo-uri mongodb://db1/ --listen 127.0.0.1:9000`,
 		Args: cobra.NoArgs,
-		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
+		// Started while MongoDB is down, it serves pages that say so
+		// (503) and retries in the background, as den run does.
+		RunE: withDBPing(false, func(cmd *cobra.Command, _ []string, d *database) error {
 			listen := d.cfg.WebListen
 			if cmd.Flags().Changed("listen") {
 				listen, _ = cmd.Flags().GetString("listen")
@@ -66,7 +72,7 @@ is read-only.`,
 			// The page answers only the names of this address, localhost
 			// and web.hosts (421 to any other Host: DNS rebinding).
 			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter,
-				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts})
+				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts, Watch: cmd.Context()})
 			if err != nil {
 				ln.Close()
 				return err

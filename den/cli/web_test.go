@@ -84,3 +84,56 @@ func TestWebCommand(t *testing.T) {
 		t.Errorf("a short token: exit %d, %s", r.code, r.stderr)
 	}
 }
+
+// den web started while MongoDB is unreachable keeps running: its pages
+// answer 503 with the outage banner, and it stops cleanly.
+func TestWebDatabaseDown(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"web", "--mongo-uri", "mongodb://127.0.0.1:1/", "--database", "x", "--listen", addr},
+			strings.NewReader(""), io.Discard, io.Discard)
+	}()
+	var body string
+	var status int
+	dentest.Eventually(t, time.Minute, "den web answering on "+addr+" with the outage banner", func() bool {
+		select {
+		case c := <-code:
+			t.Fatalf("den web exited with %d while the database was down", c)
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/tasks")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body, status = string(b), resp.StatusCode
+		return strings.Contains(body, "Database unreachable since")
+	})
+	if status != http.StatusServiceUnavailable || strings.Contains(body, "server selection") {
+		t.Errorf("den web with the database down: %d\n%s", status, body)
+	}
+	select {
+	case c := <-code:
+		t.Fatalf("den web exited with %d while the database was down", c)
+	default:
+	}
+	cancel()
+	select {
+	case c := <-code:
+		if c != ExitOK {
+			t.Errorf("den web stopped with exit %d, want 0", c)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("den web did not stop when its context ended")
+	}
+}

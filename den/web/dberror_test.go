@@ -16,8 +16,9 @@ import (
 	"github.com/den-project/den/den/web"
 )
 
-// With the database unreachable, pages answer 500 with the error, and the
-// failure is logged once, not on every refresh.
+// With the database unreachable, every page answers 503 with the banner,
+// never the driver's error, and the outage is logged once, not on every
+// refresh.
 func TestDatabaseDown(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -39,12 +40,19 @@ func TestDatabaseDown(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	for range 3 {
-		code, body := get(t, client(nil), srv.URL+"/")
-		if code != 500 || !strings.Contains(body, "list queues") {
-			t.Errorf("overview with the database down: %d %s", code, body)
+		for _, path := range []string{"/", "/tasks", "/tasks?status=queued", "/schedules", "/login"} {
+			code, body := get(t, client(nil), srv.URL+path)
+			if code != 503 || !strings.Contains(body, "Database unreachable since") || !strings.Contains(body, "retrying") {
+				t.Errorf("%s with the database down: %d, want 503 with the banner:\n%s", path, code, body)
+			}
+			for _, raw := range []string{"server selection", "connection refused", "list queues", addr} {
+				if strings.Contains(body, raw) {
+					t.Errorf("%s with the database down shows the driver's error (%q):\n%s", path, raw, body)
+				}
+			}
 		}
 	}
-	if n := logs.FilterMessageSnippet("database reads failing").Len(); n != 1 {
-		t.Errorf("the outage was logged %d times in 3 requests, want once", n)
+	if n := logs.FilterMessageSnippet("database unreachable").Len(); n != 1 {
+		t.Errorf("the outage was logged %d times in 15 requests, want once", n)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -15,8 +17,8 @@ import (
 
 // Task list limits: the default, and the most one page shows.
 const (
-	defaultLimit = 100
-	maxLimit     = 1000
+	defaultLimit = 50
+	maxLimit     = 500
 )
 
 // statusChoices are the status filter's menu: the value is what the
@@ -48,14 +50,17 @@ type tasksData struct {
 	Custom        bool // the status filter is not one of Choices
 	Rows          []taskRowView
 	Full          bool // the list reached the limit
-	Error         string
+	Param         string
+	// Newer and Older link the pages next to this one (empty: none).
+	Newer, Older string
+	Error        string
 }
 
 func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	d := tasksData{Queue: strings.TrimSpace(q.Get("queue")), Status: strings.TrimSpace(q.Get("status")),
-		Node: strings.TrimSpace(q.Get("node")), Outcome: strings.TrimSpace(q.Get("outcome")), Outcomes: queue.Outcomes,
+		Node: strings.TrimSpace(q.Get("node")), Outcome: strings.TrimSpace(q.Get("outcome")), Outcomes: queue.Outcomes, Param: q.Get("param"),
 		Limit: defaultLimit, Choices: statusChoices, Custom: true}
 	for _, c := range statusChoices {
 		if c.Value == d.Status {
@@ -76,22 +81,40 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		f.Limit, err = limitOf(strings.TrimSpace(q.Get("limit")))
 	}
+	if err == nil {
+		err = pageOf(&f, q)
+	}
 	if err != nil {
 		d.Error = err.Error()
 		h.renderStatus(w, r, http.StatusBadRequest, "tasks", page{Title: "Tasks", Nav: "tasks", Data: d})
 		return
 	}
 	d.Limit = f.Limit
+	f.Limit++ // one more: is there a page beyond?
 	list, err := h.store.ListTasks(ctx, f)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	h.dbOK()
+	more := int64(len(list)) > d.Limit
+	if more && !f.After.IsZero() {
+		list = list[1:] // the newest is the next page's
+	} else if more {
+		list = list[:d.Limit]
+	}
+	if len(list) > 0 {
+		if more || !f.After.IsZero() {
+			d.Older = pageURL(q, "before", list[len(list)-1].ID)
+		}
+		if !f.Before.IsZero() || (more && !f.After.IsZero()) {
+			d.Newer = pageURL(q, "after", list[0].ID)
+		}
+	}
 	for _, t := range list {
 		d.Rows = append(d.Rows, taskRowView{Task: t, QueueName: names[t.Queue], Params: compactJSON(t.Parameters), Outcome: outcomeOf(t).Kind})
 	}
-	d.Full = int64(len(list)) == f.Limit
+	d.Full = more
 	h.render(w, r, "tasks", page{Title: "Tasks", Nav: "tasks", Refresh: int(h.refresh.Seconds()), Data: d})
 }
 
@@ -133,6 +156,51 @@ func parseFilter(d tasksData, queues []queue.Queue) (queue.TaskFilter, error) {
 		}
 	}
 	return f, nil
+}
+
+// pageOf reads which page of the list is asked for: ?before=ID (the
+// tasks below ID, newest first) or ?after=ID (those just above it), and
+// the parameter search, ?param=KEY=VALUE.
+func pageOf(f *queue.TaskFilter, q url.Values) error {
+	for _, c := range []struct {
+		name string
+		id   *bson.ObjectID
+	}{{"before", &f.Before}, {"after", &f.After}} {
+		if v := q.Get(c.name); v != "" {
+			id, err := bson.ObjectIDFromHex(v)
+			if err != nil {
+				return fmt.Errorf("%s %q: want a task id (24 hex digits)", c.name, v)
+			}
+			*c.id = id
+		}
+	}
+	if !f.Before.IsZero() && !f.After.IsZero() {
+		return errors.New("give before or after, not both")
+	}
+	if p := q.Get("param"); p != "" {
+		key, value, ok := strings.Cut(p, "=")
+		if !ok || !queue.ValidParamKey(key) {
+			return fmt.Errorf("param %q: want KEY=VALUE, KEY 1 to 64 of A-Z, a-z, 0-9 and _ (no dots, no $)", p)
+		}
+		if !utf8.ValidString(value) {
+			return fmt.Errorf("param %q: the value is not UTF-8", p)
+		}
+		f.ParamKey, f.ParamValue = key, value
+	}
+	return nil
+}
+
+// pageURL is the task list with the filters of q, at the page before or
+// after id.
+func pageURL(q url.Values, dir string, id bson.ObjectID) string {
+	v := url.Values{}
+	for k, vs := range q {
+		if k != "before" && k != "after" && k != "msg" {
+			v[k] = vs
+		}
+	}
+	v.Set(dir, id.Hex())
+	return "/tasks?" + v.Encode()
 }
 
 // limitOf reads the limit parameter.

@@ -54,6 +54,10 @@ type Options struct {
 	Listen string
 	Addr   net.Addr
 	Hosts  []string
+	// Watch, when set, makes the handler ping the database every
+	// ProbeEvery until it ends (see outage.go). Without it an outage is
+	// noticed by the reads of the pages themselves.
+	Watch context.Context
 }
 
 // DefaultRefresh is how often pages reload themselves unless configured.
@@ -73,6 +77,9 @@ type handler struct {
 	// dbFailing is set while database reads fail, so that the failure is
 	// logged when it starts and when it clears, not on every refresh.
 	dbFailing atomic.Bool
+	// downSince is when the database became unreachable (Unix
+	// nanoseconds), or 0 (outage.go).
+	downSince atomic.Int64
 	// hosts are the Host headers the page answers; sessions the open
 	// logins; limit counts wrong tokens per client address.
 	hosts    *hostNames
@@ -135,6 +142,9 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)
 	h.mux = m
+	if o.Watch != nil {
+		go h.watch(o.Watch)
+	}
 	return h, nil
 }
 
@@ -147,7 +157,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.misdirected(w, r)
 		return
 	}
-	h.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqAuthKey{}, &reqAuth{})))
+	ctx := context.WithValue(r.Context(), reqAuthKey{}, &reqAuth{})
+	if h.downSince.Load() != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, outageWait)
+		defer cancel()
+	}
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 func cacheFor(d time.Duration, next http.Handler) http.Handler {
@@ -164,6 +180,7 @@ type page struct {
 	Auth    authView
 	Refresh int // seconds; 0: the page does not reload itself
 	Message string
+	Outage  string // the banner while the database is unreachable
 	Now     time.Time
 	Data    any
 }
@@ -176,6 +193,9 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, name string, p 
 func (h *handler) renderStatus(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Auth = h.authView(r)
 	p.Now = h.now()
+	if p.Outage = h.outageText(); p.Outage != "" && status < 400 {
+		status = http.StatusServiceUnavailable // a page that reads nothing, during an outage
+	}
 	if p.Message == "" {
 		p.Message = messages[r.URL.Query().Get("msg")]
 	}
@@ -187,6 +207,9 @@ func (h *handler) renderStatus(w http.ResponseWriter, r *http.Request, status in
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
 }
@@ -194,6 +217,16 @@ func (h *handler) renderStatus(w http.ResponseWriter, r *http.Request, status in
 // fail shows an error page. A database error is logged when reads start
 // failing (and dbOK logs when they work again).
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	if status >= 500 && unreachable(err) {
+		h.markDown(err)
+		err = errors.New("the database does not answer; den web retries, and this page works again once it does")
+		status = http.StatusServiceUnavailable
+		if r.Method == http.MethodPost && wantsJSON(r) {
+			w.Header().Set("Retry-After", "5")
+			jsonError(w, status, h.outageText())
+			return
+		}
+	}
 	if status >= 500 && h.dbFailing.CompareAndSwap(false, true) {
 		h.log.Warn("web: database reads failing; pages show the error until they work again", zap.Error(err))
 	}
@@ -206,6 +239,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err e
 
 // dbOK records that the database answered.
 func (h *handler) dbOK() {
+	h.downSince.Store(0)
 	if h.dbFailing.CompareAndSwap(true, false) {
 		h.log.Info("web: database reads work again")
 	}
