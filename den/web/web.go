@@ -112,7 +112,7 @@ func New(o Options) (http.Handler, error) {
 	}
 	h.sessions = newSessions()
 	h.limit = newLimiter(h.log)
-	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error"} {
+	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error", "bulk"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/chart.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse template %s: %w", page, err)
@@ -135,6 +135,7 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("GET /tasks/{id}/output.txt", h.outputText)
 	m.HandleFunc("POST /tasks/{id}/cancel", h.action(h.cancel))
 	m.HandleFunc("POST /tasks/{id}/retry", h.action(h.retry))
+	m.HandleFunc("POST /tasks/bulk", h.action(h.bulk))
 	m.HandleFunc("POST /nodes/maxthreads", h.action(h.setMaxThreads))
 	m.HandleFunc("POST /queues/{id}/pause", h.action(h.pauseQueue))
 	m.HandleFunc("POST /queues/{id}/resume", h.action(h.resumeQueue))
