@@ -152,6 +152,20 @@ func TestBulkJSONForBearer(t *testing.T) {
 	db, _, queued, _ := bulkTasks(t)
 	srv := serve(t, db, testToken)
 	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
+	if _, list := get(t, client(nil), srv.URL+"/tasks?status=queued"); strings.Contains(list, "Cancel these") {
+		t.Errorf("the task list offers bulk actions to a visitor without the token")
+	}
+	req, _ := http.NewRequest("GET", srv.URL+"/tasks?status=queued", nil)
+	req.Header = bearer
+	resp, err := client(nil).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(list), "Cancel these") || !strings.Contains(string(list), "Retry these") || !strings.Contains(string(list), `name="status" value="queued"`) {
+		t.Errorf("the task list lacks the bulk buttons carrying its filter")
+	}
 	code, body := bulkPost(t, srv.URL, url.Values{"action": {"cancel"}, "status": {"queued"}}, bearer)
 	first := decodeBulk(t, body)
 	if code != http.StatusBadRequest || first.Matched != 3 || first.Done != 0 || first.Upto != queued[2].Hex() {
