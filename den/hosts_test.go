@@ -246,10 +246,12 @@ func rescuedByOtherHost(t *testing.T, bSkew, grace time.Duration) {
 	if second.start-frozen < secs(heldFor-hostBeat) {
 		t.Errorf("attempt 2 started %.2f s after node a froze, before its runner's lease (%s) could have run out", second.start-frozen, heldFor)
 	}
-	// And no later than that after it, plus a rescue round (rescue_every,
-	// 0.2 s here), a claim and a runner's start (a few seconds under
-	// -race on a loaded machine).
-	if second.start-frozen > secs(heldFor+10*time.Second) {
+	// And not for something much longer (orphan_age, an hour here): the
+	// rescue round (rescue_every, 0.2 s here), a claim and a runner's
+	// start take a few seconds under -race, and tens of seconds on a
+	// machine loaded twice over, which is what the minute's slack is for;
+	// the time it takes is measured by BenchmarkRecovery, not here.
+	if second.start-frozen > secs(heldFor+time.Minute) {
 		t.Errorf("attempt 2 started %.2f s after node a froze, long after its runner's lease (%s)", second.start-frozen, heldFor)
 	}
 	t.Logf("node a frozen; attempt 1 got SIGTERM after %.2f s, its last stamp after %.2f s, attempt 2 started after %.2f s (dead_node_after %s, grace %s), the task succeeded after %.2f s",
