@@ -181,11 +181,13 @@ func historyStderr(t *testing.T, d *mongo.Database, raw bson.Raw) string {
 func secs(d time.Duration) float64 { return d.Seconds() }
 
 // The lease of the tests here: dead_node_after 10 s, so runners beat every
-// 2 s and a cut-off runner stops its run after 5 s without a beat landing
-// (stopAfter: at least half the lease); a task's grace is 1 s.
+// 1.25 s (queue.BeatEvery) and a cut-off runner stops its run after 5 s
+// without a beat landing (stopAfter: at least half the lease); a task's
+// grace is 1 s.
+var hostBeat = queue.BeatEvery(hostLease)
+
 const (
 	hostLease = 10 * time.Second
-	hostBeat  = hostLease / 5
 	hostStop  = hostLease / 2
 	hostGrace = time.Second
 )
