@@ -36,14 +36,7 @@ func TestBrowserQueuePage(t *testing.T) {
 	srv := serve(t, db, testToken)
 
 	ctx, do := browser(t, bin)
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
+	text := func(sel string) string { t.Helper(); return pageText(t, ctx, sel) }
 	do("log in", chromedp.Navigate(srv.URL+"/login?next=/"), chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), testToken), chromedp.Click(chromedp.ID("login")),
 		chromedp.WaitVisible(chromedp.CSS(`tr.queue[data-queue="shell-jobs"]`)))

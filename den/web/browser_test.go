@@ -104,14 +104,7 @@ func TestBrowser(t *testing.T) {
 	srv := serve(t, db, testToken)
 
 	ctx, do := browser(t, bin)
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return s
-	}
+	text := func(sel string) string { t.Helper(); return pageText(t, ctx, sel) }
 	eval := func(js string) bool {
 		t.Helper()
 		b, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
@@ -244,6 +237,17 @@ func TestBrowser(t *testing.T) {
 
 // shot saves a screenshot as PNG: of the viewport, or, given a width, of
 // the whole page at that width (the viewport fitted to the page's height).
+// pageText is the text of the element sel on the browser's page; a
+// missing element fails the test.
+func pageText(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
 func shot(t *testing.T, ctx context.Context, path string, width int64) {
 	t.Helper()
 	if width > 0 {
