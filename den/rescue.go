@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/mongoclient"
 	"github.com/den-project/den/queue"
 )
 
@@ -78,22 +79,30 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues ma
 			if !rc.chores.take() {
 				return nil
 			}
-			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.cfg.Name, rc.cfg.DeadNodeAfter)})
+			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.cfg.Name, rc.cfg.DeadNodeAfter)}); rc.stopRescues(ctx, task, err) {
+				return err
+			}
 		case rc.runners.onThisHost(*r) && !rc.runners.startedHere(r.PID) && !alive(*r):
 			if !rc.chores.take() {
 				return nil
 			}
-			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)})
+			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)}); rc.stopRescues(ctx, task, err) {
+				return err
+			}
 		case rc.runners.onThisHost(*r) && !rc.runners.runGoing(task.ID, *r) && !rc.held.finished(task.ID):
 			if !rc.chores.take() {
 				return nil
 			}
-			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)})
+			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)}); rc.stopRescues(ctx, task, err) {
+				return err
+			}
 		case !rc.runners.onThisHost(*r) && staleSign(*r, now, rc.runners.heldFor(task, queueOf(task, queues), *r)):
 			if !rc.chores.take() {
 				return nil
 			}
-			rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))})
+			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))}); rc.stopRescues(ctx, task, err) {
+				return err
+			}
 		}
 	}
 	return nil
@@ -107,7 +116,9 @@ func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues ma
 		if !rc.chores.take() {
 			return nil
 		}
-		rc.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.cfg.Name, rc.cfg.OrphanAge)})
+		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.cfg.Name, rc.cfg.OrphanAge)}); rc.stopRescues(ctx, task, err) {
+			return err
+		}
 	}
 	return nil
 }
@@ -153,6 +164,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue
 			return err
 		}
 		counts := map[int]int{}
+		var rescueErr error
 		for _, task := range tasks {
 			if r := task.Runner; r != nil && !staleSign(*r, now, rc.runners.heldFor(task, queueOf(task, queues), *r)) {
 				continue // its runner is still at work, or may still be stopping it
@@ -163,11 +175,19 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue
 			if !rc.chores.take() {
 				break
 			}
-			counts[rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})]++
+			st, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})
+			if rc.stopRescues(ctx, task, err) {
+				rescueErr = err
+				break
+			}
+			counts[st]++
 		}
 		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
 			rc.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
 				zap.Int("orphaned", counts[queue.StatusOrphaned]), zap.Int("retried", counts[queue.StatusQueued]), zap.Int("cancelled", counts[queue.StatusCancelled]))
+		}
+		if rescueErr != nil {
+			return rescueErr
 		}
 		if rc.chores.spent() {
 			return nil // the rest next pass
@@ -190,7 +210,31 @@ func (rc *rescuer) rescue(ctx context.Context, task queue.Task, why queue.Outcom
 		rc.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
 		return 0
 	}
-	return rc.rescueWith(ctx, task, q, rescueDeadRunner, why)
+	st, err := rc.rescueWith(ctx, task, q, rescueDeadRunner, why)
+	if err != nil && ctx.Err() == nil {
+		rc.log.Warn("could not rescue a task; the periodic check will", zap.String("task_id", task.ID.Hex()), zap.Error(err))
+	}
+	return st
+}
+
+// stopRescues reports whether the periodic rescues stop at err, the
+// outcome of one task's rescue: they stop when the node stops or the
+// database cannot be reached (the pass reports that once, and the next
+// one goes on). A write the server refused for this task alone (a
+// document at the size limit cannot take its history) is warned about
+// once, and the rescues go on with the other tasks: one bad document
+// does not hold up the rest.
+func (rc *rescuer) stopRescues(ctx context.Context, task queue.Task, err error) bool {
+	if err == nil {
+		return false
+	}
+	if ctx.Err() != nil || mongoclient.Unreachable(err) {
+		return true
+	}
+	if rc.notes.set("rescue:"+task.ID.Hex(), err.Error()) {
+		rc.log.Warn("could not rescue a task; the server refused its write (tried again every rescue, logged once)", zap.String("task_id", task.ID.Hex()), zap.Error(err))
+	}
+	return false
 }
 
 // queueOf returns a task's queue from the queues read this pass, or nil.
@@ -203,26 +247,30 @@ func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue
 
 // rescueWith rescues one task with its queue's settings (q may be nil)
 // and returns the task's new status, or 0 when someone else got there
-// first.
+// first. A write that fails is returned, not logged: the periodic rescues
+// stop there and the pass reports the database's failure once (a node
+// that stops, or a database that is down, is not one warning per task).
 //
 // A run on this host is stopped first (runners.endDeadRun): a runner that
 // is alive but hung is killed with its group, then whatever the run left
 // is stopped, so that a retry never overlaps it. The count goes into
 // the task's history (leftover_processes).
-func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) int {
+func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) (int, error) {
 	reason := why.Reason
 	id := task.ID
 	leftovers, busy := rc.runners.endDeadRun(ctx, task, q)
 	if busy {
-		return 0 // another pass is stopping this run, and rescues it after
+		return 0, nil // another pass is stopping this run, and rescues it after
 	}
 	st, err := rc.store.Rescue(ctx, task, q, why, leftovers, rc.now())
-	if err == nil && st != 0 {
+	if err != nil {
+		return 0, fmt.Errorf("rescue task %s: %w", id.Hex(), err)
+	}
+	rc.notes.clear("rescue:" + id.Hex())
+	if st != 0 {
 		rc.metrics.Rescues.WithLabelValues(kind).Inc()
 	}
 	switch {
-	case err != nil:
-		rc.log.Warn("could not rescue a task", zap.String("task_id", id.Hex()), zap.Error(err))
 	case st == queue.StatusOrphaned:
 		rc.log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
 	case st == queue.StatusQueued:
@@ -230,5 +278,5 @@ func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Que
 	case st == queue.StatusCancelled:
 		rc.log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
 	}
-	return st
+	return st, nil
 }

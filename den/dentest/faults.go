@@ -72,6 +72,12 @@ const (
 	DropBefore
 	// Delay forwards the command and holds its reply for Rule.Delay.
 	Delay
+	// Refused answers, without forwarding, with an error the server
+	// gives for what was asked rather than for its own state: code 10334
+	// (BSONObjectTooLarge, what a write that would grow a document past
+	// 16 MiB meets), with no label: the driver does not retry it, and
+	// asking again gets the same answer.
+	Refused
 )
 
 func (f Fault) String() string {
@@ -86,6 +92,8 @@ func (f Fault) String() string {
 		return "drop-before"
 	case Delay:
 		return "delay"
+	case Refused:
+		return "refused"
 	}
 	return fmt.Sprintf("fault(%d)", int(f))
 }
@@ -445,7 +453,7 @@ func (p *FaultProxy) handle(client net.Conn) {
 			continue
 		case act.fault == DropBefore:
 			return
-		case act.fault == NotWritablePrimary || act.fault == ReplStateChange:
+		case act.fault == NotWritablePrimary || act.fault == ReplStateChange || act.fault == Refused:
 			if _, err := client.Write(errorReply(req, cmd, act.fault)); err != nil {
 				return
 			}
@@ -551,10 +559,12 @@ func errorReply(req []byte, c command, f Fault) []byte {
 		doc = append(doc, bson.E{Key: "errmsg", Value: "not primary"}, bson.E{Key: "code", Value: int32(10107)}, bson.E{Key: "codeName", Value: "NotWritablePrimary"})
 	case ReplStateChange:
 		doc = append(doc, bson.E{Key: "errmsg", Value: "operation was interrupted because of a replication state change"}, bson.E{Key: "code", Value: int32(11602)}, bson.E{Key: "codeName", Value: "InterruptedDueToReplStateChange"})
+	case Refused:
+		doc = append(doc, bson.E{Key: "errmsg", Value: "BSONObj size: 16793700 (0x1004164) is invalid. Size must be between 0 and 16793600(16MB)"}, bson.E{Key: "code", Value: int32(10334)}, bson.E{Key: "codeName", Value: "BSONObjectTooLarge"})
 	default:
 		doc = append(doc, bson.E{Key: "errmsg", Value: "not primary and secondaryOk=false"}, bson.E{Key: "code", Value: int32(13435)}, bson.E{Key: "codeName", Value: "NotPrimaryNoSecondaryOk"})
 	}
-	if c.write() && f != notPrimaryNoSecondaryOk {
+	if c.write() && f != notPrimaryNoSecondaryOk && f != Refused {
 		doc = append(doc, bson.E{Key: "errorLabels", Value: bson.A{"RetryableWriteError"}})
 	}
 	body, err := bson.Marshal(doc)

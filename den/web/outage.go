@@ -2,12 +2,11 @@ package web
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/internal/mongoclient"
 )
 
 // While the database is unreachable (no server to send a read to, a
@@ -27,11 +26,8 @@ const (
 )
 
 // unreachable reports whether err says the database could not be
-// reached, rather than that it refused what was asked.
-func unreachable(err error) bool {
-	var sel topology.ServerSelectionError
-	return errors.As(err, &sel) || mongo.IsNetworkError(err) || mongo.IsTimeout(err)
-}
+// reached (or had no primary), rather than that it refused what was asked.
+func unreachable(err error) bool { return mongoclient.Unreachable(err) }
 
 // markDown records that the database is unreachable: logged once, when
 // the outage starts.
