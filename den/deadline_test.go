@@ -29,10 +29,6 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 		return id
 	}
 	late := task("echo ran", bson.D{{Key: "end_before", Value: time.Now().Add(-time.Minute)}, {Key: "max_retries", Value: 3}})
-	// Room for the node to start and claim on a loaded machine (5 s was
-	// too little once: the task had not started by then, and expired
-	// unstarted), then stopped while it runs.
-	stopped := task("echo started; sleep 60", bson.D{{Key: "end_before", Value: time.Now().Add(20 * time.Second)}, {Key: "timeout", Value: 600}, {Key: "max_retries", Value: 3}})
 	timeouts := task("sleep 60", bson.D{{Key: "timeout", Value: 1}, {Key: "max_timeouts", Value: 2}})
 	// Fails (exit 3) the first time, times out the second, succeeds the
 	// third: one retry of each kind.
@@ -46,6 +42,12 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 		strings.Contains(str(raw, "stdout"), "ran") || !strings.Contains(str(raw, "stderr"), "not started before its end_before") {
 		t.Errorf("late task: %s", raw)
 	}
+	// Inserted once the node works (it has failed the late task), with
+	// room to claim and start it on a loaded machine: under CI's load a
+	// node has taken 23 s from start to its first run, and a task given
+	// 20 s from before the node started expired unstarted.
+	stopped := task("echo started; sleep 60", bson.D{{Key: "end_before", Value: time.Now().Add(20 * time.Second)}, {Key: "timeout", Value: 600}, {Key: "max_retries", Value: 3}})
+	dentest.Eventually(t, 20*time.Second, "the task with an end_before running", func() bool { return status(t, db, stopped) == 0 })
 	raw = waitFor(t, db, stopped, 2)
 	if exp, _ := raw.Lookup("expired").BooleanOK(); !exp || str(raw, "outcome") != queue.OutcomeExpired ||
 		!strings.Contains(str(raw, "stderr"), "still running at its end_before") {
