@@ -46,7 +46,10 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 	// room to claim and start it on a loaded machine: under CI's load a
 	// node has taken 23 s from start to its first run, and a task given
 	// 20 s from before the node started expired unstarted.
-	stopped := task("echo started; sleep 60", bson.D{{Key: "end_before", Value: time.Now().Add(20 * time.Second)}, {Key: "timeout", Value: 600}, {Key: "max_retries", Value: 3}})
+	// Its fields are in the document as inserted: set by an update after
+	// the insert, they may come after the running node's claim.
+	stopped := dentest.TaskWith(t, db, qid, bson.D{{Key: "shell", Value: "echo started; sleep 60"}},
+		bson.E{Key: "end_before", Value: time.Now().Add(20 * time.Second)}, bson.E{Key: "timeout", Value: 600}, bson.E{Key: "max_retries", Value: 3})
 	dentest.Eventually(t, 20*time.Second, "the task with an end_before running", func() bool { return status(t, db, stopped) == 0 })
 	raw = waitFor(t, db, stopped, 2)
 	if exp, _ := raw.Lookup("expired").BooleanOK(); !exp || str(raw, "outcome") != queue.OutcomeExpired ||

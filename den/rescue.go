@@ -70,39 +70,27 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues ma
 		if task.Status != queue.StatusRunning {
 			continue
 		}
-		r := task.Runner
-		switch {
+		var reason string
+		switch r := task.Runner; {
 		case r == nil:
 			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.cfg.DeadNodeAfter {
 				continue
 			}
-			if !rc.chores.take() {
-				return nil
-			}
-			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.cfg.Name, rc.cfg.DeadNodeAfter)}); rc.stopRescues(ctx, task, err) {
-				return err
-			}
+			reason = fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.cfg.Name, rc.cfg.DeadNodeAfter)
 		case rc.runners.onThisHost(*r) && !rc.runners.startedHere(r.PID) && !alive(*r):
-			if !rc.chores.take() {
-				return nil
-			}
-			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is gone", r.PID)}); rc.stopRescues(ctx, task, err) {
-				return err
-			}
+			reason = fmt.Sprintf("task runner (pid %d) is gone", r.PID)
 		case rc.runners.onThisHost(*r) && !rc.runners.runGoing(task.ID, *r) && !rc.held.finished(task.ID):
-			if !rc.chores.take() {
-				return nil
-			}
-			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)}); rc.stopRescues(ctx, task, err) {
-				return err
-			}
+			reason = fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)
 		case !rc.runners.onThisHost(*r) && staleSign(*r, now, rc.runners.heldFor(task, queueOf(task, queues), *r)):
-			if !rc.chores.take() {
-				return nil
-			}
-			if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))}); rc.stopRescues(ctx, task, err) {
-				return err
-			}
+			reason = fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))
+		default:
+			continue // its runner is at work
+		}
+		if !rc.chores.take() {
+			return nil
+		}
+		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: reason}); rc.stopRescues(ctx, task, err) {
+			return err
 		}
 	}
 	return nil

@@ -31,6 +31,20 @@ func Queue(t testing.TB, db *mongo.Database, name, plugin string, maxthreads int
 // in insertion order.
 func Tasks(t testing.TB, db *mongo.Database, queueID bson.ObjectID, params ...bson.D) []bson.ObjectID {
 	t.Helper()
+	return insertTasks(t, db, queueID, nil, params)
+}
+
+// TaskWith inserts one queued task as Tasks does, with the extra fields
+// (end_before, timeout, max_retries, ...) in the document as inserted: a
+// node that is already running never sees the task without them, as it
+// may when they are set by an update after the insert.
+func TaskWith(t testing.TB, db *mongo.Database, queueID bson.ObjectID, params bson.D, extra ...bson.E) bson.ObjectID {
+	t.Helper()
+	return insertTasks(t, db, queueID, extra, []bson.D{params})[0]
+}
+
+func insertTasks(t testing.TB, db *mongo.Database, queueID bson.ObjectID, extra bson.D, params []bson.D) []bson.ObjectID {
+	t.Helper()
 	ids := make([]bson.ObjectID, len(params))
 	docs := make([]any, len(params))
 	now := time.Now()
@@ -41,6 +55,7 @@ func Tasks(t testing.TB, db *mongo.Database, queueID bson.ObjectID, params ...bs
 			{Key: "node", Value: -1}, {Key: "parameters", Value: p}, {Key: "ctime", Value: now},
 			{Key: "mtime", Value: now}, {Key: "stdout", Value: nil}, {Key: "stderr", Value: nil},
 		}
+		docs[i] = append(docs[i].(bson.D), extra...)
 	}
 	ctx := Context(t)
 	if len(docs) > 0 {
