@@ -398,11 +398,11 @@ func TestTwoHostsFrozenNodesRunnerKeepsItsTask(t *testing.T) {
 	// been seen to wait more than 5 s, and once more than 10 s, while
 	// other tests of the package kept the development server (which runs
 	// one command at a time) busy scanning their hostile documents. The
-	// task runs for three times the lease, so that it goes on for longer
-	// than the lease after the freeze even when starting node b takes a
-	// while.
+	// task runs for the lease and 35 s more, so that it goes on for
+	// longer than the lease after the freeze even when starting node b
+	// takes a while, and ends within waitFor's two minutes.
 	const lease = 4 * hostLease
-	const ticks = 3 * 5 * int(lease/time.Second) // 0.2 s each: 120 s and more
+	const ticks = 5 * int((lease+35*time.Second)/time.Second) // 0.2 s each: 75 s and more
 	id := dentest.Tasks(t, d, qid, bson.D{{Key: "shell", Value: stampProgram(stamps, ticks)}})[0]
 	leaseEnv := envNodeLease + "=" + lease.String()
 	a, _ := nodeProcess(t, d, "a", envNodeDirect+"=1", leaseEnv)
