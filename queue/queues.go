@@ -14,11 +14,13 @@ type MalformedQueue struct {
 	Reason error
 }
 
-// Queues reads every queue document. Documents that cannot be used at all
-// are returned apart, with the reason, so the caller can warn once and skip
-// them.
+// Queues reads every queue document, the fields den reads only
+// (queueProjection): a node reads them every pass, and a queue document
+// may hold anything else, up to 16 MiB. Documents that cannot be used at
+// all are returned apart, with the reason, so the caller can warn once and
+// skip them.
 func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
-	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetBatchSize(oneReply))
+	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list queues: %w", err)
 	}
