@@ -36,6 +36,9 @@ type heartbeat struct {
 	// othersRunning is how many tasks of a queue the other nodes held at
 	// the last count (the claimer's).
 	othersRunning func(q bson.ObjectID) int
+	// housekeeping is the node's last completed round of housekeeping
+	// (nil: none yet), which the node document carries.
+	housekeeping func() *queue.Housekeeping
 
 	// host samples the host's resources for the node document; pid and
 	// started describe this process.
@@ -163,7 +166,11 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	return &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut}
+	self := &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut}
+	if h.housekeeping != nil {
+		self.Housekeeping = h.housekeeping()
+	}
+	return self
 }
 
 // writeLast writes the node document one last time, as the node stops,

@@ -13,22 +13,14 @@ import (
 // most tasks to do first.
 const oldestQueues = 100
 
-// measureOldest sets den_queue_oldest_ready_seconds, every RefreshEvery:
-// for each queue this node serves that has tasks to do (count_todo above
-// 0) and that its last claim did not find empty, how long the oldest task
-// that a claim could take now has been ready (queue.Store.OldestReady).
-// One indexed query per queue, for at most oldestQueues queues; a queue
-// with nothing ready has no series.
-func (ps *passes) measureOldest(ctx context.Context, serve []queue.Queue, now time.Time) error {
-	if now.Sub(ps.oldestAt) < ps.cfg.RefreshEvery {
-		return nil
-	}
-	var todo []queue.Queue
-	for _, q := range serve {
-		if q.CountTodo != nil && *q.CountTodo > 0 && ps.claimer.claimable(q) {
-			todo = append(todo, q)
-		}
-	}
+// measureOldest sets den_queue_oldest_ready_seconds, a step of the
+// housekeeping every RefreshEvery: for each queue of withWork (served,
+// with tasks to do by count_todo, and not found empty by its last claim),
+// how long the oldest task that a claim could take now has been ready
+// (queue.Store.OldestReady). One indexed query per queue, for at most
+// oldestQueues queues; a queue with nothing ready has no series.
+func (ps *passes) measureOldest(ctx context.Context, withWork []queue.Queue, now time.Time) error {
+	todo := slices.Clone(withWork)
 	slices.SortStableFunc(todo, func(a, b queue.Queue) int {
 		return cmp.Compare(*b.CountTodo, *a.CountTodo)
 	})
@@ -47,6 +39,5 @@ func (ps *passes) measureOldest(ctx context.Context, serve []queue.Queue, now ti
 	for name, age := range ages {
 		ps.metrics.OldestReady.WithLabelValues(name).Set(age)
 	}
-	ps.oldestAt = now
 	return nil
 }
