@@ -677,7 +677,7 @@ func (cl *claimer) othersRunning(q bson.ObjectID) int {
 // rest (tasks inserted without raising the counts, start_after times that
 // came) with one query: thousands of idle queues cost no claims. Queues
 // that are gone (byID holds those read) are forgotten.
-func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID map[bson.ObjectID]queue.Queue) {
+func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queueIndex) {
 	cl.ready, cl.serve, cl.limit, cl.gfs = true, serve, limit, gfs
 	for _, q := range serve {
 		c := countsOf(q)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/queue"
@@ -15,10 +14,12 @@ import (
 type passView struct {
 	// at is when the pass started.
 	at time.Time
-	// queues are the queues it read, serve those this node serves, byID
-	// the queues by _id.
+	// queues are the queues of the loop's last read of every queue (at
+	// read, at most RefreshEvery before the pass: queueBook), serve those
+	// this node serves, byID the queues by _id. Nothing changes them.
 	queues, serve []queue.Queue
-	byID          map[bson.ObjectID]queue.Queue
+	byID          queueIndex
+	read          time.Time
 	// running are the claimed and running counts of all nodes, as last
 	// counted (the claimer replaces the map, never changes it).
 	running queue.Running
@@ -111,7 +112,7 @@ func (ps *passes) round(ctx context.Context, v passView) {
 		}
 		ps.house.mark(name, ps.now())
 	}
-	step("counts", true, func(ctx context.Context, _ time.Time) error { return ps.fillCounts(ctx, v.queues) })
+	step("counts", true, func(ctx context.Context, _ time.Time) error { return ps.fillCounts(ctx, v.queues, v.read) })
 	step("oldest", now.Sub(ps.oldestAt) >= ps.cfg.RefreshEvery, func(ctx context.Context, now time.Time) error {
 		ps.oldestAt = now // tried: a metric is not worth a step every round
 		return ps.measureOldest(ctx, v.measure, now)
@@ -122,7 +123,7 @@ func (ps *passes) round(ctx context.Context, v passView) {
 		if err != nil {
 			return err
 		}
-		ps.held.read(held, sent, func(t queue.Task) queue.Resources { return requestOf(t.Control.Requested, v.byID[t.Queue]) })
+		ps.held.read(held, sent, v.byID.request)
 		return ps.rescuer.run(ctx, held, v.byID, now)
 	})
 	step("sweep", ps.sweeper.due(now), func(ctx context.Context, now time.Time) error {

@@ -57,3 +57,59 @@ func TestClaimsFollowTheQueuesWithWork(t *testing.T) {
 	}
 	t.Logf("%d claims", claims.Load())
 }
+
+// Between its reads of every queue (every RefreshEvery: an hour here), a
+// node's passes read the queues with work only, and still see at once what
+// changes there: raising the limit of the queue with work starts its
+// second task at the next pass, and a new queue's task is claimed as
+// soon; neither read the 500 idle queues again, except the one pass that
+// follows a new queue.
+func TestPassesReadTheQueuesWithWork(t *testing.T) {
+	t.Parallel()
+	var full, partial atomic.Int64
+	// Counts the reads of queues by their filter, and faults none.
+	p := dentest.Faults(t, 1, dentest.Rule{Command: "find", Collection: "queues", Match: func(docs []bson.Raw) bool {
+		if f, ok := docs[0].Lookup("filter").DocumentOK(); ok {
+			if elems, _ := f.Elements(); len(elems) == 0 {
+				full.Add(1)
+			} else {
+				partial.Add(1)
+			}
+		}
+		return false
+	}})
+	direct := dentest.DB(t)
+	db := p.Client(t).Database(direct.Name())
+	for i := range 500 {
+		dentest.Queue(t, direct, fmt.Sprintf("idle-%03d", i), sleepPlugin, 1, "fifo")
+	}
+	busy := dentest.Queue(t, direct, "busy", sleepPlugin, 1, "fifo")
+	long := dentest.Tasks(t, direct, busy, sleepTasks(2, 600000)...)
+	startNode(t, db, "n", func(c *den.Config) { c.URI = p.URI(); c.RefreshEvery = time.Hour })
+	waitFor(t, direct, long[0], 0)
+	t.Cleanup(func() {
+		for _, id := range long {
+			cancel(t, direct, id)
+		}
+		for _, id := range long {
+			waitFor(t, direct, id, -5)
+		}
+	})
+	waitPasses(t, direct, []string{"n"}, 3, 0)
+	fullBefore, partialBefore := full.Load(), partial.Load()
+
+	dentest.Update(t, direct.Collection("queues"), bson.D{{Key: "_id", Value: busy}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 2}}}})
+	waitFor(t, direct, long[1], 0)
+	waitPasses(t, direct, []string{"n"}, 5, 0)
+	if n := full.Load() - fullBefore; n != 0 {
+		t.Errorf("%d reads of every queue in passes that had only the busy queue's change to see; want none", n)
+	}
+	if n := partial.Load() - partialBefore; n < 5 {
+		t.Errorf("%d reads of the queues with work in 5 passes", n)
+	}
+
+	fresh := dentest.Queue(t, direct, "fresh", sleepPlugin, 1, "fifo")
+	task := dentest.Tasks(t, direct, fresh, sleepTasks(1, 1)...)[0]
+	waitFor(t, direct, task, 1)
+	t.Logf("%d reads of every queue, %d of the queues with work", full.Load(), partial.Load())
+}

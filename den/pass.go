@@ -62,10 +62,13 @@ type passes struct {
 	heldRead bool
 
 	// Only the housekeeping's goroutine uses these. fillBatch is how
-	// many queues' counts the next round fills in (fillCounts);
-	// oldestAt is when the oldest ready tasks were last measured
-	// (measureOldest).
+	// many queues' counts the next round fills in, and filled the queues
+	// whose counts it filled in since the read of every queue at filledOf
+	// (fillCounts); oldestAt is when the oldest ready tasks were last
+	// measured (measureOldest).
 	fillBatch int
+	filled    map[bson.ObjectID]bool
+	filledOf  time.Time
 	oldestAt  time.Time
 
 	// views hands the housekeeping what the last full pass read.
@@ -92,11 +95,11 @@ type passes struct {
 	houseStep    atomic.Pointer[string]
 	houseProblem atomic.Pointer[string]
 	lastRound    atomic.Pointer[queue.Housekeeping]
-	// queueNames maps the queues of the last full pass to their names,
-	// and queueTodo their names to their count_todo, for metrics read
-	// outside the loop.
-	queueNames atomic.Pointer[map[bson.ObjectID]string]
-	queueTodo  atomic.Pointer[map[string]int64]
+	// book is what the loop knows of the queues (queuebook.go);
+	// lastQueues are those of its last read of every queue, for metrics
+	// and runners read outside the loop.
+	book       queueBook
+	lastQueues atomic.Pointer[queueIndex]
 }
 
 // full is one full pass of the loop: it reads the queues, writes the node
@@ -222,7 +225,8 @@ func (ps *passes) setOutage(err error) {
 // housekeeping's (housekeeping.go). What it reads, and how often, is
 // chosen so that an idle node costs the database about 3 commands a
 // second however many queues there are (see docs/performance.md):
-//   - every pass: the queues (count_todo tells of new work), the node
+//   - every pass: the queues with work by their counts, and those that
+//     had work (count_todo tells of new work: queueBook), the node
 //     document, and, while this node holds tasks (and once at start,
 //     before it claims), its own claimed and running tasks (their cancel
 //     flags, and what it holds);
@@ -230,6 +234,8 @@ func (ps *passes) setOutage(err error) {
 //   - every RefreshEvery: the config collection, and the claimed and
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
+//   - every 6 RefreshEvery (and when a queue with work comes or goes, or
+//     the queues the node serves change): every queue;
 //   - every ProbeEvery: one query for work in queues found empty, or
 //     with no work by their counts.
 func (ps *passes) read(ctx context.Context) error {
@@ -258,16 +264,13 @@ func (ps *passes) read(ctx context.Context) error {
 	}
 	filter, gfs := ps.effective(*ps.shared)
 
-	queues, malformed, err := ps.store.Queues(ctx)
+	queues, serve, byID, full, err := ps.readQueues(ctx, now, filter)
 	if err != nil {
 		return err
 	}
 	ps.loop.mark("queues", ps.now())
-	ps.noteMalformedQueues(malformed)
-	serve := ps.serveable(queues, filter)
-	byID := make(map[bson.ObjectID]queue.Queue, len(queues))
-	for _, q := range queues {
-		byID[q.ID] = q
+	if full {
+		ps.lastQueues.Store(&byID)
 	}
 
 	var held []queue.Task
@@ -276,7 +279,7 @@ func (ps *passes) read(ctx context.Context) error {
 		if held, err = ps.store.Held(ctx, ps.cfg.Name, false); err != nil {
 			return err
 		}
-		ps.held.read(held, sent, func(t queue.Task) queue.Resources { return requestOf(t.Control.Requested, byID[t.Queue]) })
+		ps.held.read(held, sent, byID.request)
 		ps.heldRead = true
 		ps.loop.mark("held tasks", ps.now())
 	}
@@ -284,16 +287,6 @@ func (ps *passes) read(ctx context.Context) error {
 		return err
 	}
 
-	names := make(map[bson.ObjectID]string, len(queues))
-	todo := make(map[string]int64, len(queues))
-	for _, q := range queues {
-		names[q.ID] = q.Name
-		if q.CountTodo != nil {
-			todo[q.Name] += *q.CountTodo
-		}
-	}
-	ps.queueNames.Store(&names)
-	ps.queueTodo.Store(&todo)
 	limit, problem, err := ps.beat.write(ctx, queues, serve, now)
 	if err != nil {
 		return err
@@ -325,7 +318,8 @@ func (ps *passes) read(ctx context.Context) error {
 	if held != nil {
 		ps.runners.askLive(held, now)
 	}
-	ps.handOver(passView{at: now, queues: queues, serve: serve, byID: byID, running: ps.claimer.running, measure: ps.claimer.withWork()})
+	b := &ps.book
+	ps.handOver(passView{at: now, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.running, measure: ps.claimer.withWork()})
 	return nil
 }
 
@@ -378,21 +372,29 @@ func (c *chores) spent() bool { return c.left <= 0 || c.overdue }
 // queueName is the name of queue id as the last full pass read it, else
 // fallback.
 func (ps *passes) queueName(id bson.ObjectID, fallback string) string {
-	if p := ps.queueNames.Load(); p != nil {
-		if name, ok := (*p)[id]; ok {
-			return name
+	if p := ps.lastQueues.Load(); p != nil {
+		if q, ok := (*p)[id]; ok {
+			return q.Name
 		}
 	}
 	return fallback
 }
 
 // todoByQueue is each queue's count_todo as the last full pass read it, by
-// queue name, for den_queue_todo.
+// queue name, for den_queue_todo (made when /metrics is read, not every
+// pass).
 func (ps *passes) todoByQueue() map[string]int64 {
-	if p := ps.queueTodo.Load(); p != nil {
-		return *p
+	p := ps.lastQueues.Load()
+	if p == nil {
+		return nil
 	}
-	return nil
+	todo := make(map[string]int64, len(*p))
+	for _, q := range *p {
+		if q.CountTodo != nil {
+			todo[q.Name] += *q.CountTodo
+		}
+	}
+	return todo
 }
 
 // runningByQueue is what the node holds (claimed and running tasks), by
@@ -401,17 +403,17 @@ func (ps *passes) todoByQueue() map[string]int64 {
 func (ps *passes) runningByQueue() map[string]int {
 	counts, _ := ps.held.counts()
 	out := map[string]int{}
-	var names map[bson.ObjectID]string
-	if p := ps.queueNames.Load(); p != nil {
-		names = *p
+	var queues queueIndex
+	if p := ps.lastQueues.Load(); p != nil {
+		queues = *p
 	}
-	for _, name := range names {
-		out[name] += 0
+	for _, q := range queues {
+		out[q.Name] += 0
 	}
 	for id, c := range counts {
-		name, ok := names[id]
-		if !ok {
-			name = id.Hex()
+		name := id.Hex()
+		if q, ok := queues[id]; ok {
+			name = q.Name
 		}
 		out[name] += c
 	}

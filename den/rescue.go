@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/internal/mongoclient"
@@ -39,7 +38,7 @@ func (rc *rescuer) due(now time.Time) bool { return now.Sub(rc.last) >= rc.cfg.R
 // dead nodes: held is what this node holds as the pass read it, queues
 // the queues it read. What the pass's budget leaves undone waits for the
 // next pass.
-func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
 	if err := rc.staleClaims(ctx, held, queues, now); err != nil {
 		return err
 	}
@@ -64,7 +63,7 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues map[bson.O
 // hand, or a node of another kind shares the name); it is rescued once
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
-func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues queueIndex) error {
 	now := rc.now()
 	for _, task := range held {
 		if task.Status != queue.StatusRunning {
@@ -99,7 +98,7 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues ma
 // staleClaims rescues this node's claims (among those it holds) that no runner
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
-func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
 	for _, task := range queue.StaleClaims(held, now.Add(-rc.cfg.OrphanAge)) {
 		if !rc.chores.take() {
 			return nil
@@ -119,7 +118,7 @@ func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues ma
 // is rescued only when its runner has not beaten for DeadNodeAfter either.
 // Several live nodes may do this at once: each task's rescue is
 // conditional, so it happens once.
-func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
+func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex) error {
 	now := rc.now()
 	seen, offers, err := rc.store.NodesSeenOffers(ctx)
 	if err != nil {
@@ -226,12 +225,7 @@ func (rc *rescuer) stopRescues(ctx context.Context, task queue.Task, err error) 
 }
 
 // queueOf returns a task's queue from the queues read this pass, or nil.
-func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue {
-	if q, ok := queues[task.Queue]; ok {
-		return &q
-	}
-	return nil
-}
+func queueOf(task queue.Task, queues queueIndex) *queue.Queue { return queues.of(task) }
 
 // rescueWith rescues one task with its queue's settings (q may be nil)
 // and returns the task's new status, or 0 when someone else got there

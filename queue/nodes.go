@@ -32,18 +32,24 @@ type NodeQueue struct {
 // queue exactly.
 const NodeQueueNameMax = 1024
 
+// NodeQueueName is a queue's name as a node document's entry has it: cut
+// to NodeQueueNameMax bytes, with "…".
+func NodeQueueName(name string) string {
+	if len(name) <= NodeQueueNameMax {
+		return name
+	}
+	cut := NodeQueueNameMax - len("…")
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…"
+}
+
 // NewNodeQueue fills a node document's queue entry the way the protocol
 // defines it: tasks_todo is count_todo minus the running tasks, tasks_done
 // is count_total minus count_todo, none below zero.
 func NewNodeQueue(q Queue, doing int) NodeQueue {
-	name := q.Name
-	if len(name) > NodeQueueNameMax {
-		cut := NodeQueueNameMax - len("…")
-		for cut > 0 && !utf8.RuneStart(name[cut]) {
-			cut--
-		}
-		name = name[:cut] + "…"
-	}
+	name := NodeQueueName(q.Name)
 	var todo, total int64
 	if q.CountTodo != nil {
 		todo = *q.CountTodo
