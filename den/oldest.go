@@ -10,22 +10,32 @@ import (
 )
 
 // oldestQueues is the most queues measureOldest looks at: those with the
-// most tasks to do first.
-const oldestQueues = 100
+// most tasks to do first; and oldestTime how long it may take at most (on
+// MongoDB, 100 indexed queries take milliseconds; on a server that scans
+// a large collection for each, a minute: a metric is not worth that).
+const (
+	oldestQueues = 100
+	oldestTime   = 5 * time.Second
+)
 
 // measureOldest sets den_queue_oldest_ready_seconds, a step of the
 // housekeeping every RefreshEvery: for each queue of withWork (served,
 // with tasks to do by count_todo, and not found empty by its last claim),
 // how long the oldest task that a claim could take now has been ready
 // (queue.Store.OldestReady). One indexed query per queue, for at most
-// oldestQueues queues; a queue with nothing ready has no series.
+// oldestQueues queues and oldestTime; a queue with nothing ready (or not
+// measured) has no series.
 func (ps *passes) measureOldest(ctx context.Context, withWork []queue.Queue, now time.Time) error {
 	todo := slices.Clone(withWork)
 	slices.SortStableFunc(todo, func(a, b queue.Queue) int {
 		return cmp.Compare(*b.CountTodo, *a.CountTodo)
 	})
 	ages := map[string]float64{}
+	until := time.Now().Add(oldestTime)
 	for _, q := range todo[:min(len(todo), oldestQueues)] {
+		if time.Now().After(until) {
+			break // the rest go without a series until the next time
+		}
 		ready, ok, err := ps.store.OldestReady(ctx, q.ID, now)
 		if err != nil {
 			return err

@@ -29,6 +29,11 @@ type rescuer struct {
 	sawNodes func(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time)
 	// last is when the rescues last ran to the end.
 	last time.Time
+	// nextHolder is where the next rescue of dead nodes starts among the
+	// node names that hold tasks: one that ran out of its budget or time
+	// goes on from where it stopped, instead of starting over with the
+	// same nodes every round.
+	nextHolder int
 }
 
 // due reports whether the rescues are due in a pass at now.
@@ -129,7 +134,14 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex) error {
 	if err != nil {
 		return err
 	}
-	for _, holder := range holders {
+	start := 0
+	if len(holders) > 0 {
+		start = rc.nextHolder % len(holders)
+	}
+	for k := range holders {
+		i := (start + k) % len(holders)
+		holder := holders[i]
+		rc.nextHolder = i // where the next round starts if this one stops here
 		name, isName := holder.StringValueOK()
 		if isName && name == rc.cfg.Name {
 			continue
@@ -177,9 +189,10 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex) error {
 			return rescueErr
 		}
 		if rc.chores.spent() {
-			return nil // the rest next pass
+			return nil // the rest next round
 		}
 	}
+	rc.nextHolder = 0
 	return nil
 }
 
