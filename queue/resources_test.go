@@ -74,3 +74,45 @@ func TestClaimTakesOnlyRequestsItCanCompare(t *testing.T) {
 		t.Errorf("claimed %v, want %v (and none of %v)", got, fits, waits)
 	}
 }
+
+// A queued task's request that is not a number is the sweep's: a number
+// written as a string is irregular and rewritten (Normalize), anything
+// else (a word, a boolean, a document) is irregular and malformed, and the
+// sweep fails the task with the reason, since no claim takes it
+// (TestClaimTakesOnlyRequestsItCanCompare).
+func TestSweepFindsRequestsThatAreNotNumbers(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	ctx := dentest.Context(t)
+	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
+	ids := map[string]bson.ObjectID{}
+	for name, req := range map[string]any{
+		"number": bson.D{{Key: "memory_mb", Value: 500}}, "string number": bson.D{{Key: "memory_mb", Value: "500"}},
+		"word": bson.D{{Key: "memory_mb", Value: "lots"}}, "boolean": bson.D{{Key: "cpus", Value: true}},
+		"document": bson.D{{Key: "cpus", Value: bson.D{{Key: "n", Value: 1}}}}, "null": bson.D{{Key: "cpus", Value: nil}},
+	} {
+		ids[name] = bson.NewObjectID()
+		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[name]}, {Key: "queue", Value: qid}, {Key: "status", Value: -2},
+			{Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}, {Key: "requested_resources", Value: req}})
+	}
+	found := map[bson.ObjectID]queue.Task{}
+	tasks, err := store.Irregular(ctx, []bson.ObjectID{qid}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if task.IsIrregular() {
+			found[task.ID] = task
+		}
+	}
+	for name, want := range map[string]struct{ irregular, malformed bool }{
+		"number": {false, false}, "null": {false, false}, "string number": {true, false},
+		"word": {true, true}, "boolean": {true, true}, "document": {true, true},
+	} {
+		task, irregular := found[ids[name]]
+		if irregular != want.irregular || (len(task.Malformed()) > 0) != want.malformed {
+			t.Errorf("request %s: irregular %v, malformed %v; want %v, %v", name, irregular, task.Malformed(), want.irregular, want.malformed)
+		}
+	}
+}
