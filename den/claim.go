@@ -336,9 +336,11 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 }
 
 // malformedSpent reports whether this claim round has taken as many
-// documents that cannot be tasks out of the way as a round may.
+// documents that cannot be tasks out of the way as a round may, or spent
+// as long on them.
 func (cl *claimer) malformedSpent() bool {
-	return cl.malformed.failed+cl.malformed.skipped >= malformedPerPass
+	m := cl.malformed
+	return m.failed+m.skipped >= malformedPerPass || (!m.since.IsZero() && time.Since(m.since) > malformedTime)
 }
 
 // sortIndex orders the claim's sort orders as claims take them among
@@ -452,7 +454,9 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 			if q := c.Malformed.Queue; !q.IsZero() {
 				cl.aside[q] = true
 				if len(ids) > 1 {
+					// The others go on; this one waits its turn.
 					ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q })
+					continue
 				}
 			}
 			if cl.malformedSpent() {

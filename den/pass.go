@@ -273,18 +273,34 @@ func (ps *passes) read(ctx context.Context) error {
 		ps.lastQueues.Store(&byID)
 	}
 
+	// What the claims need first: at start, what this node holds (the
+	// tasks of runners that outlived its last run count against its
+	// limits), and every node's counts while a queue-wide limit is in
+	// play. The rest of the reads come after the claims: on a server that
+	// scans, each costs a claim seconds.
 	var held []queue.Task
-	if ps.held.any() || !ps.heldRead {
+	readHeld := func() error {
 		sent := ps.now()
+		var err error
 		if held, err = ps.store.Held(ctx, ps.cfg.Name, false); err != nil {
 			return err
 		}
 		ps.held.read(held, sent, byID.request)
 		ps.heldRead = true
 		ps.loop.mark("held tasks", ps.now())
+		return nil
 	}
-	if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
-		return err
+	first := !ps.heldRead
+	if first {
+		if err := readHeld(); err != nil {
+			return err
+		}
+	}
+	counted := ps.claimer.running == nil || ps.claimer.globalInPlay(serve)
+	if counted {
+		if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
+			return err
+		}
 	}
 
 	limit, problem, err := ps.beat.write(ctx, queues, serve, now)
@@ -303,13 +319,28 @@ func (ps *passes) read(ctx context.Context) error {
 	ps.claimer.settle(ctx)
 	ps.claimer.readPass(serve, limit, gfs, byID)
 	if !ps.claimer.paused() {
-		probe := now.Sub(ps.lastProbe) >= ps.cfg.ProbeEvery
-		if err := ps.claimer.claim(ctx, probe); err != nil {
+		if err := ps.claimer.claim(ctx, false); err != nil {
 			return err
 		}
-		if probe {
-			ps.lastProbe = now
+	}
+
+	if !first && ps.held.any() {
+		if err := readHeld(); err != nil {
+			return err
 		}
+	}
+	if !counted {
+		if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
+			return err
+		}
+	}
+	// Then the probe, for work the counts do not tell of, and the claims
+	// of what it found.
+	if now.Sub(ps.lastProbe) >= ps.cfg.ProbeEvery && !ps.claimer.paused() {
+		if err := ps.claimer.claim(ctx, true); err != nil {
+			return err
+		}
+		ps.lastProbe = now
 	}
 
 	if err := ps.sweeper.cancel(ctx, held, byID); err != nil {

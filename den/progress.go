@@ -59,9 +59,7 @@ func ago(d time.Duration) string {
 // (empty when all is well) saying that the node works but its passes are
 // slow, or that its housekeeping makes no progress or fails.
 func (ps *passes) health() (string, error) {
-	if msg := ps.outage.Load(); msg != nil {
-		return "", fmt.Errorf("%s", *msg)
-	}
+	outage := ps.outage.Load()
 	now := ps.now()
 	bound := stuckAfter(ps.cfg.Interval)
 	within := max(3*ps.cfg.Interval, 3*time.Second)
@@ -76,7 +74,14 @@ func (ps *passes) health() (string, error) {
 		age, step = now.Sub(time.Unix(0, ps.runningSince.Load())), "start"
 	}
 	if age > bound {
-		return "", fmt.Errorf("stuck: no progress for %s (more than %s): the loop's last step was %s; %s", ago(age), ago(bound), step, lastPass)
+		err := fmt.Errorf("stuck: no progress for %s (more than %s): the loop's last step was %s; %s", ago(age), ago(bound), step, lastPass)
+		if outage != nil {
+			err = fmt.Errorf("%w; %s", err, *outage)
+		}
+		return "", err
+	}
+	if outage != nil {
+		return "", fmt.Errorf("%s", *outage)
 	}
 	var note string
 	switch last := ps.lastPassOK.Load(); {
