@@ -70,8 +70,10 @@ type claimer struct {
 	// resources, less what it claimed so far.
 	fit *queue.Resources
 	// malformed is what this claim round did with documents its claims
-	// took that cannot be tasks (takeMalformed).
-	malformed malformedTally
+	// took that cannot be tasks (takeMalformed), and malformedSince when
+	// the claims of this full pass first met one.
+	malformed      malformedTally
+	malformedSince time.Time
 	// offset rotates which queue claims first under a node limit.
 	offset int
 
@@ -336,12 +338,16 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 }
 
 // malformedSpent reports whether this claim round has taken as many
-// documents that cannot be tasks out of the way as a round may, or spent
-// as long on them.
+// documents that cannot be tasks out of the way as a round may, or this
+// pass spent as long on them.
 func (cl *claimer) malformedSpent() bool {
 	m := cl.malformed
-	return m.failed+m.skipped >= malformedPerPass || (!m.since.IsZero() && time.Since(m.since) > malformedTime)
+	return m.failed+m.skipped >= malformedPerPass || (!cl.malformedSince.IsZero() && time.Since(cl.malformedSince) > malformedTime)
 }
+
+// newPass starts a full pass: the time its claims may spend on documents
+// that cannot be tasks starts again.
+func (cl *claimer) newPass() { cl.malformedSince = time.Time{} }
 
 // sortIndex orders the claim's sort orders as claims take them among
 // queues of one request size: fifo, lifo, default.

@@ -11,9 +11,10 @@ import (
 )
 
 // malformedPerPass is the most documents a claim round takes out of the
-// way (fails, or skips), and malformedTime how long it may spend on them
-// from the first: beyond either, the round stops claiming from the queues
-// that hold them until the next round, so that a queue full of malformed
+// way (fails, or skips), and malformedTime how long the claims of a full
+// pass and the claim-only passes after it may spend on them from the
+// first: beyond either, claims stop taking them until the next round or
+// pass, so that a queue full of malformed
 // documents costs the other queues (claimed before it: claimer.aside) and
 // a task inserted meanwhile little: on MongoDB 100 take a tenth of a
 // second; on a server that scans 16 MiB documents for each of their three
@@ -25,11 +26,9 @@ const (
 	malformedLogged  = 10
 )
 
-// malformedTally is what a claim round did with malformed documents, and
-// when it met the first.
+// malformedTally is what a claim round did with malformed documents.
 type malformedTally struct {
 	failed, skipped int
-	since           time.Time
 }
 
 // takeMalformed takes a document a claim took but that cannot be a task
@@ -41,8 +40,8 @@ type malformedTally struct {
 func (cl *claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally *malformedTally) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if tally.since.IsZero() {
-		tally.since = time.Now()
+	if cl.malformedSince.IsZero() {
+		cl.malformedSince = time.Now()
 	}
 	ok, err := cl.store.FailClaimed(cctx, m, cl.cfg.Name, cl.now())
 	if err == nil && ok && !m.Queue.IsZero() {

@@ -484,8 +484,8 @@ func (n *Node) shutdown() {
 // Ready reports whether the node is ready, for /readyz: nil when it is
 // running, MongoDB answered its last pass, and its loop works: a step of
 // a pass (the queues read, the node document written, a claim answered,
-// a pass completed) completed within the last 30 intervals (at least 10
-// seconds), however slow its passes. Else an error saying why not, on one
+// a pass completed) completed within the last 30 intervals (at least 90
+// seconds: stuckAfter), however slow its passes. Else an error saying why not, on one
 // line: MongoDB unreachable or failing, a document den cannot read, or
 // "stuck: no progress for ...". It costs no database command: a node that
 // works touches the database every interval anyway. ReadyNote says more

@@ -317,6 +317,7 @@ func (ps *passes) read(ctx context.Context) error {
 	}
 
 	ps.claimer.settle(ctx)
+	ps.claimer.newPass()
 	ps.claimer.readPass(serve, limit, gfs, byID)
 	if !ps.claimer.paused() {
 		if err := ps.claimer.claim(ctx, false); err != nil {

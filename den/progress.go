@@ -34,13 +34,19 @@ func (p *progress) since(now time.Time) (age time.Duration, step string, ok bool
 	return now.Sub(m.at), m.step, true
 }
 
-// stuckAfter is how long a loop may go without completing a step before
-// /readyz calls it stuck: 30 intervals, and at least 30 seconds, the
-// most one claim may take (one command to a loaded server that scans may
-// take seconds). Slower than that, a step is no longer slow but stuck.
+// stuckAfter is how long the loop may go without completing a step
+// before /readyz calls it stuck: 30 intervals, and at least the pass's
+// one-minute limit and half as much again. One command may take up to that
+// limit on a slow server (a read of 80,000 queues on the development
+// server under load took 30 s) before it is cut and the next pass tries
+// again; past it, no pass gets anywhere. houseStall is how long a step of
+// the housekeeping may go without completing before /readyz notes it:
+// half the step's limit (a note, not a failure: claims go on).
 func stuckAfter(interval time.Duration) time.Duration {
-	return max(30*interval, 30*time.Second)
+	return max(30*interval, passLimit+passLimit/2)
 }
+
+const houseStall = passLimit / 2
 
 // ago formats a duration for /readyz.
 func ago(d time.Duration) string {
@@ -94,7 +100,7 @@ func (ps *passes) health() (string, error) {
 	case now.Sub(time.Unix(0, last)) > within:
 		note = fmt.Sprintf("working, passes are slow: %s; the loop's last step, %s, completed %s ago", lastPass, step, ago(age))
 	}
-	if h := ps.houseNote(now, bound); h != "" {
+	if h := ps.houseNote(now, houseStall); h != "" {
 		if note != "" {
 			note += "; "
 		}
