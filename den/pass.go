@@ -62,11 +62,12 @@ type passes struct {
 	heldRead bool
 
 	// Only the housekeeping's goroutine uses these. fillBatch is how
-	// many queues' counts the next round fills in, and filled the queues
-	// whose counts it filled in since the read of every queue at filledOf
-	// (fillCounts); oldestAt is when the oldest ready tasks were last
+	// many queues' counts the next round fills in, fillNext when, and
+	// filled the queues whose counts it filled in since the read of every
+	// queue at filledOf (fillCounts); oldestAt is when the oldest ready tasks were last
 	// measured (measureOldest).
 	fillBatch int
+	fillNext  time.Time
 	filled    map[bson.ObjectID]bool
 	filledOf  time.Time
 	oldestAt  time.Time
