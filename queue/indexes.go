@@ -27,7 +27,10 @@ type Index struct {
 //   - nodes: node, unique;
 //   - tasks.files / tasks.chunks: Disbatch's GridFS;
 //   - stats (den's own): {step, t} for the page's charts, {t} for
-//     TrimStats.
+//     TrimStats;
+//   - queues (den's own): {count_todo} for the queues with work, which a
+//     node reads every pass (QueuesWithWork): with 80,000 queues, a pass
+//     then examines those with work, not every queue.
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -41,6 +44,7 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: FieldCancel, Value: 1}, {Key: "status", Value: 1}}, Sparse: true},
 	{Collection: StatsCollection, Keys: bson.D{{Key: "step", Value: 1}, {Key: "t", Value: 1}}},
 	{Collection: StatsCollection, Keys: bson.D{{Key: "t", Value: 1}}},
+	{Collection: QueuesCollection, Keys: bson.D{{Key: "count_todo", Value: 1}}},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.

@@ -49,11 +49,7 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
 // of which 20 have work, 20 documents come back, not 80,000). A document
 // that cannot be a queue is left out: Queues reports those.
 func (s *Store) QueuesWithWork(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
-	filter := bson.D{{Key: "count_todo", Value: bson.D{{Key: "$gt", Value: 0}}}}
-	if len(ids) > 0 {
-		filter = bson.D{{Key: "$or", Value: bson.A{filter, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}}}}
-	}
-	cur, err := s.queues.Find(ctx, filter, options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
+	cur, err := s.queues.Find(ctx, QueuesWithWorkFilter(ids), options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("list queues with work: %w", err)
 	}
@@ -68,6 +64,16 @@ func (s *Store) QueuesWithWork(ctx context.Context, ids []bson.ObjectID) ([]Queu
 		return nil, fmt.Errorf("list queues with work: %w", err)
 	}
 	return out, nil
+}
+
+// QueuesWithWorkFilter is QueuesWithWork's filter: count_todo above 0
+// (the {count_todo} index serves it), or an _id of ids (the _id index).
+func QueuesWithWorkFilter(ids []bson.ObjectID) bson.D {
+	filter := bson.D{{Key: "count_todo", Value: bson.D{{Key: "$gt", Value: 0}}}}
+	if len(ids) > 0 {
+		filter = bson.D{{Key: "$or", Value: bson.A{filter, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}}}}
+	}
+	return filter
 }
 
 // CreateQueue inserts a queue document as the protocol defines it, with
