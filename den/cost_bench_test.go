@@ -186,12 +186,14 @@ func benchCost(b *testing.B, queues int) {
 	}
 }
 
-// benchNode starts this test binary as a node with production intervals.
-func benchNode(b *testing.B, uri, database, name string) *exec.Cmd {
+// benchNode starts this test binary as a node with production intervals,
+// with env added to its environment.
+func benchNode(b *testing.B, uri, database, name string, env ...string) *exec.Cmd {
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), dentest.EnvRole+"=node", envNodeURI+"="+uri, envNodeDB+"="+database,
 		envNodeName+"="+name, envNodeRunLog+"="+filepath.Join(b.TempDir(), "runners.log"), envNodeDefaults+"=1")
+	cmd.Env = append(cmd.Env, env...)
 	log, err := os.Create(filepath.Join(b.TempDir(), "node.log"))
 	if err != nil {
 		b.Fatal(err)
