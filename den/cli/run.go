@@ -49,10 +49,10 @@ does not stop running tasks: their runners finish on their own.`,
 }
 
 // runNode connects to MongoDB and runs a node until ctx is done.
-// runNode runs a node until ctx ends. drainOnStop is den.Config.DrainOnStop:
-// zero for den run (tasks continue in their runners), positive for den dev,
-// whose database stops with it.
-func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) error {
+// drainOnStop is den.Config.DrainOnStop: zero for den run (tasks continue
+// in their runners), positive for den dev, whose database stops with it.
+// extra collectors join the node's /metrics (den dev's database's).
+func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration, extra ...prometheus.Collector) error {
 	log, jsonLogs, err := newLogger(cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
@@ -73,6 +73,7 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 	// The node's collectors, on a registry of its own (never Prometheus's
 	// global one), watching the commands of the node's client.
 	m := metrics.New(prometheus.NewRegistry())
+	m.Registry().MustRegister(extra...)
 	var httpLn net.Listener
 	if cfg.HTTPListen != "" {
 		// Bound before anything else, so that a taken port fails the start
