@@ -169,3 +169,77 @@ func TestRunnerGivesUpWithoutNodeOrDatabase(t *testing.T) {
 		t.Errorf("the first attempt's outcome is %q, want runner_died: %s", o, raw)
 	}
 }
+
+// An operator stops a runner with SIGTERM (to its supervisor alone) while
+// its node lives, its lease holds and the database refuses every command:
+// the runner stops its program at once, as a cancel does, tries to record
+// the run for StopRecordFor (30 s), then exits saying so. When the
+// database answers again, its node rescues the task. Before, the runner
+// stopped the program and then retried its writes for ever.
+//
+// The same with the runner's worker stopped (SIGSTOP), as a worker hung in
+// the kernel is: the supervisor kills it once it has had the time to stop,
+// stops the program, and exits.
+func TestSIGTERMStopsARunnerWhileTheDatabaseIsGone(t *testing.T) {
+	t.Parallel()
+	d := dentest.DB(t)
+	p := dentest.Faults(t, 1)
+	qid := dentest.Queue(t, d, "cmd", command.Name, 2, "fifo")
+	dir := t.TempDir()
+	var ids []bson.ObjectID
+	var pidFiles []string
+	for i := range 2 {
+		pidFiles = append(pidFiles, filepath.Join(dir, fmt.Sprintf("pid%d", i)))
+		ids = append(ids, dentest.TaskWith(t, d, qid, bson.D{{Key: "shell", Value: "echo $$ > " + pidFiles[i] + "; exec sleep 600"}}))
+	}
+	runLog := filepath.Join(dir, "runners.log")
+	startNode(t, p.Client(t).Database(d.Name()), "n", func(c *den.Config) {
+		c.URI = p.URI()
+		c.DeadNodeAfter = time.Minute
+		c.MaxTermination = time.Second
+		c.Runner.Log = runLog
+	})
+	var progs []proc
+	var runners [][]proc
+	for i, id := range ids {
+		waitFile(t, pidFiles[i])
+		dentest.Eventually(t, time.Minute, "the program's pid written", func() bool { return len(readPids(t, pidFiles[i])) == 1 })
+		progs = append(progs, readProcs(t, pidFiles[i])[0])
+		t.Cleanup(progs[i].kill)
+		runners = append(runners, runnerOf(t, d, id))
+	}
+	p.Refuse(time.Hour)
+	// The second runner's worker cannot act on anything.
+	if err := syscall.Kill(runners[1][1].pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	for _, r := range runners {
+		if err := syscall.Kill(r[0].pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dentest.Eventually(t, 30*time.Second, "the first program stopped", func() bool { return !progs[0].alive() })
+	for i, r := range runners {
+		dentest.Eventually(t, 3*time.Minute, fmt.Sprintf("runner %d and its program gone", i), func() bool { return allGone(append(r, progs[i])) })
+		t.Logf("runner %d exited %s after SIGTERM", i, time.Since(sent).Round(100*time.Millisecond))
+	}
+	lines := logged(t, runLog, giveUpMessage)
+	if len(lines) != 1 {
+		t.Fatalf("the runners logged %q %d times, want once (the first; the second's worker was stopped)", giveUpMessage, len(lines))
+	}
+	if why, _ := lines[0]["reason"].(string); !strings.Contains(why, "signal") {
+		t.Errorf("the give-up line's reason %q does not say the runner was stopped by a signal", why)
+	}
+	if n := len(logged(t, runLog, "did not stop in time")); n != 1 {
+		t.Errorf("the supervisor of the stopped worker said %d times that it killed it, want once", n)
+	}
+
+	p.Refuse(0)
+	for _, id := range ids {
+		raw := waitFor(t, d, id, -6)
+		if o, _ := raw.Lookup("outcome").StringValueOK(); o != "runner_died" {
+			t.Errorf("task %s: outcome %q, want runner_died: %s", id.Hex(), o, raw)
+		}
+	}
+}

@@ -26,7 +26,8 @@
 //     its verbs and answers), process.go (the entry point of either
 //     process).
 //   - The supervisor: supervisor.go (starts the worker, reaps, answers it,
-//     stops a run's processes), supervisor_usage.go (measures a run),
+//     stops a run's processes, kills a worker that does not stop when
+//     asked), supervisor_usage.go (measures a run),
 //     supervisor_memory.go (enforces a run's memory request).
 //   - The worker: worker.go (serves the node's tasks one after another),
 //     worker_run.go (one run: start, plugin, output, result, report),
