@@ -231,10 +231,6 @@ const MaxNodeNameLength = 255
 // machine only.
 const DefaultWebListen = "127.0.0.1:8080"
 
-// MinWebTokenLength is the shortest web.token accepted: a short token
-// could be guessed by trying.
-const MinWebTokenLength = 16
-
 // AddFlags defines the flags that override the file and environment.
 func AddFlags(fs *pflag.FlagSet) {
 	fs.StringP("config", "c", "", "configuration file: den YAML, or a Disbatch config.json")
@@ -377,8 +373,10 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		return fail("web.listen %q must be host:port, such as 127.0.0.1:8080", c.WebListen)
 	}
 	c.WebToken = strings.TrimSpace(v.GetString("web.token"))
-	if c.WebToken != "" && len(c.WebToken) < MinWebTokenLength {
-		return fail("web.token is %d characters; use at least %d (e.g. the output of: openssl rand -hex 32), or none for a read-only page", len(c.WebToken), MinWebTokenLength)
+	if c.WebToken != "" {
+		if err := checkWebToken(c.WebToken); err != nil {
+			return fail("%v", err)
+		}
 	}
 	c.WebHosts = list(v.Get("web.hosts"))
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {

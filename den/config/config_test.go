@@ -1,6 +1,9 @@
 package config
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -315,12 +318,12 @@ func TestWebKeys(t *testing.T) {
 		t.Errorf("listen 8080 gave %v", err)
 	}
 	file := write(t, "den.yaml", "web:\n  listen: 0.0.0.0:9000\n")
-	t.Setenv("DEN_WEB_TOKEN", "0123456789abcdef-secret")
+	t.Setenv("DEN_WEB_TOKEN", "Xq7vB2mK9pL4wZ8r-secret")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.WebListen != "0.0.0.0:9000" || c.WebToken != "0123456789abcdef-secret" {
+	if c.WebListen != "0.0.0.0:9000" || c.WebToken != "Xq7vB2mK9pL4wZ8r-secret" {
 		t.Errorf("listen %q token %q", c.WebListen, c.WebToken)
 	}
 	settings, _, err := Explain(file, nil)
@@ -344,6 +347,61 @@ func TestWebKeys(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Errorf("config print lists %d of the web keys, want 2", seen)
+	}
+}
+
+// web.token bounds guessing on the web page (its right token is accepted
+// from any address, so every guess is answered): a token den can tell is
+// weak is refused at start, from the file or the environment, with an
+// error that does not show it; what random generators make is accepted.
+func TestWebTokenStrength(t *testing.T) {
+	random := func(n int, enc func([]byte) string) string {
+		b := make([]byte, n)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		return enc(b)
+	}
+	for _, tc := range []struct {
+		token string
+		want  string // the error's words; "" accepted
+	}{
+		{"short", "web.token is 5 characters; use at least 16"},
+		{"aaaaaaaaaaaaaaaa", "too easy to guess"},
+		{"passwordpassword", "too easy to guess"},
+		{"0123456789abcdef", "too easy to guess"},
+		{"qwertyuiopasdfgh", "too easy to guess"},
+		{"Password1234567!", "too easy to guess"},
+		{"AbCdEfGhIjKlMnOpQrStUvWx", "too easy to guess"},
+		{"test-token-0123456789", "too easy to guess"},
+		{random(8, hex.EncodeToString), "too easy to guess"}, // openssl rand -hex 8: 64 bits
+		{random(32, hex.EncodeToString), ""},                 // openssl rand -hex 32, as the docs say
+		{random(16, hex.EncodeToString), ""},
+		{strings.ToUpper(random(16, hex.EncodeToString)), ""},
+		{random(18, base64.StdEncoding.EncodeToString), ""}, // openssl rand -base64 18
+		{random(16, base64.RawURLEncoding.EncodeToString), ""},
+		{"d6f2e1b0-8c3a-4f7e-9b5d-2a1c0e8f7b6d", ""}, // a UUID
+	} {
+		for _, from := range []string{"file", "environment"} {
+			var path string
+			if from == "file" {
+				path = write(t, "den.yaml", fmt.Sprintf("web:\n  token: %q\n", tc.token))
+			} else {
+				t.Setenv("DEN_WEB_TOKEN", tc.token)
+			}
+			c, err := Load(path, nil)
+			t.Setenv("DEN_WEB_TOKEN", "")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s %q refused: %v", from, tc.token, err)
+			case tc.want == "" && c.WebToken != tc.token:
+				t.Errorf("%s %q loaded as %q", from, tc.token, c.WebToken)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%s %q: %v, want an error saying %q", from, tc.token, err, tc.want)
+			case tc.want != "" && strings.Contains(err.Error(), tc.token):
+				t.Errorf("%s %q: the error shows the token: %v", from, tc.token, err)
+			}
+		}
 	}
 }
 
