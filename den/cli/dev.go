@@ -33,7 +33,7 @@ record that they were stopped), and then stops the database.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load("", cmd.Flags())
 			if err != nil {
-				return err
+				return usageError{err} // a value refused: exit 2, as every command
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()

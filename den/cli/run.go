@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os/signal"
@@ -34,10 +33,10 @@ does not stop running tasks: their runners finish on their own.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load("", cmd.Flags())
 			if err != nil {
-				return err
+				return usageError{err} // a value refused: exit 2, as every command
 			}
 			if cfg.MongoURI == "" {
-				return errors.New("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
+				return usagef("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
