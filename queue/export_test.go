@@ -10,3 +10,7 @@ func ClaimsByCandidates(ctx context.Context, s *Store) (bool, error) {
 
 // CandidateBatch is how many candidates one read lists.
 const CandidateBatch = candidateBatch
+
+// ClaimProtocol makes s claim with the protocol's own sorted claim, and
+// ask every status at once, whatever the server (BenchmarkEngines).
+func ClaimProtocol(s *Store) { s.server.Store(serverMongoDB) }

@@ -44,6 +44,9 @@ type Config struct {
 	// PostgresBin is the directory of PostgreSQL's initdb and postgres;
 	// empty looks in the usual places (FindPostgres).
 	PostgresBin string
+	// NoTwins leaves out the PostgreSQL engine's GIN indexes (pgindexes.go),
+	// for measuring what they do (BenchmarkEngines in queue).
+	NoTwins bool
 	// pgSettings are more -c settings for PostgreSQL (tests: auto_explain).
 	pgSettings []string
 }
@@ -166,7 +169,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	p := newProxy(ln, upstream)
 	p.logOut = logOut
 	s.proxy, s.direct, s.pg = p, "mongodb://"+upstream+"/", pg
-	if pg != nil {
+	if pg != nil && !cfg.NoTwins {
 		twins, err = startTwins(ctx, pg.url(pgDatabase), p, logOut)
 		if err != nil {
 			cancel()
