@@ -35,8 +35,10 @@
 //     restricts TCP connections to Spec.Network (ABI 4);
 //   - installs a seccomp filter (seccomp.go) that refuses executable
 //     memfds and execveat(AT_EMPTY_PATH), the files Landlock never sees a
-//     path for, and, where the network is restricted, Multipath TCP
-//     sockets, which Landlock's TCP rules do not see.
+//     path for, io_uring, which makes system calls no filter sees, and the
+//     kernel's keyrings, which outlive the task; and, where the network is
+//     restricted, Multipath TCP sockets and TCP Fast Open, connections
+//     Landlock's TCP rules do not see.
 //
 // Reading and writing files are restricted only by the program's user's
 // permissions (and the private temporary directory).

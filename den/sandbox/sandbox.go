@@ -210,13 +210,13 @@ func enter(raw string) error {
 	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	// Landlock sees no path for a memfd: refuse making one (seccomp.go).
-	// After no_new_privs, which seccomp requires.
-	if err := refuseAnonymousExec(); err != nil {
+	// Landlock sees no path for a memfd, and no filter sees what io_uring
+	// does (seccomp.go). After no_new_privs, which seccomp requires.
+	if err := refuseTaskCalls(); err != nil {
 		return err
 	}
 	if spec.Network != "" && spec.Network != NetworkAll {
-		if err := refuseMPTCP(); err != nil {
+		if err := refuseRestrictedNetwork(); err != nil {
 			return err
 		}
 	}

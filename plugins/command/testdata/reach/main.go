@@ -8,15 +8,28 @@
 //	abstract:NAME       connect to the abstract unix socket NAME
 //	tcp:IP:PORT         connect over TCP
 //	mptcp:IP:PORT       connect over Multipath TCP (IPPROTO_MPTCP)
+//	uring-tcp:IP:PORT   a TCP socket made by io_uring (IORING_OP_SOCKET),
+//	                    which no seccomp filter sees, then connect(2)
+//	uring-mptcp:IP:PORT the same with a Multipath TCP socket
+//	tfo:IP:PORT         TCP Fast Open: sendto(MSG_FASTOPEN) on a TCP
+//	                    socket never connected, which connects it
+//	tfo-sendmsg:IP:PORT the same with sendmsg(MSG_FASTOPEN)
+//	addkey:DESC         add a key DESC to the user's keyring (it expires
+//	                    after a minute)
+//	findkey:DESC        search the user's keyring for the key DESC
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 const ipprotoMPTCP = 262
@@ -31,11 +44,18 @@ func main() {
 			if err = syscall.Kill(pid, 0); err == nil {
 				err = syscall.Kill(pid, syscall.SIGURG)
 			}
+		case "addkey":
+			var id int
+			if id, err = unix.AddKey("user", target, []byte("den-test-secret"), unix.KEY_SPEC_USER_KEYRING); err == nil {
+				_, err = unix.KeyctlInt(unix.KEYCTL_SET_TIMEOUT, id, 60, 0, 0)
+			}
+		case "findkey":
+			_, err = unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", target, 0)
 		case "abstract":
 			err = connect(syscall.AF_UNIX, 0, &syscall.SockaddrUnix{Name: "@" + target})
-		case "tcp", "mptcp":
+		case "tcp", "mptcp", "uring-tcp", "uring-mptcp", "tfo", "tfo-sendmsg":
 			proto := 0
-			if kind == "mptcp" {
+			if strings.HasSuffix(kind, "mptcp") {
 				proto = ipprotoMPTCP
 			}
 			ap, perr := netip.ParseAddrPort(target)
@@ -43,7 +63,15 @@ func main() {
 				err = perr
 				break
 			}
-			err = connect(syscall.AF_INET, proto, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()})
+			sa := &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+			switch kind {
+			case "uring-tcp", "uring-mptcp":
+				err = uringConnect(proto, sa)
+			case "tfo", "tfo-sendmsg":
+				err = fastOpen(sa, kind == "tfo-sendmsg")
+			default:
+				err = connect(syscall.AF_INET, proto, sa)
+			}
 		default:
 			err = fmt.Errorf("unknown attempt %q", kind)
 		}
@@ -59,6 +87,127 @@ func connect(family, proto int, sa syscall.Sockaddr) error {
 	fd, err := syscall.Socket(family, syscall.SOCK_STREAM, proto)
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)
+	}
+	defer syscall.Close(fd)
+	return syscall.Connect(fd, sa)
+}
+
+// fastOpen connects a TCP socket by sending nothing with MSG_FASTOPEN, as
+// a client of TCP Fast Open does instead of connect(2); it is connected
+// if it then has a peer.
+func fastOpen(sa syscall.Sockaddr, sendmsg bool) error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	defer syscall.Close(fd)
+	if sendmsg {
+		if _, err := syscall.SendmsgN(fd, nil, nil, sa, unix.MSG_FASTOPEN); err != nil {
+			return fmt.Errorf("sendmsg MSG_FASTOPEN: %w", err)
+		}
+	} else if err := syscall.Sendto(fd, nil, unix.MSG_FASTOPEN, sa); err != nil {
+		return fmt.Errorf("sendto MSG_FASTOPEN: %w", err)
+	}
+	if _, err := syscall.Getpeername(fd); err != nil {
+		return fmt.Errorf("getpeername: %w", err)
+	}
+	return nil
+}
+
+// io_uring's ABI (linux/io_uring.h).
+const (
+	ioringOpSocket      = 45
+	ioringEnterGetevent = 1
+	ioringOffSQRing     = 0
+	ioringOffCQRing     = 0x8000000
+	ioringOffSQEs       = 0x10000000
+)
+
+type sqringOffsets struct {
+	Head, Tail, RingMask, RingEntries, Flags, Dropped, Array, Resv1 uint32
+	UserAddr                                                        uint64
+}
+
+type cqringOffsets struct {
+	Head, Tail, RingMask, RingEntries, Overflow, CQEs, Flags, Resv1 uint32
+	UserAddr                                                        uint64
+}
+
+type uringParams struct {
+	SQEntries, CQEntries, Flags, SQThreadCPU, SQThreadIdle, Features, WQFd uint32
+	Resv                                                                   [3]uint32
+	SQOff                                                                  sqringOffsets
+	CQOff                                                                  cqringOffsets
+}
+
+// sqe is struct io_uring_sqe (64 bytes) with the fields IORING_OP_SOCKET
+// reads: fd is the domain, off the type, len the protocol.
+type sqe struct {
+	Opcode, Flags uint8
+	Ioprio        uint16
+	Fd            int32
+	Off, Addr     uint64
+	Len, OpFlags  uint32
+	UserData      uint64
+	BufIndex      uint16
+	Personality   uint16
+	FileIndex     uint32
+	Addr3, Pad    uint64
+}
+
+// uringSocket makes a socket through io_uring: one IORING_OP_SOCKET
+// submission, whose completion is the new descriptor.
+func uringSocket(family, typ, proto int) (int, error) {
+	var p uringParams
+	r, _, errno := syscall.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafe.Pointer(&p)), 0)
+	if errno != 0 {
+		return -1, fmt.Errorf("io_uring_setup: %w", errno)
+	}
+	ring := int(r)
+	defer syscall.Close(ring)
+	sqSize := int(p.SQOff.Array + p.SQEntries*4)
+	cqSize := int(p.CQOff.CQEs + p.CQEntries*16)
+	sq, err := unix.Mmap(ring, ioringOffSQRing, sqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return -1, fmt.Errorf("mmap the submission ring: %w", err)
+	}
+	defer unix.Munmap(sq)
+	cq, err := unix.Mmap(ring, ioringOffCQRing, cqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return -1, fmt.Errorf("mmap the completion ring: %w", err)
+	}
+	defer unix.Munmap(cq)
+	sqes, err := unix.Mmap(ring, ioringOffSQEs, int(p.SQEntries)*64, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return -1, fmt.Errorf("mmap the submissions: %w", err)
+	}
+	defer unix.Munmap(sqes)
+	u32 := func(b []byte, off uint32) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+	*(*sqe)(unsafe.Pointer(&sqes[0])) = sqe{Opcode: ioringOpSocket, Fd: int32(family), Off: uint64(typ), Len: uint32(proto), UserData: 1}
+	tail := *u32(sq, p.SQOff.Tail)
+	*u32(sq, p.SQOff.Array+4*(tail&*u32(sq, p.SQOff.RingMask))) = 0
+	*u32(sq, p.SQOff.Tail) = tail + 1 // the kernel reads it in io_uring_enter, after this store
+	if _, _, errno := syscall.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(ring), 1, 1, ioringEnterGetevent, 0, 0); errno != 0 {
+		return -1, fmt.Errorf("io_uring_enter: %w", errno)
+	}
+	head := *u32(cq, p.CQOff.Head)
+	if head == *u32(cq, p.CQOff.Tail) {
+		return -1, errors.New("io_uring: no completion")
+	}
+	cqe := cq[p.CQOff.CQEs+16*(head&*u32(cq, p.CQOff.RingMask)):]
+	res := *(*int32)(unsafe.Pointer(&cqe[8]))
+	*u32(cq, p.CQOff.Head) = head + 1
+	if res < 0 {
+		return -1, fmt.Errorf("IORING_OP_SOCKET: %w", syscall.Errno(-res))
+	}
+	return int(res), nil
+}
+
+// uringConnect connects, with connect(2), a socket io_uring made.
+func uringConnect(proto int, sa syscall.Sockaddr) error {
+	fd, err := uringSocket(syscall.AF_INET, syscall.SOCK_STREAM, proto)
+	if err != nil {
+		return err
 	}
 	defer syscall.Close(fd)
 	return syscall.Connect(fd, sa)
