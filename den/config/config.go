@@ -165,6 +165,7 @@ var defaults = map[string]any{
 	"command.user":                "",
 	"command.user_optional":       false,
 	"command.shared_tmp":          false,
+	"command.shared_pids":         false,
 	"command.network":             "all",
 	"max_output":                  int64(runner.DefaultMaxOutput),
 	"retention.succeeded":         "0s",
@@ -540,6 +541,9 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 		return p, err
 	}
 	if p.SharedTmp, err = boolean(v, "command.shared_tmp"); err != nil {
+		return p, err
+	}
+	if p.SharedPIDs, err = boolean(v, "command.shared_pids"); err != nil {
 		return p, err
 	}
 	if p.Network, err = network(v.Get("command.network")); err != nil {

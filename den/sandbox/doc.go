@@ -12,12 +12,19 @@
 // of test binaries that run programs), finds it there, restricts itself,
 // removes EnvSpec from the environment and execve(2)s the program. The pid stays the same,
 // so the process group, session and parent-death signal the caller set up
-// hold for the program.
+// hold for the program. With Spec.PIDNS the sandbox is instead process 1 of
+// a PID namespace of the task's own, and stays there as the program's init
+// (init.go): it forks the program, passes signals on, reaps, stops what the
+// program left, and reports how the program ended (Cmd.Exit).
 //
 // Before it executes the program, the sandbox also
 //
 //   - marks every descriptor from 3 up close-on-exec (fds.go): the program
 //     gets stdin, stdout and stderr, nothing its callers inherited;
+//   - with Spec.PIDNS and Spec.IPCNS, gives the program PID and IPC
+//     namespaces of its own, with their own /proc and /dev/mqueue
+//     (namespaces.go), so that tasks of one user do not reach each other's
+//     processes or SysV IPC, and nothing of a task outlives it;
 //   - with Spec.MountNS, in a mount namespace of the program's own, makes
 //     every mount noexec but the allowed paths, the loaders and the library
 //     directories (mounts.go), so that the dynamic loader run as a program

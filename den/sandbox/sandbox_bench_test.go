@@ -9,8 +9,9 @@ import (
 // task's program: /bin/true run directly, then through the sandbox with
 // each part of the boundary a node gives a task (Landlock with scoping,
 // seccomp, the task's user, its temporary directory made and removed, a
-// mount namespace with every mount noexec but what it executes, and a
-// network namespace for network none). The difference between a case and
+// mount namespace with every mount noexec but what it executes, a PID
+// namespace with its /proc and the sandbox as its init, an IPC namespace,
+// and a network namespace for network none). The difference between a case and
 // "direct" is the setup cost per task (docs/security.md records it).
 func BenchmarkSetup(b *testing.B) {
 	user := &Credential{Uid: 65534, Gid: 65534}
@@ -25,7 +26,8 @@ func BenchmarkSetup(b *testing.B) {
 					b.Fatal(err)
 				}
 				spec := Spec{Path: "/bin/true", Args: []string{"true"}, Exec: []string{"/bin/true", "/usr/bin/true"}, Landlock: LandlockABI() > 0,
-					User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, MaxProcesses: 64}
+					User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, MaxProcesses: 64,
+					PIDNS: true, IPCNS: true, GraceMS: 1000}
 				if net == NetworkNone {
 					spec.Network, spec.NoNetwork = NetworkNone, true
 				}

@@ -129,18 +129,6 @@ func mountPrivate(tmp string) error {
 	return nil
 }
 
-// namespaceFlags are the namespaces Command has the sandbox start in.
-func namespaceFlags(spec Spec) uintptr {
-	var flags uintptr
-	if spec.MountNS {
-		flags |= syscall.CLONE_NEWNS
-	}
-	if spec.NoNetwork {
-		flags |= syscall.CLONE_NEWNET
-	}
-	return flags
-}
-
 // sweepTmp removes the tasks' temporary directories whose maker, named by
 // the pid in their name, no longer runs. A directory whose pid runs (its
 // task's, or a process that took the pid since) is left for a later

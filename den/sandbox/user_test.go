@@ -116,9 +116,10 @@ func TestTmpRemovedAsTheTasksUser(t *testing.T) {
 
 // The whole boundary, as a node that is not root sets it up with the
 // capabilities its unit gives it (CapsUser and CapsNamespaces, ambient):
-// the program runs as the task's user without any capability, in its own
-// temporary directory, with no network, and cannot run the loader on a
-// program that is not allowed.
+// the program runs as the task's user without any capability (though its
+// init, den's sandbox, keeps them), in its own temporary directory and
+// PID namespace, with no network, and cannot run the loader on a program
+// that is not allowed.
 func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
 	if !HasCaps(CapsUser + " " + CapsNamespaces) {
 		t.Skipf("this test process lacks %s %s", CapsUser, CapsNamespaces)
@@ -137,9 +138,10 @@ func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
 		t.Skip("/usr/bin/id is not dynamically linked here")
 	}
 	script := `id -u; grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status; ls -A /tmp; echo "$TMPDIR"; pwd; ` +
-		`tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '; ` + ld[0] + ` /usr/bin/whoami 2>&1 | grep -c 'failed to map'; true`
+		`tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '; ` + ld[0] + ` /usr/bin/whoami 2>&1 | grep -c 'failed to map'; ` +
+		`set -- /proc/[0-9]*; echo $#; true`
 	cmd, err := Command(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Exec: []string{"/bin/sh", "/usr/bin/dash", "/usr/bin/id", "/usr/bin/grep", "/usr/bin/ls", "/usr/bin/tail", "/usr/bin/cut", "/usr/bin/tr", "/usr/bin/pwd"}, Landlock: true,
-		User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, Network: NetworkNone, NoNetwork: true},
+		User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, Network: NetworkNone, NoNetwork: true, PIDNS: true, IPCNS: true},
 		[]string{"PATH=/usr/bin:/bin", "TMPDIR=" + TaskTmp})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +153,8 @@ func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	want := "65534\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n/tmp\n/tmp\nlo\n1\n"
+	// The shell and its init are the only processes it sees.
+	want := "65534\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n/tmp\n/tmp\nlo\n1\n2\n"
 	if string(out) != want {
 		t.Fatalf("the program says\n%s\nwant\n%s", out, want)
 	}

@@ -48,5 +48,6 @@
 //	  user: den-task          # the user tasks run as (a name, or uid:gid)
 //	  user_optional: false    # true: run as den's own user where den may not change user
 //	  shared_tmp: false       # true: tasks keep the node's /tmp
+//	  shared_pids: false      # true: tasks keep the node's PID namespace and /proc
 //	  network: all            # none, or a list of TCP ports
 package command

@@ -41,6 +41,10 @@ type Policy struct {
 	// (TMPDIR is still a directory of each task's own); by default each
 	// task has a mount namespace where they are its own directory.
 	SharedTmp bool `json:"shared_tmp"`
+	// SharedPIDs leaves tasks the node's PID namespace and /proc (they
+	// see, and may name, the machine's processes); by default each task
+	// has a PID namespace of its own, where the sandbox is its init.
+	SharedPIDs bool `json:"shared_pids"`
 	// Network is what tasks' programs may connect to over TCP: all (the
 	// default), none, or a list of ports.
 	Network Network `json:"network"`
@@ -195,7 +199,12 @@ type Machine struct {
 	// SetUser: den holds sandbox.CapsUser, so it may run programs as
 	// another user.
 	SetUser bool
-	// Namespaces: den holds sandbox.CapsNamespaces.
+	// PrivatePIDs: each program gets a PID namespace of its own, with
+	// its own /proc (den holds sandbox.CapsNamespaces, and
+	// command.shared_pids is off).
+	PrivatePIDs bool
+	// Namespaces: den holds sandbox.CapsNamespaces; each program gets a
+	// mount and an IPC namespace of its own.
 	Namespaces bool
 }
 
@@ -217,7 +226,12 @@ type Enforced struct {
 	// its temporary directory is /tmp, /var/tmp and /dev/shm, noexec
 	// (den holds sandbox.CapsNamespaces, and command.shared_tmp is off).
 	PrivateTmp bool
-	// Namespaces: den holds sandbox.CapsNamespaces.
+	// PrivatePIDs: each program gets a PID namespace of its own, with
+	// its own /proc (den holds sandbox.CapsNamespaces, and
+	// command.shared_pids is off).
+	PrivatePIDs bool
+	// Namespaces: den holds sandbox.CapsNamespaces; each program gets a
+	// mount and an IPC namespace of its own.
 	Namespaces bool
 }
 
@@ -227,7 +241,7 @@ type Enforced struct {
 // unset, or den may not change user) only when it says user_optional. The
 // error says why not.
 func (p Policy) Boundary(m Machine) (Enforced, error) {
-	e := Enforced{Namespaces: m.Namespaces, PrivateTmp: m.Namespaces && !p.SharedTmp}
+	e := Enforced{Namespaces: m.Namespaces, PrivateTmp: m.Namespaces && !p.SharedTmp, PrivatePIDs: m.Namespaces && !p.SharedPIDs}
 	switch {
 	case m.LandlockABI >= 1:
 		e.Landlock = true
@@ -275,7 +289,11 @@ const UnenforcedUser = "tasks' programs run as den's own user: they can read den
 
 // UnenforcedNamespaces describes what does not hold when programs share
 // den's mount namespace, for the node's log.
-const UnenforcedNamespaces = "/tmp, /var/tmp and /dev/shm are shared by all tasks (TMPDIR is still a directory of the task's own, mode 0700), so tasks running as one user can read and plant each other's files there, and a task can execute the loader on a file it wrote there"
+const UnenforcedNamespaces = "/tmp, /var/tmp and /dev/shm are shared by all tasks (TMPDIR is still a directory of the task's own, mode 0700), so tasks running as one user can read and plant each other's files there, and a task can execute the loader on a file it wrote there; tasks share the node's PID and IPC namespaces, so tasks running as one user can change each other's limits and priorities and read each other's SysV shared memory, which outlives them"
+
+// UnenforcedPIDs describes what does not hold when programs share the
+// node's PID namespace, for the node's log.
+const UnenforcedPIDs = "tasks see the machine's processes, and tasks running as one user can change each other's CPU limits, priorities and CPUs (prlimit, setpriority, sched_setaffinity, ioprio_set) and list each other's /proc/PID/fd"
 
 // LogBoundary logs, once at start, what the node's command plugin enforces
 // on this machine, in one entry: an error when it stays off, a warning
@@ -298,6 +316,8 @@ func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 			why = "den lacks " + sandbox.CapsNamespaces
 		}
 		missing = append(missing, "WITHOUT a mount namespace of its own ("+why+"): "+UnenforcedNamespaces)
+	} else if err == nil && !e.PrivatePIDs {
+		missing = append(missing, "IN THE NODE'S PID NAMESPACE (command.shared_pids: true): "+UnenforcedPIDs)
 	}
 	fields := []zap.Field{zap.String("plugin", Name), zap.Int("landlock_abi", m.LandlockABI), zap.String("task_user", e.UserName), zap.Stringer("network", p.Network)}
 	switch {

@@ -17,6 +17,29 @@
 //	addkey:DESC         add a key DESC to the user's keyring (it expires
 //	                    after a minute)
 //	findkey:DESC        search the user's keyring for the key DESC
+//
+// Another task's processes (the same user's), by pid, SysV key or uid:
+//
+//	prlimit:PID         prlimit(PID, RLIMIT_CPU, 1 s)
+//	nice:PID            setpriority(PRIO_PROCESS, PID, 19)
+//	niceuser:UID        setpriority(PRIO_USER, UID, 19)
+//	affinity:PID        sched_setaffinity(PID, CPU 0 only)
+//	idle:PID            sched_setscheduler(PID, SCHED_IDLE)
+//	ioprio:PID          ioprio_set(IOPRIO_WHO_PROCESS, PID, idle class)
+//	fds:PID             list /proc/PID/fd
+//	shm:KEY             read the SysV shared memory segment KEY (shmat)
+//	msg:KEY             find the SysV message queue KEY
+//	sem:KEY             find the SysV semaphore set KEY
+//
+// What a task leaves behind:
+//
+//	shm-hold:KEY:SECRET:FILE  make a SysV shared memory segment KEY (mode
+//	                    0600) holding SECRET and keep it until FILE exists,
+//	                    then remove it
+//	shm-leave:KEY:BYTES make a segment KEY of BYTES, touched, and leave it
+//	msg-leave:KEY       make a message queue KEY holding a message, and
+//	                    leave it
+//	sem-leave:KEY       make a semaphore set KEY and leave it
 package main
 
 import (
@@ -27,6 +50,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +75,38 @@ func main() {
 			}
 		case "findkey":
 			_, err = unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", target, 0)
+		case "prlimit":
+			pid, _ := strconv.Atoi(target)
+			err = unix.Prlimit(pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: 1, Max: 1}, nil)
+		case "nice":
+			pid, _ := strconv.Atoi(target)
+			err = unix.Setpriority(unix.PRIO_PROCESS, pid, 19)
+		case "niceuser":
+			uid, _ := strconv.Atoi(target)
+			err = unix.Setpriority(unix.PRIO_USER, uid, 19)
+		case "affinity":
+			pid, _ := strconv.Atoi(target)
+			var set unix.CPUSet
+			set.Set(0)
+			err = unix.SchedSetaffinity(pid, &set)
+		case "idle":
+			pid, _ := strconv.Atoi(target)
+			var param [1]int32
+			if _, _, errno := syscall.Syscall(unix.SYS_SCHED_SETSCHEDULER, uintptr(pid), 5 /* SCHED_IDLE */, uintptr(unsafe.Pointer(&param[0]))); errno != 0 {
+				err = errno
+			}
+		case "ioprio":
+			pid, _ := strconv.Atoi(target)
+			if _, _, errno := syscall.Syscall(unix.SYS_IOPRIO_SET, 1 /* IOPRIO_WHO_PROCESS */, uintptr(pid), 3<<13 /* IOPRIO_CLASS_IDLE */); errno != 0 {
+				err = errno
+			}
+		case "fds":
+			_, err = os.ReadDir("/proc/" + target + "/fd")
+		case "shm", "msg", "sem":
+			key, _ := strconv.Atoi(target)
+			err = findIPC(kind, key)
+		case "shm-hold", "shm-leave", "msg-leave", "sem-leave":
+			err = makeIPC(kind, target)
 		case "abstract":
 			err = connect(syscall.AF_UNIX, 0, &syscall.SockaddrUnix{Name: "@" + target})
 		case "tcp", "mptcp", "uring-tcp", "uring-mptcp", "tfo", "tfo-sendmsg":
@@ -81,6 +137,95 @@ func main() {
 			fmt.Printf("%s: ok\n", arg)
 		}
 	}
+}
+
+// findIPC finds the SysV object of kind (shm, msg, sem) key; a segment
+// it attaches and reads.
+func findIPC(kind string, key int) error {
+	switch kind {
+	case "shm":
+		id, err := unix.SysvShmGet(key, 0, 0)
+		if err != nil {
+			return fmt.Errorf("shmget: %w", err)
+		}
+		b, err := unix.SysvShmAttach(id, 0, unix.SHM_RDONLY)
+		if err != nil {
+			return fmt.Errorf("shmat: %w", err)
+		}
+		defer unix.SysvShmDetach(b)
+		if len(b) == 0 || b[0] == 0 {
+			return errors.New("attached, but empty")
+		}
+		return nil
+	case "msg":
+		_, _, errno := syscall.Syscall(unix.SYS_MSGGET, uintptr(key), 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("msgget: %w", errno)
+		}
+	case "sem":
+		_, _, errno := syscall.Syscall(unix.SYS_SEMGET, uintptr(key), 0, 0)
+		if errno != 0 {
+			return fmt.Errorf("semget: %w", errno)
+		}
+	}
+	return nil
+}
+
+// makeIPC makes the SysV objects of the shm-hold and *-leave attempts.
+func makeIPC(kind, target string) error {
+	parts := strings.Split(target, ":")
+	key, _ := strconv.Atoi(parts[0])
+	switch kind {
+	case "shm-hold", "shm-leave":
+		size := 4096
+		if kind == "shm-leave" && len(parts) > 1 {
+			size, _ = strconv.Atoi(parts[1])
+		}
+		id, err := unix.SysvShmGet(key, size, unix.IPC_CREAT|unix.IPC_EXCL|0o600)
+		if err != nil {
+			return fmt.Errorf("shmget: %w", err)
+		}
+		b, err := unix.SysvShmAttach(id, 0, 0)
+		if err != nil {
+			return fmt.Errorf("shmat: %w", err)
+		}
+		defer unix.SysvShmDetach(b)
+		if kind == "shm-leave" {
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			return nil
+		}
+		if len(parts) < 3 {
+			return errors.New("shm-hold:KEY:SECRET:FILE")
+		}
+		copy(b, parts[1])
+		for {
+			if _, err := os.Stat(parts[2]); err == nil {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_, err = unix.SysvShmCtl(id, unix.IPC_RMID, nil)
+		return err
+	case "msg-leave":
+		id, _, errno := syscall.Syscall(unix.SYS_MSGGET, uintptr(key), unix.IPC_CREAT|unix.IPC_EXCL|0o600, 0)
+		if errno != 0 {
+			return fmt.Errorf("msgget: %w", errno)
+		}
+		msg := struct {
+			mtype int64
+			text  [8]byte
+		}{mtype: 1, text: [8]byte{'s', 'e', 'c', 'r', 'e', 't'}}
+		if _, _, errno := syscall.Syscall6(unix.SYS_MSGSND, id, uintptr(unsafe.Pointer(&msg)), 8, unix.IPC_NOWAIT, 0, 0); errno != 0 {
+			return fmt.Errorf("msgsnd: %w", errno)
+		}
+	case "sem-leave":
+		if _, _, errno := syscall.Syscall(unix.SYS_SEMGET, uintptr(key), 1, unix.IPC_CREAT|unix.IPC_EXCL|0o600); errno != 0 {
+			return fmt.Errorf("semget: %w", errno)
+		}
+	}
+	return nil
 }
 
 func connect(family, proto int, sa syscall.Sockaddr) error {
