@@ -447,6 +447,9 @@ func TestBoundsRefused(t *testing.T) {
 		{"retention.cancelled", "", "900000h", "", "retention.cancelled: 900000h is above the maximum 876000h"},
 		{"retention.orphaned", "", "-1s", "", "retention.orphaned: -1s is below the minimum 0s"},
 		{"retention.orphaned", "", "900000h", "", "retention.orphaned: 900000h is above the maximum 876000h"},
+		{"command.tmp_mb", "command:\n  tmp_mb: -1\n", "", "", "command.tmp_mb: -1 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
+		{"command.tmp_mb", "", "16777217", "", "command.tmp_mb: 16777217 is above the maximum 16777216"},
+		{"command.tmp_mb", "command:\n  tmp_mb: 0\n", "", "", ""},
 		{"retention.action", "retention:\n  action: shred\n", "", "", "retention.action \"shred\" must be delete or archive"},
 		{"retention.reports", "", "burn", "", "retention.reports \"burn\" must be keep or delete"},
 	}

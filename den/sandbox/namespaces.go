@@ -44,7 +44,20 @@ func namespaceFlags(spec Spec) uintptr {
 // mountTask makes the task's mounts in this process's own mount
 // namespace.
 func mountTask(spec Spec) error {
-	if spec.PrivateTmp && spec.Tmp != "" {
+	if spec.Tmp != "" && spec.TmpSize > 0 {
+		owner := Credential{Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}
+		if spec.User != nil {
+			owner = *spec.User
+		}
+		if err := mountTmpfs(spec.Tmp, spec.TmpSize, owner, spec.PrivateTmp); err != nil {
+			return err
+		}
+		if spec.PrivateTmp {
+			if err := mountPrivate(TaskTmp); err != nil {
+				return err
+			}
+		}
+	} else if spec.PrivateTmp && spec.Tmp != "" {
 		if err := mountPrivate(spec.Tmp); err != nil {
 			return err
 		}

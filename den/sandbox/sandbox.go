@@ -55,8 +55,12 @@ type Spec struct {
 	// Dir is the program's working directory, entered as User (so that
 	// the caller's rights open nothing for it); empty keeps the caller's.
 	Dir string `json:"dir,omitempty"`
-	// Tmp is the program's own temporary directory (NewTmp).
-	Tmp string `json:"tmp,omitempty"`
+	// Tmp is the program's own temporary directory (NewTmp). With
+	// MountNS and TmpSize, a tmpfs of TmpSize bytes is mounted on it (on
+	// /tmp with PrivateTmp) in the program's mount namespace, so that
+	// what the task writes there is bounded and gone with it.
+	Tmp     string `json:"tmp,omitempty"`
+	TmpSize int64  `json:"tmp_size,omitempty"`
 	// MountNS gives the program a mount namespace of its own, where,
 	// with Landlock, every mount is noexec but what it must execute or
 	// map for execution (mounts.go). PrivateTmp (with MountNS) mounts

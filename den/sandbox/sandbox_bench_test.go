@@ -27,7 +27,7 @@ func BenchmarkSetup(b *testing.B) {
 				}
 				spec := Spec{Path: "/bin/true", Args: []string{"true"}, Exec: []string{"/bin/true", "/usr/bin/true"}, Landlock: LandlockABI() > 0,
 					User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, MaxProcesses: 64,
-					PIDNS: true, IPCNS: true, GraceMS: 1000}
+					PIDNS: true, IPCNS: true, GraceMS: 1000, TmpSize: 1 << 30}
 				if net == NetworkNone {
 					spec.Network, spec.NoNetwork = NetworkNone, true
 				}

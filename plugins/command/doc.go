@@ -49,5 +49,6 @@
 //	  user_optional: false    # true: run as den's own user where den may not change user
 //	  shared_tmp: false       # true: tasks keep the node's /tmp
 //	  shared_pids: false      # true: tasks keep the node's PID namespace and /proc
+//	  tmp_mb: 1024            # each task's temporary directory, a tmpfs; 0: on the node's disk
 //	  network: all            # none, or a list of TCP ports
 package command

@@ -45,6 +45,11 @@ type Policy struct {
 	// see, and may name, the machine's processes); by default each task
 	// has a PID namespace of its own, where the sandbox is its init.
 	SharedPIDs bool `json:"shared_pids"`
+	// TmpMB is the size, in MiB, of each task's temporary directory, a
+	// tmpfs in the task's mount namespace; 0: a directory on the node's
+	// disk, unbounded (as it is anyway where den may not make namespaces).
+	// The node's configuration defaults it to DefaultTmpMB.
+	TmpMB int64 `json:"tmp_mb"`
 	// Network is what tasks' programs may connect to over TCP: all (the
 	// default), none, or a list of ports.
 	Network Network `json:"network"`
@@ -115,6 +120,13 @@ func (n *Network) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// The node configuration's defaults for the task's bounds
+// (command.tmp_mb).
+const (
+	// DefaultTmpMB: 1 GiB of temporary files (in memory) per task.
+	DefaultTmpMB = 1024
+)
+
 // Values of Policy.Landlock.
 const (
 	LandlockRequired = "required"
@@ -176,6 +188,9 @@ func (p Policy) Validate() error {
 		if strings.HasPrefix(name, denPrefix) || (prefix && strings.HasPrefix(denPrefix, name)) {
 			return bad("command.env_allow entry %q would let tasks set den's own variables (%s*)", e, denPrefix)
 		}
+	}
+	if p.TmpMB < 0 {
+		return bad("command.tmp_mb %d must be 0 (on the node's disk) or a size in MiB", p.TmpMB)
 	}
 	switch p.Landlock {
 	case "", LandlockRequired, LandlockOptional:
