@@ -167,6 +167,7 @@ var defaults = map[string]any{
 	"command.shared_tmp":          false,
 	"command.shared_pids":         false,
 	"command.tmp_mb":              int64(command.DefaultTmpMB),
+	"command.memory_mb":           int64(command.DefaultMemoryMB),
 	"command.network":             "all",
 	"max_output":                  int64(runner.DefaultMaxOutput),
 	"retention.succeeded":         "0s",
@@ -226,6 +227,9 @@ var bounds = map[string]bound{
 	// A task's temporary directory, a tmpfs (memory): 0 puts it on the
 	// node's disk, unbounded; 16 TiB as resources.memory_mb.
 	"command.tmp_mb": counts(0, 1<<24, "MiB"),
+	// A command task's memory: 0 is no limit of den's; 16 TiB as
+	// resources.memory_mb.
+	"command.memory_mb": counts(0, 1<<24, "MiB"),
 }
 
 // MaxNodeNameLength is the longest node name accepted, in bytes: room for
@@ -551,6 +555,9 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 		return p, err
 	}
 	if p.TmpMB, err = boundedCount(v, "command.tmp_mb"); err != nil {
+		return p, err
+	}
+	if p.MemoryMB, err = boundedCount(v, "command.memory_mb"); err != nil {
 		return p, err
 	}
 	if p.Network, err = network(v.Get("command.network")); err != nil {

@@ -450,6 +450,10 @@ func TestBoundsRefused(t *testing.T) {
 		{"command.tmp_mb", "command:\n  tmp_mb: -1\n", "", "", "command.tmp_mb: -1 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
 		{"command.tmp_mb", "", "16777217", "", "command.tmp_mb: 16777217 is above the maximum 16777216"},
 		{"command.tmp_mb", "command:\n  tmp_mb: 0\n", "", "", ""},
+		{"command.memory_mb", "command:\n  memory_mb: -2048\n", "", "", "command.memory_mb: -2048 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
+		{"command.memory_mb", "", "16777217", "", "command.memory_mb: 16777217 is above the maximum 16777216"},
+		{"command.memory_mb", "", "4096", "", ""},
+		{"command.memory_mb", "", "32", "", "command.memory_mb 32 must be 0 (no limit) or at least 64 MiB"},
 		{"retention.action", "retention:\n  action: shred\n", "", "", "retention.action \"shred\" must be delete or archive"},
 		{"retention.reports", "", "burn", "", "retention.reports \"burn\" must be keep or delete"},
 	}

@@ -115,6 +115,7 @@ func effective(c Config) map[string]any {
 		"command.shared_tmp":          c.Command.SharedTmp,
 		"command.shared_pids":         c.Command.SharedPIDs,
 		"command.tmp_mb":              c.Command.TmpMB,
+		"command.memory_mb":           c.Command.MemoryMB,
 		"command.network":             networkValue(c.Command.Network),
 		"max_output":                  c.MaxOutput,
 		"resources.memory_mb":         c.Resources.MemoryMB,

@@ -67,20 +67,27 @@ func runInit(spec Spec, env []string) error {
 		// entered as the program's user.
 		attr.Sys.Credential = &syscall.Credential{Uid: spec.User.Uid, Gid: spec.User.Gid, Groups: []uint32{}}
 	}
-	// The program starts in the run's pids cgroup (this thread, which
-	// forks it, goes in alone and back out; enter locked it).
+	// The program starts in the run's pids cgroup and the task's memory
+	// cgroup (this thread, which forks it, goes in alone and back out;
+	// enter locked it), or under RLIMIT_DATA, which this process sets for
+	// itself and the program inherits.
 	pids := spec.PidsCgroup != "" && spec.MaxProcesses > 0
 	if pids {
 		if err := moveThread(spec.PidsCgroup); err != nil {
 			return fmt.Errorf("join the run's pids cgroup %s: %w", spec.PidsCgroup, err)
 		}
 	}
+	if err := limitMemory(spec, true); err != nil {
+		return err
+	}
 	pid, err := syscall.ForkExec(spec.Path, spec.Args, attr)
-	if pids {
-		if err := moveThread(filepath.Dir(spec.PidsCgroup)); err != nil && pid > 0 {
-			// The init's thread then counts against the task's limit:
-			// one process less for the task.
-			fmt.Fprintf(os.Stderr, "den: sandbox: leave the run's pids cgroup: %v\n", err)
+	for _, dir := range []string{spec.PidsCgroup, spec.MemoryCgroup} {
+		if dir == "" || (dir == spec.PidsCgroup && !pids) {
+			continue
+		}
+		if err := moveThread(filepath.Dir(dir)); err != nil && pid > 0 {
+			// The init's thread then counts against the task's limit.
+			fmt.Fprintf(os.Stderr, "den: sandbox: leave the task's cgroup %s: %v\n", dir, err)
 		}
 	}
 	if err != nil {

@@ -55,6 +55,13 @@ type Spec struct {
 	// Dir is the program's working directory, entered as User (so that
 	// the caller's rights open nothing for it); empty keeps the caller's.
 	Dir string `json:"dir,omitempty"`
+	// Memory is the most memory, in bytes, the program and all it starts
+	// may hold (0: no limit of den's): inside MemoryCgroup, a cgroup v1
+	// memory cgroup whose limit holds it (NewMemoryCgroup), which the
+	// program joins before it executes; else by RLIMIT_DATA of each
+	// process (memory.go).
+	Memory       int64  `json:"memory,omitempty"`
+	MemoryCgroup string `json:"memory_cgroup,omitempty"`
 	// Tmp is the program's own temporary directory (NewTmp). With
 	// MountNS and TmpSize, a tmpfs of TmpSize bytes is mounted on it (on
 	// /tmp with PrivateTmp) in the program's mount namespace, so that
@@ -308,13 +315,16 @@ func enter(raw string) error {
 	if spec.PIDNS {
 		return runInit(spec, env)
 	}
-	// The process limit: the run's pids cgroup is joined while this
-	// process may still write to it (it belongs to den's user). This
-	// process's few threads count against it until execve.
+	// The process and memory limits: the run's cgroups are joined while
+	// this process may still write to them (they belong to den's user).
+	// This process's few threads count against them until execve.
 	if spec.PidsCgroup != "" && spec.MaxProcesses > 0 {
 		if err := limitProcesses(spec.MaxProcesses, spec.PidsCgroup); err != nil {
 			return err
 		}
+	}
+	if err := limitMemory(spec, false); err != nil {
+		return err
 	}
 	if spec.User != nil {
 		if err := becomeUser(*spec.User); err != nil {

@@ -11,7 +11,8 @@ import (
 // seccomp, the task's user, its temporary directory made and removed, a
 // mount namespace with every mount noexec but what it executes, a PID
 // namespace with its /proc and the sandbox as its init, an IPC namespace,
-// and a network namespace for network none). The difference between a case and
+// a tmpfs for its temporary directory, a memory cgroup made and removed
+// where den may make one, and a network namespace for network none). The difference between a case and
 // "direct" is the setup cost per task (docs/security.md records it).
 func BenchmarkSetup(b *testing.B) {
 	user := &Credential{Uid: 65534, Gid: 65534}
@@ -25,13 +26,22 @@ func BenchmarkSetup(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				var memory string
+				if dir, err := NewMemoryCgroup(2 << 30); err == nil {
+					memory = dir
+				}
 				spec := Spec{Path: "/bin/true", Args: []string{"true"}, Exec: []string{"/bin/true", "/usr/bin/true"}, Landlock: LandlockABI() > 0,
-					User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, MaxProcesses: 64,
+					Memory: 2 << 30, MemoryCgroup: memory, User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, MaxProcesses: 64,
 					PIDNS: true, IPCNS: true, GraceMS: 1000, TmpSize: 1 << 30}
 				if net == NetworkNone {
 					spec.Network, spec.NoNetwork = NetworkNone, true
 				}
 				run(b, spec)
+				if memory != "" {
+					if err := RemoveMemoryCgroup(memory); err != nil {
+						b.Fatal(err)
+					}
+				}
 				if err := RemoveTmp(tmp, user); err != nil {
 					b.Fatal(err)
 				}

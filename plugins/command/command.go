@@ -122,6 +122,21 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: dir,
 		Tmp: tmp, TmpSize: policy.TmpMB << 20, MountNS: boundary.Namespaces, PrivateTmp: boundary.PrivateTmp,
 		IPCNS: boundary.Namespaces, PIDNS: boundary.PrivatePIDs, GraceMS: env.Grace.Milliseconds()}
+	// The memory limit: command.memory_mb, or the task's request where it
+	// asks for more; in a cgroup of the task's own where den may make one
+	// (the kernel counts all the task holds), else RLIMIT_DATA of each
+	// process.
+	memory := policy.MemoryMB << 20
+	if memory > 0 && env.MemoryRequest > memory {
+		memory = env.MemoryRequest
+	}
+	if memory > 0 {
+		spec.Memory = memory
+		if dir, err := sandbox.NewMemoryCgroup(memory); err == nil {
+			spec.MemoryCgroup = dir
+			defer sandbox.RemoveMemoryCgroup(dir)
+		}
+	}
 	switch {
 	case policy.Network.None:
 		// A network namespace of its own where den may make one, and
@@ -158,6 +173,11 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	err = cmd.Wait()
 	close(exited)
 	<-stopped
+	if spec.MemoryCgroup != "" {
+		if n := sandbox.OOMKills(spec.MemoryCgroup); n > 0 {
+			fmt.Fprintf(env.Stderr, "\nden: the kernel killed %d process(es) of the task for passing its memory limit (%d MiB: command.memory_mb, or requested_resources.memory_mb where larger)\n", n, memory>>20)
+		}
+	}
 	return outcome(cmd, err, env)
 }
 

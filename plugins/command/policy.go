@@ -50,6 +50,11 @@ type Policy struct {
 	// disk, unbounded (as it is anyway where den may not make namespaces).
 	// The node's configuration defaults it to DefaultTmpMB.
 	TmpMB int64 `json:"tmp_mb"`
+	// MemoryMB is the most memory, in MiB, a task's programs may hold
+	// together (a task that requests more with requested_resources gets
+	// its request); 0: no limit of the plugin's. The node's configuration
+	// defaults it to DefaultMemoryMB.
+	MemoryMB int64 `json:"memory_mb"`
 	// Network is what tasks' programs may connect to over TCP: all (the
 	// default), none, or a list of ports.
 	Network Network `json:"network"`
@@ -121,10 +126,15 @@ func (n *Network) UnmarshalJSON(b []byte) error {
 }
 
 // The node configuration's defaults for the task's bounds
-// (command.tmp_mb).
+// (command.tmp_mb, command.memory_mb).
 const (
 	// DefaultTmpMB: 1 GiB of temporary files (in memory) per task.
 	DefaultTmpMB = 1024
+	// DefaultMemoryMB: 2 GiB of memory per task, its temporary files
+	// included.
+	DefaultMemoryMB = 2048
+	// MinMemoryMB is the least command.memory_mb but 0.
+	MinMemoryMB = 64
 )
 
 // Values of Policy.Landlock.
@@ -192,6 +202,9 @@ func (p Policy) Validate() error {
 	if p.TmpMB < 0 {
 		return bad("command.tmp_mb %d must be 0 (on the node's disk) or a size in MiB", p.TmpMB)
 	}
+	if p.MemoryMB < 0 || (p.MemoryMB > 0 && p.MemoryMB < MinMemoryMB) {
+		return bad("command.memory_mb %d must be 0 (no limit) or at least %d MiB (den's sandbox, the task's init, lives under it too)", p.MemoryMB, MinMemoryMB)
+	}
 	switch p.Landlock {
 	case "", LandlockRequired, LandlockOptional:
 	default:
@@ -214,19 +227,18 @@ type Machine struct {
 	// SetUser: den holds sandbox.CapsUser, so it may run programs as
 	// another user.
 	SetUser bool
-	// PrivatePIDs: each program gets a PID namespace of its own, with
-	// its own /proc (den holds sandbox.CapsNamespaces, and
-	// command.shared_pids is off).
-	PrivatePIDs bool
-	// Namespaces: den holds sandbox.CapsNamespaces; each program gets a
-	// mount and an IPC namespace of its own.
+	// Namespaces: den holds sandbox.CapsNamespaces.
 	Namespaces bool
+	// MemoryCgroups: den may make a memory cgroup per task
+	// (sandbox.MemoryCgroups); else RLIMIT_DATA holds command.memory_mb.
+	MemoryCgroups bool
 }
 
 // ThisMachine describes the machine and process den runs on.
 func ThisMachine() Machine {
+	_, err := sandbox.MemoryCgroups()
 	return Machine{LandlockABI: sandbox.LandlockABI(), SetUser: sandbox.HasCaps(sandbox.CapsUser),
-		Namespaces: sandbox.HasCaps(sandbox.CapsNamespaces)}
+		Namespaces: sandbox.HasCaps(sandbox.CapsNamespaces), MemoryCgroups: err == nil}
 }
 
 // Enforced is the boundary the plugin puts its programs in on a machine.
@@ -335,6 +347,14 @@ func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 		missing = append(missing, "IN THE NODE'S PID NAMESPACE (command.shared_pids: true): "+UnenforcedPIDs)
 	}
 	fields := []zap.Field{zap.String("plugin", Name), zap.Int("landlock_abi", m.LandlockABI), zap.String("task_user", e.UserName), zap.Stringer("network", p.Network)}
+	switch {
+	case p.MemoryMB == 0:
+		fields = append(fields, zap.String("task_memory", "no limit (command.memory_mb: 0)"))
+	case m.MemoryCgroups:
+		fields = append(fields, zap.String("task_memory", fmt.Sprintf("%d MiB per task, in a cgroup v1 memory cgroup of its own", p.MemoryMB)))
+	default:
+		fields = append(fields, zap.String("task_memory", fmt.Sprintf("%d MiB per process (RLIMIT_DATA: no memory cgroup for tasks here)", p.MemoryMB)))
+	}
 	switch {
 	case err != nil:
 		log.Error("command plugin NOT enabled", append(fields, zap.Error(err))...)

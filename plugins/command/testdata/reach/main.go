@@ -31,6 +31,10 @@
 //	msg:KEY             find the SysV message queue KEY
 //	sem:KEY             find the SysV semaphore set KEY
 //
+// Resources:
+//
+//	alloc:BYTES         allocate BYTES of memory, touching every page
+//
 // What a task leaves behind:
 //
 //	shm-hold:KEY:SECRET:FILE  make a SysV shared memory segment KEY (mode
@@ -75,6 +79,9 @@ func main() {
 			}
 		case "findkey":
 			_, err = unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", target, 0)
+		case "alloc":
+			n, _ := strconv.ParseInt(target, 10, 64)
+			err = alloc(n)
 		case "prlimit":
 			pid, _ := strconv.Atoi(target)
 			err = unix.Prlimit(pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: 1, Max: 1}, nil)
@@ -137,6 +144,23 @@ func main() {
 			fmt.Printf("%s: ok\n", arg)
 		}
 	}
+}
+
+// held keeps what alloc allocated.
+var held [][]byte
+
+// alloc allocates n bytes in chunks of 64 MiB and touches every page, so
+// that the kernel gives it the memory.
+func alloc(n int64) error {
+	for n > 0 {
+		chunk := make([]byte, min(n, 64<<20))
+		for i := 0; i < len(chunk); i += 4096 {
+			chunk[i] = 1
+		}
+		held = append(held, chunk)
+		n -= int64(len(chunk))
+	}
+	return nil
 }
 
 // findIPC finds the SysV object of kind (shm, msg, sem) key; a segment
