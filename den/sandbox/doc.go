@@ -27,11 +27,14 @@
 //     processes or SysV IPC, and nothing of a task outlives it;
 //   - with Spec.MountNS, in a mount namespace of the program's own, makes
 //     every mount noexec but the allowed paths, the loaders and the library
-//     directories (mounts.go), so that the dynamic loader run as a program
-//     (ld-linux-x86-64.so.2 FILE) cannot map a program that is not
-//     allowed, nor one the task wrote; and with Spec.PrivateTmp mounts the
-//     task's own temporary directory on /tmp, /var/tmp and /dev/shm
-//     (tmp.go);
+//     directories (mounts.go), and in the library directories every ELF
+//     program command.allow does not list (libprograms.go), so that the
+//     dynamic loader run as a program (ld-linux-x86-64.so.2 FILE) cannot
+//     map a program that is not allowed, nor one the task wrote; and mounts
+//     the task's own temporary directory, a tmpfs of Spec.TmpSize, on /tmp,
+//     /var/tmp, /dev/shm and /run/lock with Spec.PrivateTmp (tmp.go);
+//   - puts the program under its memory limit, Spec.Memory (memory.go):
+//     into the memory cgroup it is given, else under RLIMIT_DATA;
 //   - puts the program under its process limit, Spec.MaxProcesses
 //     (procs.go): into the pids cgroup it is given, else under
 //     RLIMIT_NPROC above what its user runs already;
@@ -50,9 +53,10 @@
 // Reading and writing files are restricted only by the program's user's
 // permissions (and the private temporary directory).
 //
-// Limits: the loader still maps for execution any ELF file in the library
-// directories and allowed directories, which hold programs too
-// (/usr/lib/git-core/git); and a program that already runs code of the
-// task's choosing (an allowed interpreter) can map memory for execution
-// itself. docs/security.md lists what holds where.
+// Limits: the loader still maps for execution any ELF file in the allowed
+// directories, and in the library directories one that has no execute bit
+// or came there after the list of their programs was made; and a program
+// that already runs code of the task's choosing (an allowed interpreter)
+// can map memory for execution itself. docs/security.md lists what holds
+// where.
 package sandbox

@@ -67,6 +67,9 @@ func mountTask(spec Spec) error {
 		if err := confineExec(keep); err != nil {
 			return err
 		}
+		if err := confineLibraryPrograms(spec.NoExec, spec.Exec); err != nil {
+			return err
+		}
 	}
 	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if spec.PIDNS {

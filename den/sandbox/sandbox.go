@@ -77,6 +77,11 @@ type Spec struct {
 	MountNS    bool `json:"mount_ns,omitempty"`
 	PrivateTmp bool `json:"private_tmp,omitempty"`
 	NoNetwork  bool `json:"no_network,omitempty"`
+	// NoExec lists the ELF programs, and directories of programs, in the
+	// library directories that the mount namespace makes noexec
+	// (libprograms.go), but those Exec allows; Command fills it in when
+	// it is nil, for MountNS with Landlock.
+	NoExec []string `json:"no_exec,omitempty"`
 	// Network is what the program may connect to over TCP: NetworkAll
 	// (also when empty), NetworkNone, or NetworkPorts: the ports in
 	// Ports only. Landlock (ABI 4) enforces it.
@@ -143,6 +148,9 @@ type Exit struct {
 // directory is Spec.Dir.
 func Command(spec Spec, env []string) (*Cmd, error) {
 	c := &Cmd{}
+	if spec.MountNS && spec.Landlock && spec.NoExec == nil {
+		spec.NoExec = LibraryPrograms()
+	}
 	if spec.PIDNS {
 		if !spec.MountNS {
 			return nil, errors.New("sandbox: a PID namespace needs a mount namespace (for its /proc)")
