@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // BenchmarkSetup measures what the sandbox adds to starting a command
@@ -12,8 +14,11 @@ import (
 // mount namespace with every mount noexec but what it executes, a PID
 // namespace with its /proc and the sandbox as its init, an IPC namespace,
 // a tmpfs for its temporary directory, a memory cgroup made and removed
-// where den may make one, and a network namespace for network none). The difference between a case and
-// "direct" is the setup cost per task (docs/security.md records it).
+// where den may make one, the library directories' programs noexec, and a
+// network namespace for network none). The difference between a case and
+// "direct" is the setup cost per task (docs/security.md records it). The
+// time per task depends on how loaded the machine is; cpu-ms/op, the CPU
+// time of the benchmark and all the processes it waited for, much less.
 func BenchmarkSetup(b *testing.B) {
 	user := &Credential{Uid: 65534, Gid: 65534}
 	full := func(net string) func(b *testing.B) {
@@ -21,6 +26,7 @@ func BenchmarkSetup(b *testing.B) {
 			if !HasCaps(CapsUser + " " + CapsNamespaces) {
 				b.Skipf("this process lacks %s %s", CapsUser, CapsNamespaces)
 			}
+			defer reportCPU(b)()
 			for b.Loop() {
 				tmp, err := NewTmp(user)
 				if err != nil {
@@ -49,6 +55,7 @@ func BenchmarkSetup(b *testing.B) {
 		}
 	}
 	b.Run("direct", func(b *testing.B) {
+		defer reportCPU(b)()
 		for b.Loop() {
 			if err := exec.Command("/bin/true").Run(); err != nil {
 				b.Fatal(err)
@@ -56,12 +63,27 @@ func BenchmarkSetup(b *testing.B) {
 		}
 	})
 	b.Run("landlock+seccomp", func(b *testing.B) {
+		defer reportCPU(b)()
 		for b.Loop() {
 			run(b, Spec{Path: "/bin/true", Args: []string{"true"}, Exec: []string{"/bin/true", "/usr/bin/true"}, Landlock: LandlockABI() > 0})
 		}
 	})
 	b.Run("full", full(NetworkAll))
 	b.Run("full, network none", full(NetworkNone))
+}
+
+// reportCPU starts counting the CPU time of this process and of the
+// processes it waits for; the function it returns reports it per
+// operation (cpu-ms/op).
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var self, children syscall.Rusage
+		syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+		syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+		return time.Duration(self.Utime.Nano() + self.Stime.Nano() + children.Utime.Nano() + children.Stime.Nano())
+	}
+	start := cpu()
+	return func() { b.ReportMetric(float64(cpu()-start)/float64(b.N)/1e6, "cpu-ms/op") }
 }
 
 func run(b *testing.B, spec Spec) {
