@@ -91,12 +91,15 @@ func runInit(spec Spec, env []string) error {
 		}
 	}
 	if err != nil {
+		// The child fails at any of its steps with one errno: say them.
+		what := "execute " + spec.Path
 		if spec.Dir != "" {
-			if _, statErr := os.Stat(spec.Dir); statErr != nil {
-				return fmt.Errorf("enter the working directory: %w", err)
-			}
+			what += ", entering " + spec.Dir
 		}
-		return fmt.Errorf("execute %s: %w", spec.Path, err)
+		if spec.User != nil {
+			what += fmt.Sprintf(" as uid %d", spec.User.Uid)
+		}
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	ws, left := serve(pid, sigs, time.Duration(spec.GraceMS)*time.Millisecond)
 	if spec.ReportFD > 0 {

@@ -74,7 +74,14 @@ func userTasks(uid int) uint64 {
 	if err != nil {
 		return 0
 	}
+	// This process as /proc names it: in a PID namespace of its own whose
+	// /proc is not mounted yet (an init), its pid there is not getpid's.
 	self := os.Getpid()
+	if link, err := os.Readlink("/proc/self"); err == nil {
+		if pid, err := strconv.Atoi(link); err == nil {
+			self = pid
+		}
+	}
 	want := strconv.Itoa(uid)
 	var n uint64
 	for _, e := range entries {

@@ -45,28 +45,37 @@ func TestUnprivilegedNodeLeavesNoCapabilityToTheProgram(t *testing.T) {
 
 // The sandbox enters the working directory as the program's user: a
 // directory den's user may enter but the program's user may not is
-// refused.
+// refused; also where the sandbox stays as the program's init.
 func TestWorkingDirectoryEnteredAsTheProgramsUser(t *testing.T) {
 	if !HasCaps(CapsUser) {
 		t.Skipf("this test process lacks %s", CapsUser)
 	}
-	dir := t.TempDir() // 0700, den's user's
-	cmd, err := Command(Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "permission denied") {
-		t.Fatalf("pwd in %s ran as the program's user (%v): %s", dir, err, out)
-	}
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
+	for _, init := range []bool{false, true} {
+		if init && !HasCaps(CapsNamespaces) {
+			continue
+		}
+		dir := filepath.Join(t.TempDir(), "work")
+		if err := os.Mkdir(dir, 0o700); err != nil { // den's user's alone
 			t.Fatal(err)
 		}
-	}
-	cmd, _ = Command(Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir}, nil)
-	if out, err := cmd.CombinedOutput(); err != nil || string(out) != dir+"\n" {
-		t.Fatalf("pwd: %v, %q", err, out)
+		spec := Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir, MountNS: init, PIDNS: init}
+		cmd, err := Command(spec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), spec.Dir) {
+			t.Fatalf("init %v: pwd in %s ran as the program's user (%v): %s", init, spec.Dir, err, out)
+		}
+		for _, d := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir), dir} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd, _ = Command(spec, nil)
+		if out, err := cmd.CombinedOutput(); err != nil || string(out) != spec.Dir+"\n" {
+			t.Fatalf("init %v: pwd: %v, %q", init, err, out)
+		}
 	}
 }
 
