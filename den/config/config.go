@@ -165,6 +165,9 @@ var defaults = map[string]any{
 	"command.user":                "",
 	"command.user_optional":       false,
 	"command.shared_tmp":          false,
+	"command.shared_pids":         false,
+	"command.tmp_mb":              int64(command.DefaultTmpMB),
+	"command.memory_mb":           int64(command.DefaultMemoryMB),
 	"command.network":             "all",
 	"max_output":                  int64(runner.DefaultMaxOutput),
 	"retention.succeeded":         "0s",
@@ -221,6 +224,12 @@ var bounds = map[string]bound{
 	"resources.memory_mb":         numbers(0, 1<<24, "MiB"),  // 16 TiB
 	"resources.cpus":              numbers(0, 8192, "cores"), // Linux's largest NR_CPUS
 	"resources.busy_core_percent": numbers(0, 100, "percent"),
+	// A task's temporary directory, a tmpfs (memory): 0 puts it on the
+	// node's disk, unbounded; 16 TiB as resources.memory_mb.
+	"command.tmp_mb": counts(0, 1<<24, "MiB"),
+	// A command task's memory: 0 is no limit of den's; 16 TiB as
+	// resources.memory_mb.
+	"command.memory_mb": counts(0, 1<<24, "MiB"),
 }
 
 // MaxNodeNameLength is the longest node name accepted, in bytes: room for
@@ -555,6 +564,15 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 		return p, err
 	}
 	if p.SharedTmp, err = boolean(v, "command.shared_tmp"); err != nil {
+		return p, err
+	}
+	if p.SharedPIDs, err = boolean(v, "command.shared_pids"); err != nil {
+		return p, err
+	}
+	if p.TmpMB, err = boundedCount(v, "command.tmp_mb"); err != nil {
+		return p, err
+	}
+	if p.MemoryMB, err = boundedCount(v, "command.memory_mb"); err != nil {
 		return p, err
 	}
 	if p.Network, err = network(v.Get("command.network")); err != nil {

@@ -159,6 +159,7 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"command.network port a string", "den.yaml", "command:\n  network: [https]\n", "entry https must be a TCP port number"},
 		{"command.network a boolean", "den.yaml", "command:\n  network: false\n", "command.network must be all, none or a list"},
 		{"command.shared_tmp not a boolean", "den.yaml", "command:\n  shared_tmp: sometimes\n", "command.shared_tmp must be true or false"},
+		{"command.shared_pids not a boolean", "den.yaml", "command:\n  shared_pids: 1\n", "command.shared_pids must be true or false"},
 		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots is not a whole number"},
 		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output: 0 is below the minimum 1024"},
 		{"node a list", "den.yaml", "node: [a, b]\n", "node must be a single value"},
@@ -393,12 +394,12 @@ func TestCommandAndMaxOutputKeys(t *testing.T) {
 	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 || c.Command.User != "" || c.Command.UserOptional || !c.Command.Network.All() {
 		t.Fatalf("defaults: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
-	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n  network: [443, 8080]\n")
+	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n  shared_pids: true\n  network: [443, 8080]\n")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp || c.Command.Network.String() != "[443, 8080]" {
+	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp || !c.Command.SharedPIDs || c.Command.Network.String() != "[443, 8080]" {
 		t.Fatalf("file: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 	t.Setenv("DEN_MAX_OUTPUT", "4096")
@@ -660,6 +661,13 @@ func TestBoundsRefused(t *testing.T) {
 		{"retention.cancelled", "", "900000h", "", "retention.cancelled: 900000h is above the maximum 876000h"},
 		{"retention.orphaned", "", "-1s", "", "retention.orphaned: -1s is below the minimum 0s"},
 		{"retention.orphaned", "", "900000h", "", "retention.orphaned: 900000h is above the maximum 876000h"},
+		{"command.tmp_mb", "command:\n  tmp_mb: -1\n", "", "", "command.tmp_mb: -1 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
+		{"command.tmp_mb", "", "16777217", "", "command.tmp_mb: 16777217 is above the maximum 16777216"},
+		{"command.tmp_mb", "command:\n  tmp_mb: 0\n", "", "", ""},
+		{"command.memory_mb", "command:\n  memory_mb: -2048\n", "", "", "command.memory_mb: -2048 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
+		{"command.memory_mb", "", "16777217", "", "command.memory_mb: 16777217 is above the maximum 16777216"},
+		{"command.memory_mb", "", "4096", "", ""},
+		{"command.memory_mb", "", "32", "", "command.memory_mb 32 must be 0 (no limit) or at least 64 MiB"},
 		{"retention.action", "retention:\n  action: shred\n", "", "", "retention.action \"shred\" must be delete or archive"},
 		{"retention.reports", "", "burn", "", "retention.reports \"burn\" must be keep or delete"},
 	}
