@@ -43,6 +43,7 @@ func BenchmarkEngines(b *testing.B) {
 		{"sqlite/protocol", devdb.Config{Engine: devdb.EngineSQLite}, true},
 		{"postgresql-no-twins/protocol", devdb.Config{Engine: devdb.EnginePostgreSQL, NoTwins: true}, true},
 		{"postgresql/protocol", devdb.Config{Engine: devdb.EnginePostgreSQL}, true},
+		{"sqlite/candidates", devdb.Config{Engine: devdb.EngineSQLite}, false},
 		{"postgresql-no-twins/candidates", devdb.Config{Engine: devdb.EnginePostgreSQL, NoTwins: true}, false},
 		{"postgresql/candidates", devdb.Config{Engine: devdb.EnginePostgreSQL}, false},
 	} {
