@@ -113,7 +113,7 @@ func (ps *passes) round(ctx context.Context, v passView) {
 		ps.house.mark(name, ps.now())
 	}
 	step("counts", true, func(ctx context.Context, _ time.Time) error { return ps.fillCounts(ctx, v.queues, v.read) })
-	step("oldest", now.Sub(ps.oldestAt) >= ps.cfg.RefreshEvery, func(ctx context.Context, now time.Time) error {
+	step("oldest", now.Sub(ps.oldestAt) >= ps.cfg.RefreshEvery && ps.oldestPace.ready(), func(ctx context.Context, now time.Time) error {
 		ps.oldestAt = now // tried: a metric is not worth a step every round
 		return ps.measureOldest(ctx, v.measure, now)
 	})

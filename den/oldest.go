@@ -26,6 +26,8 @@ const (
 // oldestQueues queues and oldestTime; a queue with nothing ready (or not
 // measured) has no series.
 func (ps *passes) measureOldest(ctx context.Context, withWork []queue.Queue, now time.Time) error {
+	began := time.Now()
+	defer ps.oldestPace.ran(began)
 	todo := slices.Clone(withWork)
 	slices.SortStableFunc(todo, func(a, b queue.Queue) int {
 		return cmp.Compare(*b.CountTodo, *a.CountTodo)

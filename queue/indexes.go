@@ -31,6 +31,9 @@ type Index struct {
 //   - queues (den's own): {count_todo} for the queues with work, which a
 //     node reads every pass (QueuesWithWork): with 80,000 queues, a pass
 //     then examines those with work, not every queue.
+//   - reports (den's own): {task_id}, which the Demo plugin's report
+//     upsert and retention's removal of a task's reports look up (without
+//     it each task's report scans every report before it).
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -45,6 +48,7 @@ var Indexes = []Index{
 	{Collection: StatsCollection, Keys: bson.D{{Key: "step", Value: 1}, {Key: "t", Value: 1}}},
 	{Collection: StatsCollection, Keys: bson.D{{Key: "t", Value: 1}}},
 	{Collection: QueuesCollection, Keys: bson.D{{Key: "count_todo", Value: 1}}},
+	{Collection: ReportsCollection, Keys: bson.D{{Key: "task_id", Value: 1}}},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.

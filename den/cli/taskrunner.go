@@ -23,8 +23,9 @@ func newTaskRunnerCmd() *cobra.Command {
 }
 
 // runTaskRunner is the body of a task runner process (its supervisor or
-// its worker; see den/runner). SIGTERM and SIGINT ask the plugin to stop;
-// the result is still recorded.
+// its worker; see den/runner). SIGTERM and SIGINT stop the run as a cancel
+// does; the result is still recorded if the database answers within
+// runner.StopRecordFor, and the runner exits either way.
 func runTaskRunner() error {
 	code := runner.Process(plugins.Default(), func(spec runner.Spec) (*zap.Logger, error) {
 		format := "console"

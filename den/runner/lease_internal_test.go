@@ -21,3 +21,28 @@ func TestDefaultGraceStopsBeforeRescue(t *testing.T) {
 		}
 	}
 }
+
+// A runner whose node is gone gives up recording its run only once no
+// write of it has landed for longer than its lease allows, by then long
+// run out: past the time any node may rescue the task (HeldFor), plus one
+// more lease for the database to come back. So it never gives up while
+// its run holds its lease (it stops a run that cannot renew it after
+// stopAfter, and notices within two beats). At the defaults: 2 minutes,
+// as the docs say.
+func TestGiveUpOnlyLongAfterTheLeaseRanOut(t *testing.T) {
+	for _, lease := range []time.Duration{10 * time.Second, time.Minute, 5 * time.Minute, time.Hour, 24 * time.Hour} {
+		every := queue.BeatEvery(lease)
+		for _, grace := range []time.Duration{0, time.Second, queue.DefaultGrace, lease / 2, 3 * lease} {
+			giveUp := GiveUpAfter(lease, every, grace)
+			if held := HeldFor(lease, every, grace); giveUp < held+lease {
+				t.Errorf("dead_node_after %s, grace %s: gives up %s after the last write, before the lease ran out (%s) and one more lease", lease, grace, giveUp, held)
+			}
+			if noticed := stopAfter(lease, every, grace) + 2*every; giveUp <= noticed {
+				t.Errorf("dead_node_after %s, grace %s: gives up %s after the last write, while the run may still hold its lease (%s)", lease, grace, giveUp, noticed)
+			}
+		}
+	}
+	if got := GiveUpAfter(queue.DefaultDeadNodeAfter, queue.DefaultBeat, queue.DefaultGrace); got != 2*time.Minute {
+		t.Errorf("at the defaults a runner gives up %s after its last write; the docs say 2m0s", got)
+	}
+}

@@ -87,7 +87,9 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 		defer tasks.close()
 	}
 	if err := work(ctx, spec, reg, log, link, relayCtl, live, tasks); err != nil {
-		log.Error("task runner failed", zap.Error(err))
+		if !isGaveUp(err) { // else said once already, with its reason
+			log.Error("task runner failed", zap.Error(err))
+		}
 		return 1
 	}
 	return 0

@@ -25,7 +25,11 @@ import (
 
 // supervise runs the supervisor: it starts the worker, reaps every child
 // it is given, answers the worker's requests, and once the worker has
-// exited stops whatever is left and exits with the worker's code. The
+// exited stops whatever is left and exits with the worker's code. Asked
+// to stop (SIGTERM, SIGINT), it passes the signal on to the worker, which
+// stops the run as a cancel does and records what it can; a worker that
+// has not exited stopWithin the task's grace after that (hung, or
+// stopped) is killed, and the rest stopped as for any dead worker. The
 // relay control channel and the task channel, if any, go to the worker and
 // to no other process; the supervisor keeps no copy.
 func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
@@ -151,6 +155,15 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			memoryTicker.Stop()
 		}
 	}()
+	// killWorker fires stopWithin after the first SIGTERM or SIGINT.
+	var killTimer *time.Timer
+	var killWorker <-chan time.Time
+	var killWithin time.Duration
+	defer func() {
+		if killTimer != nil {
+			killTimer.Stop()
+		}
+	}()
 	for s.workerStatus == nil {
 		switch {
 		case memoryTick == nil && s.usage.limit > 0:
@@ -178,6 +191,16 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			// has this too; an operator may signal only this process), or
 			// for live output (sent to this process only).
 			syscall.Kill(worker, sig.(syscall.Signal))
+			if (sig == syscall.SIGTERM || sig == syscall.SIGINT) && killTimer == nil {
+				killWithin = stopWithin(s.grace)
+				killTimer = time.NewTimer(killWithin)
+				killWorker = killTimer.C
+			}
+		case <-killWorker:
+			killWorker = nil
+			s.log.Warn("the task runner worker did not stop in time after it was asked to; killing it and stopping what its run left",
+				zap.Duration("within", killWithin))
+			syscall.Kill(worker, syscall.SIGKILL)
 		case req, ok := <-requests:
 			if !ok {
 				requests = nil // the worker closed its end; wait for it to exit
@@ -215,6 +238,15 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		return 128 + int(ws.Signal())
 	}
 	return 1
+}
+
+// stopWithin is how long after SIGTERM a runner's supervisor gives its
+// worker to exit before it kills it: the task's grace to stop the plugin's
+// program, the time a plugin may take past it (runPlugin), the grace
+// again for what the run left, StopRecordFor to record, and 10 s to
+// disconnect.
+func stopWithin(grace time.Duration) time.Duration {
+	return 2*grace + pluginSlack + StopRecordFor + 10*time.Second
 }
 
 type supervisor struct {

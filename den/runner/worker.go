@@ -19,8 +19,11 @@ import (
 // (Spec.Reuse; worker_tasks.go), then runs the tasks the node hands it, one after
 // another, on the same connection, until the node closes the channel. ctx
 // cancellation (SIGTERM to the runner) stops the plugin, and the runner
-// takes no more tasks; the result is still stored. sup is the worker's
-// link to its supervisor.
+// takes no more tasks; the result is still stored if the database answers
+// within StopRecordFor. Once the node is gone (its end of the task
+// channel closed), a run whose writes have not landed for GiveUpAfter is
+// given up (worker_giveup.go): work then returns a gaveUp, already logged.
+// sup is the worker's link to its supervisor.
 func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal, tasks *taskLink) error {
 	client, disconnect, err := connect(spec, relayCtl, log)
 	if err != nil {
@@ -36,9 +39,13 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 		}
 	}
 	var shedder shedder
+	var nodeGone <-chan struct{}
+	if tasks != nil {
+		nodeGone = tasks.gone
+	}
 	for served := 0; ; served++ {
 		r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
-			reused: served > 0, Report: report}
+			reused: served > 0, Report: report, NodeGone: nodeGone, Stopping: ctx.Done()}
 		if tasks == nil {
 			return r.Run(ctx)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -51,6 +52,16 @@ type Runner struct {
 	// queue/live.go). Each one asks for live output for the next LiveFor.
 	// Nil: never asked.
 	LiveRequests <-chan os.Signal
+	// NodeGone, when set, is closed once the node process that started
+	// this runner has exited (its task channel closed): the run's final
+	// writes are then given up once none has landed for GiveUpAfter
+	// (worker_giveup.go). Nil: the node is never taken for gone.
+	NodeGone <-chan struct{}
+	// Stopping, when set, is closed when the runner process is asked to
+	// stop (SIGTERM, SIGINT): the run is stopped, and its final writes are
+	// given up StopRecordFor after they began. Nil: when Run's ctx is
+	// done (a Runner used in-process).
+	Stopping <-chan struct{}
 
 	// supervisor is the worker's link to its supervisor process;
 	// a Runner used in-process has none, and contains nothing.
@@ -65,6 +76,11 @@ type Runner struct {
 	// run began: a larger one at its end is a program of this run.
 	maxRSSBefore int64
 }
+
+// pluginSlack is how long past the task's grace a stopped plugin may take
+// to return: the time a program's leftover children may hold its output
+// open (the command plugin's WaitDelay), plus slack.
+const pluginSlack = 7 * time.Second
 
 // now is the runner's clock: Now when set, else the database server's
 // time by the node's anchor (Spec.ClockServer), else the host's.
@@ -141,6 +157,11 @@ type run struct {
 	// cgroup whose pids.max holds it, "" when RLIMIT_NPROC must.
 	maxProcesses int
 	pidsCgroup   string
+	// landed is when a write of the run (its start, a heartbeat, its
+	// result) last landed; gaveUpLogged is set once the runner said it
+	// gives up (worker_giveup.go).
+	landed       landing
+	gaveUpLogged bool
 }
 
 // Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
@@ -156,14 +177,21 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB),
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
+	stopping := r.Stopping
+	if stopping == nil {
+		stopping = ctx.Done()
+	}
 	ok, err := t.start(ctx)
 	if err != nil || !ok {
 		return err
 	}
 	// Output is stored with a context that outlives a stopped task: what the
-	// plugin printed before it was stopped is kept.
+	// plugin printed before it was stopped is kept. The database's part of
+	// it is given up only when the runner gives up (worker_giveup.go).
 	storeCtx := context.WithoutCancel(ctx)
-	t.out = newOutputs(storeCtx, gridfs.NewBucket(r.DB, queue.GridFSPrefix), taskID, r.Spec.GFS)
+	writeCtx, recording, stopBound := t.boundWrites(storeCtx, stopping)
+	defer stopBound()
+	t.out = newOutputs(writeCtx, gridfs.NewBucket(r.DB, queue.GridFSPrefix), taskID, r.Spec.GFS)
 	t.started = time.Now()
 
 	// The run holds its task while its heartbeats land (its lease); a
@@ -179,7 +207,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	stopBeat()
 	t.stopLeftovers(storeCtx)
 	t.finalUsage(storeCtx)
-	return t.record(storeCtx, ctx, status)
+	recording()
+	return t.record(writeCtx, ctx, status)
 }
 
 // stopLeftovers stops every process the run left behind (a daemon, a
@@ -267,18 +296,7 @@ func HeldFor(lease, every, grace time.Duration) time.Duration {
 // cancelled (the node did not say so: frozen, or cut off), or when none
 // has landed for stopAfter (the host's monotonic clock counts it).
 func (t *run) beat(ctx context.Context, lose context.CancelCauseFunc) (stop func()) {
-	every := queue.DefaultBeat
-	if t.Spec.Beat > 0 {
-		every = time.Duration(t.Spec.Beat * float64(time.Second))
-	}
-	lease := queue.DefaultDeadNodeAfter
-	if t.Spec.DeadNodeAfter > 0 {
-		lease = time.Duration(t.Spec.DeadNodeAfter * float64(time.Second))
-	}
-	grace := t.opts.MaxTermination
-	if grace <= 0 {
-		grace = time.Duration(t.Spec.Grace * float64(time.Second))
-	}
+	lease, every, grace := t.leaseTimes()
 	limit := stopAfter(lease, every, grace)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -314,6 +332,7 @@ func (t *run) beat(ctx context.Context, lose context.CancelCauseFunc) (stop func
 				}
 			case state == queue.LeaseHeld:
 				landed = sent
+				t.landed.mark()
 				if failing {
 					failing = false
 					t.log.Info("heartbeats land again")
@@ -356,6 +375,7 @@ func (t *run) start(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("start task %s: %w", t.Spec.Task, err)
 	}
+	t.landed.mark()
 	if !ok {
 		t.log.Warn("task is no longer claimed by this node (released, reaped or deleted); not running it")
 		return false, nil
@@ -512,7 +532,7 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	done := make(chan result, 1)
 	env := plugins.NewEnv(plugins.Env{
 		Stdout: t.out.stdout, Stderr: t.out.stderr, DB: t.DB, Log: t.log, Grace: t.opts.MaxTermination,
-		MaxProcesses: t.maxProcesses, PidsCgroup: t.pidsCgroup,
+		MaxProcesses: t.maxProcesses, PidsCgroup: t.pidsCgroup, MemoryRequest: int64(math.Ceil(t.opts.Requested.MemoryMB * (1 << 20))),
 	}, t.Spec.Plugin, t.Spec.PluginConfig, t.record1)
 	go func() {
 		defer func() {
@@ -533,7 +553,7 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	}
 	// The plugin's own grace, plus the time a program's leftover children
 	// may hold its output open (the command plugin's WaitDelay), plus slack.
-	grace := time.NewTimer(t.opts.MaxTermination + 7*time.Second)
+	grace := time.NewTimer(t.opts.MaxTermination + pluginSlack)
 	defer grace.Stop()
 	select {
 	case res := <-done:
@@ -621,7 +641,9 @@ func validate(status int, err error, out *outputs) int {
 
 // record stores the outcome: cancelled (-5) when the task was cancelled
 // while it ran, else a retry when it failed with retries left, else the
-// final status.
+// final status. Its writes are retried until they land or the runner
+// gives up (storeCtx's cause; worker_giveup.go): it then returns the
+// gaveUp, having logged it.
 func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	var lost leaseLost
 	if errors.As(context.Cause(runCtx), &lost) && status != queue.StatusCancelled {
@@ -676,6 +698,9 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 	t.extraMu.Unlock()
 	outcome := t.decided(status, extra)
 	extra = append(extra, outcome.Fields()...)
+	if err := t.gaveUp(storeCtx, "the run's output and result", status, outcome); err != nil {
+		return err
+	}
 	if err != nil {
 		t.log.Error("cannot store task output in GridFS", zap.Error(err))
 		stdout, stderr = "", "den: output could not be stored: "+err.Error()
@@ -697,8 +722,14 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 		}
 		return err
 	})
+	if err := t.gaveUp(storeCtx, "the run's result", status, outcome); err != nil {
+		return err
+	}
+	t.landed.mark()
 	if !recorded {
-		t.keepOrphanedOutput(storeCtx, result)
+		if err := t.keepOrphanedOutput(storeCtx, result, outcome); err != nil {
+			return err
+		}
 		t.report(0, false, outcome)
 		return nil
 	}
@@ -707,6 +738,9 @@ func (t *run) record(storeCtx, runCtx context.Context, status int) error {
 		t.retryForever(storeCtx, "decrement count_todo", func(ctx context.Context) error {
 			return t.store.DecrementTodo(ctx, t.task.Queue)
 		})
+		if err := t.gaveUp(storeCtx, "the queue's count_todo decrement (the result is recorded; count_todo stays one too high until `den counts fix`)", status, outcome); err != nil {
+			return err
+		}
 	}
 	t.releaseDependents(storeCtx, status)
 	t.log.Info("task finished", zap.Int("status", status), zap.String("outcome", queue.StatusName(status)),
@@ -784,6 +818,9 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 		entry.Stdout, entry.Stderr, err = t.out.toGridFS(ctx, stdout, stderr)
 		return err
 	})
+	if err := t.gaveUp(ctx, "the run's output and its retry", status, outcome); err != nil {
+		return err
+	}
 	at := t.opts.RetryAt(t.now(), entry.Attempt)
 	var requeued bool
 	t.retryForever(ctx, "put the task back for a retry", func(ctx context.Context) error {
@@ -791,6 +828,10 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 		requeued, err = t.store.Retry(ctx, t.taskID, t.Spec.Node, t.info.Token, entry, at, t.now())
 		return err
 	})
+	if err := t.gaveUp(ctx, "the run's retry (its output is in GridFS under metadata.task_id)", status, outcome); err != nil {
+		return err
+	}
+	t.landed.mark()
 	if !requeued {
 		t.log.Warn("task changed while it ran; not retrying it (its output is in GridFS under metadata.task_id)")
 		t.report(0, false, outcome)
@@ -808,14 +849,18 @@ func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra b
 
 // keepOrphanedOutput handles a result that could not be recorded because
 // the task changed under the runner: the output goes to GridFS under
-// metadata.task_id, and the log says what happened.
-func (t *run) keepOrphanedOutput(ctx context.Context, result queue.Result) {
+// metadata.task_id, and the log says what happened. It returns the
+// gaveUp when the runner gave up storing it.
+func (t *run) keepOrphanedOutput(ctx context.Context, result queue.Result, outcome queue.Outcome) error {
 	var outID, errID bson.ObjectID
 	t.retryForever(ctx, "store output of a task that changed meanwhile", func(ctx context.Context) error {
 		var err error
 		outID, errID, err = t.out.toGridFS(ctx, result.Stdout, result.Stderr)
 		return err
 	})
+	if err := t.gaveUp(ctx, "the output of a task that changed meanwhile (reaped, rescued or deleted)", result.Status, outcome); err != nil {
+		return err
+	}
 	fields := []zap.Field{zap.Int("status", result.Status), zap.String("stdout_file", outID.Hex()), zap.String("stderr_file", errID.Hex())}
 	task, err := t.store.Task(ctx, t.taskID)
 	switch {
@@ -827,10 +872,12 @@ func (t *run) keepOrphanedOutput(ctx context.Context, result queue.Result) {
 		fields = append(fields, zap.Int("now_status", task.Status), zap.String("now_node", task.Node))
 	}
 	t.log.Warn("task changed while it ran (reaped, rescued or deleted): its state was left as is; output kept in GridFS under metadata.task_id", fields...)
+	return nil
 }
 
 // retryForever retries a write that must land, logging when it starts
-// failing and when it recovers.
+// failing and when it recovers, until it lands or ctx ends (the runner
+// gave up: the caller says so, with t.gaveUp).
 func (t *run) retryForever(ctx context.Context, what string, op func(context.Context) error) {
 	failures := 0
 	err := t.Retry.Retry(ctx, op, func(attempt int, err error) {
@@ -839,6 +886,9 @@ func (t *run) retryForever(ctx context.Context, what string, op func(context.Con
 			t.log.Warn("cannot "+what+"; retrying until it lands", zap.Error(err))
 		}
 	})
+	if err != nil && isGaveUp(context.Cause(ctx)) {
+		return
+	}
 	if err != nil {
 		t.log.Error("gave up: cannot "+what, zap.Error(err))
 		return

@@ -275,7 +275,9 @@ func closeAll(fds []int) {
 }
 
 // Close closes the control channel and, after a switch, the local relay
-// and its client.
+// and its client. Commands still in flight through the local relay (a
+// handshake waiting for a server that does not answer) are cut off when
+// ctx ends: the runner is exiting, and its own operations are over.
 func (d *Dialer) Close(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -286,7 +288,9 @@ func (d *Dialer) Close(ctx context.Context) error {
 	if d.local == nil {
 		return nil
 	}
+	stop := context.AfterFunc(ctx, d.local.cmdCancel)
 	d.localPeer.Close()
+	stop()
 	d.local.Close()
 	return d.localClient.Disconnect(ctx)
 }
