@@ -219,10 +219,16 @@ type costServer struct {
 func benchServer(ctx context.Context, b *testing.B) costServer {
 	real := os.Getenv(dentest.EnvURI)
 	if real == "" {
-		srv, err := devdb.Start(ctx, devdb.Config{Dir: b.TempDir()})
+		dir := b.TempDir()
+		sctx, stop := context.WithCancel(ctx)
+		srv, err := devdb.Start(sctx, devdb.Config{Dir: dir})
 		if err != nil {
+			stop()
 			b.Fatal(err)
 		}
+		// Stopped, and its PostgreSQL with it, before dir is removed
+		// (cleanups run last first).
+		b.Cleanup(func() { stop(); <-srv.Done() })
 		return costServer{uri: srv.URI(), directURI: srv.DirectURI(), database: "bench", stats: srv.Stats}
 	}
 	u, err := url.Parse(real)
