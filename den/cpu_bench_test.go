@@ -126,7 +126,7 @@ func benchCPU(b *testing.B) {
 	starts := scrapeCounter(b, httpAddr, "den_runner_starts_total")
 	// Who spent it, while the runners are still there (idle): the node,
 	// its runners' supervisors, their workers.
-	b.Logf("by process (CPU since each started, context switches): %s", byRole(b, cg, node.Process.Pid))
+	b.Logf("by process (threads, CPU since each started, voluntary+involuntary context switches): %s", byRole(b, cg, node.Process.Pid))
 	// Every runner ends (the last ones after runner.idle, 10 s): until
 	// then the cgroup holds more than the node.
 	dentest.Eventually(b, 2*time.Minute, "the runners' exit", func() bool { return len(cg.pids(b)) == 1 })
@@ -323,6 +323,7 @@ func byRole(b *testing.B, cg *cpuCgroup, node int) string {
 		ppid        int
 		cpu         time.Duration
 		vol, nonvol int64
+		threads     int
 	}
 	procs := map[int]proc{}
 	for _, pid := range cg.pids(b) {
@@ -343,6 +344,7 @@ func byRole(b *testing.B, cg *cpuCgroup, node int) string {
 		st, _ := strconv.ParseInt(f[12], 10, 64)
 		p.cpu = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
 		threads, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+		p.threads = len(threads)
 		for _, t := range threads {
 			raw, err := os.ReadFile(t)
 			if err != nil {
@@ -361,7 +363,7 @@ func byRole(b *testing.B, cg *cpuCgroup, node int) string {
 		procs[pid] = p
 	}
 	type sum struct {
-		n           int
+		n, threads  int
 		cpu         time.Duration
 		vol, nonvol int64
 	}
@@ -381,12 +383,13 @@ func byRole(b *testing.B, cg *cpuCgroup, node int) string {
 		r.cpu += p.cpu
 		r.vol += p.vol
 		r.nonvol += p.nonvol
+		r.threads += p.threads
 	}
 	var parts []string
 	for _, role := range []string{"node", "supervisors", "workers", "other"} {
 		r := roles[role]
 		if r.n > 0 {
-			parts = append(parts, fmt.Sprintf("%s (%d) %s, %d+%d switches", role, r.n, r.cpu, r.vol, r.nonvol))
+			parts = append(parts, fmt.Sprintf("%s (%d, %d threads) %s, %d+%d switches", role, r.n, r.threads, r.cpu, r.vol, r.nonvol))
 		}
 	}
 	return strings.Join(parts, "; ")

@@ -38,8 +38,6 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			defer f.Close() // also on the early returns below
 		}
 	}
-	// The worker's PDEATHSIG fires when the thread that started it exits.
-	runtime.LockOSThread()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		log.Error("cannot become a child subreaper; refusing to run the task uncontained", zap.Error(err))
 		return 2
@@ -73,6 +71,14 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		log.Error("create the worker's control socket", zap.Error(err))
+		return 2
+	}
+	// Non-blocking, so that reading it waits in the runtime's poller and
+	// not in a read(2) that holds a thread: a thread blocked in a system
+	// call keeps the runtime's monitor polling (every 20 µs at first),
+	// which cost more CPU than the supervisor's own work per task.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
 		log.Error("create the worker's control socket", zap.Error(err))
 		return 2
 	}
@@ -115,14 +121,24 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	if cgroupFD != nil {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(cgroupFD.Fd())
 	}
-	worker, err := syscall.ForkExec(exe, os.Args, attr)
-	syscall.Close(fds[1])
-	if err != nil && cgroupFD != nil {
-		log.Warn("cannot start the worker inside the run's cgroup; containing it by process tree only", zap.Error(err))
-		contain.RemoveCgroup(cgroup, time.Second)
-		cgroup, attr.Sys.UseCgroupFD = "", false
+	// The worker's PDEATHSIG fires when the thread that started it exits:
+	// it is started from a thread that lives, locked, until the
+	// supervisor returns. The loop below runs on any thread (a loop
+	// locked to its thread hands its work over to that thread each time
+	// it wakes: two more context switches per request of the worker).
+	release := make(chan struct{})
+	defer close(release)
+	var worker int
+	onLockedThread(release, func() {
 		worker, err = syscall.ForkExec(exe, os.Args, attr)
-	}
+		if err != nil && cgroupFD != nil {
+			log.Warn("cannot start the worker inside the run's cgroup; containing it by process tree only", zap.Error(err))
+			contain.RemoveCgroup(cgroup, time.Second)
+			cgroup, attr.Sys.UseCgroupFD = "", false
+			worker, err = syscall.ForkExec(exe, os.Args, attr)
+		}
+	})
+	syscall.Close(fds[1])
 	if err != nil {
 		log.Error("start the task runner worker", zap.Error(err))
 		return 2
@@ -238,6 +254,21 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		return 128 + int(ws.Signal())
 	}
 	return 1
+}
+
+// onLockedThread runs fn on an OS thread locked to it, which stays alive
+// (its goroutine waiting, locked) until release is closed, and returns
+// once fn has.
+func onLockedThread(release <-chan struct{}, fn func()) {
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		fn()
+		close(done)
+		<-release
+	}()
+	<-done
 }
 
 // stopWithin is how long after SIGTERM a runner's supervisor gives its

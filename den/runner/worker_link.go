@@ -35,6 +35,12 @@ func linkFromEnv() (*link, error) {
 		return nil, fmt.Errorf("%s=%q does not name this process's parent", envSupervisor, v)
 	}
 	syscall.CloseOnExec(controlFD) // never handed on to the task's programs
+	// Non-blocking, so that a wait for the supervisor's answer parks in
+	// the runtime's poller instead of holding a thread in read(2) (see
+	// supervise).
+	if err := syscall.SetNonblock(controlFD, true); err != nil {
+		return nil, fmt.Errorf("control channel on fd %d: %w", controlFD, err)
+	}
 	f := os.NewFile(controlFD, "supervisor")
 	if f == nil {
 		return nil, errors.New("no control channel on fd 3")
