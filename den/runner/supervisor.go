@@ -148,11 +148,21 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			f.Close() // the worker has it; the node sees it close when the worker exits
 		}
 	}
+	// The supervisor and its worker are walked several times per task
+	// (leftovers, usage): their /proc files stay open.
+	tree := contain.NewTree()
+	defer tree.Close()
+	for _, pid := range []int{os.Getpid(), worker} {
+		if err := tree.Keep(int32(pid)); err != nil {
+			log.Debug("cannot keep a runner process's /proc files open; reading them anew each time", zap.Error(err))
+		}
+	}
 	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, pidsRoot: spec.Pids, grace: DefaultGrace,
 		id:    bson.NewObjectID().Hex(),
 		run:   runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
 		proof: proof,
-		usage: &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup}}
+		tree:  tree,
+		usage: &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup, tree: tree}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
@@ -304,6 +314,9 @@ type supervisor struct {
 	grace        time.Duration
 	workerStatus *syscall.WaitStatus
 	usage        *sampler
+	// tree walks the run's processes, keeping the supervisor's and the
+	// worker's /proc files open.
+	tree *contain.Tree
 }
 
 // runState is the run the supervisor serves: its task, token, cgroup
@@ -327,6 +340,7 @@ func (s *supervisor) reap() {
 		}
 		if pid == s.worker {
 			s.workerStatus = &ws
+			s.tree.Forget(int32(pid))
 		}
 	}
 }
@@ -391,7 +405,7 @@ func (s *supervisor) handle(req string, reply *os.File) {
 // runner's next run.
 func (s *supervisor) leftovers(ctx context.Context) []int32 {
 	var pids []int32
-	for _, p := range contain.Descendants(ctx, int32(os.Getpid())) {
+	for _, p := range s.tree.Descendants(ctx, int32(os.Getpid())) {
 		if p != int32(s.worker) {
 			pids = append(pids, p)
 		}
@@ -402,7 +416,7 @@ func (s *supervisor) leftovers(ctx context.Context) []int32 {
 			seen[p] = true
 		}
 		for _, p := range slices.Concat(contain.CgroupProcs(s.run.cgroup), contain.CgroupProcs(s.run.pids)) {
-			if p != int32(s.worker) && !seen[p] && !isZombie(p) {
+			if p != int32(s.worker) && !seen[p] && !s.isZombie(p) {
 				pids = append(pids, p)
 			}
 		}
@@ -422,8 +436,8 @@ func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
 	return n
 }
 
-func isZombie(pid int32) bool {
-	st, ok := contain.ReadStat(pid)
+func (s *supervisor) isZombie(pid int32) bool {
+	st, ok := s.tree.ReadStat(pid)
 	return !ok || st.State == 'Z'
 }
 
@@ -503,7 +517,7 @@ func (s *supervisor) begin(task string) (string, error) {
 	s.idling = false
 	s.grace = s.defaultGrace
 	base := s.usage.cpu(context.Background())
-	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base}
+	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base, tree: s.tree}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		s.usage.maxRSSBefore = ru.Maxrss

@@ -67,6 +67,8 @@ type sampler struct {
 	// maxRSSBefore is the supervisor's RUSAGE_CHILDREN ru_maxrss then.
 	base         cpuTimes
 	maxRSSBefore int64
+	// tree walks the supervisor's tree (nil: contain.Descendants).
+	tree *contain.Tree
 }
 
 type cpuTimes struct{ user, system float64 }
@@ -90,8 +92,12 @@ func (s *sampler) cpu(ctx context.Context) cpuTimes {
 func (s *sampler) sample(ctx context.Context) (user, system float64) {
 	var rss, task int64
 	page := int64(os.Getpagesize())
-	for _, pid := range contain.Descendants(ctx, s.me) {
-		st, ok := contain.ReadStat(pid)
+	tree := s.tree
+	if tree == nil {
+		tree = contain.NewTree() // keeps nothing
+	}
+	for _, pid := range tree.Descendants(ctx, s.me) {
+		st, ok := tree.ReadStat(pid)
 		if !ok {
 			continue
 		}

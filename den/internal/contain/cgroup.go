@@ -112,17 +112,12 @@ func MoveToCgroup(dir string, pid int) error {
 
 // CgroupProcs lists the processes in a cgroup; none when it does not exist.
 func CgroupProcs(dir string) []int32 {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var buf []byte
+	b, err := readProc(filepath.Join(dir, "cgroup.procs"), &buf)
 	if err != nil {
 		return nil
 	}
-	var out []int32
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.ParseInt(f, 10, 32); err == nil {
-			out = append(out, int32(n))
-		}
-	}
-	return out
+	return appendPids(nil, b)
 }
 
 // KillCgroup kills every process in a cgroup at once (cgroup.kill, Linux
