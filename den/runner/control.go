@@ -6,9 +6,13 @@ package runner
 // which the worker checks against its parent). The worker asks, the
 // supervisor answers: one request per line, a verb and at most one
 // argument, separated by a space; an answer is a line that starts with its
-// verb. The worker asks one question at a time, and takes each answer off
-// the channel before it asks the next (link.ask), so answers need no
-// numbering. Requests, in the order a run makes them:
+// verb. The worker asks one batch of questions at a time, in one write, and
+// takes each answer off the channel before it asks the next batch
+// (link.askAll), so answers need no numbering; requests without an answer
+// wait for the next batch (link.tell, flush). The supervisor answers the
+// requests of one read in order, in one write. A run makes three batches
+// and an idle: "begin"; "grace" (and "memory") with "procs"; "stop" with
+// "usage"; and "idle" once recorded. Requests:
 //
 //	begin <task id>  a run of that task starts      -> run <token> | refused <why>
 //	grace <ms>       the task's max_termination_time,

@@ -2,10 +2,12 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -167,8 +169,9 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
 	s.defaultGrace = s.grace
-	requests := make(chan string)
+	requests := make(chan []string)
 	go readRequests(ours, requests)
+	var answers bytes.Buffer
 	// SIGCHLDs can merge; a slow tick makes sure none is missed.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -227,12 +230,21 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			s.log.Warn("the task runner worker did not stop in time after it was asked to; killing it and stopping what its run left",
 				zap.Duration("within", killWithin))
 			syscall.Kill(worker, syscall.SIGKILL)
-		case req, ok := <-requests:
+		case batch, ok := <-requests:
 			if !ok {
 				requests = nil // the worker closed its end; wait for it to exit
 				continue
 			}
-			s.handle(req, ours)
+			// The requests the worker sent together are answered
+			// together: one write, one wake of the worker.
+			answers.Reset()
+			s.stoppedAll = false
+			for _, req := range batch {
+				s.handle(req, &answers)
+			}
+			if answers.Len() > 0 {
+				ours.Write(answers.Bytes())
+			}
 		}
 	}
 	// The worker has exited; what is left is bounded (leftovers get their
@@ -314,6 +326,9 @@ type supervisor struct {
 	grace        time.Duration
 	workerStatus *syscall.WaitStatus
 	usage        *sampler
+	// stoppedAll is set by a stop that found no process of the run but
+	// the worker, until the next request (of the same batch).
+	stoppedAll bool
 	// tree walks the run's processes, keeping the supervisor's and the
 	// worker's /proc files open.
 	tree *contain.Tree
@@ -345,13 +360,17 @@ func (s *supervisor) reap() {
 	}
 }
 
-// handle answers one request of the worker (control.go).
-func (s *supervisor) handle(req string, reply *os.File) {
+// handle answers one request of the worker (control.go) into reply.
+func (s *supervisor) handle(req string, reply io.Writer) {
 	answer := func(verb string, arg any) { fmt.Fprintf(reply, "%s %v\n", verb, arg) }
 	verb, arg, _ := strings.Cut(req, " ")
+	// A usage asked with the stop before it (link.stopThenUsage), when
+	// the stop found nothing: the tree is the worker alone.
+	alone := s.stoppedAll
+	s.stoppedAll = false
 	switch verb {
 	case verbUsage:
-		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1))
+		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1, alone))
 		if err != nil { // cannot happen: numbers only
 			b = []byte("{}")
 		}
@@ -391,7 +410,9 @@ func (s *supervisor) handle(req string, reply *os.File) {
 		s.grace = time.Duration(n) * time.Millisecond
 	case verbStop:
 		s.grace = time.Duration(n) * time.Millisecond
-		answer(verbStopped, s.stopAll(context.Background(), false))
+		stopped := s.stopAll(context.Background(), false)
+		s.stoppedAll = stopped == 0
+		answer(verbStopped, stopped)
 	default:
 		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
 	}
@@ -441,11 +462,27 @@ func (s *supervisor) isZombie(pid int32) bool {
 	return !ok || st.State == 'Z'
 }
 
-func readRequests(f *os.File, out chan<- string) {
+// readRequests sends the worker's requests to out, one batch per read:
+// those the worker sent together (link.askAll) are handled together.
+func readRequests(f *os.File, out chan<- []string) {
 	defer close(out)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		out <- sc.Text()
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		batch := []string{strings.TrimSuffix(line, "\n")}
+		// Whole lines the same read brought.
+		for {
+			b, _ := r.Peek(r.Buffered())
+			if bytes.IndexByte(b, '\n') < 0 {
+				break
+			}
+			line, _ := r.ReadString('\n')
+			batch = append(batch, strings.TrimSuffix(line, "\n"))
+		}
+		out <- batch
 	}
 }
 
@@ -516,7 +553,16 @@ func (s *supervisor) begin(task string) (string, error) {
 	s.run = next
 	s.idling = false
 	s.grace = s.defaultGrace
-	base := s.usage.cpu(context.Background())
+	// The CPU counted before this run, to be subtracted. A run with a
+	// cgroup is measured by its cpu.stat, and this base is only that
+	// reading's fallback: the worker's own (between runs it is the tree:
+	// idle found nothing else), without walking the tree.
+	var base cpuTimes
+	if next.cgroup != "" {
+		base = s.usage.workerCPU()
+	} else {
+		base = s.usage.cpu(context.Background())
+	}
 	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base, tree: s.tree}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {

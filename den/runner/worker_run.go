@@ -204,53 +204,44 @@ func (r *Runner) Run(ctx context.Context) error {
 	stopUsage()
 	stopLive()
 	stopBeat()
-	t.stopLeftovers(storeCtx)
-	t.finalUsage(storeCtx)
+	t.stopAndMeasure(storeCtx)
 	recording()
 	return t.record(writeCtx, ctx, status)
 }
 
-// stopLeftovers stops every process the run left behind (a daemon, a
-// double-forked child, a program its plugin abandoned) before the result is
-// recorded, so that a retry never overlaps this run. The count goes into
-// the task (leftover_processes) and a line of stderr.
-func (t *run) stopLeftovers(ctx context.Context) {
+// stopAndMeasure stops every process the run left behind (a daemon, a
+// double-forked child, a program its plugin abandoned) before the result
+// is recorded, so that a retry never overlaps this run, and then measures
+// what the run used, once all its processes are gone, for its final write
+// (the result, or the retry's history entry): one exchange with the
+// supervisor, no database command. The count of leftovers goes into the
+// task (leftover_processes) and a line of stderr.
+func (t *run) stopAndMeasure(ctx context.Context) {
 	if t.supervisor == nil {
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, t.opts.MaxTermination+time.Minute)
 	defer cancel()
-	n, err := t.supervisor.stopLeftovers(sctx, t.opts.MaxTermination)
-	if err != nil {
-		t.log.Error("could not stop the run's leftover processes", zap.Error(err))
+	n, m, errStop, errUsage := t.supervisor.stopThenUsage(sctx, t.opts.MaxTermination)
+	switch {
+	case errStop != nil:
+		t.log.Error("could not stop the run's leftover processes", zap.Error(errStop))
+	case n > 0:
+		t.log.Info("stopped processes the task left running", zap.Int("processes", n))
+		t.out.appendLine(fmt.Sprintf("den: stopped %d process(es) the task left running when it ended", n))
+		t.extraMu.Lock()
+		t.extra = append(t.extra, bson.E{Key: FieldLeftovers, Value: n})
+		t.extraMu.Unlock()
+	}
+	if errUsage != nil {
+		t.log.Warn("cannot measure the run's resource usage; recording the task without it", zap.Error(errUsage))
 		return
 	}
-	if n == 0 {
-		return
-	}
-	t.log.Info("stopped processes the task left running", zap.Int("processes", n))
-	t.out.appendLine(fmt.Sprintf("den: stopped %d process(es) the task left running when it ended", n))
-	t.extraMu.Lock()
-	t.extra = append(t.extra, bson.E{Key: FieldLeftovers, Value: n})
-	t.extraMu.Unlock()
-}
-
-// finalUsage measures what the run used, once all its processes are gone,
-// for its final write (the result, or the retry's history entry): no
-// database command of its own.
-func (t *run) finalUsage(ctx context.Context) {
-	u, m, err := t.measureUsage(ctx, false)
-	if err != nil {
-		t.log.Warn("cannot measure the run's resource usage; recording the task without it", zap.Error(err))
-		return
-	}
-	if u == nil {
-		return
-	}
+	u := t.usageOf(m, false)
 	t.extraMu.Lock()
 	t.extra = append(t.extra, bson.E{Key: queue.FieldUsage, Value: *u})
 	t.extraMu.Unlock()
-	t.memoryKilled(m)
+	t.memoryKilled(&m)
 }
 
 // FieldLeftovers is the task field that counts the processes a run left
@@ -405,16 +396,19 @@ func (t *run) start(ctx context.Context) (bool, error) {
 		}
 	}
 	if t.supervisor != nil {
-		if err := t.supervisor.setGrace(t.opts.MaxTermination); err != nil {
-			t.log.Warn("cannot tell the supervisor the task's grace time", zap.Error(err))
-		}
+		// Told with the process limit's question (limitProcesses), or
+		// sent on their own below: one exchange either way.
+		t.supervisor.setGrace(t.opts.MaxTermination)
 		if mb := t.opts.Requested.MemoryMB; mb > 0 {
-			if err := t.supervisor.setMemoryLimit(int64(mb * (1 << 20))); err != nil {
-				t.log.Warn("cannot tell the supervisor the task's memory request; it is not enforced", zap.Error(err))
-			}
+			t.supervisor.setMemoryLimit(int64(mb * (1 << 20)))
 		}
 	}
 	t.limitProcesses(sctx)
+	if t.supervisor != nil {
+		if err := t.supervisor.flush(); err != nil {
+			t.log.Warn("cannot tell the supervisor the task's grace time and memory request; the request is not enforced", zap.Error(err))
+		}
+	}
 	return true, nil
 }
 
