@@ -42,6 +42,9 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkCPU -benchtime 1x -timeout 30m ./den/
 //
+// DEN_BENCH_NODE_ENV adds KEY=VALUE pairs (blank-separated) to the node's
+// environment, which its runners inherit: GOGC=200, GOMAXPROCS=1, ...
+//
 // DEN_BENCH_PERF=1 records the tasks' run with perf (perf record -g -F
 // 997) of the cgroup's processes and those they start, into
 // DEN_BENCH_PERF_DATA (default perf.data in a temporary directory that is
@@ -87,6 +90,7 @@ func benchCPU(b *testing.B) {
 	node := exec.Command("/bin/sh", "-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", cg.procs,
 		bin, "run", "--mongo-uri", srv.uri, "--database", srv.database, "--node", "cpu-bench", "--http-listen", httpAddr)
 	node.Env = append(os.Environ(), "HOME="+dir)
+	node.Env = append(node.Env, strings.Fields(os.Getenv("DEN_BENCH_NODE_ENV"))...)
 	node.Stdout, node.Stderr = logFile, logFile
 	if err := node.Start(); err != nil {
 		b.Fatal(err)
