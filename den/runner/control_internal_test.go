@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,10 +31,10 @@ func controlPair(t *testing.T) (*link, *os.File) {
 }
 
 // A run's requests reach the supervisor in the batches the worker makes
-// (grace and memory, told, go with the process limit's question; the stop
-// with the usage), each batch read at once, and each answered in one
-// write: the supervisor and the worker wake once per batch, not once per
-// request.
+// (begin alone; grace and memory, told, with the process limit's question
+// when a task has its own; the stop with the usage), each batch read at
+// once, and each answered in one write: the supervisor and the worker wake
+// once per batch, not once per request.
 func TestControlRequestsTravelInBatches(t *testing.T) {
 	t.Parallel()
 	l, sup := controlPair(t)
@@ -41,6 +42,28 @@ func TestControlRequestsTravelInBatches(t *testing.T) {
 	go readRequests(sup, requests)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+
+	// begin is answered with the run's token and its pids cgroup.
+	type begun struct {
+		token bson.ObjectID
+		dir   string
+		err   error
+	}
+	began := make(chan begun, 1)
+	go func() {
+		token, dir, err := l.begin(ctx, "6b097ee7265d7a004a00ed4c")
+		began <- begun{token, dir, err}
+	}()
+	if b := <-requests; !slices.Equal(b, []string{"begin 6b097ee7265d7a004a00ed4c"}) {
+		t.Fatalf("begin sent %q", b)
+	}
+	token := bson.NewObjectID()
+	if _, err := sup.Write([]byte("run " + token.Hex() + " /sys/fs/cgroup/pids/den-run-x\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-began; b.err != nil || b.token != token || b.dir != "/sys/fs/cgroup/pids/den-run-x" {
+		t.Fatalf("begin: %v %q %v; want the token and the pids cgroup answered", b.token, b.dir, b.err)
+	}
 
 	l.setGrace(1500 * time.Millisecond)
 	l.setMemoryLimit(64 << 20)

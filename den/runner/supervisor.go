@@ -160,11 +160,12 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		}
 	}
 	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, pidsRoot: spec.Pids, grace: DefaultGrace,
-		id:    bson.NewObjectID().Hex(),
-		run:   runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
-		proof: proof,
-		tree:  tree,
-		usage: &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup, tree: tree}}
+		maxProcesses: spec.MaxProcesses,
+		id:           bson.NewObjectID().Hex(),
+		run:          runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
+		proof:        proof,
+		tree:         tree,
+		usage:        &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup, tree: tree}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
@@ -312,9 +313,12 @@ type supervisor struct {
 	// pidsBroken is set once that failed (logged once).
 	pidsRoot   string
 	pidsBroken bool
-	run        runState
-	proof      *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
-	runs       int      // runs begun
+	// maxProcesses is the node's process limit for runs (0: none), at
+	// which begin makes each run's pids cgroup.
+	maxProcesses int
+	run          runState
+	proof        *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
+	runs         int      // runs begun
 	// id names this supervisor's holding cgroup (holding, "" until used),
 	// where the worker waits between runs, outside any run's cgroup.
 	id, holding string
@@ -383,7 +387,15 @@ func (s *supervisor) handle(req string, reply io.Writer) {
 			answer(verbRefused, err)
 			return
 		}
-		answer(verbRun, token)
+		// The run's pids cgroup at the node's process limit, made now:
+		// a run whose limit is the node's asks nothing more.
+		dir := noPids
+		if s.maxProcesses > 0 {
+			if d := s.limitProcesses(s.maxProcesses); d != "" {
+				dir = d
+			}
+		}
+		answer(verbRun, token+" "+dir)
 		return
 	case verbIdle:
 		answer(verbIdle, s.idle())
@@ -599,10 +611,11 @@ func (s *supervisor) idle() int {
 		s.run.pids = ""
 	}
 	if s.run.cgroup != "" && left == 0 {
+		move := contain.MoveInto // the holding cgroup exists after the first idle
 		if s.holding == "" {
-			s.holding = contain.HoldingCgroup(s.root, s.id)
+			s.holding, move = contain.HoldingCgroup(s.root, s.id), contain.MoveToCgroup
 		}
-		if err := contain.MoveToCgroup(s.holding, s.worker); err != nil {
+		if err := move(s.holding, s.worker); err != nil {
 			s.log.Warn("cannot move the runner out of the run's cgroup; it takes no other task", zap.Error(err))
 			s.broken = true
 			return 1

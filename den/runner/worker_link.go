@@ -60,17 +60,22 @@ func linkFromEnv() (*link, error) {
 func (l *link) close() { l.f.Close() }
 
 // begin tells the supervisor that a run of task (hex) begins, and returns
-// the run's token.
-func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, error) {
+// the run's token, and the run's pids cgroup at the node's process limit
+// ("" for none).
+func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, string, error) {
 	line, err := l.ask(ctx, verbBegin, task, verbRun)
 	if err != nil {
-		return bson.ObjectID{}, fmt.Errorf("begin the run with the supervisor: %w", err)
+		return bson.ObjectID{}, "", fmt.Errorf("begin the run with the supervisor: %w", err)
 	}
-	token, err := bson.ObjectIDFromHex(line)
-	if err != nil {
-		return bson.ObjectID{}, fmt.Errorf("supervisor answered %q for a run token", line)
+	tokenText, dir, _ := strings.Cut(line, " ")
+	token, err := bson.ObjectIDFromHex(tokenText)
+	if err != nil || dir == "" {
+		return bson.ObjectID{}, "", fmt.Errorf("supervisor answered %q for a run token and pids cgroup", line)
 	}
-	return token, nil
+	if dir == noPids {
+		dir = ""
+	}
+	return token, dir, nil
 }
 
 // idle tells the supervisor that the run is over and recorded, and

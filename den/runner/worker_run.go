@@ -99,14 +99,16 @@ func (r *Runner) now() time.Time {
 // supervisor gives (it also holds the run's proof and cgroup); the run
 // marker, set here, goes to every program the task starts. Without a
 // supervisor: this process, with a fresh token.
-func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, error) {
+// With a supervisor, it also returns the run's pids cgroup at the node's
+// process limit ("" for none).
+func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, string, error) {
 	if sup := r.supervisor; sup != nil {
-		token, err := sup.begin(ctx, r.Spec.Task)
+		token, pids, err := sup.begin(ctx, r.Spec.Task)
 		if err != nil {
-			return queue.RunnerInfo{}, err
+			return queue.RunnerInfo{}, "", err
 		}
 		if err := os.Setenv(contain.EnvRun, contain.Marker(r.Spec.Task, token.Hex())); err != nil {
-			return queue.RunnerInfo{}, fmt.Errorf("set the run marker: %w", err)
+			return queue.RunnerInfo{}, "", fmt.Errorf("set the run marker: %w", err)
 		}
 		if r.reused {
 			var ru syscall.Rusage
@@ -116,14 +118,14 @@ func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, error) {
 		}
 		info := queue.RunnerInfo{Token: token, PID: sup.pid, Started: sup.started}
 		info.Host, _ = os.Hostname()
-		return info, nil
+		return info, pids, nil
 	}
 	info := queue.RunnerInfo{Token: bson.NewObjectID(), PID: os.Getpid()}
 	if p, err := process.NewProcess(int32(info.PID)); err == nil {
 		info.Started, _ = p.CreateTime()
 	}
 	info.Host, _ = os.Hostname()
-	return info, nil
+	return info, "", nil
 }
 
 // run is one run of a task, from start to recorded result.
@@ -170,11 +172,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("task id %q: %w", r.Spec.Task, err)
 	}
-	info, err := r.self(ctx)
+	info, pids, err := r.self(ctx)
 	if err != nil {
 		return err
 	}
-	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB),
+	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB), pidsCgroup: pids,
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	stopping := r.Stopping
 	if stopping == nil {
@@ -396,9 +398,13 @@ func (t *run) start(ctx context.Context) (bool, error) {
 		}
 	}
 	if t.supervisor != nil {
-		// Told with the process limit's question (limitProcesses), or
-		// sent on their own below: one exchange either way.
-		t.supervisor.setGrace(t.opts.MaxTermination)
+		// What differs from the node's defaults, which the supervisor
+		// has (a run at them, the common case, asks nothing more): told
+		// with the process limit's question (limitProcesses), or sent on
+		// their own below, one exchange either way.
+		if t.opts.MaxTermination != t.defaultGrace() {
+			t.supervisor.setGrace(t.opts.MaxTermination)
+		}
 		if mb := t.opts.Requested.MemoryMB; mb > 0 {
 			t.supervisor.setMemoryLimit(int64(mb * (1 << 20)))
 		}
@@ -489,6 +495,11 @@ func (t *run) limitProcesses(ctx context.Context) {
 	}
 	t.maxProcesses = max(limit, 0)
 	if t.maxProcesses == 0 || t.supervisor == nil {
+		t.pidsCgroup = ""
+		return
+	}
+	if t.maxProcesses == t.Spec.MaxProcesses {
+		// The node's limit: the pids cgroup begin gave, made at it.
 		return
 	}
 	dir, err := t.supervisor.limitProcesses(ctx, t.maxProcesses)
@@ -497,6 +508,16 @@ func (t *run) limitProcesses(ctx context.Context) {
 		return
 	}
 	t.pidsCgroup = dir
+}
+
+// defaultGrace is the grace the supervisor holds for a run until told
+// otherwise: the node's max_termination_time (Spec.Grace), else
+// DefaultGrace.
+func (t *run) defaultGrace() time.Duration {
+	if t.Spec.Grace > 0 {
+		return time.Duration(t.Spec.Grace * float64(time.Second))
+	}
+	return DefaultGrace
 }
 
 // maxOutput is the cap of each output stream: the node's max_output
