@@ -45,6 +45,9 @@ import (
 // DEN_BENCH_NODE_ENV adds KEY=VALUE pairs (blank-separated) to the node's
 // environment, which its runners inherit: GOGC=200, GOMAXPROCS=1, ...
 //
+// DEN_BENCH_LOG names a file for the node's log (and its runners'),
+// kept; by default it goes to a temporary directory.
+//
 // DEN_BENCH_PERF=1 records the tasks' run with perf (perf record -g -F
 // 997) of the cgroup's processes and those they start, into
 // DEN_BENCH_PERF_DATA (default perf.data in a temporary directory that is
@@ -80,7 +83,11 @@ func benchCPU(b *testing.B) {
 	httpAddr := ln.Addr().String()
 	ln.Close()
 	dir := b.TempDir()
-	logFile, err := os.Create(filepath.Join(dir, "node.log"))
+	logPath := os.Getenv("DEN_BENCH_LOG")
+	if logPath == "" {
+		logPath = filepath.Join(dir, "node.log")
+	}
+	logFile, err := os.Create(logPath)
 	if err != nil {
 		b.Fatal(err)
 	}
