@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/den-project/den/den/internal/human"
+	"github.com/den-project/den/den/internal/timerslack"
 	"github.com/den-project/den/den/sandbox"
 )
 
@@ -28,9 +29,31 @@ const (
 // starts passes through here first to enter its sandbox (see den/sandbox).
 func Main() int {
 	sandbox.Main()
+	if subcommand(os.Args[1:]) == "run" {
+		// Here, not in the command: tests run commands in their own
+		// process. The node and the runners it starts run with den's
+		// timer slack (den/internal/timerslack), which takes executing
+		// this binary again, once, before anything is read.
+		slackErr = timerslack.Reexec()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+}
+
+// slackErr is why `den run` could not raise its timer slack (Main); the
+// node logs it as a warning.
+var slackErr error
+
+// subcommand is the command a command line names: its first argument
+// that is not a flag.
+func subcommand(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
 }
 
 // run runs one command line with the given standard streams and returns

@@ -16,6 +16,8 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"github.com/den-project/den/den/internal/timerslack"
 )
 
 // EnvSpec is the environment variable that carries a Spec from Command to
@@ -72,6 +74,10 @@ type Spec struct {
 	// Remove, when set, makes the sandbox remove this directory as User
 	// instead of running a program (RemoveTmp).
 	Remove string `json:"remove,omitempty"`
+	// TimerSlack, when set, is the program's timer slack in nanoseconds:
+	// Command sets the node's original one (den/internal/timerslack), so
+	// that the program does not inherit den's.
+	TimerSlack int64 `json:"timer_slack_ns,omitempty"`
 }
 
 // Values of Spec.Network.
@@ -96,6 +102,9 @@ func LandlockABI() int {
 // and may add to its SysProcAttr (Setsid, Pdeathsig); the working
 // directory is Spec.Dir.
 func Command(spec Spec, env []string) (*exec.Cmd, error) {
+	if ns, ok := timerslack.Original(); ok && spec.TimerSlack == 0 {
+		spec.TimerSlack = ns
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode: %w", err)
@@ -222,7 +231,12 @@ func enter(raw string) error {
 	}
 	// execve replaces every thread, and the program inherits the calling
 	// thread's restrictions, which RestrictPaths and the seccomp filter's
-	// TSYNC gave all of them.
+	// TSYNC gave all of them, and its timer slack.
+	if spec.TimerSlack > 0 {
+		if err := timerslack.Restore(spec.TimerSlack); err != nil {
+			return err
+		}
+	}
 	err := syscall.Exec(spec.Path, spec.Args, env)
 	return fmt.Errorf("execute %s: %w", spec.Path, err)
 }
