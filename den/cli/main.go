@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
@@ -35,6 +36,17 @@ func Main() int {
 		// timer slack (den/internal/timerslack), which takes executing
 		// this binary again, once, before anything is read.
 		slackErr = timerslack.Reexec()
+		// A node waits on MongoDB and on its runners nearly all the time:
+		// one P unless the environment sets GOMAXPROCS. With more, each
+		// goroutine that wakes (a reply, a runner's message, a relayed
+		// command: a dozen per task) makes the runtime wake another
+		// thread to look for work, which finds none: on 2 cores that was
+		// a sixth to a quarter of the node's CPU per task (BenchmarkCPU).
+		// One core runs a node's Go code at several hundred tasks a
+		// second; GOMAXPROCS=N gives it more.
+		if os.Getenv("GOMAXPROCS") == "" {
+			runtime.GOMAXPROCS(1)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

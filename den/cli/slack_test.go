@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,9 +18,9 @@ import (
 )
 
 // `den run` runs its node with den's timer slack (having executed itself
-// again, once, keeping its pid and its name) and recorded the slack it was
-// started with for the tasks' programs.
-func TestRunTimerSlack(t *testing.T) {
+// again, once, keeping its pid) and recorded the slack it was started
+// with for the tasks' programs; and with one P unless GOMAXPROCS is set.
+func TestRunTimerSlackAndOneP(t *testing.T) {
 	t.Parallel()
 	own, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	if err != nil {
@@ -31,7 +32,7 @@ func TestRunTimerSlack(t *testing.T) {
 	for _, tc := range []struct {
 		env  []string
 		want int
-	}{{nil, 1}} {
+	}{{nil, 1}, {[]string{"GOMAXPROCS=3"}, 3}} {
 		t.Run(fmt.Sprint(tc.env), func(t *testing.T) {
 			t.Parallel()
 			bin, err := dentest.BuildDen(t.TempDir())
@@ -47,9 +48,20 @@ func TestRunTimerSlack(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			var started struct {
+				GOMAXPROCS int `json:"gomaxprocs"`
+			}
 			dentest.Eventually(t, 2*time.Minute, "the node starting", func() bool {
-				return strings.Contains(stderr.String(), `"node starting"`)
+				for _, line := range strings.Split(stderr.String(), "\n") {
+					if strings.Contains(line, `"node starting"`) {
+						return json.Unmarshal([]byte(line), &started) == nil
+					}
+				}
+				return false
 			})
+			if started.GOMAXPROCS != tc.want {
+				t.Errorf("the node runs with GOMAXPROCS %d, want %d:\n%s", started.GOMAXPROCS, tc.want, stderr)
+			}
 			pid := strconv.Itoa(cmd.Process.Pid) // the same process after its execve
 			slack, err := os.ReadFile("/proc/" + pid + "/timerslack_ns")
 			if err != nil {
