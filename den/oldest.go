@@ -20,9 +20,11 @@ const oldestQueues = 100
 // One indexed query per queue, for at most oldestQueues queues; a queue
 // with nothing ready has no series.
 func (ps *passes) measureOldest(ctx context.Context, serve []queue.Queue, now time.Time) error {
-	if now.Sub(ps.oldestAt) < ps.cfg.RefreshEvery {
+	if now.Sub(ps.oldestAt) < ps.cfg.RefreshEvery || !ps.oldestPace.ready() {
 		return nil
 	}
+	began := time.Now()
+	defer ps.oldestPace.ran(began)
 	var todo []queue.Queue
 	for _, q := range serve {
 		if q.CountTodo != nil && *q.CountTodo > 0 && ps.claimer.claimable(q) {

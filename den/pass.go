@@ -56,7 +56,8 @@ type passes struct {
 	fillBatch int
 	// oldestAt is when the oldest ready tasks were last measured
 	// (measureOldest).
-	oldestAt time.Time
+	oldestAt   time.Time
+	oldestPace pace
 
 	// lastPassOK is when a full pass last succeeded (UnixNano); outage is
 	// what Ready says while passes fail (MongoDB unreachable or failing,

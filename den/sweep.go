@@ -32,12 +32,16 @@ type sweeper struct {
 	// check (every RescueEvery), by node name, for unfit notes. Only the
 	// loop's goroutine uses it.
 	offers map[string]queue.Resources
-	// last is when the sweep last ran to the end.
+	// last is when the sweep last ran to the end; pace keeps it to its
+	// share of the database's time.
 	last time.Time
+	pace pace
 }
 
 // due reports whether the sweep is due in a pass at now.
-func (sw *sweeper) due(now time.Time) bool { return now.Sub(sw.last) >= sw.cfg.SweepEvery }
+func (sw *sweeper) due(now time.Time) bool {
+	return now.Sub(sw.last) >= sw.cfg.SweepEvery && sw.pace.ready()
+}
 
 // sweep cancels the queued tasks whose cancel is set (-5: the claim never
 // takes them), fails the malformed tasks of the served queues, notes on
@@ -47,6 +51,8 @@ func (sw *sweeper) due(now time.Time) bool { return now.Sub(sw.last) >= sw.cfg.S
 // cancellation queries match, failing the queued tasks whose value means
 // nothing.
 func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
+	began := time.Now()
+	defer sw.pace.ran(began)
 	if c, err := sw.store.CancelQueued(ctx, now); err != nil {
 		return err
 	} else if c > 0 {

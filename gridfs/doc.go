@@ -9,8 +9,9 @@
 //     than chunkSize, 261120);
 //   - length counts bytes, and md5 is the hex MD5 of all of them.
 //
-// Output that is not valid UTF-8 is never mangled into a string: a chunk
-// whose bytes are not valid UTF-8 is stored as BinData (subtype 0). The
+// Output that is not text is never mangled into a string: a chunk whose
+// bytes are not valid UTF-8, or hold a NUL (Text), is stored as BinData
+// (subtype 0). The
 // Reader accepts both kinds of chunk, so it also reads files written by
 // standard GridFS (driver buckets) into the same collections.
 //

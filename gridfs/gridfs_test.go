@@ -69,6 +69,10 @@ func TestRoundTrip(t *testing.T) {
 		{"multibyte at chunk edges", 10, []byte(multibyte), 7, true},
 		{"multibyte one byte at a time", 10, []byte(multibyte[:60]), 60, true},
 		{"invalid utf-8", 10, append([]byte(multibyte[:30]), invalid...), 2, false},
+		// Valid UTF-8, but a NUL: stored byte for byte, as BinData (a
+		// String with a NUL is refused by the development server's
+		// PostgreSQL, and cut short by C and Perl tools).
+		{"nul", 10, []byte("before\x00after, and more text"), 1, false},
 		{"disbatch chunk size", gridfs.ChunkSize, bytes.Repeat([]byte("é"), gridfs.ChunkSize), 1, true},
 	}
 	for _, tc := range cases {
@@ -128,8 +132,8 @@ func TestRoundTrip(t *testing.T) {
 				if len(c.Data) > tc.chunkSize || len(c.Data) == 0 {
 					t.Errorf("chunk %d has %d bytes", i, len(c.Data))
 				}
-				if utf8.Valid(c.Data) != (c.Kind == bson.TypeString) {
-					t.Errorf("chunk %d is %s with valid=%v", i, c.Kind, utf8.Valid(c.Data))
+				if text := utf8.Valid(c.Data) && !bytes.Contains(c.Data, []byte{0}); text != (c.Kind == bson.TypeString) {
+					t.Errorf("chunk %d is %s with text=%v", i, c.Kind, text)
 				}
 				if tc.wantString && c.Kind != bson.TypeString {
 					t.Errorf("chunk %d of valid UTF-8 stored as %s", i, c.Kind)

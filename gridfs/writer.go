@@ -1,6 +1,7 @@
 package gridfs
 
 import (
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -92,7 +93,7 @@ func (w *Writer) flush(final bool) error {
 		return nil
 	}
 	var data any
-	if utf8.Valid(w.buf[:cut]) {
+	if Text(w.buf[:cut]) {
 		data = string(w.buf[:cut])
 	} else {
 		data = bson.Binary{Subtype: bson.TypeBinaryGeneric, Data: append([]byte(nil), w.buf[:cut]...)}
@@ -110,6 +111,15 @@ func (w *Writer) flush(final bool) error {
 	rest := copy(w.buf, w.buf[cut:])
 	w.buf = w.buf[:rest]
 	return nil
+}
+
+// Text reports whether output may be stored as a BSON String: it is valid
+// UTF-8 (as BSON strings must be) and has no NUL character, which BSON
+// allows in a string but C strings, Perl's and PostgreSQL's text (the
+// development server's engine refuses such a write) do not keep. Other
+// output is stored as BinData, byte for byte.
+func Text(b []byte) bool {
+	return utf8.Valid(b) && bytes.IndexByte(b, 0) < 0
 }
 
 // runeBoundary returns where a chunk of buf may end: len(buf), or the start

@@ -89,6 +89,12 @@ type Env struct {
 	// both on in sandbox.Spec, which does either.
 	MaxProcesses int
 	PidsCgroup   string
+	// MemoryRequest is the memory, in bytes, the task (or its queue)
+	// requests (requested_resources.memory_mb); 0: none. The node claimed
+	// the task only where it has that much, and den's supervisor stops
+	// the run's programs once they hold more; a plugin that limits its
+	// programs' memory gives a task at least this.
+	MemoryRequest int64
 
 	host *host
 }

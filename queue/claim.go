@@ -122,31 +122,43 @@ func (s *Store) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bool, 
 	if len(r.Queues) == 0 {
 		return c, false, nil
 	}
-	// Only the _id and queue come back (a task document may be up to 16
-	// MiB), where the server implements a projection on findAndModify;
-	// the development server (FerretDB) does not, and gets the claim
-	// without.
-	claimOpts := func(project bool) *options.FindOneAndUpdateOptionsBuilder {
-		opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
-		if project {
-			opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: FieldRequested, Value: 1}, {Key: FieldUnfit, Value: 1}})
-		}
-		if sort := ClaimSort(r.Sort); sort != nil {
-			opts.SetSort(sort)
-		}
-		return opts
-	}
 	update := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "node", Value: r.Node},
 		{Key: "status", Value: StatusClaimed},
 		{Key: "mtime", Value: r.At},
 	}}}
-	filter := ClaimFilter(r.At, r.Free, r.Queues...)
-	project := !s.noClaimProjection.Load()
-	raw, err := s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(project)).Raw()
-	if project && notImplemented(err) {
-		s.noClaimProjection.Store(true)
-		raw, err = s.tasks.FindOneAndUpdate(ctx, filter, update, claimOpts(false)).Raw()
+	// Only the _id and queue come back (a task document may be up to 16
+	// MiB), where the server implements a projection on findAndModify;
+	// the development server (FerretDB) does not, and gets the claim
+	// without.
+	claim := func(filter bson.D, sorted bool) (bson.Raw, error) {
+		opts := func(project bool) *options.FindOneAndUpdateOptionsBuilder {
+			opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+			if project {
+				opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: FieldRequested, Value: 1}, {Key: FieldUnfit, Value: 1}})
+			}
+			if sort := ClaimSort(r.Sort); sorted && sort != nil {
+				opts.SetSort(sort)
+			}
+			return opts
+		}
+		project := !s.noClaimProjection.Load()
+		raw, err := s.tasks.FindOneAndUpdate(ctx, filter, update, opts(project)).Raw()
+		if project && notImplemented(err) {
+			s.noClaimProjection.Store(true)
+			raw, err = s.tasks.FindOneAndUpdate(ctx, filter, update, opts(false)).Raw()
+		}
+		return raw, err
+	}
+	var raw bson.Raw
+	byCandidates, err := s.claimsByCandidates(ctx)
+	if err != nil {
+		return c, false, fmt.Errorf("claim a task in %d queue(s) starting with %s: %w", len(r.Queues), r.Queues[0].Hex(), err)
+	}
+	if byCandidates && ClaimSort(r.Sort) != nil {
+		raw, err = s.claimCandidate(ctx, r, claim)
+	} else {
+		raw, err = claim(ClaimFilter(r.At, r.Free, r.Queues...), true)
 	}
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return c, false, nil
@@ -237,6 +249,7 @@ func (s *Store) ReleaseLost(ctx context.Context, queueIDs []bson.ObjectID, node 
 	if err != nil {
 		return 0, fmt.Errorf("release a lost claim: %w", err)
 	}
+	s.requeued(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 
@@ -254,6 +267,7 @@ func (s *Store) Release(ctx context.Context, taskID bson.ObjectID, node string, 
 	if err != nil {
 		return false, fmt.Errorf("release task %s: %w", taskID.Hex(), err)
 	}
+	s.requeued(res.ModifiedCount)
 	return res.ModifiedCount == 1, nil
 }
 

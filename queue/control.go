@@ -316,11 +316,23 @@ func (s *Store) CancelQueued(ctx context.Context, now time.Time) (int64, error) 
 // Held returns the tasks node holds: its claimed and running tasks, optionally only
 // those with cancel set.
 func (s *Store) Held(ctx context.Context, node string, cancelled bool) ([]Task, error) {
-	filter := bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: node}}}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}
-	if cancelled {
-		filter = append(filter, bson.E{Key: FieldCancel, Value: true})
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
+	if err != nil {
+		return nil, fmt.Errorf("find tasks: %w", err)
 	}
-	return s.findTasks(ctx, filter)
+	var out []Task
+	for _, st := range conds {
+		filter := bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: node}}}, {Key: "status", Value: st}}
+		if cancelled {
+			filter = append(filter, bson.E{Key: FieldCancel, Value: true})
+		}
+		tasks, err := s.findTasks(ctx, filter)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tasks...)
+	}
+	return out, nil
 }
 
 // NodeTasksLimit is the most tasks NodeTasks returns: a rescue takes the
@@ -332,8 +344,23 @@ const NodeTasksLimit = 1000
 // name is matched with $eq: a name that is a regular expression matches
 // only itself, not every node's tasks.
 func (s *Store) NodeTasks(ctx context.Context, node any) ([]Task, error) {
-	return s.collect(ctx, "find tasks", bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: node}}}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}},
-		options.Find().SetProjection(stateFields).SetBatchSize(oneReply).SetLimit(NodeTasksLimit))
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
+	if err != nil {
+		return nil, fmt.Errorf("find tasks: %w", err)
+	}
+	var out []Task
+	for _, st := range conds {
+		if len(out) >= NodeTasksLimit {
+			break
+		}
+		tasks, err := s.collect(ctx, "find tasks", bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: node}}}, {Key: "status", Value: st}},
+			options.Find().SetProjection(stateFields).SetBatchSize(oneReply).SetLimit(int64(NodeTasksLimit-len(out))))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tasks...)
+	}
+	return out, nil
 }
 
 // stateFields are the fields of a task a pass needs: everything but the

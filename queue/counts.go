@@ -37,7 +37,7 @@ func (r Running) NodeTotal(node string) int {
 
 // Running counts the claimed and running tasks of the given queues, grouped
 // by queue and node, in one aggregation that the {queue, status} index
-// serves.
+// serves (two on FerretDB: statusConditions).
 //
 // The grouping is on plain fields, not expressions: FerretDB (the embedded
 // development server) does not implement $cond inside $group.
@@ -46,10 +46,25 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 	if len(queueIDs) == 0 {
 		return out, nil
 	}
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
+	if err != nil {
+		return nil, fmt.Errorf("count running tasks: %w", err)
+	}
+	for _, st := range conds {
+		if err := s.countRunning(ctx, queueIDs, st, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// countRunning adds to out the tasks of the given queues whose status
+// meets cond, by queue and node.
+func (s *Store) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond any, out Running) error {
 	cur, err := s.tasks.Aggregate(ctx, bson.A{
 		bson.D{{Key: "$match", Value: bson.D{
 			{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
-			{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}},
+			{Key: "status", Value: cond},
 		}}},
 		bson.D{{Key: "$group", Value: bson.D{
 			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "node", Value: "$node"}}},
@@ -57,7 +72,7 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 		}}},
 	}, options.Aggregate().SetBatchSize(oneReply))
 	if err != nil {
-		return nil, fmt.Errorf("count running tasks: %w", err)
+		return fmt.Errorf("count running tasks: %w", err)
 	}
 	defer cur.Close(ctx)
 	for cur.Next(ctx) {
@@ -77,9 +92,9 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 		out[q][node] += int(n)
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("count running tasks: %w", err)
+		return fmt.Errorf("count running tasks: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // FillCounts sets count_total and count_todo of the given queues where
@@ -150,12 +165,17 @@ func (s *Store) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error 
 // RunningInQueue counts the claimed and running tasks of one queue on all
 // nodes.
 func (s *Store) RunningInQueue(ctx context.Context, queueID bson.ObjectID) (int64, error) {
-	n, err := s.tasks.CountDocuments(ctx, bson.D{
-		{Key: "queue", Value: queueID},
-		{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}},
-	})
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return 0, fmt.Errorf("count running tasks of queue %s: %w", queueID.Hex(), err)
+	}
+	var n int64
+	for _, st := range conds {
+		c, err := s.tasks.CountDocuments(ctx, bson.D{{Key: "queue", Value: queueID}, {Key: "status", Value: st}})
+		if err != nil {
+			return 0, fmt.Errorf("count running tasks of queue %s: %w", queueID.Hex(), err)
+		}
+		n += c
 	}
 	return n, nil
 }

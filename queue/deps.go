@@ -243,6 +243,7 @@ func (s *Store) ReleaseReady(ctx context.Context, now time.Time) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("queue tasks whose dependencies succeeded: %w", err)
 	}
+	s.requeued(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 

@@ -27,7 +27,10 @@ type Index struct {
 //   - nodes: node, unique;
 //   - tasks.files / tasks.chunks: Disbatch's GridFS;
 //   - stats (den's own): {step, t} for the page's charts, {t} for
-//     TrimStats.
+//     TrimStats;
+//   - reports (den's own): {task_id}, which the Demo plugin's report
+//     upsert and retention's removal of a task's reports look up (without
+//     it each task's report scans every report before it).
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -41,6 +44,7 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: FieldCancel, Value: 1}, {Key: "status", Value: 1}}, Sparse: true},
 	{Collection: StatsCollection, Keys: bson.D{{Key: "step", Value: 1}, {Key: "t", Value: 1}}},
 	{Collection: StatsCollection, Keys: bson.D{{Key: "t", Value: 1}}},
+	{Collection: ReportsCollection, Keys: bson.D{{Key: "task_id", Value: 1}}},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.

@@ -236,10 +236,11 @@ func (s *Store) ForgetNode(ctx context.Context, name string, now time.Time, dead
 		return n, fmt.Errorf("forget node %s: %w: it wrote its node document %s ago; stop it first (a node silent for %s is dead)",
 			name, ErrNodeLive, now.Sub(n.Timestamp).Round(time.Second), deadAfter)
 	}
-	held, err := s.tasks.CountDocuments(ctx, bson.D{{Key: "node", Value: name}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}})
+	tasks, err := s.NodeTasks(ctx, name)
 	if err != nil {
 		return n, fmt.Errorf("forget node %s: count its tasks: %w", name, err)
 	}
+	held := len(tasks)
 	if held > 0 {
 		return n, fmt.Errorf("forget node %s: it still holds %d claimed or running tasks (den task list --node %s --status claimed,running); they are rescued once it is dead, or cancel them", name, held, name)
 	}

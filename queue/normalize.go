@@ -22,7 +22,7 @@ import (
 // sweep takes the rest.
 const IrregularLimit = 1000
 
-func irregular(queueIDs []bson.ObjectID, unfit *UnfitQuery) bson.D {
+func irregular(queueIDs []bson.ObjectID, unfit *UnfitQuery, status any) bson.D {
 	terms := bson.A{
 		bson.D{{Key: FieldStartAfter, Value: bson.D{{Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
 		bson.D{{Key: FieldCancel, Value: bson.D{{Key: "$nin", Value: bson.A{true, false, nil}}}}},
@@ -33,7 +33,7 @@ func irregular(queueIDs []bson.ObjectID, unfit *UnfitQuery) bson.D {
 	}
 	return bson.D{
 		{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
-		{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusQueued, StatusClaimed, StatusRunning}}}},
+		{Key: "status", Value: status},
 		{Key: "$or", Value: append(terms, unfit.branches()...)},
 	}
 }
@@ -65,19 +65,29 @@ func (s *Store) Irregular(ctx context.Context, queueIDs []bson.ObjectID, unfit *
 	if len(queueIDs) == 0 {
 		return nil, nil
 	}
-	cur, err := s.tasks.Find(ctx, irregular(queueIDs, unfit), options.Find().SetProjection(stateFields).SetLimit(IrregularLimit))
+	conds, err := s.statusConditions(ctx, StatusQueued, StatusClaimed, StatusRunning)
 	if err != nil {
 		return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
 	}
-	defer cur.Close(ctx)
 	var out []Task
-	for cur.Next(ctx) {
-		if t, err := DecodeTask(append(bson.Raw(nil), cur.Current...)); err == nil {
-			out = append(out, t)
+	for _, st := range conds {
+		if len(out) >= IrregularLimit {
+			break
 		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
+		cur, err := s.tasks.Find(ctx, irregular(queueIDs, unfit, st), options.Find().SetProjection(stateFields).SetLimit(int64(IrregularLimit-len(out))))
+		if err != nil {
+			return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
+		}
+		for cur.Next(ctx) {
+			if t, err := DecodeTask(append(bson.Raw(nil), cur.Current...)); err == nil {
+				out = append(out, t)
+			}
+		}
+		err = cur.Err()
+		cur.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
+		}
 	}
 	return out, nil
 }

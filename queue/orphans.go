@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,7 @@ func (s *Store) ReleaseClaims(ctx context.Context, node string, now time.Time) (
 	if err != nil {
 		return 0, fmt.Errorf("release claims of an earlier run of node %s: %w", node, err)
 	}
+	s.requeued(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 
@@ -45,22 +47,31 @@ func (s *Store) ReleaseClaims(ctx context.Context, node string, now time.Time) (
 // writer put there) of all claimed and running tasks. It is an aggregation,
 // not distinct: the development server refuses distinct with a time limit.
 func (s *Store) ClaimingNodes(ctx context.Context) ([]bson.RawValue, error) {
-	cur, err := s.tasks.Aggregate(ctx, bson.A{
-		bson.D{{Key: "$match", Value: bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}}}},
-		bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$node"}}}},
-	}, options.Aggregate().SetBatchSize(oneReply))
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes of running tasks: %w", err)
 	}
-	defer cur.Close(ctx)
 	var out []bson.RawValue
-	for cur.Next(ctx) {
-		v := cur.Current.Lookup("_id")
-		v.Value = append([]byte(nil), v.Value...)
-		out = append(out, v)
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("list nodes of running tasks: %w", err)
+	for _, st := range conds {
+		cur, err := s.tasks.Aggregate(ctx, bson.A{
+			bson.D{{Key: "$match", Value: bson.D{{Key: "status", Value: st}}}},
+			bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$node"}}}},
+		}, options.Aggregate().SetBatchSize(oneReply))
+		if err != nil {
+			return nil, fmt.Errorf("list nodes of running tasks: %w", err)
+		}
+		for cur.Next(ctx) {
+			v := cur.Current.Lookup("_id")
+			v.Value = append([]byte(nil), v.Value...)
+			if !slices.ContainsFunc(out, v.Equal) {
+				out = append(out, v)
+			}
+		}
+		err = cur.Err()
+		cur.Close(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list nodes of running tasks: %w", err)
+		}
 	}
 	return out, nil
 }

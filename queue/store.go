@@ -17,6 +17,10 @@ type Store struct {
 	// noClaimProjection is set once the server refused a projection on
 	// findAndModify (the development server does).
 	noClaimProjection atomic.Bool
+	// server is what kind of server this is (server.go), once known; on
+	// FerretDB fifo and lifo claims go by candidates.
+	server     atomic.Int32
+	candidates candidates
 }
 
 // NewStore returns the store for a database.

@@ -26,7 +26,7 @@ import (
 func TestMain(m *testing.M) { dentest.Main(m, nil) }
 
 // denBin returns the den binary, built once for the package.
-func denBin(t *testing.T) string {
+func denBin(t testing.TB) string {
 	t.Helper()
 	bin, err := dentest.BuildDen(os.TempDir())
 	if err != nil {
@@ -53,7 +53,7 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func start(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+func start(t testing.TB, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
 	t.Helper()
 	cmd := exec.Command(denBin(t), args...)
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
@@ -100,7 +100,7 @@ func waitStatus(t *testing.T, db *mongo.Database, id bson.ObjectID, want int64) 
 	return raw
 }
 
-func stopAndWait(t *testing.T, cmd *exec.Cmd, sig syscall.Signal) time.Duration {
+func stopAndWait(t testing.TB, cmd *exec.Cmd, sig syscall.Signal) time.Duration {
 	t.Helper()
 	sent := time.Now()
 	cmd.Process.Signal(sig)
@@ -236,7 +236,7 @@ func TestDev(t *testing.T) {
 }
 
 // devURI waits for den dev (or devdb) to print its URI and returns it.
-func devURI(t *testing.T, stdout *lockedBuffer) string {
+func devURI(t testing.TB, stdout *lockedBuffer) string {
 	t.Helper()
 	var uri string
 	dentest.Eventually(t, time.Minute, "URI printed", func() bool {

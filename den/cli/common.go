@@ -54,9 +54,10 @@ func (d *database) close(ctx context.Context) {
 	d.client.Disconnect(dctx)
 }
 
-// openDB loads the configuration as den run does and connects. A missing
-// URI is a usage error; with ping, an unreachable server an operational
-// one (without, the client connects in the background, as den run's).
+// openDB loads the configuration as den run does and connects. A
+// configuration refused and a missing URI are usage errors; with ping, an
+// unreachable server an operational one (without, the client connects in
+// the background, as den run's).
 func openDB(cmd *cobra.Command, ping bool) (*database, error) {
 	cfg, err := config.Load("", cmd.Flags())
 	if err != nil {
@@ -67,7 +68,7 @@ func openDB(cmd *cobra.Command, ping bool) (*database, error) {
 	}
 	client, err := connect(cfg.MongoURI, "den "+cmd.Name())
 	if err != nil {
-		return nil, usageError{err}
+		return nil, err
 	}
 	db := client.Database(cfg.Database)
 	d := &database{cfg: cfg, client: client, db: db, store: queue.NewStore(db)}

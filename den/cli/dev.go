@@ -18,7 +18,7 @@ import (
 )
 
 func newDevCmd() *cobra.Command {
-	var dir, listen string
+	var dir, listen, engine string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a node on an embedded development database (no MongoDB needed)",
@@ -33,17 +33,17 @@ record that they were stopped), and then stops the database.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load("", cmd.Flags())
 			if err != nil {
-				return err
+				return usageError{err} // a value refused: exit 2, as every command
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			dbCtx, stopDB := context.WithCancel(context.Background())
 			defer stopDB()
-			srv, err := devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: listen, Log: os.Stderr})
+			srv, err := devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: listen, Log: os.Stderr, Engine: engine})
 			var inUse *devdb.LockedError
 			if err != nil && !errors.As(err, &inUse) && !cmd.Flags().Changed("listen") {
 				// The default port is taken (a real mongod?): use any free one.
-				srv, err = devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: "127.0.0.1:0", Log: os.Stderr})
+				srv, err = devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: "127.0.0.1:0", Log: os.Stderr, Engine: engine})
 			}
 			if err != nil {
 				return err
@@ -53,14 +53,15 @@ record that they were stopped), and then stops the database.`,
 			if err != nil {
 				return err
 			}
-			printDevBanner(srv.URI(), dir, cfg.Database, qid, created)
+			printDevBanner(srv, dir, cfg.Database, qid, created)
 			// The database stops with den dev: its runners get 10 seconds to
 			// finish, then are stopped and record that, before it does.
-			return runNode(ctx, cfg, devDrain)
+			return runNode(ctx, cfg, devDrain, srv.Collector())
 		},
 	}
 	cmd.Flags().StringVar(&dir, "data", defaultDataDir(), "directory for the database files (kept between runs)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:27017", "address of the database (port 0: any free port)")
+	addEngineFlag(cmd, &engine)
 	config.AddFlags(cmd.Flags())
 	return cmd
 }
@@ -94,8 +95,12 @@ func ensureDemoQueue(ctx context.Context, uri, database string) (id string, crea
 	return oid.Hex(), true, nil
 }
 
-func printDevBanner(uri, dir, database, qid string, created bool) {
-	fmt.Printf("\nden dev: database %s at %s (data in %s)\n", database, uri, dir)
+func printDevBanner(srv *devdb.Server, dir, database, qid string, created bool) {
+	uri := srv.URI()
+	fmt.Printf("\nden dev: database %s at %s (data in %s, %s)\n", database, uri, dir, srv.Engine())
+	if srv.Note() != "" {
+		fmt.Printf("den dev: %s\n", srv.Note())
+	}
 	if created {
 		fmt.Printf("den dev: created queue \"demo\" (%s) for %s\n", qid, demo.Name)
 	}

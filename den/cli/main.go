@@ -22,7 +22,7 @@ import (
 const (
 	ExitOK    = 0 // done; for den counts check: no drift
 	ExitError = 1 // an operational error (MongoDB unreachable, no such task, drift found by den counts check)
-	ExitUsage = 2 // the command line is wrong: unknown command or flag, bad argument or value, a confirmation refused
+	ExitUsage = 2 // the command line is wrong: unknown command or flag, bad argument or value, a configuration refused, a confirmation refused
 )
 
 // Main runs den with the process's arguments and returns the exit status

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os/signal"
@@ -34,13 +33,13 @@ does not stop running tasks: their runners finish on their own.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load("", cmd.Flags())
 			if err != nil {
-				return err
+				return usageError{err} // a value refused: exit 2, as every command
 			}
 			if slackErr != nil {
 				cfg.Warnings = append(cfg.Warnings, "running with the timer slack this process was started with: "+slackErr.Error())
 			}
 			if cfg.MongoURI == "" {
-				return errors.New("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
+				return usagef("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
@@ -52,10 +51,10 @@ does not stop running tasks: their runners finish on their own.`,
 }
 
 // runNode connects to MongoDB and runs a node until ctx is done.
-// runNode runs a node until ctx ends. drainOnStop is den.Config.DrainOnStop:
-// zero for den run (tasks continue in their runners), positive for den dev,
-// whose database stops with it.
-func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) error {
+// drainOnStop is den.Config.DrainOnStop: zero for den run (tasks continue
+// in their runners), positive for den dev, whose database stops with it.
+// extra collectors join the node's /metrics (den dev's database's).
+func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration, extra ...prometheus.Collector) error {
 	log, jsonLogs, err := newLogger(cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
@@ -76,6 +75,7 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration) 
 	// The node's collectors, on a registry of its own (never Prometheus's
 	// global one), watching the commands of the node's client.
 	m := metrics.New(prometheus.NewRegistry())
+	m.Registry().MustRegister(extra...)
 	var httpLn net.Listener
 	if cfg.HTTPListen != "" {
 		// Bound before anything else, so that a taken port fails the start

@@ -34,12 +34,14 @@ hostname when listening beyond loopback, and web.hosts, for a proxy's
 name); any other Host gets 421.
 
 Actions (cancel a task, retry an ended task, set a node's maxthreads)
-exist only when web.token is configured (in the file, or DEN_WEB_TOKEN; at
-least 16 characters): log in on the page with it (a session ends on
-logout, after 2 hours unused, 12 hours after login, or when den web
-stops), or send it as Authorization: Bearer TOKEN. After 10 wrong tokens
-in 15 minutes an address gets 429 for 15 minutes. Without it the page
-is read-only.
+exist only when web.token is configured (in the file, or DEN_WEB_TOKEN;
+made by a random generator, such as openssl rand -hex 32: a token den
+can tell is weak is refused at start): log in on the page with it (a
+session ends on logout, after 2 hours unused, 12 hours after login, or
+when den web stops), or send it as Authorization: Bearer TOKEN. The right
+token is always accepted; after 10 wrong tokens in 15 minutes, an
+address's wrong tokens are answered slowly, with 429, for 15 minutes.
+Without it the page is read-only.
 
 Started while MongoDB is unreachable, or when it becomes so, den web
 keeps serving: every page shows "database unreachable since …, retrying"

@@ -165,6 +165,9 @@ var defaults = map[string]any{
 	"command.user":                "",
 	"command.user_optional":       false,
 	"command.shared_tmp":          false,
+	"command.shared_pids":         false,
+	"command.tmp_mb":              int64(command.DefaultTmpMB),
+	"command.memory_mb":           int64(command.DefaultMemoryMB),
 	"command.network":             "all",
 	"max_output":                  int64(runner.DefaultMaxOutput),
 	"retention.succeeded":         "0s",
@@ -221,6 +224,12 @@ var bounds = map[string]bound{
 	"resources.memory_mb":         numbers(0, 1<<24, "MiB"),  // 16 TiB
 	"resources.cpus":              numbers(0, 8192, "cores"), // Linux's largest NR_CPUS
 	"resources.busy_core_percent": numbers(0, 100, "percent"),
+	// A task's temporary directory, a tmpfs (memory): 0 puts it on the
+	// node's disk, unbounded; 16 TiB as resources.memory_mb.
+	"command.tmp_mb": counts(0, 1<<24, "MiB"),
+	// A command task's memory: 0 is no limit of den's; 16 TiB as
+	// resources.memory_mb.
+	"command.memory_mb": counts(0, 1<<24, "MiB"),
 }
 
 // MaxNodeNameLength is the longest node name accepted, in bytes: room for
@@ -230,10 +239,6 @@ const MaxNodeNameLength = 255
 // DefaultWebListen is where den web serves unless configured: this
 // machine only.
 const DefaultWebListen = "127.0.0.1:8080"
-
-// MinWebTokenLength is the shortest web.token accepted: a short token
-// could be guessed by trying.
-const MinWebTokenLength = 16
 
 // AddFlags defines the flags that override the file and environment.
 func AddFlags(fs *pflag.FlagSet) {
@@ -291,13 +296,30 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	if runnerUser != nil && v.GetString("mongo.uri") != file.uri {
 		runnerUser = nil
 	}
-	c, err := build(v, path, runnerUser)
+	c, err := build(v, path, runnerUser, uriSource(v, fs, file))
 	c.Warnings = append(file.warnings, envWarnings()...)
 	c.Plugins = file.sections
 	return c, err
 }
 
-func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error) {
+// uriSource names where the MongoDB URI came from, for its errors: the
+// flag, the variable, or the file's key.
+func uriSource(v *viper.Viper, fs *pflag.FlagSet, file fileSettings) string {
+	if fs != nil {
+		if f := fs.Lookup("mongo-uri"); f != nil && f.Changed {
+			return "--mongo-uri"
+		}
+	}
+	if os.Getenv("DEN_MONGO_URI") != "" {
+		return "DEN_MONGO_URI"
+	}
+	if file.uri != "" && v.GetString("mongo.uri") == file.uri {
+		return "mongohost"
+	}
+	return "mongo.uri"
+}
+
+func build(v *viper.Viper, path string, runnerUser *url.Userinfo, uriFrom string) (Config, error) {
 	fail := func(format string, args ...any) (Config, error) {
 		msg := fmt.Sprintf(format, args...)
 		if path != "" {
@@ -377,8 +399,10 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		return fail("web.listen %q must be host:port, such as 127.0.0.1:8080", c.WebListen)
 	}
 	c.WebToken = strings.TrimSpace(v.GetString("web.token"))
-	if c.WebToken != "" && len(c.WebToken) < MinWebTokenLength {
-		return fail("web.token is %d characters; use at least %d (e.g. the output of: openssl rand -hex 32), or none for a read-only page", len(c.WebToken), MinWebTokenLength)
+	if c.WebToken != "" {
+		if err := checkWebToken(c.WebToken); err != nil {
+			return fail("%v", err)
+		}
 	}
 	c.WebHosts = list(v.Get("web.hosts"))
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
@@ -419,15 +443,15 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error
 		return fail("%v", err)
 	}
 	if c.MongoURI != "" {
-		if !strings.Contains(c.MongoURI, "://") {
-			c.MongoURI = "mongodb://" + c.MongoURI
-		}
-		u, err := url.Parse(c.MongoURI)
-		if err != nil || (u.Scheme != "mongodb" && u.Scheme != "mongodb+srv") || u.Host == "" {
-			return fail("mongo URI %q is not a mongodb:// URI", redact(c.MongoURI))
+		if err := checkMongoURI(c.MongoURI, uriFrom); err != nil {
+			return fail("%v", err)
 		}
 		c.RunnerURI = c.MongoURI
 		if runnerUser != nil {
+			u, err := url.Parse(c.MongoURI)
+			if err != nil {
+				return fail("%s %q: %v", uriFrom, redact(c.MongoURI), scrub(err.Error(), c.MongoURI))
+			}
 			u.User = runnerUser
 			c.RunnerURI = u.String()
 		}
@@ -540,6 +564,15 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 		return p, err
 	}
 	if p.SharedTmp, err = boolean(v, "command.shared_tmp"); err != nil {
+		return p, err
+	}
+	if p.SharedPIDs, err = boolean(v, "command.shared_pids"); err != nil {
+		return p, err
+	}
+	if p.TmpMB, err = boundedCount(v, "command.tmp_mb"); err != nil {
+		return p, err
+	}
+	if p.MemoryMB, err = boundedCount(v, "command.memory_mb"); err != nil {
 		return p, err
 	}
 	if p.Network, err = network(v.Get("command.network")); err != nil {
@@ -686,14 +719,6 @@ func list(val any) []string {
 	return res
 }
 
-func redact(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil || u.User == nil {
-		return uri
-	}
-	return u.Redacted()
-}
-
 // fileSettings is what a configuration file gives besides the keys it
 // loads into viper.
 type fileSettings struct {
@@ -728,6 +753,9 @@ func readFile(v *viper.Viper, path string) (fileSettings, error) {
 			sort.Strings(unknown)
 			return fileSettings{}, fmt.Errorf("configuration file %s: unknown keys %s (known: %s)", path, strings.Join(unknown, ", "), strings.Join(knownKeys(), ", "))
 		}
+		if err := fileLists(v); err != nil {
+			return fileSettings{}, fmt.Errorf("configuration file %s: %w", path, err)
+		}
 		sections, err := pluginSections(src)
 		if err != nil {
 			return fileSettings{}, fmt.Errorf("configuration file %s: %w", path, err)
@@ -750,6 +778,53 @@ func readFile(v *viper.Viper, path string) (fileSettings, error) {
 		f.warnings = append(f.warnings, fmt.Sprintf("configuration file %s: ignoring keys den does not use: %s", path, strings.Join(unknown, ", ")))
 	}
 	return f, nil
+}
+
+// fileLists refuses a key whose value is a list (its default is one) that
+// den's file gives as anything but a YAML list of strings: on main,
+// command.allow: "/usr/bin/python3" was taken as a one-entry list, and
+// activequeues: "a,b" as two queues. Only the environment writes a list
+// as one string, its entries separated by commas
+// (DEN_COMMAND_ALLOW=/usr/bin/python3,/usr/bin/perl). An entry that is
+// empty is refused too. command.network, which is all, none or a list of
+// ports, takes no other string in the file.
+func fileLists(v *viper.Viper) error {
+	for _, key := range knownKeys() {
+		if _, isList := defaults[key].([]string); !isList || !v.InConfig(key) {
+			continue
+		}
+		switch x := v.Get(key).(type) {
+		case nil, []string: // key: with nothing is an empty list
+		case []any:
+			for i, e := range x {
+				if s, ok := e.(string); !ok {
+					return fmt.Errorf("%s must be a list of strings; its entry %d is %s", key, i+1, describe(e))
+				} else if strings.TrimSpace(s) == "" {
+					return fmt.Errorf("%s must be a list of strings; its entry %d is empty", key, i+1)
+				}
+			}
+		case string:
+			return fmt.Errorf("%s must be a list of strings, not %s: in the file a list is written [%s] (one string separated by commas is the environment's form)",
+				key, describe(x), shorten(strings.Join(list(x), ", ")))
+		default:
+			return fmt.Errorf("%s must be a list of strings, not %s", key, describe(x))
+		}
+	}
+	if v.InConfig("command.network") {
+		if s, ok := v.Get("command.network").(string); ok && !slices.Contains([]string{"", "all", "none"}, strings.TrimSpace(s)) {
+			return fmt.Errorf("command.network %q must be all, none or a list of TCP ports; in the file a list is written [%s] (one string separated by commas is the environment's form)",
+				shorten(s), shorten(strings.Join(list(s), ", ")))
+		}
+	}
+	return nil
+}
+
+// shorten cuts s to 40 characters for an error message.
+func shorten(s string) string {
+	if r := []rune(s); len(r) > 40 {
+		return string(r[:37]) + "..."
+	}
+	return s
 }
 
 // pluginSections reads the plugins key of den's YAML file: a mapping from

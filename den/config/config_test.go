@@ -1,9 +1,13 @@
 package config
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -136,7 +140,7 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"json syntax", "config.json", "{\n  \"mongohost\": \"x\",\n  \"database\" \"d\"\n}\n", "line 3, column"},
 		{"json without mongohost", "config.json", "{\"database\": \"d\"}", "mongohost must be a string"},
 		{"json activequeues not a list", "config.json", "{\"mongohost\": \"h\", \"database\": \"d\", \"activequeues\": \"q\"}", "activequeues must be an array"},
-		{"bad uri", "den.yaml", "mongo:\n  uri: http://x/\n", "not a mongodb:// URI"},
+		{"bad uri", "den.yaml", "mongo:\n  uri: http://x/\n", `mongo.uri "http://x/": error parsing uri: scheme must be "mongodb" or "mongodb+srv"`},
 		{"command.enabled not a boolean", "den.yaml", "command:\n  enabled: \"yes\"\n", "command.enabled must be true or false"},
 		{"command.allow not a list of strings", "den.yaml", "command:\n  allow: [1]\n", "command.allow must be a list of strings"},
 		{"command.env_allow not a list", "den.yaml", "command:\n  env_allow: 5\n", "command.env_allow must be a list of strings"},
@@ -155,6 +159,7 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 		{"command.network port a string", "den.yaml", "command:\n  network: [https]\n", "entry https must be a TCP port number"},
 		{"command.network a boolean", "den.yaml", "command:\n  network: false\n", "command.network must be all, none or a list"},
 		{"command.shared_tmp not a boolean", "den.yaml", "command:\n  shared_tmp: sometimes\n", "command.shared_tmp must be true or false"},
+		{"command.shared_pids not a boolean", "den.yaml", "command:\n  shared_pids: 1\n", "command.shared_pids must be true or false"},
 		{"max_output not a number", "den.yaml", "max_output: lots\n", "max_output lots is not a whole number"},
 		{"max_output zero", "den.yaml", "max_output: 0\n", "max_output: 0 is below the minimum 1024"},
 		{"node a list", "den.yaml", "node: [a, b]\n", "node must be a single value"},
@@ -179,6 +184,161 @@ func TestErrorsNameTheFileAndProblem(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), nil); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// A key that holds a list is never taken from a single value in den's
+// file: command.allow: "/usr/bin/python3" was a one-entry list on main.
+// Each list key given a string, a number, a mapping or an empty entry is
+// refused at load, with the key, the value, its type and how to write the
+// list; from the environment, where a list is one string separated by
+// commas, and from flags, the same values are lists.
+func TestListKeysTakeNoSingleValue(t *testing.T) {
+	var lists []string
+	for _, key := range knownKeys() {
+		if _, ok := defaults[key].([]string); ok {
+			lists = append(lists, key)
+		}
+	}
+	if want := []string{"activequeues", "command.allow", "command.env", "command.env_allow", "ignorequeues", "web.hosts"}; !slices.Equal(lists, want) {
+		t.Fatalf("the list keys are %v; this test knows %v", lists, want)
+	}
+	yamlOf := func(key, value string) string {
+		parent, leaf, nested := strings.Cut(key, ".")
+		if !nested {
+			return key + ": " + value + "\n"
+		}
+		return parent + ":\n  " + leaf + ": " + value + "\n"
+	}
+	envOf := func(key string) string { return "DEN_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")) }
+	value := map[string]string{"activequeues": "q1", "ignorequeues": "q1", "web.hosts": "status.example.com",
+		"command.allow": "/usr/bin/python3", "command.env": "LANG", "command.env_allow": "LANG"}
+	for _, key := range lists {
+		for _, tc := range []struct{ yaml, want string }{
+			{`"` + value[key] + `"`, key + ` must be a list of strings, not "` + value[key] + `" (a string): in the file a list is written [` + value[key] + `]`},
+			{value[key], key + ` must be a list of strings, not "` + value[key] + `" (a string)`},
+			{`"` + value[key] + `,b"`, `in the file a list is written [` + value[key] + `, b]`},
+			{"5", key + " must be a list of strings, not 5 (a number)"},
+			{"{a: b}", "unknown keys " + key + ".a"},
+			{`[` + value[key] + `, ""]`, key + " must be a list of strings; its entry 2 is empty"},
+			{"[1]", key + " must be a list of strings; its entry 1 is 1 (a number)"},
+		} {
+			path := write(t, "den.yaml", yamlOf(key, tc.yaml))
+			if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+				t.Errorf("%s: %s in the file: %v; want an error naming the file and saying %q", key, tc.yaml, err, tc.want)
+			}
+		}
+		// An empty list, written either way, is a list.
+		for _, empty := range []string{"[]", ""} {
+			if _, err := Load(write(t, "den.yaml", yamlOf(key, empty)), nil); err != nil {
+				t.Errorf("%s: %q in the file: %v", key, empty, err)
+			}
+		}
+		t.Run(key+" from the environment", func(t *testing.T) {
+			second := "b"
+			if key == "command.allow" {
+				second = "/usr/bin/perl"
+			}
+			t.Setenv(envOf(key), value[key]+","+second)
+			c, err := Load("", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := effective(c)[key]; !slices.Equal(got.([]string), []string{value[key], second}) {
+				t.Errorf("%s=%s,%s: %v, want two entries", envOf(key), value[key], second, got)
+			}
+		})
+	}
+	t.Setenv("DEN_COMMAND_ALLOW", "/usr/bin/python3")
+	c, err := Load("", nil)
+	if err != nil || !slices.Equal(c.Command.Allow, []string{"/usr/bin/python3"}) {
+		t.Errorf("DEN_COMMAND_ALLOW=/usr/bin/python3: %v, %v; want that one entry", c.Command.Allow, err)
+	}
+	t.Setenv("DEN_COMMAND_ALLOW", "")
+	fs := pflag.NewFlagSet("x", pflag.ContinueOnError)
+	AddFlags(fs)
+	if err := fs.Parse([]string{"--activequeues", "q1"}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := Load("", fs); err != nil || !slices.Equal(c.ActiveQueues, []string{"q1"}) {
+		t.Errorf("--activequeues q1: %v, %v", c.ActiveQueues, err)
+	}
+	// command.network is all, none or a list of ports: a string of ports
+	// is the environment's form only.
+	for _, bad := range []string{`"443"`, `"443,8443"`, "443"} {
+		if _, err := Load(write(t, "den.yaml", "command:\n  network: "+bad+"\n"), nil); err == nil || !strings.Contains(err.Error(), "command.network") {
+			t.Errorf("command.network: %s in the file: %v, want it refused", bad, err)
+		}
+	}
+	for _, good := range []string{"all", "none", "[443, 8443]", `" none "`} {
+		if _, err := Load(write(t, "den.yaml", "command:\n  network: "+good+"\n"), nil); err != nil {
+			t.Errorf("command.network: %s in the file: %v", good, err)
+		}
+	}
+	t.Setenv("DEN_COMMAND_NETWORK", "443,8443")
+	if c, err := Load("", nil); err != nil || c.Command.Network.String() == "all" {
+		t.Errorf("DEN_COMMAND_NETWORK=443,8443: %v, %v", c.Command.Network, err)
+	}
+}
+
+// A MongoDB URI the driver cannot parse is refused at load, with the
+// driver's reason and where the URI came from, never its password: on
+// main DEN_MONGO_URI=junk became mongodb://junk (a host named junk), and
+// den run retried for ever. A mongodb+srv URI is checked without a DNS
+// lookup.
+func TestMongoURIRefused(t *testing.T) {
+	const pw = "s3cret-pw"
+	for _, tc := range []struct{ uri, want string }{
+		{"junk", `error parsing uri: scheme must be "mongodb" or "mongodb+srv" (a URI such as mongodb://junk/`},
+		{"db1:27017", `scheme must be "mongodb" or "mongodb+srv"`},
+		{"http://db1/", `scheme must be "mongodb" or "mongodb+srv"`},
+		{"mongodb://", "must have at least 1 host"},
+		{"mongodb://den:" + pw + "@db1:99999/", "port must be in the range [1, 65535]"},
+		{"mongodb://den:" + pw + "@db1?replicaSet=rs0", "must have a / before the query ?"},
+		{"mongodb://den:s3cret@pw@db1/", "unescaped @ sign in user info"},
+		{"mongodb://den:s3cret:pw@db1/", "unescaped colon in password"},
+		{"mongodb://den:s3cret%zzpw@db1/", "invalid password: invalid URL escape (a % not followed by two hex digits"},
+		{"mongodb://den:" + pw + "@db1/?tlsCertificateKeyFilePassword=" + pw + "%zz", "invalid option value"},
+		{"mongodb://den:" + pw + "@db1/?w=0&journal=true", "a write concern cannot have both w=0 and j=true"},
+		{"mongodb://den:" + pw + "@db1/?authMechanism=BOGUS", "invalid auth mechanism"},
+		{"mongodb+srv://den:" + pw + "@cluster.example.com:27017/", "a mongodb+srv URI names one host, without a port"},
+		{"mongodb+srv://den:" + pw + "@a.example.com,b.example.com/", "a mongodb+srv URI names one host"},
+	} {
+		for _, from := range []string{"mongo.uri", "DEN_MONGO_URI", "--mongo-uri"} {
+			var path string
+			var fs *pflag.FlagSet
+			switch from {
+			case "mongo.uri":
+				path = write(t, "den.yaml", fmt.Sprintf("mongo:\n  uri: %q\n", tc.uri))
+			case "DEN_MONGO_URI":
+				t.Setenv("DEN_MONGO_URI", tc.uri)
+			case "--mongo-uri":
+				fs = pflag.NewFlagSet("x", pflag.ContinueOnError)
+				AddFlags(fs)
+				if err := fs.Parse([]string{"--mongo-uri", tc.uri}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := Load(path, fs)
+			t.Setenv("DEN_MONGO_URI", "")
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), from+` "`) {
+				t.Errorf("%s %s: %v; want an error naming %s and saying %q", from, tc.uri, err, from, tc.want)
+				continue
+			}
+			for _, secret := range []string{pw, "s3cret", "zzpw", "%zz"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("%s %s: the error shows the password (%q): %v", from, tc.uri, secret, err)
+				}
+			}
+		}
+	}
+	for _, uri := range []string{"mongodb://db1/", "mongodb://den:p%40ss@db1,db2:27018/?replicaSet=rs0&w=1",
+		"mongodb+srv://den:pw@cluster.invalid/?srvMaxHosts=2&srvServiceName=mongo",
+		"mongodb://db1/?tls=true&tlsCAFile=/nonexistent/ca.pem"} { // the file is read when den connects
+		t.Setenv("DEN_MONGO_URI", uri)
+		if c, err := Load("", nil); err != nil || c.MongoURI != uri {
+			t.Errorf("DEN_MONGO_URI=%s: %q, %v", uri, c.MongoURI, err)
+		}
 	}
 }
 
@@ -234,12 +394,12 @@ func TestCommandAndMaxOutputKeys(t *testing.T) {
 	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 || c.Command.User != "" || c.Command.UserOptional || !c.Command.Network.All() {
 		t.Fatalf("defaults: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
-	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n  network: [443, 8080]\n")
+	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n  shared_pids: true\n  network: [443, 8080]\n")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp || c.Command.Network.String() != "[443, 8080]" {
+	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp || !c.Command.SharedPIDs || c.Command.Network.String() != "[443, 8080]" {
 		t.Fatalf("file: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 	t.Setenv("DEN_MAX_OUTPUT", "4096")
@@ -315,12 +475,12 @@ func TestWebKeys(t *testing.T) {
 		t.Errorf("listen 8080 gave %v", err)
 	}
 	file := write(t, "den.yaml", "web:\n  listen: 0.0.0.0:9000\n")
-	t.Setenv("DEN_WEB_TOKEN", "0123456789abcdef-secret")
+	t.Setenv("DEN_WEB_TOKEN", "Xq7vB2mK9pL4wZ8r-secret")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.WebListen != "0.0.0.0:9000" || c.WebToken != "0123456789abcdef-secret" {
+	if c.WebListen != "0.0.0.0:9000" || c.WebToken != "Xq7vB2mK9pL4wZ8r-secret" {
 		t.Errorf("listen %q token %q", c.WebListen, c.WebToken)
 	}
 	settings, _, err := Explain(file, nil)
@@ -344,6 +504,61 @@ func TestWebKeys(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Errorf("config print lists %d of the web keys, want 2", seen)
+	}
+}
+
+// web.token bounds guessing on the web page (its right token is accepted
+// from any address, so every guess is answered): a token den can tell is
+// weak is refused at start, from the file or the environment, with an
+// error that does not show it; what random generators make is accepted.
+func TestWebTokenStrength(t *testing.T) {
+	random := func(n int, enc func([]byte) string) string {
+		b := make([]byte, n)
+		if _, err := rand.Read(b); err != nil {
+			t.Fatal(err)
+		}
+		return enc(b)
+	}
+	for _, tc := range []struct {
+		token string
+		want  string // the error's words; "" accepted
+	}{
+		{"short", "web.token is 5 characters; use at least 16"},
+		{"aaaaaaaaaaaaaaaa", "too easy to guess"},
+		{"passwordpassword", "too easy to guess"},
+		{"0123456789abcdef", "too easy to guess"},
+		{"qwertyuiopasdfgh", "too easy to guess"},
+		{"Password1234567!", "too easy to guess"},
+		{"AbCdEfGhIjKlMnOpQrStUvWx", "too easy to guess"},
+		{"test-token-0123456789", "too easy to guess"},
+		{random(8, hex.EncodeToString), "too easy to guess"}, // openssl rand -hex 8: 64 bits
+		{random(32, hex.EncodeToString), ""},                 // openssl rand -hex 32, as the docs say
+		{random(16, hex.EncodeToString), ""},
+		{strings.ToUpper(random(16, hex.EncodeToString)), ""},
+		{random(18, base64.StdEncoding.EncodeToString), ""}, // openssl rand -base64 18
+		{random(16, base64.RawURLEncoding.EncodeToString), ""},
+		{"d6f2e1b0-8c3a-4f7e-9b5d-2a1c0e8f7b6d", ""}, // a UUID
+	} {
+		for _, from := range []string{"file", "environment"} {
+			var path string
+			if from == "file" {
+				path = write(t, "den.yaml", fmt.Sprintf("web:\n  token: %q\n", tc.token))
+			} else {
+				t.Setenv("DEN_WEB_TOKEN", tc.token)
+			}
+			c, err := Load(path, nil)
+			t.Setenv("DEN_WEB_TOKEN", "")
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s %q refused: %v", from, tc.token, err)
+			case tc.want == "" && c.WebToken != tc.token:
+				t.Errorf("%s %q loaded as %q", from, tc.token, c.WebToken)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("%s %q: %v, want an error saying %q", from, tc.token, err, tc.want)
+			case tc.want != "" && strings.Contains(err.Error(), tc.token):
+				t.Errorf("%s %q: the error shows the token: %v", from, tc.token, err)
+			}
+		}
 	}
 }
 
@@ -446,6 +661,13 @@ func TestBoundsRefused(t *testing.T) {
 		{"retention.cancelled", "", "900000h", "", "retention.cancelled: 900000h is above the maximum 876000h"},
 		{"retention.orphaned", "", "-1s", "", "retention.orphaned: -1s is below the minimum 0s"},
 		{"retention.orphaned", "", "900000h", "", "retention.orphaned: 900000h is above the maximum 876000h"},
+		{"command.tmp_mb", "command:\n  tmp_mb: -1\n", "", "", "command.tmp_mb: -1 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
+		{"command.tmp_mb", "", "16777217", "", "command.tmp_mb: 16777217 is above the maximum 16777216"},
+		{"command.tmp_mb", "command:\n  tmp_mb: 0\n", "", "", ""},
+		{"command.memory_mb", "command:\n  memory_mb: -2048\n", "", "", "command.memory_mb: -2048 is below the minimum 0 (allowed: 0 to 16777216 MiB)"},
+		{"command.memory_mb", "", "16777217", "", "command.memory_mb: 16777217 is above the maximum 16777216"},
+		{"command.memory_mb", "", "4096", "", ""},
+		{"command.memory_mb", "", "32", "", "command.memory_mb 32 must be 0 (no limit) or at least 64 MiB"},
 		{"retention.action", "retention:\n  action: shred\n", "", "", "retention.action \"shred\" must be delete or archive"},
 		{"retention.reports", "", "burn", "", "retention.reports \"burn\" must be keep or delete"},
 	}

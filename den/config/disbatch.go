@@ -153,21 +153,15 @@ func describe(x any) string {
 	if x == nil {
 		return "null"
 	}
-	short := func(s string) string {
-		if r := []rune(s); len(r) > 40 {
-			return string(r[:37]) + "..."
-		}
-		return s
-	}
 	if v, ok := x.(string); ok {
-		return strconv.Quote(short(v)) + " (a string)"
+		return strconv.Quote(shorten(v)) + " (a string)"
 	}
 	b, err := json.Marshal(x)
 	if err != nil {
 		b = []byte(fmt.Sprint(x))
 	}
 	var out strings.Builder
-	for _, r := range short(string(b)) {
+	for _, r := range shorten(string(b)) {
 		if unicode.IsPrint(r) {
 			out.WriteRune(r)
 		} else {
@@ -186,7 +180,7 @@ func kind(x any) string {
 		return "a string"
 	case bool:
 		return "a boolean"
-	case float64:
+	case float64, int, int64, uint64:
 		return "a number"
 	case []any:
 		return "an array"

@@ -17,5 +17,10 @@
 // (bounds, next to the defaults); a value outside it, a node name that is
 // not printable or longer than MaxNodeNameLength, and a value of the wrong
 // type in either kind of file are refused with an error that names the
-// key, the value and what is allowed.
+// key, the value and what is allowed. A list key in den's file is a YAML
+// list (only the environment writes one as a comma-separated string). The
+// MongoDB URI is parsed by the driver at load (mongouri.go), its password
+// never shown; web.token must be at least MinWebTokenBits strong by a
+// conservative estimate (token.go), since it alone bounds guessing on the
+// web page.
 package config

@@ -193,3 +193,7 @@ func startServer(tmp string) (func(), error) {
 		}
 	}, nil
 }
+
+// EmbeddedServer reports whether the tests run against the embedded
+// development server (FerretDB), not a MongoDB named by EnvURI.
+func EmbeddedServer() bool { return os.Getenv(EnvURI) == "" }

@@ -41,6 +41,18 @@ type proxy struct {
 	stats   Stats
 
 	logOut io.Writer // where a command the server did not answer is told; nil: nowhere
+	// after, when set, is called with each command's name once its reply
+	// is read, still under the lock (the PostgreSQL engine's index upkeep).
+	after func(name string)
+}
+
+// locked runs fn under the lock that serializes commands.
+func (p *proxy) locked(fn func()) {
+	if p.serial {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	}
+	fn()
 }
 
 // Stats counts what clients sent through the proxy: for benchmarks, which
@@ -53,8 +65,10 @@ type Stats struct {
 	Commands map[string]int64
 	// Busy is the time the server spent on commands, from the request's
 	// write to its last reply's read, by command name and collection
-	// ("findAndModify tasks"); handshakes are left out.
-	Busy map[string]time.Duration
+	// ("findAndModify tasks"); handshakes are left out. Calls counts the
+	// same commands by the same keys.
+	Busy  map[string]time.Duration
+	Calls map[string]int64
 }
 
 // Total is the number of commands, handshakes included.
@@ -68,7 +82,12 @@ func (s Stats) Total() int64 {
 
 // Sub returns the counts of s since earlier.
 func (s Stats) Sub(earlier Stats) Stats {
-	out := Stats{Connections: s.Connections - earlier.Connections, Commands: map[string]int64{}, Busy: map[string]time.Duration{}}
+	out := Stats{Connections: s.Connections - earlier.Connections, Commands: map[string]int64{}, Busy: map[string]time.Duration{}, Calls: map[string]int64{}}
+	for k, v := range s.Calls {
+		if d := v - earlier.Calls[k]; d != 0 {
+			out.Calls[k] = d
+		}
+	}
 	for k, v := range s.Commands {
 		if d := v - earlier.Commands[k]; d != 0 {
 			out.Commands[k] = d
@@ -100,19 +119,24 @@ func (p *proxy) busy(key string, d time.Duration) {
 	defer p.statsMu.Unlock()
 	if p.stats.Busy == nil {
 		p.stats.Busy = map[string]time.Duration{}
+		p.stats.Calls = map[string]int64{}
 	}
 	p.stats.Busy[key] += d
+	p.stats.Calls[key]++
 }
 
 func (p *proxy) snapshot() Stats {
 	p.statsMu.Lock()
 	defer p.statsMu.Unlock()
-	out := Stats{Connections: p.stats.Connections, Commands: map[string]int64{}, Busy: map[string]time.Duration{}}
+	out := Stats{Connections: p.stats.Connections, Commands: map[string]int64{}, Busy: map[string]time.Duration{}, Calls: map[string]int64{}}
 	for k, v := range p.stats.Commands {
 		out.Commands[k] = v
 	}
 	for k, v := range p.stats.Busy {
 		out.Busy[k] = v
+	}
+	for k, v := range p.stats.Calls {
+		out.Calls[k] = v
 	}
 	return out
 }
@@ -225,6 +249,9 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 		}
 		replies = append(replies, r)
 		if !wire.MoreToCome(r) {
+			if p.after != nil && !handshake(name) {
+				p.after(name)
+			}
 			return replies, nil
 		}
 	}

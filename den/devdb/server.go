@@ -13,23 +13,51 @@ import (
 	"github.com/FerretDB/FerretDB/ferretdb"
 )
 
+// Engines FerretDB can keep the data in.
+const (
+	// EnginePostgreSQL is FerretDB's postgresql handler on a PostgreSQL
+	// cluster of the data directory's own (postgres.go), with GIN indexes
+	// that serve the queries FerretDB pushes down (pgindexes.go): claims,
+	// starts and finishes stay index lookups as finished tasks pile up.
+	EnginePostgreSQL = "postgresql"
+	// EngineSQLite is FerretDB's sqlite handler: pure Go, nothing to
+	// install, but every query decodes the whole collection, so each task
+	// costs more than the one before (docs/performance.md).
+	EngineSQLite = "sqlite"
+)
+
 // Config says where the database keeps its data and listens.
 type Config struct {
-	// Dir holds the SQLite files; it is created if missing and survives
-	// restarts.
+	// Dir holds the data; it is created if missing and survives restarts.
 	Dir string
 	// Listen is the address clients connect to; default 127.0.0.1:0 (a free
 	// port).
 	Listen string
 	// Log receives FerretDB's own log at Error level (it logs every error
 	// reply at Warn, which a node provokes on purpose); nil discards it.
+	// PostgreSQL's own log is the file postgresql.log in Dir.
 	Log io.Writer
+	// Engine is EnginePostgreSQL, EngineSQLite, or "" for the engine whose
+	// data Dir already holds, else PostgreSQL where its programs are
+	// found (Server.Note says when it was not), else SQLite.
+	Engine string
+	// PostgresBin is the directory of PostgreSQL's initdb and postgres;
+	// empty looks in the usual places (FindPostgres).
+	PostgresBin string
+	// NoTwins leaves out the PostgreSQL engine's GIN indexes (pgindexes.go),
+	// for measuring what they do (BenchmarkEngines in queue).
+	NoTwins bool
+	// pgSettings are more -c settings for PostgreSQL (tests: auto_explain).
+	pgSettings []string
 }
 
 // Server is a running embedded database.
 type Server struct {
 	uri    string
 	direct string
+	engine string
+	note   string
+	pg     *cluster // the PostgreSQL engine's cluster; nil for SQLite
 	proxy  *proxy
 	done   chan struct{}
 }
@@ -42,6 +70,13 @@ func (s *Server) URI() string { return s.uri }
 // for inserts and reads that need no atomicity (a benchmark's own
 // bookkeeping).
 func (s *Server) DirectURI() string { return s.direct }
+
+// Engine is the engine serving the data: EnginePostgreSQL or EngineSQLite.
+func (s *Server) Engine() string { return s.engine }
+
+// Note says why Config.Engine "" chose SQLite, for the user: "" when it
+// chose PostgreSQL or was told which engine to use.
+func (s *Server) Note() string { return s.note }
 
 // Stats returns what clients have sent through URI so far.
 func (s *Server) Stats() Stats { return s.proxy.snapshot() }
@@ -80,18 +115,45 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if logOut == nil {
 		logOut = io.Discard
 	}
-	f, err := ferretdb.New(&ferretdb.Config{
+	engine, bin, note, err := chooseEngine(dir, cfg)
+	if err != nil {
+		ln.Close()
+		unlock()
+		return nil, err
+	}
+	s := &Server{done: make(chan struct{}), engine: engine, note: note}
+	fcfg := &ferretdb.Config{
 		Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
-		Handler:  "sqlite",
+		Handler:  engine,
+		Logger:   slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError})),
+	}
+	var pg *cluster
+	var twins *twinKeeper
+	switch engine {
+	case EnginePostgreSQL:
+		pg, err = startCluster(ctx, dir, bin, cfg.pgSettings...)
+		if err != nil {
+			ln.Close()
+			unlock()
+			return nil, err
+		}
+		fcfg.PostgreSQLURL = pg.url(pgDatabase)
+	default:
 		// synchronous(normal): in WAL mode a commit no longer waits for an
 		// fsync; an application crash loses nothing, a power loss may
 		// lose the last commits. Right for a development database, and
 		// it keeps tests fast on slow disks.
-		SQLiteURL: "file:" + strings.TrimSuffix(dir, "/") + "/?_pragma=synchronous(normal)",
-		Logger:    slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError})),
-	})
+		fcfg.SQLiteURL = "file:" + strings.TrimSuffix(dir, "/") + "/?_pragma=synchronous(normal)"
+	}
+	stopEngine := func() {
+		if pg != nil {
+			pg.stop()
+		}
+	}
+	f, err := ferretdb.New(fcfg)
 	if err != nil {
 		ln.Close()
+		stopEngine()
 		unlock()
 		return nil, fmt.Errorf("devdb: start FerretDB: %w", err)
 	}
@@ -102,18 +164,66 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		f.Run(ctx)
 	}()
 	upstream := strings.TrimSuffix(strings.TrimPrefix(f.MongoDBURI(), "mongodb://"), "/")
-	s := &Server{done: make(chan struct{})}
 	host := ln.Addr().String()
 	s.uri = "mongodb://" + host + "/"
 	p := newProxy(ln, upstream)
 	p.logOut = logOut
-	s.proxy, s.direct = p, "mongodb://"+upstream+"/"
+	s.proxy, s.direct, s.pg = p, "mongodb://"+upstream+"/", pg
+	if pg != nil && !cfg.NoTwins {
+		twins, err = startTwins(ctx, pg.url(pgDatabase), p, logOut)
+		if err != nil {
+			cancel()
+			<-ferretDone
+			ln.Close()
+			stopEngine()
+			unlock()
+			return nil, err
+		}
+	}
 	go func() {
 		defer close(s.done)
-		defer unlock() // after FerretDB has closed its SQLite files
+		defer unlock() // after the engine has closed its files
+		defer stopEngine()
 		defer cancel()
 		p.serve(ctx)
+		if twins != nil {
+			twins.wait()
+		}
 		<-ferretDone
 	}()
 	return s, nil
+}
+
+// chooseEngine picks the engine for dir (Config.Engine), and for
+// PostgreSQL the directory of its programs. note says why "" chose SQLite.
+func chooseEngine(dir string, cfg Config) (engine, bin, note string, err error) {
+	switch cfg.Engine {
+	case EngineSQLite:
+		return EngineSQLite, "", "", nil
+	case EnginePostgreSQL:
+		bin, err := FindPostgres(cfg.PostgresBin)
+		if err != nil {
+			return "", "", "", err
+		}
+		return EnginePostgreSQL, bin, "", nil
+	case "":
+	default:
+		return "", "", "", fmt.Errorf("devdb: unknown engine %q (want %s or %s)", cfg.Engine, EnginePostgreSQL, EngineSQLite)
+	}
+	if _, err := os.Stat(filepath.Join(dir, pgSubdir, "PG_VERSION")); err != nil && hasSQLite(dir) {
+		return EngineSQLite, "", fmt.Sprintf("%s holds a SQLite database of an earlier den, served as it is; "+
+			"it slows down as tasks pile up (a few thousand: docs/performance.md). --engine postgresql with another --data starts a faster one", dir), nil
+	}
+	bin, err = FindPostgres(cfg.PostgresBin)
+	if err != nil {
+		return EngineSQLite, "", fmt.Sprintf("%v; serving with SQLite instead, which slows down as tasks pile up (a few thousand: docs/performance.md)",
+			strings.TrimPrefix(err.Error(), "devdb: ")), nil
+	}
+	return EnginePostgreSQL, bin, "", nil
+}
+
+// hasSQLite reports whether dir holds FerretDB's SQLite files.
+func hasSQLite(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "*.sqlite"))
+	return len(m) > 0
 }

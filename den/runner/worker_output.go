@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -243,15 +242,15 @@ func (o *outputs) appendLine(line string) {
 
 // finish returns what the task document's stdout and stderr get: strings
 // when the output may stay in the document (gfs false or auto, it fits, and
-// it is valid UTF-8, as BSON strings must be), else the ids of the GridFS
-// files it was stored in.
+// it is text: gridfs.Text), else the ids of the GridFS files it was stored
+// in.
 func (o *outputs) finish() (stdout, stderr any, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.finished = true
 	if !o.spilled {
 		stdout, stderr := o.stdout.mem.String(), o.stderr.mem.String()
-		if utf8.ValidString(stdout) && utf8.ValidString(stderr) {
+		if gridfs.Text([]byte(stdout)) && gridfs.Text([]byte(stderr)) {
 			return stdout, stderr, nil
 		}
 		if err := o.spillLocked(); err != nil {

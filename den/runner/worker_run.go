@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -546,7 +547,7 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	done := make(chan result, 1)
 	env := plugins.NewEnv(plugins.Env{
 		Stdout: t.out.stdout, Stderr: t.out.stderr, DB: t.DB, Log: t.log, Grace: t.opts.MaxTermination,
-		MaxProcesses: t.maxProcesses, PidsCgroup: t.pidsCgroup,
+		MaxProcesses: t.maxProcesses, PidsCgroup: t.pidsCgroup, MemoryRequest: int64(math.Ceil(t.opts.Requested.MemoryMB * (1 << 20))),
 	}, t.Spec.Plugin, t.Spec.PluginConfig, t.record1)
 	go func() {
 		defer func() {

@@ -194,3 +194,48 @@ func confineExec(keep []string) error {
 	}
 	return nil
 }
+
+// confineLibraryPrograms mounts each of programs (LibraryPrograms: ELF
+// programs, and directories of them, in the library directories that
+// confineExec left executable) on itself noexec, but those allow (the
+// task's Exec) lets be executed: one that lies below an allowed path is
+// left alone, and an allowed path below a directory of programs is
+// mounted on itself again, executable. A program that is gone since the
+// list was made is skipped.
+func confineLibraryPrograms(programs, allow []string) error {
+	var allowed []string
+	for _, a := range allow {
+		if real, err := filepath.EvalSymlinks(a); err == nil {
+			allowed = append(allowed, real)
+		}
+	}
+	var again []string
+	for _, p := range programs {
+		if slices.ContainsFunc(allowed, func(a string) bool { return under(p, a) }) {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND, ""); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("mount %s on itself: %w", p, err)
+		}
+		if err := remount(p, true); err != nil {
+			return fmt.Errorf("make %s noexec: %w", p, err)
+		}
+		for _, a := range allowed {
+			if under(a, p) && !slices.Contains(again, a) {
+				again = append(again, a)
+			}
+		}
+	}
+	for _, a := range again {
+		if err := unix.Mount(a, a, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount %s on itself: %w", a, err)
+		}
+		if err := remount(a, false); err != nil {
+			return fmt.Errorf("make %s executable: %w", a, err)
+		}
+	}
+	return nil
+}

@@ -13,7 +13,31 @@ import (
 
 // limitProcesses puts this process, about to become the program, under
 // its process limit: into the pids cgroup given (whose pids.max the
-// task runner's supervisor set), or else under RLIMIT_NPROC.
+// task runner's supervisor set), or else under RLIMIT_NPROC
+// (limitUserProcesses) for its own user, which it is by then.
+func limitProcesses(max int, pidsCgroup string) error {
+	if pidsCgroup != "" {
+		procs := filepath.Join(pidsCgroup, "cgroup.procs")
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return fmt.Errorf("join the run's pids cgroup %s: %w", pidsCgroup, err)
+		}
+		return nil
+	}
+	return limitUserProcesses(max, uint32(os.Getuid()), false)
+}
+
+// moveThread moves the calling thread alone (cgroup v1's tasks file)
+// into the cgroup dir: a task's init, whose other threads must not count
+// against the task's limit, forks the program from this thread, which the
+// program's process then starts in. The thread must be locked to its
+// goroutine (runtime.LockOSThread).
+func moveThread(dir string) error {
+	return os.WriteFile(filepath.Join(dir, "tasks"), []byte(strconv.Itoa(unix.Gettid())), 0)
+}
+
+// limitUserProcesses sets RLIMIT_NPROC, which the programs this process
+// starts as user uid inherit; stays says this process stays beside them
+// (an init) rather than becoming the program.
 //
 // RLIMIT_NPROC is no per-task limit: the kernel compares it with the
 // number of processes and threads of the caller's real user (in its user
@@ -23,18 +47,14 @@ import (
 // The kernel ignores it for root (so it is not set for root, sparing the
 // count) and for holders of CAP_SYS_RESOURCE or CAP_SYS_ADMIN. It never
 // raises a lower hard limit already set.
-func limitProcesses(max int, pidsCgroup string) error {
-	if pidsCgroup != "" {
-		procs := filepath.Join(pidsCgroup, "cgroup.procs")
-		if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-			return fmt.Errorf("join the run's pids cgroup %s: %w", pidsCgroup, err)
-		}
+func limitUserProcesses(max int, uid uint32, stays bool) error {
+	if uid == 0 {
 		return nil
 	}
-	if os.Getuid() == 0 {
-		return nil
+	limit := uint64(max) + userTasks(int(uid))
+	if stays && uint32(os.Getuid()) == uid {
+		limit++ // this process, which userTasks leaves out, counts too
 	}
-	limit := uint64(max) + userTasks(os.Getuid())
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &rl); err != nil {
 		return fmt.Errorf("read RLIMIT_NPROC: %w", err)
@@ -54,7 +74,14 @@ func userTasks(uid int) uint64 {
 	if err != nil {
 		return 0
 	}
+	// This process as /proc names it: in a PID namespace of its own whose
+	// /proc is not mounted yet (an init), its pid there is not getpid's.
 	self := os.Getpid()
+	if link, err := os.Readlink("/proc/self"); err == nil {
+		if pid, err := strconv.Atoi(link); err == nil {
+			self = pid
+		}
+	}
 	want := strconv.Itoa(uid)
 	var n uint64
 	for _, e := range entries {

@@ -2,9 +2,13 @@ package sandbox
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/den-project/den/den/internal/contain"
 )
 
 // Programs run from this test binary enter their sandbox here, as in
@@ -43,4 +47,50 @@ func TestProcessLimitByRLIMITNPROC(t *testing.T) {
 		t.Fatalf("the shell started %d processes (want at most %d: with itself, max_processes %d) and said:\n%s", started, limit-1, limit, out.String())
 	}
 	t.Logf("the shell started %d processes before fork failed", started)
+}
+
+// In a PID namespace of its own, where the sandbox stays as the program's
+// init, max_processes still counts the program and what it starts, and
+// only them: by pids.max of the run's pids cgroup (which the init leaves
+// once the program runs in it) and, without one, by RLIMIT_NPROC of the
+// program's user (the init stays den's user).
+func TestProcessLimitInPIDNamespace(t *testing.T) {
+	t.Parallel()
+	needNamespaces(t)
+	if !HasCaps(CapsUser) {
+		t.Skipf("this test process lacks %s", CapsUser)
+	}
+	const limit = 10
+	script := `i=0; while [ $i -lt 100 ]; do sleep 60 >/dev/null 2>&1 & echo started; i=$((i+1)); done`
+	for _, mechanism := range []string{"pids cgroup", "RLIMIT_NPROC"} {
+		// One after the other: RLIMIT_NPROC counts the other's processes.
+		t.Run(mechanism, func(t *testing.T) {
+			spec := initSpec(script)
+			spec.MaxProcesses, spec.User = limit, &Credential{Uid: 65534, Gid: 65534}
+			if mechanism == "pids cgroup" {
+				root, err := contain.DetectPidsV1()
+				if err != nil {
+					t.Skipf("no pids cgroup here: %v", err)
+				}
+				dir := contain.RunCgroup(root, "test", strconv.Itoa(os.Getpid())+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+				if err := contain.LimitPids(dir, limit); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { contain.KillCgroup(dir); contain.RemoveCgroup(dir, 10*time.Second) })
+				spec.PidsCgroup = dir
+			}
+			cmd, err := Command(spec, []string{"PATH=/usr/bin:/bin"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Dir = "/"
+			out, err := cmd.CombinedOutput()
+			end, _ := cmd.Exit()
+			t.Logf("sandbox: %v; program ended %#x", err, uint32(end.Status))
+			started := strings.Count(string(out), "started\n")
+			if started != limit-1 || !strings.Contains(string(out), "Cannot fork") {
+				t.Fatalf("the shell started %d processes (want %d: with itself, max_processes %d) and said:\n%s", started, limit-1, limit, out)
+			}
+		})
+	}
 }

@@ -1,10 +1,12 @@
 package sandbox
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,8 +57,19 @@ type Spec struct {
 	// Dir is the program's working directory, entered as User (so that
 	// the caller's rights open nothing for it); empty keeps the caller's.
 	Dir string `json:"dir,omitempty"`
-	// Tmp is the program's own temporary directory (NewTmp).
-	Tmp string `json:"tmp,omitempty"`
+	// Memory is the most memory, in bytes, the program and all it starts
+	// may hold (0: no limit of den's): inside MemoryCgroup, a cgroup v1
+	// memory cgroup whose limit holds it (NewMemoryCgroup), which the
+	// program joins before it executes; else by RLIMIT_DATA of each
+	// process (memory.go).
+	Memory       int64  `json:"memory,omitempty"`
+	MemoryCgroup string `json:"memory_cgroup,omitempty"`
+	// Tmp is the program's own temporary directory (NewTmp). With
+	// MountNS and TmpSize, a tmpfs of TmpSize bytes is mounted on it (on
+	// /tmp with PrivateTmp) in the program's mount namespace, so that
+	// what the task writes there is bounded and gone with it.
+	Tmp     string `json:"tmp,omitempty"`
+	TmpSize int64  `json:"tmp_size,omitempty"`
 	// MountNS gives the program a mount namespace of its own, where,
 	// with Landlock, every mount is noexec but what it must execute or
 	// map for execution (mounts.go). PrivateTmp (with MountNS) mounts
@@ -66,11 +79,28 @@ type Spec struct {
 	MountNS    bool `json:"mount_ns,omitempty"`
 	PrivateTmp bool `json:"private_tmp,omitempty"`
 	NoNetwork  bool `json:"no_network,omitempty"`
+	// NoExec lists the ELF programs, and directories of programs, in the
+	// library directories that the mount namespace makes noexec
+	// (libprograms.go), but those Exec allows; Command fills it in when
+	// it is nil, for MountNS with Landlock.
+	NoExec []string `json:"no_exec,omitempty"`
 	// Network is what the program may connect to over TCP: NetworkAll
 	// (also when empty), NetworkNone, or NetworkPorts: the ports in
 	// Ports only. Landlock (ABI 4) enforces it.
 	Network string   `json:"network,omitempty"`
 	Ports   []uint16 `json:"ports,omitempty"`
+	// PIDNS (with MountNS) gives the program a PID namespace of its own,
+	// with its own /proc, where the sandbox stays as the namespace's init
+	// (init.go); IPCNS an IPC namespace of its own (SysV IPC, POSIX
+	// message queues). Each needs CapsNamespaces.
+	PIDNS bool `json:"pid_ns,omitempty"`
+	IPCNS bool `json:"ipc_ns,omitempty"`
+	// GraceMS is how long, in milliseconds, the init gives what the
+	// program left running when it exits between SIGTERM and SIGKILL.
+	GraceMS int64 `json:"grace_ms,omitempty"`
+	// ReportFD is the descriptor the init writes the program's end to;
+	// Command sets it.
+	ReportFD int `json:"report_fd,omitempty"`
 	// Remove, when set, makes the sandbox remove this directory as User
 	// instead of running a program (RemoveTmp).
 	Remove string `json:"remove,omitempty"`
@@ -97,31 +127,146 @@ func LandlockABI() int {
 	return v
 }
 
+// Cmd is a program started in its boundary: the exec.Cmd that starts the
+// sandbox (set its stdio, and add to its SysProcAttr, as for the program
+// itself), and, with Spec.PIDNS, the channel on which the sandbox, the
+// program's init, reports how the program ended. Use its Start, Wait, Run
+// and CombinedOutput, not the exec.Cmd's.
+type Cmd struct {
+	*exec.Cmd
+	report, sent *os.File // the report's pipe: read end, write end (nil: no init)
+	exit         *Exit
+}
+
+// Exit is how a program ended.
+type Exit struct {
+	// Status is the program's own wait status.
+	Status syscall.WaitStatus
+	// Left counts the processes still running in the program's PID
+	// namespace when it ended, which its init then stopped (SIGTERM, then
+	// SIGKILL after Spec.GraceMS).
+	Left int
+}
+
 // Command returns a command that runs spec's program in its boundary, with
 // environment env. The caller sets its stdio as for the program itself,
 // and may add to its SysProcAttr (Setsid, Pdeathsig); the working
 // directory is Spec.Dir.
-func Command(spec Spec, env []string) (*exec.Cmd, error) {
+func Command(spec Spec, env []string) (*Cmd, error) {
+	c := &Cmd{}
 	if ns, ok := timerslack.Original(); ok && spec.TimerSlack == 0 {
 		spec.TimerSlack = ns
 	}
+	if spec.MountNS && spec.Landlock && spec.NoExec == nil {
+		spec.NoExec = LibraryPrograms()
+	}
+	if spec.PIDNS {
+		if !spec.MountNS {
+			return nil, errors.New("sandbox: a PID namespace needs a mount namespace (for its /proc)")
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: make the init's report pipe: %w", err)
+		}
+		c.report, c.sent = r, w
+		spec.ReportFD = 3 // ExtraFiles[0]
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
+		c.closeReport()
 		return nil, fmt.Errorf("sandbox: encode: %w", err)
 	}
 	// /proc/self/exe, read by the child before it executes, is this very
 	// binary even when its file was replaced or removed since (an upgrade
 	// while tasks run).
-	cmd := exec.Command(selfExe)
+	c.Cmd = exec.Command(selfExe)
 	if len(spec.Args) > 0 {
-		cmd.Args[0] = spec.Args[0]
+		c.Args[0] = spec.Args[0]
 	}
-	cmd.Env = append(slices.DeleteFunc(slices.Clone(env), isSpec), EnvSpec+"="+string(b))
+	c.Env = append(slices.DeleteFunc(slices.Clone(env), isSpec), EnvSpec+"="+string(b))
+	if c.sent != nil {
+		c.ExtraFiles = []*os.File{c.sent}
+	}
 	// The namespaces are made as the sandbox starts (Go makes the mounts
 	// of a new mount namespace private to it, so nothing mounted there
-	// reaches the node's).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: namespaceFlags(spec)}
-	return cmd, nil
+	// reaches the node's); a new PID namespace only at clone, so that the
+	// sandbox is its init.
+	c.SysProcAttr = &syscall.SysProcAttr{Unshareflags: namespaceFlags(spec)}
+	if spec.PIDNS {
+		c.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
+	return c, nil
+}
+
+func (c *Cmd) closeReport() {
+	for _, f := range []*os.File{c.report, c.sent} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Start starts the sandbox.
+func (c *Cmd) Start() error {
+	err := c.Cmd.Start()
+	if c.sent != nil {
+		c.sent.Close() // the sandbox has its own copy
+		c.sent = nil
+	}
+	if err != nil && c.report != nil {
+		c.report.Close()
+		c.report = nil
+	}
+	return err
+}
+
+// Wait waits for the sandbox to exit, as exec.Cmd's Wait does, and reads
+// how the program ended (Exit).
+func (c *Cmd) Wait() error {
+	err := c.Cmd.Wait()
+	if c.report != nil {
+		defer c.report.Close()
+		b, _ := io.ReadAll(io.LimitReader(c.report, 64))
+		var ws uint32
+		var left int
+		if n, _ := fmt.Sscanf(string(b), "%d %d\n", &ws, &left); n == 2 {
+			c.exit = &Exit{Status: syscall.WaitStatus(ws), Left: left}
+		}
+	}
+	return err
+}
+
+// Run starts the sandbox and waits for it.
+func (c *Cmd) Run() error {
+	if err := c.Start(); err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+// CombinedOutput runs the sandbox and returns what the program wrote to
+// stdout and stderr.
+func (c *Cmd) CombinedOutput() ([]byte, error) {
+	var b bytes.Buffer
+	c.Stdout, c.Stderr = &b, &b
+	err := c.Run()
+	return b.Bytes(), err
+}
+
+// Exit returns how the program ended, once Wait has returned: as its init
+// reported it, or, where the sandbox executed the program itself (no
+// Spec.PIDNS) or its init was killed before it could report (a stop's
+// SIGKILL), as the process the caller started ended. ok is false when
+// that process has not been waited for.
+func (c *Cmd) Exit() (e Exit, ok bool) {
+	if c.exit != nil {
+		return *c.exit, true
+	}
+	if c.ProcessState == nil {
+		return Exit{}, false
+	}
+	ws, ok := c.ProcessState.Sys().(syscall.WaitStatus)
+	return Exit{Status: ws}, ok
 }
 
 func isSpec(kv string) bool { return strings.HasPrefix(kv, EnvSpec+"=") }
@@ -162,46 +307,59 @@ func enter(raw string) error {
 	if spec.Path == "" || len(spec.Args) == 0 {
 		return errors.New("no program given")
 	}
+	// The program gets the node's own timer slack back: this thread
+	// executes it (below) or forks it (the init, runInit), and a thread's
+	// slack is inherited by its children and kept across execve.
+	if spec.TimerSlack > 0 {
+		if err := timerslack.Restore(spec.TimerSlack); err != nil {
+			return err
+		}
+	}
 	env := slices.DeleteFunc(os.Environ(), isSpec)
 	// The program gets stdin, stdout and stderr, and nothing else this
-	// process inherited.
+	// process inherited (the init's report descriptor stays the init's).
 	if err := CloseInherited(); err != nil {
 		return err
 	}
-	if spec.MountNS && spec.PrivateTmp && spec.Tmp != "" {
-		if err := mountPrivate(spec.Tmp); err != nil {
+	if spec.PIDNS && spec.PidsCgroup == "" && spec.MaxProcesses > 0 {
+		// RLIMIT_NPROC counts the user's processes on the whole
+		// machine: counted here, before the task's own /proc hides them.
+		uid := uint32(os.Getuid())
+		if spec.User != nil {
+			uid = spec.User.Uid
+		}
+		if err := limitUserProcesses(spec.MaxProcesses, uid, true); err != nil {
 			return err
 		}
 	}
-	if spec.MountNS && spec.Landlock {
-		keep := slices.Concat(spec.Exec, Loaders(append([]string{spec.Path}, spec.Exec...)...), LibraryDirs())
-		if err := confineExec(keep); err != nil {
+	if spec.MountNS {
+		if err := mountTask(spec); err != nil {
 			return err
 		}
 	}
-	// The process limit: the run's pids cgroup is joined while this
-	// process may still write to it (it belongs to den's user);
-	// RLIMIT_NPROC is set once this process is the program's user, whose
-	// processes it counts. This process's few threads count against
-	// either until execve.
-	limit := func() error {
-		if spec.MaxProcesses > 0 {
-			return limitProcesses(spec.MaxProcesses, spec.PidsCgroup)
-		}
-		return nil
+	if spec.PIDNS {
+		return runInit(spec, env)
 	}
-	if spec.PidsCgroup != "" {
-		if err := limit(); err != nil {
+	// The process and memory limits: the run's cgroups are joined while
+	// this process may still write to them (they belong to den's user).
+	// This process's few threads count against them until execve.
+	if spec.PidsCgroup != "" && spec.MaxProcesses > 0 {
+		if err := limitProcesses(spec.MaxProcesses, spec.PidsCgroup); err != nil {
 			return err
 		}
+	}
+	if err := limitMemory(spec, false); err != nil {
+		return err
 	}
 	if spec.User != nil {
 		if err := becomeUser(*spec.User); err != nil {
 			return err
 		}
 	}
-	if spec.PidsCgroup == "" {
-		if err := limit(); err != nil {
+	// RLIMIT_NPROC is set once this process is the program's user, whose
+	// processes it counts.
+	if spec.PidsCgroup == "" && spec.MaxProcesses > 0 {
+		if err := limitProcesses(spec.MaxProcesses, ""); err != nil {
 			return err
 		}
 	}
@@ -210,6 +368,19 @@ func enter(raw string) error {
 			return fmt.Errorf("enter the working directory: %w", err)
 		}
 	}
+	if err := confine(spec); err != nil {
+		return err
+	}
+	// execve replaces every thread, and the program inherits the calling
+	// thread's restrictions, which RestrictPaths and the seccomp filter's
+	// TSYNC gave all of them, and its timer slack.
+	err := syscall.Exec(spec.Path, spec.Args, env)
+	return fmt.Errorf("execute %s: %w", spec.Path, err)
+}
+
+// confine puts this process, and all it will start, under Landlock (or
+// no_new_privs alone) and the seccomp filters.
+func confine(spec Spec) error {
 	if spec.Landlock {
 		if err := restrict(spec); err != nil {
 			return fmt.Errorf("landlock: %w", err)
@@ -219,26 +390,17 @@ func enter(raw string) error {
 	} else if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
-	// Landlock sees no path for a memfd: refuse making one (seccomp.go).
-	// After no_new_privs, which seccomp requires.
-	if err := refuseAnonymousExec(); err != nil {
+	// Landlock sees no path for a memfd, and no filter sees what io_uring
+	// does (seccomp.go). After no_new_privs, which seccomp requires.
+	if err := refuseTaskCalls(); err != nil {
 		return err
 	}
 	if spec.Network != "" && spec.Network != NetworkAll {
-		if err := refuseMPTCP(); err != nil {
+		if err := refuseRestrictedNetwork(); err != nil {
 			return err
 		}
 	}
-	// execve replaces every thread, and the program inherits the calling
-	// thread's restrictions, which RestrictPaths and the seccomp filter's
-	// TSYNC gave all of them, and its timer slack.
-	if spec.TimerSlack > 0 {
-		if err := timerslack.Restore(spec.TimerSlack); err != nil {
-			return err
-		}
-	}
-	err := syscall.Exec(spec.Path, spec.Args, env)
-	return fmt.Errorf("execute %s: %w", spec.Path, err)
+	return nil
 }
 
 // restrict puts this process in its Landlock domain: executing only

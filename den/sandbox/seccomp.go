@@ -3,29 +3,45 @@ package sandbox
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// The seccomp filter closes the ways to execute a file Landlock never
-// sees a path for: a file on the kernel's internal shared-memory mount,
-// made by memfd_create(2) and executed through /proc/self/fd/N or
-// execveat(fd, "", AT_EMPTY_PATH), or loaded by the dynamic loader run as
-// a program (ld-linux-x86-64.so.2 /proc/self/fd/N). Landlock allows every
-// access to such internal files, and that mount is never noexec (a memfd
-// sealed against execve, MFD_NOEXEC_SEAL, can still be mapped for
-// execution), so without the filter any allowed program that can make
-// system calls of its own (python3, perl) can write an ELF into a memfd
-// and run it. The filter, inherited by the program and all it starts and
-// never lifted, refuses with EPERM:
+// The sandbox installs two seccomp filters, inherited by the program and
+// all it starts and never lifted.
 //
-//   - memfd_create, whatever its flags: programs that use memfds for data
-//     fall back to /dev/shm or temporary files, which are paths Landlock
-//     and the task's noexec mounts check;
-//   - memfd_secret;
-//   - execveat with AT_EMPTY_PATH (fexecve(3)): executing a descriptor
-//     rather than a path.
+// The task filter, everywhere, refuses:
+//
+//   - with EPERM, the ways to execute a file Landlock never sees a path
+//     for: a file on the kernel's internal shared-memory mount, made by
+//     memfd_create(2) and executed through /proc/self/fd/N or
+//     execveat(fd, "", AT_EMPTY_PATH), or loaded by the dynamic loader
+//     run as a program (ld-linux-x86-64.so.2 /proc/self/fd/N). Landlock
+//     allows every access to such internal files, and that mount is never
+//     noexec (a memfd sealed against execve, MFD_NOEXEC_SEAL, can still be
+//     mapped for execution), so without the filter any allowed program
+//     that can make system calls of its own (python3, perl) can write an
+//     ELF into a memfd and run it. So memfd_create, whatever its flags
+//     (programs that use memfds for data fall back to /dev/shm or
+//     temporary files, which are paths Landlock and the task's noexec
+//     mounts check); memfd_secret; and execveat with AT_EMPTY_PATH
+//     (fexecve(3): executing a descriptor rather than a path);
+//   - with ENOSYS, as a kernel built without them: io_uring_setup,
+//     io_uring_enter and io_uring_register. io_uring makes system calls
+//     on the program's behalf (IORING_OP_SOCKET, _CONNECT, _SENDMSG,
+//     _OPENAT, ...) that no seccomp filter ever sees, so it is a second
+//     door to every call a filter refuses: a Multipath TCP socket made by
+//     IORING_OP_SOCKET reached the database past command.network. Programs
+//     that use it (liburing, libuv) fall back to ordinary calls;
+//   - with ENOSYS, add_key, request_key and keyctl: the kernel's keyrings
+//     are not namespaced, and a key a task adds to its user's keyring
+//     outlives it and is there for every later task of that user (as
+//     Docker's default profile refuses them).
+//
+// The network filter, where the network is restricted (Spec.Network),
+// keeps Landlock's TCP rules whole; see networkFilter.
 //
 // The same rules hold for the 32-bit system calls of a 64-bit kernel
 // (i386 on amd64, arm on arm64) and for x32's numbers. Other architectures
@@ -41,32 +57,53 @@ const (
 // x32Bit marks x32 system calls on an x86-64 kernel.
 const x32Bit = 0x40000000
 
-// syscalls are the numbers the filter checks on one architecture.
+// syscalls are the numbers the filters check on one architecture.
 type syscalls struct {
 	arch                               uint32
 	memfdCreate, memfdSecret, execveat []uint32
+	// ioUring and keys: refused whatever their arguments.
+	ioUring, keys []uint32
 	// socket and socketcall (i386's multiplexer, whose arguments are in
-	// memory the filter cannot read) for the network filter.
-	socket, socketcall []uint32
+	// memory the filter cannot read) for the network filter; sendto,
+	// sendmsg and sendmmsg for its TCP Fast Open rule.
+	socket, socketcall        []uint32
+	sendto, sendmsg, sendmmsg []uint32
 }
+
+// ioUringNR are io_uring_setup, io_uring_enter and io_uring_register,
+// whose numbers every architecture shares.
+var ioUringNR = []uint32{425, 426, 427}
 
 // filtered returns the architectures the filter covers on GOARCH, the
 // native one first; none where den has no table.
 func filtered() []syscalls {
+	x32 := func(nrs ...uint32) []uint32 {
+		out := slices.Clone(nrs)
+		for _, nr := range nrs {
+			out = append(out, x32Bit|nr)
+		}
+		return out
+	}
 	switch runtime.GOARCH {
 	case "amd64":
 		return []syscalls{
-			{arch: unix.AUDIT_ARCH_X86_64, memfdCreate: []uint32{319, x32Bit | 319}, memfdSecret: []uint32{447, x32Bit | 447}, execveat: []uint32{322, x32Bit | 545},
-				socket: []uint32{41, x32Bit | 41}},
+			{arch: unix.AUDIT_ARCH_X86_64, memfdCreate: x32(319), memfdSecret: x32(447), execveat: []uint32{322, x32Bit | 545},
+				ioUring: x32(ioUringNR...), keys: x32(248, 249, 250),
+				// x32's sendmsg and sendmmsg have numbers of their own
+				// (518, 538); its 46 and 307 are no system call.
+				socket: x32(41), sendto: x32(44), sendmsg: []uint32{46, x32Bit | 46, x32Bit | 518}, sendmmsg: []uint32{307, x32Bit | 307, x32Bit | 538}},
 			{arch: unix.AUDIT_ARCH_I386, memfdCreate: []uint32{356}, memfdSecret: []uint32{447}, execveat: []uint32{358},
-				socket: []uint32{359}, socketcall: []uint32{102}},
+				ioUring: ioUringNR, keys: []uint32{286, 287, 288},
+				socket: []uint32{359}, socketcall: []uint32{102}, sendto: []uint32{369}, sendmsg: []uint32{370}, sendmmsg: []uint32{345}},
 		}
 	case "arm64":
 		return []syscalls{
 			{arch: unix.AUDIT_ARCH_AARCH64, memfdCreate: []uint32{279}, memfdSecret: []uint32{447}, execveat: []uint32{281},
-				socket: []uint32{198}},
+				ioUring: ioUringNR, keys: []uint32{217, 218, 219},
+				socket: []uint32{198}, sendto: []uint32{206}, sendmsg: []uint32{211}, sendmmsg: []uint32{269}},
 			{arch: unix.AUDIT_ARCH_ARM, memfdCreate: []uint32{385}, memfdSecret: []uint32{447}, execveat: []uint32{387},
-				socket: []uint32{281}},
+				ioUring: ioUringNR, keys: []uint32{309, 310, 311},
+				socket: []uint32{281}, sendto: []uint32{290}, sendmsg: []uint32{296}, sendmmsg: []uint32{374}},
 		}
 	}
 	return nil
@@ -125,9 +162,11 @@ const (
 	ret      = unix.BPF_RET | unix.BPF_K
 )
 
-// memfdFilter builds the filter for archs; a system call of any other
+func errno(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
+
+// taskFilter builds the task filter for archs; a system call of any other
 // architecture is refused.
-func memfdFilter(archs []syscalls) ([]unix.SockFilter, error) {
+func taskFilter(archs []syscalls) ([]unix.SockFilter, error) {
 	a := &asm{labels: map[string]int{}}
 	a.stmt(ldAbs, offArch)
 	for i, s := range archs {
@@ -135,43 +174,56 @@ func memfdFilter(archs []syscalls) ([]unix.SockFilter, error) {
 		a.jump(jeq, s.arch, "", p("next"))
 		a.stmt(ldAbs, offNR)
 		for _, nr := range s.memfdCreate {
-			a.jump(jeq, nr, p("memfd"), "")
+			a.jump(jeq, nr, "eperm", "")
 		}
 		for _, nr := range s.memfdSecret {
-			a.jump(jeq, nr, p("deny"), "")
+			a.jump(jeq, nr, "eperm", "")
+		}
+		for _, nr := range slices.Concat(s.ioUring, s.keys) {
+			a.jump(jeq, nr, "enosys", "")
 		}
 		for _, nr := range s.execveat {
 			a.jump(jeq, nr, p("execveat"), "")
 		}
 		a.stmt(ret, retAllow)
-		a.label(p("memfd")) // memfd_create(name, flags), whatever its flags
-		a.stmt(ret, retEPERM)
 		a.label(p("execveat")) // execveat(dirfd, path, argv, envp, flags)
 		a.stmt(ldAbs, offArgs+8*4)
-		a.jump(jset, unix.AT_EMPTY_PATH, p("deny"), p("allow"))
-		a.label(p("allow"))
-		a.stmt(ret, retAllow)
-		a.label(p("deny"))
-		a.stmt(ret, retEPERM)
+		a.jump(jset, unix.AT_EMPTY_PATH, "eperm", "allow")
 		a.label(p("next"))
 	}
 	a.stmt(ret, retEPERM)
+	a.label("allow")
+	a.stmt(ret, retAllow)
+	a.label("eperm")
+	a.stmt(ret, retEPERM)
+	a.label("enosys")
+	a.stmt(ret, errno(unix.ENOSYS))
 	return a.done()
 }
 
 // ipprotoMPTCP is Multipath TCP's protocol number (linux/in.h).
 const ipprotoMPTCP = 262
 
-// mptcpFilter builds the filter that keeps a restricted network
-// restricted: Landlock's TCP rules (ABI 4 to at least 7) check only
-// sockets of protocol TCP, and a Multipath TCP socket connects to any TCP
-// server, falling back to plain TCP where the server has no MPTCP. So
-// socket(…, IPPROTO_MPTCP) fails with EPROTONOSUPPORT, as on a kernel
-// without MPTCP (programs then fall back to TCP, which Landlock checks),
-// and i386's socketcall, whose arguments the filter cannot see, with
-// ENOSYS (the C library then uses socket itself). The memfd filter
-// already refuses other architectures.
-func mptcpFilter(archs []syscalls) ([]unix.SockFilter, error) {
+// networkFilter builds the filter that keeps a restricted network
+// restricted: Landlock's TCP rules (ABI 4 to at least 7) check connect(2)
+// on sockets of protocol TCP, and a task has two other ways to a TCP
+// server:
+//
+//   - a Multipath TCP socket, which connects to any TCP server, falling
+//     back to plain TCP where the server has no MPTCP. socket(…,
+//     IPPROTO_MPTCP) fails with EPROTONOSUPPORT, as on a kernel without
+//     MPTCP (programs then fall back to TCP, which Landlock checks), and
+//     i386's socketcall, whose arguments the filter cannot see, with
+//     ENOSYS (the C library then uses socket itself);
+//   - TCP Fast Open: sendto, sendmsg or sendmmsg with MSG_FASTOPEN on a
+//     TCP socket never connected connects it (tcp_sendmsg_fastopen), and
+//     no LSM hook sees that connection (Landlock's issue 41). They fail
+//     with EOPNOTSUPP whatever the socket, as where the kernel's
+//     tcp_fastopen client side is off (programs then connect(2) first).
+//
+// io_uring, which would make these calls unseen, is refused by the task
+// filter; the task filter also refuses other architectures.
+func networkFilter(archs []syscalls) ([]unix.SockFilter, error) {
 	a := &asm{labels: map[string]int{}}
 	a.stmt(ldAbs, offArch)
 	for i, s := range archs {
@@ -184,29 +236,45 @@ func mptcpFilter(archs []syscalls) ([]unix.SockFilter, error) {
 		for _, nr := range s.socket {
 			a.jump(jeq, nr, p("socket"), "")
 		}
+		// The flags: sendto(fd, buf, len, flags, …), sendmsg(fd, msg,
+		// flags), sendmmsg(fd, vec, vlen, flags).
+		for _, nr := range slices.Concat(s.sendto, s.sendmmsg) {
+			a.jump(jeq, nr, p("flags3"), "")
+		}
+		for _, nr := range s.sendmsg {
+			a.jump(jeq, nr, p("flags2"), "")
+		}
 		a.stmt(ret, retAllow)
 		a.label(p("socket")) // socket(family, type, protocol)
 		a.stmt(ldAbs, offArgs+8*2)
 		a.jump(jeq, ipprotoMPTCP, "noproto", "allow")
+		a.label(p("flags3"))
+		a.stmt(ldAbs, offArgs+8*3)
+		a.jump(jset, unix.MSG_FASTOPEN, "notsupp", "allow")
+		a.label(p("flags2"))
+		a.stmt(ldAbs, offArgs+8*2)
+		a.jump(jset, unix.MSG_FASTOPEN, "notsupp", "allow")
 		a.label(p("next"))
 	}
 	a.label("allow")
 	a.stmt(ret, retAllow)
 	a.label("noproto")
-	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.EPROTONOSUPPORT))
+	a.stmt(ret, errno(unix.EPROTONOSUPPORT))
 	a.label("nosys")
-	a.stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
+	a.stmt(ret, errno(unix.ENOSYS))
+	a.label("notsupp")
+	a.stmt(ret, errno(unix.EOPNOTSUPP))
 	return a.done()
 }
 
-// refuseMPTCP installs mptcpFilter on every thread of this process, as
-// refuseAnonymousExec does its own.
-func refuseMPTCP() error {
-	f, err := mptcpFilter(filtered())
+// refuseRestrictedNetwork installs networkFilter on every thread of this
+// process, as refuseTaskCalls does its own.
+func refuseRestrictedNetwork() error {
+	f, err := networkFilter(filtered())
 	if err != nil {
 		return err
 	}
-	return install(f, "against Multipath TCP sockets")
+	return install(f, "for the restricted network")
 }
 
 // install installs filter f on every thread (SECCOMP_FILTER_FLAG_TSYNC).
@@ -223,17 +291,17 @@ func install(f []unix.SockFilter, what string) error {
 	return nil
 }
 
-// refuseAnonymousExec installs the filter on every thread of this process
-// (SECCOMP_FILTER_FLAG_TSYNC). The calling thread must have no_new_privs
-// set (which TSYNC then sets on the others).
-func refuseAnonymousExec() error {
+// refuseTaskCalls installs the task filter on every thread of this
+// process (SECCOMP_FILTER_FLAG_TSYNC). The calling thread must have
+// no_new_privs set (which TSYNC then sets on the others).
+func refuseTaskCalls() error {
 	archs := filtered()
 	if len(archs) == 0 {
-		return fmt.Errorf("seccomp: den has no filter against executing memfds on %s; refusing to start the program", runtime.GOARCH)
+		return fmt.Errorf("seccomp: den has no filter for %s (against executing memfds, io_uring, keyrings); refusing to start the program", runtime.GOARCH)
 	}
-	f, err := memfdFilter(archs)
+	f, err := taskFilter(archs)
 	if err != nil {
 		return err
 	}
-	return install(f, "against executing memfds")
+	return install(f, "of the task")
 }

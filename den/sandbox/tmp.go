@@ -19,11 +19,13 @@ import (
 const TaskTmp = "/tmp"
 
 // privateDirs are the directories every user may write to on a usual
-// system, where one task could plant or read another's files. In the
-// program's mount namespace each is its own temporary directory, mounted
-// noexec, nosuid and nodev. /tmp comes last: once it is mounted, the
-// temporary directory's own path (under the node's /tmp) is gone.
-var privateDirs = []string{"/var/tmp", "/dev/shm", TaskTmp}
+// system, where one task could plant or read another's files, or leave
+// files that outlive it (/run/lock: lock files of serial devices and the
+// like). In the program's mount namespace each is its own temporary
+// directory, mounted noexec, nosuid and nodev. /tmp comes last: once it is
+// mounted, the temporary directory's own path (under the node's /tmp) is
+// gone.
+var privateDirs = []string{"/var/tmp", "/dev/shm", "/run/lock", TaskTmp}
 
 // tmpPrefix begins the name of every task's temporary directory, which
 // goes on with the pid of the process that made it: den-task-<pid>-<random>.
@@ -98,7 +100,9 @@ func removeTree(dir string) error {
 
 // mountPrivate mounts tmp on each of privateDirs that exists, noexec,
 // nosuid and nodev, in this process's own mount namespace (Command made
-// it, with the host's mounts made private to it).
+// it, with the host's mounts made private to it). Where the task's
+// temporary directory is a tmpfs (mountTmpfs), tmp is that file system's
+// mount on /tmp.
 //
 // tmp is opened without following a symbolic link, and mounted through
 // that descriptor: the directory is its user's, in a directory others may
@@ -110,15 +114,18 @@ func mountPrivate(tmp string) error {
 		return fmt.Errorf("open the task's temporary directory: %w", err)
 	}
 	defer unix.Close(fd)
-	tmp = fmt.Sprintf("/proc/self/fd/%d", fd)
+	src := fmt.Sprintf("/proc/self/fd/%d", fd)
 	for _, target := range privateDirs {
+		if target == tmp {
+			continue // the tmpfs on /tmp itself
+		}
 		if st, err := os.Stat(target); err != nil || !st.IsDir() {
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("mount the task's temporary directory on %s: %w", target, err)
 			}
 			continue
 		}
-		if err := unix.Mount(tmp, target, "", unix.MS_BIND, ""); err != nil {
+		if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("mount the task's temporary directory on %s: %w", target, err)
 		}
 		flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV)
@@ -127,18 +134,6 @@ func mountPrivate(tmp string) error {
 		}
 	}
 	return nil
-}
-
-// namespaceFlags are the namespaces Command has the sandbox start in.
-func namespaceFlags(spec Spec) uintptr {
-	var flags uintptr
-	if spec.MountNS {
-		flags |= syscall.CLONE_NEWNS
-	}
-	if spec.NoNetwork {
-		flags |= syscall.CLONE_NEWNET
-	}
-	return flags
 }
 
 // sweepTmp removes the tasks' temporary directories whose maker, named by
@@ -168,4 +163,31 @@ func sweepTmp() {
 		}
 		RemoveTmp(m, owner)
 	}
+}
+
+// mountTmpfs makes the task's temporary directory a tmpfs of size bytes,
+// owned by owner, mode 0700, noexec, nosuid and nodev, so that what a task
+// writes there is bounded and gone with its mount namespace: on /tmp,
+// which mountPrivate then mounts on the other privateDirs (private), or
+// else on the directory tmp itself (the task's TMPDIR), opened without
+// following a symbolic link. Its pages are memory, charged to the task's
+// memory cgroup where it has one; its inodes are bounded too, one per 4
+// KiB of size (a tmpfs's default is half the machine's pages, whatever
+// its size).
+func mountTmpfs(tmp string, size int64, owner Credential, private bool) error {
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700,uid=%d,gid=%d", size, max(size/4096, 1024), owner.Uid, owner.Gid)
+	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	target := TaskTmp
+	if !private {
+		fd, err := unix.Open(tmp, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open the task's temporary directory: %w", err)
+		}
+		defer unix.Close(fd)
+		target = fmt.Sprintf("/proc/self/fd/%d", fd)
+	}
+	if err := unix.Mount("tmpfs", target, "tmpfs", flags, opts); err != nil {
+		return fmt.Errorf("mount the task's temporary directory (a tmpfs of %d bytes): %w", size, err)
+	}
+	return nil
 }

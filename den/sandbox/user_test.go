@@ -45,28 +45,37 @@ func TestUnprivilegedNodeLeavesNoCapabilityToTheProgram(t *testing.T) {
 
 // The sandbox enters the working directory as the program's user: a
 // directory den's user may enter but the program's user may not is
-// refused.
+// refused; also where the sandbox stays as the program's init.
 func TestWorkingDirectoryEnteredAsTheProgramsUser(t *testing.T) {
 	if !HasCaps(CapsUser) {
 		t.Skipf("this test process lacks %s", CapsUser)
 	}
-	dir := t.TempDir() // 0700, den's user's
-	cmd, err := Command(Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "permission denied") {
-		t.Fatalf("pwd in %s ran as the program's user (%v): %s", dir, err, out)
-	}
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
+	for _, init := range []bool{false, true} {
+		if init && !HasCaps(CapsNamespaces) {
+			continue
+		}
+		dir := filepath.Join(t.TempDir(), "work")
+		if err := os.Mkdir(dir, 0o700); err != nil { // den's user's alone
 			t.Fatal(err)
 		}
-	}
-	cmd, _ = Command(Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir}, nil)
-	if out, err := cmd.CombinedOutput(); err != nil || string(out) != dir+"\n" {
-		t.Fatalf("pwd: %v, %q", err, out)
+		spec := Spec{Path: "/bin/pwd", Args: []string{"pwd"}, User: &Credential{Uid: 65534, Gid: 65534}, Dir: dir, MountNS: init, PIDNS: init}
+		cmd, err := Command(spec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "permission denied") || !strings.Contains(string(out), spec.Dir) {
+			t.Fatalf("init %v: pwd in %s ran as the program's user (%v): %s", init, spec.Dir, err, out)
+		}
+		for _, d := range []string{filepath.Dir(filepath.Dir(dir)), filepath.Dir(dir), dir} {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd, _ = Command(spec, nil)
+		if out, err := cmd.CombinedOutput(); err != nil || string(out) != spec.Dir+"\n" {
+			t.Fatalf("init %v: pwd: %v, %q", init, err, out)
+		}
 	}
 }
 
@@ -116,9 +125,10 @@ func TestTmpRemovedAsTheTasksUser(t *testing.T) {
 
 // The whole boundary, as a node that is not root sets it up with the
 // capabilities its unit gives it (CapsUser and CapsNamespaces, ambient):
-// the program runs as the task's user without any capability, in its own
-// temporary directory, with no network, and cannot run the loader on a
-// program that is not allowed.
+// the program runs as the task's user without any capability (though its
+// init, den's sandbox, keeps them), in its own temporary directory and
+// PID namespace, with no network, and cannot run the loader on a program
+// that is not allowed.
 func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
 	if !HasCaps(CapsUser + " " + CapsNamespaces) {
 		t.Skipf("this test process lacks %s %s", CapsUser, CapsNamespaces)
@@ -137,9 +147,10 @@ func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
 		t.Skip("/usr/bin/id is not dynamically linked here")
 	}
 	script := `id -u; grep -E '^Cap(Prm|Eff|Amb):' /proc/self/status; ls -A /tmp; echo "$TMPDIR"; pwd; ` +
-		`tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '; ` + ld[0] + ` /usr/bin/whoami 2>&1 | grep -c 'failed to map'; true`
+		`tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '; ` + ld[0] + ` /usr/bin/whoami 2>&1 | grep -c 'failed to map'; ` +
+		`set -- /proc/[0-9]*; echo $#; true`
 	cmd, err := Command(Spec{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Exec: []string{"/bin/sh", "/usr/bin/dash", "/usr/bin/id", "/usr/bin/grep", "/usr/bin/ls", "/usr/bin/tail", "/usr/bin/cut", "/usr/bin/tr", "/usr/bin/pwd"}, Landlock: true,
-		User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, Network: NetworkNone, NoNetwork: true},
+		User: user, Dir: TaskTmp, Tmp: tmp, MountNS: true, PrivateTmp: true, Network: NetworkNone, NoNetwork: true, PIDNS: true, IPCNS: true},
 		[]string{"PATH=/usr/bin:/bin", "TMPDIR=" + TaskTmp})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +162,8 @@ func TestUnprivilegedNodeGivesTheWholeBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	want := "65534\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n/tmp\n/tmp\nlo\n1\n"
+	// The shell and its init are the only processes it sees.
+	want := "65534\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapAmb:\t0000000000000000\n/tmp\n/tmp\nlo\n1\n2\n"
 	if string(out) != want {
 		t.Fatalf("the program says\n%s\nwant\n%s", out, want)
 	}

@@ -67,9 +67,9 @@ func (h *handler) session(r *http.Request) (string, bool) {
 type tokenResult int
 
 const (
-	tokenWrong tokenResult = iota
-	tokenOK
-	tokenLimited // the client's address is blocked: not compared
+	tokenWrong   tokenResult = iota
+	tokenOK                  // the right token: accepted, whatever the address did before
+	tokenLimited             // a wrong token from a limited address: 429, answered after LoginSlowdown
 )
 
 // reqAuthKey keys the request's *reqAuth in its context.
@@ -84,8 +84,9 @@ type reqAuth struct {
 }
 
 // checkToken compares a token the request presents with the configured
-// one, unless the client's address is blocked for guessing (limit.go);
-// a wrong token counts against the address.
+// one, always: the right token is accepted at once, even from an address
+// limited for guessing. A wrong token counts against the address; from a
+// limited address it is answered slowly (limit.go).
 func (h *handler) checkToken(r *http.Request, got string) (tokenResult, time.Duration) {
 	st, _ := r.Context().Value(reqAuthKey{}).(*reqAuth)
 	if st == nil {
@@ -96,22 +97,33 @@ func (h *handler) checkToken(r *http.Request, got string) (tokenResult, time.Dur
 	}
 	st.done = true
 	key, now := clientKey(r), h.now()
-	if retry, blocked := h.limit.blocked(key, now); blocked {
-		st.result, st.retry = tokenLimited, retry
-	} else if same(got, h.token) {
+	h.limit.expire(key, now)
+	if same(got, h.token) {
 		st.result = tokenOK
-	} else {
-		h.limit.failed(key, now)
-		st.result = tokenWrong
+		return st.result, 0
 	}
+	left, limited := h.limit.failed(key, now)
+	if !limited {
+		st.result = tokenWrong
+		return st.result, 0
+	}
+	if release, ok := h.limit.hold(key); ok {
+		h.sleep(r.Context(), LoginSlowdown)
+		release()
+		if left -= LoginSlowdown; left < time.Second {
+			left = time.Second
+		}
+	}
+	st.result, st.retry = tokenLimited, left
 	return st.result, st.retry
 }
 
-// errLimited refuses a token from an address that guessed too often.
+// errLimited answers a wrong token from an address that guessed too
+// often.
 type errLimited struct{ retry time.Duration }
 
 func (e errLimited) Error() string {
-	return fmt.Sprintf("too many wrong tokens from your address: try again in %d seconds", retrySeconds(e.retry))
+	return fmt.Sprintf("wrong token, and too many from your address: its wrong tokens are answered slowly for another %d seconds (the right token is always accepted)", retrySeconds(e.retry))
 }
 
 // retrySeconds rounds d up to whole seconds, for Retry-After.
@@ -119,7 +131,8 @@ func retrySeconds(d time.Duration) int {
 	return int((d + time.Second - 1) / time.Second)
 }
 
-// tooMany answers a blocked address: 429 with Retry-After.
+// tooMany answers a wrong token from a limited address: 429 with
+// Retry-After, the time until its wrong tokens are no longer slowed.
 func (h *handler) tooMany(w http.ResponseWriter, r *http.Request, name string, p page, e errLimited) {
 	w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(e.retry)))
 	h.renderStatus(w, r, http.StatusTooManyRequests, name, p)
@@ -201,7 +214,7 @@ func crossSite(r *http.Request) bool {
 }
 
 // action wraps an action's handler with the check, logging refusals (but
-// not those of a blocked address: the limiter logs its block once).
+// not those of a limited address: the limiter logs its limit once).
 func (h *handler) action(f func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)

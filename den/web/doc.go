@@ -30,12 +30,14 @@
 // restart, ends every session); at most MaxSessions are kept. Cookie
 // actions must also carry the session's CSRF field, and any action from
 // another origin (Origin or Sec-Fetch-Site) is refused. Actions are POSTs
-// only. Wrong tokens are limited per client address (the connection's
-// IP, never a header): after LoginFailures within LoginWindow, the
-// address's tokens are refused with 429 and Retry-After for LoginBlock,
-// logged once when the block starts and once when it ends. Without a
-// token the page is read-only: no action is shown and every action is
-// refused with 403.
+// only. The right token is accepted at once from any address, always;
+// wrong tokens are limited per client address (the connection's IP, never
+// a header): after LoginFailures within LoginWindow, the address's wrong
+// tokens are answered with 429 and Retry-After, after LoginSlowdown, for
+// LoginLimit, logged once when the limit starts and once when it ends.
+// Since every token is compared, what bounds guessing is the token's
+// strength, which den/config checks at start. Without a token the page
+// is read-only: no action is shown and every action is refused with 403.
 //
 // The page answers only its own host names (hosts.go): the listen
 // address, localhost, the hostname when it listens beyond loopback, and

@@ -353,20 +353,58 @@ func postResp(t *testing.T, c *http.Client, u string, form url.Values, header ht
 	return resp
 }
 
-// Guessing the token is limited per client address: of 500 wrong tokens
-// from one address (each claiming another in X-Forwarded-For), all but
-// the first web.LoginFailures get 429 with Retry-After, and the log has a
-// few lines, not 500. While blocked, the
-// address's right token is refused too (it is not even compared), and so
-// are Bearer tokens on actions; a session it already had keeps working,
-// and another address logs in. After the block, the address may try
-// again.
+// sleeps stands in for the wait that slows a wrong token's answer: it
+// counts the waits asked for, and while gated it holds them until the
+// gate opens (or the request ends), so that a test sees the slowing and
+// how many answers wait at once without spending the time.
+type sleeps struct {
+	mu      sync.Mutex
+	n       int           // waits asked for
+	d       time.Duration // the last one's length
+	gate    chan struct{} // while not nil, waits block until it is closed
+	entered chan struct{} // told of each wait that blocks
+}
+
+func (s *sleeps) sleep(ctx context.Context, d time.Duration) {
+	s.mu.Lock()
+	s.n++
+	s.d = d
+	gate, entered := s.gate, s.entered
+	s.mu.Unlock()
+	if gate == nil {
+		return
+	}
+	entered <- struct{}{}
+	select {
+	case <-gate:
+	case <-ctx.Done():
+	}
+}
+
+func (s *sleeps) count() (int, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n, s.d
+}
+
+// Guessing the token from the operator's own address (everyone behind an
+// SSH tunnel is 127.0.0.1) never locks the operator out, and the guesser
+// is still slowed. Of 500 wrong tokens from one address (each claiming
+// another in X-Forwarded-For, not believed), the first web.LoginFailures
+// get 403 and the rest 429 with Retry-After, each answered only after
+// web.LoginSlowdown; the log has a few lines, not 500. While the address
+// is limited, its right token logs in at once and a Bearer action with it
+// works, also while the guesser holds every slowed answer the address
+// may have waiting; those beyond are answered at once. A session from
+// before keeps working, another address logs in, wrong Bearer tokens
+// count too, and after web.LoginLimit the address is counted afresh.
 func TestLoginAttemptsLimited(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	clk := newClock()
 	core, logs := observer.New(zapcore.InfoLevel)
-	srv := serveWith(t, web.Options{DB: f.db, Log: zap.New(core), Token: testToken, Now: clk.now})
+	slow := &sleeps{}
+	srv := serveWith(t, web.Options{DB: f.db, Log: zap.New(core), Token: testToken, Now: clk.now, Sleep: slow.sleep})
 	attacker := fromAddress("127.0.0.1")
 	// The operator logged in from this address before the guessing began.
 	operator := cookieOf(t, attacker, srv.URL, nil)
@@ -382,8 +420,8 @@ func TestLoginAttemptsLimited(t *testing.T) {
 		codes[resp.StatusCode]++
 		if resp.StatusCode == http.StatusTooManyRequests {
 			s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-			if err != nil || s <= 0 || s > int(web.LoginBlock/time.Second) {
-				t.Fatalf("429 with Retry-After %q, want whole seconds up to %v", resp.Header.Get("Retry-After"), web.LoginBlock)
+			if err != nil || s <= 0 || s > int(web.LoginLimit/time.Second) {
+				t.Fatalf("429 with Retry-After %q, want whole seconds up to %v", resp.Header.Get("Retry-After"), web.LoginLimit)
 			}
 		}
 		if i%100 == 0 {
@@ -393,18 +431,87 @@ func TestLoginAttemptsLimited(t *testing.T) {
 	if codes[http.StatusForbidden] != web.LoginFailures || codes[http.StatusTooManyRequests] != 500-web.LoginFailures {
 		t.Errorf("500 wrong tokens answered %v, want %d 403 and the rest 429", codes, web.LoginFailures)
 	}
-	// Blocked: the right token is not compared; nor is a Bearer token.
-	if resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {testToken}}, nil); resp.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("the right token from a blocked address: %d, want 429", resp.StatusCode)
+	if n, d := slow.count(); n != 500-web.LoginFailures || d != web.LoginSlowdown {
+		t.Errorf("%d answers slowed (the last by %v), want the %d answers after the limit began, each by %v", n, d, 500-web.LoginFailures, web.LoginSlowdown)
 	}
-	id := dentest.Tasks(t, f.db, f.queue, bson.D{{Key: "case", Value: "blocked bearer"}})[0]
+	// Limited, the address's right token is still accepted, at once: the
+	// operator behind the same SSH tunnel logs in, and a script's Bearer
+	// action works.
+	if resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {testToken}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the right token from a limited address: %d, want 303 (logged in)", resp.StatusCode)
+	}
+	id := dentest.Tasks(t, f.db, f.queue, bson.D{{Key: "case", Value: "limited bearer"}})[0]
 	resp := postResp(t, attacker, srv.URL+"/tasks/"+id.Hex()+"/cancel", nil, http.Header{"Authorization": {"Bearer " + testToken}})
-	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || cancelFlag(t, f.db, id) {
-		t.Errorf("a Bearer action from a blocked address: %d (Retry-After %q), want 429 and nothing cancelled", resp.StatusCode, resp.Header.Get("Retry-After"))
+	if resp.StatusCode != http.StatusOK || !cancelFlag(t, f.db, id) {
+		t.Errorf("a Bearer action with the right token from a limited address: %d, want 200 and the task cancelled", resp.StatusCode)
 	}
+	if n, _ := slow.count(); n != 500-web.LoginFailures {
+		t.Errorf("the right token's answers were slowed (%d waits, want %d)", n, 500-web.LoginFailures)
+	}
+	// The guesser holds every slowed answer the address may have waiting
+	// (web.LoginSlowdown not over): further wrong tokens are answered at
+	// once, and the right one still gets in.
+	slow.mu.Lock()
+	slow.gate, slow.entered = make(chan struct{}), make(chan struct{}, 100)
+	slow.mu.Unlock()
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(slow.gate) }) }
+	t.Cleanup(open) // before the server closes, should the test stop here
+	const guessers = 12
+	answers := make(chan int, guessers)
+	for i := 0; i < guessers; i++ {
+		go func() {
+			req, _ := http.NewRequest("POST", srv.URL+"/login", strings.NewReader(url.Values{"token": {"parallel-guess-" + strconv.Itoa(i)}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := attacker.Do(req)
+			if err != nil {
+				answers <- 0
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.StatusCode
+		}()
+	}
+	waiting := 0
+	for waiting < 4 {
+		select {
+		case <-slow.entered:
+			waiting++
+		case <-time.After(time.Minute):
+			t.Fatalf("%d answers waiting, want 4", waiting)
+		}
+	}
+	for i := 0; i < guessers-waiting; i++ {
+		select {
+		case code := <-answers:
+			if code != http.StatusTooManyRequests {
+				t.Errorf("a wrong token beyond the slowed answers the address may have waiting: %d, want 429", code)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("a wrong token beyond the 4 waiting was not answered at once")
+		}
+	}
+	select {
+	case <-slow.entered:
+		t.Error("more than 4 slowed answers wait at once for one address")
+	default:
+	}
+	if resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {testToken}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the right token while the guesser holds every slowed answer: %d, want 303", resp.StatusCode)
+	}
+	open()
+	for i := 0; i < waiting; i++ {
+		if code := <-answers; code != http.StatusTooManyRequests {
+			t.Errorf("a slowed wrong token: %d, want 429", code)
+		}
+	}
+	slow.mu.Lock()
+	slow.gate = nil
+	slow.mu.Unlock()
 	// The session from before works, from the same address.
+	id = dentest.Tasks(t, f.db, f.queue, bson.D{{Key: "case", Value: "session"}})[0]
 	if code := post(t, withCookie(operator.Value), srv.URL+"/tasks/"+id.Hex()+"/cancel", url.Values{"csrf": {operatorCSRF}}, nil); code != 303 || !cancelFlag(t, f.db, id) {
-		t.Errorf("a session opened before the block: cancel %d, want 303", code)
+		t.Errorf("a session opened before the limit: cancel %d, want 303", code)
 	}
 	// Another address logs in.
 	if resp := postResp(t, fromAddress("127.0.0.2"), srv.URL+"/login", url.Values{"token": {testToken}}, nil); resp.StatusCode != http.StatusSeeOther {
@@ -420,20 +527,28 @@ func TestLoginAttemptsLimited(t *testing.T) {
 	if bearerCodes[http.StatusForbidden] != web.LoginFailures || bearerCodes[http.StatusTooManyRequests] != 5 || cancelFlag(t, f.db, f.waiting) {
 		t.Errorf("wrong Bearer tokens answered %v, want %d 403 then 429", bearerCodes, web.LoginFailures)
 	}
-	// A few lines, not one per guess: one warning per blocked address.
+	// A few lines, not one per guess: one warning per limited address.
 	warnings := logs.FilterMessageSnippet("too many wrong tokens").Len()
 	if warnings != 2 {
-		t.Errorf("%d warnings that an address is blocked, want 2 (one per address)", warnings)
+		t.Errorf("%d warnings that an address is limited, want 2 (one per address)", warnings)
 	}
 	if n := logs.Len(); n > 2*web.LoginFailures+10 {
-		t.Errorf("%d log lines for %d guesses, want a bounded few:\n%v", n, 500+web.LoginFailures+5, logs.All()[:30])
+		t.Errorf("%d log lines for %d guesses, want a bounded few:\n%v", n, 500+guessers+web.LoginFailures+5, logs.All()[:30])
 	}
-	// After the block, the address may try again, and it is logged once.
-	clk.add(web.LoginBlock)
+	// After the limit, the address's wrong tokens count afresh (403, not
+	// slowed), and its end is logged once.
+	clk.add(web.LoginLimit)
+	before, _ := slow.count()
+	if resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {"guess-after"}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a wrong token after the limit: %d, want 403", resp.StatusCode)
+	}
 	if resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {testToken}}, nil); resp.StatusCode != http.StatusSeeOther {
-		t.Errorf("the right token after the block: %d, want 303", resp.StatusCode)
+		t.Errorf("the right token after the limit: %d, want 303", resp.StatusCode)
 	}
-	if n := logs.FilterMessageSnippet("may try again").Len(); n != 1 {
-		t.Errorf("%d lines that the block ended, want 1", n)
+	if n, _ := slow.count(); n != before {
+		t.Errorf("%d answers slowed after the limit ended, want none", n-before)
+	}
+	if n := logs.FilterMessageSnippet("no longer limited").Len(); n != 1 {
+		t.Errorf("%d lines that the limit ended, want 1", n)
 	}
 }

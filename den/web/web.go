@@ -35,6 +35,9 @@ type Options struct {
 	Log *zap.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Sleep waits d, or until ctx ends: how the answer to a wrong token
+	// from a limited address is slowed (limit.go). Default: a timer.
+	Sleep func(ctx context.Context, d time.Duration)
 	// Token enables actions for whoever presents it; empty: read-only.
 	Token string
 	// DeadNodeAfter is when a silent node is shown as dead. Default
@@ -69,6 +72,7 @@ type handler struct {
 	store   *queue.Store
 	log     *zap.Logger
 	now     func() time.Time
+	sleep   func(context.Context, time.Duration)
 	token   string
 	dead    time.Duration
 	refresh time.Duration
@@ -92,13 +96,16 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewStore(o.DB), log: o.Log, now: o.Now, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewStore(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if h.sleep == nil {
+		h.sleep = sleep
 	}
 	if h.dead <= 0 {
 		h.dead = queue.DefaultDeadNodeAfter

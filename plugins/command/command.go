@@ -116,10 +116,27 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	}
 	// The program starts through den's sandbox, which confines it and all
 	// it starts (Landlock, its user, its namespaces), then becomes the
-	// program (same pid).
+	// program (same pid) or, in a PID namespace of the task's own, stays
+	// as its init (den/sandbox, init.go).
 	spec := sandbox.Spec{Path: path, Args: argv, Exec: policy.Allow, Landlock: boundary.Landlock,
 		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: dir,
-		Tmp: tmp, MountNS: boundary.Namespaces, PrivateTmp: boundary.PrivateTmp}
+		Tmp: tmp, TmpSize: policy.TmpMB << 20, MountNS: boundary.Namespaces, PrivateTmp: boundary.PrivateTmp,
+		IPCNS: boundary.Namespaces, PIDNS: boundary.PrivatePIDs, GraceMS: env.Grace.Milliseconds()}
+	// The memory limit: command.memory_mb, or the task's request where it
+	// asks for more; in a cgroup of the task's own where den may make one
+	// (the kernel counts all the task holds), else RLIMIT_DATA of each
+	// process.
+	memory := policy.MemoryMB << 20
+	if memory > 0 && env.MemoryRequest > memory {
+		memory = env.MemoryRequest
+	}
+	if memory > 0 {
+		spec.Memory = memory
+		if dir, err := sandbox.NewMemoryCgroup(memory); err == nil {
+			spec.MemoryCgroup = dir
+			defer sandbox.RemoveMemoryCgroup(dir)
+		}
+	}
 	switch {
 	case policy.Network.None:
 		// A network namespace of its own where den may make one, and
@@ -138,7 +155,9 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	// started and it has no terminal; and killed if the runner dies
 	// (Pdeathsig fires when the thread that started it exits, so this
 	// goroutine keeps its thread until Wait). What escapes the group is
-	// stopped by the runner's supervisor when the task ends (den/runner).
+	// stopped by the runner's supervisor when the task ends (den/runner);
+	// in a PID namespace, the init passes den's signals to every process
+	// of the task, and nothing outlives the init.
 	cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	// A descendant that keeps the output open after the program exits does
 	// not hold the task forever.
@@ -154,6 +173,11 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	err = cmd.Wait()
 	close(exited)
 	<-stopped
+	if spec.MemoryCgroup != "" {
+		if n := sandbox.OOMKills(spec.MemoryCgroup); n > 0 {
+			fmt.Fprintf(env.Stderr, "\nden: the kernel killed %d process(es) of the task for passing its memory limit (%d MiB: command.memory_mb, or requested_resources.memory_mb where larger)\n", n, memory>>20)
+		}
+	}
 	return outcome(cmd, err, env)
 }
 
@@ -185,12 +209,18 @@ func stopOnCancel(ctx context.Context, pgid int, grace time.Duration, exited <-c
 
 // outcome turns the program's end into a status, recording exit_code or
 // signal.
-func outcome(cmd *exec.Cmd, err error, env plugins.Env) (int, error) {
-	st := cmd.ProcessState
-	if st == nil {
+func outcome(cmd *sandbox.Cmd, err error, env plugins.Env) (int, error) {
+	end, ok := cmd.Exit()
+	if !ok {
 		return plugins.StatusFailed, fmt.Errorf("wait for %s: %w", cmd.Args[0], err)
 	}
-	ws, _ := st.Sys().(syscall.WaitStatus)
+	if end.Left > 0 {
+		fmt.Fprintf(env.Stderr, "\nden: stopped %d process(es) the task left running when it ended\n", end.Left)
+		if env.Log != nil {
+			env.Log.Info("stopped processes the task left running", zap.Int("processes", end.Left))
+		}
+	}
+	ws := end.Status
 	if ws.Signaled() {
 		sig := ws.Signal()
 		name := signalName(sig)
@@ -200,7 +230,7 @@ func outcome(cmd *exec.Cmd, err error, env plugins.Env) (int, error) {
 		fmt.Fprintf(env.Stderr, "\nden: %s was killed by signal %s\n", cmd.Args[0], name)
 		return plugins.StatusFailed, nil
 	}
-	code := st.ExitCode()
+	code := ws.ExitStatus()
 	if err := env.Record("exit_code", code); err != nil {
 		return plugins.StatusFailed, err
 	}

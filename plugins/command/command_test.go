@@ -2,10 +2,9 @@ package command_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -175,17 +174,26 @@ func TestLargeOutputGoesToGridFS(t *testing.T) {
 }
 
 // A child that ignores SIGTERM after its parent has exited is killed too
-// when the task times out.
+// when the task times out: in the node's PID namespace by den (the
+// program's process group, then its supervisor), in the task's own by its
+// init.
 func TestTimeoutKillsLeftoverChildren(t *testing.T) {
 	t.Parallel()
-	raw := runTask(t, sh, bson.D{{Key: "shell", Value: `sh -c 'trap "" TERM; exec sleep 60' & echo $!; wait`}},
-		bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
-	if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
-		t.Fatalf("status %d timed_out %v", st, raw.Lookup("timed_out"))
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared pids %v", shared), func(t *testing.T) {
+			t.Parallel()
+			p := sh
+			p.SharedPIDs = shared
+			mark := sleepMark(60)
+			raw := runTask(t, p, bson.D{{Key: "shell", Value: startChild(mark)}},
+				bson.E{Key: "timeout", Value: 3}, bson.E{Key: "max_termination_time", Value: 1})
+			if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
+				t.Fatalf("status %d timed_out %v", st, raw.Lookup("timed_out"))
+			}
+			if out := text(t, raw, "stdout"); out != "started\n" {
+				t.Fatalf("stdout %q: the child did not start within the timeout", out)
+			}
+			awaitNoneLeft(t, "the child", mark)
+		})
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(text(t, raw, "stdout")))
-	if err != nil {
-		t.Fatalf("stdout %q", text(t, raw, "stdout"))
-	}
-	dentest.Eventually(t, 10*time.Second, "the child is gone", func() bool { return syscall.Kill(pid, 0) != nil })
 }

@@ -48,5 +48,8 @@
 //	  user: den-task          # the user tasks run as (a name, or uid:gid)
 //	  user_optional: false    # true: run as den's own user where den may not change user
 //	  shared_tmp: false       # true: tasks keep the node's /tmp
+//	  shared_pids: false      # true: tasks keep the node's PID namespace and /proc
+//	  tmp_mb: 1024            # each task's temporary directory, a tmpfs; 0: on the node's disk
+//	  memory_mb: 2048         # each task's memory (more where it requests more); 0: no limit
 //	  network: all            # none, or a list of TCP ports
 package command

@@ -105,3 +105,84 @@ func TestLoaderRunsNothingNotAllowed(t *testing.T) {
 		t.Fatalf("the allowed programs did not run: status %d, stdout %q, stderr %q", st, text(t, raw, "stdout"), text(t, raw, "stderr"))
 	}
 }
+
+// The loader hole in the library directories, which must stay executable
+// for shared objects: a vendor SDK's interpreter under /usr/lib (here a
+// copy of id, called python3.12, next to a lib directory of the vendor's
+// shared objects), a program placed among the shared objects of the
+// multiarch directory, and git's helper directory, each run through the
+// loader by an allowed shell, env or find. The task's mount namespace
+// mounts every ELF program of the library directories, or their
+// directory of programs, noexec: the loader cannot map them. Shared
+// objects, the vendor's included, still load; and a program there that
+// command.allow lists still runs.
+func TestLoaderRunsNoProgramOfTheLibraryDirectories(t *testing.T) {
+	t.Parallel()
+	needSetUser(t)
+	needNamespaces(t)
+	needLandlock(t)
+	loader := sandbox.Loaders("/usr/bin/id")
+	libc, _ := filepath.Glob("/usr/lib/*/libc.so.6")
+	if len(loader) == 0 || len(libc) == 0 {
+		t.Skip("/usr/bin/id is not a dynamically linked program of glibc here")
+	}
+	ld := loader[0]
+	libDir := filepath.Dir(libc[0]) // the multiarch directory, holding shared objects
+	vendor, err := os.MkdirTemp("/usr/lib", "den-test-vendor-")
+	if err != nil {
+		t.Skipf("cannot make a vendor directory under /usr/lib: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(vendor) })
+	for _, d := range []string{vendor, filepath.Join(vendor, "bin"), filepath.Join(vendor, "lib")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(d, 0o755)
+	}
+	python := filepath.Join(vendor, "bin", "python3.12")
+	copyFile(t, "/usr/bin/id", python)
+	copyFile(t, libc[0], filepath.Join(vendor, "lib", "libc.so.6"))
+	placed := filepath.Join(libDir, filepath.Base(vendor)+"-id")
+	copyFile(t, "/usr/bin/id", placed)
+	t.Cleanup(func() { os.Remove(placed) })
+
+	policy := asTaskUser(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/dash", "/usr/bin/env", "/usr/bin/cp", "/usr/bin/find"}, Shell: true,
+		EnvAllow: []string{"LD_LIBRARY_PATH"}})
+	attempts := map[string]string{
+		"the shell runs the loader on the vendor's interpreter": ld + ` ` + python,
+		"env runs the loader on the vendor's interpreter":       `env ` + ld + ` ` + python,
+		"find runs the loader on the vendor's interpreter":      `find ` + python + ` -exec ` + ld + ` {} ';'`,
+		"a program among the shared objects":                    ld + ` ` + placed,
+	}
+	if _, err := os.Stat("/usr/lib/git-core/git"); err == nil {
+		attempts["git's helper directory"] = ld + ` /usr/lib/git-core/git --version`
+	}
+	for name, script := range attempts {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			raw := runTask(t, policy, bson.D{{Key: "shell", Value: script}})
+			stdout, stderr := text(t, raw, "stdout"), text(t, raw, "stderr")
+			if strings.Contains(stdout, "uid=") || strings.Contains(stdout, "git version") || !strings.Contains(stderr, "failed to map segment") {
+				t.Fatalf("stdout %q, stderr %q; want the loader's mapping refused", stdout, stderr)
+			}
+		})
+	}
+	t.Run("shared objects still load, the vendor's too", func(t *testing.T) {
+		t.Parallel()
+		raw := runTask(t, policy, bson.D{{Key: "shell", Value: `case "$(` + ld + ` --list /usr/bin/cp)" in *` + vendor + `/lib/libc.so.6*) echo vendor;; esac; cp /dev/null "$TMPDIR/x" && echo copied`},
+			{Key: "env", Value: bson.D{{Key: "LD_LIBRARY_PATH", Value: vendor + "/lib"}}}})
+		if st, _ := raw.Lookup("status").AsInt64OK(); st != 1 || text(t, raw, "stdout") != "vendor\ncopied\n" {
+			t.Fatalf("status %d, stdout %q, stderr %q", st, text(t, raw, "stdout"), text(t, raw, "stderr"))
+		}
+	})
+	if _, err := os.Stat("/usr/lib/git-core/git"); err == nil {
+		t.Run("an allowed program there still runs", func(t *testing.T) {
+			t.Parallel()
+			p := asTaskUser(command.Policy{Enabled: true, Allow: []string{"/usr/lib/git-core/git"}})
+			raw := runTask(t, p, bson.D{{Key: "command", Value: bson.A{"/usr/lib/git-core/git", "--version"}}})
+			if st, _ := raw.Lookup("status").AsInt64OK(); st != 1 || !strings.HasPrefix(text(t, raw, "stdout"), "git version") {
+				t.Fatalf("status %d, stdout %q, stderr %q", st, text(t, raw, "stdout"), text(t, raw, "stderr"))
+			}
+		})
+	}
+}

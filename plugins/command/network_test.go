@@ -40,12 +40,17 @@ func databaseAddr(t *testing.T) (string, uint16) {
 }
 
 // With command.network none, or a list of ports without the database's, a
-// task cannot reach MongoDB: neither over TCP nor over Multipath TCP
-// (which Landlock's TCP rules do not see, so seccomp refuses its sockets
-// where the network is restricted). With the database's port listed, or
-// all, it can over TCP. Where the network is restricted, Multipath TCP
-// sockets are refused altogether (EPROTONOSUPPORT: programs fall back to
-// TCP).
+// task cannot reach MongoDB, whichever way it makes its connection: TCP;
+// Multipath TCP, which Landlock's TCP rules do not see, so seccomp
+// refuses its sockets where the network is restricted; a socket made by
+// io_uring (IORING_OP_SOCKET), which no seccomp filter sees, so io_uring
+// is refused to every task; and TCP Fast Open (sendto or sendmsg with
+// MSG_FASTOPEN connects a socket without connect(2), which Landlock
+// checks), refused
+// by seccomp where the network is restricted. With the database's port
+// listed, or all, it can over TCP; Multipath TCP and Fast Open only with
+// all (programs fall back to TCP and connect(2), as on a kernel without
+// them); io_uring never.
 func TestTaskNetworkByConfiguration(t *testing.T) {
 	t.Parallel()
 	needSetUser(t)
@@ -59,26 +64,31 @@ func TestTaskNetworkByConfiguration(t *testing.T) {
 	if other == 0 {
 		other = 1
 	}
+	attempts := []string{"tcp", "mptcp", "uring-tcp", "uring-mptcp", "tfo", "tfo-sendmsg"}
 	for _, tc := range []struct {
 		name    string
 		network command.Network
-		// reaches says whether TCP and Multipath TCP reach the database.
-		reaches [2]bool
+		// reaches says whether each of attempts reaches the database.
+		reaches []bool
 	}{
-		{"none", command.Network{None: true}, [2]bool{false, false}},
-		{"other ports", command.Network{Ports: []uint16{other, 443}}, [2]bool{false, false}},
-		{"no port", command.Network{Ports: []uint16{}}, [2]bool{false, false}},
-		{"the database's port", command.Network{Ports: []uint16{other, port}}, [2]bool{true, false}},
-		{"all", command.Network{}, [2]bool{true, true}},
+		{"none", command.Network{None: true}, []bool{false, false, false, false, false, false}},
+		{"other ports", command.Network{Ports: []uint16{other, 443}}, []bool{false, false, false, false, false, false}},
+		{"no port", command.Network{Ports: []uint16{}}, []bool{false, false, false, false, false, false}},
+		{"the database's port", command.Network{Ports: []uint16{other, port}}, []bool{true, false, false, false, false, false}},
+		{"all", command.Network{}, []bool{true, true, false, false, true, true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			p := asTaskUser(policy)
 			p.Network = tc.network
-			raw := runTask(t, p, bson.D{{Key: "command", Value: bson.A{helper, "tcp:" + db, "mptcp:" + db}}})
+			argv := bson.A{helper}
+			for _, a := range attempts {
+				argv = append(argv, a+":"+db)
+			}
+			raw := runTask(t, p, bson.D{{Key: "command", Value: argv}})
 			stdout := text(t, raw, "stdout")
 			lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-			if len(lines) != 2 {
+			if len(lines) != len(attempts) {
 				t.Fatalf("stdout %q, stderr %q", stdout, text(t, raw, "stderr"))
 			}
 			for i, l := range lines {

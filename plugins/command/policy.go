@@ -41,6 +41,20 @@ type Policy struct {
 	// (TMPDIR is still a directory of each task's own); by default each
 	// task has a mount namespace where they are its own directory.
 	SharedTmp bool `json:"shared_tmp"`
+	// SharedPIDs leaves tasks the node's PID namespace and /proc (they
+	// see, and may name, the machine's processes); by default each task
+	// has a PID namespace of its own, where the sandbox is its init.
+	SharedPIDs bool `json:"shared_pids"`
+	// TmpMB is the size, in MiB, of each task's temporary directory, a
+	// tmpfs in the task's mount namespace; 0: a directory on the node's
+	// disk, unbounded (as it is anyway where den may not make namespaces).
+	// The node's configuration defaults it to DefaultTmpMB.
+	TmpMB int64 `json:"tmp_mb"`
+	// MemoryMB is the most memory, in MiB, a task's programs may hold
+	// together (a task that requests more with requested_resources gets
+	// its request); 0: no limit of the plugin's. The node's configuration
+	// defaults it to DefaultMemoryMB.
+	MemoryMB int64 `json:"memory_mb"`
 	// Network is what tasks' programs may connect to over TCP: all (the
 	// default), none, or a list of ports.
 	Network Network `json:"network"`
@@ -111,6 +125,18 @@ func (n *Network) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// The node configuration's defaults for the task's bounds
+// (command.tmp_mb, command.memory_mb).
+const (
+	// DefaultTmpMB: 1 GiB of temporary files (in memory) per task.
+	DefaultTmpMB = 1024
+	// DefaultMemoryMB: 2 GiB of memory per task, its temporary files
+	// included.
+	DefaultMemoryMB = 2048
+	// MinMemoryMB is the least command.memory_mb but 0.
+	MinMemoryMB = 64
+)
+
 // Values of Policy.Landlock.
 const (
 	LandlockRequired = "required"
@@ -173,6 +199,12 @@ func (p Policy) Validate() error {
 			return bad("command.env_allow entry %q would let tasks set den's own variables (%s*)", e, denPrefix)
 		}
 	}
+	if p.TmpMB < 0 {
+		return bad("command.tmp_mb %d must be 0 (on the node's disk) or a size in MiB", p.TmpMB)
+	}
+	if p.MemoryMB < 0 || (p.MemoryMB > 0 && p.MemoryMB < MinMemoryMB) {
+		return bad("command.memory_mb %d must be 0 (no limit) or at least %d MiB (den's sandbox, the task's init, lives under it too)", p.MemoryMB, MinMemoryMB)
+	}
 	switch p.Landlock {
 	case "", LandlockRequired, LandlockOptional:
 	default:
@@ -197,12 +229,16 @@ type Machine struct {
 	SetUser bool
 	// Namespaces: den holds sandbox.CapsNamespaces.
 	Namespaces bool
+	// MemoryCgroups: den may make a memory cgroup per task
+	// (sandbox.MemoryCgroups); else RLIMIT_DATA holds command.memory_mb.
+	MemoryCgroups bool
 }
 
 // ThisMachine describes the machine and process den runs on.
 func ThisMachine() Machine {
+	_, err := sandbox.MemoryCgroups()
 	return Machine{LandlockABI: sandbox.LandlockABI(), SetUser: sandbox.HasCaps(sandbox.CapsUser),
-		Namespaces: sandbox.HasCaps(sandbox.CapsNamespaces)}
+		Namespaces: sandbox.HasCaps(sandbox.CapsNamespaces), MemoryCgroups: err == nil}
 }
 
 // Enforced is the boundary the plugin puts its programs in on a machine.
@@ -217,7 +253,12 @@ type Enforced struct {
 	// its temporary directory is /tmp, /var/tmp and /dev/shm, noexec
 	// (den holds sandbox.CapsNamespaces, and command.shared_tmp is off).
 	PrivateTmp bool
-	// Namespaces: den holds sandbox.CapsNamespaces.
+	// PrivatePIDs: each program gets a PID namespace of its own, with
+	// its own /proc (den holds sandbox.CapsNamespaces, and
+	// command.shared_pids is off).
+	PrivatePIDs bool
+	// Namespaces: den holds sandbox.CapsNamespaces; each program gets a
+	// mount and an IPC namespace of its own.
 	Namespaces bool
 }
 
@@ -227,7 +268,7 @@ type Enforced struct {
 // unset, or den may not change user) only when it says user_optional. The
 // error says why not.
 func (p Policy) Boundary(m Machine) (Enforced, error) {
-	e := Enforced{Namespaces: m.Namespaces, PrivateTmp: m.Namespaces && !p.SharedTmp}
+	e := Enforced{Namespaces: m.Namespaces, PrivateTmp: m.Namespaces && !p.SharedTmp, PrivatePIDs: m.Namespaces && !p.SharedPIDs}
 	switch {
 	case m.LandlockABI >= 1:
 		e.Landlock = true
@@ -275,7 +316,11 @@ const UnenforcedUser = "tasks' programs run as den's own user: they can read den
 
 // UnenforcedNamespaces describes what does not hold when programs share
 // den's mount namespace, for the node's log.
-const UnenforcedNamespaces = "/tmp, /var/tmp and /dev/shm are shared by all tasks (TMPDIR is still a directory of the task's own, mode 0700), so tasks running as one user can read and plant each other's files there, and a task can execute the loader on a file it wrote there"
+const UnenforcedNamespaces = "/tmp, /var/tmp and /dev/shm are shared by all tasks (TMPDIR is still a directory of the task's own, mode 0700), so tasks running as one user can read and plant each other's files there, and a task can execute the loader on a file it wrote there; tasks share the node's PID and IPC namespaces, so tasks running as one user can change each other's limits and priorities and read each other's SysV shared memory, which outlives them"
+
+// UnenforcedPIDs describes what does not hold when programs share the
+// node's PID namespace, for the node's log.
+const UnenforcedPIDs = "tasks see the machine's processes, and tasks running as one user can change each other's CPU limits, priorities and CPUs (prlimit, setpriority, sched_setaffinity, ioprio_set) and list each other's /proc/PID/fd"
 
 // LogBoundary logs, once at start, what the node's command plugin enforces
 // on this machine, in one entry: an error when it stays off, a warning
@@ -298,8 +343,18 @@ func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 			why = "den lacks " + sandbox.CapsNamespaces
 		}
 		missing = append(missing, "WITHOUT a mount namespace of its own ("+why+"): "+UnenforcedNamespaces)
+	} else if err == nil && !e.PrivatePIDs {
+		missing = append(missing, "IN THE NODE'S PID NAMESPACE (command.shared_pids: true): "+UnenforcedPIDs)
 	}
 	fields := []zap.Field{zap.String("plugin", Name), zap.Int("landlock_abi", m.LandlockABI), zap.String("task_user", e.UserName), zap.Stringer("network", p.Network)}
+	switch {
+	case p.MemoryMB == 0:
+		fields = append(fields, zap.String("task_memory", "no limit (command.memory_mb: 0)"))
+	case m.MemoryCgroups:
+		fields = append(fields, zap.String("task_memory", fmt.Sprintf("%d MiB per task, in a cgroup v1 memory cgroup of its own", p.MemoryMB)))
+	default:
+		fields = append(fields, zap.String("task_memory", fmt.Sprintf("%d MiB per process (RLIMIT_DATA: no memory cgroup for tasks here)", p.MemoryMB)))
+	}
 	switch {
 	case err != nil:
 		log.Error("command plugin NOT enabled", append(fields, zap.Error(err))...)

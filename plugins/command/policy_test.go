@@ -181,17 +181,19 @@ func TestLandlockMissingRefusesThePluginUnlessOptional(t *testing.T) {
 // without it, nothing alarming when Landlock enforces the boundary.
 func TestLogBoundarySaysWhatIsNotEnforced(t *testing.T) {
 	for _, tc := range []struct {
-		landlock string
-		abi      int
-		level    zapcore.Level
-		has      string
+		landlock   string
+		abi        int
+		sharedPIDs bool
+		level      zapcore.Level
+		has        string
 	}{
-		{LandlockRequired, 0, zapcore.ErrorLevel, "NOT enabled"},
-		{LandlockOptional, 0, zapcore.WarnLevel, "can execute anything on this machine"},
-		{LandlockRequired, 7, zapcore.InfoLevel, "Landlock enforces"},
+		{LandlockRequired, 0, false, zapcore.ErrorLevel, "NOT enabled"},
+		{LandlockOptional, 0, false, zapcore.WarnLevel, "can execute anything on this machine"},
+		{LandlockRequired, 7, false, zapcore.InfoLevel, "Landlock enforces"},
+		{LandlockRequired, 7, true, zapcore.WarnLevel, "IN THE NODE'S PID NAMESPACE (command.shared_pids: true)"},
 	} {
 		core, logs := observer.New(zapcore.DebugLevel)
-		Policy{Enabled: true, User: "nobody", Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock}.LogBoundary(zap.New(core), Machine{LandlockABI: tc.abi, SetUser: true, Namespaces: true})
+		Policy{Enabled: true, User: "nobody", Allow: []string{"/usr/bin/true"}, Landlock: tc.landlock, SharedPIDs: tc.sharedPIDs}.LogBoundary(zap.New(core), Machine{LandlockABI: tc.abi, SetUser: true, Namespaces: true})
 		all := logs.All()
 		if len(all) != 1 || all[0].Level != tc.level || !strings.Contains(all[0].Message, tc.has) {
 			t.Errorf("landlock %s, ABI %d: logged %v", tc.landlock, tc.abi, all)

@@ -34,7 +34,10 @@ func reachPolicy(t *testing.T) (command.Policy, string) {
 
 // A task of one queue cannot signal a task of another, though both run
 // as the same user (so the kernel's user check lets it): each task is a
-// Landlock domain of its own, scoped for signals.
+// Landlock domain of its own, scoped for signals. This is what holds in
+// the node's PID namespace (command.shared_pids); in a task's own, the
+// other task's processes do not even exist for it
+// (TestTasksOfOneUserKeptApart).
 func TestTaskCannotSignalAnotherQueuesTask(t *testing.T) {
 	t.Parallel()
 	needSetUser(t)
@@ -46,7 +49,9 @@ func TestTaskCannotSignalAnotherQueuesTask(t *testing.T) {
 	pidFile, goOn := filepath.Join(gate, "pid"), filepath.Join(gate, "go")
 	done := make(chan bson.Raw, 1)
 	go func() {
-		done <- runTask(t, asTaskUser(sh), bson.D{{Key: "shell", Value: `echo $$ > ` + pidFile + `; while [ ! -e ` + goOn + ` ]; do sleep 0.05; done`}})
+		p := asTaskUser(sh)
+		p.SharedPIDs = true
+		done <- runTask(t, p, bson.D{{Key: "shell", Value: `echo $$ > ` + pidFile + `; while [ ! -e ` + goOn + ` ]; do sleep 0.05; done`}})
 	}()
 	var pid string
 	dentest.Eventually(t, 30*time.Second, "the first task is running", func() bool {
@@ -60,7 +65,9 @@ func TestTaskCannotSignalAnotherQueuesTask(t *testing.T) {
 		return err == nil && strings.HasSuffix(string(b), "\n")
 	})
 	policy, helper := reachPolicy(t)
-	raw := runTask(t, asTaskUser(policy), bson.D{{Key: "command", Value: bson.A{helper, "signal:" + pid}}})
+	attacker := asTaskUser(policy)
+	attacker.SharedPIDs = true
+	raw := runTask(t, attacker, bson.D{{Key: "command", Value: bson.A{helper, "signal:" + pid}}})
 	if stdout := text(t, raw, "stdout"); stdout != "signal:"+pid+": operation not permitted\n" {
 		t.Errorf("stdout %q, want the signal refused; stderr %q", stdout, text(t, raw, "stderr"))
 	}
@@ -71,15 +78,25 @@ func TestTaskCannotSignalAnotherQueuesTask(t *testing.T) {
 }
 
 // A task cannot signal den, even where it runs as den's own user
-// (command.user_optional): Landlock's scoping holds under the user check.
+// (command.user_optional): in the node's PID namespace Landlock's scoping
+// holds under the user check; in the task's own, den's processes do not
+// exist for it.
 func TestTaskCannotSignalTheNodeAsItsUser(t *testing.T) {
 	t.Parallel()
 	needScoping(t)
 	policy, helper := reachPolicy(t)
 	pid := strconv.Itoa(os.Getpid())
-	raw := runTask(t, policy, bson.D{{Key: "command", Value: bson.A{helper, "signal:" + pid}}})
-	if stdout := text(t, raw, "stdout"); stdout != "signal:"+pid+": operation not permitted\n" {
-		t.Fatalf("stdout %q, want the signal refused; stderr %q", stdout, text(t, raw, "stderr"))
+	for _, shared := range []bool{false, true} {
+		p := policy
+		p.SharedPIDs = shared
+		want := "signal:" + pid + ": no such process\n"
+		if shared {
+			want = "signal:" + pid + ": operation not permitted\n"
+		}
+		raw := runTask(t, p, bson.D{{Key: "command", Value: bson.A{helper, "signal:" + pid}}})
+		if stdout := text(t, raw, "stdout"); stdout != want {
+			t.Fatalf("shared pids %v: stdout %q, want %q; stderr %q", shared, stdout, want, text(t, raw, "stderr"))
+		}
 	}
 }
 

@@ -1,17 +1,15 @@
 package command_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins/command"
 )
@@ -76,39 +74,52 @@ func TestTaskCannotReadDensConfiguration(t *testing.T) {
 // process, which runs the runner) is refused, and so is a real signal
 // (SIGURG, which the Go runtime shrugs off, so that a failure of this test
 // does not kill the test process; the kernel checks every signal alike).
+// In the task's own PID namespace there is no such process; in the node's,
+// the user check refuses it.
 func TestTaskCannotSignalTheNode(t *testing.T) {
 	t.Parallel()
 	needSetUser(t)
 	pid := strconv.Itoa(os.Getpid())
-	raw := runTask(t, asTaskUser(sh), bson.D{{Key: "shell", Value: "kill -0 " + pid + " && echo signalled; kill -URG " + pid + " && echo signalled; true"}})
-	if stdout := text(t, raw, "stdout"); stdout != "" {
-		t.Fatalf("the task signalled the node: %q", stdout)
-	}
-	if stderr := text(t, raw, "stderr"); strings.Count(stderr, "Operation not permitted") != 2 {
-		t.Fatalf("stderr %q, want two refusals", stderr)
+	for _, shared := range []bool{false, true} {
+		p := asTaskUser(sh)
+		p.SharedPIDs = shared
+		refusal := "No such process"
+		if shared {
+			refusal = "Operation not permitted"
+		}
+		raw := runTask(t, p, bson.D{{Key: "shell", Value: "kill -0 " + pid + " && echo signalled; kill -URG " + pid + " && echo signalled; true"}})
+		if stdout := text(t, raw, "stdout"); stdout != "" {
+			t.Fatalf("shared pids %v: the task signalled the node: %q", shared, stdout)
+		}
+		if stderr := text(t, raw, "stderr"); strings.Count(stderr, refusal) != 2 {
+			t.Fatalf("shared pids %v: stderr %q, want two refusals (%s)", shared, stderr, refusal)
+		}
 	}
 }
 
 // As its own user, a task still runs, writes its output, is timed out
 // (SIGTERM ignored, then SIGKILL, across the change of user), and what it
-// left running is stopped.
+// left running is stopped, in its own PID namespace and in the node's.
 func TestTaskUserTimedOutAndStopped(t *testing.T) {
 	t.Parallel()
 	needSetUser(t)
-	raw := runTask(t, asTaskUser(sh), bson.D{{Key: "shell", Value: `trap "" TERM; id -u; sh -c 'trap "" TERM; exec sleep 60' & echo $!; wait`}},
-		bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
-	if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
-		t.Fatalf("status %d timed_out %v stderr %q", st, raw.Lookup("timed_out"), text(t, raw, "stderr"))
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared pids %v", shared), func(t *testing.T) {
+			t.Parallel()
+			p := asTaskUser(sh)
+			p.SharedPIDs = shared
+			mark := sleepMark(60)
+			raw := runTask(t, p, bson.D{{Key: "shell", Value: `trap "" TERM; id -u; ` + startChild(mark)}},
+				bson.E{Key: "timeout", Value: 3}, bson.E{Key: "max_termination_time", Value: 1})
+			if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
+				t.Fatalf("status %d timed_out %v stderr %q", st, raw.Lookup("timed_out"), text(t, raw, "stderr"))
+			}
+			if stdout := text(t, raw, "stdout"); stdout != "65534\nstarted\n" {
+				t.Fatalf("stdout %q (the child must have started within the timeout)", stdout)
+			}
+			awaitNoneLeft(t, "the task user's child", mark)
+		})
 	}
-	lines := strings.Fields(text(t, raw, "stdout"))
-	if len(lines) != 2 || lines[0] != "65534" {
-		t.Fatalf("stdout %q", text(t, raw, "stdout"))
-	}
-	pid, err := strconv.Atoi(lines[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	dentest.Eventually(t, 10*time.Second, "the task user's child is gone", func() bool { return syscall.Kill(pid, 0) != nil })
 }
 
 // Without the capabilities to change user, the plugin stays off unless

@@ -31,10 +31,14 @@ func RunnerRole() int {
 // the server at uri, with the fast intervals tests need (a pass every
 // 100ms, sweeps, rescues and rereads every 200ms), the command plugin
 // allowed /bin/sh and /usr/bin (Landlock where the kernel has it), and
-// this test binary as its task runners, logging to runnerLog.
+// this test binary as its task runners, logging to runnerLog. Its tasks
+// share the node's /tmp and PID namespace (command.shared_tmp,
+// shared_pids), so that tests can hand them files and follow their
+// processes by the pids they print (den's own containment of what they
+// leave is what those tests check).
 func Config(name, uri, database, runnerLog string) den.Config {
 	exe, _ := os.Executable()
-	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional, UserOptional: true, SharedTmp: true})
+	policy, _ := json.Marshal(command.Policy{Enabled: true, Allow: []string{"/bin/sh", "/usr/bin/"}, Shell: true, Env: []string{"PATH"}, Landlock: command.LandlockOptional, UserOptional: true, SharedTmp: true, SharedPIDs: true})
 	return den.Config{
 		Name:         name,
 		Interval:     100 * time.Millisecond,

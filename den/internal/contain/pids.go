@@ -18,12 +18,21 @@ import (
 // error saying why not. A run's program gets a cgroup of its own there
 // (RunCgroup names it), whose pids.max limits its processes; den's own
 // processes stay out of it.
-func DetectPidsV1() (string, error) {
-	mount, root, err := pidsV1Mount()
+func DetectPidsV1() (string, error) { return detectV1("pids", "pids.max") }
+
+// DetectMemoryV1 is DetectPidsV1 for the memory controller: where a
+// command task's program gets a cgroup of its own whose
+// memory.limit_in_bytes bounds its memory (den/sandbox).
+func DetectMemoryV1() (string, error) { return detectV1("memory", "memory.limit_in_bytes") }
+
+// detectV1 finds this process's cgroup in the v1 hierarchy of controller,
+// and checks that it may create a cgroup there that has file.
+func detectV1(controller, file string) (string, error) {
+	mount, root, err := v1Mount(controller)
 	if err != nil {
 		return "", err
 	}
-	rel, err := ownPidsV1()
+	rel, err := ownV1(controller)
 	if err != nil {
 		return "", err
 	}
@@ -33,21 +42,21 @@ func DetectPidsV1() (string, error) {
 	dir := filepath.Join(mount, rel)
 	probe, err := os.MkdirTemp(dir, fmt.Sprintf("den-probe-%d-", os.Getpid()))
 	if err != nil {
-		return "", fmt.Errorf("cannot create cgroups in the pids cgroup %s: %w", dir, err)
+		return "", fmt.Errorf("cannot create cgroups in the %s cgroup %s: %w", controller, dir, err)
 	}
-	_, statErr := os.Stat(filepath.Join(probe, "pids.max"))
+	_, statErr := os.Stat(filepath.Join(probe, file))
 	if err := os.Remove(probe); err != nil {
 		return "", fmt.Errorf("remove probe cgroup %s: %w", probe, err)
 	}
 	if statErr != nil {
-		return "", fmt.Errorf("the pids cgroup %s has no pids.max: %w", dir, statErr)
+		return "", fmt.Errorf("the %s cgroup %s has no %s: %w", controller, dir, file, statErr)
 	}
 	return dir, nil
 }
 
-// pidsV1Mount returns where the v1 hierarchy with the pids controller is
-// mounted, and which of its cgroups is mounted there.
-func pidsV1Mount() (mount, root string, err error) {
+// v1Mount returns where the v1 hierarchy with controller is mounted, and
+// which of its cgroups is mounted there.
+func v1Mount(controller string) (mount, root string, err error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return "", "", fmt.Errorf("read mounts: %w", err)
@@ -61,15 +70,15 @@ func pidsV1Mount() (mount, root string, err error) {
 		if i < 5 || i+3 >= len(fields) || fields[i+1] != "cgroup" {
 			continue
 		}
-		if slices.Contains(strings.Split(fields[i+3], ","), "pids") {
+		if slices.Contains(strings.Split(fields[i+3], ","), controller) {
 			return fields[4], fields[3], nil
 		}
 	}
-	return "", "", errors.New("no cgroup v1 hierarchy with the pids controller is mounted")
+	return "", "", fmt.Errorf("no cgroup v1 hierarchy with the %s controller is mounted", controller)
 }
 
-// ownPidsV1 returns this process's cgroup in the v1 pids hierarchy.
-func ownPidsV1() (string, error) {
+// ownV1 returns this process's cgroup in the v1 hierarchy of controller.
+func ownV1(controller string) (string, error) {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return "", fmt.Errorf("read own cgroup: %w", err)
@@ -77,11 +86,11 @@ func ownPidsV1() (string, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		// hierarchy-id:controllers:path
 		parts := strings.SplitN(line, ":", 3)
-		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "pids") {
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), controller) {
 			return parts[2], nil
 		}
 	}
-	return "", errors.New("this process is in no cgroup v1 pids hierarchy")
+	return "", fmt.Errorf("this process is in no cgroup v1 %s hierarchy", controller)
 }
 
 // LimitPids creates the cgroup dir, if need be, and sets its pids.max to

@@ -1,0 +1,303 @@
+package devdb
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/queue"
+)
+
+// needPostgres skips a test of the PostgreSQL engine where PostgreSQL's
+// programs are not installed (.ci/run installs them).
+func needPostgres(t *testing.T) {
+	t.Helper()
+	if _, err := FindPostgres(""); err != nil {
+		t.Skipf("the PostgreSQL engine cannot be tested here: %v", err)
+	}
+}
+
+// The GIN twins serve what a node asks of tasks: with auto_explain logging
+// the plan of every statement FerretDB runs, no statement of a claim by
+// candidate, a start or a finish reads the tasks table whole, nor reads
+// rows its index did not match, among 2,000 finished tasks. Red without
+// the twins (ensureTwins made a no-op: sequential scans), and with twins
+// of jsonb_path_ops, which hashes -1 and 1 alike (a start's status -1
+// found the 2,000 finished tasks, removed on recheck).
+func TestTwinsServeTheProtocolsQueries(t *testing.T) {
+	needPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	srv, err := Start(ctx, Config{Dir: dir, Engine: EnginePostgreSQL,
+		pgSettings: []string{"session_preload_libraries=auto_explain", "auto_explain.log_min_duration=0", "auto_explain.log_analyze=on", "log_min_messages=log"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(context.Background())
+	db := client.Database("twins")
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	qid := bson.NewObjectID()
+	var docs []any
+	for i := range 2100 {
+		status, node := 1, any("earlier")
+		if i >= 2000 {
+			status, node = -2, -1
+		}
+		docs = append(docs, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: status}, {Key: "node", Value: node},
+			{Key: "parameters", Value: bson.D{{Key: "n", Value: i}}}, {Key: "ctime", Value: time.Now()}, {Key: "mtime", Value: time.Now()}})
+	}
+	if _, err := db.Collection("tasks").InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	// The twins exist once createIndexes has been answered; the ticker
+	// is not waited for. PostgreSQL's statistics are as autovacuum leaves
+	// them after such an insert: they tell it a status of -1 is rare.
+	pgc, err := pgx.Connect(ctx, srv.pg.url(pgDatabase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pgc.Close(context.Background())
+	if _, err := pgc.Exec(ctx, `ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	mark := logSize(t, srv)
+	for range 20 {
+		c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+		if err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		token := bson.NewObjectID()
+		if _, ok, err := store.Start(ctx, c.ID, "n", queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
+			t.Fatalf("start: %v %v", ok, err)
+		}
+		if ok, err := store.Finish(ctx, c.ID, "n", token, queue.Result{Status: 1, Stdout: "", Stderr: ""}, time.Now()); err != nil || !ok {
+			t.Fatalf("finish: %v %v", ok, err)
+		}
+	}
+	plans := plansSince(t, srv, mark)
+	var byID, scans int
+	removed := regexp.MustCompile(`Rows Removed by Index Recheck: (\d+)`)
+	for _, p := range plans {
+		if !strings.Contains(p, "'_id'") || !strings.Contains(p, "tasks_") {
+			continue
+		}
+		byID++
+		for _, m := range removed.FindAllStringSubmatch(p, -1) {
+			if n, _ := strconv.Atoi(m[1]); n > 10 {
+				t.Errorf("a statement with an _id read %s rows its index matched in vain:\n%s", m[1], p)
+			}
+		}
+		if strings.Contains(p, "Seq Scan on tasks_") {
+			scans++
+			if scans <= 3 {
+				t.Errorf("a statement with an _id reads the whole tasks table:\n%s", p)
+			}
+		}
+	}
+	if byID < 40 {
+		t.Fatalf("%d plans of statements with an _id on tasks in the log, want at least one per start and finish (40)", byID)
+	}
+	if scans > 0 {
+		t.Errorf("%d of %d statements with an _id read the whole tasks table", scans, byID)
+	}
+}
+
+// logSize is the size of the cluster's log now.
+func logSize(t *testing.T, srv *Server) int64 {
+	st, err := os.Stat(srv.pg.logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// autoExplain starts a plan in the log: "LOG:  duration: ... plan:".
+var autoExplain = regexp.MustCompile(`(?m)^.*LOG:  duration: [0-9.]+ ms  plan:$`)
+
+// plansSince returns the plans auto_explain logged from offset on, each
+// with its query text.
+func plansSince(t *testing.T, srv *Server, offset int64) []string {
+	b, err := os.ReadFile(srv.pg.logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b[offset:])
+	idx := autoExplain.FindAllStringIndex(text, -1)
+	var out []string
+	for i, m := range idx {
+		end := len(text)
+		if i+1 < len(idx) {
+			end = idx[i+1][0]
+		}
+		out = append(out, text[m[0]:end])
+	}
+	return out
+}
+
+// A server started by a process that is then killed with SIGKILL does not
+// outlive it: the kernel's parent-death signal stops PostgreSQL (fast
+// shutdown), and the next start on the directory works.
+func TestPostgresDiesWithItsServer(t *testing.T) {
+	needPostgres(t)
+	if os.Getenv("DEN_DEVDB_TEST_SERVE") != "" {
+		t.Skip("the server role runs in TestMain")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DEN_DEVDB_TEST_SERVE="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// The role prints its URI once it serves.
+	buf := make([]byte, 256)
+	if _, err := out.Read(buf); err != nil || !strings.Contains(string(buf), "mongodb://") {
+		t.Fatalf("the server role printed %q (%v)", buf, err)
+	}
+	pidFile, err := os.ReadFile(filepath.Join(dir, pgSubdir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
+	if err != nil || syscall.Kill(pg, 0) != nil {
+		t.Fatalf("PostgreSQL's pid %q is not running (%v)", pidFile, err)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	deadline := time.Now().Add(time.Minute)
+	for processAlive(pg) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pg, syscall.SIGKILL)
+			t.Fatalf("PostgreSQL (pid %d) still runs a minute after its server was killed", pg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := Start(ctx, Config{Dir: dir, Engine: EnginePostgreSQL})
+	if err != nil {
+		t.Fatalf("start again on the directory: %v", err)
+	}
+	cancel()
+	<-srv.Done()
+}
+
+// processAlive reports whether pid runs and is not a zombie.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestMain serves a data directory in a process of its own for
+// TestPostgresDiesWithItsServer, which kills it.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("DEN_DEVDB_TEST_SERVE"); dir != "" {
+		srv, err := Start(context.Background(), Config{Dir: dir, Engine: EnginePostgreSQL})
+		if err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Stdout.WriteString(srv.URI() + "\n")
+		<-srv.Done()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// Config.Engine "" serves what the directory holds, else PostgreSQL where
+// it is installed, else SQLite with a note saying why; an engine asked for
+// by name is that engine or an error.
+func TestEngineChoice(t *testing.T) {
+	needPostgres(t)
+	// A directory an earlier den served with SQLite, holding a database.
+	sqliteDir := t.TempDir()
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		srv, err := Start(ctx, Config{Dir: sqliteDir, Engine: EngineSQLite})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Database("disbatch").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Disconnect(ctx)
+		cancel()
+		<-srv.Done()
+	}
+	for _, tc := range []struct {
+		name, dir, engine, bin string
+		want, note, err        string
+	}{
+		{name: "default", engine: "", want: EnginePostgreSQL},
+		{name: "sqlite asked", engine: EngineSQLite, want: EngineSQLite},
+		{name: "sqlite data kept", dir: sqliteDir, want: EngineSQLite, note: "SQLite database of an earlier den"},
+		{name: "no postgres", bin: "/nonexistent", want: EngineSQLite, note: "no PostgreSQL server programs"},
+		{name: "postgres asked but missing", engine: EnginePostgreSQL, bin: "/nonexistent", err: "no PostgreSQL server programs"},
+		{name: "unknown", engine: "mysql", err: `unknown engine "mysql"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.dir
+			if dir == "" {
+				dir = t.TempDir()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			srv, err := Start(ctx, Config{Dir: dir, Engine: tc.engine, PostgresBin: tc.bin})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Start: %v, want an error saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cancel(); <-srv.Done() }()
+			if srv.Engine() != tc.want || !strings.Contains(srv.Note(), tc.note) || (tc.note == "") != (srv.Note() == "") {
+				t.Errorf("engine %q with note %q, want %q with a note saying %q", srv.Engine(), srv.Note(), tc.want, tc.note)
+			}
+			// It serves.
+			c, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Disconnect(context.Background())
+			if _, err := c.Database("d").Collection("c").InsertOne(ctx, bson.D{{Key: "x", Value: 1}}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
