@@ -217,7 +217,9 @@ type costServer struct {
 func benchServer(ctx context.Context, b *testing.B) costServer {
 	real := os.Getenv(dentest.EnvURI)
 	if real == "" {
-		srv, err := devdb.Start(ctx, devdb.Config{Dir: b.TempDir()})
+		// DEN_BENCH_ENGINE picks the embedded server's engine
+		// (postgresql, sqlite); by default devdb's choice, as den dev's.
+		srv, err := devdb.Start(ctx, devdb.Config{Dir: b.TempDir(), Engine: os.Getenv("DEN_BENCH_ENGINE")})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -42,6 +42,10 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkCPU -benchtime 1x -timeout 30m ./den/
 //
+// The server is the embedded one (den/devdb: PostgreSQL where it is
+// installed, else SQLite; DEN_BENCH_ENGINE=sqlite or postgresql picks
+// one), or the MongoDB that DEN_TEST_MONGODB_URI names.
+//
 // DEN_BENCH_NODE_ENV adds KEY=VALUE pairs (blank-separated) to the node's
 // environment, which its runners inherit: GOGC=200, GOMAXPROCS=1, ...
 //
