@@ -11,6 +11,8 @@
 #    of their own (cgroup v1 cpuacct, else v2 cpu.stat), the database server
 #    not; DEN_BENCH_TASKS tasks (default 500 here), maxthreads 4, runner
 #    reuse as by default. Skips, saying why, where no cgroup can be made.
+#    DEN_BENCH_ENGINE=sqlite or postgresql picks the embedded server's
+#    engine (default: PostgreSQL where installed, else SQLite).
 #  - BenchmarkClaim and BenchmarkWrite: claim throughput, GridFS streaming.
 # Compare runs with benchstat:
 #   scripts/bench.sh > old.txt; ...; scripts/bench.sh > new.txt
