@@ -25,6 +25,13 @@ const (
 	trimStatsBatch = 1000
 )
 
+// statsWriteTimeout bounds a flush's writes, and statsStopGrace how long
+// they may go on once the node stops (flush).
+const (
+	statsWriteTimeout = 30 * time.Second
+	statsStopGrace    = 3 * time.Second
+)
+
 // statsPending is the most minutes of completions a node keeps while it
 // cannot write them (MongoDB unreachable): older ones are dropped.
 const statsPending = 24 * 60
@@ -118,8 +125,22 @@ func (sr *statsRecorder) due(now time.Time) bool {
 // A failure fails no pass (the charts are not the node's work): it is
 // logged when it starts and when it clears, and the next minute's flush
 // tries again with the completions kept.
+//
+// The write is not cut short the moment the node stops (ctx done): a
+// bulkWrite of $inc cut short may have landed without its reply, and
+// flushLast would then add the same completions again (seen: a node
+// stopped under load counted its runs twice). It gets statsStopGrace
+// more, and statsWriteTimeout in all.
 func (sr *statsRecorder) flush(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) {
 	sr.flushed = now.Truncate(statsEvery)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsWriteTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(statsStopGrace, cancel)
+		context.AfterFunc(wctx, func() { t.Stop() })
+	})
+	defer stop()
+	ctx = wctx
 	if err := sr.write(ctx, now, queues, running, held); err != nil {
 		if sr.notes.set("stats", err.Error()) {
 			sr.log.Warn("cannot write the stats collection (the status page's charts); trying again every minute", zap.Error(err))

@@ -33,7 +33,7 @@ func newDevDBCmd() *cobra.Command {
 		Short: "Serve only the embedded development database",
 		Long: `Serve the embedded MongoDB-compatible development database (FerretDB on
 PostgreSQL, or SQLite where PostgreSQL is not installed, made atomic by a
-one-command-at-a-time proxy) without a node. The
+proxy running one command at a time per database) without a node. The
 first line on stdout is its mongodb:// URI. It is what the test suite runs.
 It locks its --data directory: a second den devdb (or den dev) on the same
 directory says which process holds it and exits 1.`,

@@ -1,13 +1,14 @@
 // Package devdb runs the embedded development database of `den dev` and of
 // the test suite: FerretDB 1.24, in process, behind a proxy that forwards
-// one MongoDB wire message at a time, keeping its data either in a
+// one MongoDB wire message at a time in each database (commands of
+// different databases, such as the suite's tests', run side by side), keeping its data either in a
 // PostgreSQL cluster of the data directory's own (postgres.go, with the
 // GIN indexes of pgindexes.go) or in SQLite files (server.go chooses).
 //
 // Why the proxy: FerretDB's findAndModify reads and then writes, so two
 // concurrent claims can both "win" the same task (measured: 744 duplicate
-// claims out of 944 with 8 claimers). Forwarding one command at a time makes
-// every single-document operation atomic, as it is on MongoDB, which is all
+// claims out of 944 with 8 claimers). Forwarding one command at a time in
+// its database makes every single-document operation atomic, as it is on MongoDB, which is all
 // the Disbatch protocol needs.
 //
 // Why PostgreSQL: FerretDB's sqlite handler pushes down to SQLite only a

@@ -2,14 +2,19 @@ package devdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // FerretDB 1.24's postgresql handler keeps each collection in a table of
@@ -68,26 +73,41 @@ const twinSuffix = "_dentwin"
 // them.
 const twinOptions = "fastupdate='off'"
 
-// ensureTwins makes the missing twins of every FerretDB collection in the
-// database conn is connected to, and drops those no longer wanted. It
-// returns how many it made and dropped.
-func ensureTwins(ctx context.Context, conn *pgx.Conn) (made, dropped int, err error) {
+// twinWork is what one MongoDB database (one PostgreSQL schema) needs for
+// its twins to be current.
+type twinWork struct {
+	drop []string   // twins of an earlier den, and of fields no longer wanted
+	make []twinSpec // missing twins
+}
+
+// twinSpec is one twin: a table's field.
+type twinSpec struct{ table, field string }
+
+// planTwins finds what the twins of FerretDB's collections need, per
+// MongoDB database (FerretDB keeps each in the schema of its name): of
+// database db only, or of all of them when db is "". Only databases with
+// work are in the result. It only reads, so it may run while commands
+// run; a database dropped meanwhile is left out.
+func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twinWork, error) {
 	type table struct{ schema, name string }
 	want := map[table]map[string]bool{}
-	schemas, err := collectStrings(ctx, conn, `SELECT table_schema FROM information_schema.tables WHERE table_name = '_ferretdb_database_metadata'`)
+	schemas, err := collectStrings(ctx, conn, `SELECT table_schema FROM information_schema.tables WHERE table_name = '_ferretdb_database_metadata' AND ($1 = '' OR table_schema = $1)`, db)
 	if err != nil {
-		return 0, 0, fmt.Errorf("list FerretDB's databases: %w", err)
+		return nil, fmt.Errorf("list FerretDB's databases: %w", err)
 	}
 	for _, schema := range schemas {
 		rows, err := conn.Query(ctx, fmt.Sprintf(`SELECT _jsonb->>'_id', _jsonb->>'table' FROM %s`, pgx.Identifier{schema, "_ferretdb_database_metadata"}.Sanitize()))
+		if gone(err) {
+			continue // dropped since it was listed (dropDatabase)
+		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("list the collections of %s: %w", schema, err)
+			return nil, fmt.Errorf("list the collections of %s: %w", schema, err)
 		}
 		for rows.Next() {
 			var coll, tbl string
 			if err := rows.Scan(&coll, &tbl); err != nil {
 				rows.Close()
-				return 0, 0, fmt.Errorf("list the collections of %s: %w", schema, err)
+				return nil, fmt.Errorf("list the collections of %s: %w", schema, err)
 			}
 			fields := map[string]bool{"_id": true}
 			for _, f := range twinFields[coll] {
@@ -97,26 +117,34 @@ func ensureTwins(ctx context.Context, conn *pgx.Conn) (made, dropped int, err er
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return 0, 0, fmt.Errorf("list the collections of %s: %w", schema, err)
+			if gone(err) {
+				continue
+			}
+			return nil, fmt.Errorf("list the collections of %s: %w", schema, err)
 		}
 	}
-	rows, err := conn.Query(ctx, `SELECT schemaname, tablename, indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%\_dentwin'`)
+	rows, err := conn.Query(ctx, `SELECT schemaname, tablename, indexname, indexdef FROM pg_indexes WHERE indexname LIKE '%\_dentwin' AND ($1 = '' OR schemaname = $1)`, db)
 	if err != nil {
-		return 0, 0, fmt.Errorf("list the indexes: %w", err)
+		return nil, fmt.Errorf("list the indexes: %w", err)
+	}
+	plan := map[string]*twinWork{}
+	work := func(schema string) *twinWork {
+		if plan[schema] == nil {
+			plan[schema] = &twinWork{}
+		}
+		return plan[schema]
 	}
 	have := map[table]map[string]string{} // field -> twin's name, if current
-	var stale []table
-	var staleNames []string
 	for rows.Next() {
 		var schema, tbl, name, def string
 		if err := rows.Scan(&schema, &tbl, &name, &def); err != nil {
 			rows.Close()
-			return 0, 0, fmt.Errorf("list the indexes: %w", err)
+			return nil, fmt.Errorf("list the indexes: %w", err)
 		}
 		t := table{schema, tbl}
 		if !strings.Contains(def, twinOptions) || strings.Contains(def, "jsonb_path_ops") {
 			// Made by an earlier den: made again as it is made now.
-			stale, staleNames = append(stale, t), append(staleNames, name)
+			work(schema).drop = append(work(schema).drop, name)
 			continue
 		}
 		if m := indexField.FindStringSubmatch(def); m != nil {
@@ -128,44 +156,74 @@ func ensureTwins(ctx context.Context, conn *pgx.Conn) (made, dropped int, err er
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, 0, fmt.Errorf("list the indexes: %w", err)
-	}
-	for i, t := range stale {
-		if _, err := conn.Exec(ctx, `DROP INDEX IF EXISTS `+pgx.Identifier{t.schema, staleNames[i]}.Sanitize()); err != nil {
-			return made, dropped, fmt.Errorf("drop index %s.%s: %w", t.schema, staleNames[i], err)
-		}
-		dropped++
+		return nil, fmt.Errorf("list the indexes: %w", err)
 	}
 	for t, fields := range want {
 		for f := range fields {
-			if _, ok := have[t][f]; ok {
-				continue
+			if _, ok := have[t][f]; !ok {
+				work(t.schema).make = append(work(t.schema).make, twinSpec{t.name, f})
 			}
-			q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin ((_jsonb -> %s)) WITH (%s)`,
-				pgx.Identifier{twinName(t.name, f)}.Sanitize(), pgx.Identifier{t.schema, t.name}.Sanitize(), quoteLiteral(f), twinOptions)
-			if _, err := conn.Exec(ctx, q); err != nil {
-				return made, dropped, fmt.Errorf("index %s.%s on %q: %w", t.schema, t.name, f, err)
-			}
-			made++
 		}
 	}
 	for t, fields := range have {
 		for f, name := range fields {
-			if want[t][f] {
-				continue
+			if !want[t][f] {
+				work(t.schema).drop = append(work(t.schema).drop, name)
 			}
-			if _, err := conn.Exec(ctx, `DROP INDEX IF EXISTS `+pgx.Identifier{t.schema, name}.Sanitize()); err != nil {
-				return made, dropped, fmt.Errorf("drop index %s.%s: %w", t.schema, name, err)
-			}
-			dropped++
+		}
+	}
+	return plan, nil
+}
+
+// gone reports whether err is PostgreSQL's for a table or schema that does
+// not exist.
+func gone(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000")
+}
+
+// apply makes and drops the twins of schema that w says.
+func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (made, dropped int, err error) {
+	for _, name := range w.drop {
+		if _, err := conn.Exec(ctx, `DROP INDEX IF EXISTS `+pgx.Identifier{schema, name}.Sanitize()); err != nil {
+			return made, dropped, fmt.Errorf("drop index %s.%s: %w", schema, name, err)
+		}
+		dropped++
+	}
+	for _, t := range w.make {
+		q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s USING gin ((_jsonb -> %s)) WITH (%s)`,
+			pgx.Identifier{twinName(t.table, t.field)}.Sanitize(), pgx.Identifier{schema, t.table}.Sanitize(), quoteLiteral(t.field), twinOptions)
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return made, dropped, fmt.Errorf("index %s.%s on %q: %w", schema, t.table, t.field, err)
+		}
+		made++
+	}
+	return made, dropped, nil
+}
+
+// ensureTwins makes the missing twins of every FerretDB collection in the
+// database conn is connected to, and drops those no longer wanted: of
+// MongoDB database db only, or of all of them when db is "". It returns
+// how many it made and dropped. No command may run meanwhile in the
+// databases it changes (a collection dropped under it fails it).
+func ensureTwins(ctx context.Context, conn *pgx.Conn, db string) (made, dropped int, err error) {
+	plan, err := planTwins(ctx, conn, db)
+	if err != nil {
+		return 0, 0, err
+	}
+	for schema, w := range plan {
+		m, d, err := w.apply(ctx, conn, schema)
+		made, dropped = made+m, dropped+d
+		if err != nil {
+			return made, dropped, err
 		}
 	}
 	return made, dropped, nil
 }
 
 // collectStrings returns the one text column of a query's rows.
-func collectStrings(ctx context.Context, conn *pgx.Conn, q string) ([]string, error) {
-	rows, err := conn.Query(ctx, q)
+func collectStrings(ctx context.Context, conn *pgx.Conn, q string, args ...any) ([]string, error) {
+	rows, err := conn.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -195,34 +253,39 @@ const twinInterval = 2 * time.Second
 
 // twinKeeper keeps the GIN twins up to date while the server runs.
 type twinKeeper struct {
-	conn    *pgx.Conn
+	mu      sync.Mutex // commands of several databases may call update at once
+	conn    *pgx.Conn  // under mu
 	logOut  io.Writer
-	lastErr string
+	lastErr string // under mu
 	done    chan struct{}
 }
 
 // startTwins makes the twins of the tables that exist, then keeps them up
-// to date: after every createIndexes and create that p forwards (under its
-// lock, so the next command finds them), and every twinInterval, until ctx
-// is done.
+// to date: those of a database after every createIndexes and create that
+// p forwards in it (under its lock, so the next command finds them), and
+// every twinInterval those that lack some (sweep), until ctx is done.
 func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*twinKeeper, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("devdb: connect to PostgreSQL for its indexes: %w", err)
 	}
 	k := &twinKeeper{conn: conn, logOut: logOut, done: make(chan struct{})}
-	if _, _, err := ensureTwins(ctx, conn); err != nil {
+	if _, _, err := ensureTwins(ctx, conn, ""); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("devdb: PostgreSQL indexes: %w", err)
 	}
-	p.after = func(name string) {
-		if name == "createIndexes" || name == "create" {
-			k.update(ctx)
+	p.after = func(db, name string) {
+		if (name == "createIndexes" || name == "create") && db != "" {
+			k.update(ctx, db)
 		}
 	}
 	go func() {
 		defer close(k.done)
-		defer conn.Close(context.Background())
+		defer func() {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			conn.Close(context.Background())
+		}()
 		t := time.NewTicker(twinInterval)
 		defer t.Stop()
 		for {
@@ -230,17 +293,50 @@ func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*t
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				p.locked(func() { k.update(ctx) })
+				k.sweep(ctx, p)
 			}
 		}
 	}()
 	return k, nil
 }
 
-// update brings the twins up to date, telling the log when it fails and
-// when it works again (not every time).
-func (k *twinKeeper) update(ctx context.Context) {
-	_, _, err := ensureTwins(ctx, k.conn)
+// sweep brings up to date the twins of every database that needs it: it
+// looks without any lock, then updates each such database under its lock,
+// in the order of their names, leaving a database whose lock a command
+// holds or waits for to the next sweep: it never waits behind a long
+// command, nor holds up the commands of other databases. (Not with k.mu
+// held: a command's after takes k.mu under its database's lock.)
+func (k *twinKeeper) sweep(ctx context.Context, p *proxy) {
+	k.mu.Lock()
+	var plan map[string]*twinWork
+	err := ctx.Err()
+	if err == nil {
+		plan, err = planTwins(ctx, k.conn, "")
+	}
+	if err != nil || len(plan) == 0 {
+		k.report(ctx, err)
+	}
+	k.mu.Unlock()
+	for _, db := range slices.Sorted(maps.Keys(plan)) {
+		p.tryLockedDB(db, func() { k.update(ctx, db) })
+	}
+}
+
+// update brings the twins of database db ("": all) up to date, telling
+// the log when it fails and when it works again (not every time).
+func (k *twinKeeper) update(ctx context.Context, db string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if ctx.Err() != nil {
+		return // stopping: conn may be closed
+	}
+	_, _, err := ensureTwins(ctx, k.conn, db)
+	k.report(ctx, err)
+}
+
+// report tells the log when keeping the twins starts failing and when it
+// works again; k.mu is held.
+func (k *twinKeeper) report(ctx context.Context, err error) {
 	msg := ""
 	if err != nil && ctx.Err() == nil {
 		msg = err.Error()

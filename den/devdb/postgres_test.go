@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -300,4 +301,67 @@ func TestEngineChoice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A collection made by its first insert (no createIndexes, no create) gets
+// its twins from the sweep; a database whose lock a command holds is left
+// to a later sweep, and the sweep does not wait for it: the twins of
+// another database, after it in the sweep's order, are made meanwhile.
+// Red with a sweep that waits for each database's lock (b_other's twins
+// never come while a_busy is held).
+func TestSweepMakesTwinsBesideABusyDatabase(t *testing.T) {
+	needPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv, err := Start(ctx, Config{Dir: t.TempDir(), Engine: EnginePostgreSQL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-srv.Done() }()
+	pgc, err := pgx.Connect(ctx, srv.pg.url(pgDatabase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pgc.Close(context.Background())
+	twins := func(db string) int {
+		t.Helper()
+		var n int
+		if err := pgc.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE indexname LIKE '%\_dentwin' AND schemaname = $1`, db).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitTwins := func(db string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for twins(db) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s has %d twins a minute on, want %d", db, twins(db), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	insert := func(uri, db string) {
+		t.Helper()
+		c, err := mongo.Connect(options.Client().ApplyURI(uri))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Disconnect(context.Background())
+		if _, err := c.Database(db).Collection("tasks").InsertOne(ctx, bson.D{{Key: "status", Value: -2}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a_busy's lock is held, as by a long command; its tasks are made
+	// around the proxy.
+	release := sync.OnceFunc(srv.proxy.locks.db("a_busy"))
+	defer release() // before the server stops: a failed test ends
+	insert(srv.DirectURI(), "a_busy")
+	insert(srv.URI(), "b_other")
+	waitTwins("b_other", 2) // _id and status
+	if n := twins("a_busy"); n != 0 {
+		t.Fatalf("the sweep made %d twins in a database whose lock a command held", n)
+	}
+	release()
+	waitTwins("a_busy", 2)
 }

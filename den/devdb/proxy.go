@@ -17,22 +17,26 @@ import (
 const (
 	// commandTimeout is the longest the proxy waits for the server's reply
 	// to one command. The lock that makes the server run one command at
-	// a time is held meanwhile: a command the server never answers would
-	// otherwise stop every client for good. Past it, the proxy closes that
+	// a time in the command's database is held meanwhile: a command the
+	// server never answers would otherwise stop every client of that
+	// database for good. Past it, the proxy closes that
 	// client's connections (its driver sees a network error and retries
 	// or fails) and says so on the server's log.
 	commandTimeout = 2 * time.Minute
 )
 
 // proxy accepts MongoDB client connections and forwards each to its own
-// upstream connection, holding one lock from the moment a request is written
-// upstream until its reply has been read back, so the upstream server runs
-// one command at a time.
+// upstream connection. It holds its database's lock from the moment a
+// request is written upstream until its reply has been read back, so the
+// upstream server runs one command at a time in each database: every
+// single-document operation is atomic, as the Disbatch protocol needs,
+// while commands on other databases (the test suite's, one per test) go
+// on beside it.
 type proxy struct {
 	ln       net.Listener
 	upstream string
-	serial   bool       // run one command at a time upstream
-	mu       sync.Mutex // serializes commands across all connections
+	serial   bool  // run one command at a time per database upstream
+	locks    locks // the databases' locks
 	wg       sync.WaitGroup
 	connsMu  sync.Mutex
 	conns    map[net.Conn]struct{}
@@ -41,18 +45,93 @@ type proxy struct {
 	stats   Stats
 
 	logOut io.Writer // where a command the server did not answer is told; nil: nowhere
-	// after, when set, is called with each command's name once its reply
-	// is read, still under the lock (the PostgreSQL engine's index upkeep).
-	after func(name string)
+	// after, when set, is called with each command's database and name
+	// once its reply is read, still under the database's lock (the
+	// PostgreSQL engine's index upkeep).
+	after func(db, name string)
 }
 
-// locked runs fn under the lock that serializes commands.
-func (p *proxy) locked(fn func()) {
+// tryLockedDB runs fn while no command runs in database db, if no command
+// runs there now; it reports whether it ran fn.
+func (p *proxy) tryLockedDB(db string, fn func()) bool {
 	if p.serial {
-		p.mu.Lock()
-		defer p.mu.Unlock()
+		unlock, ok := p.locks.tryDB(db)
+		if !ok {
+			return false
+		}
+		defer unlock()
 	}
 	fn()
+	return true
+}
+
+// locks serialize commands per database.
+type locks struct {
+	mu  sync.Mutex
+	dbs map[string]*dbLock
+}
+
+// dbLock is one database's lock, kept while a command holds or waits for
+// it (a test suite makes thousands of databases, each used for a while).
+type dbLock struct {
+	sync.Mutex
+	users int
+}
+
+// db locks database name, and returns the function that unlocks it.
+func (l *locks) db(name string) (unlock func()) {
+	d := l.use(name)
+	d.Lock()
+	return func() {
+		d.Unlock()
+		l.done(name, d)
+	}
+}
+
+// tryDB locks database name if no one holds or waits for its lock, and
+// returns the function that unlocks it.
+func (l *locks) tryDB(name string) (unlock func(), ok bool) {
+	l.mu.Lock()
+	if l.dbs[name] != nil {
+		l.mu.Unlock()
+		return nil, false
+	}
+	l.mu.Unlock()
+	d := l.use(name)
+	if !d.TryLock() {
+		l.done(name, d)
+		return nil, false
+	}
+	return func() {
+		d.Unlock()
+		l.done(name, d)
+	}, true
+}
+
+// use counts a user of database name's lock, making the lock if needed.
+func (l *locks) use(name string) *dbLock {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dbs == nil {
+		l.dbs = map[string]*dbLock{}
+	}
+	d := l.dbs[name]
+	if d == nil {
+		d = &dbLock{}
+		l.dbs[name] = d
+	}
+	d.users++
+	return d
+}
+
+// done counts a user of database name's lock gone, forgetting the lock
+// when it was the last.
+func (l *locks) done(name string, d *dbLock) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d.users--; d.users == 0 {
+		delete(l.dbs, name)
+	}
 }
 
 // Stats counts what clients sent through the proxy: for benchmarks, which
@@ -215,16 +294,17 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 	}
 }
 
-// roundTrip sends one request upstream and reads its replies under the lock.
+// roundTrip sends one request upstream and reads its replies under its
+// database's lock.
 // Handshakes (hello, isMaster) change nothing and skip the lock, so that
 // the driver's monitoring never waits behind a command.
 func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 	name, coll := wire.Command(req)
+	db := wire.Database(req)
 	p.count(name, false)
 	if !handshake(name) {
 		if p.serial {
-			p.mu.Lock()
-			defer p.mu.Unlock()
+			defer p.locks.db(db)()
 		}
 		start := time.Now()
 		defer func() { p.busy(strings.TrimSpace(name+" "+coll), time.Since(start)) }()
@@ -250,7 +330,7 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 		replies = append(replies, r)
 		if !wire.MoreToCome(r) {
 			if p.after != nil && !handshake(name) {
-				p.after(name)
+				p.after(db, name)
 			}
 			return replies, nil
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -36,19 +37,53 @@ const tmpPrefix = "den-task-"
 // process's user). RemoveTmp removes it. A process killed before it could
 // (a runner's worker killed with SIGKILL) leaves it: NewTmp first removes
 // those whose maker is gone.
+//
+// The directory is locked (flock) until RemoveTmp: a pid says nothing
+// across PID namespaces (a node in a container of its own, with the host's
+// /tmp), so another process's sweep removes only a directory it can lock.
 func NewTmp(user *Credential) (string, error) {
 	sweepTmp()
 	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", tmpPrefix, os.Getpid()))
 	if err != nil {
 		return "", fmt.Errorf("make the task's temporary directory: %w", err)
 	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		os.Remove(dir)
+		return "", fmt.Errorf("lock the task's temporary directory: %w", err)
+	}
 	if user != nil {
 		if err := os.Chown(dir, int(user.Uid), int(user.Gid)); err != nil {
+			lock.Close()
 			os.Remove(dir)
 			return "", fmt.Errorf("give the task's temporary directory to uid %d: %w", user.Uid, err)
 		}
 	}
+	tmpLocks.Lock()
+	tmpLocks.held[dir] = lock
+	tmpLocks.Unlock()
 	return dir, nil
+}
+
+// tmpLocks are the locks this process holds on the temporary directories
+// it made, by directory.
+var tmpLocks = struct {
+	sync.Mutex
+	held map[string]*os.File
+}{held: map[string]*os.File{}}
+
+// lockDir takes an exclusive flock on directory dir, without waiting and
+// without following a symbolic link; closing the file releases it.
+func lockDir(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), dir), nil
 }
 
 // RemoveTmp removes a task's temporary directory made by NewTmp, and all
@@ -58,6 +93,13 @@ func NewTmp(user *Credential) (string, error) {
 // removal runs as the task's user, through this binary (Main), as the
 // program did.
 func RemoveTmp(dir string, user *Credential) error {
+	tmpLocks.Lock()
+	lock := tmpLocks.held[dir]
+	delete(tmpLocks.held, dir)
+	tmpLocks.Unlock()
+	if lock != nil {
+		defer lock.Close() // once removed
+	}
 	if user == nil || os.Geteuid() == 0 {
 		return removeTree(dir)
 	}
@@ -137,9 +179,11 @@ func mountPrivate(tmp string) error {
 }
 
 // sweepTmp removes the tasks' temporary directories whose maker, named by
-// the pid in their name, no longer runs. A directory whose pid runs (its
-// task's, or a process that took the pid since) is left for a later
-// sweep; one that is not a directory (a symbolic link) is never touched.
+// the pid in their name, no longer runs, and that no process holds locked
+// (its maker, in another PID namespace, where the pid is another's). A
+// directory whose pid runs (its task's, or a process that took the pid
+// since) is left for a later sweep; one that is not a directory (a
+// symbolic link) is never touched.
 // A directory of another user than this process's is removed as that
 // user (RemoveTmp).
 func sweepTmp() {
@@ -157,11 +201,20 @@ func sweepTmp() {
 		if !ok {
 			continue
 		}
+		lock, err := lockDir(m)
+		if err != nil {
+			continue // its maker holds it, or it is gone
+		}
 		var owner *Credential
 		if int(st.Uid) != os.Geteuid() {
 			owner = &Credential{Uid: st.Uid, Gid: st.Gid}
 		}
-		RemoveTmp(m, owner)
+		if user := owner; user == nil || os.Geteuid() == 0 {
+			removeTree(m)
+		} else {
+			removeTmpAs(m, user)
+		}
+		lock.Close()
 	}
 }
 

@@ -200,7 +200,11 @@ func TestPrivateTmpFollowsNoSymbolicLink(t *testing.T) {
 
 // A task's temporary directory left by a process killed before it could
 // remove it (a runner's worker killed with SIGKILL) is removed by the next
-// NewTmp, whatever the task left in it; one whose maker still runs stays.
+// NewTmp, whatever the task left in it; one whose maker still runs stays,
+// and so does one whose maker's pid is not seen here but which its maker
+// holds locked (a maker in another PID namespace: the suite's other
+// hosts, a node in a container; red without the lock, where such a
+// task's working directory vanished under it).
 func TestLeftTmpRemovedOnceItsMakerIsGone(t *testing.T) {
 	if !HasCaps(CapsUser) {
 		t.Skipf("this test process lacks %s", CapsUser)
@@ -225,11 +229,25 @@ func TestLeftTmpRemovedOnceItsMakerIsGone(t *testing.T) {
 			}
 		}
 	}
+	// Made by a NewTmp whose process's pid, seen from here, is gone.
+	held, err := NewTmp(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer RemoveTmp(held, nil)
+	elsewhere := filepath.Join(os.TempDir(), fmt.Sprintf("%s%d-elsewhere", tmpPrefix, gone.Process.Pid))
+	if err := os.Rename(held, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(elsewhere)
 	tmp, err := NewTmp(user)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer RemoveTmp(tmp, user)
+	if _, err := os.Lstat(elsewhere); err != nil {
+		t.Errorf("the directory its maker holds locked was removed: %v", err)
+	}
 	if _, err := os.Lstat(left); !os.IsNotExist(err) {
 		t.Errorf("the directory of a maker that is gone is left: %v", err)
 	}

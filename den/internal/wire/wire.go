@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -100,4 +101,30 @@ func Command(msg []byte) (name, coll string) {
 		}
 	}
 	return name, coll
+}
+
+// Database returns the database a request's command works on: an OP_MSG
+// body's $db, or the namespace's database of a legacy OP_QUERY
+// ("admin.$cmd"); "" when msg names none.
+func Database(msg []byte) string {
+	switch OpCode(msg) {
+	case OpMsg:
+		db, _ := Body(msg).Lookup("$db").StringValueOK()
+		return db
+	case OpQuery:
+		if len(msg) < HeaderLen+4 {
+			return ""
+		}
+		rest := msg[HeaderLen+4:]
+		i := bytes.IndexByte(rest, 0)
+		if i < 0 {
+			return ""
+		}
+		ns := string(rest[:i])
+		if j := strings.IndexByte(ns, '.'); j >= 0 {
+			return ns[:j]
+		}
+		return ns
+	}
+	return ""
 }

@@ -57,6 +57,20 @@ func TestCommandAndFlags(t *testing.T) {
 			t.Errorf("%s: %q %q %v, want %q %q %v", tc.name, cmd, coll, MoreToCome(tc.msg), tc.cmd, tc.coll, tc.moreToCome)
 		}
 	}
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		db   string
+	}{
+		{"OP_MSG", opMsg(t, 0, bson.D{{Key: "insert", Value: "tasks"}, {Key: "$db", Value: "d"}}), "d"},
+		{"OP_MSG without $db", opMsg(t, 0, bson.D{{Key: "insert", Value: "tasks"}}), ""},
+		{"OP_QUERY", opQuery(t, bson.D{{Key: "isMaster", Value: 1}}), "admin"},
+		{"truncated", opMsg(t, 0, bson.D{{Key: "find", Value: "x"}, {Key: "$db", Value: "d"}})[:HeaderLen+6], ""},
+	} {
+		if db := Database(tc.msg); db != tc.db {
+			t.Errorf("%s: database %q, want %q", tc.name, db, tc.db)
+		}
+	}
 	if ok, _ := Body(opMsg(t, 0, bson.D{{Key: "ok", Value: 1.0}})).Lookup("ok").AsFloat64OK(); ok != 1 {
 		t.Error("Body does not read an OP_MSG's body")
 	}
