@@ -3,14 +3,11 @@ package dentest
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,7 +57,6 @@ func Main(m *testing.M, roles map[string]func() int) {
 }
 
 func run(m *testing.M) int {
-	raiseParallel()
 	tmp, err := os.MkdirTemp("", "dentest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "dentest:", err)
@@ -93,29 +89,6 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
-}
-
-// parallelPerCPU is how many parallel tests a package runs per CPU
-// (GOMAXPROCS) unless go test's -parallel says otherwise.
-const parallelPerCPU = 4
-
-// raiseParallel lets parallelPerCPU tests per CPU run at once, where go
-// test's default is one per CPU: the tests of a package that uses this
-// harness spend most of their time waiting (for a node's loop, a runner
-// process, the server's reply), not computing, so on CI's 2 cores two at
-// a time left the cores mostly idle and the suite took half an hour.
-// Each test has its own database, which the server serves beside the
-// others' (den/devdb); a test that must not share the machine with
-// others does not call t.Parallel. An explicit -parallel wins.
-func raiseParallel() {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		flag.Set("test.parallel", strconv.Itoa(parallelPerCPU*runtime.GOMAXPROCS(0)))
-	}
 }
 
 // DenBinary returns the den binary the harness built (or was given), for
