@@ -42,6 +42,8 @@ type heartbeat struct {
 	host    *resources.Sampler
 	pid     int
 	started time.Time
+	// plugins are the plugins this node serves, written in its document.
+	plugins []string
 
 	queues  []queue.NodeQueue
 	at      time.Time
@@ -163,7 +165,7 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	return &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut}
+	return &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.plugins}
 }
 
 // writeLast writes the node document one last time, as the node stops,
