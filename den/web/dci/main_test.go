@@ -13,6 +13,7 @@ import (
 	"github.com/den-project/den/den/dentest/nodetest"
 	"github.com/den-project/den/den/web"
 	"github.com/den-project/den/den/web/dci"
+	_ "github.com/den-project/den/plugins/demo" // the nodes the tests start run Demo tasks
 )
 
 // The test binary plays the task runner of the nodes the tests start.
