@@ -51,7 +51,11 @@ func taskParams(list []any) ([]bson.Raw, string) {
 			return nil, notObjects + " with key/value pairs"
 		}
 		var doc bson.Raw
-		if err := bson.UnmarshalExtJSON(encodeJSON(v, false), false, &doc); err != nil {
+		err := bson.UnmarshalExtJSON(encodeJSON(v, false), false, &doc)
+		if err == nil {
+			err = storableKeys(doc)
+		}
+		if err != nil {
 			return nil, fmt.Sprintf("%s: task %d (index %d): %v", notObjects, i+1, i, err)
 		}
 		out = append(out, doc)
@@ -230,4 +234,31 @@ func (h *handler) postTasksFromCollection(w http.ResponseWriter, r *http.Request
 	default:
 		sendJSON(w, http.StatusOK, out)
 	}
+}
+
+// storableKeys refuses a document MongoDB would refuse to store: a key
+// that starts with $ (what is left of extended JSON's $oid, $date, ...
+// once read is a value, not a key). Checked for every task before any is
+// inserted, so that a post is inserted whole or not at all.
+func storableKeys(doc bson.Raw) error {
+	elems, err := doc.Elements()
+	if err != nil {
+		return err
+	}
+	for _, e := range elems {
+		if strings.HasPrefix(e.Key(), "$") {
+			return fmt.Errorf("key %q: MongoDB stores no key that starts with $", e.Key())
+		}
+		v := e.Value()
+		switch v.Type {
+		case bson.TypeEmbeddedDocument:
+			err = storableKeys(v.Document())
+		case bson.TypeArray:
+			err = storableKeys(bson.Raw(v.Array()))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
