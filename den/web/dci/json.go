@@ -319,7 +319,7 @@ func docToObj(doc bson.Raw) obj {
 	return out
 }
 
-// errNotObject is the error toBSON gives for an $oid that is no id.
+// errBadOID is the error toBSON gives for an $oid that is no id.
 type errBadOID struct{ value any }
 
 func (e errBadOID) Error() string {

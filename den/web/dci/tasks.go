@@ -127,12 +127,10 @@ func collectionName(name string) error {
 // Perl web API found only top-level fields). Tasks are inserted in
 // batches as documents are read; it returns the ids of those inserted.
 func (h *handler) fromDocuments(ctx context.Context, queueID bson.ObjectID, coll string, filter bson.D, template obj) ([]bson.ObjectID, error) {
-	var fields []string
 	projection := bson.D{}
 	for _, f := range template {
 		if s, ok := f.v.(string); ok && strings.HasPrefix(s, "document.") {
 			name := strings.TrimPrefix(s, "document.")
-			fields = append(fields, name)
 			projection = append(projection, bson.E{Key: name, Value: 1})
 		}
 	}
