@@ -185,17 +185,15 @@ func TestTimeoutKillsLeftoverChildren(t *testing.T) {
 			p := sh
 			p.SharedPIDs = shared
 			mark := sleepMark(60)
-			done := make(chan bson.Raw, 1)
-			go func() {
-				done <- runTask(t, p, bson.D{{Key: "shell", Value: `sh -c 'trap "" TERM; exec sleep ` + mark + `' & wait`}},
-					bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
-			}()
-			pids := awaitHostPids(t, mark, done)
-			raw := <-done
+			raw := runTask(t, p, bson.D{{Key: "shell", Value: startChild(mark)}},
+				bson.E{Key: "timeout", Value: 3}, bson.E{Key: "max_termination_time", Value: 1})
 			if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
 				t.Fatalf("status %d timed_out %v", st, raw.Lookup("timed_out"))
 			}
-			awaitGone(t, "the child", pids)
+			if out := text(t, raw, "stdout"); out != "started\n" {
+				t.Fatalf("stdout %q: the child did not start within the timeout", out)
+			}
+			awaitNoneLeft(t, "the child", mark)
 		})
 	}
 }

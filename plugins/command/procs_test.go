@@ -66,6 +66,21 @@ func awaitHostPids[T any](t *testing.T, arg string, done <-chan T) []int {
 	return pids
 }
 
+// startChild is a shell fragment that starts `sleep mark` in the
+// background, ignoring SIGTERM, and prints "started" once the child runs
+// sleep (its command line says so): a test then knows the child was there
+// whatever the task's timeout, without racing it to /proc.
+func startChild(mark string) string {
+	return `sh -c 'trap "" TERM; exec sleep ` + mark + `' & until tr '\0' ' ' < /proc/$!/cmdline 2>/dev/null | grep -q ` + mark + `; do :; done; echo started; wait`
+}
+
+// awaitNoneLeft waits until no process of the node has mark among its
+// arguments.
+func awaitNoneLeft(t *testing.T, what, mark string) {
+	t.Helper()
+	dentest.Eventually(t, 10*time.Second, what+" is gone", func() bool { return len(hostPids(mark)) == 0 })
+}
+
 // awaitGone waits until none of pids runs any more.
 func awaitGone(t *testing.T, what string, pids []int) {
 	t.Helper()

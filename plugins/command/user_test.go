@@ -109,20 +109,15 @@ func TestTaskUserTimedOutAndStopped(t *testing.T) {
 			p := asTaskUser(sh)
 			p.SharedPIDs = shared
 			mark := sleepMark(60)
-			done := make(chan bson.Raw, 1)
-			go func() {
-				done <- runTask(t, p, bson.D{{Key: "shell", Value: `trap "" TERM; id -u; sh -c 'trap "" TERM; exec sleep ` + mark + `' & wait`}},
-					bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
-			}()
-			pids := awaitHostPids(t, mark, done)
-			raw := <-done
+			raw := runTask(t, p, bson.D{{Key: "shell", Value: `trap "" TERM; id -u; ` + startChild(mark)}},
+				bson.E{Key: "timeout", Value: 3}, bson.E{Key: "max_termination_time", Value: 1})
 			if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
 				t.Fatalf("status %d timed_out %v stderr %q", st, raw.Lookup("timed_out"), text(t, raw, "stderr"))
 			}
-			if stdout := text(t, raw, "stdout"); stdout != "65534\n" {
-				t.Fatalf("stdout %q", stdout)
+			if stdout := text(t, raw, "stdout"); stdout != "65534\nstarted\n" {
+				t.Fatalf("stdout %q (the child must have started within the timeout)", stdout)
 			}
-			awaitGone(t, "the task user's child", pids)
+			awaitNoneLeft(t, "the task user's child", mark)
 		})
 	}
 }
