@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -94,8 +95,11 @@ type route struct {
 
 // match finds the route of a request, as Disbatch::Web's routes match the
 // path (in their order: /tasks/search before /tasks/:queue before
-// /tasks/:queue/:collection). HEAD is GET.
-func (h *handler) match(method, path string) (route, bool) {
+// /tasks/:queue/:collection), without the query. A path's escapes are
+// decoded; /tasks/:queue/:collection is split before, so that a queue
+// named a/b is /tasks/a%2Fb. HEAD is GET.
+func (h *handler) match(method string, u *url.URL) (route, bool) {
+	path := u.Path
 	if method == http.MethodHead {
 		method = http.MethodGet
 	}
@@ -154,9 +158,12 @@ func (h *handler) match(method, path string) (route, bool) {
 		if q, ok := rest("/queues/"); ok {
 			return write(h.postQueue, MaxBody, q)
 		}
-		if t, ok := rest("/tasks/"); ok {
-			q, coll, found := strings.Cut(t, "/")
+		if t, ok := strings.CutPrefix(u.EscapedPath(), "/tasks/"); ok && t != "" {
+			qe, ce, found := strings.Cut(t, "/")
+			q, err1 := url.PathUnescape(qe)
+			coll, err2 := url.PathUnescape(ce)
 			switch {
+			case err1 != nil || err2 != nil:
 			case !found:
 				return write(h.postTasks, MaxTasksBody, q)
 			case q != "" && coll != "":
@@ -177,7 +184,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.guard.Host(w, r) {
 		return
 	}
-	rt, ok := h.match(r.Method, r.URL.Path)
+	rt, ok := h.match(r.Method, r.URL)
 	if !ok {
 		sendJSON(w, http.StatusNotFound, obj{{"error", "not found: " + r.Method + " " + r.URL.Path + " is no route of the Disbatch web API"}})
 		return

@@ -247,3 +247,39 @@ func findQueue(t *testing.T, db *mongo.Database) bson.Raw {
 	}
 	return raw
 }
+
+// Names in a path are decoded (disbatch sends a queue "a b" as
+// /queues/a%20b); /tasks/:queue/:collection is split before, so that a
+// queue named a/b is /tasks/a%2Fb and its collection the rest.
+func TestEscapedNamesInPaths(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	srv := serve(t, db, testToken)
+	for _, name := range []string{"a b", "a/b"} {
+		body, _ := json.Marshal(map[string]string{"name": name, "plugin": "Disbatch::Plugin::Demo"})
+		if st, _, got := call(t, "POST", srv.URL+"/queues", "application/json", string(body), bearer); st != 200 {
+			t.Fatalf("create queue %q: %d %s", name, st, got)
+		}
+	}
+	dentest.Insert(t, db.Collection("users"), bson.D{{Key: "u", Value: "ann"}})
+	for _, tc := range []struct {
+		method, path, body string
+		want               string
+	}{
+		{"POST", "/queues/a%20b", `{"threads":1}`, `"modified_count":1`},
+		{"GET", "/queues/a%20b", "", `"name":"a b"`},
+		{"GET", "/queues/a%2Fb", "", `"name":"a/b"`},
+		{"POST", "/tasks/a%20b", `[{"x":1}]`, `"inserted":[{"index":0`},
+		{"POST", "/tasks/a%2Fb", `[{"x":2}]`, `"inserted":[{"index":0`},
+		{"POST", "/tasks/a%2Fb/users", `{"filter":{},"params":{"user":"document.u"}}`, `"inserted":[{"index":0`},
+	} {
+		st, _, got := call(t, tc.method, srv.URL+tc.path, "application/json", tc.body, bearer)
+		if st != 200 || !strings.Contains(got, tc.want) {
+			t.Errorf("%s %s %s: %d %s; want 200 with %s", tc.method, tc.path, tc.body, st, got, tc.want)
+		}
+	}
+	qid := findQueueNamed(t, db, "a/b")
+	if n := dentest.Count(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: qid}}); n != 2 {
+		t.Errorf("%d tasks in queue a/b, want 2", n)
+	}
+}
