@@ -24,33 +24,11 @@ func (h *handler) schedulerJSON(w http.ResponseWriter, r *http.Request, _ params
 	sendJSON(w, http.StatusOK, list)
 }
 
-// oldPlugins are the plugins the older routes accept: those of GET
-// /plugins and those existing queues use.
-func (h *handler) oldPlugins(r *http.Request) ([]string, error) {
-	list, err := h.livePlugins(r)
-	if err != nil {
-		return nil, err
-	}
-	queues, _, err := h.store.Queues(r.Context())
-	if err != nil {
-		return nil, err
-	}
-	seen := map[string]bool{}
-	for _, p := range list {
-		seen[p] = true
-	}
-	for _, q := range queues {
-		if !seen[q.Plugin] {
-			seen[q.Plugin] = true
-			list = append(list, q.Plugin)
-		}
-	}
-	return list, nil
-}
-
-// queuePrototypesJSON serves GET /queue-prototypes-json: {plugin: plugin}.
+// queuePrototypesJSON serves GET /queue-prototypes-json: {plugin: plugin}
+// for the plugins of GET /plugins, which /start-queue-json accepts, as
+// the Perl web API answered both from its configuration's plugins.
 func (h *handler) queuePrototypesJSON(w http.ResponseWriter, r *http.Request, _ params, _ ...string) {
-	list, err := h.oldPlugins(r)
+	list, err := h.livePlugins(r)
 	if err != nil {
 		h.log.Warn("dci: could not get current plugins", errField(err))
 	}
@@ -74,7 +52,7 @@ func (h *handler) startQueueJSON(w http.ResponseWriter, r *http.Request, p param
 		sendJSON(w, http.StatusBadRequest, []any{int64(0), "type and name required"})
 		return
 	}
-	plugins, err := h.oldPlugins(r)
+	plugins, err := h.livePlugins(r)
 	if err != nil {
 		h.dbError(w, "Could not get current plugins", err)
 		return

@@ -189,7 +189,7 @@ func basic(user, pass string) string {
 
 // GET /plugins lists the plugins live den nodes say they serve (and the
 // configured ones); a dead node's do not count, and a queue of a plugin no
-// one serves is refused.
+// one serves is refused, by the older routes too.
 func TestPluginsOfLiveNodes(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
@@ -207,6 +207,16 @@ func TestPluginsOfLiveNodes(t *testing.T) {
 	}
 	if st, _, body := call(t, "POST", srv.URL+"/queues", "application/json", `{"name":"q","plugin":"A::Plugin"}`, bearer); st != 200 {
 		t.Errorf("a queue of a live node's plugin: %d %s", st, body)
+	}
+	// The older routes take the same plugins: not those of queues that
+	// exist (a queue's plugin is whatever anyone wrote there).
+	dentest.Insert(t, db.Collection("queues"), bson.D{{Key: "name", Value: "old"}, {Key: "plugin", Value: "Old::Plugin"}})
+	if st, _, body := call(t, "GET", srv.URL+"/queue-prototypes-json", "", "", ""); st != 200 ||
+		body != `{"A::Plugin":"A::Plugin","B::Plugin":"B::Plugin","Conf::Plugin":"Conf::Plugin"}` {
+		t.Errorf("GET /queue-prototypes-json: %d %s", st, body)
+	}
+	if st, _, body := call(t, "POST", srv.URL+"/start-queue-json", "application/x-www-form-urlencoded", "type=Old%3A%3APlugin&name=q2", bearer); st != 400 || body != `[0,"unknown type"]` {
+		t.Errorf("/start-queue-json of a plugin only a queue names: %d %s", st, body)
 	}
 }
 
