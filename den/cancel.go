@@ -19,7 +19,7 @@ import (
 // runner's group gets SIGKILL after the task's max_termination_time if it
 // has not recorded a result by then. (Queued
 // tasks with cancel set are never claimed; the sweep records their -5.)
-func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queueIndex) error {
 	now := sw.now()
 	live := map[bson.ObjectID]bool{}
 	for _, task := range held {

@@ -53,17 +53,27 @@ type claimer struct {
 	gfs       string
 	running   queue.Running
 	runningAt time.Time
-	// empty holds the queues a claim found nothing in, with their counts
-	// then: they are not claimed from again until their counts change
-	// (a writer that inserts a task raises count_total), or a probe finds
-	// work in them.
+	// empty holds the queues a claim found nothing in, and those with no
+	// work by their counts (readPass), with their counts then: they are
+	// not claimed from again until their counts say there is work (a
+	// writer that inserts a task raises them), or a probe finds work in
+	// them. seen are the served queues readPass has met.
 	empty map[bson.ObjectID]counts
+	seen  map[bson.ObjectID]bool
+	// aside are the queues whose last claim took a document that cannot
+	// be a task: they are claimed from after all the others, each on its
+	// own, so that another queue's tasks never wait behind their
+	// documents. A claim there that finds a task, or nothing, puts the
+	// queue back with the others.
+	aside map[bson.ObjectID]bool
 	// fit is what this claim round has free for tasks that request
 	// resources, less what it claimed so far.
 	fit *queue.Resources
 	// malformed is what this claim round did with documents its claims
-	// took that cannot be tasks (takeMalformed).
-	malformed malformedTally
+	// took that cannot be tasks (takeMalformed), and malformedSince when
+	// the claims of this full pass first met one.
+	malformed      malformedTally
+	malformedSince time.Time
 	// offset rotates which queue claims first under a node limit.
 	offset int
 
@@ -81,6 +91,9 @@ type claimer struct {
 	// unsettled are the claims this node could not put right yet; each
 	// claim round tries again.
 	unsettled unsettled
+
+	// progress is marked as each claim is answered (Ready).
+	progress *progress
 }
 
 // unsettled are claims whose outcome the node could not put right when it
@@ -162,10 +175,11 @@ type taskStarter interface {
 	start(q queue.Queue, taskID bson.ObjectID, gfs string) error
 }
 
-func newClaimer(c *common, runners taskStarter, limits ResourceLimits) *claimer {
+func newClaimer(c *common, runners taskStarter, limits ResourceLimits, p *progress) *claimer {
 	return &claimer{
 		common: c, runners: runners, held: newHeldTasks(), capacity: &capacity{limits: limits},
-		empty: map[bson.ObjectID]counts{}, wake: make(chan struct{}, 1),
+		empty: map[bson.ObjectID]counts{}, seen: map[bson.ObjectID]bool{}, aside: map[bson.ObjectID]bool{},
+		wake: make(chan struct{}, 1), progress: p,
 	}
 }
 
@@ -245,13 +259,19 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 		}
 		return *cl.limit - total
 	}
-	var work []queue.Queue
+	// work are the queues to claim from; later those set aside, claimed
+	// from after them.
+	var work, later []queue.Queue
 	for _, q := range cl.serve {
 		if cl.claimable(q) && cl.free(q, holds) > 0 && queueFits(q, fit) {
-			work = append(work, q)
+			if cl.aside[q.ID] {
+				later = append(later, q)
+			} else {
+				work = append(work, q)
+			}
 		}
 	}
-	if len(work) == 0 || nodeFree() <= 0 {
+	if len(work)+len(later) == 0 || nodeFree() <= 0 {
 		return nil
 	}
 	// took is called for each claim: it counts it and reports whether the
@@ -261,28 +281,41 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 		total++
 		return nodeFree() > 0
 	}
-	if nodeFree() < len(work) {
-		cl.offset = (cl.offset + 1) % len(work)
-		for i := range work {
-			q := work[(cl.offset+i)%len(work)]
-			if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) {
+	// alone claims from each of qs on its own, the first rotating from
+	// round to round; it reports whether the node may claim more.
+	alone := func(qs []queue.Queue) (bool, error) {
+		if len(qs) == 0 {
+			return true, nil
+		}
+		cl.offset = (cl.offset + 1) % len(qs)
+		for i := range qs {
+			q := qs[(cl.offset+i)%len(qs)]
+			if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) {
 				continue
 			}
 			more, err := cl.claimFrom(ctx, []queue.Queue{q}, holds, took)
 			if err != nil || !more {
-				return err
+				return false, err
 			}
 		}
-		return nil
+		return true, nil
+	}
+	if nodeFree() < len(work)+len(later) {
+		if more, err := alone(work); err != nil || !more {
+			return err
+		}
+		_, err := alone(later)
+		return err
 	}
 	for _, group := range cl.claimGroups(work) {
 		for len(group) > 0 {
 			chunk := group[:min(len(group), queue.MaxClaimQueues)]
 			group = group[len(chunk):]
 			// What the larger requests before took may leave no room for
-			// this chunk's own (a queue without a request always fits).
+			// this chunk's own (a queue without a request always fits);
+			// a queue set aside by a claim of this round waits too.
 			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
-				return cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit)
+				return cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID]
 			})
 			if len(chunk) == 0 {
 				continue
@@ -293,8 +326,28 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 			}
 		}
 	}
-	return nil
+	// Then the queues set aside, this round's among them.
+	later = later[:0]
+	for _, q := range cl.serve {
+		if cl.aside[q.ID] && cl.claimable(q) {
+			later = append(later, q)
+		}
+	}
+	_, err := alone(later)
+	return err
 }
+
+// malformedSpent reports whether this claim round has taken as many
+// documents that cannot be tasks out of the way as a round may, or this
+// pass spent as long on them.
+func (cl *claimer) malformedSpent() bool {
+	m := cl.malformed
+	return m.failed+m.skipped >= malformedPerPass || (!cl.malformedSince.IsZero() && time.Since(cl.malformedSince) > malformedTime)
+}
+
+// newPass starts a full pass: the time its claims may spend on documents
+// that cannot be tasks starts again.
+func (cl *claimer) newPass() { cl.malformedSince = time.Time{} }
 
 // sortIndex orders the claim's sort orders as claims take them among
 // queues of one request size: fifo, lifo, default.
@@ -388,20 +441,31 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 		if err != nil {
 			return false, err
 		}
+		cl.progress.mark("claims", cl.now())
 		if !ok {
 			for _, id := range ids {
 				if q := byID[id]; cl.claimable(q) {
 					cl.empty[id] = countsOf(q)
 				}
+				delete(cl.aside, id)
 			}
 			return true, nil
 		}
 		if c.Malformed != nil {
 			// Taken out of the way for good; the next claim meets the
-			// next task. Past the pass's budget, the other groups of
-			// queues go first.
+			// next task. Its queue is set aside: the other queues of
+			// this claim go first, and it comes after every other
+			// queue, on its own, within the round's budget.
 			cl.takeMalformed(ctx, *c.Malformed, &cl.malformed)
-			if cl.malformed.failed+cl.malformed.skipped >= malformedPerPass {
+			if q := c.Malformed.Queue; !q.IsZero() {
+				cl.aside[q] = true
+				if len(ids) > 1 {
+					// The others go on; this one waits its turn.
+					ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q })
+					continue
+				}
+			}
+			if cl.malformedSpent() {
 				return true, nil
 			}
 			continue
@@ -411,6 +475,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 			cl.release(c.ID, "claimed from a queue this node did not ask for")
 			return false, nil
 		}
+		delete(cl.aside, q.ID)
 		req := requestOf(c.Requested, q)
 		cl.held.claimed(c.ID, q.ID, req)
 		if c.Unfit != "" {
@@ -612,15 +677,57 @@ func (cl *claimer) othersRunning(q bson.ObjectID) int {
 }
 
 // readPass takes what a full pass read for the claims until the next one:
-// the queues this node serves, its node-wide limit and output mode; queues
-// no longer served (byID holds those that are) are forgotten.
-func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID map[bson.ObjectID]queue.Queue) {
+// the queues this node serves, its node-wide limit and output mode.
+//
+// A served queue met for the first time with no work by its counts
+// (count_todo missing, not a number, or 0) is left to the probe, as a
+// queue a claim found empty is; and a queue found empty whose counts
+// changed but still say there is no work stays so, with its new counts.
+// Claims go where the counts say there is work, and the probe finds the
+// rest (tasks inserted without raising the counts, start_after times that
+// came) with one query: thousands of idle queues cost no claims. Queues
+// that are gone (byID holds those read) are forgotten.
+func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queueIndex) {
 	cl.ready, cl.serve, cl.limit, cl.gfs = true, serve, limit, gfs
+	for _, q := range serve {
+		c := countsOf(q)
+		idle := c.todo <= 0
+		if !cl.seen[q.ID] {
+			cl.seen[q.ID] = true
+			if idle {
+				cl.empty[q.ID] = c
+			}
+			continue
+		}
+		if was, marked := cl.empty[q.ID]; marked && was != c && idle {
+			cl.empty[q.ID] = c
+		}
+	}
+	for _, m := range []map[bson.ObjectID]bool{cl.seen, cl.aside} {
+		for id := range m {
+			if _, ok := byID[id]; !ok {
+				delete(m, id)
+			}
+		}
+	}
 	for id := range cl.empty {
-		if _, served := byID[id]; !served {
+		if _, ok := byID[id]; !ok {
 			delete(cl.empty, id)
 		}
 	}
+}
+
+// withWork are the served queues with tasks to do by their counts that
+// claims did not find empty: those whose oldest ready task the
+// housekeeping measures (measureOldest).
+func (cl *claimer) withWork() []queue.Queue {
+	var out []queue.Queue
+	for _, q := range cl.serve {
+		if q.CountTodo != nil && *q.CountTodo > 0 && cl.claimable(q) {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // woken is signalled when the claimer should claim at once.

@@ -186,12 +186,14 @@ func benchCost(b *testing.B, queues int) {
 	}
 }
 
-// benchNode starts this test binary as a node with production intervals.
-func benchNode(b *testing.B, uri, database, name string) *exec.Cmd {
+// benchNode starts this test binary as a node with production intervals,
+// with env added to its environment.
+func benchNode(b *testing.B, uri, database, name string, env ...string) *exec.Cmd {
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), dentest.EnvRole+"=node", envNodeURI+"="+uri, envNodeDB+"="+database,
 		envNodeName+"="+name, envNodeRunLog+"="+filepath.Join(b.TempDir(), "runners.log"), envNodeDefaults+"=1")
+	cmd.Env = append(cmd.Env, env...)
 	log, err := os.Create(filepath.Join(b.TempDir(), "node.log"))
 	if err != nil {
 		b.Fatal(err)
@@ -217,10 +219,16 @@ type costServer struct {
 func benchServer(ctx context.Context, b *testing.B) costServer {
 	real := os.Getenv(dentest.EnvURI)
 	if real == "" {
-		srv, err := devdb.Start(ctx, devdb.Config{Dir: b.TempDir()})
+		dir := b.TempDir()
+		sctx, stop := context.WithCancel(ctx)
+		srv, err := devdb.Start(sctx, devdb.Config{Dir: dir})
 		if err != nil {
+			stop()
 			b.Fatal(err)
 		}
+		// Stopped, and its PostgreSQL with it, before dir is removed
+		// (cleanups run last first).
+		b.Cleanup(func() { stop(); <-srv.Done() })
 		return costServer{uri: srv.URI(), directURI: srv.DirectURI(), database: "bench", stats: srv.Stats}
 	}
 	u, err := url.Parse(real)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/metrics"
@@ -13,24 +14,43 @@ import (
 )
 
 // fillCounts fills in the counts of queues inserted without them (or with
-// counts that are not numbers) from their tasks: a batch of them a pass
-// (10 to queue.FillCountsBatch, as fast as the server takes them), in one
-// aggregation and one bulk write, so that a pass stays short however many
-// such queues there are.
+// counts that are not numbers) from their tasks, a step of the
+// housekeeping: a batch of them a round (1 to queue.FillCountsBatch, as
+// fast as the server takes them), in one aggregation and one bulk write,
+// so that a round stays short however many such queues there are. Claims
+// do not wait for it: a queue with no counts is left to the probe.
 // It logs when there is such work and when it is done, with the queues
 // whose counts were not numbers (someone wrote them: worth a look).
-func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue) error {
-	var todo []queue.Queue
+//
+// queues are those of the loop's last read of every queue, at read: the
+// queues it filled since are left out until the next.
+func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue, read time.Time) error {
+	if !read.Equal(ps.filledOf) {
+		ps.filled, ps.filledOf = map[bson.ObjectID]bool{}, read
+	}
+	if time.Now().Before(ps.fillNext) {
+		return nil
+	}
+	if ps.fillBatch == 0 {
+		ps.fillBatch = fillBatchMin
+	}
+	// The batch, and how many there are: not a copy of 80,000 queues.
+	var batch []queue.Queue
 	var bad []string
-	for _, q := range queues {
-		if q.CountTodo == nil || q.CountTotal == nil {
-			todo = append(todo, q)
+	todo := 0
+	for i := range queues {
+		q := &queues[i]
+		if (q.CountTodo == nil || q.CountTotal == nil) && !ps.filled[q.ID] {
+			todo++
+			if len(batch) < ps.fillBatch {
+				batch = append(batch, *q)
+			}
 			if len(q.BadCounts) > 0 && len(bad) < 10 {
 				bad = append(bad, fmt.Sprintf("%s (%s: %s)", metrics.Label(q.Name), q.ID.Hex(), strings.Join(q.BadCounts, ", ")))
 			}
 		}
 	}
-	if len(todo) == 0 {
+	if todo == 0 {
 		if ps.notes.clear("fill-counts") {
 			ps.log.Info("every queue's counts are filled in")
 		}
@@ -38,28 +58,37 @@ func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue) error {
 	}
 	if ps.notes.set("fill-counts", "") {
 		ps.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
-			zap.Int("queues", len(todo)), zap.String("batch", fmt.Sprintf("%d to %d queues a pass, as fast as the server takes them", fillBatchMin, queue.FillCountsBatch)), zap.Strings("not_numbers", bad))
-	}
-	if ps.fillBatch == 0 {
-		ps.fillBatch = fillBatchMin
+			zap.Int("queues", todo), zap.String("batch", fmt.Sprintf("%d to %d queues a round, as fast as the server takes them", fillBatchMin, queue.FillCountsBatch)), zap.Strings("not_numbers", bad))
 	}
 	start := time.Now()
-	_, err := ps.store.FillCounts(ctx, todo[:min(len(todo), ps.fillBatch)])
+	_, err := ps.store.FillCounts(ctx, batch)
+	if err == nil {
+		for _, q := range batch {
+			ps.filled[q.ID] = true
+		}
+	}
 	// The batch follows what the server takes: halved when a batch took
 	// more than a tenth of the interval, doubled when it took a
 	// hundredth, between fillBatchMin and queue.FillCountsBatch. MongoDB
 	// updates by _id in microseconds; a server that scans a collection
 	// for each update (the development server) takes a second for a
-	// few dozen, and a pass must not wait minutes behind them.
-	switch took := time.Since(start); {
+	// few dozen, and its one-command-at-a-time proxy holds every other
+	// command (a claim among them) behind the whole bulk write.
+	// And it takes a tenth of the server's time at most: a batch that
+	// took d waits 9 d for the next (on the development server with
+	// 80,000 queues, one queue's two updates take seconds, and its
+	// one-command-at-a-time proxy holds every claim behind them).
+	took := time.Since(start)
+	switch {
 	case took > ps.cfg.Interval/10:
 		ps.fillBatch = max(ps.fillBatch/2, fillBatchMin)
 	case took < ps.cfg.Interval/100:
 		ps.fillBatch = min(ps.fillBatch*2, queue.FillCountsBatch)
 	}
+	ps.fillNext = time.Now().Add(9 * took)
 	return err
 }
 
-// fillBatchMin is the fewest queues a pass fills the counts of, however
+// fillBatchMin is the fewest queues a round fills the counts of, however
 // slow the server.
-const fillBatchMin = 10
+const fillBatchMin = 1

@@ -1,7 +1,8 @@
 // Package den is the Disbatch execution node: the loop that, once a
-// second, writes this node's document, reaps its orphaned tasks and claims
-// queued tasks up to the queues' and the node's maxthreads, starting a task
-// runner process (package runner) for each.
+// second, writes this node's document and claims queued tasks up to the
+// queues' and the node's maxthreads, starting a task runner process
+// (package runner) for each; beside it, the housekeeping reaps orphaned
+// tasks, sweeps and keeps the counts.
 //
 // A Node is an orchestrator of components, each a type with its own
 // state; they share a common (configuration, store, log, clock, metrics,
@@ -9,10 +10,17 @@
 //   - node.go: configuration, New (which makes the components and wires
 //     them), Run (start-up, the loop, shutdown) and Ready; common.go: what
 //     every component works with.
-//   - pass.go: passes, the loop's full pass and claim-only pass, with
+//   - pass.go: passes, the loop's full pass (the queues, the node
+//     document, the claims, the cancellations) and claim-only pass, with
 //     their deadline, the budget of housekeeping writes (chores), and how
 //     a failed pass is reported (an outage, or a document den cannot
-//     read); serve.go: which queues the node serves (plugins,
+//     read); queuebook.go: what the loop knows of the queues (every queue
+//     read now and then, the queues with work every pass); queueindex.go:
+//     the queues by _id; housekeeping.go: the housekeeping, a round after
+//     each full pass in a goroutine of its own (counts, oldest ready task,
+//     rescues, sweeps, stats, schedules, retention), so that no claim
+//     waits behind it; progress.go: what Ready says (working, slow,
+//     stuck); serve.go: which queues the node serves (plugins,
 //     activequeues and ignorequeues, malformed queue documents), with
 //     filter.go, the queue filter; counts.go: filling in the counts of
 //     queues inserted without them; oldest.go: how long each served
@@ -52,10 +60,10 @@
 //
 // A node counts what it does in its metrics (package metrics), says of
 // itself in its node document (version, pid, start time, the host's
-// resources) and, with Config.HTTP, serves /metrics, /healthz and /readyz
-// (package httpserve) for as long as Run runs. Ready is what /readyz
-// answers: it is read from the loop's own results, never from a command of
-// its own.
+// resources, its last round of housekeeping) and, with Config.HTTP, serves
+// /metrics, /healthz and /readyz (package httpserve) for as long as Run
+// runs. Ready (and ReadyNote) is what /readyz answers: it is read from the
+// loop's own progress, never from a command of its own.
 //
 // Subpackages: cli (the den command line), runner (the task runner), config (configuration files),
 // devdb (the embedded development database), dentest (the test harness;

@@ -1,6 +1,8 @@
 package den
 
 import (
+	"maps"
+
 	"github.com/den-project/den/queue"
 )
 
@@ -23,6 +25,11 @@ func newQueueFilter(active, ignore []string) queueFilter {
 		return m
 	}
 	return queueFilter{active: set(active), ignore: set(ignore)}
+}
+
+// same reports whether f and g allow the same queues.
+func (f queueFilter) same(g queueFilter) bool {
+	return maps.Equal(f.active, g.active) && maps.Equal(f.ignore, g.ignore)
 }
 
 func (f queueFilter) allows(q queue.Queue) bool {

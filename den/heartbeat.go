@@ -1,6 +1,7 @@
 package den
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"slices"
@@ -36,6 +37,9 @@ type heartbeat struct {
 	// othersRunning is how many tasks of a queue the other nodes held at
 	// the last count (the claimer's).
 	othersRunning func(q bson.ObjectID) int
+	// housekeeping is the node's last completed round of housekeeping
+	// (nil: none yet), which the node document carries.
+	housekeeping func() *queue.Housekeeping
 
 	// host samples the host's resources for the node document; pid and
 	// started describe this process.
@@ -77,41 +81,98 @@ func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now 
 // entries is the queues array of the node document: the queues the
 // node serves or holds tasks of (not every queue of the database), each
 // as the protocol defines its entry, at most NodeQueuesMax of them.
+//
+// It makes an entry for those it lists only: with 80,000 served queues,
+// it picks the idle ones to list by name among them (the first by name
+// of those it may still list) without sorting them all, every pass.
 func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
 	holds, _ := h.held.counts()
-	served := make(map[bson.ObjectID]bool, len(serve))
-	for _, q := range serve {
-		served[q.ID] = true
+	// serve is the start of queues (serveable); a queue after it is
+	// listed only when the node holds tasks of it.
+	type candidate struct {
+		i    int
+		rank int
 	}
-	entries := make([]queue.NodeQueue, 0, min(len(serve), NodeQueuesMax))
-	rank := make(map[string]int, len(serve))
-	for _, q := range queues {
-		if !served[q.ID] && holds[q.ID] == 0 {
+	var busy []candidate // ranks 0 and 1
+	var idle nameHeap    // rank 2: the first by name, at most what is left
+	idleCount := 0
+	for i := range queues {
+		q := &queues[i]
+		if i >= len(serve) && holds[q.ID] == 0 {
 			continue
 		}
-		e := queue.NewNodeQueue(q, h.othersRunning(q.ID)+holds[q.ID])
+		doing := h.othersRunning(q.ID) + holds[q.ID]
 		switch {
 		case holds[q.ID] > 0:
-			rank[e.ID] = 0
-		case e.TasksTodo > 0 || e.TasksDoing > 0:
-			rank[e.ID] = 1
+			busy = append(busy, candidate{i, 0})
+		case doing > 0 || (q.CountTodo != nil && *q.CountTodo-int64(doing) > 0):
+			busy = append(busy, candidate{i, 1})
 		default:
-			rank[e.ID] = 2
+			idleCount++
+			idle.keep(queues, i, NodeQueuesMax)
 		}
-		entries = append(entries, e)
 	}
+	listed := make([]candidate, 0, min(len(busy)+idleCount, NodeQueuesMax))
+	listed = append(listed, busy...)
 	h.leftOut = 0
-	if len(entries) > NodeQueuesMax {
-		slices.SortStableFunc(entries, func(a, b queue.NodeQueue) int {
-			if c := rank[a.ID] - rank[b.ID]; c != 0 {
+	if len(busy)+idleCount > NodeQueuesMax {
+		for _, i := range idle.idx {
+			listed = append(listed, candidate{i, 2})
+		}
+		slices.SortStableFunc(listed, func(a, b candidate) int {
+			if c := a.rank - b.rank; c != 0 {
 				return c
 			}
-			return strings.Compare(a.Name, b.Name)
+			return strings.Compare(queue.NodeQueueName(queues[a.i].Name), queue.NodeQueueName(queues[b.i].Name))
 		})
-		h.leftOut = len(entries) - NodeQueuesMax
-		entries = entries[:NodeQueuesMax]
+		h.leftOut = len(busy) + idleCount - min(len(listed), NodeQueuesMax)
+		listed = listed[:min(len(listed), NodeQueuesMax)]
+	} else {
+		listed = listed[:0]
+		for i := range queues {
+			if i < len(serve) || holds[queues[i].ID] > 0 {
+				listed = append(listed, candidate{i, 0})
+			}
+		}
+	}
+	entries := make([]queue.NodeQueue, 0, len(listed))
+	for _, c := range listed {
+		q := queues[c.i]
+		entries = append(entries, queue.NewNodeQueue(q, h.othersRunning(q.ID)+holds[q.ID]))
 	}
 	return entries
+}
+
+// nameHeap keeps the indexes of the queues whose names come first, at
+// most n of them: a max-heap by name, the last kept on top.
+type nameHeap struct {
+	idx    []int
+	queues []queue.Queue
+}
+
+func (h *nameHeap) Len() int { return len(h.idx) }
+func (h *nameHeap) Less(a, b int) bool {
+	return queue.NodeQueueName(h.queues[h.idx[a]].Name) > queue.NodeQueueName(h.queues[h.idx[b]].Name)
+}
+func (h *nameHeap) Swap(a, b int) { h.idx[a], h.idx[b] = h.idx[b], h.idx[a] }
+func (h *nameHeap) Push(x any)    { h.idx = append(h.idx, x.(int)) }
+func (h *nameHeap) Pop() any {
+	x := h.idx[len(h.idx)-1]
+	h.idx = h.idx[:len(h.idx)-1]
+	return x
+}
+
+// keep adds queue i of queues if its name comes before the last kept, or
+// fewer than n are kept.
+func (h *nameHeap) keep(queues []queue.Queue, i, n int) {
+	h.queues = queues
+	switch {
+	case len(h.idx) < n:
+		heap.Push(h, i)
+	case queue.NodeQueueName(queues[i].Name) < queue.NodeQueueName(queues[h.idx[0]].Name):
+		h.idx[0] = i
+		heap.Fix(h, 0)
+	}
 }
 
 // keepAlive counts the node document as written now, then writes its
@@ -165,7 +226,11 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	return &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.plugins}
+	self := &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.plugins}
+	if h.housekeeping != nil {
+		self.Housekeeping = h.housekeeping()
+	}
+	return self
 }
 
 // writeLast writes the node document one last time, as the node stops,

@@ -1,6 +1,7 @@
 package den_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -121,8 +122,14 @@ func attempts(t *testing.T, file string) []attempt {
 		}
 		t.Fatal(err)
 	}
+	// Only whole lines: the program may be writing one now (or have
+	// made the file and written nothing yet).
+	whole := string(b[:bytes.LastIndexByte(b, '\n')+1])
 	var out []attempt
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(whole), "\n") {
+		if line == "" {
+			continue
+		}
 		f := strings.Fields(line)
 		if len(f) < 4 { // the epoch seconds are missing when SIGTERM stopped date
 			t.Fatalf("stamp %q", line)

@@ -3,6 +3,9 @@ package den_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -10,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -18,6 +22,8 @@ import (
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/dentest/nodetest"
+	"github.com/den-project/den/den/httpserve"
+	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/plugins"
 	_ "github.com/den-project/den/plugins/demo"
 )
@@ -58,6 +64,9 @@ const (
 	// envNodeDeadAfter sets the node role's dead_node_after (a Go
 	// duration).
 	envNodeDeadAfter = "DEN_TEST_NODE_DEAD_AFTER"
+	// envNodeHTTP makes the node role serve its HTTP endpoint on this
+	// address, with Go's profiles under /debug/pprof/ (for benchmarks).
+	envNodeHTTP = "DEN_TEST_NODE_HTTP"
 )
 
 func nodeRole() int {
@@ -95,6 +104,24 @@ func nodeRole() int {
 		cfg.BeforeHandOver = func(bson.ObjectID) {
 			fmt.Println("claimed") // the test waits for this line
 			time.Sleep(time.Duration(ms) * time.Millisecond)
+		}
+	}
+	if addr := os.Getenv(envNodeHTTP); addr != "" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		m := metrics.New(prometheus.NewRegistry())
+		cfg.HTTP, cfg.Metrics = ln, m
+		prof := http.NewServeMux()
+		prof.HandleFunc("/debug/pprof/", pprof.Index)
+		prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		cfg.HTTPMounts = []httpserve.Mount{{Prefix: "/debug/pprof/", Handler: prof}}
+		client, err = mongo.Connect(options.Client().ApplyURI(os.Getenv(envNodeURI)).SetMonitor(m.CommandMonitor()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
 		}
 	}
 	node, err := den.New(cfg, client.Database(os.Getenv(envNodeDB)), plugins.Default(), log, now)

@@ -1,12 +1,18 @@
 package den_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -18,11 +24,16 @@ import (
 // inserted without their counts (as a script that creates queues with a
 // driver does), the case that used to stop claiming: the time from the
 // node's start to the claim of a task in another queue, the time until
-// every queue's counts are filled in (DEN_BENCH_FILL=1), and the node
-// document's size, the queues it lists, the size of a /metrics scrape and
-// the mean full pass. DEN_BENCH_QUEUES sets the number of queues.
+// every queue's counts are filled in (DEN_BENCH_FILL=1), and then, over a
+// window of 30 s: the mean full pass, what /readyz says, the server's time
+// by command and collection per second, and the node's memory (its peak
+// RSS, and its Go heap in use at the end); and the node document's size,
+// the queues it lists, the size of a /metrics scrape. The node runs in a
+// process of its own with the production intervals, on a server of the
+// benchmark's own (the embedded one, or DEN_TEST_MONGODB_URI behind a
+// counting proxy). DEN_BENCH_QUEUES sets the number of queues.
 //
-//	go test -run '^$' -bench BenchmarkManyQueues -benchtime 1x ./den/
+//	DEN_BENCH_QUEUES=80000 go test -run '^$' -bench BenchmarkManyQueues -benchtime 1x ./den/
 func BenchmarkManyQueues(b *testing.B) {
 	queues := 10000
 	if n, err := fmt.Sscan(os.Getenv("DEN_BENCH_QUEUES"), &queues); n != 1 || err != nil || queues <= 0 {
@@ -34,9 +45,9 @@ func BenchmarkManyQueues(b *testing.B) {
 }
 
 func benchManyQueues(b *testing.B, queues int) {
-	client, ep, tweak := withEndpoint(b, dentest.URI())
-	db := client.Database(dentest.DB(b).Name())
-	ctx := dentest.Context(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel) // after the database is dropped (benchDB)
+	srv, db := benchDB(ctx, b)
 	docs := make([]any, 0, queues)
 	for i := range queues {
 		docs = append(docs, bson.D{{Key: "name", Value: fmt.Sprintf("many-%05d", i)}, {Key: "constructor", Value: sleepPlugin}, {Key: "maxthreads", Value: 1}, {Key: "sort", Value: "fifo"}})
@@ -48,66 +59,141 @@ func benchManyQueues(b *testing.B, queues int) {
 	}
 	target := dentest.Queue(b, db, "target", sleepPlugin, 1, "fifo")
 	task := dentest.Tasks(b, db, target, sleepTasks(1, 1)...)[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ep := endpoint{"http://" + addr}
 
 	b.ResetTimer()
 	started := time.Now()
-	startNode(b, db, "n", tweak)
-	dentest.Eventually(b, 10*time.Minute, "the task in another queue was claimed", func() bool {
-		return dentest.CountTasks(b, db, bson.D{{Key: "_id", Value: task}, {Key: "status", Value: bson.D{{Key: "$ne", Value: -2}}}}) == 1
-	})
-	claimed := time.Since(started)
-	// Counts are filled in a batch a pass, as fast as the server takes
+	node := benchNode(b, srv.uri, srv.database, "n", envNodeHTTP+"="+addr)
+	claimed := time.Duration(0)
+	for deadline := started.Add(10 * time.Minute); claimed == 0; time.Sleep(250 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("the task in another queue was not claimed in 10 minutes")
+		}
+		if dentest.CountTasks(b, db, bson.D{{Key: "_id", Value: task}, {Key: "status", Value: bson.D{{Key: "$ne", Value: -2}}}}) == 1 {
+			claimed = time.Since(started)
+		}
+	}
+	unfilledQuery := bson.D{{Key: "count_total", Value: bson.D{{Key: "$exists", Value: false}}}}
+	// Counts are filled in a batch a round, as fast as the server takes
 	// them: on the development server, which scans the queues for every
-	// update, that is 10 a pass and takes minutes for thousands of
+	// update, that is 10 a round and takes minutes for thousands of
 	// queues. DEN_BENCH_FILL=1 waits for them all; by default the
 	// benchmark measures 30 s after the start and reports what is left.
 	var filled time.Duration
 	if os.Getenv("DEN_BENCH_FILL") == "1" {
 		dentest.Eventually(b, 60*time.Minute, "every queue's counts filled in", func() bool {
 			time.Sleep(time.Second) // each count scans the queues on the development server
-			return dentest.Count(b, db.Collection("queues"), bson.D{{Key: "count_total", Value: bson.D{{Key: "$exists", Value: false}}}}) == 0
+			return dentest.Count(b, db.Collection("queues"), unfilledQuery) == 0
 		})
 		filled = time.Since(started)
 	} else {
 		time.Sleep(time.Until(started.Add(30 * time.Second)))
 	}
-	unfilled := dentest.Count(b, db.Collection("queues"), bson.D{{Key: "count_total", Value: bson.D{{Key: "$exists", Value: false}}}})
-	time.Sleep(5 * time.Second) // a few passes more
+	unfilled := dentest.Count(b, db.Collection("queues"), unfilledQuery)
+
+	// The window: passes, the server's time and /readyz.
+	passesOf := func() (n, sum float64) {
+		if f := ep.scrape(b)["den_loop_pass_duration_seconds"]; f != nil {
+			for _, m := range f.GetMetric() {
+				if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "full" {
+					return float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+		return 0, 0
+	}
+	const window = 30 * time.Second
+	n0, sum0 := passesOf()
+	before := srv.stats()
+	profiled := make(chan struct{})
+	go func() {
+		// DEN_BENCH_PROFILE=dir saves the node's CPU profile over the
+		// window, and its heap at the end, there.
+		defer close(profiled)
+		if dir := os.Getenv("DEN_BENCH_PROFILE"); dir != "" {
+			saveProfile(b, ep, "profile?seconds=25", filepath.Join(dir, "manyqueues.cpu"))
+			saveProfile(b, ep, "heap", filepath.Join(dir, "manyqueues.heap"))
+		}
+	}()
+	var readyz []string
+	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(5 * time.Second) {
+		code, body := ep.get(b, "/readyz")
+		readyz = append(readyz, fmt.Sprintf("%d %s", code, strings.TrimSpace(body)))
+	}
+	<-profiled
+	work := srv.stats().Sub(before)
+	n1, sum1 := passesOf()
 	b.StopTimer()
 
+	var rssMiB, peakMiB float64
+	if p, err := process.NewProcess(int32(node.Process.Pid)); err == nil {
+		if m, err := p.MemoryInfo(); err == nil {
+			rssMiB = float64(m.RSS) / (1 << 20)
+		}
+	}
+	// The peak, from the kernel (gopsutil leaves it 0 here).
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", node.Process.Pid)); err == nil {
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				var kb float64
+				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+				peakMiB = kb / 1024
+			}
+		}
+	}
+	fams := ep.scrape(b)
+	heapMiB := value(fams, "go_memstats_heap_inuse_bytes") / (1 << 20)
 	raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n"}}).Raw()
 	if err != nil {
 		b.Fatal(err)
 	}
 	listed, _ := raw.Lookup("queues").Array().Values()
 	_, body := ep.get(b, "/metrics")
-	fams := ep.scrape(b)
 	series := 0
 	for name, f := range fams {
 		if strings.HasPrefix(name, "den_") {
 			series += len(f.GetMetric())
 		}
 	}
-	var passes, passSum float64
-	if f := fams["den_loop_pass_duration_seconds"]; f != nil {
-		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "full" {
-				passes, passSum = float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
+	passes, passSeconds := n1-n0, (sum1-sum0)/max(n1-n0, 1)
 	b.ReportMetric(claimed.Seconds(), "s-to-claim")
 	if filled > 0 {
 		b.ReportMetric(filled.Seconds(), "s-to-fill-counts")
 	}
 	b.ReportMetric(float64(unfilled), "queues-unfilled")
+	b.ReportMetric(passSeconds, "s/full-pass")
+	b.ReportMetric(peakMiB, "node-peak-RSS-MiB")
+	b.ReportMetric(heapMiB, "node-heap-MiB")
 	b.ReportMetric(float64(len(raw)), "node-doc-bytes")
 	b.ReportMetric(float64(len(listed)), "node-doc-queues")
 	b.ReportMetric(float64(len(body)), "metrics-bytes")
 	b.ReportMetric(float64(series), "den-series")
-	if passes > 0 {
-		b.ReportMetric(passSum/passes, "s/full-pass")
+	b.Logf("%d queues: task claimed after %s, counts filled after %s (%d left unfilled); over %s: %v full passes, mean %.3fs; node RSS %.0f MiB (peak %.0f), Go heap in use %.0f MiB; node document %d bytes listing %d queues (cap %d); /metrics %d bytes, %d den_ series",
+		queues, claimed.Round(time.Millisecond), filled.Round(time.Millisecond), unfilled, window, passes, passSeconds, rssMiB, peakMiB, heapMiB, len(raw), len(listed), den.NodeQueuesMax, len(body), series)
+	b.Logf("server time per second of the window: %s", busyPerTask(work, int(window.Seconds())))
+	b.Logf("commands in the window: %s", top(work))
+	b.Logf("/readyz every 5 s: %s", strings.Join(readyz, " | "))
+}
+
+// saveProfile saves the node's profile at /debug/pprof/<what> to file.
+func saveProfile(b *testing.B, ep endpoint, what, file string) {
+	resp, err := http.Get(ep.base + "/debug/pprof/" + what)
+	if err != nil {
+		b.Logf("profile %s: %v", what, err)
+		return
 	}
-	b.Logf("%d queues: task claimed after %s, counts filled after %s (%d left unfilled); node document %d bytes listing %d queues (cap %d); /metrics %d bytes, %d den_ series; %v full passes, mean %.3fs",
-		queues, claimed.Round(time.Millisecond), filled.Round(time.Millisecond), unfilled, len(raw), len(listed), den.NodeQueuesMax, len(body), series, passes, passSum/max(passes, 1))
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		b.Logf("profile %s: %v", what, err)
+		return
+	}
+	defer f.Close()
+	io.Copy(f, resp.Body)
 }

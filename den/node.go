@@ -299,7 +299,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	clock := queue.NewClock(now)
 	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: clock.Now, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{common: c, plugins: reg, runners: newRunners(c, rel, cgroup, pids)}
-	n.claimer = newClaimer(c, n.runners, cfg.Resources)
+	n.claimer = newClaimer(c, n.runners, cfg.Resources, &progress{})
 	n.beat = &heartbeat{
 		common: c, held: n.claimer.held, capacity: n.claimer.capacity, othersRunning: n.claimer.othersRunning,
 		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(reg, cfg.PluginConfig),
@@ -313,7 +313,9 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		common: c, plugins: reg, chores: chores, held: n.claimer.held,
 		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
 		schedules: &scheduler{common: c}, stats: stats, retention: &retention{common: c, chores: chores},
+		views: make(chan passView, 1), loop: n.claimer.progress, house: &progress{},
 	}
+	n.beat.housekeeping = n.passes.housekeeping
 	n.runners.slots = n.claimer
 	n.runners.rescue = n.rescuer.rescue
 	n.runners.queueName = n.passes.queueName
@@ -360,7 +362,7 @@ func (n *Node) Run(ctx context.Context) error {
 		go func() {
 			defer close(served)
 			err := httpserve.Serve(hctx, n.cfg.HTTP, httpserve.Config{
-				Gatherer: n.metrics.Registry(), Ready: n.Ready, Mounts: n.cfg.HTTPMounts,
+				Gatherer: n.metrics.Registry(), Ready: n.Ready, ReadyNote: n.ReadyNote, Mounts: n.cfg.HTTPMounts,
 				Log: n.log.With(zap.String("component", "http")),
 			})
 			if err != nil {
@@ -377,10 +379,17 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	n.passes.runningSince.Store(n.now().UnixNano())
 	n.running.Store(true)
 	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
 	stopAlive := n.beat.keepAlive(ctx)
 	defer stopAlive()
+	// The housekeeping runs beside the loop, and stops before the node's
+	// last words (shutdown).
+	hctx, stopHouse := context.WithCancel(ctx)
+	housed := make(chan struct{})
+	go func() { defer close(housed); n.passes.housekeep(hctx) }()
+	defer func() { stopHouse(); <-housed }()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	waitWatch := n.claimer.watchArrivals(wctx)
@@ -390,6 +399,8 @@ func (n *Node) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			stopHouse()
+			<-housed
 			n.runners.retireIdle(true)
 			if n.cfg.DrainOnStop > 0 {
 				n.runners.drain(n.cfg.DrainOnStop)
@@ -471,13 +482,31 @@ func (n *Node) shutdown() {
 }
 
 // Ready reports whether the node is ready, for /readyz: nil when it is
-// running, MongoDB answered its last pass, and a full pass succeeded
-// within the last 3 intervals (at least 3 seconds); else an error saying
-// why not, on one line. It costs no database command: a node that works
-// touches the database every interval anyway.
+// running, MongoDB answered its last pass, and its loop works: a step of
+// a pass (the queues read, the node document written, a claim answered,
+// a pass completed) completed within the last 30 intervals (at least 90
+// seconds: stuckAfter), however slow its passes. Else an error saying why not, on one
+// line: MongoDB unreachable or failing, a document den cannot read, or
+// "stuck: no progress for ...". It costs no database command: a node that
+// works touches the database every interval anyway. ReadyNote says more
+// of a node that is ready.
 func (n *Node) Ready() error {
+	_, err := n.readiness()
+	return err
+}
+
+// ReadyNote is what /readyz adds to "ready": empty when all is well,
+// else that the node works but its passes are slow ("working, passes are
+// slow: ..."), or that its housekeeping (rescues, sweeps, ...) makes no
+// progress or fails while its claims go on.
+func (n *Node) ReadyNote() string {
+	note, _ := n.readiness()
+	return note
+}
+
+func (n *Node) readiness() (string, error) {
 	if !n.running.Load() {
-		return errors.New("not running: starting (waiting for MongoDB), or stopped")
+		return "", errors.New("not running: starting (waiting for MongoDB), or stopped")
 	}
 	return n.passes.health()
 }

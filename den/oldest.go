@@ -10,32 +10,34 @@ import (
 )
 
 // oldestQueues is the most queues measureOldest looks at: those with the
-// most tasks to do first.
-const oldestQueues = 100
+// most tasks to do first; and oldestTime how long it may take at most (on
+// MongoDB, 100 indexed queries take milliseconds; on a server that scans
+// a large collection for each, a minute: a metric is not worth that).
+const (
+	oldestQueues = 100
+	oldestTime   = 5 * time.Second
+)
 
-// measureOldest sets den_queue_oldest_ready_seconds, every RefreshEvery:
-// for each queue this node serves that has tasks to do (count_todo above
-// 0) and that its last claim did not find empty, how long the oldest task
-// that a claim could take now has been ready (queue.Store.OldestReady).
-// One indexed query per queue, for at most oldestQueues queues; a queue
-// with nothing ready has no series.
-func (ps *passes) measureOldest(ctx context.Context, serve []queue.Queue, now time.Time) error {
-	if now.Sub(ps.oldestAt) < ps.cfg.RefreshEvery || !ps.oldestPace.ready() {
-		return nil
-	}
+// measureOldest sets den_queue_oldest_ready_seconds, a step of the
+// housekeeping every RefreshEvery: for each queue of withWork (served,
+// with tasks to do by count_todo, and not found empty by its last claim),
+// how long the oldest task that a claim could take now has been ready
+// (queue.Store.OldestReady). One indexed query per queue, for at most
+// oldestQueues queues and oldestTime; a queue with nothing ready (or not
+// measured) has no series.
+func (ps *passes) measureOldest(ctx context.Context, withWork []queue.Queue, now time.Time) error {
 	began := time.Now()
 	defer ps.oldestPace.ran(began)
-	var todo []queue.Queue
-	for _, q := range serve {
-		if q.CountTodo != nil && *q.CountTodo > 0 && ps.claimer.claimable(q) {
-			todo = append(todo, q)
-		}
-	}
+	todo := slices.Clone(withWork)
 	slices.SortStableFunc(todo, func(a, b queue.Queue) int {
 		return cmp.Compare(*b.CountTodo, *a.CountTodo)
 	})
 	ages := map[string]float64{}
+	until := time.Now().Add(oldestTime)
 	for _, q := range todo[:min(len(todo), oldestQueues)] {
+		if time.Now().After(until) {
+			break // the rest go without a series until the next time
+		}
 		ready, ok, err := ps.store.OldestReady(ctx, q.ID, now)
 		if err != nil {
 			return err
@@ -49,6 +51,5 @@ func (ps *passes) measureOldest(ctx context.Context, serve []queue.Queue, now ti
 	for name, age := range ages {
 		ps.metrics.OldestReady.WithLabelValues(name).Set(age)
 	}
-	ps.oldestAt = now
 	return nil
 }

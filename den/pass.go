@@ -3,7 +3,6 @@ package den
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -16,13 +15,19 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// passes are the loop's passes. A full pass, every interval, reads the
-// queues (and which of them this node serves), fills in missing counts,
-// writes the node document (heartbeat), carries out cancellations, now and
-// then rescues and sweeps, and claims. A claim-only pass, when a slot frees
-// or a task arrives, claims with what the last full pass read. Each pass
-// runs under a deadline; a failed pass is an outage, or a document den
-// cannot read, and what Ready says until a full pass succeeds.
+// passes are the loop's passes, and its housekeeping. A full pass, every
+// interval, reads the queues (and which of them this node serves), writes
+// the node document (heartbeat), claims, and carries out the cancellations
+// of the tasks it holds. A claim-only pass, when a slot frees or a task
+// arrives, claims with what the last full pass read. Each pass runs under a
+// deadline; a failed pass is an outage, or a document den cannot read, and
+// what Ready says until a full pass succeeds.
+//
+// The housekeeping (housekeeping.go: counts to fill in, rescues, sweeps,
+// stats, schedules, retention) runs in a goroutine of its own, a round
+// after each full pass with what that pass read, so that no claim waits
+// behind it: its queries can take minutes on a database full of large or
+// hostile documents.
 type passes struct {
 	*common
 	plugins *plugins.Registry
@@ -40,7 +45,7 @@ type passes struct {
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
 	held *heldTasks
-	// chores is the budget of housekeeping writes each full pass refills.
+	// chores is the budget of housekeeping writes each round refills.
 	chores *chores
 
 	// shared is the config collection's active document as last read, at
@@ -51,35 +56,67 @@ type passes struct {
 	clockAt time.Time
 	// lastProbe is when claims last probed the queues found empty.
 	lastProbe time.Time
-	// fillBatch is how many queues' counts the next pass fills in
-	// (fillCounts).
+	// heldRead is set once a full pass has read what this node holds:
+	// the first pass reads it before it claims, the others while the
+	// node holds tasks (their cancel flags).
+	heldRead bool
+
+	// Only the housekeeping's goroutine uses these. fillBatch is how
+	// many queues' counts the next round fills in, fillNext when, and
+	// filled the queues whose counts it filled in since the read of every
+	// queue at filledOf (fillCounts); oldestAt is when the oldest ready
+	// tasks were last measured (measureOldest).
 	fillBatch int
-	// oldestAt is when the oldest ready tasks were last measured
-	// (measureOldest).
-	oldestAt   time.Time
+	fillNext  time.Time
+	filled    map[bson.ObjectID]bool
+	filledOf  time.Time
+	oldestAt  time.Time
+	// oldestPace keeps measureOldest to its share of the database's
+	// time (pace.go).
 	oldestPace pace
 
-	// lastPassOK is when a full pass last succeeded (UnixNano); outage is
-	// what Ready says while passes fail (MongoDB unreachable or failing,
-	// or a document den cannot read: see setOutage), nil while they
-	// succeed.
-	lastPassOK atomic.Int64
-	outage     atomic.Pointer[string]
-	// queueNames maps the queues of the last full pass to their names,
-	// and queueTodo their names to their count_todo, for metrics read
-	// outside the loop.
-	queueNames atomic.Pointer[map[bson.ObjectID]string]
-	queueTodo  atomic.Pointer[map[string]int64]
+	// views hands the housekeeping what the last full pass read.
+	views chan passView
+
+	// What Ready goes by (health). lastPassOK is when a full pass last
+	// succeeded (UnixNano), and lastPassTook how long it took; passStarted
+	// when the full pass under way started (0: none); outage is what
+	// Ready says while passes fail (MongoDB unreachable or failing, or a
+	// document den cannot read: see setOutage), nil while they succeed;
+	// runningSince is when the loop started. loop and house are when the
+	// loop and the housekeeping last completed a step; roundStarted is when
+	// the housekeeping's round under way started (0: none), houseStep its
+	// step under way, houseProblem why its last round failed (nil: it did
+	// not), and lastRound the times of its last completed round, which the
+	// node document carries.
+	lastPassOK   atomic.Int64
+	lastPassTook atomic.Int64
+	passStarted  atomic.Int64
+	outage       atomic.Pointer[string]
+	runningSince atomic.Int64
+	loop, house  *progress
+	roundStarted atomic.Int64
+	houseStep    atomic.Pointer[string]
+	houseProblem atomic.Pointer[string]
+	lastRound    atomic.Pointer[queue.Housekeeping]
+	// book is what the loop knows of the queues (queuebook.go);
+	// lastQueues are those of its last read of every queue, for metrics
+	// and runners read outside the loop.
+	book       queueBook
+	lastQueues atomic.Pointer[queueIndex]
 }
 
 // full is one full pass of the loop: it reads the queues, writes the node
-// document, carries out cancellations, now and then rescues the tasks of
-// dead runners and dead nodes and sweeps malformed tasks, and claims
-// (read). A MongoDB failure ends the pass; it is logged when the outage
-// starts and when it ends, and a full pass that succeeds ends it.
+// document, claims and carries out cancellations (read), then hands what
+// it read to the housekeeping. A MongoDB failure ends the pass; it is
+// logged when the outage starts and when it ends, and a full pass that
+// succeeds ends it.
 func (ps *passes) full(ctx context.Context) {
 	ps.runners.retireIdle(false)
+	started := ps.now()
+	ps.passStarted.Store(started.UnixNano())
 	stopped, slow, err := ps.timed(ctx, "full", ps.read)
+	ps.passStarted.Store(0)
 	if stopped || slow {
 		return
 	}
@@ -90,7 +127,10 @@ func (ps *passes) full(ctx context.Context) {
 		ps.setOutage(err)
 		return
 	}
-	ps.lastPassOK.Store(ps.now().UnixNano())
+	now := ps.now()
+	ps.lastPassOK.Store(now.UnixNano())
+	ps.lastPassTook.Store(int64(now.Sub(started)))
+	ps.loop.mark("full pass", now)
 	ps.outage.Store(nil)
 	ps.metrics.Outage.Set(0)
 	if ps.notes.clear("outage") {
@@ -117,6 +157,10 @@ func (ps *passes) claimOnly(ctx context.Context) {
 	}
 }
 
+// passLimit is how long a pass, or a step of the housekeeping, may take:
+// one hung connection cannot stop the loop for good.
+const passLimit = time.Minute
+
 // timed runs one pass of kind (full, claim) under the pass's deadline,
 // so that one hung connection cannot stop the heartbeat for good, and
 // counts it (den_loop_pass_duration_seconds, den_database_errors_total).
@@ -124,7 +168,7 @@ func (ps *passes) claimOnly(ctx context.Context) {
 // the pass ran out of time, which it logs once (slow, not necessarily
 // unreachable).
 func (ps *passes) timed(ctx context.Context, kind string, pass func(context.Context) error) (stopped, slow bool, err error) {
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	pctx, cancel := context.WithTimeout(ctx, passLimit)
 	defer cancel()
 	started := ps.now()
 	err = pass(pctx)
@@ -180,27 +224,24 @@ func (ps *passes) setOutage(err error) {
 	}
 }
 
-// read is the work of a full pass. What it reads, and how often, is chosen so that an
-// idle node costs the database about 3 commands a second however many
-// queues there are (see docs/performance.md):
-//   - every pass: the queues (count_todo tells of new work), the node
-//     document, and, while this node holds tasks, its own claimed and
-//     running tasks (their cancel flags, and what it holds);
+// read is the work of a full pass: what a claim needs, the claims, and
+// the cancellations of what the node holds; the rest is the
+// housekeeping's (housekeeping.go). What it reads, and how often, is
+// chosen so that an idle node costs the database about 3 commands a
+// second however many queues there are (see docs/performance.md):
+//   - every pass: the queues with work by their counts, and those that
+//     had work (count_todo tells of new work: queueBook), the node
+//     document, and, while this node holds tasks (and once at start,
+//     before it claims), its own claimed and running tasks (their cancel
+//     flags, and what it holds);
 //   - every ClockEvery: the server's time (hello);
 //   - every RefreshEvery: the config collection, and the claimed and
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
-//   - every ProbeEvery: one query for work in queues found empty;
-//   - every RefreshEvery: the oldest ready task of each served queue with
-//     tasks to do (at most oldestQueues queues, one query each);
-//   - every RefreshEvery, and when a schedule's time has come: the
-//     schedules (two queries), and the tasks of those due;
-//   - every RescueEvery and SweepEvery: rescues and sweeps;
-//   - once a minute: the stats (one bulkWrite; every hour, two more
-//     commands delete those past retention).
-//   - every RetentionEvery, when some queue has a retention: the
-//     retention lease and one find per queue and class (every pass while
-//     there is more to remove than a pass may).
+//   - every 6 RefreshEvery (and when a queue with work comes or goes, or
+//     the queues the node serves change): every queue;
+//   - every ProbeEvery: one query for work in queues found empty, or
+//     with no work by their counts.
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
 	if now.Sub(ps.clockAt) >= ps.cfg.ClockEvery {
@@ -227,54 +268,50 @@ func (ps *passes) read(ctx context.Context) error {
 	}
 	filter, gfs := ps.effective(*ps.shared)
 
-	queues, malformed, err := ps.store.Queues(ctx)
+	queues, serve, byID, full, err := ps.readQueues(ctx, now, filter)
 	if err != nil {
 		return err
 	}
-	ps.noteMalformedQueues(malformed)
-	serve := ps.serveable(queues, filter)
-	if err := ps.fillCounts(ctx, queues); err != nil {
-		return err
+	ps.loop.mark("queues", ps.now())
+	if full {
+		ps.lastQueues.Store(&byID)
 	}
 
-	ps.chores.refill()
-	rescueDue := ps.rescuer.due(now)
+	// What the claims need first: at start, what this node holds (the
+	// tasks of runners that outlived its last run count against its
+	// limits), and every node's counts while a queue-wide limit is in
+	// play. The rest of the reads come after the claims: on a server that
+	// scans, each costs a claim seconds.
 	var held []queue.Task
-	if ps.held.any() || rescueDue {
+	readHeld := func() error {
 		sent := ps.now()
+		var err error
 		if held, err = ps.store.Held(ctx, ps.cfg.Name, false); err != nil {
 			return err
 		}
-		ps.held.read(held, sent, func(t queue.Task) queue.Resources {
-			for _, q := range queues {
-				if q.ID == t.Queue {
-					return requestOf(t.Control.Requested, q)
-				}
-			}
-			return requestOf(t.Control.Requested, queue.Queue{})
-		})
+		ps.held.read(held, sent, byID.request)
+		ps.heldRead = true
+		ps.loop.mark("held tasks", ps.now())
+		return nil
 	}
-	if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
-		return err
-	}
-	if err := ps.measureOldest(ctx, serve, now); err != nil {
-		return err
-	}
-
-	names := make(map[bson.ObjectID]string, len(queues))
-	todo := make(map[string]int64, len(queues))
-	for _, q := range queues {
-		names[q.ID] = q.Name
-		if q.CountTodo != nil {
-			todo[q.Name] += *q.CountTodo
+	first := !ps.heldRead
+	if first {
+		if err := readHeld(); err != nil {
+			return err
 		}
 	}
-	ps.queueNames.Store(&names)
-	ps.queueTodo.Store(&todo)
+	counted := ps.claimer.running == nil || ps.claimer.globalInPlay(serve)
+	if counted {
+		if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
+			return err
+		}
+	}
+
 	limit, problem, err := ps.beat.write(ctx, queues, serve, now)
 	if err != nil {
 		return err
 	}
+	ps.loop.mark("node document", ps.now())
 	if problem != "" {
 		if ps.notes.set("node-maxthreads", problem) {
 			ps.log.Warn("node document: " + problem)
@@ -283,121 +320,117 @@ func (ps *passes) read(ctx context.Context) error {
 		ps.log.Info("node document: maxthreads is valid again")
 	}
 
-	byID := make(map[bson.ObjectID]queue.Queue, len(queues))
-	for _, q := range queues {
-		byID[q.ID] = q
+	ps.claimer.settle(ctx)
+	ps.claimer.newPass()
+	ps.claimer.readPass(serve, limit, gfs, byID)
+	if !ps.claimer.paused() {
+		if err := ps.claimer.claim(ctx, false); err != nil {
+			return err
+		}
 	}
+
+	if !first && ps.held.any() {
+		if err := readHeld(); err != nil {
+			return err
+		}
+	}
+	if !counted {
+		if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
+			return err
+		}
+	}
+	// Then the probe, for work the counts do not tell of, and the claims
+	// of what it found.
+	if now.Sub(ps.lastProbe) >= ps.cfg.ProbeEvery && !ps.claimer.paused() {
+		if err := ps.claimer.claim(ctx, true); err != nil {
+			return err
+		}
+		ps.lastProbe = now
+	}
+
 	if err := ps.sweeper.cancel(ctx, held, byID); err != nil {
 		return err
 	}
 	if held != nil {
 		ps.runners.askLive(held, now)
 	}
-	if rescueDue {
-		if err := ps.rescuer.run(ctx, held, byID, now); err != nil {
-			return err
-		}
-	}
-	if ps.sweeper.due(now) {
-		if err := ps.sweeper.sweep(ctx, serve, now); err != nil {
-			return err
-		}
-	}
-
-	if ps.stats.due(now) {
-		_, total := ps.held.counts()
-		ps.stats.flush(ctx, now, queues, ps.claimer.running.Queue, total)
-	}
-
-	if ps.schedules.due(now) {
-		if err := ps.schedules.fire(ctx, now); err != nil {
-			return err
-		}
-	}
-	if ps.retention.due(now) {
-		if err := ps.retention.run(ctx, queues, now); err != nil {
-			return err
-		}
-	}
-
-	ps.claimer.settle(ctx)
-	ps.claimer.readPass(serve, limit, gfs, byID)
-	if ps.claimer.paused() {
-		return nil
-	}
-	probe := now.Sub(ps.lastProbe) >= ps.cfg.ProbeEvery
-	if err := ps.claimer.claim(ctx, probe); err != nil {
-		return err
-	}
-	if probe {
-		ps.lastProbe = now
-	}
+	b := &ps.book
+	ps.handOver(passView{at: now, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.running, measure: ps.claimer.withWork()})
 	return nil
 }
 
 // choresPerPass is the most housekeeping writes (rescues, sweeps'
-// rewrites and fails) one pass makes: the rest wait for the next pass, and
-// the pass's claims come first. 10,000 forged tasks of a dead node are
-// rescued in 50 passes instead of one pass that never ends.
+// rewrites and fails) one round of housekeeping makes: the rest wait for
+// the next round. 10,000 forged tasks of a dead node are rescued in 50
+// rounds instead of one that never ends. A step also stops taking them
+// half way through its time (choresTime), so that a server that takes
+// seconds a write (the development server scanning 16 MiB documents)
+// makes the step end early, with what it did, rather than run out of time.
 const choresPerPass = 200
 
-// chores is a full pass's budget of housekeeping writes (choresPerPass),
-// which the rescuer and the sweeper take from. Only the loop's goroutine
-// uses it.
-type chores struct{ left int }
+// choresTime is how long one step of a round may go on taking chores.
+const choresTime = passLimit / 2
 
-// refill starts a pass's budget.
+// chores is a housekeeping round's budget of writes (choresPerPass),
+// which the rescuer, the sweeper and the retention take from, and the
+// time its current step may take them until. Only the housekeeping's
+// goroutine uses it.
+type chores struct {
+	left    int
+	until   time.Time
+	overdue bool
+}
+
+// refill starts a round's budget.
 func (c *chores) refill() { c.left = choresPerPass }
 
-// take reports whether this pass may make one more housekeeping write,
-// and counts it.
+// step starts a step of the round, at now.
+func (c *chores) step(now time.Time) { c.until, c.overdue = now.Add(choresTime), false }
+
+// take reports whether this round's step may make one more housekeeping
+// write, and counts it.
 func (c *chores) take() bool {
-	if c.left <= 0 {
+	if c.left <= 0 || c.overdue {
+		return false
+	}
+	if !c.until.IsZero() && time.Now().After(c.until) {
+		c.overdue = true // the rest next round
 		return false
 	}
 	c.left--
 	return true
 }
 
-// spent reports whether this pass's budget is used up.
-func (c *chores) spent() bool { return c.left <= 0 }
+// spent reports whether this round's budget, or its step's time, is used
+// up: what is left waits for the next round.
+func (c *chores) spent() bool { return c.left <= 0 || c.overdue }
 
 // queueName is the name of queue id as the last full pass read it, else
 // fallback.
 func (ps *passes) queueName(id bson.ObjectID, fallback string) string {
-	if p := ps.queueNames.Load(); p != nil {
-		if name, ok := (*p)[id]; ok {
-			return name
+	if p := ps.lastQueues.Load(); p != nil {
+		if q, ok := (*p)[id]; ok {
+			return q.Name
 		}
 	}
 	return fallback
 }
 
-// health is what Ready says of the passes: nil when MongoDB answered the
-// last pass and a full pass succeeded within the last 3 intervals (at
-// least 3 seconds).
-func (ps *passes) health() error {
-	if msg := ps.outage.Load(); msg != nil {
-		return errors.New(*msg)
-	}
-	within := max(3*ps.cfg.Interval, 3*time.Second)
-	last := ps.lastPassOK.Load()
-	if last == 0 {
-		return errors.New("no loop pass has succeeded yet")
-	}
-	if age := ps.now().Sub(time.Unix(0, last)); age > within {
-		return fmt.Errorf("last successful loop pass was %s ago (more than %s): passes are slow or stuck", age.Round(time.Millisecond), within)
-	}
-	return nil
-}
-
 // todoByQueue is each queue's count_todo as the last full pass read it, by
-// queue name, for den_queue_todo.
+// queue name, for den_queue_todo (made when /metrics is read, not every
+// pass).
 func (ps *passes) todoByQueue() map[string]int64 {
-	if p := ps.queueTodo.Load(); p != nil {
-		return *p
+	p := ps.lastQueues.Load()
+	if p == nil {
+		return nil
 	}
-	return nil
+	todo := make(map[string]int64, len(*p))
+	for _, q := range *p {
+		if q.CountTodo != nil {
+			todo[q.Name] += *q.CountTodo
+		}
+	}
+	return todo
 }
 
 // runningByQueue is what the node holds (claimed and running tasks), by
@@ -406,17 +439,17 @@ func (ps *passes) todoByQueue() map[string]int64 {
 func (ps *passes) runningByQueue() map[string]int {
 	counts, _ := ps.held.counts()
 	out := map[string]int{}
-	var names map[bson.ObjectID]string
-	if p := ps.queueNames.Load(); p != nil {
-		names = *p
+	var queues queueIndex
+	if p := ps.lastQueues.Load(); p != nil {
+		queues = *p
 	}
-	for _, name := range names {
-		out[name] += 0
+	for _, q := range queues {
+		out[q.Name] += 0
 	}
 	for id, c := range counts {
-		name, ok := names[id]
-		if !ok {
-			name = id.Hex()
+		name := id.Hex()
+		if q, ok := queues[id]; ok {
+			name = q.Name
 		}
 		out[name] += c
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/internal/mongoclient"
@@ -30,6 +29,11 @@ type rescuer struct {
 	sawNodes func(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time)
 	// last is when the rescues last ran to the end.
 	last time.Time
+	// nextHolder is where the next rescue of dead nodes starts among the
+	// node names that hold tasks: one that ran out of its budget or time
+	// goes on from where it stopped, instead of starting over with the
+	// same nodes every round.
+	nextHolder int
 }
 
 // due reports whether the rescues are due in a pass at now.
@@ -39,7 +43,7 @@ func (rc *rescuer) due(now time.Time) bool { return now.Sub(rc.last) >= rc.cfg.R
 // dead nodes: held is what this node holds as the pass read it, queues
 // the queues it read. What the pass's budget leaves undone waits for the
 // next pass.
-func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
 	if err := rc.staleClaims(ctx, held, queues, now); err != nil {
 		return err
 	}
@@ -64,7 +68,7 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues map[bson.O
 // hand, or a node of another kind shares the name); it is rescued once
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
-func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue) error {
+func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues queueIndex) error {
 	now := rc.now()
 	for _, task := range held {
 		if task.Status != queue.StatusRunning {
@@ -99,7 +103,7 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues ma
 // staleClaims rescues this node's claims (among those it holds) that no runner
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
-func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues map[bson.ObjectID]queue.Queue, now time.Time) error {
+func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
 	for _, task := range queue.StaleClaims(held, now.Add(-rc.cfg.OrphanAge)) {
 		if !rc.chores.take() {
 			return nil
@@ -119,7 +123,7 @@ func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues ma
 // is rescued only when its runner has not beaten for DeadNodeAfter either.
 // Several live nodes may do this at once: each task's rescue is
 // conditional, so it happens once.
-func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue.Queue) error {
+func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex) error {
 	now := rc.now()
 	seen, offers, err := rc.store.NodesSeenOffers(ctx)
 	if err != nil {
@@ -130,7 +134,14 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue
 	if err != nil {
 		return err
 	}
-	for _, holder := range holders {
+	start := 0
+	if len(holders) > 0 {
+		start = rc.nextHolder % len(holders)
+	}
+	for k := range holders {
+		i := (start + k) % len(holders)
+		holder := holders[i]
+		rc.nextHolder = i // where the next round starts if this one stops here
 		name, isName := holder.StringValueOK()
 		if isName && name == rc.cfg.Name {
 			continue
@@ -178,9 +189,10 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues map[bson.ObjectID]queue
 			return rescueErr
 		}
 		if rc.chores.spent() {
-			return nil // the rest next pass
+			return nil // the rest next round
 		}
 	}
+	rc.nextHolder = 0
 	return nil
 }
 
@@ -226,12 +238,7 @@ func (rc *rescuer) stopRescues(ctx context.Context, task queue.Task, err error) 
 }
 
 // queueOf returns a task's queue from the queues read this pass, or nil.
-func queueOf(task queue.Task, queues map[bson.ObjectID]queue.Queue) *queue.Queue {
-	if q, ok := queues[task.Queue]; ok {
-		return &q
-	}
-	return nil
-}
+func queueOf(task queue.Task, queues queueIndex) *queue.Queue { return queues.of(task) }
 
 // rescueWith rescues one task with its queue's settings (q may be nil)
 // and returns the task's new status, or 0 when someone else got there

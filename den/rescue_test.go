@@ -31,8 +31,9 @@ func rescueOf(node string, id *bson.ObjectID) func([]bson.Raw) bool {
 }
 
 // A dead node's tasks are rescued one write each. When those writes
-// cannot reach the database, the rescues stop at the first and the pass
-// reports the outage once, not one warning per task per pass; when the
+// cannot reach the database, the rescues stop at the first and the
+// housekeeping reports its failure once, not one warning per task per
+// round (its claims go on: they are not the ones that fail); when the
 // server refuses one task's write for what it is, that task is warned
 // about once and the others are rescued all the same.
 func TestRescuesStopAtAnOutageAndGoOnPastARefusal(t *testing.T) {
@@ -64,8 +65,8 @@ func TestRescuesStopAtAnOutageAndGoOnPastARefusal(t *testing.T) {
 	if n := node.Logs.FilterMessageSnippet("could not rescue a task").Len(); n != 0 {
 		t.Errorf("logged %d warnings about single tasks while the database could not be reached; want none (the pass reports it)", n)
 	}
-	if n := node.Logs.FilterMessage("MongoDB unreachable or failing; keeping runners and retrying every interval").Len(); n != 1 {
-		t.Errorf("the outage was logged %d times, want once", n)
+	if n := node.Logs.FilterMessageSnippet("MongoDB failed a housekeeping step").Len(); n != 1 {
+		t.Errorf("the housekeeping's failure was logged %d times, want once", n)
 	}
 	if n := dentest.CountTasks(t, d, bson.D{{Key: "status", Value: -6}}); n != 0 {
 		t.Fatalf("%d tasks rescued while every rescue was dropped", n)

@@ -28,13 +28,15 @@ func (ps *passes) effective(shared queue.SharedConfig) (queueFilter, string) {
 }
 
 // serveable returns the queues this node claims from: those that the filter
-// allows and whose plugin is registered here. Of the queues the filter
+// allows and whose plugin is registered here. It reorders queues so that
+// they come first, in the order read, and returns them as the start of
+// queues: a node with 80,000 queues keeps one copy of them, not two. Of the queues the filter
 // allows, one without a plugin, and one with a nonsense maxthreads, is
 // logged once when that starts and once when it is fixed; the queues the
 // filter leaves out are no concern of this node's (a node started with
 // --activequeues demo says nothing about the others).
 func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
-	var out []queue.Queue
+	served := make([]bool, len(queues))
 	seen := map[string]bool{}
 	logged, more := 0, 0 // new problems logged this pass, and past malformedLogged
 	warn := func(msg string, fields ...zap.Field) {
@@ -45,7 +47,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 		logged++
 		ps.log.Warn(msg, fields...)
 	}
-	for _, q := range queues {
+	for i, q := range queues {
 		if !filter.allows(q) {
 			continue
 		}
@@ -75,7 +77,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 			}
 			continue
 		}
-		out = append(out, q)
+		served[i] = true
 	}
 	if more > 0 {
 		ps.log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
@@ -83,7 +85,36 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 	if cleared := ps.notes.keep("queue-", seen); len(cleared) > 0 {
 		ps.log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
-	return out
+	return servedFirst(queues, served)
+}
+
+// servedFirst moves the queues marked served to the start of queues, in
+// their order, the others after them in theirs, and returns the served.
+func servedFirst(queues []queue.Queue, served []bool) []queue.Queue {
+	var rest []queue.Queue
+	n := 0
+	for i := range queues {
+		if served[i] {
+			queues[n] = queues[i]
+			n++
+		} else {
+			rest = append(rest, queues[i])
+		}
+	}
+	copy(queues[n:], rest)
+	return queues[:n:n]
+}
+
+// serves reports whether this node serves q (serveable, without a word).
+func (ps *passes) serves(q queue.Queue, filter queueFilter) bool {
+	if !filter.allows(q) {
+		return false
+	}
+	p, ok := ps.plugins.Lookup(q.Plugin)
+	if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(ps.cfg.PluginConfig[q.Plugin]) {
+		return false
+	}
+	return ok
 }
 
 // noteMalformedQueues warns once about each queue document that cannot be a

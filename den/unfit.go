@@ -53,9 +53,9 @@ func (sw *sweeper) unfitQuery(ctx context.Context, serve []queue.Queue) *queue.U
 // waiting for a node that can run it. It logs once per queue when tasks
 // start waiting so, and once when none does any more.
 func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.UnfitQuery, tasks []queue.Task) error {
-	byID := make(map[bson.ObjectID]queue.Queue, len(serve))
-	for _, q := range serve {
-		byID[q.ID] = q
+	byID := make(map[bson.ObjectID]*queue.Queue, len(serve))
+	for i := range serve {
+		byID[serve[i].ID] = &serve[i]
 	}
 	waiting := map[bson.ObjectID]int{}
 	example := map[bson.ObjectID]string{}
@@ -63,7 +63,11 @@ func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.
 		c := queue.UnfitCandidateOf(t)
 		reason := ""
 		if c.Queued && !c.Bad {
-			reason = queue.UnfitReason(requestOf(c.Requested, byID[c.Queue]), u.Largest)
+			var q queue.Queue
+			if p := byID[c.Queue]; p != nil {
+				q = *p
+			}
+			reason = queue.UnfitReason(requestOf(c.Requested, q), u.Largest)
 		}
 		if (reason == "") != (c.Unfit == "") {
 			if _, err := sw.store.SetUnfit(ctx, c.ID, c.Unfit, reason); err != nil {

@@ -130,7 +130,14 @@ type Control struct {
 	MemoryRetryFactor *float64
 }
 
-// DecodeControl reads the control settings of a task or queue document.
+// controlFields are the fields DecodeControl reads.
+var controlFields = []string{
+	FieldTimeout, FieldRetryDelay, FieldMaxTermination, FieldUsageInterval, FieldMaxRetries,
+	FieldMaxOutput, FieldMaxProcesses, FieldRequested, FieldMaxTimeouts, FieldMemoryRetryFactor,
+}
+
+// DecodeControl reads the control settings of a task or queue document
+// (controlFields).
 // Each field that is set but cannot be read is one problem, "field: why".
 func DecodeControl(doc bson.Raw) (Control, []string) {
 	var c Control

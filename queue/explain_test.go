@@ -63,3 +63,37 @@ func explainClaim(t *testing.T, queues int) {
 		t.Fatalf("claim does not use the claim index: %s", plan)
 	}
 }
+
+// The read of the queues with work, which a node makes every pass, uses
+// den's {count_todo} index and the _id index: no collection scan of the
+// queues, however many there are. (Skipped on FerretDB, as above.)
+func TestQueuesWithWorkUsesIndexes(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(dentest.Context(t)); err != nil {
+		t.Fatal(err)
+	}
+	var had []bson.ObjectID
+	for i := range 200 {
+		qid := dentest.Queue(t, db, fmt.Sprint("q", i), "P", 1, "fifo")
+		if i%50 == 0 {
+			had = append(had, qid)
+		}
+	}
+	var out bson.Raw
+	err := db.RunCommand(dentest.Context(t), bson.D{{Key: "explain", Value: bson.D{
+		{Key: "find", Value: "queues"},
+		{Key: "filter", Value: queue.QueuesWithWorkFilter(had)},
+	}}}).Decode(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := out.Lookup("queryPlanner").String()
+	if out.Lookup("serverInfo", "ferretdbVersion").Type != 0 {
+		t.Skipf("the server is FerretDB, which uses no index for this filter, so its plan proves nothing (set %s to a MongoDB to check); plan: %s", dentest.EnvURI, plan)
+	}
+	if !strings.Contains(plan, "count_todo_1") || strings.Contains(plan, "COLLSCAN") {
+		t.Fatalf("the read of the queues with work does not use the indexes: %s", plan)
+	}
+}

@@ -167,6 +167,15 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 			}
 			t.Logf("%d queues usable, %d skipped", len(queues), len(bad))
 		}},
+		{"QueuesWithWork", func(t *testing.T) {
+			withWork, err := store.QueuesWithWork(ctx, []bson.ObjectID{qid})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(withWork, func(q queue.Queue) bool { return q.ID == qid }) {
+				t.Error("the good queue, named, is missing")
+			}
+		}},
 		{"CountQueues", func(t *testing.T) { val(store.CountQueues(ctx))(t) }},
 		{"QueueDoc", func(t *testing.T) {
 			q, err := store.QueueDoc(ctx, qid)

@@ -28,6 +28,9 @@ type Index struct {
 //   - tasks.files / tasks.chunks: Disbatch's GridFS;
 //   - stats (den's own): {step, t} for the page's charts, {t} for
 //     TrimStats;
+//   - queues (den's own): {count_todo} for the queues with work, which a
+//     node reads every pass (QueuesWithWork): with 80,000 queues, a pass
+//     then examines those with work, not every queue.
 //   - reports (den's own): {task_id}, which the Demo plugin's report
 //     upsert and retention's removal of a task's reports look up (without
 //     it each task's report scans every report before it).
@@ -44,6 +47,7 @@ var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: FieldCancel, Value: 1}, {Key: "status", Value: 1}}, Sparse: true},
 	{Collection: StatsCollection, Keys: bson.D{{Key: "step", Value: 1}, {Key: "t", Value: 1}}},
 	{Collection: StatsCollection, Keys: bson.D{{Key: "t", Value: 1}}},
+	{Collection: QueuesCollection, Keys: bson.D{{Key: "count_todo", Value: 1}}},
 	{Collection: ReportsCollection, Keys: bson.D{{Key: "task_id", Value: 1}}},
 }
 

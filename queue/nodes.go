@@ -32,18 +32,24 @@ type NodeQueue struct {
 // queue exactly.
 const NodeQueueNameMax = 1024
 
+// NodeQueueName is a queue's name as a node document's entry has it: cut
+// to NodeQueueNameMax bytes, with "…".
+func NodeQueueName(name string) string {
+	if len(name) <= NodeQueueNameMax {
+		return name
+	}
+	cut := NodeQueueNameMax - len("…")
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…"
+}
+
 // NewNodeQueue fills a node document's queue entry the way the protocol
 // defines it: tasks_todo is count_todo minus the running tasks, tasks_done
 // is count_total minus count_todo, none below zero.
 func NewNodeQueue(q Queue, doing int) NodeQueue {
-	name := q.Name
-	if len(name) > NodeQueueNameMax {
-		cut := NodeQueueNameMax - len("…")
-		for cut > 0 && !utf8.RuneStart(name[cut]) {
-			cut--
-		}
-		name = name[:cut] + "…"
-	}
+	name := NodeQueueName(q.Name)
 	var todo, total int64
 	if q.CountTodo != nil {
 		todo = *q.CountTodo
@@ -93,6 +99,23 @@ type NodeSelf struct {
 	// Plugins are the plugins the node runs tasks with (FieldPlugins):
 	// those of its binary that its configuration does not keep off.
 	Plugins []string
+	// Housekeeping is the node's last completed round of housekeeping
+	// (FieldHousekeeping); nil leaves the field as it is.
+	Housekeeping *Housekeeping
+}
+
+// FieldHousekeeping is den's field of the node document that says when
+// the node last completed a round of its housekeeping (rescues, sweeps,
+// counts, stats, schedules, retention), which runs beside its claims.
+const FieldHousekeeping = "housekeeping"
+
+// Housekeeping is the housekeeping sub-document of a node document: when
+// the node's last completed round started and ended, and when the full
+// pass whose queues it worked on started.
+type Housekeeping struct {
+	Pass    time.Time `bson:"pass"`
+	Started time.Time `bson:"started"`
+	Ended   time.Time `bson:"ended"`
 }
 
 // FieldPlugins is the node document's list of the plugins a den node
@@ -140,6 +163,9 @@ func (ns *NodeSelf) fields() bson.D {
 	d = append(d, bson.E{Key: "queues_left_out", Value: ns.QueuesLeftOut})
 	if ns.Plugins != nil {
 		d = append(d, bson.E{Key: FieldPlugins, Value: ns.Plugins})
+	}
+	if ns.Housekeeping != nil {
+		d = append(d, bson.E{Key: FieldHousekeeping, Value: ns.Housekeeping})
 	}
 	if !ns.Stopped.IsZero() {
 		d = append(d, bson.E{Key: FieldStopped, Value: ns.Stopped})

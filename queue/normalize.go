@@ -17,7 +17,9 @@ import (
 
 // irregular matches tasks, not finished, whose start_after or cancel is
 // set to a value of another type than the queries match, or whose
-// requested_resources has a number written as a string.
+// requested_resources has a value that is not a number (a number written
+// as a string is rewritten; anything else fails the queued task: the
+// claim takes numbers only).
 // IrregularLimit is the most tasks one sweep's query returns; the next
 // sweep takes the rest.
 const IrregularLimit = 1000
@@ -26,10 +28,11 @@ func irregular(queueIDs []bson.ObjectID, unfit *UnfitQuery, status any) bson.D {
 	terms := bson.A{
 		bson.D{{Key: FieldStartAfter, Value: bson.D{{Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
 		bson.D{{Key: FieldCancel, Value: bson.D{{Key: "$nin", Value: bson.A{true, false, nil}}}}},
-		// A request's numbers written as strings: the claim and the
-		// sweep compare numbers only.
-		bson.D{{Key: FieldRequested + "." + FieldMemoryMB, Value: bson.D{{Key: "$type", Value: "string"}}}},
-		bson.D{{Key: FieldRequested + "." + FieldCPUs, Value: bson.D{{Key: "$type", Value: "string"}}}},
+		// A request's values that are not numbers (numbers written as
+		// strings among them): the claim and the sweep compare numbers
+		// only.
+		bson.D{{Key: FieldRequested + "." + FieldMemoryMB, Value: notNumber}},
+		bson.D{{Key: FieldRequested + "." + FieldCPUs, Value: notNumber}},
 	}
 	return bson.D{
 		{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
@@ -38,9 +41,13 @@ func irregular(queueIDs []bson.ObjectID, unfit *UnfitQuery, status any) bson.D {
 	}
 }
 
+// notNumber matches a field that is set (not null) to something else
+// than a number.
+var notNumber = bson.D{{Key: "$ne", Value: nil}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "number"}}}}
+
 // IsIrregular reports whether t has a field the irregular query looks
 // for: a start_after that is not an ISODate, a cancel that is not a
-// boolean, a request with a number written as a string.
+// boolean, a request with a value that is not a number.
 func (t Task) IsIrregular() bool {
 	if v := t.Raw.Lookup(FieldStartAfter); !absent(v) && v.Type != bson.TypeDateTime {
 		return true
@@ -49,9 +56,17 @@ func (t Task) IsIrregular() bool {
 		return true
 	}
 	for _, f := range []string{FieldMemoryMB, FieldCPUs} {
-		if t.Raw.Lookup(FieldRequested, f).Type == bson.TypeString {
+		if v := t.Raw.Lookup(FieldRequested, f); !absent(v) && !isNumber(v) {
 			return true
 		}
+	}
+	return false
+}
+
+func isNumber(v bson.RawValue) bool {
+	switch v.Type {
+	case bson.TypeDouble, bson.TypeInt32, bson.TypeInt64, bson.TypeDecimal128:
+		return true
 	}
 	return false
 }
@@ -92,12 +107,13 @@ func (s *Store) Irregular(ctx context.Context, queueIDs []bson.ObjectID, unfit *
 	return out, nil
 }
 
-// Malformed returns the problems with start_after and cancel of t: what
-// makes an irregular task impossible to normalize.
+// Malformed returns the problems with start_after, cancel and
+// requested_resources of t: what makes an irregular task impossible to
+// normalize (a queued one is failed with them: no claim would take it).
 func (t Task) Malformed() []string {
 	var out []string
 	for _, p := range t.Problems {
-		if strings.HasPrefix(p, FieldStartAfter+" ") || strings.HasPrefix(p, FieldCancel+" ") {
+		if strings.HasPrefix(p, FieldStartAfter+" ") || strings.HasPrefix(p, FieldCancel+" ") || strings.HasPrefix(p, FieldRequested+" ") {
 			out = append(out, p)
 		}
 	}

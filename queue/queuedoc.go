@@ -62,10 +62,29 @@ type Queue struct {
 	// the same).
 	Retention        Retention
 	RetentionProblem string
-	// Raw is the whole document, for settings den reads per task
-	// (timeout, max_retries, ...).
+	// Raw is the document as read, for settings den reads per task
+	// (timeout, max_retries, ...): the fields den reads (queueFields)
+	// when read by Queues, the whole document otherwise.
 	Raw bson.Raw
 }
+
+// queueFields are the fields of a queue document that ParseQueue reads:
+// what Queues reads of each queue. A field ParseQueue (or DecodeControl)
+// comes to read must be listed here, or a node never sees it
+// (TestQueuesReadOnlyWhatANodeUses).
+var queueFields = append([]string{
+	"_id", "name", "constructor", "plugin", "maxthreads", "threads", FieldPaused, "sort", "gfs",
+	"count_todo", "count_total", FieldRetention,
+}, controlFields...)
+
+// queueProjection projects a queue document on queueFields.
+var queueProjection = func() bson.D {
+	p := make(bson.D, 0, len(queueFields))
+	for _, f := range queueFields {
+		p = append(p, bson.E{Key: f, Value: 1})
+	}
+	return p
+}()
 
 // ParseQueue reads a queue document. It fails when the document cannot be
 // used: no ObjectId _id, no plugin name, a gfs or a control setting

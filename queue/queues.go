@@ -14,11 +14,13 @@ type MalformedQueue struct {
 	Reason error
 }
 
-// Queues reads every queue document. Documents that cannot be used at all
-// are returned apart, with the reason, so the caller can warn once and skip
-// them.
+// Queues reads every queue document, the fields den reads only
+// (queueProjection): a node reads them every pass, and a queue document
+// may hold anything else, up to 16 MiB. Documents that cannot be used at
+// all are returned apart, with the reason, so the caller can warn once and
+// skip them.
 func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
-	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetBatchSize(oneReply))
+	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list queues: %w", err)
 	}
@@ -37,6 +39,41 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
 		return nil, nil, fmt.Errorf("list queues: %w", err)
 	}
 	return good, bad, nil
+}
+
+// QueuesWithWork reads the queues with tasks to do by their counts
+// (count_todo a number above 0), and the queues named by ids whatever
+// their counts, as Queues reads them (the fields den reads). A node reads
+// them every pass between its reads of every queue: what it costs follows
+// the queues with work, not the queues of the database (with 80,000 queues
+// of which 20 have work, 20 documents come back, not 80,000). A document
+// that cannot be a queue is left out: Queues reports those.
+func (s *Store) QueuesWithWork(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
+	cur, err := s.queues.Find(ctx, QueuesWithWorkFilter(ids), options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
+	if err != nil {
+		return nil, fmt.Errorf("list queues with work: %w", err)
+	}
+	defer cur.Close(ctx)
+	var out []Queue
+	for cur.Next(ctx) {
+		if q, err := ParseQueue(append(bson.Raw(nil), cur.Current...)); err == nil {
+			out = append(out, q)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("list queues with work: %w", err)
+	}
+	return out, nil
+}
+
+// QueuesWithWorkFilter is QueuesWithWork's filter: count_todo above 0
+// (the {count_todo} index serves it), or an _id of ids (the _id index).
+func QueuesWithWorkFilter(ids []bson.ObjectID) bson.D {
+	filter := bson.D{{Key: "count_todo", Value: bson.D{{Key: "$gt", Value: 0}}}}
+	if len(ids) > 0 {
+		filter = bson.D{{Key: "$or", Value: bson.A{filter, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}}}}
+	}
+	return filter
 }
 
 // CreateQueue inserts a queue document as the protocol defines it, with

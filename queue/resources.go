@@ -88,15 +88,23 @@ func numberValue(v bson.RawValue) (float64, bool) {
 }
 
 // fitFilter is the claim's condition for a node with free resources: a
-// task's own request, where it has one, must fit (a missing field matches,
-// so tasks without a request are claimed as before). Residual conditions
-// on the documents the index finds: the index still serves the claim.
+// task's own request, where it has one, must be a number that fits (a
+// missing or null field matches, so tasks without a request are claimed as
+// before). A request of another type (the string "500", a boolean) is not
+// taken: like an odd start_after, it waits for the sweep to rewrite it as
+// the number it means, or to fail the task. Residual conditions on the
+// documents the index finds: the index still serves the claim.
 func fitFilter(free Resources) bson.D {
-	notOver := func(n float64) bson.D { return bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: n}}}} }
-	return bson.D{
-		{Key: FieldRequested + "." + FieldMemoryMB, Value: notOver(free.MemoryMB)},
-		{Key: FieldRequested + "." + FieldCPUs, Value: notOver(free.CPUs)},
+	fits := func(field string, n float64) bson.D {
+		return bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: field, Value: nil}},
+			bson.D{{Key: field, Value: bson.D{{Key: "$lte", Value: n}}}},
+		}}}
 	}
+	return bson.D{{Key: "$and", Value: bson.A{
+		fits(FieldRequested+"."+FieldMemoryMB, free.MemoryMB),
+		fits(FieldRequested+"."+FieldCPUs, free.CPUs),
+	}}}
 }
 
 // FieldUnfit is den's optional, readable note on a queued task whose

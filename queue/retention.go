@@ -124,10 +124,11 @@ func ClassFilter(queue bson.ObjectID, class string, cutoff time.Time) RetireFilt
 // saying what and why: unknown keys included, so that a misspelt
 // "succeded" is not silently a default.
 func DecodeRetention(v bson.RawValue) (Retention, error) {
-	r := Retention{Keep: map[string]time.Duration{}}
+	var r Retention // Keep nil when unset: a node reads every queue's, every pass
 	if absent(v) {
 		return r, nil
 	}
+	r.Keep = map[string]time.Duration{}
 	doc, ok := v.DocumentOK()
 	if !ok {
 		return r, fmt.Errorf("is %s, not a document such as {succeeded: \"7d\", action: \"delete\"}", describe(v))

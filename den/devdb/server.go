@@ -125,7 +125,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	fcfg := &ferretdb.Config{
 		Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Handler:  engine,
-		Logger:   slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger:   slog.New(newServerLog(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError}))),
 	}
 	var pg *cluster
 	var twins *twinKeeper

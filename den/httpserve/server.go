@@ -28,6 +28,9 @@ type Config struct {
 	// Ready says whether the node is ready: nil for /readyz 200, else 503
 	// with the error's text. Nil Ready means always ready.
 	Ready func() error
+	// ReadyNote, when set, is what a ready node says of itself besides
+	// "ready" (empty: nothing): /readyz then answers "ready: <note>".
+	ReadyNote func() string
 	// Mounts are extra handlers, each under its prefix. A prefix may not
 	// be one of the server's own paths.
 	Mounts []Mount
@@ -56,6 +59,12 @@ func Handler(cfg Config) (http.Handler, error) {
 			if err := cfg.Ready(); err != nil {
 				w.WriteHeader(http.StatusServiceUnavailable)
 				fmt.Fprintln(w, oneLine(err.Error()))
+				return
+			}
+		}
+		if cfg.ReadyNote != nil {
+			if note := cfg.ReadyNote(); note != "" {
+				fmt.Fprintln(w, "ready: "+oneLine(note))
 				return
 			}
 		}

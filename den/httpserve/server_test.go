@@ -28,8 +28,8 @@ func get(t *testing.T, url string) (int, string) {
 }
 
 // The endpoint serves its own paths and a mounted handler under its
-// prefix, /readyz says why not on one line, and Serve returns once its
-// context ends.
+// prefix, /readyz says why not on one line (and what a ready node notes),
+// and Serve returns once its context ends.
 func TestServeMountsAndStops(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
@@ -37,6 +37,7 @@ func TestServeMountsAndStops(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	var ready atomic.Bool
+	var note atomic.Pointer[string]
 	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "page at "+r.URL.Path) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -52,6 +53,12 @@ func TestServeMountsAndStops(t *testing.T) {
 					return nil
 				}
 				return errors.New("MongoDB unreachable: first line\nsecond line")
+			},
+			ReadyNote: func() string {
+				if n := note.Load(); n != nil {
+					return *n
+				}
+				return ""
 			},
 			Mounts: []httpserve.Mount{{Prefix: "/status/", Handler: page}},
 		})
@@ -76,6 +83,11 @@ func TestServeMountsAndStops(t *testing.T) {
 	ready.Store(true)
 	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready\n" {
 		t.Errorf("GET /readyz when ready: %d %q", code, body)
+	}
+	slow := "working, passes are slow: 4s\nmore"
+	note.Store(&slow)
+	if code, body := get(t, base+"/readyz"); code != 200 || body != "ready: working, passes are slow: 4s\n" {
+		t.Errorf("GET /readyz when ready with a note: %d %q", code, body)
 	}
 	cancel()
 	select {

@@ -116,7 +116,7 @@ func New(reg *prometheus.Registry) *Metrics {
 			Name: "den_rescues_total", Help: "Tasks this node rescued (retried or orphaned), by reason (dead_runner, dead_node, stale_claim).",
 		}, []string{"reason"}),
 		PassSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "den_loop_pass_duration_seconds", Help: "Duration of the node loop's passes, by kind (full, claim).",
+			Name: "den_loop_pass_duration_seconds", Help: "Duration of the node loop's passes, by kind (full, claim), and of the steps of its housekeeping (kind housekeeping).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"kind"}),
 		DBErrors: prometheus.NewCounter(prometheus.CounterOpts{

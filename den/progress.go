@@ -1,0 +1,133 @@
+package den
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// progress is when a loop (the claims' or the housekeeping's) last
+// completed a step, and which: what /readyz goes by to tell a loop that
+// works, however slowly, from one that is stuck. Any goroutine may read
+// it; its loop marks it.
+type progress struct {
+	last atomic.Pointer[progressMark]
+}
+
+type progressMark struct {
+	at   time.Time
+	step string
+}
+
+// mark notes that step was completed at now.
+func (p *progress) mark(step string, now time.Time) {
+	p.last.Store(&progressMark{at: now, step: step})
+}
+
+// since is how long ago the last step was completed, and which; ok false
+// before the first mark.
+func (p *progress) since(now time.Time) (age time.Duration, step string, ok bool) {
+	m := p.last.Load()
+	if m == nil {
+		return 0, "", false
+	}
+	return now.Sub(m.at), m.step, true
+}
+
+// stuckAfter is how long the loop may go without completing a step
+// before /readyz calls it stuck: 30 intervals, and at least the pass's
+// one-minute limit and half as much again. One command may take up to that
+// limit on a slow server (a read of 80,000 queues on the development
+// server under load took 30 s) before it is cut and the next pass tries
+// again; past it, no pass gets anywhere. houseStall is how long a step of
+// the housekeeping may go without completing before /readyz notes it:
+// half the step's limit (a note, not a failure: claims go on).
+func stuckAfter(interval time.Duration) time.Duration {
+	return max(30*interval, passLimit+passLimit/2)
+}
+
+const houseStall = passLimit / 2
+
+// ago formats a duration for /readyz.
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// health is what Ready says of the loops: an error when the node is not
+// ready (MongoDB unreachable or failing, a document den cannot read, or
+// the claims' loop stuck: no step completed for stuckAfter), else a note
+// (empty when all is well) saying that the node works but its passes are
+// slow, or that its housekeeping makes no progress or fails.
+func (ps *passes) health() (string, error) {
+	outage := ps.outage.Load()
+	now := ps.now()
+	bound := stuckAfter(ps.cfg.Interval)
+	within := max(3*ps.cfg.Interval, 3*time.Second)
+	var lastPass string
+	if last := ps.lastPassOK.Load(); last != 0 {
+		lastPass = fmt.Sprintf("the last full pass completed %s ago and took %s", ago(now.Sub(time.Unix(0, last))), ago(time.Duration(ps.lastPassTook.Load())))
+	} else {
+		lastPass = "no full pass has completed yet"
+	}
+	age, step, ok := ps.loop.since(now)
+	if !ok {
+		age, step = now.Sub(time.Unix(0, ps.runningSince.Load())), "start"
+	}
+	if age > bound {
+		err := fmt.Errorf("stuck: no progress for %s (more than %s): the loop's last step was %s; %s", ago(age), ago(bound), step, lastPass)
+		if outage != nil {
+			err = fmt.Errorf("%w; %s", err, *outage)
+		}
+		return "", err
+	}
+	if outage != nil {
+		return "", fmt.Errorf("%s", *outage)
+	}
+	var note string
+	switch last := ps.lastPassOK.Load(); {
+	case last == 0:
+		since := ps.passStarted.Load()
+		if since == 0 {
+			since = ps.runningSince.Load()
+		}
+		note = fmt.Sprintf("working: the first full pass has been under way for %s; the loop's last step, %s, completed %s ago", ago(now.Sub(time.Unix(0, since))), step, ago(age))
+	case now.Sub(time.Unix(0, last)) > within:
+		note = fmt.Sprintf("working, passes are slow: %s; the loop's last step, %s, completed %s ago", lastPass, step, ago(age))
+	}
+	if h := ps.houseNote(now, houseStall); h != "" {
+		if note != "" {
+			note += "; "
+		}
+		note += h
+	}
+	return note, nil
+}
+
+// houseNote says what is wrong with the housekeeping: a round that has
+// made no progress for bound, or the failure of its last round; empty
+// when nothing is.
+func (ps *passes) houseNote(now time.Time, bound time.Duration) string {
+	if started := ps.roundStarted.Load(); started != 0 {
+		age, _, ok := ps.house.since(now)
+		if round := now.Sub(time.Unix(0, started)); !ok || round < age {
+			age = round
+		}
+		if age > bound {
+			step := "?"
+			if s := ps.houseStep.Load(); s != nil {
+				step = *s
+			}
+			return fmt.Sprintf("housekeeping has made no progress for %s (in its %s step); claims and the node document go on", ago(age), step)
+		}
+	}
+	if p := ps.houseProblem.Load(); p != nil {
+		return "housekeeping failing, claims go on: " + *p
+	}
+	return ""
+}
