@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/shirou/gopsutil/v4/cpu"
 	"github.com/shirou/gopsutil/v4/mem"
@@ -35,6 +36,50 @@ type capacity struct {
 	limits ResourceLimits
 	mu     sync.Mutex
 	last   []cpu.TimesStat
+	// machine is the last look at the machine's memory and cores, taken
+	// at most once per machineEvery: a node claims again each time a
+	// runner ends, and reading /proc/meminfo and /proc/stat at every claim
+	// was a tenth of the node's CPU per task.
+	machine    machineLook
+	machineAt  time.Time
+	machineSet bool
+	// readMachine reads the machine's memory (nil: readMemory).
+	readMachine func() (totalMB, availableMB float64)
+}
+
+// machineEvery is how long a look at the machine serves claims. What a
+// claim compares with it moves no faster: a task just claimed has not
+// taken its memory yet, and the node's own reservations count at once.
+const machineEvery = time.Second
+
+// machineLook is what the machine has: memory in all and available (0:
+// unknown), and how many cores were idle since the look before.
+type machineLook struct {
+	totalMB, availableMB float64
+	idle                 float64
+	idleOK               bool
+}
+
+// look returns the machine's figures, read again when the last look is
+// older than machineEvery.
+func (c *capacity) look() machineLook {
+	c.mu.Lock()
+	if c.machineSet && time.Since(c.machineAt) < machineEvery {
+		defer c.mu.Unlock()
+		return c.machine
+	}
+	c.mu.Unlock()
+	var m machineLook
+	read := c.readMachine
+	if read == nil {
+		read = readMemory
+	}
+	m.totalMB, m.availableMB = read()
+	m.idle, m.idleOK = c.idleCores()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.machine, c.machineAt, c.machineSet = m, time.Now(), true
+	return m
 }
 
 func (c *capacity) busyThreshold() float64 {
@@ -48,9 +93,7 @@ func (c *capacity) busyThreshold() float64 {
 func (c *capacity) total() queue.Resources {
 	t := queue.Resources{MemoryMB: c.limits.MemoryMB, CPUs: c.limits.CPUs}
 	if t.MemoryMB <= 0 {
-		if vm, err := mem.VirtualMemory(); err == nil {
-			t.MemoryMB = float64(vm.Total >> 20)
-		}
+		t.MemoryMB = c.look().totalMB
 	}
 	if t.CPUs <= 0 {
 		t.CPUs = float64(runtime.NumCPU())
@@ -86,17 +129,28 @@ func (c *capacity) offer(host *queue.NodeResources, reserved queue.Resources) qu
 // node's tasks already.
 func (c *capacity) free(reserved queue.Resources) queue.Resources {
 	free := c.total().Sub(reserved)
-	if vm, err := mem.VirtualMemory(); err == nil {
-		free.MemoryMB = min(free.MemoryMB, float64(vm.Available>>20))
+	m := c.look()
+	if m.availableMB > 0 {
+		free.MemoryMB = min(free.MemoryMB, m.availableMB)
 	}
-	if idle, ok := c.idleCores(); ok {
-		free.CPUs = min(free.CPUs, idle)
+	if m.idleOK {
+		free.CPUs = min(free.CPUs, m.idle)
 	}
 	return free
 }
 
+// readMemory reads the machine's memory in all and available, in MB; 0
+// when it cannot be read.
+func readMemory() (totalMB, availableMB float64) {
+	vm, err := mem.VirtualMemory()
+	if err != nil {
+		return 0, 0
+	}
+	return float64(vm.Total >> 20), float64(vm.Available >> 20)
+}
+
 // idleCores counts the cores less busy than the threshold since the last
-// look (the first look sees none busy).
+// look (the first look sees none busy). Called by look only.
 func (c *capacity) idleCores() (float64, bool) {
 	if c.busyThreshold() >= 100 {
 		return 0, false

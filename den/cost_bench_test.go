@@ -221,7 +221,9 @@ func benchServer(ctx context.Context, b *testing.B) costServer {
 	if real == "" {
 		dir := b.TempDir()
 		sctx, stop := context.WithCancel(ctx)
-		srv, err := devdb.Start(sctx, devdb.Config{Dir: dir})
+		// DEN_BENCH_ENGINE picks the embedded server's engine
+		// (postgresql, sqlite); by default devdb's choice, as den dev's.
+		srv, err := devdb.Start(sctx, devdb.Config{Dir: dir, Engine: os.Getenv("DEN_BENCH_ENGINE")})
 		if err != nil {
 			stop()
 			b.Fatal(err)

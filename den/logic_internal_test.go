@@ -210,3 +210,34 @@ func TestNodeDocumentEntries(t *testing.T) {
 		}
 	}
 }
+
+// A node claims again each time a runner ends: what it has free comes
+// from one look at the machine per machineEvery, not one per claim, and
+// from the look's figures.
+func TestCapacityLooksAtTheMachineOncePerSecond(t *testing.T) {
+	t.Parallel()
+	reads := 0
+	c := &capacity{limits: ResourceLimits{CPUs: 2, BusyCorePercent: 100}, readMachine: func() (float64, float64) {
+		reads++
+		return 8000, 3000
+	}}
+	for range 50 {
+		free := c.free(queue.Resources{MemoryMB: 1000})
+		if free.MemoryMB != 3000 || free.CPUs != 2 {
+			t.Fatalf("free %+v, want the machine's 3000 MB available (below 8000 less 1000 reserved) and the 2 cores", free)
+		}
+		if total := c.total(); total.MemoryMB != 8000 {
+			t.Fatalf("total %+v, want the machine's 8000 MB", total)
+		}
+	}
+	if reads != 1 {
+		t.Fatalf("50 claims read the machine %d times, want once", reads)
+	}
+	c.mu.Lock()
+	c.machineAt = c.machineAt.Add(-machineEvery)
+	c.mu.Unlock()
+	c.free(queue.Resources{})
+	if reads != 2 {
+		t.Fatalf("a claim a second later read the machine %d times in all, want twice", reads)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"sync/atomic"
 	"time"
@@ -372,7 +373,7 @@ func (n *Node) Run(ctx context.Context) error {
 		defer func() { stopHTTP(); <-served }()
 	}
 	defer n.running.Store(false)
-	n.log.Info("node starting", zap.Strings("plugins", n.plugins.Names()), zap.String("database", n.cfg.Database))
+	n.log.Info("node starting", zap.Strings("plugins", n.plugins.Names()), zap.String("database", n.cfg.Database), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 	if err := n.start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil

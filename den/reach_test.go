@@ -12,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/plugins/command"
@@ -101,6 +102,33 @@ i=0; while [ $i -lt 200 ]; do sleep 60 & echo $! >> %[1]s/pids; i=$((i+1)); done
 		raw := waitFor(t, db, c.id, 1)
 		if out := raw.Lookup("stdout").StringValue(); out != c.out {
 			t.Errorf("task %s: stdout %q, want %q", c.id.Hex(), out, c.out)
+		}
+	}
+}
+
+// A task whose queue sets no max_processes runs its program in a pids
+// cgroup of its run at the node's runner.max_processes: the supervisor
+// makes it when the run begins, and the worker asks nothing more. Two
+// tasks of one runner get one each.
+func TestTaskProcessLimitIsTheNodesByDefault(t *testing.T) {
+	t.Parallel()
+	if _, err := contain.DetectPidsV1(); err != nil {
+		t.Skipf("no cgroup v1 pids hierarchy that this process may create cgroups in, so pids.max cannot be checked here (RLIMIT_NPROC is, in den/sandbox): %v", err)
+	}
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "plain", command.Name, 1, "fifo")
+	// The pids hierarchy's mount, and this program's cgroup in it.
+	script := `m=$(awk '$9 == "cgroup" && $NF ~ /(^|,)pids(,|$)/ {print $5; exit}' /proc/self/mountinfo)
+c=$(awk -F: '$2 ~ /(^|,)pids(,|$)/ {print $3; exit}' /proc/self/cgroup)
+echo "$c $(cat "$m$c/pids.max")"`
+	ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: script}}, bson.D{{Key: "shell", Value: script}})
+	startNode(t, db, "n", func(c *den.Config) { c.Runner.MaxProcesses = 77 })
+	for _, id := range ids {
+		raw := waitFor(t, db, id, 1)
+		out := strings.Fields(raw.Lookup("stdout").StringValue())
+		token := raw.Lookup("runner", "token").ObjectID().Hex()
+		if len(out) != 2 || !strings.HasSuffix(out[0], "/den-run-"+id.Hex()+"-"+token) || out[1] != "77" {
+			t.Errorf("task %s: the program says %q (stderr %s); want its run's pids cgroup (den-run-%s-%s) with pids.max 77", id.Hex(), out, raw.Lookup("stderr"), id.Hex(), token)
 		}
 	}
 }

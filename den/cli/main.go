@@ -7,12 +7,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/den-project/den/den/internal/human"
+	"github.com/den-project/den/den/internal/timerslack"
 	"github.com/den-project/den/den/sandbox"
 )
 
@@ -28,9 +30,51 @@ const (
 // starts passes through here first to enter its sandbox (see den/sandbox).
 func Main() int {
 	sandbox.Main()
+	if len(os.Args) == 2 && os.Args[1] == "task-runner" {
+		// As a node starts each runner: no command tree to build (its
+		// flags and help cost a millisecond of each runner's start).
+		if err := runTaskRunner(); err != nil {
+			fmt.Fprintln(os.Stderr, "den:", err)
+			return ExitError
+		}
+		return ExitOK
+	}
+	if subcommand(os.Args[1:]) == "run" {
+		// Here, not in the command: tests run commands in their own
+		// process. The node and the runners it starts run with den's
+		// timer slack (den/internal/timerslack), which takes executing
+		// this binary again, once, before anything is read.
+		slackErr = timerslack.Reexec()
+		// A node waits on MongoDB and on its runners nearly all the time:
+		// one P unless the environment sets GOMAXPROCS. With more, each
+		// goroutine that wakes (a reply, a runner's message, a relayed
+		// command: a dozen per task) makes the runtime wake another
+		// thread to look for work, which finds none: on 2 cores that was
+		// a sixth to a quarter of the node's CPU per task (BenchmarkCPU).
+		// One core runs a node's Go code at several hundred tasks a
+		// second; GOMAXPROCS=N gives it more.
+		if os.Getenv("GOMAXPROCS") == "" {
+			runtime.GOMAXPROCS(1)
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+}
+
+// slackErr is why `den run` could not raise its timer slack (Main); the
+// node logs it as a warning.
+var slackErr error
+
+// subcommand is the command a command line names: its first argument
+// that is not a flag.
+func subcommand(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
 }
 
 // run runs one command line with the given standard streams and returns

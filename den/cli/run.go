@@ -35,6 +35,9 @@ does not stop running tasks: their runners finish on their own.`,
 			if err != nil {
 				return usageError{err} // a value refused: exit 2, as every command
 			}
+			if slackErr != nil {
+				cfg.Warnings = append(cfg.Warnings, "running with the timer slack this process was started with: "+slackErr.Error())
+			}
 			if cfg.MongoURI == "" {
 				return usagef("no MongoDB configured: set mongo.uri (or mongohost) in the file given with --config, DEN_MONGO_URI, or --mongo-uri; `den dev` runs on an embedded database instead")
 			}

@@ -152,6 +152,7 @@ var otherVariables = map[string]bool{
 	"DEN_TASKS_FD":          true, // runner.EnvTasksFD
 	"DEN_TASK_RUNNER_SPEC":  true, // runner.SpecEnv
 	"DEN_SANDBOX":           true, // sandbox.EnvSpec
+	"DEN_TIMER_SLACK_NS":    true, // timerslack.EnvOriginal: the node's timer slack before den raised it
 	"DEN_WEB_SCREENSHOTS":   true, // den/web's browser test: renew docs/web.md's screenshots
 }
 

@@ -6,23 +6,33 @@ package runner
 // which the worker checks against its parent). The worker asks, the
 // supervisor answers: one request per line, a verb and at most one
 // argument, separated by a space; an answer is a line that starts with its
-// verb. The worker asks one question at a time, and takes each answer off
-// the channel before it asks the next (link.ask), so answers need no
-// numbering. Requests, in the order a run makes them:
+// verb. The worker asks one batch of questions at a time, in one write, and
+// takes each answer off the channel before it asks the next batch
+// (link.askAll), so answers need no numbering; requests without an answer
+// wait for the next batch (link.tell, flush). The supervisor answers the
+// requests of one read in order, in one write. A run at the node's
+// defaults makes three exchanges: "begin"; "stop" with "usage"; and "idle"
+// once recorded. "grace", "memory" and "procs" are sent, together, only
+// for a task whose grace, memory request or process limit is its own.
+// Requests:
 //
-//	begin <task id>  a run of that task starts      -> run <token> | refused <why>
+//	begin <task id>  a run of that task starts, with
+//	                 a pids cgroup at the node's
+//	                 process limit                   -> run <token> <dir> | run <token> - | refused <why>
 //	grace <ms>       the task's max_termination_time,
 //	                 for a worker that dies          (no answer)
 //	memory <bytes>   the task's memory request, which
 //	                 the supervisor enforces         (no answer)
-//	procs <n>        the run's process limit         -> procs <dir> | procs -
+//	procs <n>        the run's process limit, when
+//	                 not the node's                  -> procs <dir> | procs -
 //	usage            the run's usage so far          -> usage <JSON measured>
 //	stop <ms>        stop every other process of the
 //	                 run, with this grace            -> stopped <n>
 //	idle             the run is over and recorded    -> idle <n>
 //
-// "procs -" means the supervisor has no pids cgroup for the run
-// (RLIMIT_NPROC holds its limit); "idle <n>" counts the run's processes
+// "procs -" and "run <token> -" mean the supervisor has no pids cgroup
+// for the run (RLIMIT_NPROC holds its limit); "idle <n>" counts the run's
+// processes
 // still there (a runner with any takes no other task). A request the
 // supervisor cannot read is logged and ignored. The verbs below are the
 // only spelling of the protocol: supervisor.handle reads them and the

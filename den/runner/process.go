@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 
@@ -43,6 +44,7 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 	// this process inherited (but those it takes below, for itself) may
 	// reach the task's programs, nor may the relay's control channel.
 	inheritErr := sandbox.CloseInherited()
+	oneProc()
 	relayCtl, relayErr := takeRelayControl()
 	tasksCh, tasksErr := takeInherited(EnvTasksFD, "tasks", os.Getenv(envWorker) != "")
 	spec, err := SpecFromEnv()
@@ -131,4 +133,19 @@ func takeInherited(env, name string, nonblock bool) (*os.File, error) {
 		}
 	}
 	return os.NewFile(uintptr(fd), name), nil
+}
+
+// oneProc runs this process on one P (GOMAXPROCS 1) unless the
+// environment sets GOMAXPROCS. A runner waits on its node, its
+// supervisor and the database nearly all the time; with a second P each
+// goroutine that wakes makes the runtime wake another thread to look for
+// work, which finds none (measured: half of a worker's context switches
+// per task). Setting it also stops the runtime's check, once a second,
+// of the cgroup's CPU limit. The task's programs do not inherit it (it is
+// no environment variable); an in-process plugin that wants more calls
+// runtime.GOMAXPROCS itself.
+func oneProc() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 }

@@ -2,10 +2,12 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -38,8 +40,6 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			defer f.Close() // also on the early returns below
 		}
 	}
-	// The worker's PDEATHSIG fires when the thread that started it exits.
-	runtime.LockOSThread()
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		log.Error("cannot become a child subreaper; refusing to run the task uncontained", zap.Error(err))
 		return 2
@@ -73,6 +73,14 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		log.Error("create the worker's control socket", zap.Error(err))
+		return 2
+	}
+	// Non-blocking, so that reading it waits in the runtime's poller and
+	// not in a read(2) that holds a thread: a thread blocked in a system
+	// call keeps the runtime's monitor polling (every 20 µs at first),
+	// which cost more CPU than the supervisor's own work per task.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
 		log.Error("create the worker's control socket", zap.Error(err))
 		return 2
 	}
@@ -115,14 +123,24 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	if cgroupFD != nil {
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(cgroupFD.Fd())
 	}
-	worker, err := syscall.ForkExec(exe, os.Args, attr)
-	syscall.Close(fds[1])
-	if err != nil && cgroupFD != nil {
-		log.Warn("cannot start the worker inside the run's cgroup; containing it by process tree only", zap.Error(err))
-		contain.RemoveCgroup(cgroup, time.Second)
-		cgroup, attr.Sys.UseCgroupFD = "", false
+	// The worker's PDEATHSIG fires when the thread that started it exits:
+	// it is started from a thread that lives, locked, until the
+	// supervisor returns. The loop below runs on any thread (a loop
+	// locked to its thread hands its work over to that thread each time
+	// it wakes: two more context switches per request of the worker).
+	release := make(chan struct{})
+	defer close(release)
+	var worker int
+	onLockedThread(release, func() {
 		worker, err = syscall.ForkExec(exe, os.Args, attr)
-	}
+		if err != nil && cgroupFD != nil {
+			log.Warn("cannot start the worker inside the run's cgroup; containing it by process tree only", zap.Error(err))
+			contain.RemoveCgroup(cgroup, time.Second)
+			cgroup, attr.Sys.UseCgroupFD = "", false
+			worker, err = syscall.ForkExec(exe, os.Args, attr)
+		}
+	})
+	syscall.Close(fds[1])
 	if err != nil {
 		log.Error("start the task runner worker", zap.Error(err))
 		return 2
@@ -132,17 +150,29 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			f.Close() // the worker has it; the node sees it close when the worker exits
 		}
 	}
+	// The supervisor and its worker are walked several times per task
+	// (leftovers, usage): their /proc files stay open.
+	tree := contain.NewTree()
+	defer tree.Close()
+	for _, pid := range []int{os.Getpid(), worker} {
+		if err := tree.Keep(int32(pid)); err != nil {
+			log.Debug("cannot keep a runner process's /proc files open; reading them anew each time", zap.Error(err))
+		}
+	}
 	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, pidsRoot: spec.Pids, grace: DefaultGrace,
-		id:    bson.NewObjectID().Hex(),
-		run:   runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
-		proof: proof,
-		usage: &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup}}
+		maxProcesses: spec.MaxProcesses,
+		id:           bson.NewObjectID().Hex(),
+		run:          runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
+		proof:        proof,
+		tree:         tree,
+		usage:        &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup, tree: tree}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
 	s.defaultGrace = s.grace
-	requests := make(chan string)
+	requests := make(chan []string)
 	go readRequests(ours, requests)
+	var answers bytes.Buffer
 	// SIGCHLDs can merge; a slow tick makes sure none is missed.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -201,12 +231,21 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			s.log.Warn("the task runner worker did not stop in time after it was asked to; killing it and stopping what its run left",
 				zap.Duration("within", killWithin))
 			syscall.Kill(worker, syscall.SIGKILL)
-		case req, ok := <-requests:
+		case batch, ok := <-requests:
 			if !ok {
 				requests = nil // the worker closed its end; wait for it to exit
 				continue
 			}
-			s.handle(req, ours)
+			// The requests the worker sent together are answered
+			// together: one write, one wake of the worker.
+			answers.Reset()
+			s.stoppedAll = false
+			for _, req := range batch {
+				s.handle(req, &answers)
+			}
+			if answers.Len() > 0 {
+				ours.Write(answers.Bytes())
+			}
 		}
 	}
 	// The worker has exited; what is left is bounded (leftovers get their
@@ -240,6 +279,21 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	return 1
 }
 
+// onLockedThread runs fn on an OS thread locked to it, which stays alive
+// (its goroutine waiting, locked) until release is closed, and returns
+// once fn has.
+func onLockedThread(release <-chan struct{}, fn func()) {
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		fn()
+		close(done)
+		<-release
+	}()
+	<-done
+}
+
 // stopWithin is how long after SIGTERM a runner's supervisor gives its
 // worker to exit before it kills it: the task's grace to stop the plugin's
 // program, the time a plugin may take past it (runPlugin), the grace
@@ -259,9 +313,12 @@ type supervisor struct {
 	// pidsBroken is set once that failed (logged once).
 	pidsRoot   string
 	pidsBroken bool
-	run        runState
-	proof      *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
-	runs       int      // runs begun
+	// maxProcesses is the node's process limit for runs (0: none), at
+	// which begin makes each run's pids cgroup.
+	maxProcesses int
+	run          runState
+	proof        *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
+	runs         int      // runs begun
 	// id names this supervisor's holding cgroup (holding, "" until used),
 	// where the worker waits between runs, outside any run's cgroup.
 	id, holding string
@@ -273,6 +330,12 @@ type supervisor struct {
 	grace        time.Duration
 	workerStatus *syscall.WaitStatus
 	usage        *sampler
+	// stoppedAll is set by a stop that found no process of the run but
+	// the worker, until the next request (of the same batch).
+	stoppedAll bool
+	// tree walks the run's processes, keeping the supervisor's and the
+	// worker's /proc files open.
+	tree *contain.Tree
 }
 
 // runState is the run the supervisor serves: its task, token, cgroup
@@ -296,17 +359,22 @@ func (s *supervisor) reap() {
 		}
 		if pid == s.worker {
 			s.workerStatus = &ws
+			s.tree.Forget(int32(pid))
 		}
 	}
 }
 
-// handle answers one request of the worker (control.go).
-func (s *supervisor) handle(req string, reply *os.File) {
+// handle answers one request of the worker (control.go) into reply.
+func (s *supervisor) handle(req string, reply io.Writer) {
 	answer := func(verb string, arg any) { fmt.Fprintf(reply, "%s %v\n", verb, arg) }
 	verb, arg, _ := strings.Cut(req, " ")
+	// A usage asked with the stop before it (link.stopThenUsage), when
+	// the stop found nothing: the tree is the worker alone.
+	alone := s.stoppedAll
+	s.stoppedAll = false
 	switch verb {
 	case verbUsage:
-		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1))
+		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1, alone))
 		if err != nil { // cannot happen: numbers only
 			b = []byte("{}")
 		}
@@ -319,7 +387,15 @@ func (s *supervisor) handle(req string, reply *os.File) {
 			answer(verbRefused, err)
 			return
 		}
-		answer(verbRun, token)
+		// The run's pids cgroup at the node's process limit, made now:
+		// a run whose limit is the node's asks nothing more.
+		dir := noPids
+		if s.maxProcesses > 0 {
+			if d := s.limitProcesses(s.maxProcesses); d != "" {
+				dir = d
+			}
+		}
+		answer(verbRun, token+" "+dir)
 		return
 	case verbIdle:
 		answer(verbIdle, s.idle())
@@ -346,7 +422,9 @@ func (s *supervisor) handle(req string, reply *os.File) {
 		s.grace = time.Duration(n) * time.Millisecond
 	case verbStop:
 		s.grace = time.Duration(n) * time.Millisecond
-		answer(verbStopped, s.stopAll(context.Background(), false))
+		stopped := s.stopAll(context.Background(), false)
+		s.stoppedAll = stopped == 0
+		answer(verbStopped, stopped)
 	default:
 		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
 	}
@@ -360,7 +438,7 @@ func (s *supervisor) handle(req string, reply *os.File) {
 // runner's next run.
 func (s *supervisor) leftovers(ctx context.Context) []int32 {
 	var pids []int32
-	for _, p := range contain.Descendants(ctx, int32(os.Getpid())) {
+	for _, p := range s.tree.Descendants(ctx, int32(os.Getpid())) {
 		if p != int32(s.worker) {
 			pids = append(pids, p)
 		}
@@ -371,7 +449,7 @@ func (s *supervisor) leftovers(ctx context.Context) []int32 {
 			seen[p] = true
 		}
 		for _, p := range slices.Concat(contain.CgroupProcs(s.run.cgroup), contain.CgroupProcs(s.run.pids)) {
-			if p != int32(s.worker) && !seen[p] && !isZombie(p) {
+			if p != int32(s.worker) && !seen[p] && !s.isZombie(p) {
 				pids = append(pids, p)
 			}
 		}
@@ -391,16 +469,32 @@ func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
 	return n
 }
 
-func isZombie(pid int32) bool {
-	st, ok := contain.ReadStat(pid)
+func (s *supervisor) isZombie(pid int32) bool {
+	st, ok := s.tree.ReadStat(pid)
 	return !ok || st.State == 'Z'
 }
 
-func readRequests(f *os.File, out chan<- string) {
+// readRequests sends the worker's requests to out, one batch per read:
+// those the worker sent together (link.askAll) are handled together.
+func readRequests(f *os.File, out chan<- []string) {
 	defer close(out)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		out <- sc.Text()
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		batch := []string{strings.TrimSuffix(line, "\n")}
+		// Whole lines the same read brought.
+		for {
+			b, _ := r.Peek(r.Buffered())
+			if bytes.IndexByte(b, '\n') < 0 {
+				break
+			}
+			line, _ := r.ReadString('\n')
+			batch = append(batch, strings.TrimSuffix(line, "\n"))
+		}
+		out <- batch
 	}
 }
 
@@ -471,8 +565,17 @@ func (s *supervisor) begin(task string) (string, error) {
 	s.run = next
 	s.idling = false
 	s.grace = s.defaultGrace
-	base := s.usage.cpu(context.Background())
-	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base}
+	// The CPU counted before this run, to be subtracted. A run with a
+	// cgroup is measured by its cpu.stat, and this base is only that
+	// reading's fallback: the worker's own (between runs it is the tree:
+	// idle found nothing else), without walking the tree.
+	var base cpuTimes
+	if next.cgroup != "" {
+		base = s.usage.workerCPU()
+	} else {
+		base = s.usage.cpu(context.Background())
+	}
+	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base, tree: s.tree}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		s.usage.maxRSSBefore = ru.Maxrss
@@ -508,10 +611,11 @@ func (s *supervisor) idle() int {
 		s.run.pids = ""
 	}
 	if s.run.cgroup != "" && left == 0 {
+		move := contain.MoveInto // the holding cgroup exists after the first idle
 		if s.holding == "" {
-			s.holding = contain.HoldingCgroup(s.root, s.id)
+			s.holding, move = contain.HoldingCgroup(s.root, s.id), contain.MoveToCgroup
 		}
-		if err := contain.MoveToCgroup(s.holding, s.worker); err != nil {
+		if err := move(s.holding, s.worker); err != nil {
 			s.log.Warn("cannot move the runner out of the run's cgroup; it takes no other task", zap.Error(err))
 			s.broken = true
 			return 1

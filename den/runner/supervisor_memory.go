@@ -55,7 +55,7 @@ func (s *supervisor) enforceMemory(ctx context.Context) int {
 	var task []int32
 	seen := map[int32]bool{}
 	held := int64(0)
-	for _, pid := range contain.Descendants(ctx, me) {
+	for _, pid := range s.tree.Descendants(ctx, me) {
 		if pid == worker || seen[pid] {
 			continue
 		}

@@ -67,6 +67,8 @@ type sampler struct {
 	// maxRSSBefore is the supervisor's RUSAGE_CHILDREN ru_maxrss then.
 	base         cpuTimes
 	maxRSSBefore int64
+	// tree walks the supervisor's tree (nil: contain.Descendants).
+	tree *contain.Tree
 }
 
 type cpuTimes struct{ user, system float64 }
@@ -88,10 +90,24 @@ func (s *sampler) cpu(ctx context.Context) cpuTimes {
 // sample adds one sample of the live tree's memory and returns its CPU
 // (own and reaped children's) in seconds.
 func (s *sampler) sample(ctx context.Context) (user, system float64) {
+	return s.sampleOf(s.walker().Descendants(ctx, s.me))
+}
+
+// walker is the tree the sampler reads processes through.
+func (s *sampler) walker() *contain.Tree {
+	if s.tree == nil {
+		return contain.NewTree() // keeps nothing
+	}
+	return s.tree
+}
+
+// sampleOf is sample of the tree pids.
+func (s *sampler) sampleOf(pids []int32) (user, system float64) {
 	var rss, task int64
 	page := int64(os.Getpagesize())
-	for _, pid := range contain.Descendants(ctx, s.me) {
-		st, ok := contain.ReadStat(pid)
+	tree := s.walker()
+	for _, pid := range pids {
+		st, ok := tree.ReadStat(pid)
 		if !ok {
 			continue
 		}
@@ -117,9 +133,16 @@ func (s *sampler) sample(ctx context.Context) (user, system float64) {
 
 // measure samples once more and adds what the kernel knows exactly. first
 // says the run is its runner's first: only then, or once it has grown
-// since the run began, is ru_maxrss its own.
-func (s *sampler) measure(ctx context.Context, first bool) measured {
-	user, system := s.sample(ctx)
+// since the run began, is ru_maxrss its own. alone says the tree is known
+// to be the worker alone (a stop has just found nothing else): the sample
+// then reads the worker only, without walking the tree again.
+func (s *sampler) measure(ctx context.Context, first, alone bool) measured {
+	var user, system float64
+	if alone {
+		user, system = s.sampleOf([]int32{s.worker})
+	} else {
+		user, system = s.sample(ctx)
+	}
 	m := measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed, PeakTaskRSS: s.peakTask}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
@@ -140,6 +163,23 @@ func (s *sampler) measure(ctx context.Context, first bool) measured {
 		m.OOMKills = oomKills(s.cgroup)
 	}
 	return m
+}
+
+// workerCPU is the CPU of the worker and of every process the worker
+// and the supervisor reaped, in seconds: the tree's when it is the
+// worker alone (between runs).
+func (s *sampler) workerCPU() cpuTimes {
+	var c cpuTimes
+	if st, ok := s.walker().ReadStat(s.worker); ok {
+		c.user = float64(st.UTime+st.CUTime) / clockTicks
+		c.system = float64(st.STime+st.CSTime) / clockTicks
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		c.user += tvSeconds(ru.Utime)
+		c.system += tvSeconds(ru.Stime)
+	}
+	return c
 }
 
 func tvSeconds(tv syscall.Timeval) float64 {

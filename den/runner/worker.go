@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 
 	"go.uber.org/zap"
 
@@ -100,8 +101,12 @@ func drain(live <-chan os.Signal) {
 const shedAfter = 32 << 20
 
 // shedder remembers how much the worker had allocated in all at its last
-// shed.
-type shedder struct{ allocated uint64 }
+// shed, and keeps /proc/self/clear_refs open.
+type shedder struct {
+	allocated uint64
+	clearRefs *os.File
+	sample    []metrics.Sample
+}
 
 // shed readies a worker for its next run. What the run made the worker
 // take (its output, held until it was written, and the encoded result)
@@ -111,17 +116,30 @@ type shedder struct{ allocated uint64 }
 // that peak as its own ru_maxrss, which would charge the next run (maybe
 // another user's small task) with the last run's peak.
 func (s *shedder) shed(log *zap.Logger) {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	if ms.TotalAlloc-s.allocated > shedAfter {
+	// The heap's allocations in all, without stopping the world as
+	// runtime.ReadMemStats does.
+	if s.sample == nil {
+		s.sample = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	}
+	metrics.Read(s.sample)
+	allocated := s.sample[0].Value.Uint64()
+	if allocated-s.allocated > shedAfter {
 		// Two collections: the driver keeps message buffers in a
 		// sync.Pool, which holds them through one.
 		runtime.GC()
 		debug.FreeOSMemory()
 	}
-	s.allocated = ms.TotalAlloc
-	// "5" resets the peak RSS to the current RSS (Linux 4.0).
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+	s.allocated = allocated
+	// "5" resets the peak RSS to the current RSS (Linux 4.0). The file
+	// stays open: this is done after every task.
+	var err error
+	if s.clearRefs == nil {
+		s.clearRefs, err = os.OpenFile("/proc/self/clear_refs", os.O_WRONLY, 0)
+	}
+	if err == nil {
+		_, err = s.clearRefs.Write([]byte("5"))
+	}
+	if err != nil {
 		log.Debug("could not reset the worker's peak RSS", zap.Error(err))
 	}
 }

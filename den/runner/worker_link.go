@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,7 +25,15 @@ type link struct {
 	// asking holds a token while a question waits for its answer (even
 	// after its asker gave up), so that every answer goes to its question.
 	asking chan struct{}
+	// pending holds the requests told (no answer) but not yet sent: they
+	// go with the next question, or at flush, in one write, so that the
+	// supervisor wakes once for them all.
+	pendingMu sync.Mutex
+	pending   []byte
 }
+
+// question is a request and the verb its answer must have.
+type question struct{ verb, arg, answer string }
 
 func linkFromEnv() (*link, error) {
 	v := os.Getenv(envSupervisor)
@@ -35,6 +44,12 @@ func linkFromEnv() (*link, error) {
 		return nil, fmt.Errorf("%s=%q does not name this process's parent", envSupervisor, v)
 	}
 	syscall.CloseOnExec(controlFD) // never handed on to the task's programs
+	// Non-blocking, so that a wait for the supervisor's answer parks in
+	// the runtime's poller instead of holding a thread in read(2) (see
+	// supervise).
+	if err := syscall.SetNonblock(controlFD, true); err != nil {
+		return nil, fmt.Errorf("control channel on fd %d: %w", controlFD, err)
+	}
 	f := os.NewFile(controlFD, "supervisor")
 	if f == nil {
 		return nil, errors.New("no control channel on fd 3")
@@ -45,17 +60,22 @@ func linkFromEnv() (*link, error) {
 func (l *link) close() { l.f.Close() }
 
 // begin tells the supervisor that a run of task (hex) begins, and returns
-// the run's token.
-func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, error) {
+// the run's token, and the run's pids cgroup at the node's process limit
+// ("" for none).
+func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, string, error) {
 	line, err := l.ask(ctx, verbBegin, task, verbRun)
 	if err != nil {
-		return bson.ObjectID{}, fmt.Errorf("begin the run with the supervisor: %w", err)
+		return bson.ObjectID{}, "", fmt.Errorf("begin the run with the supervisor: %w", err)
 	}
-	token, err := bson.ObjectIDFromHex(line)
-	if err != nil {
-		return bson.ObjectID{}, fmt.Errorf("supervisor answered %q for a run token", line)
+	tokenText, dir, _ := strings.Cut(line, " ")
+	token, err := bson.ObjectIDFromHex(tokenText)
+	if err != nil || dir == "" {
+		return bson.ObjectID{}, "", fmt.Errorf("supervisor answered %q for a run token and pids cgroup", line)
 	}
-	return token, nil
+	if dir == noPids {
+		dir = ""
+	}
+	return token, dir, nil
 }
 
 // idle tells the supervisor that the run is over and recorded, and
@@ -73,18 +93,13 @@ func (l *link) idle(ctx context.Context) (int, error) {
 }
 
 // setGrace tells the supervisor the task's max_termination_time, for the
-// case where the worker dies with processes left.
-func (l *link) setGrace(grace time.Duration) error {
-	return l.tell(verbGrace, grace.Milliseconds())
+// case where the worker dies with processes left (sent with the next
+// question, or by flush).
+func (l *link) setGrace(grace time.Duration) {
+	l.tell(verbGrace, grace.Milliseconds())
 }
 
-// stopLeftovers asks the supervisor to stop every process of the run other
-// than the worker, and returns how many it stopped.
-func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, error) {
-	line, err := l.ask(ctx, verbStop, strconv.FormatInt(grace.Milliseconds(), 10), verbStopped)
-	if err != nil {
-		return 0, fmt.Errorf("ask the supervisor to stop leftover processes: %w", err)
-	}
+func stoppedCount(line string) (int, error) {
 	n, err := strconv.Atoi(line)
 	if err != nil {
 		return 0, fmt.Errorf("supervisor answered %q", line)
@@ -92,49 +107,110 @@ func (l *link) stopLeftovers(ctx context.Context, grace time.Duration) (int, err
 	return n, nil
 }
 
+// stopThenUsage asks, in one exchange, the supervisor to stop every
+// process of the run other than the worker, and then for the run's usage
+// (which the last of its processes to exit are in): how many it stopped,
+// and the usage, or the error of either.
+func (l *link) stopThenUsage(ctx context.Context, grace time.Duration) (int, measured, error, error) {
+	var m measured
+	answers, err := l.askAll(ctx, question{verbStop, strconv.FormatInt(grace.Milliseconds(), 10), verbStopped}, question{verbUsage, "", verbUsage})
+	if err != nil {
+		return 0, m, fmt.Errorf("ask the supervisor to stop leftover processes: %w", err), fmt.Errorf("ask the supervisor for the run's usage: %w", err)
+	}
+	n, errStop := stoppedCount(answers[0])
+	errUsage := json.Unmarshal([]byte(answers[1]), &m)
+	if errUsage != nil {
+		errUsage = fmt.Errorf("supervisor's usage %q: %w", answers[1], errUsage)
+	}
+	return n, m, errStop, errUsage
+}
+
 // ask sends one request, verb with arg ("" for none), and returns the
 // argument of its answer, which must be answerVerb's (control.go).
-// Questions are asked one at a time; one whose asker gave up (ctx) still
-// takes its answer off the channel before the next is asked.
 func (l *link) ask(ctx context.Context, verb, arg, answerVerb string) (string, error) {
-	req, prefix := request(verb, arg), answerVerb+" "
+	answers, err := l.askAll(ctx, question{verb, arg, answerVerb})
+	if err != nil {
+		return "", err
+	}
+	return answers[0], nil
+}
+
+// askAll sends the requests told before and qs in one write, and returns
+// the argument of each answer, in order; the supervisor answers them in
+// order. Questions are asked one batch at a time; a batch whose asker
+// gave up (ctx) still takes its answers off the channel before the next
+// is asked.
+func (l *link) askAll(ctx context.Context, qs ...question) ([]string, error) {
 	select {
 	case l.asking <- struct{}{}:
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return nil, ctx.Err()
 	}
-	if _, err := fmt.Fprintf(l.f, "%s\n", req); err != nil {
+	l.pendingMu.Lock()
+	out := l.pending
+	l.pending = nil
+	l.pendingMu.Unlock()
+	for _, q := range qs {
+		out = append(append(out, request(q.verb, q.arg)...), '\n')
+	}
+	if _, err := l.f.Write(out); err != nil {
 		<-l.asking
-		return "", err
+		return nil, err
 	}
 	type answer struct {
-		line string
-		err  error
+		lines []string
+		err   error
 	}
 	got := make(chan answer, 1)
 	go func() {
-		line, err := l.r.ReadString('\n')
+		var a answer
+		for range qs {
+			line, err := l.r.ReadString('\n')
+			if err != nil {
+				a.err = err
+				break
+			}
+			a.lines = append(a.lines, line)
+		}
 		<-l.asking
-		got <- answer{line, err}
+		got <- a
 	}()
 	select {
 	case a := <-got:
 		if a.err != nil {
-			return "", fmt.Errorf("read the supervisor's answer: %w", a.err)
+			return nil, fmt.Errorf("read the supervisor's answer: %w", a.err)
 		}
-		rest, ok := strings.CutPrefix(strings.TrimSpace(a.line), prefix)
-		if !ok {
-			return "", fmt.Errorf("supervisor answered %q to %q", a.line, req)
+		answers := make([]string, len(qs))
+		for i, q := range qs {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(a.lines[i]), q.answer+" ")
+			if !ok {
+				return nil, fmt.Errorf("supervisor answered %q to %q", a.lines[i], request(q.verb, q.arg))
+			}
+			answers[i] = rest
 		}
-		return rest, nil
+		return answers, nil
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
-// tell sends a request that has no answer.
-func (l *link) tell(verb string, arg int64) error {
-	_, err := fmt.Fprintf(l.f, "%s\n", request(verb, strconv.FormatInt(arg, 10)))
+// tell queues a request that has no answer: it is sent with the next
+// question, or by flush.
+func (l *link) tell(verb string, arg int64) {
+	l.pendingMu.Lock()
+	defer l.pendingMu.Unlock()
+	l.pending = append(append(l.pending, request(verb, strconv.FormatInt(arg, 10))...), '\n')
+}
+
+// flush sends the requests told and not yet sent.
+func (l *link) flush() error {
+	l.pendingMu.Lock()
+	defer l.pendingMu.Unlock()
+	if len(l.pending) == 0 {
+		return nil
+	}
+	_, err := l.f.Write(l.pending)
+	l.pending = nil
 	return err
 }
 
@@ -164,7 +240,8 @@ func (l *link) usage(ctx context.Context) (measured, error) {
 	return m, nil
 }
 
-// setMemoryLimit tells the supervisor the task's memory request, in bytes.
-func (l *link) setMemoryLimit(bytes int64) error {
-	return l.tell(verbMemory, bytes)
+// setMemoryLimit tells the supervisor the task's memory request, in bytes
+// (sent with the next question, or by flush).
+func (l *link) setMemoryLimit(bytes int64) {
+	l.tell(verbMemory, bytes)
 }

@@ -100,14 +100,16 @@ func (r *Runner) now() time.Time {
 // supervisor gives (it also holds the run's proof and cgroup); the run
 // marker, set here, goes to every program the task starts. Without a
 // supervisor: this process, with a fresh token.
-func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, error) {
+// With a supervisor, it also returns the run's pids cgroup at the node's
+// process limit ("" for none).
+func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, string, error) {
 	if sup := r.supervisor; sup != nil {
-		token, err := sup.begin(ctx, r.Spec.Task)
+		token, pids, err := sup.begin(ctx, r.Spec.Task)
 		if err != nil {
-			return queue.RunnerInfo{}, err
+			return queue.RunnerInfo{}, "", err
 		}
 		if err := os.Setenv(contain.EnvRun, contain.Marker(r.Spec.Task, token.Hex())); err != nil {
-			return queue.RunnerInfo{}, fmt.Errorf("set the run marker: %w", err)
+			return queue.RunnerInfo{}, "", fmt.Errorf("set the run marker: %w", err)
 		}
 		if r.reused {
 			var ru syscall.Rusage
@@ -117,14 +119,14 @@ func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, error) {
 		}
 		info := queue.RunnerInfo{Token: token, PID: sup.pid, Started: sup.started}
 		info.Host, _ = os.Hostname()
-		return info, nil
+		return info, pids, nil
 	}
 	info := queue.RunnerInfo{Token: bson.NewObjectID(), PID: os.Getpid()}
 	if p, err := process.NewProcess(int32(info.PID)); err == nil {
 		info.Started, _ = p.CreateTime()
 	}
 	info.Host, _ = os.Hostname()
-	return info, nil
+	return info, "", nil
 }
 
 // run is one run of a task, from start to recorded result.
@@ -171,11 +173,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("task id %q: %w", r.Spec.Task, err)
 	}
-	info, err := r.self(ctx)
+	info, pids, err := r.self(ctx)
 	if err != nil {
 		return err
 	}
-	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB),
+	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB), pidsCgroup: pids,
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	stopping := r.Stopping
 	if stopping == nil {
@@ -205,53 +207,44 @@ func (r *Runner) Run(ctx context.Context) error {
 	stopUsage()
 	stopLive()
 	stopBeat()
-	t.stopLeftovers(storeCtx)
-	t.finalUsage(storeCtx)
+	t.stopAndMeasure(storeCtx)
 	recording()
 	return t.record(writeCtx, ctx, status)
 }
 
-// stopLeftovers stops every process the run left behind (a daemon, a
-// double-forked child, a program its plugin abandoned) before the result is
-// recorded, so that a retry never overlaps this run. The count goes into
-// the task (leftover_processes) and a line of stderr.
-func (t *run) stopLeftovers(ctx context.Context) {
+// stopAndMeasure stops every process the run left behind (a daemon, a
+// double-forked child, a program its plugin abandoned) before the result
+// is recorded, so that a retry never overlaps this run, and then measures
+// what the run used, once all its processes are gone, for its final write
+// (the result, or the retry's history entry): one exchange with the
+// supervisor, no database command. The count of leftovers goes into the
+// task (leftover_processes) and a line of stderr.
+func (t *run) stopAndMeasure(ctx context.Context) {
 	if t.supervisor == nil {
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, t.opts.MaxTermination+time.Minute)
 	defer cancel()
-	n, err := t.supervisor.stopLeftovers(sctx, t.opts.MaxTermination)
-	if err != nil {
-		t.log.Error("could not stop the run's leftover processes", zap.Error(err))
+	n, m, errStop, errUsage := t.supervisor.stopThenUsage(sctx, t.opts.MaxTermination)
+	switch {
+	case errStop != nil:
+		t.log.Error("could not stop the run's leftover processes", zap.Error(errStop))
+	case n > 0:
+		t.log.Info("stopped processes the task left running", zap.Int("processes", n))
+		t.out.appendLine(fmt.Sprintf("den: stopped %d process(es) the task left running when it ended", n))
+		t.extraMu.Lock()
+		t.extra = append(t.extra, bson.E{Key: FieldLeftovers, Value: n})
+		t.extraMu.Unlock()
+	}
+	if errUsage != nil {
+		t.log.Warn("cannot measure the run's resource usage; recording the task without it", zap.Error(errUsage))
 		return
 	}
-	if n == 0 {
-		return
-	}
-	t.log.Info("stopped processes the task left running", zap.Int("processes", n))
-	t.out.appendLine(fmt.Sprintf("den: stopped %d process(es) the task left running when it ended", n))
-	t.extraMu.Lock()
-	t.extra = append(t.extra, bson.E{Key: FieldLeftovers, Value: n})
-	t.extraMu.Unlock()
-}
-
-// finalUsage measures what the run used, once all its processes are gone,
-// for its final write (the result, or the retry's history entry): no
-// database command of its own.
-func (t *run) finalUsage(ctx context.Context) {
-	u, m, err := t.measureUsage(ctx, false)
-	if err != nil {
-		t.log.Warn("cannot measure the run's resource usage; recording the task without it", zap.Error(err))
-		return
-	}
-	if u == nil {
-		return
-	}
+	u := t.usageOf(m, false)
 	t.extraMu.Lock()
 	t.extra = append(t.extra, bson.E{Key: queue.FieldUsage, Value: *u})
 	t.extraMu.Unlock()
-	t.memoryKilled(m)
+	t.memoryKilled(&m)
 }
 
 // FieldLeftovers is the task field that counts the processes a run left
@@ -406,16 +399,23 @@ func (t *run) start(ctx context.Context) (bool, error) {
 		}
 	}
 	if t.supervisor != nil {
-		if err := t.supervisor.setGrace(t.opts.MaxTermination); err != nil {
-			t.log.Warn("cannot tell the supervisor the task's grace time", zap.Error(err))
+		// What differs from the node's defaults, which the supervisor
+		// has (a run at them, the common case, asks nothing more): told
+		// with the process limit's question (limitProcesses), or sent on
+		// their own below, one exchange either way.
+		if t.opts.MaxTermination != t.defaultGrace() {
+			t.supervisor.setGrace(t.opts.MaxTermination)
 		}
 		if mb := t.opts.Requested.MemoryMB; mb > 0 {
-			if err := t.supervisor.setMemoryLimit(int64(mb * (1 << 20))); err != nil {
-				t.log.Warn("cannot tell the supervisor the task's memory request; it is not enforced", zap.Error(err))
-			}
+			t.supervisor.setMemoryLimit(int64(mb * (1 << 20)))
 		}
 	}
 	t.limitProcesses(sctx)
+	if t.supervisor != nil {
+		if err := t.supervisor.flush(); err != nil {
+			t.log.Warn("cannot tell the supervisor the task's grace time and memory request; the request is not enforced", zap.Error(err))
+		}
+	}
 	return true, nil
 }
 
@@ -496,6 +496,11 @@ func (t *run) limitProcesses(ctx context.Context) {
 	}
 	t.maxProcesses = max(limit, 0)
 	if t.maxProcesses == 0 || t.supervisor == nil {
+		t.pidsCgroup = ""
+		return
+	}
+	if t.maxProcesses == t.Spec.MaxProcesses {
+		// The node's limit: the pids cgroup begin gave, made at it.
 		return
 	}
 	dir, err := t.supervisor.limitProcesses(ctx, t.maxProcesses)
@@ -504,6 +509,16 @@ func (t *run) limitProcesses(ctx context.Context) {
 		return
 	}
 	t.pidsCgroup = dir
+}
+
+// defaultGrace is the grace the supervisor holds for a run until told
+// otherwise: the node's max_termination_time (Spec.Grace), else
+// DefaultGrace.
+func (t *run) defaultGrace() time.Duration {
+	if t.Spec.Grace > 0 {
+		return time.Duration(t.Spec.Grace * float64(time.Second))
+	}
+	return DefaultGrace
 }
 
 // maxOutput is the cap of each output stream: the node's max_output

@@ -24,6 +24,12 @@ func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *me
 	if err != nil {
 		return nil, nil, err
 	}
+	return t.usageOf(m, running), &m, nil
+}
+
+// usageOf is the run's usage from the supervisor's measure m, with this
+// process's own peak.
+func (t *run) usageOf(m measured, running bool) *queue.Usage {
 	// This process's own peak, and that of the largest process it reaped
 	// (the plugin's programs): exact, where the samples may miss a peak.
 	peak := max(m.PeakRSS, m.MaxRSS)
@@ -52,7 +58,7 @@ func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *me
 		mb := round(float64(m.CgroupPeak)/(1<<20), 1)
 		u.PeakMemoryMB = &mb
 	}
-	return u, &m, nil
+	return u
 }
 
 func round(v float64, places int) float64 {

@@ -18,6 +18,8 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"github.com/den-project/den/den/internal/timerslack"
 )
 
 // EnvSpec is the environment variable that carries a Spec from Command to
@@ -102,6 +104,10 @@ type Spec struct {
 	// Remove, when set, makes the sandbox remove this directory as User
 	// instead of running a program (RemoveTmp).
 	Remove string `json:"remove,omitempty"`
+	// TimerSlack, when set, is the program's timer slack in nanoseconds:
+	// Command sets the node's original one (den/internal/timerslack), so
+	// that the program does not inherit den's.
+	TimerSlack int64 `json:"timer_slack_ns,omitempty"`
 }
 
 // Values of Spec.Network.
@@ -148,6 +154,9 @@ type Exit struct {
 // directory is Spec.Dir.
 func Command(spec Spec, env []string) (*Cmd, error) {
 	c := &Cmd{}
+	if ns, ok := timerslack.Original(); ok && spec.TimerSlack == 0 {
+		spec.TimerSlack = ns
+	}
 	if spec.MountNS && spec.Landlock && spec.NoExec == nil {
 		spec.NoExec = LibraryPrograms()
 	}
@@ -298,6 +307,14 @@ func enter(raw string) error {
 	if spec.Path == "" || len(spec.Args) == 0 {
 		return errors.New("no program given")
 	}
+	// The program gets the node's own timer slack back: this thread
+	// executes it (below) or forks it (the init, runInit), and a thread's
+	// slack is inherited by its children and kept across execve.
+	if spec.TimerSlack > 0 {
+		if err := timerslack.Restore(spec.TimerSlack); err != nil {
+			return err
+		}
+	}
 	env := slices.DeleteFunc(os.Environ(), isSpec)
 	// The program gets stdin, stdout and stderr, and nothing else this
 	// process inherited (the init's report descriptor stays the init's).
@@ -356,7 +373,7 @@ func enter(raw string) error {
 	}
 	// execve replaces every thread, and the program inherits the calling
 	// thread's restrictions, which RestrictPaths and the seccomp filter's
-	// TSYNC gave all of them.
+	// TSYNC gave all of them, and its timer slack.
 	err := syscall.Exec(spec.Path, spec.Args, env)
 	return fmt.Errorf("execute %s: %w", spec.Path, err)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // runPrefix starts the name of every run's cgroup.
@@ -104,25 +106,39 @@ func MoveToCgroup(dir string, pid int) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create cgroup %s: %w", dir, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+	return MoveInto(dir, pid)
+}
+
+// MoveInto moves process pid into the cgroup dir, which exists.
+func MoveInto(dir string, pid int) error {
+	if err := writeProc(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 		return fmt.Errorf("move process %d into cgroup %s: %w", pid, dir, err)
+	}
+	return nil
+}
+
+// writeProc writes a short value to a cgroup (or /proc) file with open,
+// write and close only (os.WriteFile also asks the file's type).
+func writeProc(path, value string) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte(value)); err != nil {
+		return &os.PathError{Op: "write", Path: path, Err: err}
 	}
 	return nil
 }
 
 // CgroupProcs lists the processes in a cgroup; none when it does not exist.
 func CgroupProcs(dir string) []int32 {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	var buf []byte
+	b, err := readProc(filepath.Join(dir, "cgroup.procs"), &buf)
 	if err != nil {
 		return nil
 	}
-	var out []int32
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.ParseInt(f, 10, 32); err == nil {
-			out = append(out, int32(n))
-		}
-	}
-	return out
+	return appendPids(nil, b)
 }
 
 // KillCgroup kills every process in a cgroup at once (cgroup.kill, Linux
@@ -142,7 +158,11 @@ func KillCgroup(dir string) {
 func RemoveCgroup(dir string, within time.Duration) error {
 	deadline := time.Now().Add(within)
 	for {
-		err := os.Remove(dir)
+		// rmdir itself: os.Remove tries unlink first.
+		var err error
+		if e := unix.Rmdir(dir); e != nil {
+			err = &os.PathError{Op: "rmdir", Path: dir, Err: e}
+		}
 		if err == nil || errors.Is(err, os.ErrNotExist) {
 			return nil
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -170,5 +171,80 @@ func TestStopWaitsForWhatItSignalled(t *testing.T) {
 	}
 	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
 		t.Errorf("ended by %v, want SIGKILL", ws)
+	}
+}
+
+// A Tree reads the processes it keeps through files it opened once: what
+// it lists must change as the tree does, as Descendants' fresh reads do. A
+// child forked by a thread born after Keep is found, a kept child's own
+// child is found through the child's kept files, and a process reaped is
+// no longer listed.
+func TestTreeKeptFilesFollowTheTree(t *testing.T) {
+	t.Parallel()
+	self := int32(os.Getpid())
+	tree := contain.NewTree()
+	defer tree.Close()
+	if err := tree.Keep(self); err != nil {
+		t.Fatal(err)
+	}
+	tree.Descendants(context.Background(), self) // read once before the changes
+	// A thread of its own: the other goroutines keep theirs, locked.
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan *exec.Cmd)
+	for i := range 4 {
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			if i == 3 {
+				cmd := exec.Command("/bin/sh", "-c", "sleep 100 & exec sleep 100")
+				if err := cmd.Start(); err != nil {
+					t.Error(err)
+				}
+				started <- cmd
+			}
+			<-release
+		}()
+	}
+	cmd := <-started
+	if cmd.Process == nil {
+		return
+	}
+	pid := int32(cmd.Process.Pid)
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if err := tree.Keep(pid); err != nil {
+		t.Fatal(err)
+	}
+	var found []int32
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		found = tree.Descendants(context.Background(), self)
+		// The shell (now sleep) and its background sleep.
+		if slices.Contains(found, pid) && len(tree.Descendants(context.Background(), pid)) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kept tree lists %v (below %d: %v), want %d and its child; Descendants lists %v",
+				found, pid, tree.Descendants(context.Background(), pid), pid, contain.Descendants(context.Background(), self))
+		}
+	}
+	child := tree.Descendants(context.Background(), pid)[0]
+	if fresh := contain.Descendants(context.Background(), pid); !slices.Equal(fresh, []int32{child}) {
+		t.Errorf("below %d: the kept tree lists %d, Descendants %v", pid, child, fresh)
+	}
+	if st, ok := tree.ReadStat(pid); !ok || st.PPID != self || st.State == 'Z' {
+		t.Errorf("stat of kept %d: %+v %v, want a live child of %d", pid, st, ok, self)
+	}
+	syscall.Kill(int(child), syscall.SIGKILL)
+	tree.Forget(pid)
+	cmd.Process.Kill()
+	cmd.Wait()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		found = tree.Descendants(context.Background(), self)
+		if !slices.Contains(found, pid) && !slices.Contains(found, child) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %d was reaped the kept tree still lists %v", pid, found)
+		}
 	}
 }

@@ -99,7 +99,7 @@ func LimitPids(dir string, max int) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("create cgroup %s: %w", dir, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(max)), 0); err != nil {
+	if err := writeProc(filepath.Join(dir, "pids.max"), strconv.Itoa(max)); err != nil {
 		return fmt.Errorf("set pids.max of cgroup %s: %w", dir, err)
 	}
 	return nil

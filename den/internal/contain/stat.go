@@ -1,7 +1,6 @@
 package contain
 
 import (
-	"os"
 	"strconv"
 	"strings"
 )
@@ -22,10 +21,16 @@ type Stat struct {
 // ReadStat reads /proc/PID/stat; false when the process is gone or the
 // line cannot be read.
 func ReadStat(pid int32) (Stat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+	var buf []byte
+	b, err := readProc("/proc/"+strconv.Itoa(int(pid))+"/stat", &buf)
 	if err != nil {
 		return Stat{}, false
 	}
+	return parseStat(b)
+}
+
+// parseStat parses a /proc/PID/stat line.
+func parseStat(b []byte) (Stat, bool) {
 	// pid (comm) state ...: comm may hold spaces and parentheses.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
