@@ -26,7 +26,8 @@
 //     queues inserted without them; oldest.go: how long each served
 //     queue's oldest ready task has waited (a metric).
 //   - heartbeat.go: heartbeat, the node document: when it is written, what
-//     the node says of itself, and the queues it lists.
+//     the node says of itself, and the queues it lists; nodeplugins.go:
+//     the plugins it says it serves.
 //   - claim.go: claimer, claiming within the queues' and the node's
 //     limits, and pausing after runners fail to start; held.go: what the
 //     node holds (its claimed and running tasks); capacity.go: the

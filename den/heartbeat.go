@@ -46,6 +46,8 @@ type heartbeat struct {
 	host    *resources.Sampler
 	pid     int
 	started time.Time
+	// plugins are the plugins this node serves, written in its document.
+	plugins []string
 
 	queues  []queue.NodeQueue
 	at      time.Time
@@ -224,7 +226,7 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	self := &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut}
+	self := &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.plugins}
 	if h.housekeeping != nil {
 		self.Housekeeping = h.housekeeping()
 	}

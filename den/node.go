@@ -303,7 +303,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	n.claimer = newClaimer(c, n.runners, cfg.Resources, &progress{})
 	n.beat = &heartbeat{
 		common: c, held: n.claimer.held, capacity: n.claimer.capacity, othersRunning: n.claimer.othersRunning,
-		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started,
+		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(reg, cfg.PluginConfig),
 	}
 	stats := &statsRecorder{common: c, load: n.beat.load1}
 	n.runners.stats = stats

@@ -108,7 +108,7 @@ func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFil
 		if b.own == nil {
 			b.own = append([]queue.Queue(nil), b.full...)
 			b.ownIndex = indexQueues(b.own)
-			queues, byID = b.own, b.ownIndex
+			byID = b.ownIndex
 		}
 		*byID[f.ID] = f
 	}

@@ -159,6 +159,9 @@ func (s *QueueSettings) has(key string) bool {
 // ErrNoQueue is returned when no queue has the name or id given.
 var ErrNoQueue = errors.New("no such queue")
 
+// ErrQueueExists is returned when a queue of the name given exists.
+var ErrQueueExists = errors.New("a queue of that name exists")
+
 // FindQueue returns the queue whose _id (as hex) or name is ref. The
 // document is returned even when it cannot be used (problem says why), so
 // that an operator can fix or delete it. Two queues of that name are an
@@ -208,7 +211,7 @@ func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bs
 	switch {
 	case name == "":
 		return id, errors.New("a queue needs a name")
-	case !settings.has(SettingPlugin):
+	case !settings.has(SettingPlugin) && !settings.has(SettingPluginLater):
 		return id, errors.New("a queue needs a plugin (constructor)")
 	case settings.has(SettingMaxThreads) && settings.has(SettingThreads):
 		return id, errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
@@ -218,7 +221,7 @@ func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bs
 		return id, fmt.Errorf("create queue %q: %w", name, err)
 	}
 	if n > 0 {
-		return id, fmt.Errorf("create queue %q: a queue of that name exists", name)
+		return id, fmt.Errorf("create queue %q: %w", name, ErrQueueExists)
 	}
 	id = bson.NewObjectID()
 	doc := append(bson.D{{Key: "_id", Value: id}}, settings.Set...)
@@ -235,8 +238,17 @@ func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bs
 // it keeps for its resume (paused.maxthreads, paused.threads): it stays
 // paused, and resumes with them.
 func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
+	_, err := s.UpdateQueueResult(ctx, id, settings)
+	return err
+}
+
+// UpdateQueueResult is UpdateQueue, and says what the update matched and
+// changed (the Disbatch web API answers with both). A plugin given as
+// SettingPluginLater is written as plugin, and constructor (which would
+// shadow it) removed.
+func (s *Store) UpdateQueueResult(ctx context.Context, id bson.ObjectID, settings QueueSettings) (UpdateResult, error) {
 	if settings.has(SettingMaxThreads) && settings.has(SettingThreads) {
-		return errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
+		return UpdateResult{}, errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
 	}
 	unset := slices.Clone(settings.Unset)
 	if settings.has(SettingMaxThreads) {
@@ -246,7 +258,10 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 		unset = append(unset, SettingMaxThreads)
 	}
 	if settings.has(SettingPlugin) {
-		unset = append(unset, "plugin") // later Disbatch's spelling, which constructor would shadow
+		unset = append(unset, SettingPluginLater) // later Disbatch's spelling, which constructor would shadow
+	}
+	if settings.has(SettingPluginLater) {
+		unset = append(unset, SettingPlugin)
 	}
 	limits := false
 	// build is the update, with the limits renamed by limit.
@@ -277,15 +292,15 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 	}
 	update := build(func(k string) string { return k })
 	if len(update) == 0 {
-		return errors.New("nothing to set")
+		return UpdateResult{}, errors.New("nothing to set")
 	}
 	if name, ok := settingString(settings, SettingName); ok {
 		n, err := s.queues.CountDocuments(ctx, bson.D{{Key: "name", Value: name}, {Key: "_id", Value: bson.D{{Key: "$ne", Value: id}}}})
 		if err != nil {
-			return fmt.Errorf("update queue %s: %w", id.Hex(), err)
+			return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), err)
 		}
 		if n > 0 {
-			return fmt.Errorf("update queue %s: another queue is named %q", id.Hex(), name)
+			return UpdateResult{}, fmt.Errorf("update queue %s: another queue is named %q", id.Hex(), name)
 		}
 	}
 	filter := bson.D{{Key: "_id", Value: id}}
@@ -294,20 +309,20 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 	}
 	res, err := s.queues.UpdateOne(ctx, filter, update)
 	if err != nil {
-		return fmt.Errorf("update queue %s: %w", id.Hex(), err)
+		return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), err)
 	}
 	if res.MatchedCount == 0 && limits {
 		// Paused (the filter's null also matches a paused: null, which
 		// is no pause): its limits are those it keeps.
 		filter = bson.D{{Key: "_id", Value: id}, {Key: FieldPaused, Value: bson.D{{Key: "$ne", Value: nil}}}}
 		if res, err = s.queues.UpdateOne(ctx, filter, build(keptLimit)); err != nil {
-			return fmt.Errorf("update queue %s: %w", id.Hex(), err)
+			return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), err)
 		}
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("update queue %s: %w", id.Hex(), ErrNoQueue)
+		return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), ErrNoQueue)
 	}
-	return nil
+	return UpdateResult{Matched: res.MatchedCount, Modified: res.ModifiedCount}, nil
 }
 
 func settingString(s QueueSettings, key string) (string, bool) {
@@ -454,6 +469,10 @@ type InsertOptions struct {
 	// of them not yet succeeded. With Waiting, the tasks are inserted
 	// blocked (-4) and registered; with only After, queued and registered.
 	After, Waiting []bson.ObjectID
+	// Params writes the parameters as params, the spelling Disbatch 4's
+	// web API writes and its nodes read, instead of the protocol's
+	// parameters (den nodes read both).
+	Params bool
 }
 
 // InsertTasks inserts one queued task per parameters document into a
@@ -469,6 +488,10 @@ func (s *Store) InsertTasks(ctx context.Context, queueID bson.ObjectID, params [
 	if len(opts.Waiting) > 0 {
 		status = StatusBlocked
 	}
+	paramsField := "parameters"
+	if opts.Params {
+		paramsField = "params"
+	}
 	docs := make([]any, len(params))
 	ids := make([]bson.ObjectID, len(params))
 	for i, p := range params {
@@ -476,7 +499,7 @@ func (s *Store) InsertTasks(ctx context.Context, queueID bson.ObjectID, params [
 		doc := bson.D{
 			{Key: "_id", Value: ids[i]}, {Key: "queue", Value: queueID},
 			{Key: "status", Value: status}, {Key: "node", Value: Unclaimed},
-			{Key: "parameters", Value: p}, {Key: "ctime", Value: now}, {Key: "mtime", Value: now},
+			{Key: paramsField, Value: p}, {Key: "ctime", Value: now}, {Key: "mtime", Value: now},
 			{Key: "stdout", Value: nil}, {Key: "stderr", Value: nil},
 		}
 		if len(opts.After) > 0 {

@@ -28,6 +28,8 @@ var storeWrites = map[string]string{
 	"CreateQueue":       "inserts a queue",
 	"CreateQueueWith":   "inserts a queue",
 	"UpdateQueue":       "updates a queue by its ObjectId",
+	"UpdateQueueResult": "updates a queue by its ObjectId (UpdateQueue, saying what it matched and changed)",
+	"SetNodeLimit":      "updates a node document by _id or name",
 	"DeleteQueue":       "deletes a queue by its ObjectId",
 	"DeleteReports":     "deletes reports by task_id",
 	"TakeLease":         "updates (or inserts) a lease by name",
@@ -230,6 +232,39 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 			val(store.TaskCounts(ctx, qid))(t)
 		}},
 		{"CheckCounts", func(t *testing.T) { val(store.CheckCounts(ctx))(t) }},
+		// What Disbatch's web API reads (den/web/dci): a search, a
+		// count and another collection read by a filter its client
+		// wrote, here every task of the good queue and every document.
+		{"SearchTasks", func(t *testing.T) {
+			docs := val(store.SearchTasks(ctx, bson.D{{Key: "queue", Value: qid}}, bson.D{{Key: "_id", Value: 1}}, nil, 0, 0))(t)
+			found := map[bson.ObjectID]bool{}
+			for _, d := range docs {
+				if id, ok := d.Lookup("_id").ObjectIDOK(); ok {
+					found[id] = true
+				}
+			}
+			for _, id := range good {
+				if !found[id] {
+					t.Errorf("good task %s not found by a search of its queue (%d found)", id.Hex(), len(docs))
+				}
+			}
+		}},
+		{"CountTasksMatching", func(t *testing.T) {
+			if n := val(store.CountTasksMatching(ctx, bson.D{{Key: "queue", Value: qid}}))(t); n < int64(len(good)) {
+				t.Errorf("%d tasks counted in the good queue, want at least its %d good ones", n, len(good))
+			}
+		}},
+		{"EachDocument", func(t *testing.T) {
+			for _, coll := range []string{"tasks", "queues", "nodes"} {
+				n := 0
+				if err := store.EachDocument(ctx, coll, bson.D{}, nil, func(bson.Raw) error { n++; return nil }); err != nil {
+					t.Errorf("read %s: %v", coll, err)
+				}
+				if coll == "tasks" && n < len(good) {
+					t.Errorf("%d tasks read, want at least the %d good ones", n, len(good))
+				}
+			}
+		}},
 		{"RetirePage", func(t *testing.T) {
 			// What retention reads, each class; nothing is removed.
 			for _, class := range queue.RetentionClasses {

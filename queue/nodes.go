@@ -96,6 +96,9 @@ type NodeSelf struct {
 	// Stopped is set in the node's last write, as it stops cleanly
 	// (FieldStopped); every other write removes the field.
 	Stopped time.Time
+	// Plugins are the plugins the node runs tasks with (FieldPlugins):
+	// those of its binary that its configuration does not keep off.
+	Plugins []string
 	// Housekeeping is the node's last completed round of housekeeping
 	// (FieldHousekeeping); nil leaves the field as it is.
 	Housekeeping *Housekeeping
@@ -114,6 +117,11 @@ type Housekeeping struct {
 	Started time.Time `bson:"started"`
 	Ended   time.Time `bson:"ended"`
 }
+
+// FieldPlugins is the node document's list of the plugins a den node
+// serves; the Disbatch web API (GET /plugins) lists those of live nodes.
+// Perl nodes do not write it.
+const FieldPlugins = "plugins"
 
 // NodeResources is the resources sub-document of a node document: the host
 // as the node last sampled it.
@@ -153,6 +161,9 @@ func (ns *NodeSelf) fields() bson.D {
 		d = append(d, bson.E{Key: "resources", Value: ns.Resources})
 	}
 	d = append(d, bson.E{Key: "queues_left_out", Value: ns.QueuesLeftOut})
+	if ns.Plugins != nil {
+		d = append(d, bson.E{Key: FieldPlugins, Value: ns.Plugins})
+	}
 	if ns.Housekeeping != nil {
 		d = append(d, bson.E{Key: FieldHousekeeping, Value: ns.Housekeeping})
 	}

@@ -43,6 +43,13 @@ token is always accepted; after 10 wrong tokens in 15 minutes, an
 address's wrong tokens are answered slowly, with 429, for 15 minutes.
 Without it the page is read-only.
 
+With --dci-listen ADDR (web.dci_listen) it also serves Disbatch's web
+API, the Perl DCI's routes (GET /queues, POST /tasks/:queue, ...), at the
+root of ADDR: Disbatch's disbatch command and scripts written for the Perl
+DCI work with --url http://ADDR. Reads need nothing; writes need web.token
+as the basic-auth password (disbatch --username any --password TOKEN) or a
+Bearer token, and get 401 without it.
+
 Started while MongoDB is unreachable, or when it becomes so, den web
 keeps serving: every page shows "database unreachable since …, retrying"
 with status 503, and it pings the database every 2 s until it answers.`,
@@ -67,23 +74,55 @@ with status 503, and it pings the database every 2 s until it answers.`,
 			for _, w := range d.cfg.Warnings {
 				log.Warn(w)
 			}
+			dciListen := d.cfg.WebDCIListen
+			if cmd.Flags().Changed("dci-listen") {
+				dciListen, _ = cmd.Flags().GetString("dci-listen")
+				if _, _, err := net.SplitHostPort(dciListen); dciListen != "" && err != nil {
+					return usagef("--dci-listen %q: want host:port, such as 127.0.0.1:8081", dciListen)
+				}
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("den web: listen on %s: %w", listen, err)
 			}
+			// One count of wrong tokens per address for the page and the
+			// Disbatch web API: spreading guesses over both gains nothing.
+			limiter := web.NewLimiter(log)
 			// The page answers only the names of this address, localhost
 			// and web.hosts (421 to any other Host: DNS rebinding).
 			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter,
-				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts, Watch: cmd.Context()})
+				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts, Watch: cmd.Context(), Limiter: limiter})
 			if err != nil {
 				ln.Close()
 				return err
 			}
-			return serveWeb(cmd.Context(), h, ln, d.cfg.WebToken != "", d.cfg.Database, log)
+			if dciListen == "" {
+				return serveWeb(cmd.Context(), h, ln, d.cfg.WebToken != "", d.cfg.Database, log)
+			}
+			api, err := newDCIServer(d, dciListen, limiter, log)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			apiDone := make(chan error, 1)
+			go func() {
+				err := api.serve(ctx, d.cfg.WebToken != "", log)
+				cancel() // the API failing stops the page too
+				apiDone <- err
+			}()
+			err = serveWeb(ctx, h, ln, d.cfg.WebToken != "", d.cfg.Database, log)
+			cancel()
+			if apiErr := <-apiDone; err == nil {
+				err = apiErr
+			}
+			return err
 		}),
 	}
 	addDBFlags(cmd.Flags())
 	cmd.Flags().String("listen", config.DefaultWebListen, "address to serve on (config web.listen); anything but loopback makes the page reachable from the network")
+	cmd.Flags().String("dci-listen", "", "address to serve Disbatch's web API on, as the Perl DCI answered it (config web.dci_listen; default: not served); see docs/web.md")
 	return cmd
 }
 

@@ -103,6 +103,13 @@ type Config struct {
 	// localhost and, listening beyond loopback, the hostname by itself,
 	// and 421 to any other name.
 	WebHosts []string
+	// WebDCIListen is the address den web serves Disbatch's web API on
+	// (web.dci_listen, --dci-listen), at the root of its own address;
+	// empty (the default): not served. WebDCIPlugins are plugins the API
+	// accepts besides those live den nodes serve (web.dci_plugins; a
+	// Disbatch config.json's plugins).
+	WebDCIListen  string
+	WebDCIPlugins []string
 	// Plugins holds the sections of the file's plugins key: each plugin's
 	// settings, as JSON, by plugin name exactly as written (for example
 	// "MyCorp::Plugin::Resize"). Only den's YAML file has them; the
@@ -182,6 +189,8 @@ var defaults = map[string]any{
 	"web.listen":                  DefaultWebListen,
 	"web.token":                   "",
 	"web.hosts":                   []string{},
+	"web.dci_listen":              "",
+	"web.dci_plugins":             []string{},
 	"http.listen":                 "",
 	"http.web":                    false,
 	"plugins":                     map[string]any{}, // read from the file as written, not through viper (see pluginSections)
@@ -329,7 +338,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo, uriFrom string
 	}
 	// Keys read as text must be text (a number is taken as written): a
 	// list or a map there is a mistake, never a default.
-	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token", "http.listen", "retention.action", "retention.reports"} {
+	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token", "web.dci_listen", "http.listen", "retention.action", "retention.reports"} {
 		switch x := v.Get(key).(type) {
 		case nil, string, int, int64, uint64, float64:
 		case bool:
@@ -340,7 +349,7 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo, uriFrom string
 			return fail("%s must be a single value, not %v (%T)", key, x, x)
 		}
 	}
-	for _, key := range []string{"activequeues", "ignorequeues", "web.hosts"} {
+	for _, key := range []string{"activequeues", "ignorequeues", "web.hosts", "web.dci_plugins"} {
 		if _, err := strictList(v, key); err != nil {
 			return fail("%v", err)
 		}
@@ -405,6 +414,10 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo, uriFrom string
 		}
 	}
 	c.WebHosts = list(v.Get("web.hosts"))
+	if c.WebDCIListen, err = dciListen(v.GetString("web.dci_listen")); err != nil {
+		return fail("%v", err)
+	}
+	c.WebDCIPlugins = list(v.Get("web.dci_plugins"))
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
 		return fail("%v", err)
 	}
@@ -457,6 +470,18 @@ func build(v *viper.Viper, path string, runnerUser *url.Userinfo, uriFrom string
 		}
 	}
 	return c, nil
+}
+
+// dciListen checks web.dci_listen: empty (not served) or host:port.
+func dciListen(a string) (string, error) {
+	a = strings.TrimSpace(a)
+	if a == "" {
+		return "", nil
+	}
+	if _, _, err := net.SplitHostPort(a); err != nil {
+		return "", fmt.Errorf("web.dci_listen %q must be host:port, such as 127.0.0.1:8081", a)
+	}
+	return a, nil
 }
 
 // listenAddress checks http.listen: empty (no endpoint) or host:port. A

@@ -200,7 +200,7 @@ func TestListKeysTakeNoSingleValue(t *testing.T) {
 			lists = append(lists, key)
 		}
 	}
-	if want := []string{"activequeues", "command.allow", "command.env", "command.env_allow", "ignorequeues", "web.hosts"}; !slices.Equal(lists, want) {
+	if want := []string{"activequeues", "command.allow", "command.env", "command.env_allow", "ignorequeues", "web.dci_plugins", "web.hosts"}; !slices.Equal(lists, want) {
 		t.Fatalf("the list keys are %v; this test knows %v", lists, want)
 	}
 	yamlOf := func(key, value string) string {
@@ -211,7 +211,7 @@ func TestListKeysTakeNoSingleValue(t *testing.T) {
 		return parent + ":\n  " + leaf + ": " + value + "\n"
 	}
 	envOf := func(key string) string { return "DEN_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")) }
-	value := map[string]string{"activequeues": "q1", "ignorequeues": "q1", "web.hosts": "status.example.com",
+	value := map[string]string{"activequeues": "q1", "ignorequeues": "q1", "web.hosts": "status.example.com", "web.dci_plugins": "Disbatch::Plugin::Demo",
 		"command.allow": "/usr/bin/python3", "command.env": "LANG", "command.env_allow": "LANG"}
 	for _, key := range lists {
 		for _, tc := range []struct{ yaml, want string }{

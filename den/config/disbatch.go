@@ -114,6 +114,19 @@ func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, er
 			out[k] = arr
 		}
 	}
+	// plugins lists the plugins of the Perl nodes; Disbatch's web API
+	// accepted queues of those. den web's takes them as web.dci_plugins.
+	if arr, ok := m["plugins"].([]any); ok {
+		var names []any
+		for _, e := range arr {
+			if name, ok := e.(string); ok && name != "" {
+				names = append(names, name)
+			}
+		}
+		if len(names) > 0 {
+			out["web"] = map[string]any{"dci_plugins": names}
+		}
+	}
 	switch g := m["gfs"].(type) {
 	case nil:
 	case string, bool, float64:

@@ -124,6 +124,8 @@ func effective(c Config) map[string]any {
 		"web.listen":                  c.WebListen,
 		"web.token":                   redactToken(c.WebToken),
 		"web.hosts":                   c.WebHosts,
+		"web.dci_listen":              c.WebDCIListen,
+		"web.dci_plugins":             c.WebDCIPlugins,
 		"http.listen":                 c.HTTPListen,
 		"http.web":                    c.HTTPWeb,
 		"plugins":                     pluginValues(c.Plugins),

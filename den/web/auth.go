@@ -96,25 +96,7 @@ func (h *handler) checkToken(r *http.Request, got string) (tokenResult, time.Dur
 		return st.result, st.retry
 	}
 	st.done = true
-	key, now := clientKey(r), h.now()
-	h.limit.expire(key, now)
-	if same(got, h.token) {
-		st.result = tokenOK
-		return st.result, 0
-	}
-	left, limited := h.limit.failed(key, now)
-	if !limited {
-		st.result = tokenWrong
-		return st.result, 0
-	}
-	if release, ok := h.limit.hold(key); ok {
-		h.sleep(r.Context(), LoginSlowdown)
-		release()
-		if left -= LoginSlowdown; left < time.Second {
-			left = time.Second
-		}
-	}
-	st.result, st.retry = tokenLimited, left
+	st.result, st.retry = h.limit.check(r.Context(), clientKey(r), got, h.token, h.now(), h.sleep)
 	return st.result, st.retry
 }
 

@@ -49,7 +49,8 @@
 //
 // Files: web.go (New, routes, rendering, errors), auth.go (token, CSRF,
 // login, logout), session.go (the session store), limit.go (wrong tokens
-// per address), hosts.go (the Host check), overview.go (/), tasks.go
+// per address), hosts.go (the Host check), guard.go (both checks for
+// another handler of the process: the Disbatch web API, den/web/dci), overview.go (/), tasks.go
 // (/tasks), task.go (/tasks/ID), output.go (reading output,
 // /tasks/ID/output), actions.go (the POSTs), nodeinfo.go (node
 // resources), format.go (template helpers).

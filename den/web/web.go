@@ -57,6 +57,9 @@ type Options struct {
 	Listen string
 	Addr   net.Addr
 	Hosts  []string
+	// Limiter, when set, counts wrong tokens per client address for the
+	// page and whatever else shares it (a Guard); default: the page's own.
+	Limiter *Limiter
 	// Watch, when set, makes the handler ping the database every
 	// ProbeEvery until it ends (see outage.go). Without it an outage is
 	// noticed by the reads of the pages themselves.
@@ -118,7 +121,10 @@ func New(o Options) (http.Handler, error) {
 		return nil, err
 	}
 	h.sessions = newSessions()
-	h.limit = newLimiter(h.log)
+	if o.Limiter == nil {
+		o.Limiter = NewLimiter(h.log)
+	}
+	h.limit = o.Limiter.l
 	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error", "bulk"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/chart.html", "templates/"+page+".html")
 		if err != nil {
