@@ -9,6 +9,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 )
 
@@ -192,4 +193,24 @@ func TestOddTasksGetAnOutcome(t *testing.T) {
 		t.Logf("%-80s -> %d", line, st)
 	}
 	waitPasses(t, db, []string{"n"}, 2, 200*time.Millisecond)
+}
+
+// A queued task whose cancel is written as a number or a word is
+// cancelled by the sweep that rewrites it, not the one after (which may
+// come minutes later on a slow server: here an hour).
+func TestOneSweepCancelsWhatItRewrites(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", sleepPlugin, 1, "fifo")
+	ids := dentest.Tasks(t, db, qid, sleepTasks(2, 0)...)
+	for i, v := range []any{int32(1), "yes"} {
+		dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[i]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "cancel", Value: v}}}})
+	}
+	startNode(t, db, "n", func(c *den.Config) { c.SweepEvery = time.Hour })
+	waitPasses(t, db, []string{"n"}, 2, 0)
+	for _, id := range ids {
+		if st := status(t, db, id); st != -5 {
+			t.Errorf("task %s: status %d after the first sweep, want -5 (cancelled)", id.Hex(), st)
+		}
+	}
 }

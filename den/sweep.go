@@ -53,12 +53,6 @@ func (sw *sweeper) due(now time.Time) bool {
 func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
 	began := time.Now()
 	defer sw.pace.ran(began)
-	if c, err := sw.store.CancelQueued(ctx, now); err != nil {
-		return err
-	} else if c > 0 {
-		sw.metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
-		sw.log.Info("cancelled queued tasks", zap.Int64("count", c))
-	}
 	unfit := sw.unfitQuery(ctx, queues)
 	tasks, err := sw.store.Irregular(ctx, queueIDs(queues), unfit)
 	if err != nil {
@@ -66,6 +60,15 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	}
 	if err := sw.normalize(ctx, tasks, now); err != nil {
 		return err
+	}
+	// After normalize, so that a cancel it has just rewritten (1, "yes")
+	// is acted on in this sweep, not the next, which pace may put minutes
+	// away on a slow server.
+	if c, err := sw.store.CancelQueued(ctx, now); err != nil {
+		return err
+	} else if c > 0 {
+		sw.metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
+		sw.log.Info("cancelled queued tasks", zap.Int64("count", c))
 	}
 	malformed, err := sw.store.Malformed(ctx, queueIDs(queues))
 	if err != nil {
