@@ -48,6 +48,10 @@ record that they were stopped), and then stops the database.`,
 			if err != nil {
 				return err
 			}
+			// den dev ends once the database has stopped, PostgreSQL's
+			// processes with it: a script that removes --data after den dev
+			// exits, or starts it again, finds nothing of it still running.
+			defer func() { stopDB(); <-srv.Done() }()
 			cfg.MongoURI, cfg.RunnerURI = srv.URI(), srv.URI()
 			qid, created, err := ensureDemoQueue(ctx, srv.URI(), cfg.Database)
 			if err != nil {
