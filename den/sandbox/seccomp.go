@@ -217,9 +217,10 @@ const ipprotoMPTCP = 262
 //     ENOSYS (the C library then uses socket itself);
 //   - TCP Fast Open: sendto, sendmsg or sendmmsg with MSG_FASTOPEN on a
 //     TCP socket never connected connects it (tcp_sendmsg_fastopen), and
-//     no LSM hook sees that connection (Landlock's issue 41). They fail
-//     with EOPNOTSUPP whatever the socket, as where the kernel's
-//     tcp_fastopen client side is off (programs then connect(2) first).
+//     no LSM hook sees that connection, so Landlock's TCP rules cannot
+//     refuse it. They fail with EOPNOTSUPP whatever the socket, as where
+//     the kernel's tcp_fastopen client side is off (programs then
+//     connect(2) first).
 //
 // io_uring, which would make these calls unseen, is refused by the task
 // filter; the task filter also refuses other architectures.
