@@ -41,17 +41,15 @@ func (h *handler) queuePrototypesJSON(w http.ResponseWriter, r *http.Request, _ 
 
 // startQueueJSON serves POST /start-queue-json: type (the plugin) and name.
 func (h *handler) startQueueJSON(w http.ResponseWriter, r *http.Request, p params, _ ...string) {
-	o, ok := p.object()
+	o, ok := oldObject(w, p)
 	if !ok {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), p.notObject()})
 		return
 	}
-	typ, _ := o.get("type")
-	name, _ := o.get("name")
-	if typ == nil || name == nil {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), "type and name required"})
+	vals, ok := oldRequire(w, o, "type and name required", "type", "name")
+	if !ok {
 		return
 	}
+	typ, name := vals[0], vals[1]
 	plugins, err := h.livePlugins(r)
 	if err != nil {
 		h.dbError(w, "Could not get current plugins", err)
@@ -146,16 +144,15 @@ func (h *handler) setQueueAttrJSON(w http.ResponseWriter, r *http.Request, p par
 
 // deleteQueueJSON serves POST /delete-queue-json: id.
 func (h *handler) deleteQueueJSON(w http.ResponseWriter, r *http.Request, p params, _ ...string) {
-	o, ok := p.object()
+	o, ok := oldObject(w, p)
 	if !ok {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), p.notObject()})
 		return
 	}
-	v, _ := o.get("id")
-	if v == nil {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), "id required"})
+	vals, ok := oldRequire(w, o, "id required", "id")
+	if !ok {
 		return
 	}
+	v := vals[0]
 	id, msg := oldQueueID(v)
 	if msg != "" {
 		sendJSON(w, http.StatusBadRequest, []any{int64(0), msg})
@@ -194,17 +191,15 @@ func (h *handler) oldQueue(ctx context.Context, v any) (bson.ObjectID, error) {
 // queueCreateTasksJSON serves POST /queue-create-tasks-json: queueid and
 // object, a JSON array of task parameters.
 func (h *handler) queueCreateTasksJSON(w http.ResponseWriter, r *http.Request, p params, _ ...string) {
-	o, ok := p.object()
+	o, ok := oldObject(w, p)
 	if !ok {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), p.notObject()})
 		return
 	}
-	queueID, _ := o.get("queueid")
-	objectV, _ := o.get("object")
-	if queueID == nil || objectV == nil {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), "queueid and object required"})
+	vals, ok := oldRequire(w, o, "queueid and object required", "queueid", "object")
+	if !ok {
 		return
 	}
+	queueID, objectV := vals[0], vals[1]
 	object, msg := jsonParam(objectV)
 	if msg != "" {
 		sendJSON(w, http.StatusOK, []any{int64(0), msg})
@@ -256,19 +251,15 @@ func (h *handler) queueCreateTasksJSON(w http.ResponseWriter, r *http.Request, p
 // /queue-create-tasks-from-query-json: queueid, collection, jsonfilter
 // and params, as POST /tasks/:queue/:collection.
 func (h *handler) queueCreateTasksFromQueryJSON(w http.ResponseWriter, r *http.Request, p params, _ ...string) {
-	o, ok := p.object()
+	o, ok := oldObject(w, p)
 	if !ok {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), p.notObject()})
 		return
 	}
-	queueID, _ := o.get("queueid")
-	collV, _ := o.get("collection")
-	filterV, _ := o.get("jsonfilter")
-	paramsV, _ := o.get("params")
-	if queueID == nil || collV == nil || filterV == nil || paramsV == nil {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), "queueid, collection, jsonfilter, and params required"})
+	vals, ok := oldRequire(w, o, "queueid, collection, jsonfilter, and params required", "queueid", "collection", "jsonfilter", "params")
+	if !ok {
 		return
 	}
+	queueID, collV, filterV, paramsV := vals[0], vals[1], vals[2], vals[3]
 	filterX, msg := jsonParam(filterV)
 	if msg != "" {
 		sendJSON(w, http.StatusOK, []any{int64(0), msg})
@@ -322,9 +313,8 @@ func (h *handler) queueCreateTasksFromQueryJSON(w http.ResponseWriter, r *http.R
 // since the epoch with ctime_str and mtime_str beside them; at most
 // OldSearchLimit tasks.
 func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p params, _ ...string) {
-	o, ok := p.object()
+	o, ok := oldObject(w, p)
 	if !ok {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), p.notObject()})
 		return
 	}
 	filterV, _ := o.get("filter")
@@ -423,4 +413,30 @@ func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p para
 		out = append(out, t)
 	}
 	sendJSON(w, http.StatusOK, out)
+}
+
+// oldObject returns the parameters of an older route's request, which
+// must be an object; else it answers 400 with [0, the reason], as the Perl
+// DCI does, and returns false.
+func oldObject(w http.ResponseWriter, p params) (obj, bool) {
+	o, ok := p.object()
+	if !ok {
+		sendJSON(w, http.StatusBadRequest, []any{int64(0), p.notObject()})
+	}
+	return o, ok
+}
+
+// oldRequire returns the values of the named parameters of o, in order;
+// when one is missing or null it answers 400 with [0, missing] (the Perl
+// DCI's words for the route) and returns false.
+func oldRequire(w http.ResponseWriter, o obj, missing string, names ...string) ([]any, bool) {
+	vals := make([]any, len(names))
+	for i, name := range names {
+		vals[i], _ = o.get(name)
+		if vals[i] == nil {
+			sendJSON(w, http.StatusBadRequest, []any{int64(0), missing})
+			return nil, false
+		}
+	}
+	return vals, true
 }
