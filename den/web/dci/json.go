@@ -329,7 +329,8 @@ func (e errBadOID) Error() string {
 // toBSON turns a decoded JSON value into what the Perl web API would have
 // sent MongoDB: an object whose keys include $oid is that ObjectId (its
 // other keys ignored, as Disbatch's deserialize_oid does), a whole number
-// an int32 or int64, any other number a double.
+// an int32 or int64, any other number a double; anything else (a date a
+// search filter's millisecond dates became) as it is.
 func toBSON(v any) (any, error) {
 	switch v := v.(type) {
 	case obj:

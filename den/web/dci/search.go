@@ -93,43 +93,11 @@ func queryFilter(f obj) (bson.D, string) {
 		}
 		f.set(k, millisecondDate(v))
 	}
-	d, err := bsonValue(f)
+	d, err := toBSON(f)
 	if err != nil {
 		return nil, "Bad OID passed: " + err.Error()
 	}
 	return d.(bson.D), ""
-}
-
-// bsonValue is toBSON, with dates kept.
-func bsonValue(v any) (any, error) {
-	switch v := v.(type) {
-	case time.Time:
-		return v, nil
-	case obj:
-		if _, ok := v.get("$oid"); ok {
-			return toBSON(v)
-		}
-		d := make(bson.D, 0, len(v))
-		for _, f := range v {
-			x, err := bsonValue(f.v)
-			if err != nil {
-				return nil, err
-			}
-			d = append(d, bson.E{Key: f.k, Value: x})
-		}
-		return d, nil
-	case []any:
-		a := make(bson.A, 0, len(v))
-		for _, x := range v {
-			y, err := bsonValue(x)
-			if err != nil {
-				return nil, err
-			}
-			a = append(a, y)
-		}
-		return a, nil
-	}
-	return toBSON(v)
 }
 
 // findOptions reads a search's options: limit (at most SearchLimit; 0 or
@@ -164,7 +132,7 @@ func findOptions(o obj) (sort, projection bson.D, skip, limit int64, msg string)
 			if !ok {
 				return nil, nil, 0, 0, f.k + " must be a name/value object"
 			}
-			d, err := bsonValue(spec)
+			d, err := toBSON(spec)
 			if err != nil {
 				return nil, nil, 0, 0, f.k + ": " + err.Error()
 			}
