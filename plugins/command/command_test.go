@@ -138,8 +138,11 @@ func TestCommandOutcomes(t *testing.T) {
 func TestTimeoutKillsStubbornProgram(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
+	// A timeout of 5 s: the shell must have set its trap and said started
+	// by then (under CI's load, with two busy loops beside it, a task's
+	// start took longer than the 1 s this test gave it).
 	raw := runTask(t, sh, bson.D{{Key: "shell", Value: `trap "" TERM; echo started; sleep 30 & wait; sleep 30`}},
-		bson.E{Key: "timeout", Value: 1}, bson.E{Key: "max_termination_time", Value: 1})
+		bson.E{Key: "timeout", Value: 5}, bson.E{Key: "max_termination_time", Value: 1})
 	took := time.Since(start)
 	if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
 		t.Fatalf("status %d timed_out %v", st, raw.Lookup("timed_out"))
@@ -147,7 +150,7 @@ func TestTimeoutKillsStubbornProgram(t *testing.T) {
 	if text(t, raw, "stdout") != "started\n" {
 		t.Errorf("partial stdout %q", text(t, raw, "stdout"))
 	}
-	if !strings.Contains(text(t, raw, "stderr"), "timed out after 1s") || !strings.Contains(text(t, raw, "stderr"), "SIGKILL") {
+	if !strings.Contains(text(t, raw, "stderr"), "timed out after 5s") || !strings.Contains(text(t, raw, "stderr"), "SIGKILL") {
 		t.Errorf("stderr %q", text(t, raw, "stderr"))
 	}
 	if took > 25*time.Second {

@@ -50,7 +50,8 @@ func TestDenRunnerStopsWhatTheTaskUserLeft(t *testing.T) {
 					script += `; trap "" TERM; sleep 120`
 				}
 				if timeout {
-					extra = append(extra, bson.E{Key: "timeout", Value: 1})
+					// 3 s: the script must be running by then, under load too.
+					extra = append(extra, bson.E{Key: "timeout", Value: 3})
 				}
 				db := dentest.DB(t)
 				qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
