@@ -73,8 +73,14 @@ func newFixture(t *testing.T) fixture {
 // client is an HTTP client that does not follow redirects (an action's
 // answer is its 303).
 func client(jar http.CookieJar) *http.Client {
-	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &http.Client{Jar: jar, Transport: testTransport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
+
+// testTransport is the tests' own, not http.DefaultTransport: every
+// httptest.Server's Close closes the default transport's idle
+// connections, and a parallel test's request that had just picked one
+// failed ("http: CloseIdleConnections called").
+var testTransport = http.DefaultTransport.(*http.Transport).Clone()
 
 func get(t *testing.T, c *http.Client, u string) (int, string) {
 	t.Helper()
