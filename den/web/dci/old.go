@@ -210,16 +210,12 @@ func (h *handler) queueCreateTasksJSON(w http.ResponseWriter, r *http.Request, p
 		sendJSON(w, http.StatusOK, []any{int64(0), "object param must be a JSON array"})
 		return
 	}
-	id, err := h.oldQueue(r.Context(), queueID)
-	if err != nil {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), err.Error()})
-		return
-	}
-	if id.IsZero() {
-		sendJSON(w, http.StatusOK, []any{int64(0), "Queue not found"})
+	id, ok := h.oldQueueFound(w, r, queueID)
+	if !ok {
 		return
 	}
 	var ids []bson.ObjectID
+	var err error
 	if len(list) > 0 {
 		tasks, msg := taskParams(list)
 		if msg != "" {
@@ -277,13 +273,8 @@ func (h *handler) queueCreateTasksFromQueryJSON(w http.ResponseWriter, r *http.R
 		sendJSON(w, http.StatusBadRequest, []any{int64(0), "jsonfilter and params must be JSON objects, and collection a name"})
 		return
 	}
-	id, err := h.oldQueue(r.Context(), queueID)
-	if err != nil {
-		sendJSON(w, http.StatusBadRequest, []any{int64(0), err.Error()})
-		return
-	}
-	if id.IsZero() {
-		sendJSON(w, http.StatusOK, []any{int64(0), "Queue not found"})
+	id, ok := h.oldQueueFound(w, r, queueID)
+	if !ok {
 		return
 	}
 	filter, msg := queryFilter(filterO)
@@ -439,4 +430,21 @@ func oldRequire(w http.ResponseWriter, o obj, missing string, names ...string) (
 		}
 	}
 	return vals, true
+}
+
+// oldQueueFound returns the id of the queue an older route's queueid
+// names; else it answers as the Perl DCI does (400 with the reason for a
+// value that is no id, "Queue not found" for no such queue) and returns
+// false.
+func (h *handler) oldQueueFound(w http.ResponseWriter, r *http.Request, queueID any) (bson.ObjectID, bool) {
+	id, err := h.oldQueue(r.Context(), queueID)
+	if err != nil {
+		sendJSON(w, http.StatusBadRequest, []any{int64(0), err.Error()})
+		return id, false
+	}
+	if id.IsZero() {
+		sendJSON(w, http.StatusOK, []any{int64(0), "Queue not found"})
+		return id, false
+	}
+	return id, true
 }
