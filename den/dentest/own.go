@@ -67,8 +67,8 @@ func OwnServer(t testing.TB) string {
 			t.Fatalf("dentest: own server: den devdb printed %q, not a URI", l)
 		}
 		return l
-	case <-time.After(2 * time.Minute):
-		t.Fatal("dentest: own server: den devdb did not start within 2 minutes")
+	case <-GiveUp():
+		t.Fatal("dentest: own server: den devdb had not started by the test binary's deadline")
 	}
 	return ""
 }

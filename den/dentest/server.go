@@ -177,9 +177,9 @@ func startServer(tmp string) (func(), error) {
 			return nil, fmt.Errorf("den devdb printed %q, not a URI", l)
 		}
 		serverURI = l
-	case <-time.After(2 * time.Minute):
+	case <-GiveUp():
 		cmd.Process.Kill()
-		return nil, fmt.Errorf("den devdb did not start within 2 minutes")
+		return nil, fmt.Errorf("den devdb had not started by the test binary's deadline")
 	}
 	return func() {
 		stdin.Close()

@@ -64,10 +64,10 @@ func TestEveryTaskEndsUnderWriteFaults(t *testing.T) {
 	}
 	// Ended: any status but queued (-2), claimed (-1) and running (0).
 	ended := bson.D{{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{-2, -1, 0}}}}}
-	deadline := time.Now().Add(4 * time.Minute)
+	deadline := dentest.Deadline()
 	for dentest.CountTasks(t, db, ended) < int64(len(ids)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 4 minutes, %d of %d tasks have not ended (%d faults injected): %s",
+			t.Fatalf("at the test's deadline, %d of %d tasks have not ended (%d faults injected): %s",
 				int64(len(ids))-dentest.CountTasks(t, db, ended), len(ids), len(p.Injected()), unended(t, db))
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -130,10 +130,10 @@ func TestLostClaimIsNotLeftClaimed(t *testing.T) {
 		t.Fatalf("the task whose claim reply was lost is not claimed by node-0: %s", unended(t, db))
 	}
 	p.Set()
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := dentest.Deadline()
 	for dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: ids[0]}, {Key: "status", Value: 1}}) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("2 minutes after the faults ended, the task has not run: %s", unended(t, db))
+			t.Fatalf("at the test's deadline, long after the faults ended, the task has not run: %s", unended(t, db))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -199,10 +199,10 @@ func faultAtStep(t *testing.T, st step, f dentest.Fault) {
 	if st.name == "dependency" {
 		want = append(want, child)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := dentest.Deadline()
 	for dentest.CountTasks(t, db, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}}, ended...)) < int64(len(want)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 3 minutes, not every task has ended (faults injected: %v): %s", p.Injected(), unended(t, db))
+			t.Fatalf("at the test's deadline, not every task has ended (faults injected: %v): %s", p.Injected(), unended(t, db))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -309,7 +309,7 @@ func checkCounts(t *testing.T, db *mongo.Database, qid bson.ObjectID) {
 		Total int64 `bson:"count_total"`
 	}
 	var todo, total int64
-	deadline := time.Now().Add(time.Minute)
+	deadline := dentest.Deadline()
 	for {
 		if err := db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: qid}}).Decode(&q); err != nil {
 			t.Fatal(err)
@@ -320,7 +320,7 @@ func checkCounts(t *testing.T, db *mongo.Database, qid bson.ObjectID) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a minute after the tasks ended, the queue's counts are todo %d total %d; a recount says %d and %d", q.Todo, q.Total, todo, total)
+			t.Fatalf("at the test's deadline, long after the tasks ended, the queue's counts are todo %d total %d; a recount says %d and %d", q.Todo, q.Total, todo, total)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
