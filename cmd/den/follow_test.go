@@ -105,7 +105,7 @@ func waitExit(t *testing.T, cmd interface{ Wait() error }) {
 		if err != nil {
 			t.Fatalf("exit: %v", err)
 		}
-	case <-time.After(time.Minute):
-		t.Fatal("did not exit within a minute")
+	case <-dentest.GiveUp():
+		t.Fatal("did not exit by the test's deadline")
 	}
 }

@@ -111,8 +111,8 @@ func stopAndWait(t testing.TB, cmd *exec.Cmd, sig syscall.Signal) time.Duration 
 		if err != nil {
 			t.Fatalf("den exited with %v after %v, want 0", err, sig)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("den did not exit within 30s of %v", sig)
+	case <-dentest.GiveUp():
+		t.Fatalf("den had not exited by the test's deadline after %v", sig)
 	}
 	return time.Since(sent)
 }
@@ -272,10 +272,10 @@ func TestDevLocksDataDirectory(t *testing.T) {
 			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 				t.Fatalf("second den %s on the same directory: %v, want exit status 1", args[0], err)
 			}
-		case <-time.After(time.Minute):
+		case <-dentest.GiveUp():
 			second.Process.Kill()
 			<-done // one Wait at a time: start's cleanup waits too
-			t.Fatalf("second den %s on the same directory is still running a minute later", args[0])
+			t.Fatalf("second den %s on the same directory is still running at the test's deadline", args[0])
 		}
 		msg := err2.String()
 		if !strings.Contains(msg, "in use by process "+strconv.Itoa(first.Process.Pid)) || !strings.Contains(msg, data) {

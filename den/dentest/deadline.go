@@ -1,41 +1,17 @@
 package dentest
 
 import (
-	"flag"
 	"time"
+
+	"github.com/den-project/den/den/internal/testdeadline"
 )
 
-// started is when the test binary started, as near as a package
-// variable can tell: go test's -timeout counts from about then.
-var started = time.Now()
-
-// deadlineMargin is how long before the binary's -timeout a wait gives
-// up (a quarter of a short timeout): long enough for the test to fail
-// with what it waited for, and for its cleanups to run, before go test
-// panics with every goroutine's stack and loses the other tests'
-// results.
-const deadlineMargin = 45 * time.Second
-
 // Deadline is when a test's waits give up: the test binary's -timeout
-// less a margin, or an hour from the start when it has none (go test
-// -timeout 0). Tests wait for what they check (a document's state, a
-// channel the code closes) and bound the wait only by this, never by a
-// duration tuned to how fast the server is today: on a busy machine a
-// test takes longer, and passes.
-func Deadline() time.Time {
-	timeout := time.Hour
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if g, ok := f.Value.(flag.Getter); ok {
-			if d, ok := g.Get().(time.Duration); ok && d > 0 {
-				timeout = d
-			}
-		}
-	}
-	return started.Add(timeout - min(deadlineMargin, timeout/4))
-}
+// less a margin (package testdeadline says why). Tests wait for what they
+// check and bound the wait only by this, never by a duration tuned to how
+// fast the server is today.
+func Deadline() time.Time { return testdeadline.Deadline() }
 
 // GiveUp returns a channel that fires at Deadline: the bound of a
 // select that waits for a signal from the code.
-func GiveUp() <-chan time.Time {
-	return time.After(time.Until(Deadline()))
-}
+func GiveUp() <-chan time.Time { return testdeadline.GiveUp() }

@@ -8,7 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/den-project/den/den/internal/testdeadline"
 
 	"github.com/den-project/den/den/devdb"
 )
@@ -18,7 +19,7 @@ import (
 // the first has stopped.
 func TestDataDirectoryIsLocked(t *testing.T) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
 	firstCtx, stopFirst := context.WithCancel(ctx)
 	defer stopFirst()

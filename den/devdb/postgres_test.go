@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/testdeadline"
+
 	"github.com/jackc/pgx/v5"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -39,7 +41,7 @@ func needPostgres(t *testing.T) {
 // found the 2,000 finished tasks, removed on recheck).
 func TestTwinsServeTheProtocolsQueries(t *testing.T) {
 	needPostgres(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
 	dir := t.TempDir()
 	srv, err := Start(ctx, Config{Dir: dir, Engine: EnginePostgreSQL,
@@ -189,15 +191,15 @@ func TestPostgresDiesWithItsServer(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := time.Now().Add(time.Minute)
+	deadline := testdeadline.Deadline()
 	for processAlive(pg) {
 		if time.Now().After(deadline) {
 			syscall.Kill(pg, syscall.SIGKILL)
-			t.Fatalf("PostgreSQL (pid %d) still runs a minute after its server was killed", pg)
+			t.Fatalf("PostgreSQL (pid %d) still runs at the test's deadline, after its server was killed", pg)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
 	srv, err := Start(ctx, Config{Dir: dir, Engine: EnginePostgreSQL})
 	if err != nil {
@@ -242,7 +244,7 @@ func TestEngineChoice(t *testing.T) {
 	// A directory an earlier den served with SQLite, holding a database.
 	sqliteDir := t.TempDir()
 	{
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 		srv, err := Start(ctx, Config{Dir: sqliteDir, Engine: EngineSQLite})
 		if err != nil {
 			t.Fatal(err)
@@ -274,7 +276,7 @@ func TestEngineChoice(t *testing.T) {
 			if dir == "" {
 				dir = t.TempDir()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 			defer cancel()
 			srv, err := Start(ctx, Config{Dir: dir, Engine: tc.engine, PostgresBin: tc.bin})
 			if tc.err != "" {
@@ -311,7 +313,7 @@ func TestEngineChoice(t *testing.T) {
 // never come while a_busy is held).
 func TestSweepMakesTwinsBesideABusyDatabase(t *testing.T) {
 	needPostgres(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
 	srv, err := Start(ctx, Config{Dir: t.TempDir(), Engine: EnginePostgreSQL})
 	if err != nil {
@@ -333,10 +335,10 @@ func TestSweepMakesTwinsBesideABusyDatabase(t *testing.T) {
 	}
 	waitTwins := func(db string, want int) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
+		deadline := testdeadline.Deadline()
 		for twins(db) != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s has %d twins a minute on, want %d", db, twins(db), want)
+				t.Fatalf("%s has %d twins at the test's deadline, want %d", db, twins(db), want)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/testdeadline"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/den/internal/wire"
@@ -156,8 +158,8 @@ func TestProxyRunsOneCommandAtATimePerDatabase(t *testing.T) {
 			if got != want {
 				t.Fatalf("got a command of %q, want %q", got, want)
 			}
-		case <-time.After(time.Minute):
-			t.Fatalf("no command of %q within a minute", want)
+		case <-testdeadline.GiveUp():
+			t.Fatalf("no command of %q by the test's deadline", want)
 		}
 	}
 	// users is how many commands of db hold or wait for its lock.
@@ -178,7 +180,7 @@ func TestProxyRunsOneCommandAtATimePerDatabase(t *testing.T) {
 	// The second command of a is read and waits for a's lock: the
 	// signal is the lock's count of its users, not a time; its arrival
 	// at the server instead is the failure.
-	deadline := time.Now().Add(time.Minute)
+	deadline := testdeadline.Deadline()
 	for users("a") != 2 {
 		select {
 		case db := <-up.arrived:

@@ -3,7 +3,8 @@ package devdb_test
 import (
 	"context"
 	"testing"
-	"time"
+
+	"github.com/den-project/den/den/internal/testdeadline"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -15,7 +16,7 @@ import (
 // The proxy counts what clients send through it, by command, and the
 // direct URI goes around it uncounted.
 func TestStatsCountCommandsAtTheWire(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
 	srv, err := devdb.Start(ctx, devdb.Config{Dir: t.TempDir()})
 	if err != nil {

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/den-project/den/den/internal/testdeadline"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -95,7 +96,7 @@ func TestServeMountsAndStops(t *testing.T) {
 		if err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	case <-time.After(time.Minute):
+	case <-testdeadline.GiveUp():
 		t.Fatal("Serve did not return after its context ended")
 	}
 	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {

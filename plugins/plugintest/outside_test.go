@@ -12,6 +12,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/plugins/plugintest"
 )
 
@@ -28,7 +29,7 @@ func TestOutsidePluginModule(t *testing.T) {
 	if err != nil {
 		t.Skip("go is not on PATH: cannot build the outside plugin module")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithDeadline(context.Background(), dentest.Deadline())
 	defer cancel()
 	bin := filepath.Join(t.TempDir(), "myden")
 	gocmd := func(args ...string) {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/testdeadline"
+
 	"github.com/den-project/den/den/internal/contain"
 )
 
@@ -33,7 +35,7 @@ func start(t *testing.T, script string, env ...string) *exec.Cmd {
 // set).
 func waitStarted(t *testing.T, ready string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := testdeadline.Deadline(); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(ready); err == nil {
 			return
 		}
@@ -83,7 +85,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 			}
 			select {
 			case <-reaped:
-			case <-time.After(30 * time.Second):
+			case <-testdeadline.GiveUp():
 				t.Fatal("the process was not stopped")
 			}
 			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); tc.name == "ignores SIGTERM" && ws.Signal() != syscall.SIGKILL {
@@ -101,7 +103,7 @@ func TestMarkedAndDescendants(t *testing.T) {
 	mine := start(t, "sleep 100 & exec sleep 100", contain.EnvRun+"="+marker)
 	other := start(t, "exec sleep 100", contain.EnvRun+"="+marker+"x")
 	var found []int32
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := testdeadline.Deadline()
 	for time.Now().Before(deadline) {
 		if found = contain.Marked(context.Background(), marker, 0); len(found) == 2 {
 			break
@@ -166,7 +168,7 @@ func TestStopWaitsForWhatItSignalled(t *testing.T) {
 	}
 	select {
 	case <-reaped:
-	case <-time.After(5 * time.Second):
+	case <-testdeadline.GiveUp():
 		t.Fatal("Stop returned with the process it signalled still running")
 	}
 	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGKILL {
@@ -216,7 +218,7 @@ func TestTreeKeptFilesFollowTheTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	var found []int32
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := testdeadline.Deadline(); ; time.Sleep(20 * time.Millisecond) {
 		found = tree.Descendants(context.Background(), self)
 		// The shell (now sleep) and its background sleep.
 		if slices.Contains(found, pid) && len(tree.Descendants(context.Background(), pid)) == 1 {
@@ -238,7 +240,7 @@ func TestTreeKeptFilesFollowTheTree(t *testing.T) {
 	tree.Forget(pid)
 	cmd.Process.Kill()
 	cmd.Wait()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := testdeadline.Deadline(); ; time.Sleep(20 * time.Millisecond) {
 		found = tree.Descendants(context.Background(), self)
 		if !slices.Contains(found, pid) && !slices.Contains(found, child) {
 			break
