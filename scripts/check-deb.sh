@@ -10,6 +10,15 @@ bash scripts/package-deb.sh "$out" >/dev/null
 dpkg -i "$out"/den_*.deb
 fail() { echo "check-deb: $*" >&2; exit 1; }
 den version | grep -q '^den ' || fail "den version does not answer"
+pkgversion=$(dpkg-query -W -f '${Version}' den)
+den version | grep -qF "den $pkgversion," || fail "den version says $(den version), not the package's $pkgversion"
+# The documentation as the docs link it: Markdown and its pictures, no Go.
+doc=/usr/share/doc/den
+[ -f $doc/docs/web.md ] || fail "no $doc/docs/web.md"
+find $doc -name '*.go' | grep -q . && fail "the package ships Go files as documentation: $(find $doc -name '*.go' | xargs)"
+grep -ho '\.\./testdata/web/[a-z-]*\.png' $doc/docs/*.md | sort -u | while read -r img; do
+  [ -f "$doc/docs/$img" ] || fail "the docs show $img, not in the package"
+done
 id disbatch >/dev/null || fail "no disbatch user"
 id den-task >/dev/null || fail "no den-task user"
 id -nG den-task | grep -qw disbatch && fail "den-task is in group disbatch"

@@ -15,7 +15,9 @@ arch=$(go env GOARCH)
 version=$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//' || true)
 version=${version:-0.0.0}+git$(git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
 mkdir -p dist
-CGO_ENABLED=0 go build -trimpath -o dist/den ./cmd/den
+# den version says the package's version (Go's own build information says
+# "(devel)" for a build from a checkout).
+CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/den-project/den/den/cli.stampedVersion=$version" -o dist/den ./cmd/den
 DEN_DEB_ARCH=$arch DEN_DEB_VERSION=$version \
   go run "$nfpm" package --config scripts/nfpm.yaml --packager deb --target "$out"
 ls "$out"/den_*"$arch".deb

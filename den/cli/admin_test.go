@@ -183,6 +183,11 @@ func TestVersion(t *testing.T) {
 	if !strings.HasPrefix(line, "v1.4.0, revision 0123456789ab+modified, 2026-11-23T09:00:00Z") {
 		t.Fatalf("version line %q", line)
 	}
+	// A packaged binary: Go says (devel), the package stamps its version.
+	info.Main.Version, info.Deps = "(devel)", nil
+	if line := versionLine(stamped(fromBuildInfo(info), "0.0.0+git20261127.594d1cc")); !strings.HasPrefix(line, "0.0.0+git20261127.594d1cc, revision") {
+		t.Fatalf("stamped version line %q", line)
+	}
 }
 
 // den config print gives every key's effective value and its source:

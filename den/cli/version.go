@@ -18,9 +18,24 @@ type buildInfo struct {
 	Go       string `json:"go"`
 }
 
+// stampedVersion is the version a packager stamps into the binary with
+// -ldflags "-X github.com/den-project/den/den/cli.stampedVersion=V"
+// (scripts/package-deb.sh stamps the package's version): to Go's build
+// information a binary built from a checkout is "(devel)", which tells an
+// operator nothing.
+var stampedVersion string
+
 func readBuildInfo() buildInfo {
 	info, _ := debug.ReadBuildInfo()
-	return fromBuildInfo(info)
+	return stamped(fromBuildInfo(info), stampedVersion)
+}
+
+// stamped is b with the version a packager stamped, if any.
+func stamped(b buildInfo, version string) buildInfo {
+	if version != "" {
+		b.Version = version
+	}
+	return b
 }
 
 func fromBuildInfo(info *debug.BuildInfo) buildInfo {
