@@ -109,8 +109,8 @@ func TestTaskUserTimedOutAndStopped(t *testing.T) {
 			p := asTaskUser(sh)
 			p.SharedPIDs = shared
 			mark := sleepMark(60)
-			raw := runTask(t, p, bson.D{{Key: "shell", Value: `trap "" TERM; id -u; ` + startChild(mark)}},
-				bson.E{Key: "timeout", Value: 3}, bson.E{Key: "max_termination_time", Value: 1})
+			raw, _ := runTimingOut(t, p, bson.D{{Key: "shell", Value: `trap "" TERM; id -u; ` + startChild(mark)}},
+				"started", bson.E{Key: "max_termination_time", Value: 1})
 			if st, _ := raw.Lookup("status").AsInt64OK(); st != 2 || !raw.Lookup("timed_out").Boolean() {
 				t.Fatalf("status %d timed_out %v stderr %q", st, raw.Lookup("timed_out"), text(t, raw, "stderr"))
 			}
