@@ -1,7 +1,6 @@
-package runner
+package supervisor
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -23,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/runner"
 )
 
 // supervise runs the supervisor: it starts the worker, reaps every child
@@ -30,11 +30,11 @@ import (
 // exited stops whatever is left and exits with the worker's code. Asked
 // to stop (SIGTERM, SIGINT), it passes the signal on to the worker, which
 // stops the run as a cancel does and records what it can; a worker that
-// has not exited stopWithin the task's grace after that (hung, or
+// has not exited StopWithin the task's grace after that (hung, or
 // stopped) is killed, and the rest stopped as for any dead worker. The
 // relay control channel and the task channel, if any, go to the worker and
 // to no other process; the supervisor keeps no copy.
-func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
+func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	for _, f := range []*os.File{relayCtl, tasksCh} {
 		if f != nil {
 			defer f.Close() // also on the early returns below
@@ -97,22 +97,22 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	// end the supervisor before it has stopped what the run left.
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	// The worker's environment carries no run marker: the marker of each
-	// run is set for the programs of that run only (Runner.Run), so that
+	// run is set for the programs of that run only (worker.Executor.Run), so that
 	// the worker is never taken for a leftover of a run it has served.
 	workerSpec, err := spec.Env()
 	if err != nil {
 		log.Error("hand the worker its spec", zap.Error(err))
 		return 2
 	}
-	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, SpecEnv+"=") })
-	env = append(env, workerSpec, envWorker+"=1", envSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
+	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, runner.SpecEnv+"=") })
+	env = append(env, workerSpec, runner.EnvWorker+"=1", runner.EnvSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
 	files := []uintptr{0, 1, 2, uintptr(fds[1])}
 	if relayCtl != nil {
-		env = append(env, EnvRelayFD+"="+strconv.Itoa(len(files)))
+		env = append(env, runner.EnvRelayFD+"="+strconv.Itoa(len(files)))
 		files = append(files, relayCtl.Fd())
 	}
 	if tasksCh != nil {
-		env = append(env, EnvTasksFD+"="+strconv.Itoa(len(files)))
+		env = append(env, runner.EnvTasksFD+"="+strconv.Itoa(len(files)))
 		files = append(files, tasksCh.Fd())
 	}
 	attr := &syscall.ProcAttr{
@@ -159,7 +159,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			log.Debug("cannot keep a runner process's /proc files open; reading them anew each time", zap.Error(err))
 		}
 	}
-	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, pidsRoot: spec.Pids, grace: DefaultGrace,
+	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, pidsRoot: spec.Pids, grace: runner.DefaultGrace,
 		maxProcesses: spec.MaxProcesses,
 		id:           bson.NewObjectID().Hex(),
 		run:          runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
@@ -171,13 +171,13 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	}
 	s.defaultGrace = s.grace
 	requests := make(chan []string)
-	go readRequests(ours, requests)
+	go runner.ReadRequests(ours, requests)
 	var answers bytes.Buffer
 	// SIGCHLDs can merge; a slow tick makes sure none is missed.
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastSample := time.Now()
-	// memoryTick runs while a task's memory request is known (verbMemory).
+	// memoryTick runs while a task's memory request is known (VerbMemory).
 	var memoryTicker *time.Ticker
 	var memoryTick <-chan time.Time
 	defer func() {
@@ -185,7 +185,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			memoryTicker.Stop()
 		}
 	}()
-	// killWorker fires stopWithin after the first SIGTERM or SIGINT.
+	// killWorker fires StopWithin after the first SIGTERM or SIGINT.
 	var killTimer *time.Timer
 	var killWorker <-chan time.Time
 	var killWithin time.Duration
@@ -222,7 +222,7 @@ func supervise(spec Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			// for live output (sent to this process only).
 			syscall.Kill(worker, sig.(syscall.Signal))
 			if (sig == syscall.SIGTERM || sig == syscall.SIGINT) && killTimer == nil {
-				killWithin = stopWithin(s.grace)
+				killWithin = runner.StopWithin(s.grace)
 				killTimer = time.NewTimer(killWithin)
 				killWorker = killTimer.C
 			}
@@ -294,15 +294,6 @@ func onLockedThread(release <-chan struct{}, fn func()) {
 	<-done
 }
 
-// stopWithin is how long after SIGTERM a runner's supervisor gives its
-// worker to exit before it kills it: the task's grace to stop the plugin's
-// program, the time a plugin may take past it (runPlugin), the grace
-// again for what the run left, StopRecordFor to record, and 10 s to
-// disconnect.
-func stopWithin(grace time.Duration) time.Duration {
-	return 2*grace + pluginSlack + StopRecordFor + 10*time.Second
-}
-
 type supervisor struct {
 	// base is the logger; log adds the current run's task.
 	base, log *zap.Logger
@@ -364,7 +355,7 @@ func (s *supervisor) reap() {
 	}
 }
 
-// handle answers one request of the worker (control.go) into reply.
+// handle answers one request of the worker (den/runner/control.go) into reply.
 func (s *supervisor) handle(req string, reply io.Writer) {
 	answer := func(verb string, arg any) { fmt.Fprintf(reply, "%s %v\n", verb, arg) }
 	verb, arg, _ := strings.Cut(req, " ")
@@ -373,41 +364,41 @@ func (s *supervisor) handle(req string, reply io.Writer) {
 	alone := s.stoppedAll
 	s.stoppedAll = false
 	switch verb {
-	case verbUsage:
+	case runner.VerbUsage:
 		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1, alone))
 		if err != nil { // cannot happen: numbers only
 			b = []byte("{}")
 		}
-		answer(verbUsage, string(b))
+		answer(runner.VerbUsage, string(b))
 		return
-	case verbBegin:
+	case runner.VerbBegin:
 		token, err := s.begin(arg)
 		if err != nil {
 			s.log.Error("cannot begin a run", zap.String("task", arg), zap.Error(err))
-			answer(verbRefused, err)
+			answer(runner.VerbRefused, err)
 			return
 		}
 		// The run's pids cgroup at the node's process limit, made now:
 		// a run whose limit is the node's asks nothing more.
-		dir := noPids
+		dir := runner.NoPids
 		if s.maxProcesses > 0 {
 			if d := s.limitProcesses(s.maxProcesses); d != "" {
 				dir = d
 			}
 		}
-		answer(verbRun, token+" "+dir)
+		answer(runner.VerbRun, token+" "+dir)
 		return
-	case verbIdle:
-		answer(verbIdle, s.idle())
+	case runner.VerbIdle:
+		answer(runner.VerbIdle, s.idle())
 		return
-	case verbProcs:
-		dir := noPids
+	case runner.VerbProcs:
+		dir := runner.NoPids
 		if n, err := strconv.Atoi(arg); err == nil && n > 0 {
 			if d := s.limitProcesses(n); d != "" {
 				dir = d
 			}
 		}
-		answer(verbProcs, dir)
+		answer(runner.VerbProcs, dir)
 		return
 	}
 	n, err := strconv.ParseInt(arg, 10, 64)
@@ -416,15 +407,15 @@ func (s *supervisor) handle(req string, reply io.Writer) {
 		return
 	}
 	switch verb {
-	case verbMemory:
+	case runner.VerbMemory:
 		s.usage.limit = n // bytes
-	case verbGrace:
+	case runner.VerbGrace:
 		s.grace = time.Duration(n) * time.Millisecond
-	case verbStop:
+	case runner.VerbStop:
 		s.grace = time.Duration(n) * time.Millisecond
 		stopped := s.stopAll(context.Background(), false)
 		s.stoppedAll = stopped == 0
-		answer(verbStopped, stopped)
+		answer(runner.VerbStopped, stopped)
 	default:
 		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
 	}
@@ -472,30 +463,6 @@ func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
 func (s *supervisor) isZombie(pid int32) bool {
 	st, ok := s.tree.ReadStat(pid)
 	return !ok || st.State == 'Z'
-}
-
-// readRequests sends the worker's requests to out, one batch per read:
-// those the worker sent together (link.askAll) are handled together.
-func readRequests(f *os.File, out chan<- []string) {
-	defer close(out)
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			return
-		}
-		batch := []string{strings.TrimSuffix(line, "\n")}
-		// Whole lines the same read brought.
-		for {
-			b, _ := r.Peek(r.Buffered())
-			if bytes.IndexByte(b, '\n') < 0 {
-				break
-			}
-			line, _ := r.ReadString('\n')
-			batch = append(batch, strings.TrimSuffix(line, "\n"))
-		}
-		out <- batch
-	}
 }
 
 // limitProcesses gives the current run's programs a pids cgroup with
