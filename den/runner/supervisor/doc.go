@@ -6,9 +6,13 @@
 // asked. It holds no database connection and runs no plugin code.
 //
 // Files:
-//   - supervisor.go: Main (start the worker, then the loop that waits on
-//     it), the supervisor's state and its answers to the worker (handle,
-//     begin, idle), and stopping a run's leftovers;
+//   - supervisor.go: Main: start the worker (prepareFirstRun, workerAttr,
+//     startWorker), then serve its requests and signals until it exits
+//     (serve), then finish;
+//   - decisions.go: what that loop decides, as pure functions a table test
+//     covers (signalAction, exitOf, ...);
+//   - control.go: the supervisor's state and its answers to the worker
+//     (handle, begin, idle), and stopping a run's leftovers;
 //   - usage.go: measures a run (CPU exactly, memory sampled);
 //   - memory.go: enforces a run's memory request.
 //

@@ -3,10 +3,6 @@ package supervisor
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -25,7 +21,7 @@ import (
 	"github.com/den-project/den/den/runner"
 )
 
-// supervise runs the supervisor: it starts the worker, reaps every child
+// Main runs the supervisor: it starts the worker, reaps every child
 // it is given, answers the worker's requests, and once the worker has
 // exited stops whatever is left and exits with the worker's code. Asked
 // to stop (SIGTERM, SIGINT), it passes the signal on to the worker, which
@@ -35,7 +31,8 @@ import (
 // relay control channel and the task channel, if any, go to the worker and
 // to no other process; the supervisor keeps no copy.
 func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
-	for _, f := range []*os.File{relayCtl, tasksCh} {
+	inherited := []*os.File{relayCtl, tasksCh}
+	for _, f := range inherited {
 		if f != nil {
 			defer f.Close() // also on the early returns below
 		}
@@ -44,47 +41,15 @@ func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		log.Error("cannot become a child subreaper; refusing to run the task uncontained", zap.Error(err))
 		return 2
 	}
-	// The first run is prepared before the worker starts, so that the
-	// worker starts inside its cgroup; the worker begins it like any other.
-	token := bson.NewObjectID()
-	proof, err := contain.HoldProof(contain.Marker(spec.Task, token.Hex()))
-	if err != nil {
-		// A kernel without memfd (before 3.17). The node then proves this
-		// runner by its spec, which names its one task: serve no other.
-		log.Warn("no run proof on this kernel; this runner serves one task", zap.Error(err))
-		spec.Reuse = false // the worker's spec, below
+	first := prepareFirstRun(&spec, log)
+	if first.cgroupFD != nil {
+		defer first.cgroupFD.Close()
 	}
-	started := int64(0)
-	if t, err := processStart(os.Getpid()); err == nil {
-		started = t
-	}
-	var cgroup string
-	var cgroupFD *os.File
-	if spec.Cgroup != "" {
-		cgroup = contain.RunCgroup(spec.Cgroup, spec.Task, token.Hex())
-		f, err := contain.CreateCgroup(cgroup)
-		if err != nil {
-			log.Warn("cannot create the run's cgroup; containing it by process tree only", zap.Error(err))
-			cgroup = ""
-		} else {
-			cgroupFD = f
-			defer f.Close()
-		}
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	ours, theirs, err := controlChannel()
 	if err != nil {
 		log.Error("create the worker's control socket", zap.Error(err))
 		return 2
 	}
-	// Non-blocking, so that reading it waits in the runtime's poller and
-	// not in a read(2) that holds a thread: a thread blocked in a system
-	// call keeps the runtime's monitor polling (every 20 µs at first),
-	// which cost more CPU than the supervisor's own work per task.
-	if err := unix.SetNonblock(fds[0], true); err != nil {
-		log.Error("create the worker's control socket", zap.Error(err))
-		return 2
-	}
-	ours := os.NewFile(uintptr(fds[0]), "control")
 	defer ours.Close()
 	exe, err := os.Executable()
 	if err != nil {
@@ -96,56 +61,23 @@ func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	// it stays caught after the worker exits, as its default action would
 	// end the supervisor before it has stopped what the run left.
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
-	// The worker's environment carries no run marker: the marker of each
-	// run is set for the programs of that run only (worker.Executor.Run), so that
-	// the worker is never taken for a leftover of a run it has served.
-	workerSpec, err := spec.Env()
+	attr, err := workerAttr(spec, first, theirs, relayCtl, tasksCh)
 	if err != nil {
 		log.Error("hand the worker its spec", zap.Error(err))
 		return 2
 	}
-	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, runner.SpecEnv+"=") })
-	env = append(env, workerSpec, runner.EnvWorker+"=1", runner.EnvSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(started, 10))
-	files := []uintptr{0, 1, 2, uintptr(fds[1])}
-	if relayCtl != nil {
-		env = append(env, runner.EnvRelayFD+"="+strconv.Itoa(len(files)))
-		files = append(files, relayCtl.Fd())
-	}
-	if tasksCh != nil {
-		env = append(env, runner.EnvTasksFD+"="+strconv.Itoa(len(files)))
-		files = append(files, tasksCh.Fd())
-	}
-	attr := &syscall.ProcAttr{
-		Env:   env,
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
-	}
-	if cgroupFD != nil {
-		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(cgroupFD.Fd())
-	}
 	// The worker's PDEATHSIG fires when the thread that started it exits:
 	// it is started from a thread that lives, locked, until the
-	// supervisor returns. The loop below runs on any thread (a loop
-	// locked to its thread hands its work over to that thread each time
-	// it wakes: two more context switches per request of the worker).
+	// supervisor returns.
 	release := make(chan struct{})
 	defer close(release)
-	var worker int
-	onLockedThread(release, func() {
-		worker, err = syscall.ForkExec(exe, os.Args, attr)
-		if err != nil && cgroupFD != nil {
-			log.Warn("cannot start the worker inside the run's cgroup; containing it by process tree only", zap.Error(err))
-			contain.RemoveCgroup(cgroup, time.Second)
-			cgroup, attr.Sys.UseCgroupFD = "", false
-			worker, err = syscall.ForkExec(exe, os.Args, attr)
-		}
-	})
-	syscall.Close(fds[1])
+	worker, err := startWorker(exe, attr, &first, release, log)
+	syscall.Close(theirs)
 	if err != nil {
 		log.Error("start the task runner worker", zap.Error(err))
 		return 2
 	}
-	for _, f := range []*os.File{relayCtl, tasksCh} {
+	for _, f := range inherited {
 		if f != nil {
 			f.Close() // the worker has it; the node sees it close when the worker exits
 		}
@@ -159,17 +91,180 @@ func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			log.Debug("cannot keep a runner process's /proc files open; reading them anew each time", zap.Error(err))
 		}
 	}
+	s := newSupervisor(spec, log, worker, first, tree)
+	s.serve(ours, sigs)
+	return s.finish()
+}
+
+// firstRun is the run the supervisor prepares before the worker starts,
+// so that the worker starts inside its cgroup; the worker begins it like
+// any other.
+type firstRun struct {
+	token bson.ObjectID
+	// proof is the run proof (contain.HoldProof); nil on a kernel without
+	// memfd.
+	proof *os.File
+	// started is the supervisor's start time (processStart), 0 unknown.
+	started int64
+	// cgroup is the run's cgroup, "" none; cgroupFD its directory, which
+	// the worker is started into.
+	cgroup   string
+	cgroupFD *os.File
+}
+
+// prepareFirstRun makes the first run's token, proof and cgroup. Without
+// a proof it turns spec.Reuse off: the runner serves one task.
+func prepareFirstRun(spec *runner.Spec, log *zap.Logger) firstRun {
+	first := firstRun{token: bson.NewObjectID()}
+	proof, err := contain.HoldProof(contain.Marker(spec.Task, first.token.Hex()))
+	if err != nil {
+		// A kernel without memfd (before 3.17). The node then proves this
+		// runner by its spec, which names its one task: serve no other.
+		log.Warn("no run proof on this kernel; this runner serves one task", zap.Error(err))
+		spec.Reuse = false // the worker's spec
+	}
+	first.proof = proof
+	if t, err := processStart(os.Getpid()); err == nil {
+		first.started = t
+	}
+	if spec.Cgroup != "" {
+		first.cgroup = contain.RunCgroup(spec.Cgroup, spec.Task, first.token.Hex())
+		f, err := contain.CreateCgroup(first.cgroup)
+		if err != nil {
+			log.Warn("cannot create the run's cgroup; containing it by process tree only", zap.Error(err))
+			first.cgroup = ""
+		} else {
+			first.cgroupFD = f
+		}
+	}
+	return first
+}
+
+// controlChannel creates the control channel: the supervisor's end, and
+// the worker's descriptor, which the worker inherits as runner.ControlFD.
+func controlChannel() (ours *os.File, theirs int, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, -1, err
+	}
+	// Non-blocking, so that reading it waits in the runtime's poller and
+	// not in a read(2) that holds a thread: a thread blocked in a system
+	// call keeps the runtime's monitor polling (every 20 µs at first),
+	// which cost more CPU than the supervisor's own work per task.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		return nil, -1, err
+	}
+	return os.NewFile(uintptr(fds[0]), "control"), fds[1], nil
+}
+
+// workerAttr is how the worker is started: its environment (its spec, and
+// the variables that make it the worker and name its supervisor and
+// descriptors), its descriptors, and its cgroup.
+func workerAttr(spec runner.Spec, first firstRun, control int, relayCtl, tasksCh *os.File) (*syscall.ProcAttr, error) {
+	// The worker's environment carries no run marker: the marker of each
+	// run is set for the programs of that run only (worker.Executor.Run),
+	// so that the worker is never taken for a leftover of a run it has
+	// served.
+	workerSpec, err := spec.Env()
+	if err != nil {
+		return nil, err
+	}
+	env := slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, runner.SpecEnv+"=") })
+	env = append(env, workerSpec, runner.EnvWorker+"=1", runner.EnvSupervisor+"="+strconv.Itoa(os.Getpid())+":"+strconv.FormatInt(first.started, 10))
+	fdEnv, files := workerFiles(control, fdOf(relayCtl), fdOf(tasksCh))
+	attr := &syscall.ProcAttr{
+		Env:   append(env, fdEnv...),
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	}
+	if first.cgroupFD != nil {
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(first.cgroupFD.Fd())
+	}
+	return attr, nil
+}
+
+// fdOf is f's descriptor, or -1 for none.
+func fdOf(f *os.File) int {
+	if f == nil {
+		return -1
+	}
+	return int(f.Fd())
+}
+
+// workerFiles decides the worker's descriptors: stdin, stdout, stderr,
+// the control channel as runner.ControlFD, then the relay's control
+// channel and the task channel where there are any (relay, tasks -1:
+// none), each named in the environment entries it returns.
+func workerFiles(control, relay, tasks int) (env []string, files []uintptr) {
+	files = []uintptr{0, 1, 2, uintptr(control)}
+	if relay >= 0 {
+		env = append(env, runner.EnvRelayFD+"="+strconv.Itoa(len(files)))
+		files = append(files, uintptr(relay))
+	}
+	if tasks >= 0 {
+		env = append(env, runner.EnvTasksFD+"="+strconv.Itoa(len(files)))
+		files = append(files, uintptr(tasks))
+	}
+	return env, files
+}
+
+// startWorker starts the worker from a thread that stays locked until
+// release is closed (onLockedThread), in the first run's cgroup when it
+// has one; where that fails, outside it, and the first run has no cgroup.
+func startWorker(exe string, attr *syscall.ProcAttr, first *firstRun, release <-chan struct{}, log *zap.Logger) (int, error) {
+	var worker int
+	var err error
+	onLockedThread(release, func() {
+		worker, err = syscall.ForkExec(exe, os.Args, attr)
+		if err != nil && first.cgroupFD != nil {
+			log.Warn("cannot start the worker inside the run's cgroup; containing it by process tree only", zap.Error(err))
+			contain.RemoveCgroup(first.cgroup, time.Second)
+			first.cgroup, attr.Sys.UseCgroupFD = "", false
+			worker, err = syscall.ForkExec(exe, os.Args, attr)
+		}
+	})
+	return worker, err
+}
+
+// onLockedThread runs fn on an OS thread locked to it, which stays alive
+// (its goroutine waiting, locked) until release is closed, and returns
+// once fn has. The supervisor's loop runs on any thread (a loop locked to
+// its thread hands its work over to that thread each time it wakes: two
+// more context switches per request of the worker).
+func onLockedThread(release <-chan struct{}, fn func()) {
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		fn()
+		close(done)
+		<-release
+	}()
+	<-done
+}
+
+// newSupervisor is the supervisor of the worker it started, serving the
+// first run.
+func newSupervisor(spec runner.Spec, log *zap.Logger, worker int, first firstRun, tree *contain.Tree) *supervisor {
 	s := &supervisor{base: log, log: log.With(zap.String("task_id", spec.Task)), worker: worker, root: spec.Cgroup, pidsRoot: spec.Pids, grace: runner.DefaultGrace,
 		maxProcesses: spec.MaxProcesses,
 		id:           bson.NewObjectID().Hex(),
-		run:          runState{task: spec.Task, token: token.Hex(), cgroup: cgroup},
-		proof:        proof,
+		run:          runState{task: spec.Task, token: first.token.Hex(), cgroup: first.cgroup},
+		proof:        first.proof,
 		tree:         tree,
-		usage:        &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: cgroup, tree: tree}}
+		usage:        &sampler{me: int32(os.Getpid()), worker: int32(worker), cgroup: first.cgroup, tree: tree}}
 	if spec.Grace > 0 {
 		s.grace = time.Duration(spec.Grace * float64(time.Second))
 	}
 	s.defaultGrace = s.grace
+	return s
+}
+
+// serve is the supervisor's loop, until the worker has exited: it reaps,
+// samples the run's usage, enforces its memory request, passes signals
+// on to the worker (and kills it when it does not stop in time), and
+// answers the worker's requests, read from ours.
+func (s *supervisor) serve(ours *os.File, sigs <-chan os.Signal) {
 	requests := make(chan []string)
 	go runner.ReadRequests(ours, requests)
 	var answers bytes.Buffer
@@ -177,60 +272,32 @@ func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	lastSample := time.Now()
-	// memoryTick runs while a task's memory request is known (VerbMemory).
-	var memoryTicker *time.Ticker
-	var memoryTick <-chan time.Time
-	defer func() {
-		if memoryTicker != nil {
-			memoryTicker.Stop()
-		}
-	}()
-	// killWorker fires StopWithin after the first SIGTERM or SIGINT.
-	var killTimer *time.Timer
-	var killWorker <-chan time.Time
-	var killWithin time.Duration
-	defer func() {
-		if killTimer != nil {
-			killTimer.Stop()
-		}
-	}()
+	// memory ticks while a task's memory request is known (VerbMemory).
+	var memory ticker
+	defer memory.stop()
+	// kill fires StopWithin after the first SIGTERM or SIGINT.
+	var kill killTimer
+	defer kill.stop()
 	for s.workerStatus == nil {
-		switch {
-		case memoryTick == nil && s.usage.limit > 0:
-			memoryTicker = time.NewTicker(memoryEvery)
-			memoryTick = memoryTicker.C
-		case memoryTick != nil && s.usage.limit <= 0:
-			memoryTicker.Stop()
-			memoryTicker, memoryTick = nil, nil
+		if memoryTicks(s.usage.limit) != memory.running() {
+			memory.toggle(memoryEvery)
 		}
 		select {
-		case <-memoryTick:
+		case <-memory.c:
 			s.enforceMemory(context.Background())
 		case <-tick.C:
 			s.reap()
-			if time.Since(lastSample) >= sampleEvery-sampleEvery/4 {
+			if sampleDue(time.Since(lastSample)) {
 				s.usage.sample(context.Background())
 				lastSample = time.Now()
 			}
 		case sig := <-sigs:
-			if sig == syscall.SIGCHLD {
-				s.reap()
-				continue
-			}
-			// Asked to stop (a node signals the whole group, so the worker
-			// has this too; an operator may signal only this process), or
-			// for live output (sent to this process only).
-			syscall.Kill(worker, sig.(syscall.Signal))
-			if (sig == syscall.SIGTERM || sig == syscall.SIGINT) && killTimer == nil {
-				killWithin = runner.StopWithin(s.grace)
-				killTimer = time.NewTimer(killWithin)
-				killWorker = killTimer.C
-			}
-		case <-killWorker:
-			killWorker = nil
+			s.onSignal(sig.(syscall.Signal), &kill)
+		case <-kill.c:
+			kill.c = nil
 			s.log.Warn("the task runner worker did not stop in time after it was asked to; killing it and stopping what its run left",
-				zap.Duration("within", killWithin))
-			syscall.Kill(worker, syscall.SIGKILL)
+				zap.Duration("within", kill.within))
+			syscall.Kill(s.worker, syscall.SIGKILL)
 		case batch, ok := <-requests:
 			if !ok {
 				requests = nil // the worker closed its end; wait for it to exit
@@ -248,10 +315,33 @@ func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 			}
 		}
 	}
-	// The worker has exited; what is left is bounded (leftovers get their
-	// grace, then SIGKILL) and must not be cut short: a SIGTERM now (a
-	// node stopping its runners) stays caught, so that leftovers are still
-	// stopped and the worker's exit code is still the supervisor's.
+}
+
+// onSignal does what signalAction decides for sig: reap, or pass it on to
+// the worker, arming kill at the first request to stop.
+func (s *supervisor) onSignal(sig syscall.Signal, kill *killTimer) {
+	act := signalAction(sig, kill.armed())
+	if act.reap {
+		s.reap()
+	}
+	if act.forward {
+		// Asked to stop (a node signals the whole group, so the worker
+		// has this too; an operator may signal only this process), or
+		// for live output (sent to this process only).
+		syscall.Kill(s.worker, sig)
+	}
+	if act.armKill {
+		kill.arm(runner.StopWithin(s.grace))
+	}
+}
+
+// finish, once the worker has exited, stops what is left of its run,
+// removes the run's cgroups, and returns the supervisor's exit code.
+func (s *supervisor) finish() int {
+	// What is left is bounded (leftovers get their grace, then SIGKILL)
+	// and must not be cut short: a SIGTERM now (a node stopping its
+	// runners) stays caught, so that leftovers are still stopped and the
+	// worker's exit code is still the supervisor's.
 	n := s.stopAll(context.Background(), true)
 	if n > 0 {
 		s.log.Warn("stopped processes the task left behind after its runner exited", zap.Int("processes", n))
@@ -266,223 +356,14 @@ func Main(spec runner.Spec, log *zap.Logger, relayCtl, tasksCh *os.File) int {
 		}
 	}
 	ws := *s.workerStatus
-	switch {
-	case ws.Exited():
-		return ws.ExitStatus()
-	case ws.Signaled() && s.idling:
+	code, end := exitOf(ws, s.idling)
+	switch end {
+	case killedIdle:
 		s.base.Warn("task runner worker was killed between tasks", zap.String("signal", ws.Signal().String()))
-		return 128 + int(ws.Signal())
-	case ws.Signaled():
+	case killedRunning:
 		s.log.Error("task runner worker was killed; the node rescues its task", zap.String("signal", ws.Signal().String()))
-		return 128 + int(ws.Signal())
 	}
-	return 1
-}
-
-// onLockedThread runs fn on an OS thread locked to it, which stays alive
-// (its goroutine waiting, locked) until release is closed, and returns
-// once fn has.
-func onLockedThread(release <-chan struct{}, fn func()) {
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		fn()
-		close(done)
-		<-release
-	}()
-	<-done
-}
-
-type supervisor struct {
-	// base is the logger; log adds the current run's task.
-	base, log *zap.Logger
-	worker    int
-	root      string // the node's cgroup, under which runs get theirs; "": none
-	// pidsRoot is the node's cgroup v1 pids directory, under which each
-	// run's programs get a cgroup with pids.max set; "": none.
-	// pidsBroken is set once that failed (logged once).
-	pidsRoot   string
-	pidsBroken bool
-	// maxProcesses is the node's process limit for runs (0: none), at
-	// which begin makes each run's pids cgroup.
-	maxProcesses int
-	run          runState
-	proof        *os.File // the run proof (contain.HoldProof) of run, or of none; nil: no proofs here
-	runs         int      // runs begun
-	// id names this supervisor's holding cgroup (holding, "" until used),
-	// where the worker waits between runs, outside any run's cgroup.
-	id, holding string
-	// broken is set when the supervisor cannot mark the end of a run: it
-	// begins no other.
-	broken       bool
-	idling       bool // between runs: the last one ended ("idle"), no other begun
-	defaultGrace time.Duration
-	grace        time.Duration
-	workerStatus *syscall.WaitStatus
-	usage        *sampler
-	// stoppedAll is set by a stop that found no process of the run but
-	// the worker, until the next request (of the same batch).
-	stoppedAll bool
-	// tree walks the run's processes, keeping the supervisor's and the
-	// worker's /proc files open.
-	tree *contain.Tree
-}
-
-// runState is the run the supervisor serves: its task, token, cgroup
-// and pids cgroup ("": none); begun once the worker has begun it.
-type runState struct {
-	task, token, cgroup, pids string
-	begun                     bool
-}
-
-// reap collects every child that has exited: the worker (whose status it
-// keeps) and any process of the run re-parented here.
-func (s *supervisor) reap() {
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if pid <= 0 || err != nil {
-			return
-		}
-		if pid == s.worker {
-			s.workerStatus = &ws
-			s.tree.Forget(int32(pid))
-		}
-	}
-}
-
-// handle answers one request of the worker (den/runner/control.go) into reply.
-func (s *supervisor) handle(req string, reply io.Writer) {
-	answer := func(verb string, arg any) { fmt.Fprintf(reply, "%s %v\n", verb, arg) }
-	verb, arg, _ := strings.Cut(req, " ")
-	// A usage asked with the stop before it (link.stopThenUsage), when
-	// the stop found nothing: the tree is the worker alone.
-	alone := s.stoppedAll
-	s.stoppedAll = false
-	switch verb {
-	case runner.VerbUsage:
-		b, err := json.Marshal(s.usage.measure(context.Background(), s.runs <= 1, alone))
-		if err != nil { // cannot happen: numbers only
-			b = []byte("{}")
-		}
-		answer(runner.VerbUsage, string(b))
-		return
-	case runner.VerbBegin:
-		token, err := s.begin(arg)
-		if err != nil {
-			s.log.Error("cannot begin a run", zap.String("task", arg), zap.Error(err))
-			answer(runner.VerbRefused, err)
-			return
-		}
-		// The run's pids cgroup at the node's process limit, made now:
-		// a run whose limit is the node's asks nothing more.
-		dir := runner.NoPids
-		if s.maxProcesses > 0 {
-			if d := s.limitProcesses(s.maxProcesses); d != "" {
-				dir = d
-			}
-		}
-		answer(runner.VerbRun, token+" "+dir)
-		return
-	case runner.VerbIdle:
-		answer(runner.VerbIdle, s.idle())
-		return
-	case runner.VerbProcs:
-		dir := runner.NoPids
-		if n, err := strconv.Atoi(arg); err == nil && n > 0 {
-			if d := s.limitProcesses(n); d != "" {
-				dir = d
-			}
-		}
-		answer(runner.VerbProcs, dir)
-		return
-	}
-	n, err := strconv.ParseInt(arg, 10, 64)
-	if err != nil || n < 0 {
-		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
-		return
-	}
-	switch verb {
-	case runner.VerbMemory:
-		s.usage.limit = n // bytes
-	case runner.VerbGrace:
-		s.grace = time.Duration(n) * time.Millisecond
-	case runner.VerbStop:
-		s.grace = time.Duration(n) * time.Millisecond
-		stopped := s.stopAll(context.Background(), false)
-		s.stoppedAll = stopped == 0
-		answer(runner.VerbStopped, stopped)
-	default:
-		s.log.Warn("bad request from the task runner worker", zap.String("request", req))
-	}
-}
-
-// leftovers lists every process of the run but the worker: the
-// supervisor's descendants, and the members of the run's cgroup.
-//
-// The worker's own children count: when the run is over, any still there
-// are programs a plugin abandoned, and they must not live on into the
-// runner's next run.
-func (s *supervisor) leftovers(ctx context.Context) []int32 {
-	var pids []int32
-	for _, p := range s.tree.Descendants(ctx, int32(os.Getpid())) {
-		if p != int32(s.worker) {
-			pids = append(pids, p)
-		}
-	}
-	if s.run.cgroup != "" || s.run.pids != "" {
-		seen := map[int32]bool{}
-		for _, p := range pids {
-			seen[p] = true
-		}
-		for _, p := range slices.Concat(contain.CgroupProcs(s.run.cgroup), contain.CgroupProcs(s.run.pids)) {
-			if p != int32(s.worker) && !seen[p] && !s.isZombie(p) {
-				pids = append(pids, p)
-			}
-		}
-	}
-	return pids
-}
-
-// stopAll stops every process of the run but the worker. With workerGone
-// the cgroup is killed as a whole at the end.
-func (s *supervisor) stopAll(ctx context.Context, workerGone bool) int {
-	find := func() []int32 { return s.leftovers(ctx) }
-	n := contain.Stop(ctx, find, s.grace, s.reap)
-	if workerGone && s.run.cgroup != "" {
-		contain.KillCgroup(s.run.cgroup)
-	}
-	s.reap()
-	return n
-}
-
-func (s *supervisor) isZombie(pid int32) bool {
-	st, ok := s.tree.ReadStat(pid)
-	return !ok || st.State == 'Z'
-}
-
-// limitProcesses gives the current run's programs a pids cgroup with
-// pids.max n, where the node has a pids hierarchy for runs, and returns
-// its directory; "" when there is none (RLIMIT_NPROC holds the limit
-// then). The worker is not in it: its threads never compete with the
-// task's, and a task at its limit never stops den from recording it.
-func (s *supervisor) limitProcesses(n int) string {
-	if s.pidsRoot == "" || s.pidsBroken {
-		return ""
-	}
-	dir := contain.RunCgroup(s.pidsRoot, s.run.task, s.run.token)
-	if err := contain.LimitPids(dir, n); err != nil {
-		s.log.Warn("cannot give runs a pids cgroup; RLIMIT_NPROC holds their process limit from now on", zap.Error(err))
-		s.pidsBroken = true
-		contain.RemoveCgroup(dir, time.Second)
-		return ""
-	}
-	s.run.pids = dir
-	return dir
+	return code
 }
 
 // processStart is a process's start time in milliseconds since the epoch,
@@ -495,102 +376,50 @@ func processStart(pid int) (int64, error) {
 	return p.CreateTime()
 }
 
-// begin starts a run of task (hex): the one prepared at start, the first
-// time, else a new one with its own token, run proof and cgroup (the
-// worker is moved into it from its holding cgroup), measured from zero.
-func (s *supervisor) begin(task string) (string, error) {
-	if _, err := bson.ObjectIDFromHex(task); err != nil {
-		return "", fmt.Errorf("task id %q: %w", task, err)
-	}
-	if !s.run.begun && s.run.task == task {
-		s.runs++
-		s.run.begun = true
-		s.idling = false
-		return s.run.token, nil
-	}
-	if s.broken || s.proof == nil {
-		return "", errors.New("this runner serves no other task")
-	}
-	token := bson.NewObjectID().Hex()
-	proof, err := contain.HoldProof(contain.Marker(task, token))
-	if err != nil {
-		return "", err
-	}
-	s.proof.Close() // after the new one exists: the runner always holds one
-	s.proof = proof
-	s.runs++
-	s.log = s.base.With(zap.String("task_id", task))
-	next := runState{task: task, token: token, begun: true}
-	if s.root != "" {
-		next.cgroup = contain.RunCgroup(s.root, task, token)
-		if err := contain.MoveToCgroup(next.cgroup, s.worker); err != nil {
-			s.log.Warn("cannot move the runner into the run's cgroup; containing it by process tree only", zap.Error(err))
-			contain.RemoveCgroup(next.cgroup, time.Second)
-			next.cgroup = ""
-		}
-	}
-	s.run = next
-	s.idling = false
-	s.grace = s.defaultGrace
-	// The CPU counted before this run, to be subtracted. A run with a
-	// cgroup is measured by its cpu.stat, and this base is only that
-	// reading's fallback: the worker's own (between runs it is the tree:
-	// idle found nothing else), without walking the tree.
-	var base cpuTimes
-	if next.cgroup != "" {
-		base = s.usage.workerCPU()
-	} else {
-		base = s.usage.cpu(context.Background())
-	}
-	s.usage = &sampler{me: int32(os.Getpid()), worker: int32(s.worker), cgroup: next.cgroup, base: base, tree: s.tree}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
-		s.usage.maxRSSBefore = ru.Maxrss
-	}
-	return token, nil
+// ticker is a time.Ticker that may be off: c is nil then, and a select
+// on it waits for ever.
+type ticker struct {
+	t *time.Ticker
+	c <-chan time.Time
 }
 
-// idle ends a run whose result is recorded: the run proof now proves no
-// run, the task's memory request no longer holds, and the worker waits in
-// a holding cgroup while the run's is removed. It returns how many of the
-// run's processes are still there (stuck in the kernel past "stop"); with
-// any, or when the proof cannot be swapped, the runner must take no other
-// task.
-func (s *supervisor) idle() int {
-	s.usage.limit = 0
-	s.idling = true
-	left := len(s.leftovers(context.Background()))
-	if s.proof == nil || s.broken {
-		return max(left, 1)
+func (t *ticker) running() bool { return t.t != nil }
+
+// toggle starts the ticker, every every, or stops it.
+func (t *ticker) toggle(every time.Duration) {
+	if t.t == nil {
+		t.t = time.NewTicker(every)
+		t.c = t.t.C
+		return
 	}
-	proof, err := contain.HoldProof("")
-	if err != nil {
-		s.log.Warn("cannot mark the runner idle; it takes no other task", zap.Error(err))
-		s.broken = true
-		return max(left, 1)
+	t.stop()
+}
+
+func (t *ticker) stop() {
+	if t.t != nil {
+		t.t.Stop()
 	}
-	s.proof.Close()
-	s.proof = proof
-	if s.run.pids != "" && left == 0 {
-		if err := contain.RemoveCgroup(s.run.pids, 5*time.Second); err != nil {
-			s.log.Warn("cannot remove the run's pids cgroup", zap.Error(err))
-		}
-		s.run.pids = ""
+	t.t, t.c = nil, nil
+}
+
+// killTimer fires once, within after it was armed; it is armed at most
+// once. c is nil before it is armed and once it has fired.
+type killTimer struct {
+	t      *time.Timer
+	c      <-chan time.Time
+	within time.Duration
+}
+
+func (k *killTimer) armed() bool { return k.t != nil }
+
+func (k *killTimer) arm(within time.Duration) {
+	k.within = within
+	k.t = time.NewTimer(within)
+	k.c = k.t.C
+}
+
+func (k *killTimer) stop() {
+	if k.t != nil {
+		k.t.Stop()
 	}
-	if s.run.cgroup != "" && left == 0 {
-		move := contain.MoveInto // the holding cgroup exists after the first idle
-		if s.holding == "" {
-			s.holding, move = contain.HoldingCgroup(s.root, s.id), contain.MoveToCgroup
-		}
-		if err := move(s.holding, s.worker); err != nil {
-			s.log.Warn("cannot move the runner out of the run's cgroup; it takes no other task", zap.Error(err))
-			s.broken = true
-			return 1
-		}
-		if err := contain.RemoveCgroup(s.run.cgroup, 5*time.Second); err != nil {
-			s.log.Warn("cannot remove the run's cgroup", zap.Error(err))
-		}
-		s.run.cgroup = ""
-	}
-	return left
 }

@@ -7,13 +7,14 @@
 // For each task the worker makes an Executor, whose Run makes one task's
 // run (a taskRun): it moves the task to running, runs the plugin, stores
 // its output and records its result, retrying its final writes until they
-// land (run.go). Plugin tests run an Executor in-process,
+// land (run.go, record.go). Plugin tests run an Executor in-process,
 // without a supervisor (plugins/plugintest); it then contains nothing.
 //
 // Files:
 //   - worker.go: Main and the loop over the node's tasks;
-//   - run.go: Executor and taskRun: start, heartbeats, the plugin, and
-//     how a run ends and the writes that record it;
+//   - run.go: Executor and taskRun: start, heartbeats, the plugin;
+//   - record.go: how a run ends (decide, a pure function a table test
+//     covers) and the writes that record it;
 //   - giveup.go: when the worker stops trying to record a run;
 //   - link.go: asks the supervisor (the control channel);
 //   - tasks.go: the worker's end of the task channel;
