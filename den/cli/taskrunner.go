@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/taskrunner"
 	"github.com/den-project/den/plugins"
 )
 
@@ -27,7 +28,7 @@ func newTaskRunnerCmd() *cobra.Command {
 // does; the result is still recorded if the database answers within
 // runner.StopRecordFor, and the runner exits either way.
 func runTaskRunner() error {
-	code := runner.Process(plugins.Default(), func(spec runner.Spec) (*zap.Logger, error) {
+	code := taskrunner.Process(plugins.Default(), func(spec runner.Spec) (*zap.Logger, error) {
 		format := "console"
 		if spec.LogJSON {
 			format = "json"

@@ -1,15 +1,22 @@
 package runner
 
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strings"
+)
+
 // The control channel between a runner's two processes. The supervisor
 // starts the worker with one end of a stream socketpair as its file
-// descriptor controlFD (and its own pid and start time in envSupervisor,
+// descriptor ControlFD (and its own pid and start time in EnvSupervisor,
 // which the worker checks against its parent). The worker asks, the
 // supervisor answers: one request per line, a verb and at most one
 // argument, separated by a space; an answer is a line that starts with its
 // verb. The worker asks one batch of questions at a time, in one write, and
 // takes each answer off the channel before it asks the next batch
-// (link.askAll), so answers need no numbering; requests without an answer
-// wait for the next batch (link.tell, flush). The supervisor answers the
+// (the worker's link.askAll), so answers need no numbering; requests
+// without an answer wait for the next batch (link.tell, flush). The supervisor answers the
 // requests of one read in order, in one write. A run at the node's
 // defaults makes three exchanges: "begin"; "stop" with "usage"; and "idle"
 // once recorded. "grace", "memory" and "procs" are sent, together, only
@@ -32,11 +39,11 @@ package runner
 //
 // "procs -" and "run <token> -" mean the supervisor has no pids cgroup
 // for the run (RLIMIT_NPROC holds its limit); "idle <n>" counts the run's
-// processes
-// still there (a runner with any takes no other task). A request the
-// supervisor cannot read is logged and ignored. The verbs below are the
-// only spelling of the protocol: supervisor.handle reads them and the
-// worker's link writes them.
+// processes still there (a runner with any takes no other task). A
+// request the supervisor cannot read is logged and ignored. The verbs
+// below are the only spelling of the protocol: the supervisor's handle
+// (den/runner/supervisor) reads them, through ReadRequests, and the
+// worker's link (den/runner/worker/link.go) writes them.
 //
 // Besides the control channel, the worker inherits the node's task
 // channel (EnvTasksFD) and, when the node relays MongoDB connections, the
@@ -44,39 +51,40 @@ package runner
 // supervisor keeps no copy of either, and all are close-on-exec in the
 // worker.
 const (
-	verbBegin   = "begin"
-	verbRun     = "run"     // the answer to begin: the run's token
-	verbRefused = "refused" // the answer to begin: no run, and why
-	verbGrace   = "grace"
-	verbMemory  = "memory"
-	verbProcs   = "procs"
-	verbUsage   = "usage"
-	verbStop    = "stop"
-	verbStopped = "stopped" // the answer to stop
-	verbIdle    = "idle"
-	// noPids is the argument of the answer to procs when the run has no
+	VerbBegin   = "begin"
+	VerbRun     = "run"     // the answer to begin: the run's token
+	VerbRefused = "refused" // the answer to begin: no run, and why
+	VerbGrace   = "grace"
+	VerbMemory  = "memory"
+	VerbProcs   = "procs"
+	VerbUsage   = "usage"
+	VerbStop    = "stop"
+	VerbStopped = "stopped" // the answer to stop
+	VerbIdle    = "idle"
+	// NoPids is the argument of the answer to procs when the run has no
 	// pids cgroup.
-	noPids = "-"
+	NoPids = "-"
 )
 
-// request is the line, without its newline, of a request: verb, and its
+// Request is the line, without its newline, of a request: verb, and its
 // argument if any.
-func request(verb, arg string) string {
+func Request(verb, arg string) string {
 	if arg == "" {
 		return verb
 	}
 	return verb + " " + arg
 }
 
-// Environment of the worker.
+// Environment of the worker: the process is the worker when EnvWorker is
+// set (taskrunner.Process decides by it), else the supervisor.
 const (
-	envWorker     = "DEN_RUNNER_WORKER"     // "1" in the worker
-	envSupervisor = "DEN_RUNNER_SUPERVISOR" // the supervisor's pid and start time, "pid:ms"
-	controlFD     = 3
+	EnvWorker     = "DEN_RUNNER_WORKER"     // "1" in the worker
+	EnvSupervisor = "DEN_RUNNER_SUPERVISOR" // the supervisor's pid and start time, "pid:ms"
+	ControlFD     = 3
 )
 
-// measured is the supervisor's answer to usage (verbUsage), as JSON.
-type measured struct {
+// Measured is the supervisor's answer to usage (VerbUsage), as JSON.
+type Measured struct {
 	CPUUser   float64 `json:"cpu_user_s"`
 	CPUSystem float64 `json:"cpu_system_s"`
 	// PeakRSS is the largest sampled sum of the tree's RSS, in bytes.
@@ -88,19 +96,45 @@ type measured struct {
 	CgroupPeak int64 `json:"cgroup_peak,omitempty"`
 	Samples    int   `json:"samples"`
 	// MemoryKill is set when the supervisor killed the task's processes
-	// for passing their memory request (supervisor_memory.go); OOMKills counts the
-	// kernel's OOM kills in the run's cgroup.
-	MemoryKill *memoryKill `json:"memory_kill,omitempty"`
+	// for passing their memory request (supervisor/memory.go); OOMKills
+	// counts the kernel's OOM kills in the run's cgroup.
+	MemoryKill *MemoryKill `json:"memory_kill,omitempty"`
 	OOMKills   int64       `json:"oom_kills,omitempty"`
 	// PeakTaskRSS is the largest sampled RSS of the task's processes (the
 	// tree but the worker), in bytes.
 	PeakTaskRSS int64 `json:"peak_task_rss,omitempty"`
 }
 
-// memoryKill is what the supervisor saw when it stopped a run for its
+// MemoryKill is what the supervisor saw when it stopped a run for its
 // memory.
-type memoryKill struct {
+type MemoryKill struct {
 	RSS   int64 `json:"rss"`   // bytes the task's processes held
 	Limit int64 `json:"limit"` // bytes the task requested
 	Procs int   `json:"procs"` // processes killed
+}
+
+// ReadRequests is the supervisor's reader of the control channel f: it
+// sends the worker's requests to out, one batch per read, so that those
+// the worker sent together (link.askAll) are handled together. It closes
+// out when f is closed.
+func ReadRequests(f *os.File, out chan<- []string) {
+	defer close(out)
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return
+		}
+		batch := []string{strings.TrimSuffix(line, "\n")}
+		// Whole lines the same read brought.
+		for {
+			b, _ := r.Peek(r.Buffered())
+			if bytes.IndexByte(b, '\n') < 0 {
+				break
+			}
+			line, _ := r.ReadString('\n')
+			batch = append(batch, strings.TrimSuffix(line, "\n"))
+		}
+		out <- batch
+	}
 }

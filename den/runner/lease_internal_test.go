@@ -9,13 +9,13 @@ import (
 
 // At every dead_node_after the configuration allows, from its minimum up,
 // a run with the default grace is gone before any node may rescue its
-// task: the runner notices at most two beats after stopAfter (a beat in
+// task: the runner notices at most two beats after StopAfter (a beat in
 // flight times out after one beat, the next tick follows), then SIGTERM and
 // the grace to SIGKILL, with 5 s to spare for the hosts' clocks.
 func TestDefaultGraceStopsBeforeRescue(t *testing.T) {
 	for _, lease := range []time.Duration{time.Minute, queue.DefaultDeadNodeAfter, 90 * time.Second, 5 * time.Minute, time.Hour, 24 * time.Hour} {
 		every := queue.BeatEvery(lease)
-		gone := stopAfter(lease, every, queue.DefaultGrace) + 2*every + queue.DefaultGrace + 5*time.Second
+		gone := StopAfter(lease, every, queue.DefaultGrace) + 2*every + queue.DefaultGrace + 5*time.Second
 		if gone > lease {
 			t.Errorf("dead_node_after %s, beats every %s: the run may live %s, past its lease", lease, every, gone)
 		}
@@ -27,7 +27,7 @@ func TestDefaultGraceStopsBeforeRescue(t *testing.T) {
 // run out: past the time any node may rescue the task (HeldFor), plus one
 // more lease for the database to come back. So it never gives up while
 // its run holds its lease (it stops a run that cannot renew it after
-// stopAfter, and notices within two beats). At the defaults: 2 minutes,
+// StopAfter, and notices within two beats). At the defaults: 2 minutes,
 // as the docs say.
 func TestGiveUpOnlyLongAfterTheLeaseRanOut(t *testing.T) {
 	for _, lease := range []time.Duration{10 * time.Second, time.Minute, 5 * time.Minute, time.Hour, 24 * time.Hour} {
@@ -37,7 +37,7 @@ func TestGiveUpOnlyLongAfterTheLeaseRanOut(t *testing.T) {
 			if held := HeldFor(lease, every, grace); giveUp < held+lease {
 				t.Errorf("dead_node_after %s, grace %s: gives up %s after the last write, before the lease ran out (%s) and one more lease", lease, grace, giveUp, held)
 			}
-			if noticed := stopAfter(lease, every, grace) + 2*every; giveUp <= noticed {
+			if noticed := StopAfter(lease, every, grace) + 2*every; giveUp <= noticed {
 				t.Errorf("dead_node_after %s, grace %s: gives up %s after the last write, while the run may still hold its lease (%s)", lease, grace, giveUp, noticed)
 			}
 		}

@@ -53,6 +53,12 @@ import (
 // nothing.
 const EnvTasksFD = "DEN_TASKS_FD"
 
+// EnvRelayFD names the file descriptor of the runner's relay control
+// channel: set by a node whose runners reach MongoDB through it (the
+// default; runner.relay: false turns it off), and by the supervisor for
+// its worker.
+const EnvRelayFD = "DEN_RELAY_FD"
+
 // Message is one message of the node–runner protocol: RunTask, CancelRun,
 // LiveOutput (from the node), Ready, Report or Done (from the runner).
 type Message interface{ put(*packet) }
@@ -128,9 +134,9 @@ func (p *packet) message() Message {
 	return nil
 }
 
-// maxMessage bounds one packet (a spec's queue document is at most 32
+// MaxMessage bounds one packet (a spec's queue document is at most 32
 // KiB, plugin configuration is small).
-const maxMessage = 1 << 20
+const MaxMessage = 1 << 20
 
 // TaskChannel returns a new task channel: the node's end and the end a
 // runner inherits. Both are close-on-exec; exec.Cmd's ExtraFiles hands
@@ -169,12 +175,12 @@ func Send(f *os.File, m Message) error {
 	return nil
 }
 
-// errUnknown is returned (wrapped) by Receive for a packet that holds no
+// ErrUnknown is returned (wrapped) by Receive for a packet that holds no
 // message it knows: the reader skips it.
-var errUnknown = errors.New("not a message of the node–runner protocol")
+var ErrUnknown = errors.New("not a message of the node–runner protocol")
 
 // Receive reads one message from a task channel; io.EOF (wrapped) once
-// the other end is closed, errUnknown (wrapped) for a packet that is not a
+// the other end is closed, ErrUnknown (wrapped) for a packet that is not a
 // message.
 func Receive(f *os.File, buf []byte) (Message, error) {
 	n, err := f.Read(buf)
@@ -186,11 +192,11 @@ func Receive(f *os.File, buf []byte) (Message, error) {
 	}
 	var p packet
 	if err := json.Unmarshal(buf[:n], &p); err != nil {
-		return nil, fmt.Errorf("decode a task channel message: %w (%w)", errUnknown, err)
+		return nil, fmt.Errorf("decode a task channel message: %w (%w)", ErrUnknown, err)
 	}
 	m := p.message()
 	if m == nil {
-		return nil, fmt.Errorf("decode a task channel message: %w", errUnknown)
+		return nil, fmt.Errorf("decode a task channel message: %w", ErrUnknown)
 	}
 	return m, nil
 }
@@ -212,7 +218,7 @@ func Listen(f *os.File, l Listener) {
 	buf := make([]byte, 64<<10)
 	for {
 		m, err := Receive(f, buf)
-		if errors.Is(err, errUnknown) {
+		if errors.Is(err, ErrUnknown) {
 			continue
 		}
 		if err != nil {

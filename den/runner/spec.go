@@ -92,3 +92,7 @@ func SpecFromEnv() (Spec, error) {
 	}
 	return s, nil
 }
+
+// DefaultMaxOutput is the most a task may write to each of stdout and
+// stderr when the node's configuration sets no max_output: 1 GiB.
+const DefaultMaxOutput = 1 << 30

@@ -14,6 +14,7 @@ import (
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/worker"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/command"
@@ -35,7 +36,7 @@ func runTaskIn(t *testing.T, db *mongo.Database, policy command.Policy, params b
 	id := dentest.Tasks(t, db, qid, params)[0]
 	dentest.Claim(t, db, id, "n", extra...)
 	cfg, _ := json.Marshal(policy)
-	r := &runner.Runner{
+	r := &worker.Executor{
 		Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: command.Name, GFS: "auto", PluginConfig: cfg},
 		DB:   db, Plugins: plugins.Default(), Log: zaptest.NewLogger(t),
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/worker"
 	"github.com/den-project/den/plugins/command"
 )
 
@@ -94,8 +95,8 @@ func TestDenRunnerStopsWhatTheTaskUserLeft(t *testing.T) {
 						t.Fatalf("the task left no pid (%q); stderr %q", b, stderr)
 					}
 					left = append(left, pid)
-					if n, _ := raw.Lookup(runner.FieldLeftovers).AsInt64OK(); n < 1 {
-						t.Errorf("%s %v, want the escaped process counted; stderr %q", runner.FieldLeftovers, raw.Lookup(runner.FieldLeftovers), stderr)
+					if n, _ := raw.Lookup(worker.FieldLeftovers).AsInt64OK(); n < 1 {
+						t.Errorf("%s %v, want the escaped process counted; stderr %q", worker.FieldLeftovers, raw.Lookup(worker.FieldLeftovers), stderr)
 					}
 				} else if end == "exits" && !strings.Contains(stderr, "den: stopped 1 process(es) the task left running when it ended") {
 					t.Errorf("stderr %q, want the init's count of the escaped process", stderr)

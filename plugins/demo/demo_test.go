@@ -9,6 +9,7 @@ import (
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/worker"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/demo"
@@ -36,7 +37,7 @@ func TestBulkOutput(t *testing.T) {
 			qid := dentest.Queue(t, db, "demo", demo.Name, 1, "fifo")
 			id := dentest.Tasks(t, db, qid, bson.D{{Key: "commands", Value: tc.commands}, {Key: "counter", Value: 7}})[0]
 			dentest.Claim(t, db, id, "n")
-			r := &runner.Runner{Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: demo.Name, GFS: "auto"}, DB: db, Plugins: plugins.Default(), Log: zaptest.NewLogger(t)}
+			r := &worker.Executor{Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: demo.Name, GFS: "auto"}, DB: db, Plugins: plugins.Default(), Log: zaptest.NewLogger(t)}
 			if err := r.Run(dentest.Context(t)); err != nil {
 				t.Fatal(err)
 			}

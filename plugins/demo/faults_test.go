@@ -8,6 +8,7 @@ import (
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/worker"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/demo"
 )
@@ -24,7 +25,7 @@ func TestReportOnceUnderFaults(t *testing.T) {
 			id := dentest.Tasks(t, db, qid, bson.D{{Key: "commands", Value: "a"}})[0]
 			dentest.Claim(t, db, id, "n")
 			faulted := p.Client(t).Database(db.Name())
-			r := &runner.Runner{Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: demo.Name, GFS: "auto"}, DB: faulted, Plugins: plugins.Default(), Log: zaptest.NewLogger(t)}
+			r := &worker.Executor{Spec: runner.Spec{Node: "n", Task: id.Hex(), Plugin: demo.Name, GFS: "auto"}, DB: faulted, Plugins: plugins.Default(), Log: zaptest.NewLogger(t)}
 			if err := r.Run(dentest.Context(t)); err != nil {
 				t.Fatal(err)
 			}

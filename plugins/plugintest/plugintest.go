@@ -19,6 +19,7 @@ import (
 
 	"github.com/den-project/den/den/devdb"
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/worker"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -217,7 +218,7 @@ func (s *Server) Run(ctx context.Context, p plugins.Plugin, params any, opts ...
 	}
 	var reg plugins.Registry
 	reg.Register(st.name, p)
-	r := &runner.Runner{
+	r := &worker.Executor{
 		Spec: runner.Spec{Node: node, Task: id.Hex(), Plugin: st.name, GFS: st.gfs, PluginConfig: config},
 		DB:   s.db, Plugins: &reg, Log: st.log,
 	}

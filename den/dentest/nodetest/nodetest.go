@@ -17,6 +17,7 @@ import (
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/taskrunner"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/command"
 )
@@ -24,7 +25,7 @@ import (
 // RunnerRole is the task-runner role of a test binary: a task runner with
 // every plugin registered in the binary (plugins.Default).
 func RunnerRole() int {
-	return runner.Process(plugins.Default(), func(runner.Spec) (*zap.Logger, error) { return zap.NewDevelopment() })
+	return taskrunner.Process(plugins.Default(), func(runner.Spec) (*zap.Logger, error) { return zap.NewDevelopment() })
 }
 
 // Config is a node configuration for tests: named name, on database of

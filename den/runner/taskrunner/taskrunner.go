@@ -1,53 +1,33 @@
-package runner
+package taskrunner
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"runtime"
 	"strconv"
-	"syscall"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/supervisor"
+	"github.com/den-project/den/den/runner/worker"
 	"github.com/den-project/den/den/sandbox"
 	"github.com/den-project/den/plugins"
 )
 
-// A task runner is two processes. The node starts the supervisor, which
-// leads the run's session and process group and is a child subreaper; it
-// starts the worker, which connects to MongoDB and runs the task. Every
-// process the task starts stays below the supervisor: those whose parent
-// exits are re-parented to it, not to init, however often they fork or
-// call setsid. When the task ends, and before its result is recorded, the
-// worker asks the supervisor to stop every process left; when the worker
-// itself dies, the supervisor stops what it left and exits, and the node
-// rescues the task only after that. The supervisor holds no database
-// connection and runs no plugin code, so it can reap any child it is given.
-//
-// The two talk over a control channel (control.go); the worker alone
-// talks to the node (protocol.go) and to MongoDB.
-//
-// A runner may serve several tasks of one queue, one after another (see
-// worker_tasks.go). Each is a run of its own: the supervisor gives it a new
-// token, run marker, cgroup and run proof, and measures and limits it
-// from zero; the previous run's processes were all stopped before its
-// result was recorded.
-
 // Process is the body of a task-runner process: the supervisor when the
 // node started it, the worker when the supervisor did. It returns the
 // process's exit code. newLog builds the logger from the spec.
-func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int {
+func Process(reg *plugins.Registry, newLog func(runner.Spec) (*zap.Logger, error)) int {
 	// First of all, before anything could start a program: no descriptor
 	// this process inherited (but those it takes below, for itself) may
 	// reach the task's programs, nor may the relay's control channel.
 	inheritErr := sandbox.CloseInherited()
 	oneProc()
 	relayCtl, relayErr := takeRelayControl()
-	tasksCh, tasksErr := takeInherited(EnvTasksFD, "tasks", os.Getenv(envWorker) != "")
-	spec, err := SpecFromEnv()
+	tasksCh, tasksErr := takeInherited(runner.EnvTasksFD, "tasks", os.Getenv(runner.EnvWorker) != "")
+	spec, err := runner.SpecFromEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "den task-runner:", err)
 		return 2
@@ -68,46 +48,19 @@ func Process(reg *plugins.Registry, newLog func(Spec) (*zap.Logger, error)) int 
 	if tasksErr != nil {
 		log.Warn("cannot take the node's task channel; this runner serves one task", zap.Error(tasksErr))
 	}
-	if os.Getenv(envWorker) == "" {
-		return supervise(spec, log.With(zap.String("node", spec.Node), zap.String("role", "supervisor")), relayCtl, tasksCh)
+	if os.Getenv(runner.EnvWorker) == "" {
+		return supervisor.Main(spec, log.With(zap.String("node", spec.Node), zap.String("role", "supervisor")), relayCtl, tasksCh)
 	}
-	link, err := linkFromEnv()
-	if err != nil {
-		log.Error("task runner worker without its supervisor", zap.Error(err))
-		return 2
-	}
-	defer link.close()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	// Requests for live output, forwarded by the supervisor. Never reset:
-	// SIGUSR1's default action would end the worker.
-	live := make(chan os.Signal, 1)
-	signal.Notify(live, syscall.SIGUSR1)
-	var tasks *taskLink
-	if tasksCh != nil {
-		tasks = newTaskLink(tasksCh, live)
-		defer tasks.close()
-	}
-	if err := work(ctx, spec, reg, log, link, relayCtl, live, tasks); err != nil {
-		if !isGaveUp(err) { // else said once already, with its reason
-			log.Error("task runner failed", zap.Error(err))
-		}
-		return 1
-	}
-	return 0
+	return worker.Main(spec, reg, log, relayCtl, tasksCh)
 }
-
-// EnvRelayFD names the file descriptor of the runner's relay control
-// channel: set by a node whose runners reach MongoDB through it (the
-// default; runner.relay: false turns it off), and by the supervisor for
-// its worker.
-const EnvRelayFD = "DEN_RELAY_FD"
 
 // takeRelayControl returns the relay control channel this process
 // inherited, or nil. It marks the descriptor close-on-exec at once and
 // removes its variable from the environment, so that no program the task
 // starts inherits either.
-func takeRelayControl() (*os.File, error) { return takeInherited(EnvRelayFD, "relay-control", false) }
+func takeRelayControl() (*os.File, error) {
+	return takeInherited(runner.EnvRelayFD, "relay-control", false)
+}
 
 // takeInherited returns the descriptor named by the environment variable
 // env, or nil when it is unset or empty, marked close-on-exec and with the

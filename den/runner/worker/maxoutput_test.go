@@ -1,4 +1,4 @@
-package runner_test
+package worker_test
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func TestOutputCapStopsGoPlugin(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name        string
-		node        int64 // Spec.MaxOutput; 0: default
+		node        int64 // runner.Spec.MaxOutput; 0: default
 		queue, task any   // max_output fields; nil: unset
 		want        int
 	}{
@@ -48,7 +48,7 @@ func TestOutputCapStopsGoPlugin(t *testing.T) {
 				return 1, nil
 			})
 			s := newSetup(t, p, "auto", bson.D{})
-			s.runner.Spec.MaxOutput = tc.node
+			s.executor.Spec.MaxOutput = tc.node
 			ctx := dentest.Context(t)
 			if tc.queue != nil {
 				dentest.Update(t, s.db.Collection("queues"), bson.D{{Key: "_id", Value: s.queue}}, bson.D{{Key: "$set", Value: bson.D{{Key: "max_output", Value: tc.queue}}}})
@@ -56,7 +56,7 @@ func TestOutputCapStopsGoPlugin(t *testing.T) {
 			if tc.task != nil {
 				dentest.Update(t, s.db.Collection("tasks"), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$set", Value: bson.D{{Key: "max_output", Value: tc.task}}}})
 			}
-			if err := s.runner.Run(ctx); err != nil {
+			if err := s.executor.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
 			raw := dentest.Task(t, s.db, s.task)

@@ -1,4 +1,4 @@
-package runner
+package supervisor
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/runner"
 )
 
 // Resource usage of a run. The supervisor owns the run's process tree, so
@@ -61,7 +62,7 @@ type sampler struct {
 	taskRSS  int64
 	peakTask int64
 	limit    int64
-	killed   *memoryKill
+	killed   *runner.MemoryKill
 	// base is the CPU already counted when the run began (a runner's
 	// later runs): subtracted from what the tree and rusage say;
 	// maxRSSBefore is the supervisor's RUSAGE_CHILDREN ru_maxrss then.
@@ -114,7 +115,7 @@ func (s *sampler) sampleOf(pids []int32) (user, system float64) {
 		user += float64(st.UTime+st.CUTime) / clockTicks
 		system += float64(st.STime+st.CSTime) / clockTicks
 		if pid != s.worker && st.PPID == s.worker && ownBinary(pid) {
-			// den's trampoline (supervisor_memory.go): the worker's memory, or den's
+			// den's trampoline (memory.go): the worker's memory, or den's
 			// sandbox, for the moment it lives; counting it would add a
 			// second worker to whichever sample met it.
 			continue
@@ -136,14 +137,14 @@ func (s *sampler) sampleOf(pids []int32) (user, system float64) {
 // since the run began, is ru_maxrss its own. alone says the tree is known
 // to be the worker alone (a stop has just found nothing else): the sample
 // then reads the worker only, without walking the tree again.
-func (s *sampler) measure(ctx context.Context, first, alone bool) measured {
+func (s *sampler) measure(ctx context.Context, first, alone bool) runner.Measured {
 	var user, system float64
 	if alone {
 		user, system = s.sampleOf([]int32{s.worker})
 	} else {
 		user, system = s.sample(ctx)
 	}
-	m := measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed, PeakTaskRSS: s.peakTask}
+	m := runner.Measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed, PeakTaskRSS: s.peakTask}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		user += tvSeconds(ru.Utime)

@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
 
@@ -17,7 +18,7 @@ import (
 // outcome is decided in record: resource_killed only for a run that failed
 // (a program may survive the loss of a child) and that den had not
 // stopped for another reason (a timeout, a cancel).
-func (t *run) memoryKilled(m *measured) {
+func (t *taskRun) memoryKilled(m *runner.Measured) {
 	if m == nil || (m.MemoryKill == nil && m.OOMKills == 0) {
 		return
 	}
@@ -33,7 +34,7 @@ func (t *run) memoryKilled(m *measured) {
 // nextRequest is the request for the retry of a run stopped for its
 // memory, and false when no live den node offers more (the run then fails
 // for good, and its reason and stderr say why).
-func (t *run) nextRequest(ctx context.Context) (*queue.Resources, bool) {
+func (t *taskRun) nextRequest(ctx context.Context) (*queue.Resources, bool) {
 	old := t.opts.Requested
 	if old.MemoryMB <= 0 {
 		// Killed by the kernel without a request: start from what its

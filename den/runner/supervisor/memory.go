@@ -1,4 +1,4 @@
-package runner
+package supervisor
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/runner"
 )
 
 // Memory enforcement (see queue/resourceretry.go). When
@@ -84,7 +85,7 @@ func (s *supervisor) enforceMemory(ctx context.Context) int {
 		}
 	}
 	if s.usage.killed == nil {
-		s.usage.killed = &memoryKill{RSS: held, Limit: s.usage.limit, Procs: n}
+		s.usage.killed = &runner.MemoryKill{RSS: held, Limit: s.usage.limit, Procs: n}
 		s.log.Warn("the task's processes passed its memory request; killed them",
 			zap.Int64("held_mb", held>>20), zap.Int64("requested_mb", s.usage.limit>>20), zap.Int("processes", n))
 	}

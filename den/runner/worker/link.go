@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/runner"
 )
 
 // link is the worker's end of the control channel.
@@ -36,21 +38,21 @@ type link struct {
 type question struct{ verb, arg, answer string }
 
 func linkFromEnv() (*link, error) {
-	v := os.Getenv(envSupervisor)
+	v := os.Getenv(runner.EnvSupervisor)
 	pidText, startText, ok := strings.Cut(v, ":")
 	pid, err1 := strconv.Atoi(pidText)
 	started, err2 := strconv.ParseInt(startText, 10, 64)
 	if !ok || err1 != nil || err2 != nil || pid != os.Getppid() {
-		return nil, fmt.Errorf("%s=%q does not name this process's parent", envSupervisor, v)
+		return nil, fmt.Errorf("%s=%q does not name this process's parent", runner.EnvSupervisor, v)
 	}
-	syscall.CloseOnExec(controlFD) // never handed on to the task's programs
+	syscall.CloseOnExec(runner.ControlFD) // never handed on to the task's programs
 	// Non-blocking, so that a wait for the supervisor's answer parks in
 	// the runtime's poller instead of holding a thread in read(2) (see
 	// supervise).
-	if err := syscall.SetNonblock(controlFD, true); err != nil {
-		return nil, fmt.Errorf("control channel on fd %d: %w", controlFD, err)
+	if err := syscall.SetNonblock(runner.ControlFD, true); err != nil {
+		return nil, fmt.Errorf("control channel on fd %d: %w", runner.ControlFD, err)
 	}
-	f := os.NewFile(controlFD, "supervisor")
+	f := os.NewFile(runner.ControlFD, "supervisor")
 	if f == nil {
 		return nil, errors.New("no control channel on fd 3")
 	}
@@ -63,7 +65,7 @@ func (l *link) close() { l.f.Close() }
 // the run's token, and the run's pids cgroup at the node's process limit
 // ("" for none).
 func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, string, error) {
-	line, err := l.ask(ctx, verbBegin, task, verbRun)
+	line, err := l.ask(ctx, runner.VerbBegin, task, runner.VerbRun)
 	if err != nil {
 		return bson.ObjectID{}, "", fmt.Errorf("begin the run with the supervisor: %w", err)
 	}
@@ -72,7 +74,7 @@ func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, string, e
 	if err != nil || dir == "" {
 		return bson.ObjectID{}, "", fmt.Errorf("supervisor answered %q for a run token and pids cgroup", line)
 	}
-	if dir == noPids {
+	if dir == runner.NoPids {
 		dir = ""
 	}
 	return token, dir, nil
@@ -81,7 +83,7 @@ func (l *link) begin(ctx context.Context, task string) (bson.ObjectID, string, e
 // idle tells the supervisor that the run is over and recorded, and
 // returns how many of its processes are still there (see supervisor.idle).
 func (l *link) idle(ctx context.Context) (int, error) {
-	line, err := l.ask(ctx, verbIdle, "", verbIdle)
+	line, err := l.ask(ctx, runner.VerbIdle, "", runner.VerbIdle)
 	if err != nil {
 		return 0, fmt.Errorf("end the run with the supervisor: %w", err)
 	}
@@ -96,7 +98,7 @@ func (l *link) idle(ctx context.Context) (int, error) {
 // case where the worker dies with processes left (sent with the next
 // question, or by flush).
 func (l *link) setGrace(grace time.Duration) {
-	l.tell(verbGrace, grace.Milliseconds())
+	l.tell(runner.VerbGrace, grace.Milliseconds())
 }
 
 func stoppedCount(line string) (int, error) {
@@ -111,9 +113,9 @@ func stoppedCount(line string) (int, error) {
 // process of the run other than the worker, and then for the run's usage
 // (which the last of its processes to exit are in): how many it stopped,
 // and the usage, or the error of either.
-func (l *link) stopThenUsage(ctx context.Context, grace time.Duration) (int, measured, error, error) {
-	var m measured
-	answers, err := l.askAll(ctx, question{verbStop, strconv.FormatInt(grace.Milliseconds(), 10), verbStopped}, question{verbUsage, "", verbUsage})
+func (l *link) stopThenUsage(ctx context.Context, grace time.Duration) (int, runner.Measured, error, error) {
+	var m runner.Measured
+	answers, err := l.askAll(ctx, question{runner.VerbStop, strconv.FormatInt(grace.Milliseconds(), 10), runner.VerbStopped}, question{runner.VerbUsage, "", runner.VerbUsage})
 	if err != nil {
 		return 0, m, fmt.Errorf("ask the supervisor to stop leftover processes: %w", err), fmt.Errorf("ask the supervisor for the run's usage: %w", err)
 	}
@@ -126,7 +128,7 @@ func (l *link) stopThenUsage(ctx context.Context, grace time.Duration) (int, mea
 }
 
 // ask sends one request, verb with arg ("" for none), and returns the
-// argument of its answer, which must be answerVerb's (control.go).
+// argument of its answer, which must be answerVerb's (den/runner/control.go).
 func (l *link) ask(ctx context.Context, verb, arg, answerVerb string) (string, error) {
 	answers, err := l.askAll(ctx, question{verb, arg, answerVerb})
 	if err != nil {
@@ -151,7 +153,7 @@ func (l *link) askAll(ctx context.Context, qs ...question) ([]string, error) {
 	l.pending = nil
 	l.pendingMu.Unlock()
 	for _, q := range qs {
-		out = append(append(out, request(q.verb, q.arg)...), '\n')
+		out = append(append(out, runner.Request(q.verb, q.arg)...), '\n')
 	}
 	if _, err := l.f.Write(out); err != nil {
 		<-l.asking
@@ -184,7 +186,7 @@ func (l *link) askAll(ctx context.Context, qs ...question) ([]string, error) {
 		for i, q := range qs {
 			rest, ok := strings.CutPrefix(strings.TrimSpace(a.lines[i]), q.answer+" ")
 			if !ok {
-				return nil, fmt.Errorf("supervisor answered %q to %q", a.lines[i], request(q.verb, q.arg))
+				return nil, fmt.Errorf("supervisor answered %q to %q", a.lines[i], runner.Request(q.verb, q.arg))
 			}
 			answers[i] = rest
 		}
@@ -199,7 +201,7 @@ func (l *link) askAll(ctx context.Context, qs ...question) ([]string, error) {
 func (l *link) tell(verb string, arg int64) {
 	l.pendingMu.Lock()
 	defer l.pendingMu.Unlock()
-	l.pending = append(append(l.pending, request(verb, strconv.FormatInt(arg, 10))...), '\n')
+	l.pending = append(append(l.pending, runner.Request(verb, strconv.FormatInt(arg, 10))...), '\n')
 }
 
 // flush sends the requests told and not yet sent.
@@ -217,20 +219,20 @@ func (l *link) flush() error {
 // limitProcesses tells the supervisor the run's process limit n, and
 // returns the pids cgroup the run's programs must join, "" for none.
 func (l *link) limitProcesses(ctx context.Context, n int) (string, error) {
-	line, err := l.ask(ctx, verbProcs, strconv.Itoa(n), verbProcs)
+	line, err := l.ask(ctx, runner.VerbProcs, strconv.Itoa(n), runner.VerbProcs)
 	if err != nil {
 		return "", fmt.Errorf("ask the supervisor for the run's pids cgroup: %w", err)
 	}
-	if line == noPids {
+	if line == runner.NoPids {
 		return "", nil
 	}
 	return line, nil
 }
 
 // usage asks the supervisor for the run's usage so far.
-func (l *link) usage(ctx context.Context) (measured, error) {
-	var m measured
-	line, err := l.ask(ctx, verbUsage, "", verbUsage)
+func (l *link) usage(ctx context.Context) (runner.Measured, error) {
+	var m runner.Measured
+	line, err := l.ask(ctx, runner.VerbUsage, "", runner.VerbUsage)
 	if err != nil {
 		return m, fmt.Errorf("ask the supervisor for the run's usage: %w", err)
 	}
@@ -243,5 +245,5 @@ func (l *link) usage(ctx context.Context) (measured, error) {
 // setMemoryLimit tells the supervisor the task's memory request, in bytes
 // (sent with the next question, or by flush).
 func (l *link) setMemoryLimit(bytes int64) {
-	l.tell(verbMemory, bytes)
+	l.tell(runner.VerbMemory, bytes)
 }

@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/runner"
 )
 
 // A runner may serve several tasks of its queue, one after another, so
@@ -18,7 +20,7 @@ import (
 // runners when it stops. Nothing changes for the task or the database.
 //
 // The node hands the worker its next task over the task channel
-// (protocol.go), and only to a runner whose spec says it may (Spec.Reuse).
+// (den/runner/protocol.go), and only to a runner whose spec says it may (Spec.Reuse).
 // Only the node that started a runner holds its channel: once that node
 // is gone (stopped, restarted), the channel is closed and the runner
 // retires when its task ends, so a node that signals a runner it did not
@@ -37,7 +39,7 @@ import (
 type taskLink struct {
 	f    *os.File
 	live chan<- os.Signal
-	next chan Spec
+	next chan runner.Spec
 	gone chan struct{} // closed when the node's end is closed
 
 	mu      sync.Mutex
@@ -48,10 +50,10 @@ type taskLink struct {
 // newTaskLink serves the worker's end of the task channel, f, which must
 // be non-blocking (takeInherited), so that closing it ends the reader.
 func newTaskLink(f *os.File, live chan<- os.Signal) *taskLink {
-	t := &taskLink{f: f, live: live, next: make(chan Spec, 1), gone: make(chan struct{})}
+	t := &taskLink{f: f, live: live, next: make(chan runner.Spec, 1), gone: make(chan struct{})}
 	// The node uses the channel for this runner only once it has heard
 	// this: a runner of an older den would not read it.
-	Send(f, Ready{})
+	runner.Send(f, runner.Ready{})
 	go t.read()
 	return t
 }
@@ -59,28 +61,28 @@ func newTaskLink(f *os.File, live chan<- os.Signal) *taskLink {
 // read takes the node's messages until the channel closes.
 func (t *taskLink) read() {
 	defer close(t.gone)
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, runner.MaxMessage)
 	for {
-		m, err := Receive(t.f, buf)
-		if errors.Is(err, errUnknown) {
+		m, err := runner.Receive(t.f, buf)
+		if errors.Is(err, runner.ErrUnknown) {
 			continue
 		}
 		if err != nil {
 			return
 		}
 		switch m := m.(type) {
-		case RunTask:
+		case runner.RunTask:
 			select {
 			case t.next <- m.Spec:
 			default: // a second task before the first was taken: the node never does that
 			}
-		case CancelRun:
+		case runner.CancelRun:
 			t.mu.Lock()
 			if m.Task == t.current && t.cancel != nil {
 				t.cancel()
 			}
 			t.mu.Unlock()
-		case LiveOutput:
+		case runner.LiveOutput:
 			t.mu.Lock()
 			if m.Task == t.current {
 				select {
@@ -110,8 +112,8 @@ func (t *taskLink) end() {
 // done tells the node that task's run is over and waits for the next
 // task: ok is false when the node closed the channel (retiring this
 // runner) or ctx ended.
-func (t *taskLink) done(ctx context.Context, task string) (next Spec, ok bool) {
-	if err := Send(t.f, Done{Task: task}); err != nil {
+func (t *taskLink) done(ctx context.Context, task string) (next runner.Spec, ok bool) {
+	if err := runner.Send(t.f, runner.Done{Task: task}); err != nil {
 		return next, false
 	}
 	select {
@@ -128,6 +130,6 @@ func (t *taskLink) done(ctx context.Context, task string) (next Spec, ok bool) {
 }
 
 // report tells the node how a run ended (see Report).
-func (t *taskLink) report(r Report) error { return Send(t.f, r) }
+func (t *taskLink) report(r runner.Report) error { return runner.Send(t.f, r) }
 
 func (t *taskLink) close() { t.f.Close() }

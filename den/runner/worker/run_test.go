@@ -1,4 +1,4 @@
-package runner_test
+package worker_test
 
 import (
 	"bytes"
@@ -18,19 +18,20 @@ import (
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/runner"
+	"github.com/den-project/den/den/runner/worker"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
 
-// setup makes a queue with one task claimed by node "n", and a runner for
+// setup makes a queue with one task claimed by node "n", and an Executor for
 // it using plugin p.
 type setup struct {
-	db     *mongo.Database
-	queue  bson.ObjectID
-	task   bson.ObjectID
-	runner *runner.Runner
-	logs   *observer.ObservedLogs
+	db       *mongo.Database
+	queue    bson.ObjectID
+	task     bson.ObjectID
+	executor *worker.Executor
+	logs     *observer.ObservedLogs
 }
 
 func newSetup(t *testing.T, p plugins.Plugin, gfs string, params bson.D) setup {
@@ -45,7 +46,7 @@ func newSetup(t *testing.T, p plugins.Plugin, gfs string, params bson.D) setup {
 	}
 	core, logs := observer.New(zapcore.InfoLevel)
 	log := zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
-	return setup{db: db, queue: qid, task: ids[0], logs: logs, runner: &runner.Runner{
+	return setup{db: db, queue: qid, task: ids[0], logs: logs, executor: &worker.Executor{
 		Spec: runner.Spec{Node: "n", Task: ids[0].Hex(), Plugin: "Test::P", GFS: gfs},
 		DB:   db, Plugins: reg, Log: log,
 	}}
@@ -102,7 +103,7 @@ func TestResultValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newSetup(t, tc.plugin, "auto", tc.params)
-			if err := s.runner.Run(dentest.Context(t)); err != nil {
+			if err := s.executor.Run(dentest.Context(t)); err != nil {
 				t.Fatal(err)
 			}
 			raw := dentest.Task(t, s.db, s.task)
@@ -132,7 +133,7 @@ func TestMalformedTaskIsFailedNotRun(t *testing.T) {
 	s := newSetup(t, plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) { ran = true; return 1, nil }), "auto", nil)
 	ctx := dentest.Context(t)
 	dentest.Update(t, s.db.Collection("tasks"), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$unset", Value: bson.D{{Key: "parameters", Value: ""}}}})
-	if err := s.runner.Run(ctx); err != nil {
+	if err := s.executor.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	raw := dentest.Task(t, s.db, s.task)
@@ -145,7 +146,7 @@ func TestMalformedTaskIsFailedNotRun(t *testing.T) {
 // The gfs setting decides where output goes; count_todo goes down by one.
 func TestOutputStorage(t *testing.T) {
 	t.Parallel()
-	big := strings.Repeat("x", runner.InlineLimit/2+1) // two of these do not fit inline
+	big := strings.Repeat("x", worker.InlineLimit/2+1) // two of these do not fit inline
 	cases := []struct {
 		name           string
 		gfs            string
@@ -164,7 +165,7 @@ func TestOutputStorage(t *testing.T) {
 			t.Parallel()
 			s := newSetup(t, write(tc.stdout, tc.stderr, 1, nil), tc.gfs, bson.D{})
 			dentest.Update(t, s.db.Collection("queues"), bson.D{{Key: "_id", Value: s.queue}}, bson.D{{Key: "$set", Value: bson.D{{Key: "count_todo", Value: 5}}}})
-			if err := s.runner.Run(dentest.Context(t)); err != nil {
+			if err := s.executor.Run(dentest.Context(t)); err != nil {
 				t.Fatal(err)
 			}
 			raw := dentest.Task(t, s.db, s.task)
@@ -199,7 +200,7 @@ func TestDoesNotRunATaskNoLongerClaimed(t *testing.T) {
 	ran := false
 	s := newSetup(t, plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) { ran = true; return 1, nil }), "auto", bson.D{})
 	dentest.Update(t, s.db.Collection("tasks"), bson.D{{Key: "_id", Value: s.task}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -6}}}})
-	if err := s.runner.Run(dentest.Context(t)); err != nil {
+	if err := s.executor.Run(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	if ran || status(dentest.Task(t, s.db, s.task)) != -6 {
@@ -220,7 +221,7 @@ func TestTaskChangedWhileRunning(t *testing.T) {
 	})
 	s := newSetup(t, p, "auto", bson.D{})
 	db, taskID = s.db, s.task
-	if err := s.runner.Run(dentest.Context(t)); err != nil {
+	if err := s.executor.Run(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	raw := dentest.Task(t, s.db, s.task)
@@ -262,7 +263,7 @@ func TestLargeOutputStreams(t *testing.T) {
 	})
 	s := newSetup(t, p, "auto", bson.D{})
 	start := time.Now()
-	if err := s.runner.Run(dentest.Context(t)); err != nil {
+	if err := s.executor.Run(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("stored %d MB in %s", len(line)*lines>>20, time.Since(start))
@@ -289,7 +290,7 @@ func TestStaleRunnerDoesNotOverwriteANewRun(t *testing.T) {
 	})
 	s := newSetup(t, p, "auto", bson.D{})
 	db, taskID = s.db, s.task
-	if err := s.runner.Run(dentest.Context(t)); err != nil {
+	if err := s.executor.Run(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	raw := dentest.Task(t, s.db, s.task)
@@ -320,7 +321,7 @@ func TestPluginRecordsAndConfig(t *testing.T) {
 			return plugins.StatusFailed, err
 		}
 		io.WriteString(env.Stdout, cfg.Greeting)
-		for _, f := range []string{"status", "stdout", "node", "timed_out", runner.FieldLeftovers, queue.FieldAttempts, "", "$set", "a.b"} {
+		for _, f := range []string{"status", "stdout", "node", "timed_out", worker.FieldLeftovers, queue.FieldAttempts, "", "$set", "a.b"} {
 			if err := env.Record(f, "plugin value"); err != nil {
 				refused = append(refused, f)
 				io.WriteString(env.Stderr, err.Error()+"\n")
@@ -337,8 +338,8 @@ func TestPluginRecordsAndConfig(t *testing.T) {
 		return plugins.StatusSucceeded, nil
 	})
 	s := newSetup(t, p, "false", bson.D{})
-	s.runner.Spec.PluginConfig = []byte(`{"greeting": "hello from the config"}`)
-	if err := s.runner.Run(dentest.Context(t)); err != nil {
+	s.executor.Spec.PluginConfig = []byte(`{"greeting": "hello from the config"}`)
+	if err := s.executor.Run(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	raw := dentest.Task(t, s.db, s.task)
@@ -354,7 +355,7 @@ func TestPluginRecordsAndConfig(t *testing.T) {
 	if n, _ := raw.Lookup("mine").AsInt64OK(); n != 6 {
 		t.Errorf("mine = %v, want 6 (the last value recorded)", raw.Lookup("mine"))
 	}
-	for _, f := range []string{"timed_out", runner.FieldLeftovers, queue.FieldAttempts, "a", "$set", "unstorable"} {
+	for _, f := range []string{"timed_out", worker.FieldLeftovers, queue.FieldAttempts, "a", "$set", "unstorable"} {
 		if _, err := raw.LookupErr(f); err == nil {
 			t.Errorf("task has %s after the plugin's refused Record", f)
 		}

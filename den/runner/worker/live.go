@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -23,7 +23,7 @@ const (
 // node asks for it, and then about once a second while the output grows,
 // until no request has come for LiveFor. A run nobody watches publishes
 // nothing. It returns a function that stops it and waits.
-func (t *run) publishLive(ctx context.Context) (stop func()) {
+func (t *taskRun) publishLive(ctx context.Context) (stop func()) {
 	if t.LiveRequests == nil {
 		return func() {}
 	}

@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
 
@@ -18,14 +19,14 @@ import (
 // without recording the run, saying so in one log line (run.gaveUp):
 //
 //   - Its node is gone (the node process that started it has exited: its
-//     task channel closed, Runner.NodeGone) and no write of the run has
+//     task channel closed, Executor.NodeGone) and no write of the run has
 //     landed for GiveUpAfter. The lease has long run out by then: any
 //     node may rescue the task (HeldFor), and one will once the database
 //     answers; a node of the same name restarted on this host rescues it
 //     as soon as it finds this runner gone. Waiting on would keep two
 //     processes per task alive for ever when the database is gone for
 //     good (or the node and the database stopped together).
-//   - It was asked to stop (SIGTERM or SIGINT, Runner.Stopping) and
+//   - It was asked to stop (SIGTERM or SIGINT, Executor.Stopping) and
 //     StopRecordFor has passed since it began recording (the run is
 //     stopped first, as a cancel stops it). An operator's SIGTERM then
 //     ends a runner whatever the database does.
@@ -34,31 +35,15 @@ import (
 // up: its node holds the task and rescues nothing while the runner
 // lives, so the result lands whenever the database answers. Nor does a
 // run give up while its lease holds: GiveUpAfter is longer than the time
-// after which a run stops itself for want of a heartbeat (stopAfter).
-// Starting a task has its own limit (Runner.StartTimeout).
-
-// StopRecordFor is how long a runner asked to stop (SIGTERM) tries to
-// record its run, once the run is stopped: long enough to ride out a
-// replica set's election (about 12 s with the default
-// electionTimeoutMillis), short enough for an operator's SIGTERM.
-const StopRecordFor = 30 * time.Second
-
-// GiveUpAfter is how long a runner whose node is gone keeps trying its
-// final writes after the last write of its run landed: HeldFor (after
-// which any node may rescue the task) plus one more lease
-// (dead_node_after), for the database to come back while the run can
-// still be recorded. At the defaults (a one-minute lease, beats every
-// 7.5 s, a 10 s grace) that is 2 minutes.
-func GiveUpAfter(lease, every, grace time.Duration) time.Duration {
-	return HeldFor(lease, every, grace) + lease
-}
+// after which a run stops itself for want of a heartbeat (StopAfter).
+// Starting a task has its own limit (Executor.StartTimeout).
 
 // gaveUp is why a runner gave up recording its run: the cause of its
 // final writes' context.
 type gaveUp struct {
 	why   string
 	since time.Duration // since the last write of the run landed
-	bound time.Duration // GiveUpAfter, or StopRecordFor
+	bound time.Duration // runner.GiveUpAfter, or runner.StopRecordFor
 }
 
 func (g gaveUp) Error() string { return "gave up recording the run: " + g.why }
@@ -90,7 +75,7 @@ func (l *landing) since() time.Duration {
 
 // leaseTimes returns the run's lease (the node's dead_node_after), how
 // often it beats, and its grace (SIGTERM to SIGKILL).
-func (t *run) leaseTimes() (lease, every, grace time.Duration) {
+func (t *taskRun) leaseTimes() (lease, every, grace time.Duration) {
 	every = queue.DefaultBeat
 	if t.Spec.Beat > 0 {
 		every = time.Duration(t.Spec.Beat * float64(time.Second))
@@ -110,9 +95,9 @@ func (t *run) leaseTimes() (lease, every, grace time.Duration) {
 // cancelled with a gaveUp cause when the runner gives up (see above).
 // stopping is closed when the runner is asked to stop. recording must be
 // called when the run begins recording its result; stop ends the watch.
-func (t *run) boundWrites(parent context.Context, stopping <-chan struct{}) (ctx context.Context, recording, stop func()) {
+func (t *taskRun) boundWrites(parent context.Context, stopping <-chan struct{}) (ctx context.Context, recording, stop func()) {
 	lease, every, grace := t.leaseTimes()
-	giveUpAfter := GiveUpAfter(lease, every, grace)
+	giveUpAfter := runner.GiveUpAfter(lease, every, grace)
 	ctx, cancel := context.WithCancelCause(parent)
 	begun := make(chan struct{})
 	var once sync.Once
@@ -147,12 +132,12 @@ func (t *run) boundWrites(parent context.Context, stopping <-chan struct{}) (ctx
 			case <-begun:
 				begun, recordingBegun = nil, true
 			case <-stopTimer:
-				cancel(gaveUp{since: t.landed.since(), bound: StopRecordFor, why: fmt.Sprintf(
-					"the runner was stopped by a signal and could not record the run within %s", StopRecordFor)})
+				cancel(gaveUp{since: t.landed.since(), bound: runner.StopRecordFor, why: fmt.Sprintf(
+					"the runner was stopped by a signal and could not record the run within %s", runner.StopRecordFor)})
 				return
 			}
 			if signalled && recordingBegun && stopTimer == nil {
-				stopTimer = time.After(StopRecordFor)
+				stopTimer = time.After(runner.StopRecordFor)
 			}
 		}
 	}()
@@ -163,7 +148,7 @@ func (t *run) boundWrites(parent context.Context, stopping <-chan struct{}) (ctx
 // gaveUp returns, once the run's final writes were given up (ctx's
 // cause), that cause, after logging it in one line with what was left
 // unrecorded and the status the run would have had; else nil.
-func (t *run) gaveUp(ctx context.Context, unrecorded string, status int, outcome queue.Outcome) error {
+func (t *taskRun) gaveUp(ctx context.Context, unrecorded string, status int, outcome queue.Outcome) error {
 	var g gaveUp
 	if !errors.As(context.Cause(ctx), &g) {
 		return nil

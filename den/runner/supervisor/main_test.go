@@ -1,4 +1,4 @@
-package runner_test
+package supervisor_test
 
 import (
 	"testing"

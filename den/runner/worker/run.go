@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -19,18 +19,15 @@ import (
 
 	"github.com/den-project/den/den/internal/backoff"
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
 
-// DefaultGrace is the time between SIGTERM and SIGKILL when neither the
-// task, its queue nor the node sets max_termination_time.
-const DefaultGrace = queue.DefaultGrace
-
-// Runner runs one task.
-type Runner struct {
-	Spec    Spec
+// Executor runs one task.
+type Executor struct {
+	Spec    runner.Spec
 	DB      *mongo.Database
 	Plugins *plugins.Registry
 	Log     *zap.Logger
@@ -46,7 +43,7 @@ type Runner struct {
 	// Report, when set, is told how the run ended once its outcome is
 	// stored (for the node's metrics, over the task channel; it costs no
 	// database command).
-	Report func(Report)
+	Report func(runner.Report)
 	// LiveRequests delivers the node's requests for live output (SIGUSR1,
 	// sent while a reader wants the task's output as it is written; see
 	// queue/live.go). Each one asks for live output for the next LiveFor.
@@ -55,18 +52,18 @@ type Runner struct {
 	// NodeGone, when set, is closed once the node process that started
 	// this runner has exited (its task channel closed): the run's final
 	// writes are then given up once none has landed for GiveUpAfter
-	// (worker_giveup.go). Nil: the node is never taken for gone.
+	// (giveup.go). Nil: the node is never taken for gone.
 	NodeGone <-chan struct{}
 	// Stopping, when set, is closed when the runner process is asked to
 	// stop (SIGTERM, SIGINT): the run is stopped, and its final writes are
 	// given up StopRecordFor after they began. Nil: when Run's ctx is
-	// done (a Runner used in-process).
+	// done (an Executor used in-process).
 	Stopping <-chan struct{}
 
 	// supervisor is the worker's link to its supervisor process;
-	// a Runner used in-process has none, and contains nothing.
+	// an Executor used in-process has none, and contains nothing.
 	supervisor *link
-	// reused is set when this process has run a task before (worker_tasks.go).
+	// reused is set when this process has run a task before (tasks.go).
 	reused bool
 	// abandoned is set when the run gave up on a plugin that ignored
 	// cancellation: its goroutine may still run, so this process must not
@@ -77,14 +74,9 @@ type Runner struct {
 	maxRSSBefore int64
 }
 
-// pluginSlack is how long past the task's grace a stopped plugin may take
-// to return: the time a program's leftover children may hold its output
-// open (the command plugin's WaitDelay), plus slack.
-const pluginSlack = 7 * time.Second
-
 // now is the runner's clock: Now when set, else the database server's
 // time by the node's anchor (Spec.ClockServer), else the host's.
-func (r *Runner) now() time.Time {
+func (r *Executor) now() time.Time {
 	switch {
 	case r.Now != nil:
 		return r.Now()
@@ -102,7 +94,7 @@ func (r *Runner) now() time.Time {
 // supervisor: this process, with a fresh token.
 // With a supervisor, it also returns the run's pids cgroup at the node's
 // process limit ("" for none).
-func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, string, error) {
+func (r *Executor) self(ctx context.Context) (queue.RunnerInfo, string, error) {
 	if sup := r.supervisor; sup != nil {
 		token, pids, err := sup.begin(ctx, r.Spec.Task)
 		if err != nil {
@@ -129,9 +121,10 @@ func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, string, error) {
 	return info, "", nil
 }
 
-// run is one run of a task, from start to recorded result.
-type run struct {
-	*Runner
+// taskRun is one task's run, from start to recorded result: what the
+// Executor holds while it runs its task.
+type taskRun struct {
+	*Executor
 	log      *zap.Logger
 	store    *queue.Store
 	taskID   bson.ObjectID
@@ -161,14 +154,14 @@ type run struct {
 	pidsCgroup   string
 	// landed is when a write of the run (its start, a heartbeat, its
 	// result) last landed; gaveUpLogged is set once the runner said it
-	// gives up (worker_giveup.go).
+	// gives up (giveup.go).
 	landed       landing
 	gaveUpLogged bool
 }
 
 // Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
 // stop (SIGTERM): because its task was cancelled, or for any other reason.
-func (r *Runner) Run(ctx context.Context) error {
+func (r *Executor) Run(ctx context.Context) error {
 	taskID, err := bson.ObjectIDFromHex(r.Spec.Task)
 	if err != nil {
 		return fmt.Errorf("task id %q: %w", r.Spec.Task, err)
@@ -177,7 +170,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB), pidsCgroup: pids,
+	t := &taskRun{Executor: r, taskID: taskID, info: info, store: queue.NewStore(r.DB), pidsCgroup: pids,
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	stopping := r.Stopping
 	if stopping == nil {
@@ -189,7 +182,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	// Output is stored with a context that outlives a stopped task: what the
 	// plugin printed before it was stopped is kept. The database's part of
-	// it is given up only when the runner gives up (worker_giveup.go).
+	// it is given up only when the runner gives up (giveup.go).
 	storeCtx := context.WithoutCancel(ctx)
 	writeCtx, recording, stopBound := t.boundWrites(storeCtx, stopping)
 	defer stopBound()
@@ -219,7 +212,7 @@ func (r *Runner) Run(ctx context.Context) error {
 // (the result, or the retry's history entry): one exchange with the
 // supervisor, no database command. The count of leftovers goes into the
 // task (leftover_processes) and a line of stderr.
-func (t *run) stopAndMeasure(ctx context.Context) {
+func (t *taskRun) stopAndMeasure(ctx context.Context) {
 	if t.supervisor == nil {
 		return
 	}
@@ -261,36 +254,15 @@ func (l leaseLost) Error() string { return l.why }
 // cancelled at a heartbeat (its node did not tell it: frozen, or cut off).
 var errCancelSeen = errors.New("cancelled (seen at a heartbeat)")
 
-// stopAfter is how long a run may go without a heartbeat landing before
-// its runner stops it: its lease (dead_node_after, after which a node may
-// rescue the task), less the task's grace (SIGTERM to SIGKILL), two beats
-// and 5 s; at least half the lease. So the run's processes are gone
-// before any node may start another attempt, where the grace is at most
-// half the lease less two beats and 5 s.
-func stopAfter(lease, every, grace time.Duration) time.Duration {
-	return max(lease-grace-2*every-5*time.Second, lease/2)
-}
-
-// HeldFor is how long after its last heartbeat landed a run's processes
-// may still exist: its runner stops the run stopAfter after that beat and
-// finds it out within two beats (a beat that fails may take a beat to
-// time out), the processes get the grace before SIGKILL, and 5 s to spare.
-// That is the lease (dead_node_after) where the grace fits in it, else
-// more. A node that cannot signal a run's runner (it is on another host)
-// starts its task again only after it.
-func HeldFor(lease, every, grace time.Duration) time.Duration {
-	return stopAfter(lease, every, grace) + 2*every + grace + 5*time.Second
-}
-
 // beat renews the run's lease every Spec.Beat until stopped: a heartbeat
 // (runner.beat) that also says whether the task is still this run's. The
 // runner gives up the run, cancelling lose with why, when a heartbeat
 // finds the task no longer its (rescued, retried, ended by someone else),
 // cancelled (the node did not say so: frozen, or cut off), or when none
-// has landed for stopAfter (the host's monotonic clock counts it).
-func (t *run) beat(ctx context.Context, lose context.CancelCauseFunc) (stop func()) {
+// has landed for StopAfter (the host's monotonic clock counts it).
+func (t *taskRun) beat(ctx context.Context, lose context.CancelCauseFunc) (stop func()) {
 	lease, every, grace := t.leaseTimes()
-	limit := stopAfter(lease, every, grace)
+	limit := runner.StopAfter(lease, every, grace)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -346,7 +318,7 @@ func (t *run) beat(ctx context.Context, lose context.CancelCauseFunc) (stop func
 }
 
 // start moves the task to running, retrying while MongoDB is unreachable.
-func (t *run) start(ctx context.Context) (bool, error) {
+func (t *taskRun) start(ctx context.Context) (bool, error) {
 	startTimeout := t.StartTimeout
 	if startTimeout <= 0 {
 		startTimeout = 5 * time.Minute
@@ -393,7 +365,7 @@ func (t *run) start(ctx context.Context) (bool, error) {
 	}
 	t.opts = t.task.Options(q)
 	if t.opts.MaxTermination == 0 {
-		t.opts.MaxTermination = DefaultGrace
+		t.opts.MaxTermination = runner.DefaultGrace
 		if t.Spec.Grace > 0 {
 			t.opts.MaxTermination = time.Duration(t.Spec.Grace * float64(time.Second))
 		}
@@ -420,7 +392,7 @@ func (t *run) start(ctx context.Context) (bool, error) {
 }
 
 // execute runs the plugin, if the task can be run, and returns its status.
-func (t *run) execute(ctx context.Context) int {
+func (t *taskRun) execute(ctx context.Context) int {
 	plugin, found := t.Plugins.Lookup(t.Spec.Plugin)
 	switch {
 	case len(t.task.Problems) > 0:
@@ -489,7 +461,7 @@ func (t *run) execute(ctx context.Context) int {
 // supervisor that has a pids cgroup for runs, the supervisor sets it as
 // pids.max of a cgroup for the run's programs; else the programs' sandbox
 // sets RLIMIT_NPROC.
-func (t *run) limitProcesses(ctx context.Context) {
+func (t *taskRun) limitProcesses(ctx context.Context) {
 	limit := t.Spec.MaxProcesses
 	if n := t.opts.MaxProcesses; n > 0 && (limit <= 0 || n < limit) {
 		limit = n
@@ -514,18 +486,18 @@ func (t *run) limitProcesses(ctx context.Context) {
 // defaultGrace is the grace the supervisor holds for a run until told
 // otherwise: the node's max_termination_time (Spec.Grace), else
 // DefaultGrace.
-func (t *run) defaultGrace() time.Duration {
+func (t *taskRun) defaultGrace() time.Duration {
 	if t.Spec.Grace > 0 {
 		return time.Duration(t.Spec.Grace * float64(time.Second))
 	}
-	return DefaultGrace
+	return runner.DefaultGrace
 }
 
 // maxOutput is the cap of each output stream: the node's max_output
 // (default DefaultMaxOutput), lowered, never raised, by the task's or its
 // queue's.
-func (t *run) maxOutput() int64 {
-	limit := int64(DefaultMaxOutput)
+func (t *taskRun) maxOutput() int64 {
+	limit := int64(runner.DefaultMaxOutput)
 	if t.Spec.MaxOutput > 0 {
 		limit = t.Spec.MaxOutput
 	}
@@ -538,7 +510,7 @@ func (t *run) maxOutput() int64 {
 // runPlugin calls the plugin, turns a panic or a bad status into a failure
 // with the reason in stderr, and returns the status to record. Once ctx is
 // done it waits at most the grace time for the plugin to return.
-func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
+func (t *taskRun) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	type result struct {
 		status   int
 		err      error
@@ -568,7 +540,7 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	}
 	// The plugin's own grace, plus the time a program's leftover children
 	// may hold its output open (the command plugin's WaitDelay), plus slack.
-	grace := time.NewTimer(t.opts.MaxTermination + pluginSlack)
+	grace := time.NewTimer(t.opts.MaxTermination + runner.PluginSlack)
 	defer grace.Stop()
 	select {
 	case res := <-done:
@@ -582,7 +554,7 @@ func (t *run) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	}
 }
 
-func (t *run) notePluginErr(err error, panicked string) {
+func (t *taskRun) notePluginErr(err error, panicked string) {
 	switch {
 	case panicked != "":
 		t.pluginErr = "panicked: " + panicked
@@ -593,7 +565,7 @@ func (t *run) notePluginErr(err error, panicked string) {
 
 // record1 keeps a field the plugin recorded (plugins.Env.Record has
 // refused reserved names) for the final write.
-func (t *run) record1(field string, value any) {
+func (t *taskRun) record1(field string, value any) {
 	t.extraMu.Lock()
 	defer t.extraMu.Unlock()
 	for i := range t.extra {
@@ -603,38 +575,6 @@ func (t *run) record1(field string, value any) {
 		}
 	}
 	t.extra = append(t.extra, bson.E{Key: field, Value: value})
-}
-
-// decided returns the run's outcome: what den decided (t.outcome), else
-// what the plugin's program or the plugin itself did (the command plugin
-// records exit_code and signal).
-func (t *run) decided(status int, extra bson.D) queue.Outcome {
-	if t.outcome.Kind != "" {
-		return t.outcome
-	}
-	var code *int
-	var sig string
-	for _, e := range extra {
-		switch e.Key {
-		case "exit_code":
-			if n, ok := e.Value.(int); ok {
-				code = &n
-			}
-		case "signal":
-			sig, _ = e.Value.(string)
-		}
-	}
-	switch {
-	case sig != "":
-		return queue.Outcome{Kind: queue.OutcomeSignal, Reason: "its program was killed by " + sig}
-	case code != nil:
-		return queue.Outcome{Kind: queue.OutcomeExitCode, Reason: fmt.Sprintf("its program exited with code %d", *code)}
-	}
-	reason := fmt.Sprintf("the plugin returned status %d (%s)", status, queue.StatusName(status))
-	if t.pluginErr != "" {
-		reason = "the plugin failed: " + t.pluginErr
-	}
-	return queue.Outcome{Kind: queue.OutcomePlugin, Reason: reason}
 }
 
 // validate applies the protocol's rule that a finished task has a positive
@@ -652,268 +592,4 @@ func validate(status int, err error, out *outputs) int {
 		return queue.StatusFailed
 	}
 	return status
-}
-
-// record stores the outcome: cancelled (-5) when the task was cancelled
-// while it ran, else a retry when it failed with retries left, else the
-// final status. Its writes are retried until they land or the runner
-// gives up (storeCtx's cause; worker_giveup.go): it then returns the
-// gaveUp, having logged it.
-func (t *run) record(storeCtx, runCtx context.Context, status int) error {
-	var lost leaseLost
-	if errors.As(context.Cause(runCtx), &lost) && status != queue.StatusCancelled {
-		// Recorded when the database answers, fenced by the run's token as
-		// every write: a task another node took meanwhile is left alone.
-		t.out.appendLine("den: " + lost.why)
-		status = queue.StatusFailed
-		t.outcome = queue.Outcome{Kind: queue.OutcomeLeaseLost, Reason: lost.why}
-	} else if runCtx.Err() != nil && status != queue.StatusCancelled {
-		// Retried a little: a read that fails once (the node's relay
-		// going away) must not turn a cancelled task into a failed one.
-		var task *queue.Task
-		rctx, cancel := context.WithTimeout(storeCtx, time.Minute)
-		err := t.Retry.Retry(rctx, func(ctx context.Context) error {
-			var err error
-			task, err = t.store.Task(ctx, t.taskID)
-			return err
-		}, nil)
-		cancel()
-		if err == nil && task != nil && task.Cancel {
-			t.out.appendLine("den: cancelled while running")
-			status = queue.StatusCancelled
-			t.outcome = queue.Outcome{Kind: queue.OutcomeCancelled, Reason: "cancelled while running"}
-		} else if !t.timedOut {
-			t.out.appendLine("den: the task runner was stopped by a signal")
-			status = queue.StatusFailed
-			t.outcome = queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "the task runner was stopped by a signal"}
-		}
-	}
-	// An expired task is never retried: its time is up. A run stopped for
-	// its memory is retried with more, when a node offers more (its
-	// stderr says when none does).
-	retry := status >= queue.StatusFailed && !t.expired && t.opts.CanRetry(t.timedOut)
-	var next *queue.Resources
-	if status >= queue.StatusFailed && t.memoryWhy != "" && t.outcome.Kind == "" {
-		// The memory kill decided this run's end: nothing else den did
-		// (timeout, cancel, max_output) came first.
-		t.outcome = queue.Outcome{Kind: queue.OutcomeResourceKilled, Reason: t.memoryWhy}
-		if retry {
-			next, retry = t.nextRequest(storeCtx)
-		}
-	}
-	stdout, stderr, err := t.out.finish() // a plugin abandoned after its grace can write no more
-	t.extraMu.Lock()
-	if t.timedOut {
-		t.extra = append(t.extra, bson.E{Key: "timed_out", Value: true})
-	}
-	if t.expired {
-		t.extra = append(t.extra, bson.E{Key: queue.FieldExpired, Value: true})
-	}
-	extra := append(bson.D(nil), t.extra...)
-	t.extraMu.Unlock()
-	outcome := t.decided(status, extra)
-	extra = append(extra, outcome.Fields()...)
-	if err := t.gaveUp(storeCtx, "the run's output and result", status, outcome); err != nil {
-		return err
-	}
-	if err != nil {
-		t.log.Error("cannot store task output in GridFS", zap.Error(err))
-		stdout, stderr = "", "den: output could not be stored: "+err.Error()
-	}
-	if retry {
-		return t.retry(storeCtx, status, stdout, stderr, extra, outcome, next)
-	}
-	result := queue.Result{Status: status, Stdout: stdout, Stderr: stderr, Extra: extra}
-	var recorded bool
-	t.retryForever(storeCtx, "record task result", func(ctx context.Context) error {
-		var err error
-		recorded, err = t.store.Finish(ctx, t.taskID, t.Spec.Node, t.info.Token, result, t.now())
-		if queue.TooLarge(err) && !isFileID(result.Stdout) {
-			t.log.Warn("result does not fit in the task document; storing the output in GridFS instead")
-			result.Stdout, result.Stderr, err = t.out.toGridFS(ctx, result.Stdout, result.Stderr)
-			if err == nil {
-				err = errors.New("retrying with the output in GridFS")
-			}
-		}
-		return err
-	})
-	if err := t.gaveUp(storeCtx, "the run's result", status, outcome); err != nil {
-		return err
-	}
-	t.landed.mark()
-	if !recorded {
-		if err := t.keepOrphanedOutput(storeCtx, result, outcome); err != nil {
-			return err
-		}
-		t.report(0, false, outcome)
-		return nil
-	}
-	t.report(status, false, outcome)
-	if status > 0 && t.task != nil {
-		t.retryForever(storeCtx, "decrement count_todo", func(ctx context.Context) error {
-			return t.store.DecrementTodo(ctx, t.task.Queue)
-		})
-		if err := t.gaveUp(storeCtx, "the queue's count_todo decrement (the result is recorded; count_todo stays one too high until `den counts fix`)", status, outcome); err != nil {
-			return err
-		}
-	}
-	t.releaseDependents(storeCtx, status)
-	t.log.Info("task finished", zap.Int("status", status), zap.String("outcome", queue.StatusName(status)),
-		zap.Duration("took", time.Since(t.started)), zap.Bool("gridfs", isFileID(result.Stdout)), zap.Bool("timed_out", t.timedOut))
-	return nil
-}
-
-func (t *run) report(status int, retry bool, outcome queue.Outcome) {
-	if t.Report == nil {
-		return
-	}
-	stdout, stderr := t.out.written()
-	r := Report{Task: t.Spec.Task, Status: status, Retry: retry, Stdout: stdout, Stderr: stderr,
-		Outcome: outcome.Kind, Run: time.Since(t.started).Seconds()}
-	if t.task != nil {
-		r.Wait = max(t.started.Sub(queue.ReadyAt(*t.task)).Seconds(), 0)
-	}
-	t.Report(r)
-}
-
-// releaseDependents moves on the tasks that come after this one, when it
-// has any (has_dependents): queued when this one succeeded and they wait
-// for nothing else, cancelled (transitively) when it ended any other way.
-// The nodes' periodic sweep does the same for whatever this misses.
-func (t *run) releaseDependents(ctx context.Context, status int) {
-	if t.task == nil {
-		return
-	}
-	if has, _ := t.task.Raw.Lookup(queue.FieldHasDependents).BooleanOK(); !has {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	released, cancelled, err := t.store.SettleDependents(ctx, []queue.EndedTask{{ID: t.taskID, Status: status}}, t.now())
-	if released > 0 {
-		t.log.Info("queued the tasks that came after this one", zap.Int64("count", released))
-	}
-	if len(cancelled) > 0 {
-		t.log.Info("cancelled the tasks that came after this one", zap.Int("count", len(cancelled)))
-	}
-	if err != nil {
-		t.log.Warn("could not move on the tasks that come after this one; the nodes' sweep will", zap.Error(err))
-	}
-}
-
-// retry puts the task back in its queue with this run in its history. The
-// run's output always goes to GridFS, so the history can point at it.
-func (t *run) retry(ctx context.Context, status int, stdout, stderr any, extra bson.D, outcome queue.Outcome, next *queue.Resources) error {
-	entry := queue.HistoryEntry{
-		Attempt: t.opts.Attempts + 1, Node: t.Spec.Node, Status: status, TimedOut: t.timedOut,
-		Started: t.started, Ended: time.Now(), Outcome: outcome.Kind, Reason: outcome.Reason,
-		NextRequested: next,
-	}
-	if t.opts.Requested != (queue.Resources{}) {
-		entry.Requested = &t.opts.Requested
-	}
-	for _, e := range extra {
-		switch e.Key {
-		case "exit_code":
-			if n, ok := e.Value.(int); ok {
-				entry.ExitCode = &n
-			}
-		case "signal":
-			entry.Signal, _ = e.Value.(string)
-		case FieldLeftovers:
-			entry.Leftovers, _ = e.Value.(int)
-		case queue.FieldUsage:
-			if u, ok := e.Value.(queue.Usage); ok {
-				entry.Usage = &u
-			}
-		}
-	}
-	t.retryForever(ctx, "store the attempt's output", func(ctx context.Context) error {
-		var err error
-		entry.Stdout, entry.Stderr, err = t.out.toGridFS(ctx, stdout, stderr)
-		return err
-	})
-	if err := t.gaveUp(ctx, "the run's output and its retry", status, outcome); err != nil {
-		return err
-	}
-	at := t.opts.RetryAt(t.now(), entry.Attempt)
-	var requeued bool
-	t.retryForever(ctx, "put the task back for a retry", func(ctx context.Context) error {
-		var err error
-		requeued, err = t.store.Retry(ctx, t.taskID, t.Spec.Node, t.info.Token, entry, at, t.now())
-		return err
-	})
-	if err := t.gaveUp(ctx, "the run's retry (its output is in GridFS under metadata.task_id)", status, outcome); err != nil {
-		return err
-	}
-	t.landed.mark()
-	if !requeued {
-		t.log.Warn("task changed while it ran; not retrying it (its output is in GridFS under metadata.task_id)")
-		t.report(0, false, outcome)
-		return nil
-	}
-	t.report(status, true, outcome)
-	if next != nil {
-		t.log.Info("task stopped for passing its memory request; retrying with more", zap.Float64("memory_mb", t.opts.Requested.MemoryMB),
-			zap.Float64("next_memory_mb", next.MemoryMB), zap.Int("attempt", entry.Attempt))
-	}
-	t.log.Info("task failed; retrying later", zap.Int("status", status), zap.Int("attempt", entry.Attempt),
-		zap.Int("max_retries", t.opts.MaxRetries), zap.Time("start_after", at), zap.Bool("timed_out", t.timedOut))
-	return nil
-}
-
-// keepOrphanedOutput handles a result that could not be recorded because
-// the task changed under the runner: the output goes to GridFS under
-// metadata.task_id, and the log says what happened. It returns the
-// gaveUp when the runner gave up storing it.
-func (t *run) keepOrphanedOutput(ctx context.Context, result queue.Result, outcome queue.Outcome) error {
-	var outID, errID bson.ObjectID
-	t.retryForever(ctx, "store output of a task that changed meanwhile", func(ctx context.Context) error {
-		var err error
-		outID, errID, err = t.out.toGridFS(ctx, result.Stdout, result.Stderr)
-		return err
-	})
-	if err := t.gaveUp(ctx, "the output of a task that changed meanwhile (reaped, rescued or deleted)", result.Status, outcome); err != nil {
-		return err
-	}
-	fields := []zap.Field{zap.Int("status", result.Status), zap.String("stdout_file", outID.Hex()), zap.String("stderr_file", errID.Hex())}
-	task, err := t.store.Task(ctx, t.taskID)
-	switch {
-	case err != nil:
-		fields = append(fields, zap.NamedError("read_error", err))
-	case task == nil:
-		fields = append(fields, zap.String("now", "deleted"))
-	default:
-		fields = append(fields, zap.Int("now_status", task.Status), zap.String("now_node", task.Node))
-	}
-	t.log.Warn("task changed while it ran (reaped, rescued or deleted): its state was left as is; output kept in GridFS under metadata.task_id", fields...)
-	return nil
-}
-
-// retryForever retries a write that must land, logging when it starts
-// failing and when it recovers, until it lands or ctx ends (the runner
-// gave up: the caller says so, with t.gaveUp).
-func (t *run) retryForever(ctx context.Context, what string, op func(context.Context) error) {
-	failures := 0
-	err := t.Retry.Retry(ctx, op, func(attempt int, err error) {
-		failures = attempt
-		if attempt == 1 {
-			t.log.Warn("cannot "+what+"; retrying until it lands", zap.Error(err))
-		}
-	})
-	if err != nil && isGaveUp(context.Cause(ctx)) {
-		return
-	}
-	if err != nil {
-		t.log.Error("gave up: cannot "+what, zap.Error(err))
-		return
-	}
-	if failures > 0 {
-		t.log.Info("done after retrying: "+what, zap.Int("attempts", failures+1))
-	}
-}
-
-func isFileID(v any) bool {
-	_, ok := v.(bson.ObjectID)
-	return ok
 }

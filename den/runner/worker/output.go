@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/queue"
 )
@@ -15,10 +16,6 @@ import (
 // task document; more goes to GridFS. MongoDB documents are limited to 16
 // MiB, and Disbatch uses the same 15 MiB.
 const InlineLimit = 15 << 20
-
-// DefaultMaxOutput is the most a task may write to each of stdout and
-// stderr when the node's configuration sets no max_output: 1 GiB.
-const DefaultMaxOutput = 1 << 30
 
 // outputs holds a task's stdout and stderr while its plugin runs. It keeps
 // them in memory while they may still go into the task document, and
@@ -61,7 +58,7 @@ type sink struct {
 }
 
 func newOutputs(ctx context.Context, bucket *gridfs.Bucket, taskID bson.ObjectID, mode string) *outputs {
-	o := &outputs{ctx: ctx, bucket: bucket, taskID: taskID, limit: InlineLimit, max: DefaultMaxOutput}
+	o := &outputs{ctx: ctx, bucket: bucket, taskID: taskID, limit: InlineLimit, max: runner.DefaultMaxOutput}
 	o.stdout = &sink{o: o, name: "stdout"}
 	o.stderr = &sink{o: o, name: "stderr"}
 	if mode == queue.GFSAlways {

@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/den/runner"
 )
 
 // The runner's side of the runner-reuse guarantee: a cancel or live request on the task channel
@@ -15,7 +17,7 @@ import (
 // task that runs now; one naming the running task does.
 func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	t.Parallel()
-	node, theirs, err := TaskChannel()
+	node, theirs, err := runner.TaskChannel()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,9 +25,9 @@ func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	link := newTaskLink(theirs, live)
 	defer link.close()
 	defer node.Close()
-	send := func(m Message) {
+	send := func(m runner.Message) {
 		t.Helper()
-		if err := Send(node, m); err != nil {
+		if err := runner.Send(node, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -33,7 +35,7 @@ func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	// sent before has been handled (one reader, packets in order).
 	sync := func() {
 		t.Helper()
-		send(RunTask{Spec: Spec{Task: bson.NewObjectID().Hex()}})
+		send(runner.RunTask{Spec: runner.Spec{Task: bson.NewObjectID().Hex()}})
 		select {
 		case <-link.next:
 		case <-time.After(30 * time.Second):
@@ -56,17 +58,17 @@ func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	ctxB, cancelB := context.WithCancel(context.Background())
 	defer cancelB()
 	link.begin(b, cancelB)
-	send(CancelRun{Task: a})
-	send(LiveOutput{Task: a})
+	send(runner.CancelRun{Task: a})
+	send(runner.LiveOutput{Task: a})
 	sync()
 	quiet("requests for the previous task", ctxB)
-	send(LiveOutput{Task: b})
+	send(runner.LiveOutput{Task: b})
 	select {
 	case <-live:
 	case <-time.After(30 * time.Second):
 		t.Fatal("a live request for the running task did not reach it")
 	}
-	send(CancelRun{Task: b})
+	send(runner.CancelRun{Task: b})
 	select {
 	case <-ctxB.Done():
 	case <-time.After(30 * time.Second):
@@ -75,15 +77,15 @@ func TestTaskLinkActsOnlyOnTheCurrentTask(t *testing.T) {
 	link.end()
 
 	// Between tasks: requests for the task just over, then the next task.
-	send(CancelRun{Task: b})
-	send(LiveOutput{Task: b})
+	send(runner.CancelRun{Task: b})
+	send(runner.LiveOutput{Task: b})
 	sync()
 	ctxC, cancelC := context.WithCancel(context.Background())
 	defer cancelC()
 	link.begin(c, cancelC)
-	send(CancelRun{Task: b})
-	send(LiveOutput{Task: b})
-	send(CancelRun{Task: ""})
+	send(runner.CancelRun{Task: b})
+	send(runner.LiveOutput{Task: b})
+	send(runner.CancelRun{Task: ""})
 	sync()
 	quiet("requests for the task before", ctxC)
 }

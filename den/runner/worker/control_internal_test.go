@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"golang.org/x/sys/unix"
+
+	"github.com/den-project/den/den/runner"
 )
 
 // controlPair is a worker's link and the supervisor's end of a control
@@ -39,7 +41,7 @@ func TestControlRequestsTravelInBatches(t *testing.T) {
 	t.Parallel()
 	l, sup := controlPair(t)
 	requests := make(chan []string, 4)
-	go readRequests(sup, requests)
+	go runner.ReadRequests(sup, requests)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -94,7 +96,7 @@ func TestControlRequestsTravelInBatches(t *testing.T) {
 
 	type stopResult struct {
 		n                 int
-		m                 measured
+		m                 runner.Measured
 		errStop, errUsage error
 	}
 	stopped := make(chan stopResult, 1)

@@ -1,37 +1,72 @@
-package runner
+package worker
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"syscall"
 
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/plugins"
 )
+
+// Main is the body of a worker process, which its supervisor started
+// (taskrunner.Process decides): it links to its supervisor (the control
+// channel), takes the node's task channel tasksCh, if any, and serves
+// its tasks (work) until they are over or it is asked to stop (SIGTERM,
+// SIGINT). It returns the process's exit code.
+func Main(spec runner.Spec, reg *plugins.Registry, log *zap.Logger, relayCtl, tasksCh *os.File) int {
+	link, err := linkFromEnv()
+	if err != nil {
+		log.Error("task runner worker without its supervisor", zap.Error(err))
+		return 2
+	}
+	defer link.close()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// Requests for live output, forwarded by the supervisor. Never reset:
+	// SIGUSR1's default action would end the worker.
+	live := make(chan os.Signal, 1)
+	signal.Notify(live, syscall.SIGUSR1)
+	var tasks *taskLink
+	if tasksCh != nil {
+		tasks = newTaskLink(tasksCh, live)
+		defer tasks.close()
+	}
+	if err := work(ctx, spec, reg, log, link, relayCtl, live, tasks); err != nil {
+		if !isGaveUp(err) { // else said once already, with its reason
+			log.Error("task runner failed", zap.Error(err))
+		}
+		return 1
+	}
+	return 0
+}
 
 // work connects to the database named in spec (through the node's relay
 // when relayCtl is its control channel), runs the task and returns when
 // its result is stored. With tasks (the node's task channel) it tells the
 // node how each run ended (Report), and, when the spec allows reuse
-// (Spec.Reuse; worker_tasks.go), then runs the tasks the node hands it, one after
+// (Spec.Reuse; tasks.go), then runs the tasks the node hands it, one after
 // another, on the same connection, until the node closes the channel. ctx
 // cancellation (SIGTERM to the runner) stops the plugin, and the runner
 // takes no more tasks; the result is still stored if the database answers
 // within StopRecordFor. Once the node is gone (its end of the task
 // channel closed), a run whose writes have not landed for GiveUpAfter is
-// given up (worker_giveup.go): work then returns a gaveUp, already logged.
+// given up (giveup.go): work then returns a gaveUp, already logged.
 // sup is the worker's link to its supervisor.
-func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal, tasks *taskLink) error {
+func work(ctx context.Context, spec runner.Spec, reg *plugins.Registry, log *zap.Logger, sup *link, relayCtl *os.File, live <-chan os.Signal, tasks *taskLink) error {
 	client, disconnect, err := connect(spec, relayCtl, log)
 	if err != nil {
 		return err
 	}
 	defer disconnect(ctx)
-	report := func(rep Report) {
+	report := func(rep runner.Report) {
 		if tasks == nil {
 			return
 		}
@@ -45,7 +80,7 @@ func work(ctx context.Context, spec Spec, reg *plugins.Registry, log *zap.Logger
 		nodeGone = tasks.gone
 	}
 	for served := 0; ; served++ {
-		r := &Runner{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
+		r := &Executor{Spec: spec, DB: client.Database(spec.Database), Plugins: reg, Log: log, supervisor: sup, LiveRequests: live,
 			reused: served > 0, Report: report, NodeGone: nodeGone, Stopping: ctx.Done()}
 		if tasks == nil {
 			return r.Run(ctx)

@@ -1,9 +1,10 @@
-package runner
+package worker
 
 import (
 	"context"
 	"testing"
 
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
 
@@ -17,7 +18,7 @@ func TestMaxProcessesLowersNeverRaises(t *testing.T) {
 		{0, 64, 64},
 		{0, 0, 0},
 	} {
-		r := &run{Runner: &Runner{Spec: Spec{MaxProcesses: tc.node}}, opts: queue.Options{MaxProcesses: tc.task}}
+		r := &taskRun{Executor: &Executor{Spec: runner.Spec{MaxProcesses: tc.node}}, opts: queue.Options{MaxProcesses: tc.task}}
 		r.limitProcesses(context.Background())
 		if r.maxProcesses != tc.want || r.pidsCgroup != "" {
 			t.Errorf("node %d, task %d: limit %d (cgroup %q), want %d and none without a supervisor", tc.node, tc.task, r.maxProcesses, r.pidsCgroup, tc.want)

@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 
 	"github.com/den-project/den/den/internal/mongoclient"
 	"github.com/den-project/den/den/internal/relay"
+	"github.com/den-project/den/den/runner"
 )
 
 // connect returns the runner's client, with den's client options
 // (package mongoclient): through the node's relay when ctl (the relay
 // control channel) is given, else straight to spec.URI. close disconnects
 // it.
-func connect(spec Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, close func(context.Context), err error) {
+func connect(spec runner.Spec, ctl *os.File, log *zap.Logger) (client *mongo.Client, close func(context.Context), err error) {
 	direct := func(context.Context) (*mongo.Client, error) {
 		return mongo.Connect(mongoclient.Options(spec.URI, "den task-runner"))
 	}

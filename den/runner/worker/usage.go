@@ -1,4 +1,4 @@
-package runner
+package worker
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
 
 // measureUsage returns the run's usage now; nil, and no error, when there
-// is nothing to measure it with (a Runner used in-process, without a
+// is nothing to measure it with (an Executor used in-process, without a
 // supervisor).
-func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *measured, error) {
+func (t *taskRun) measureUsage(ctx context.Context, running bool) (*queue.Usage, *runner.Measured, error) {
 	if t.supervisor == nil {
 		return nil, nil, nil
 	}
@@ -29,7 +30,7 @@ func (t *run) measureUsage(ctx context.Context, running bool) (*queue.Usage, *me
 
 // usageOf is the run's usage from the supervisor's measure m, with this
 // process's own peak.
-func (t *run) usageOf(m measured, running bool) *queue.Usage {
+func (t *taskRun) usageOf(m runner.Measured, running bool) *queue.Usage {
 	// This process's own peak, and that of the largest process it reaped
 	// (the plugin's programs): exact, where the samples may miss a peak.
 	peak := max(m.PeakRSS, m.MaxRSS)
@@ -70,7 +71,7 @@ func round(v float64, places int) float64 {
 // while it runs (one conditional update each), until stopped. A run
 // shorter than the interval writes nothing here: its usage goes into its
 // final write.
-func (t *run) updateUsage(ctx context.Context) (stop func()) {
+func (t *taskRun) updateUsage(ctx context.Context) (stop func()) {
 	every := t.opts.UsageInterval
 	if every <= 0 || t.supervisor == nil {
 		return func() {}
