@@ -139,7 +139,7 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 	}
 	if released > 0 {
 		sw.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
-		sw.wake()
+		sw.claims.wakeUp()
 	}
 	if err != nil {
 		return err

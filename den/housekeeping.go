@@ -113,18 +113,22 @@ func (ps *passes) round(ctx context.Context, v passView) {
 		ps.house.mark(name, ps.now())
 	}
 	step("counts", true, func(ctx context.Context, _ time.Time) error { return ps.fillCounts(ctx, v.queues, v.read) })
-	step("oldest", now.Sub(ps.oldestAt) >= ps.cfg.RefreshEvery && ps.oldestPace.ready(), func(ctx context.Context, now time.Time) error {
+	step("oldest", now.Sub(ps.oldestAt) >= ps.params.RefreshEvery && ps.oldestPace.ready(), func(ctx context.Context, now time.Time) error {
 		ps.oldestAt = now // tried: a metric is not worth a step every round
 		return ps.measureOldest(ctx, v.measure, now)
 	})
 	step("rescue", ps.rescuer.due(now), func(ctx context.Context, now time.Time) error {
 		sent := ps.now()
-		held, err := ps.store.Held(ctx, ps.cfg.Name, false)
+		held, err := ps.store.Held(ctx, ps.params.Name, false)
 		if err != nil {
 			return err
 		}
 		ps.held.read(held, sent, v.byID.request)
-		return ps.rescuer.run(ctx, held, v.byID, now)
+		nodes, err := ps.rescuer.run(ctx, held, v.byID, now)
+		if !nodes.at.IsZero() {
+			ps.sweeper.noteOffers(nodes)
+		}
+		return err
 	})
 	step("sweep", ps.sweeper.due(now), func(ctx context.Context, now time.Time) error {
 		return ps.sweeper.sweep(ctx, v.serve, now)
@@ -161,11 +165,5 @@ func (ps *passes) round(ctx context.Context, v passView) {
 	if ps.notes.clear("housekeeping") {
 		ps.log.Info("housekeeping completes its rounds again")
 	}
-	ps.lastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.now()})
-}
-
-// housekeeping is the last completed round, for the node document; nil
-// before the first.
-func (ps *passes) housekeeping() *queue.Housekeeping {
-	return ps.lastRound.Load()
+	ps.beat.lastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.now()})
 }

@@ -29,13 +29,14 @@ import (
 // behind it: its queries can take minutes on a database full of large or
 // hostile documents.
 type passes struct {
-	*common
+	*env
+	params  passesParams
 	plugins *plugins.Registry
 	claimer *claimer
 	beat    *heartbeat
 	sweeper *sweeper
 	rescuer *rescuer
-	runners *runners
+	pool    *pool
 	// schedules fires the schedules whose time has come.
 	schedules *scheduler
 	// stats writes the status page's time series once a minute.
@@ -87,8 +88,8 @@ type passes struct {
 	// loop and the housekeeping last completed a step; roundStarted is when
 	// the housekeeping's round under way started (0: none), houseStep its
 	// step under way, houseProblem why its last round failed (nil: it did
-	// not), and lastRound the times of its last completed round, which the
-	// node document carries.
+	// not). The times of its last completed round go to the heartbeat
+	// (heartbeat.lastRound), which the node document carries.
 	lastPassOK   atomic.Int64
 	lastPassTook atomic.Int64
 	passStarted  atomic.Int64
@@ -98,12 +99,11 @@ type passes struct {
 	roundStarted atomic.Int64
 	houseStep    atomic.Pointer[string]
 	houseProblem atomic.Pointer[string]
-	lastRound    atomic.Pointer[queue.Housekeeping]
 	// book is what the loop knows of the queues (queuebook.go);
 	// lastQueues are those of its last read of every queue, for metrics
 	// and runners read outside the loop.
 	book       queueBook
-	lastQueues atomic.Pointer[queueIndex]
+	lastQueues *queuesRead
 }
 
 // full is one full pass of the loop: it reads the queues, writes the node
@@ -112,7 +112,7 @@ type passes struct {
 // logged when the outage starts and when it ends, and a full pass that
 // succeeds ends it.
 func (ps *passes) full(ctx context.Context) {
-	ps.runners.retireIdle(false)
+	ps.pool.retireIdle(false)
 	started := ps.now()
 	ps.passStarted.Store(started.UnixNano())
 	stopped, slow, err := ps.timed(ctx, "full", ps.read)
@@ -244,7 +244,7 @@ func (ps *passes) setOutage(err error) {
 //     with no work by their counts.
 func (ps *passes) read(ctx context.Context) error {
 	now := ps.now()
-	if now.Sub(ps.clockAt) >= ps.cfg.ClockEvery {
+	if now.Sub(ps.clockAt) >= ps.params.ClockEvery {
 		// The server's time again: a clock this host's monotonic clock
 		// counts on drifts a little.
 		if err := ps.store.SyncClock(ctx, ps.clock); err != nil {
@@ -252,7 +252,7 @@ func (ps *passes) read(ctx context.Context) error {
 		}
 		ps.clockAt = now
 	}
-	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
+	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.params.RefreshEvery {
 		shared, err := ps.store.ActiveConfig(ctx)
 		if err != nil {
 			return err // never fall back to serving every queue
@@ -286,7 +286,7 @@ func (ps *passes) read(ctx context.Context) error {
 	readHeld := func() error {
 		sent := ps.now()
 		var err error
-		if held, err = ps.store.Held(ctx, ps.cfg.Name, false); err != nil {
+		if held, err = ps.store.Held(ctx, ps.params.Name, false); err != nil {
 			return err
 		}
 		ps.held.read(held, sent, byID.request)
@@ -341,7 +341,7 @@ func (ps *passes) read(ctx context.Context) error {
 	}
 	// Then the probe, for work the counts do not tell of, and the claims
 	// of what it found.
-	if now.Sub(ps.lastProbe) >= ps.cfg.ProbeEvery && !ps.claimer.paused() {
+	if now.Sub(ps.lastProbe) >= ps.params.ProbeEvery && !ps.claimer.paused() {
 		if err := ps.claimer.claim(ctx, true); err != nil {
 			return err
 		}
@@ -352,7 +352,7 @@ func (ps *passes) read(ctx context.Context) error {
 		return err
 	}
 	if held != nil {
-		ps.runners.askLive(held, now)
+		ps.pool.askLive(held, now)
 	}
 	b := &ps.book
 	ps.handOver(passView{at: now, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.running, measure: ps.claimer.withWork()})
@@ -404,17 +404,6 @@ func (c *chores) take() bool {
 // spent reports whether this round's budget, or its step's time, is used
 // up: what is left waits for the next round.
 func (c *chores) spent() bool { return c.left <= 0 || c.overdue }
-
-// queueName is the name of queue id as the last full pass read it, else
-// fallback.
-func (ps *passes) queueName(id bson.ObjectID, fallback string) string {
-	if p := ps.lastQueues.Load(); p != nil {
-		if q, ok := (*p)[id]; ok {
-			return q.Name
-		}
-	}
-	return fallback
-}
 
 // todoByQueue is each queue's count_todo as the last full pass read it, by
 // queue name, for den_queue_todo (made when /metrics is read, not every
