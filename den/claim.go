@@ -254,12 +254,7 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 		}
 	}
 	holds, total := cl.held.counts()
-	nodeFree := func() int {
-		if cl.limit == nil {
-			return math.MaxInt
-		}
-		return *cl.limit - total
-	}
+	b := &claimBudget{holds: holds, total: total, limit: cl.limit}
 	// work are the queues to claim from; later those set aside, claimed
 	// from after them.
 	var work, later []queue.Queue
@@ -272,60 +267,18 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 			}
 		}
 	}
-	if len(work)+len(later) == 0 || nodeFree() <= 0 {
+	switch claimWay(b.nodeFree(), len(work)+len(later)) {
+	case claimNone:
 		return nil
-	}
-	// took is called for each claim: it counts it and reports whether the
-	// node may claim more.
-	took := func(q bson.ObjectID) bool {
-		holds[q]++
-		total++
-		return nodeFree() > 0
-	}
-	// alone claims from each of qs on its own, the first rotating from
-	// round to round; it reports whether the node may claim more.
-	alone := func(qs []queue.Queue) (bool, error) {
-		if len(qs) == 0 {
-			return true, nil
-		}
-		cl.offset = (cl.offset + 1) % len(qs)
-		for i := range qs {
-			q := qs[(cl.offset+i)%len(qs)]
-			if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) {
-				continue
-			}
-			more, err := cl.claimFrom(ctx, []queue.Queue{q}, holds, took)
-			if err != nil || !more {
-				return false, err
-			}
-		}
-		return true, nil
-	}
-	if nodeFree() < len(work)+len(later) {
-		if more, err := alone(work); err != nil || !more {
+	case claimAlone:
+		if more, err := cl.claimAlone(ctx, b, work); err != nil || !more {
 			return err
 		}
-		_, err := alone(later)
+		_, err := cl.claimAlone(ctx, b, later)
 		return err
 	}
-	for _, group := range cl.claimGroups(work) {
-		for len(group) > 0 {
-			chunk := group[:min(len(group), queue.MaxClaimQueues)]
-			group = group[len(chunk):]
-			// What the larger requests before took may leave no room for
-			// this chunk's own (a queue without a request always fits);
-			// a queue set aside by a claim of this round waits too.
-			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
-				return cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID]
-			})
-			if len(chunk) == 0 {
-				continue
-			}
-			more, err := cl.claimFrom(ctx, chunk, holds, took)
-			if err != nil || !more {
-				return err
-			}
-		}
+	if more, err := cl.claimGrouped(ctx, b, work); err != nil || !more {
+		return err
 	}
 	// Then the queues set aside, this round's among them.
 	later = later[:0]
@@ -334,8 +287,103 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 			later = append(later, q)
 		}
 	}
-	_, err := alone(later)
+	_, err := cl.claimAlone(ctx, b, later)
 	return err
+}
+
+// claimBudget is what a claim counts as it goes: what the node holds, by
+// queue and in all, against its limit (nil: none).
+type claimBudget struct {
+	holds map[bson.ObjectID]int
+	total int
+	limit queue.NodeLimit
+}
+
+// nodeFree is how many more tasks the node may hold.
+func (b *claimBudget) nodeFree() int {
+	if b.limit == nil {
+		return math.MaxInt
+	}
+	return *b.limit - b.total
+}
+
+// took counts a claim from queue q, and reports whether the node may
+// claim more.
+func (b *claimBudget) took(q bson.ObjectID) bool {
+	b.holds[q]++
+	b.total++
+	return b.nodeFree() > 0
+}
+
+// How a claim goes about the queues with work (claimWay).
+const (
+	// claimNone: no queue has work, or the node has no free slot.
+	claimNone = iota
+	// claimAlone: fewer free slots than queues with work: queue by queue,
+	// the first rotating from round to round, so that no queue starves
+	// the others.
+	claimAlone
+	// claimGrouped: one claim for all the queues of a group
+	// (claimGroups), then the queues set aside, queue by queue.
+	claimGrouped
+)
+
+// claimWay is how a claim goes about queues queues with work while the
+// node has nodeFree slots free.
+func claimWay(nodeFree, queues int) int {
+	switch {
+	case queues == 0 || nodeFree <= 0:
+		return claimNone
+	case nodeFree < queues:
+		return claimAlone
+	}
+	return claimGrouped
+}
+
+// claimAlone claims from each of qs on its own, the first rotating from
+// round to round; it reports whether the node may claim more.
+func (cl *claimer) claimAlone(ctx context.Context, b *claimBudget, qs []queue.Queue) (bool, error) {
+	if len(qs) == 0 {
+		return true, nil
+	}
+	cl.offset = (cl.offset + 1) % len(qs)
+	for i := range qs {
+		q := qs[(cl.offset+i)%len(qs)]
+		if cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) {
+			continue
+		}
+		more, err := cl.claimFrom(ctx, []queue.Queue{q}, b.holds, b.took)
+		if err != nil || !more {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// claimGrouped claims from the queues of work a group at a time
+// (claimGroups), up to queue.MaxClaimQueues queues a claim; it reports
+// whether the node may claim more.
+func (cl *claimer) claimGrouped(ctx context.Context, b *claimBudget, work []queue.Queue) (bool, error) {
+	for _, group := range cl.claimGroups(work) {
+		for len(group) > 0 {
+			chunk := group[:min(len(group), queue.MaxClaimQueues)]
+			group = group[len(chunk):]
+			// What the larger requests before took may leave no room for
+			// this chunk's own (a queue without a request always fits);
+			// a queue set aside by a claim of this round waits too.
+			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
+				return cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID]
+			})
+			if len(chunk) == 0 {
+				continue
+			}
+			more, err := cl.claimFrom(ctx, chunk, b.holds, b.took)
+			if err != nil || !more {
+				return false, err
+			}
+		}
+	}
+	return true, nil
 }
 
 // malformedSpent reports whether this claim round has taken as many

@@ -152,9 +152,10 @@ type Config struct {
 }
 
 // Node is one Disbatch execution node. It owns the components that do
-// the work and runs them: the loop's passes, which call on the heartbeat,
-// the claimer, the sweeper and the rescuer; the pool, which runs the
-// tasks the claimer claims. Run starts and stops them.
+// the work and runs them: the loop's passes, whose steps (steps.go,
+// housekeeping.go) call on the heartbeat, the claimer, the sweeper, the
+// rescuer, the scheduler, the stats and the retention; the pool, which
+// runs the tasks the claimer claims. Run starts and stops them.
 type Node struct {
 	*env
 	// cfg is the node's configuration, defaults filled in; each component
@@ -168,6 +169,9 @@ type Node struct {
 	sweeper *sweeper
 	rescuer *rescuer
 	pool    *pool
+	// stats and retention have last words when the node stops.
+	stats     *statsRecorder
+	retention *retention
 
 	// running is true from the end of start (MongoDB answered) until Run
 	// returns; with the passes' results, it makes Ready.
@@ -341,8 +345,8 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 		held: n.claimer.held, capacity: n.claimer.capacity, others: n.claimer,
 		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(n.plugins, cfg.PluginConfig),
 	}
-	stats := &statsRecorder{env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
-	n.pool.stats = stats
+	n.stats = &statsRecorder{env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
+	n.pool.stats = n.stats
 	chores := &chores{}
 	n.sweeper = &sweeper{
 		env: e, params: sweeperParams{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
@@ -352,20 +356,21 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 		env: e, params: rescuerParams{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
 		chores: chores, pool: n.pool, held: n.claimer.held,
 	}
+	schedules := &scheduler{env: e, params: schedulerParams{RefreshEvery: cfg.RefreshEvery}}
+	n.retention = &retention{
+		env: e, params: retentionParams{Name: cfg.Name, Retention: cfg.Retention, RetentionEvery: cfg.RetentionEvery, hooks: hooks},
+		chores: chores,
+	}
 	n.passes = &passes{
 		env: e, params: passesParams{
 			Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, ClockEvery: cfg.ClockEvery, ProbeEvery: cfg.ProbeEvery,
 			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
 		},
-		plugins: n.plugins, chores: chores, held: n.claimer.held,
-		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, pool: n.pool,
-		schedules: &scheduler{env: e, params: schedulerParams{RefreshEvery: cfg.RefreshEvery}}, stats: stats,
-		retention: &retention{
-			env: e, params: retentionParams{Name: cfg.Name, Retention: cfg.Retention, RetentionEvery: cfg.RetentionEvery, hooks: hooks},
-			chores: chores,
-		},
+		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
 		views: make(chan passView, 1), lastQueues: read, loop: n.claimer.progress, house: &progress{},
 	}
+	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
+	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)
 	n.pool.slots = n.claimer
 	n.pool.rescuer = n.rescuer
 	n.metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
@@ -524,8 +529,8 @@ func (n *Node) start(ctx context.Context) error {
 func (n *Node) shutdown() {
 	running := n.pool.count()
 	n.beat.writeLast()
-	n.passes.stats.flushLast()
-	n.passes.retention.stop()
+	n.stats.flushLast()
+	n.retention.stop()
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }
 

@@ -249,13 +249,37 @@ func (rs *pool) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) tim
 // or be upgraded while it runs. The runner leads its own process group,
 // which is what cancellation signals.
 func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
+	spec := rs.spec(q, taskID, gfs)
+	rs.stats.handed(taskID, rs.now())
+	if rs.handOver(q.ID, taskID, spec) {
+		return nil
+	}
+	cmd, files, err := rs.command(spec)
+	if err != nil {
+		return err
+	}
+	defer files.closeTheirs() // the child has its own copies
+	if err := cmd.Start(); err != nil {
+		files.closeOurs()
+		rs.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
+		return fmt.Errorf("start %s: %w", rs.params.Runner.Path, err)
+	}
+	rs.metrics.RunnerStarts.Inc()
+	rs.track(cmd, q, taskID, spec.Reuse, files)
+	return nil
+}
+
+// spec is the spec of the run of task taskID of queue q, with gfs its
+// output's place (runner.Spec), as its runner gets it.
+func (rs *pool) spec(q queue.Queue, taskID bson.ObjectID, gfs string) runner.Spec {
+	p := &rs.params
 	spec := runner.Spec{
-		URI: rs.params.URI, Database: rs.params.Database, Node: rs.params.Name,
-		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: rs.params.Runner.LogJSON,
-		Grace: rs.params.MaxTermination.Seconds(), PluginConfig: rs.params.PluginConfig[q.Plugin],
-		Beat:   queue.BeatEvery(rs.params.DeadNodeAfter).Seconds(),
-		Cgroup: rs.cgroup, MaxOutput: rs.params.MaxOutput, DeadNodeAfter: rs.params.DeadNodeAfter.Seconds(),
-		Pids: rs.pids, MaxProcesses: rs.params.Runner.MaxProcesses, Reuse: rs.params.Runner.MaxTasks > 1,
+		URI: p.URI, Database: p.Database, Node: p.Name,
+		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: p.Runner.LogJSON,
+		Grace: p.MaxTermination.Seconds(), PluginConfig: p.PluginConfig[q.Plugin],
+		Beat:   queue.BeatEvery(p.DeadNodeAfter).Seconds(),
+		Cgroup: rs.cgroup, MaxOutput: p.MaxOutput, DeadNodeAfter: p.DeadNodeAfter.Seconds(),
+		Pids: rs.pids, MaxProcesses: p.Runner.MaxProcesses, Reuse: p.Runner.MaxTasks > 1,
 	}
 	if server, mono := rs.clock.Anchor(); !server.IsZero() {
 		spec.ClockServer, spec.ClockMono = server, int64(mono)
@@ -263,34 +287,64 @@ func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw
 	}
-	rs.stats.handed(taskID, rs.now())
-	if rs.handOver(q.ID, taskID, spec) {
-		return nil
+	return spec
+}
+
+// runnerFiles are the files a new runner is started with: the node's
+// ends of its relay control (nil: no relay) and of its task channel, and
+// the runner's own (theirs), which the node closes once the runner has
+// its copies.
+type runnerFiles struct {
+	relayCtl, tasks *os.File
+	theirs          []*os.File
+}
+
+// closeTheirs closes the runner's ends.
+func (f *runnerFiles) closeTheirs() {
+	for _, t := range f.theirs {
+		t.Close()
 	}
+}
+
+// closeOurs closes the node's ends, when the runner did not start.
+func (f *runnerFiles) closeOurs() {
+	for _, o := range []*os.File{f.relayCtl, f.tasks} {
+		if o != nil {
+			o.Close()
+		}
+	}
+}
+
+// command is the command that starts a runner for spec, in a session of
+// its own, with its log, its relay control (fd 3, unless runners connect
+// directly) and its task channel; and the files it is started with.
+func (rs *pool) command(spec runner.Spec) (*exec.Cmd, *runnerFiles, error) {
 	env, err := spec.Env()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	cmd := exec.Command(rs.params.Runner.Path, rs.params.Runner.Args...)
-	cmd.Env = append(append(os.Environ(), rs.params.Runner.Env...), env)
+	files := &runnerFiles{}
+	run := rs.params.Runner
+	cmd := exec.Command(run.Path, run.Args...)
+	cmd.Env = append(append(os.Environ(), run.Env...), env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Stderr = os.Stderr
-	if rs.params.Runner.Log != "" {
-		f, err := os.OpenFile(rs.params.Runner.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if run.Log != "" {
+		f, err := os.OpenFile(run.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			return fmt.Errorf("open runner log: %w", err)
+			return nil, nil, fmt.Errorf("open runner log: %w", err)
 		}
-		defer f.Close() // the child has its own copy
+		files.theirs = append(files.theirs, f)
 		cmd.Stderr = f
 	}
-	var relayCtl *os.File
 	if rs.relay != nil {
 		ours, theirs, err := relay.ControlPair()
 		if err != nil {
-			return err
+			files.closeTheirs()
+			return nil, nil, err
 		}
-		defer theirs.Close() // the child has its own copy
-		relayCtl = ours
+		files.theirs = append(files.theirs, theirs)
+		files.relayCtl = ours
 		cmd.ExtraFiles = []*os.File{theirs} // fd 3 in the runner
 		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=3")
 	} else {
@@ -301,29 +355,26 @@ func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	// handed tasks over it.
 	tasks, theirs, err := runner.TaskChannel()
 	if err != nil {
-		if relayCtl != nil {
-			relayCtl.Close()
-		}
-		return err
+		files.closeOurs()
+		files.closeTheirs()
+		return nil, nil, err
 	}
-	defer theirs.Close() // the child has its own copy
+	files.tasks = tasks
+	files.theirs = append(files.theirs, theirs)
 	cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
 	cmd.Env = append(cmd.Env, runner.EnvTasksFD+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
-	if err := cmd.Start(); err != nil {
-		for _, f := range []*os.File{relayCtl, tasks} {
-			if f != nil {
-				f.Close()
-			}
-		}
-		rs.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
-		return fmt.Errorf("start %s: %w", rs.params.Runner.Path, err)
-	}
-	rs.metrics.RunnerStarts.Inc()
+	return cmd, files, nil
+}
+
+// track takes a runner just started for task taskID of queue q into the
+// pool: its relay served, what it says listened to (over its task
+// channel, which reuse hands tasks over), and its exit watched.
+func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse bool, files *runnerFiles) {
 	pid := cmd.Process.Pid
-	if relayCtl != nil {
+	if files.relayCtl != nil {
 		// Served until the runner exits (closing its end) or the node
 		// stops; then the runner connects directly.
-		if err := rs.relay.ServeControl(relayCtl, rs.log.With(zap.Int("runner_pid", pid))); err != nil {
+		if err := rs.relay.ServeControl(files.relayCtl, rs.log.With(zap.Int("runner_pid", pid))); err != nil {
 			rs.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
 	}
@@ -336,13 +387,13 @@ func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	}
 	rs.running.Add(1)
 	p := &runnerProc{pid: pid, queue: q.ID, task: taskID, served: 1}
-	if spec.Reuse {
-		p.ch = tasks
+	if reuse {
+		p.ch = files.tasks
 	} else {
 		// A runner of one task only reports on its channel.
 		go func() {
-			defer tasks.Close()
-			runner.Listen(tasks, runner.Listener{Report: report})
+			defer files.tasks.Close()
+			runner.Listen(files.tasks, runner.Listener{Report: report})
 		}()
 	}
 	rs.procs.mu.Lock()
@@ -356,7 +407,6 @@ func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 		go rs.listen(p, report)
 	}
 	go rs.watch(cmd, p)
-	return nil
 }
 
 // watch waits for a runner this process started (so it does not linger as a
