@@ -80,7 +80,7 @@ func (a *arrivals) take() map[bson.ObjectID]bool {
 // watchArrivals runs the node's ArrivalSource until ctx is done, and
 // returns a func that waits for it to end.
 func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {
-	src := cl.cfg.Arrivals
+	src := cl.params.Arrivals
 	if src == nil {
 		src = changeStream{cl.store}
 	}

@@ -27,7 +27,7 @@ func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queueIn
 			continue
 		}
 		if task.Status == queue.StatusClaimed {
-			if ok, err := sw.store.CancelUnstarted(ctx, task.ID, sw.cfg.Name, now); err != nil {
+			if ok, err := sw.store.CancelUnstarted(ctx, task.ID, sw.params.Name, now); err != nil {
 				return err
 			} else if ok {
 				sw.metrics.Cancellations.WithLabelValues("claimed").Inc()
@@ -36,15 +36,15 @@ func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queueIn
 			continue
 		}
 		r := task.Runner
-		if r == nil || !sw.runners.onThisHost(*r) {
+		if r == nil || !sw.pool.onThisHost(*r) {
 			continue
 		}
 		live[r.Token] = true
-		if err := sw.runners.stopCancelled(ctx, task, queueOf(task, queues), now); err != nil {
+		if err := sw.pool.stopCancelled(ctx, task, queueOf(task, queues), now); err != nil {
 			return err
 		}
 	}
 	// Forget runs that are over.
-	sw.runners.forgetCancelled(live)
+	sw.pool.forgetCancelled(live)
 	return nil
 }

@@ -43,9 +43,20 @@ type capacity struct {
 	machine    machineLook
 	machineAt  time.Time
 	machineSet bool
-	// readMachine reads the machine's memory (nil: readMemory).
-	readMachine func() (totalMB, availableMB float64)
+	// meter reads the machine's memory (nil: the host's, readMemory).
+	meter memoryMeter
 }
+
+// memoryMeter reads a machine's memory: in all and available, in MB (0:
+// unknown). Tests give capacity one that counts its reads.
+type memoryMeter interface {
+	memory() (totalMB, availableMB float64)
+}
+
+// hostMemory is the host's memory (/proc/meminfo).
+type hostMemory struct{}
+
+func (hostMemory) memory() (totalMB, availableMB float64) { return readMemory() }
 
 // machineEvery is how long a look at the machine serves claims. What a
 // claim compares with it moves no faster: a task just claimed has not
@@ -70,11 +81,11 @@ func (c *capacity) look() machineLook {
 	}
 	c.mu.Unlock()
 	var m machineLook
-	read := c.readMachine
-	if read == nil {
-		read = readMemory
+	var meter memoryMeter = hostMemory{}
+	if c.meter != nil {
+		meter = c.meter
 	}
-	m.totalMB, m.availableMB = read()
+	m.totalMB, m.availableMB = meter.memory()
 	m.idle, m.idleOK = c.idleCores()
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -26,7 +26,7 @@ func queueIDs(qs []queue.Queue) []bson.ObjectID {
 
 // claimer claims queued tasks for the node, within the queues' and the
 // node's limits and what the node has free for tasks that request
-// resources, and hands each to the runners. It keeps what the node holds
+// resources, and hands each to the pool. It keeps what the node holds
 // (held), pauses claiming while runners fail to start their tasks, and is
 // woken to claim at once when a runner is done with its task or a task
 // arrives in a queue (watchArrivals).
@@ -35,9 +35,10 @@ func queueIDs(qs []queue.Queue) []bson.ObjectID {
 // this node serves, its node-wide limit and output mode, and the claimed
 // and running counts of all nodes. Only the loop's goroutine claims.
 type claimer struct {
-	*common
-	// runners start the tasks it claims.
-	runners taskStarter
+	*env
+	params claimerParams
+	// pool start the tasks it claims.
+	pool taskStarter
 	// held is what this node holds (its claimed and running tasks), and
 	// capacity what it has for tasks that request resources.
 	held     *heldTasks
@@ -149,7 +150,7 @@ func (cl *claimer) settle(ctx context.Context) {
 	}
 	failed := false
 	for _, l := range lost {
-		released, err := cl.store.ReleaseLost(ctx, l.queues, cl.cfg.Name, l.at)
+		released, err := cl.store.ReleaseLost(ctx, l.queues, cl.params.Name, l.at)
 		if err != nil {
 			cl.unsettled.addLost(l.queues, l.at)
 			failed = true
@@ -170,14 +171,14 @@ func (cl *claimer) settle(ctx context.Context) {
 	}
 }
 
-// taskStarter starts the task a claim took in a runner (the runners).
+// taskStarter starts the task a claim took in a runner (the pool).
 type taskStarter interface {
 	start(q queue.Queue, taskID bson.ObjectID, gfs string) error
 }
 
-func newClaimer(c *common, runners taskStarter, limits ResourceLimits, p *progress) *claimer {
+func newClaimer(e *env, params claimerParams, pool taskStarter, limits ResourceLimits, p *progress) *claimer {
 	return &claimer{
-		common: c, runners: runners, held: newHeldTasks(), capacity: &capacity{limits: limits},
+		env: e, params: params, pool: pool, held: newHeldTasks(), capacity: &capacity{limits: limits},
 		empty: map[bson.ObjectID]counts{}, seen: map[bson.ObjectID]bool{}, aside: map[bson.ObjectID]bool{},
 		wake: make(chan struct{}, 1), progress: p,
 	}
@@ -253,12 +254,7 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 		}
 	}
 	holds, total := cl.held.counts()
-	nodeFree := func() int {
-		if cl.limit == nil {
-			return math.MaxInt
-		}
-		return *cl.limit - total
-	}
+	b := &claimBudget{holds: holds, total: total, limit: cl.limit}
 	// work are the queues to claim from; later those set aside, claimed
 	// from after them.
 	var work, later []queue.Queue
@@ -271,60 +267,18 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 			}
 		}
 	}
-	if len(work)+len(later) == 0 || nodeFree() <= 0 {
+	switch claimWay(b.nodeFree(), len(work)+len(later)) {
+	case claimNone:
 		return nil
-	}
-	// took is called for each claim: it counts it and reports whether the
-	// node may claim more.
-	took := func(q bson.ObjectID) bool {
-		holds[q]++
-		total++
-		return nodeFree() > 0
-	}
-	// alone claims from each of qs on its own, the first rotating from
-	// round to round; it reports whether the node may claim more.
-	alone := func(qs []queue.Queue) (bool, error) {
-		if len(qs) == 0 {
-			return true, nil
-		}
-		cl.offset = (cl.offset + 1) % len(qs)
-		for i := range qs {
-			q := qs[(cl.offset+i)%len(qs)]
-			if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) {
-				continue
-			}
-			more, err := cl.claimFrom(ctx, []queue.Queue{q}, holds, took)
-			if err != nil || !more {
-				return false, err
-			}
-		}
-		return true, nil
-	}
-	if nodeFree() < len(work)+len(later) {
-		if more, err := alone(work); err != nil || !more {
+	case claimAlone:
+		if more, err := cl.claimAlone(ctx, b, work); err != nil || !more {
 			return err
 		}
-		_, err := alone(later)
+		_, err := cl.claimAlone(ctx, b, later)
 		return err
 	}
-	for _, group := range cl.claimGroups(work) {
-		for len(group) > 0 {
-			chunk := group[:min(len(group), queue.MaxClaimQueues)]
-			group = group[len(chunk):]
-			// What the larger requests before took may leave no room for
-			// this chunk's own (a queue without a request always fits);
-			// a queue set aside by a claim of this round waits too.
-			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
-				return cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID]
-			})
-			if len(chunk) == 0 {
-				continue
-			}
-			more, err := cl.claimFrom(ctx, chunk, holds, took)
-			if err != nil || !more {
-				return err
-			}
-		}
+	if more, err := cl.claimGrouped(ctx, b, work); err != nil || !more {
+		return err
 	}
 	// Then the queues set aside, this round's among them.
 	later = later[:0]
@@ -333,8 +287,103 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 			later = append(later, q)
 		}
 	}
-	_, err := alone(later)
+	_, err := cl.claimAlone(ctx, b, later)
 	return err
+}
+
+// claimBudget is what a claim counts as it goes: what the node holds, by
+// queue and in all, against its limit (nil: none).
+type claimBudget struct {
+	holds map[bson.ObjectID]int
+	total int
+	limit queue.NodeLimit
+}
+
+// nodeFree is how many more tasks the node may hold.
+func (b *claimBudget) nodeFree() int {
+	if b.limit == nil {
+		return math.MaxInt
+	}
+	return *b.limit - b.total
+}
+
+// took counts a claim from queue q, and reports whether the node may
+// claim more.
+func (b *claimBudget) took(q bson.ObjectID) bool {
+	b.holds[q]++
+	b.total++
+	return b.nodeFree() > 0
+}
+
+// How a claim goes about the queues with work (claimWay).
+const (
+	// claimNone: no queue has work, or the node has no free slot.
+	claimNone = iota
+	// claimAlone: fewer free slots than queues with work: queue by queue,
+	// the first rotating from round to round, so that no queue starves
+	// the others.
+	claimAlone
+	// claimGrouped: one claim for all the queues of a group
+	// (claimGroups), then the queues set aside, queue by queue.
+	claimGrouped
+)
+
+// claimWay is how a claim goes about queues queues with work while the
+// node has nodeFree slots free.
+func claimWay(nodeFree, queues int) int {
+	switch {
+	case queues == 0 || nodeFree <= 0:
+		return claimNone
+	case nodeFree < queues:
+		return claimAlone
+	}
+	return claimGrouped
+}
+
+// claimAlone claims from each of qs on its own, the first rotating from
+// round to round; it reports whether the node may claim more.
+func (cl *claimer) claimAlone(ctx context.Context, b *claimBudget, qs []queue.Queue) (bool, error) {
+	if len(qs) == 0 {
+		return true, nil
+	}
+	cl.offset = (cl.offset + 1) % len(qs)
+	for i := range qs {
+		q := qs[(cl.offset+i)%len(qs)]
+		if cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) {
+			continue
+		}
+		more, err := cl.claimFrom(ctx, []queue.Queue{q}, b.holds, b.took)
+		if err != nil || !more {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// claimGrouped claims from the queues of work a group at a time
+// (claimGroups), up to queue.MaxClaimQueues queues a claim; it reports
+// whether the node may claim more.
+func (cl *claimer) claimGrouped(ctx context.Context, b *claimBudget, work []queue.Queue) (bool, error) {
+	for _, group := range cl.claimGroups(work) {
+		for len(group) > 0 {
+			chunk := group[:min(len(group), queue.MaxClaimQueues)]
+			group = group[len(chunk):]
+			// What the larger requests before took may leave no room for
+			// this chunk's own (a queue without a request always fits);
+			// a queue set aside by a claim of this round waits too.
+			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
+				return cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID]
+			})
+			if len(chunk) == 0 {
+				continue
+			}
+			more, err := cl.claimFrom(ctx, chunk, b.holds, b.took)
+			if err != nil || !more {
+				return false, err
+			}
+		}
+	}
+	return true, nil
 }
 
 // malformedSpent reports whether this claim round has taken as many
@@ -498,9 +547,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 				continue
 			}
 		}
-		if cl.cfg.BeforeHandOver != nil {
-			cl.cfg.BeforeHandOver(c.ID)
-		}
+		cl.params.hooks.beforeHandOver(c.ID)
 		if ctx.Err() != nil {
 			// Shutting down between claim and hand-over: put it back.
 			cl.release(c.ID, "node stopping")
@@ -510,7 +557,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 		if q.GFS != "" {
 			mode = q.GFS
 		}
-		if err := cl.runners.start(q, c.ID, mode); err != nil {
+		if err := cl.pool.start(q, c.ID, mode); err != nil {
 			cl.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
 			cl.release(c.ID, "runner did not start")
 			return false, nil
@@ -564,9 +611,9 @@ func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort strin
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	at := cl.now().Truncate(time.Millisecond)
-	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.cfg.Name, At: at, Free: cl.fit})
+	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.params.Name, At: at, Free: cl.fit})
 	if err != nil {
-		released, rerr := cl.store.ReleaseLost(cctx, ids, cl.cfg.Name, at)
+		released, rerr := cl.store.ReleaseLost(cctx, ids, cl.params.Name, at)
 		switch {
 		case rerr != nil:
 			// It may have landed: the next rounds put it back.
@@ -603,7 +650,7 @@ func (cl *claimer) putBackLater(id bson.ObjectID, why string) {
 // putBack puts a claimed task back in its queue, and lets it go; false
 // when MongoDB did not answer.
 func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bool {
-	ok, err := cl.store.Release(ctx, id, cl.cfg.Name, cl.now())
+	ok, err := cl.store.Release(ctx, id, cl.params.Name, cl.now())
 	if err != nil {
 		return false
 	}
@@ -660,7 +707,7 @@ func (cl *claimer) globalInPlay(serve []queue.Queue) bool {
 // pass while a queue-wide threads limit is in play: claims in such a queue
 // need the other nodes' counts fresh.
 func (cl *claimer) countRunning(ctx context.Context, queues, serve []queue.Queue, now time.Time) error {
-	if cl.running == nil || now.Sub(cl.runningAt) >= cl.cfg.RefreshEvery || cl.globalInPlay(serve) {
+	if cl.running == nil || now.Sub(cl.runningAt) >= cl.params.RefreshEvery || cl.globalInPlay(serve) {
 		running, err := cl.store.Running(ctx, queueIDs(queues))
 		if err != nil {
 			return err
@@ -673,7 +720,7 @@ func (cl *claimer) countRunning(ctx context.Context, queues, serve []queue.Queue
 // othersRunning is how many tasks of queue q the other nodes held when
 // they were last counted.
 func (cl *claimer) othersRunning(q bson.ObjectID) int {
-	return max(cl.running.Queue(q)-cl.running.Node(q, cl.cfg.Name), 0)
+	return max(cl.running.Queue(q)-cl.running.Node(q, cl.params.Name), 0)
 }
 
 // readPass takes what a full pass read for the claims until the next one:

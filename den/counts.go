@@ -80,9 +80,9 @@ func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue, read tim
 	// one-command-at-a-time proxy holds every claim behind them).
 	took := time.Since(start)
 	switch {
-	case took > ps.cfg.Interval/10:
+	case took > ps.params.Interval/10:
 		ps.fillBatch = max(ps.fillBatch/2, fillBatchMin)
-	case took < ps.cfg.Interval/100:
+	case took < ps.params.Interval/100:
 		ps.fillBatch = min(ps.fillBatch*2, queue.FillCountsBatch)
 	}
 	ps.fillNext = time.Now().Add(9 * took)

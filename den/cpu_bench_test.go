@@ -79,38 +79,7 @@ func benchCPU(b *testing.B) {
 	}
 	qid := dentest.Queue(b, db, "demo", demo.Name, 4, "fifo")
 
-	// The node's metrics endpoint, on a port of its own.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	httpAddr := ln.Addr().String()
-	ln.Close()
-	dir := b.TempDir()
-	logPath := os.Getenv("DEN_BENCH_LOG")
-	if logPath == "" {
-		logPath = filepath.Join(dir, "node.log")
-	}
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer logFile.Close()
-	// The shell puts itself in the cgroup and becomes the node: all the
-	// node does, from its first instruction, is counted.
-	node := exec.Command("/bin/sh", "-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", cg.procs,
-		bin, "run", "--mongo-uri", srv.uri, "--database", srv.database, "--node", "cpu-bench", "--http-listen", httpAddr)
-	node.Env = append(os.Environ(), "HOME="+dir)
-	node.Env = append(node.Env, strings.Fields(os.Getenv("DEN_BENCH_NODE_ENV"))...)
-	node.Stdout, node.Stderr = logFile, logFile
-	if err := node.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		node.Process.Kill()
-		node.Wait()
-		cg.killAll()
-	})
+	node, httpAddr := startCountedNode(b, cg, bin, srv)
 	dentest.Eventually(b, 2*time.Minute, "the node's first pass (its node document)", func() bool {
 		n, err := db.Collection("nodes").CountDocuments(ctx, bson.D{{Key: "node", Value: "cpu-bench"}})
 		return err == nil && n == 1
@@ -150,6 +119,62 @@ func benchCPU(b *testing.B) {
 		stopPerf(b, perf)
 	}
 
+	reportCPU(b, cg, tasks, took, idle, idleWindow, work, starts)
+}
+
+// cpuCgroup is a cgroup made for the benchmark, whose CPU counter counts
+// every process in it.
+type cpuCgroup struct {
+	dir   string
+	procs string // its cgroup.procs
+	v2    bool
+}
+
+// cpuUsage is CPU time in nanoseconds.
+type cpuUsage struct{ total, user, system int64 }
+
+// startCountedNode starts den's binary bin as a node of srv's database,
+// in cgroup cg from its first instruction, with its metrics endpoint on a
+// port of its own (httpAddr); the node is killed when b ends.
+func startCountedNode(b *testing.B, cg *cpuCgroup, bin string, srv costServer) (node *exec.Cmd, httpAddr string) {
+	// The node's metrics endpoint, on a port of its own.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	httpAddr = ln.Addr().String()
+	ln.Close()
+	dir := b.TempDir()
+	logPath := os.Getenv("DEN_BENCH_LOG")
+	if logPath == "" {
+		logPath = filepath.Join(dir, "node.log")
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { logFile.Close() })
+	// The shell puts itself in the cgroup and becomes the node: all the
+	// node does, from its first instruction, is counted.
+	node = exec.Command("/bin/sh", "-c", `echo $$ > "$1" && shift && exec "$@"`, "sh", cg.procs,
+		bin, "run", "--mongo-uri", srv.uri, "--database", srv.database, "--node", "cpu-bench", "--http-listen", httpAddr)
+	node.Env = append(os.Environ(), "HOME="+dir)
+	node.Env = append(node.Env, strings.Fields(os.Getenv("DEN_BENCH_NODE_ENV"))...)
+	node.Stdout, node.Stderr = logFile, logFile
+	if err := node.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		node.Process.Kill()
+		node.Wait()
+		cg.killAll()
+	})
+	return node, httpAddr
+}
+
+// reportCPU reports what den spent on tasks tasks that took took, idle
+// what it spent in idleWindow before them, with starts runners started.
+func reportCPU(b *testing.B, cg *cpuCgroup, tasks int, took time.Duration, idle cpuUsage, idleWindow time.Duration, work cpuUsage, starts float64) {
 	perTask := func(ns int64) float64 { return float64(ns) / 1e6 / float64(tasks) }
 	b.ReportMetric(perTask(work.total), "cpu-ms/task")
 	b.ReportMetric(perTask(work.user), "user-ms/task")
@@ -165,17 +190,6 @@ func benchCPU(b *testing.B) {
 		tasks, took.Seconds(), float64(work.total)/1e6, float64(work.user)/1e6, float64(work.system)/1e6,
 		float64(idle.total)/1e6/idleWindow.Seconds(), starts, cg.dir)
 }
-
-// cpuCgroup is a cgroup made for the benchmark, whose CPU counter counts
-// every process in it.
-type cpuCgroup struct {
-	dir   string
-	procs string // its cgroup.procs
-	v2    bool
-}
-
-// cpuUsage is CPU time in nanoseconds.
-type cpuUsage struct{ total, user, system int64 }
 
 func (u cpuUsage) sub(v cpuUsage) cpuUsage {
 	return cpuUsage{u.total - v.total, u.user - v.user, u.system - v.system}

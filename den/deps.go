@@ -39,130 +39,168 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 	if err != nil {
 		return err
 	}
-	// failed: what comes after a task failed here can never run either;
-	// it is cancelled once all failures are recorded.
-	failed := map[bson.ObjectID]string{}
-	fail := func(b queue.Blocked, reason string) error {
-		ok, err := sw.store.FailBlocked(ctx, b, reason, now)
-		if err != nil || !ok {
+	d := &depSweep{sw: sw, now: now, failed: map[bson.ObjectID]string{}, settled: map[bson.ObjectID]bool{}, waitingFor: map[bson.ObjectID][]bson.ObjectID{}}
+	for _, b := range blocked {
+		if err := d.check(ctx, b, statuses); err != nil {
 			return err
 		}
-		sw.log.Warn("failed a task whose dependencies cannot be (reason in its stderr)", zap.String("task_id", b.ID.Hex()), zap.String("reason", reason))
-		failed[b.ID] = reason
-		return sw.store.DecrementTodo(ctx, b.Queue)
 	}
-	var ended []queue.EndedTask
-	settled := map[bson.ObjectID]bool{}
-	settle := func(id bson.ObjectID, status int) {
-		if !settled[id] {
-			settled[id] = true
-			ended = append(ended, queue.EndedTask{ID: id, Status: status})
-		}
-	}
-	waitingFor := map[bson.ObjectID][]bson.ObjectID{} // registered, still blocked
-	for _, b := range blocked {
-		switch {
-		case b.Problem != "":
-			if err := fail(b, b.Problem); err != nil {
-				return err
-			}
-			continue
-		case len(b.After) == 0:
-			if err := fail(b, "after is empty; list the ids of the tasks it comes after"); err != nil {
-				return err
-			}
-			continue
-		case slices.Contains(b.After, b.ID):
-			if err := fail(b, "after names the task itself"); err != nil {
-				return err
-			}
-			continue
-		case b.Registered && !sameIDs(b.After, b.AfterWas):
-			if err := fail(b, fmt.Sprintf("after was changed to %s after den registered it as %s; dependencies can only be given when a task is created",
-				hexes(b.After), hexes(b.AfterWas))); err != nil {
-				return err
-			}
-			continue
-		}
-		var missing, waiting []bson.ObjectID
-		endedBadly := false
-		for _, d := range b.After {
-			st, ok := statuses[d]
-			switch {
-			case !ok:
-				missing = append(missing, d)
-			case queue.EndedBadly(st):
-				endedBadly = true
-				settle(d, st)
-			case st == queue.StatusSucceeded:
-				settle(d, st)
-			default:
-				waiting = append(waiting, d)
-			}
-		}
-		switch {
-		case len(missing) > 0:
-			if err := fail(b, fmt.Sprintf("after names %s, which do(es) not exist", hexes(missing))); err != nil {
-				return err
-			}
-			continue
-		case !b.Registered:
-			// Registered as it is now; a dependency that ended badly is
-			// dealt with below, once it waits for it.
-			for _, d := range b.After {
-				if queue.EndedBadly(statuses[d]) {
-					waiting = append(waiting, d)
-				}
-			}
-			ok, err := sw.store.Register(ctx, b, waiting)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				continue
-			}
-			if err := sw.store.MarkDependents(ctx, waiting); err != nil {
-				return err
-			}
-			b.Waiting = waiting
-		}
-		if endedBadly {
-			continue // cancelled with the others below
-		}
-		if len(b.Waiting) > 0 {
-			waitingFor[b.ID] = b.Waiting
-		}
-	}
-	released, cancelled, err := sw.store.SettleDependents(ctx, ended, now)
+	released, cancelled, err := sw.store.SettleDependents(ctx, d.ended, now)
 	if len(cancelled) > 0 {
 		sw.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)))
 	}
 	if released > 0 {
 		sw.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
-		sw.wake()
+		sw.claims.wakeUp()
 	}
 	if err != nil {
 		return err
 	}
-	for _, cycle := range cycles(waitingFor) {
+	return d.finish(ctx, blocked)
+}
+
+// depSweep is one sweep of dependencies (sweepDependencies) under way.
+type depSweep struct {
+	sw  *sweeper
+	now time.Time
+	// failed are the tasks this sweep failed, with why: what comes after
+	// a task failed here can never run either; it is cancelled once all
+	// failures are recorded.
+	failed map[bson.ObjectID]string
+	// ended are the tasks that ended (succeeded or badly) that blocked
+	// tasks come after, once each (settled).
+	ended   []queue.EndedTask
+	settled map[bson.ObjectID]bool
+	// waitingFor are the registered tasks still blocked, by what they
+	// wait for (a cycle among them fails them).
+	waitingFor map[bson.ObjectID][]bson.ObjectID
+}
+
+// fail fails blocked task b with reason in its stderr.
+func (d *depSweep) fail(ctx context.Context, b queue.Blocked, reason string) error {
+	ok, err := d.sw.store.FailBlocked(ctx, b, reason, d.now)
+	if err != nil || !ok {
+		return err
+	}
+	d.sw.log.Warn("failed a task whose dependencies cannot be (reason in its stderr)", zap.String("task_id", b.ID.Hex()), zap.String("reason", reason))
+	d.failed[b.ID] = reason
+	return d.sw.store.DecrementTodo(ctx, b.Queue)
+}
+
+// check deals with blocked task b, given the statuses of the tasks the
+// blocked tasks come after: it fails b when its after cannot be, else
+// registers it if it is new, and notes what it waits for.
+func (d *depSweep) check(ctx context.Context, b queue.Blocked, statuses map[bson.ObjectID]int) error {
+	if problem := blockedProblem(b); problem != "" {
+		return d.fail(ctx, b, problem)
+	}
+	after := sortAfter(b.After, statuses)
+	for _, e := range after.ended {
+		if !d.settled[e.ID] {
+			d.settled[e.ID] = true
+			d.ended = append(d.ended, e)
+		}
+	}
+	switch {
+	case len(after.missing) > 0:
+		return d.fail(ctx, b, fmt.Sprintf("after names %s, which do(es) not exist", hexes(after.missing)))
+	case !b.Registered:
+		// Registered as it is now; a dependency that ended badly is
+		// dealt with below, once it waits for it.
+		waiting := after.waiting
+		for _, id := range b.After {
+			if queue.EndedBadly(statuses[id]) {
+				waiting = append(waiting, id)
+			}
+		}
+		ok, err := d.sw.store.Register(ctx, b, waiting)
+		if err != nil || !ok {
+			return err
+		}
+		if err := d.sw.store.MarkDependents(ctx, waiting); err != nil {
+			return err
+		}
+		b.Waiting = waiting
+	}
+	if after.endedBadly {
+		return nil // cancelled with the others (SettleDependents)
+	}
+	if len(b.Waiting) > 0 {
+		d.waitingFor[b.ID] = b.Waiting
+	}
+	return nil
+}
+
+// finish fails the tasks of blocked whose dependencies form a cycle, and
+// cancels what comes after each task this sweep failed.
+func (d *depSweep) finish(ctx context.Context, blocked []queue.Blocked) error {
+	for _, cycle := range cycles(d.waitingFor) {
 		reason := "its dependencies form a cycle: " + strings.Join(hexList(cycle), " after ")
 		for _, id := range cycle[:len(cycle)-1] {
 			for _, b := range blocked {
 				if b.ID == id {
 					b.Status = queue.StatusBlocked
-					if err := fail(b, reason); err != nil {
+					if err := d.fail(ctx, b, reason); err != nil {
 						return err
 					}
 				}
 			}
 		}
 	}
-	for id, reason := range failed {
-		if _, err := sw.cancelDependents(ctx, []bson.ObjectID{id}, fmt.Sprintf("task %s, which it comes after, failed: %s", id.Hex(), reason), now); err != nil {
+	for id, reason := range d.failed {
+		if _, err := d.sw.cancelDependents(ctx, []bson.ObjectID{id}, fmt.Sprintf("task %s, which it comes after, failed: %s", id.Hex(), reason), d.now); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// blockedProblem is why blocked task b can never be released, by its own
+// fields alone; empty when nothing is wrong with them.
+func blockedProblem(b queue.Blocked) string {
+	switch {
+	case b.Problem != "":
+		return b.Problem
+	case len(b.After) == 0:
+		return "after is empty; list the ids of the tasks it comes after"
+	case slices.Contains(b.After, b.ID):
+		return "after names the task itself"
+	case b.Registered && !sameIDs(b.After, b.AfterWas):
+		return fmt.Sprintf("after was changed to %s after den registered it as %s; dependencies can only be given when a task is created",
+			hexes(b.After), hexes(b.AfterWas))
+	}
+	return ""
+}
+
+// afterStates are the tasks a blocked task comes after, by what became
+// of them.
+type afterStates struct {
+	// missing do not exist; waiting have not ended; ended have (succeeded
+	// or badly), with their status, in after's order; endedBadly is set
+	// when one of them ended badly.
+	missing, waiting []bson.ObjectID
+	ended            []queue.EndedTask
+	endedBadly       bool
+}
+
+// sortAfter sorts the tasks of after by their statuses (none: missing).
+func sortAfter(after []bson.ObjectID, statuses map[bson.ObjectID]int) afterStates {
+	var s afterStates
+	for _, id := range after {
+		st, ok := statuses[id]
+		switch {
+		case !ok:
+			s.missing = append(s.missing, id)
+		case queue.EndedBadly(st):
+			s.endedBadly = true
+			s.ended = append(s.ended, queue.EndedTask{ID: id, Status: st})
+		case st == queue.StatusSucceeded:
+			s.ended = append(s.ended, queue.EndedTask{ID: id, Status: st})
+		default:
+			s.waiting = append(s.waiting, id)
+		}
+	}
+	return s
 }
 
 // cancelDependents cancels what comes after ids, transitively, and logs it.

@@ -5,21 +5,32 @@
 // tasks, sweeps and keeps the counts.
 //
 // A Node is an orchestrator of components, each a type with its own
-// state; they share a common (configuration, store, log, clock, metrics,
-// notices) and call each other through narrow methods. Files, by job:
-//   - node.go: configuration, New (which makes the components and wires
-//     them), Run (start-up, the loop, shutdown) and Ready; common.go: what
-//     every component works with.
-//   - pass.go: passes, the loop's full pass (the queues, the node
-//     document, the claims, the cancellations) and claim-only pass, with
+// state; they share an env (store, log, clock, metrics, notices), each
+// gets a params struct of what it reads of the configuration, and they
+// call each other through narrow methods and small interfaces, never
+// through function-valued fields. The node's pool is the set of task
+// runner processes it started; "runner" is one such process. Files, by
+// job:
+//   - node.go: configuration, New (which fills in defaults) and wire
+//     (which makes the components, each with its params, and shows who
+//     calls whom), Run (start-up, the loop, shutdown) and Ready;
+//     common.go: env, the params structs, and Config's test hooks.
+//   - pass.go: passes, the loop's full pass and claim-only pass, with
 //     their deadline, the budget of housekeeping writes (chores), and how
 //     a failed pass is reported (an outage, or a document den cannot
-//     read); queuebook.go: what the loop knows of the queues (every queue
+//     read); steps.go: step (when it is due, what it does), and the full
+//     pass's steps in their order (fullPassSteps: the server's time, the
+//     config collection, the queues, the held tasks, the running counts,
+//     the node document, the claims, the probe, the cancellations, live
+//     output, the hand-over to the housekeeping); one loop walks them,
+//     not a goroutine per service, since claims need the reads before
+//     them and the writes share one budget; queuebook.go: what the loop knows of the queues (every queue
 //     read now and then, the queues with work every pass); queueindex.go:
-//     the queues by _id; housekeeping.go: the housekeeping, a round after
-//     each full pass in a goroutine of its own (counts, oldest ready task,
-//     rescues, sweeps, stats, schedules, retention), so that no claim
-//     waits behind it; progress.go: what Ready says (working, slow,
+//     the queues by _id, and queuesRead, the last read of every queue;
+//     housekeeping.go: the housekeeping, a round after each full pass in
+//     a goroutine of its own, walking its steps (houseSteps: counts,
+//     oldest ready task, rescues, sweeps, stats, schedules, retention),
+//     so that no claim waits behind it; progress.go: what Ready says (working, slow,
 //     stuck); serve.go: which queues the node serves (plugins,
 //     activequeues and ignorequeues, malformed queue documents), with
 //     filter.go, the queue filter; counts.go: filling in the counts of
@@ -34,9 +45,9 @@
 //     resources it offers tasks that request some; malformed.go: what a
 //     claim takes that cannot be a task; arrivals.go: claiming at once
 //     when a task is inserted (change streams).
-//   - runners.go: runners, the only code that deals with runner
-//     processes: starting them, handing them tasks, listening to them
-//     and reaping them; signal.go: signalling them (cancel, kill);
+//   - pool.go: pool, the only code that deals with runner processes
+//     (procTable: those this process started): starting them, handing
+//     them tasks, listening to them and reaping them; signal.go: signalling them (cancel, kill);
 //     live.go: asking them for live output; runnerid.go: whose a recorded
 //     runner is, and whether it still runs its task; leftovers.go:
 //     stopping what a dead run left.

@@ -23,23 +23,31 @@ import (
 // instead of growing to megabytes rewritten every pass.
 const NodeQueuesMax = 256
 
+// othersCounter tells how many tasks of queue q the other nodes held at
+// the last count (the claimer does).
+type othersCounter interface {
+	othersRunning(q bson.ObjectID) int
+}
+
 // heartbeat writes the node document: its timestamp every pass (and, when
 // passes are slow, from keepAlive), what the node says of itself (version,
 // pid, start time, the host's resources and what it offers tasks), and the
 // queues it serves or holds tasks of. It knows the queues it last listed
 // and when, how many it left out, and when the document was last written.
 type heartbeat struct {
-	*common
+	*env
+	params heartbeatParams
 	// held and capacity are the claimer's: what the node holds, and what
 	// it has for tasks that request resources.
 	held     *heldTasks
 	capacity *capacity
-	// othersRunning is how many tasks of a queue the other nodes held at
-	// the last count (the claimer's).
-	othersRunning func(q bson.ObjectID) int
-	// housekeeping is the node's last completed round of housekeeping
-	// (nil: none yet), which the node document carries.
-	housekeeping func() *queue.Housekeeping
+	// others tells how many tasks of a queue the other nodes held at the
+	// last count (the claimer).
+	others othersCounter
+	// lastRound is the node's last completed round of housekeeping (nil:
+	// none yet), which the node document carries; the housekeeping sets
+	// it at the end of each round that succeeds.
+	lastRound atomic.Pointer[queue.Housekeeping]
 
 	// host samples the host's resources for the node document; pid and
 	// started describe this process.
@@ -64,10 +72,10 @@ type heartbeat struct {
 func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now time.Time) (queue.NodeLimit, string, error) {
 	entries := h.entries(queues, serve)
 	write := entries
-	if slices.Equal(entries, h.queues) && now.Sub(h.at) < h.cfg.RefreshEvery {
+	if slices.Equal(entries, h.queues) && now.Sub(h.at) < h.params.RefreshEvery {
 		write = nil // unchanged: the timestamp only
 	}
-	limit, problem, err := h.store.Heartbeat(ctx, h.cfg.Name, write, h.self(ctx, now), now)
+	limit, problem, err := h.store.Heartbeat(ctx, h.params.Name, write, h.self(ctx, now), now)
 	if err != nil {
 		return nil, "", err
 	}
@@ -101,7 +109,7 @@ func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
 		if i >= len(serve) && holds[q.ID] == 0 {
 			continue
 		}
-		doing := h.othersRunning(q.ID) + holds[q.ID]
+		doing := h.others.othersRunning(q.ID) + holds[q.ID]
 		switch {
 		case holds[q.ID] > 0:
 			busy = append(busy, candidate{i, 0})
@@ -138,7 +146,7 @@ func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
 	entries := make([]queue.NodeQueue, 0, len(listed))
 	for _, c := range listed {
 		q := queues[c.i]
-		entries = append(entries, queue.NewNodeQueue(q, h.othersRunning(q.ID)+holds[q.ID]))
+		entries = append(entries, queue.NewNodeQueue(q, h.others.othersRunning(q.ID)+holds[q.ID]))
 	}
 	return entries
 }
@@ -186,7 +194,7 @@ func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(h.cfg.Interval)
+		t := time.NewTicker(h.params.Interval)
 		defer t.Stop()
 		for {
 			select {
@@ -195,11 +203,11 @@ func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
 			case <-t.C:
 			}
 			now := h.now()
-			if now.Sub(time.Unix(0, h.last.Load())) < max(2*h.cfg.Interval, 10*time.Second) {
+			if now.Sub(time.Unix(0, h.last.Load())) < max(2*h.params.Interval, 10*time.Second) {
 				continue
 			}
 			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := h.store.Alive(actx, h.cfg.Name, now); err == nil {
+			if err := h.store.Alive(actx, h.params.Name, now); err == nil {
 				h.last.Store(now.UnixNano())
 			}
 			acancel()
@@ -226,10 +234,8 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	self := &queue.NodeSelf{Version: h.cfg.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.plugins}
-	if h.housekeeping != nil {
-		self.Housekeeping = h.housekeeping()
-	}
+	self := &queue.NodeSelf{Version: h.params.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.plugins}
+	self.Housekeeping = h.lastRound.Load()
 	return self
 }
 
@@ -242,7 +248,7 @@ func (h *heartbeat) writeLast() {
 	now := h.now()
 	self := h.self(ctx, now)
 	self.Stopped = now
-	if _, _, err := h.store.Heartbeat(ctx, h.cfg.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := h.store.Heartbeat(ctx, h.params.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		h.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 }

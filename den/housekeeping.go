@@ -28,6 +28,38 @@ type passView struct {
 	measure []queue.Queue
 }
 
+// round is what a round of housekeeping's steps work with: the view of
+// the full pass it follows, and when the round started (every step goes
+// by it).
+type round struct {
+	view passView
+	at   time.Time
+}
+
+// namedStep is a step of the housekeeping with the name that Ready and
+// the node's progress give it.
+type namedStep struct {
+	name string
+	step[round]
+}
+
+// roundStep runs step s of round r under the pass's deadline, with the
+// budget of writes' time for its step, and counts it.
+func (ps *passes) roundStep(ctx context.Context, s namedStep, r *round) error {
+	ps.houseStep.Store(&s.name)
+	sctx, cancel := context.WithTimeout(ctx, passLimit)
+	defer cancel()
+	ps.chores.step(time.Now())
+	began := ps.now()
+	err := s.do(sctx, r)
+	ps.metrics.PassSeconds.WithLabelValues("housekeeping").Observe(ps.now().Sub(began).Seconds())
+	if err != nil {
+		return err
+	}
+	ps.house.mark(s.name, ps.now())
+	return nil
+}
+
 // handOver gives the housekeeping what a full pass read: its next round
 // works with it. A round under way finishes with what it has; only the
 // latest view waits.
@@ -51,7 +83,8 @@ func (ps *passes) handOver(v passView) {
 // takes minutes (a database full of large or hostile documents, a server
 // that scans) delays no claim.
 //
-// What a round does, and how often (see docs/performance.md):
+// What a round does (its steps: houseSteps), and how often (see
+// docs/performance.md):
 //   - every round: the counts of queues inserted without them, a batch
 //     at a time (fillCounts);
 //   - every RefreshEvery: the oldest ready task of each served queue with
@@ -89,57 +122,21 @@ func (ps *passes) round(ctx context.Context, v passView) {
 	ps.roundStarted.Store(started.UnixNano())
 	defer ps.roundStarted.Store(0)
 	ps.chores.refill()
-	var failed error
-	now := started
 	// Every step goes by the round's start: a step due every d runs in
 	// rounds that start at least d apart.
-	step := func(name string, due bool, f func(ctx context.Context, now time.Time) error) {
-		if !due || ctx.Err() != nil {
-			return
+	r := &round{view: v, at: started}
+	var failed error
+	for _, s := range ps.roundSteps {
+		if ctx.Err() != nil {
+			break
 		}
-		ps.houseStep.Store(&name)
-		sctx, cancel := context.WithTimeout(ctx, passLimit)
-		defer cancel()
-		ps.chores.step(time.Now())
-		began := ps.now()
-		err := f(sctx, now)
-		ps.metrics.PassSeconds.WithLabelValues("housekeeping").Observe(ps.now().Sub(began).Seconds())
-		if err != nil {
-			if failed == nil && ctx.Err() == nil {
-				failed = err
-			}
-			return
+		if !s.due(r) {
+			continue
 		}
-		ps.house.mark(name, ps.now())
+		if err := ps.roundStep(ctx, s, r); err != nil && failed == nil && ctx.Err() == nil {
+			failed = err
+		}
 	}
-	step("counts", true, func(ctx context.Context, _ time.Time) error { return ps.fillCounts(ctx, v.queues, v.read) })
-	step("oldest", now.Sub(ps.oldestAt) >= ps.cfg.RefreshEvery && ps.oldestPace.ready(), func(ctx context.Context, now time.Time) error {
-		ps.oldestAt = now // tried: a metric is not worth a step every round
-		return ps.measureOldest(ctx, v.measure, now)
-	})
-	step("rescue", ps.rescuer.due(now), func(ctx context.Context, now time.Time) error {
-		sent := ps.now()
-		held, err := ps.store.Held(ctx, ps.cfg.Name, false)
-		if err != nil {
-			return err
-		}
-		ps.held.read(held, sent, v.byID.request)
-		return ps.rescuer.run(ctx, held, v.byID, now)
-	})
-	step("sweep", ps.sweeper.due(now), func(ctx context.Context, now time.Time) error {
-		return ps.sweeper.sweep(ctx, v.serve, now)
-	})
-	step("stats", ps.stats.due(now), func(ctx context.Context, now time.Time) error {
-		_, total := ps.held.counts()
-		ps.stats.flush(ctx, now, v.queues, v.running.Queue, total)
-		return nil
-	})
-	step("schedules", ps.schedules.due(now), func(ctx context.Context, now time.Time) error {
-		return ps.schedules.fire(ctx, now)
-	})
-	step("retention", ps.retention.due(now), func(ctx context.Context, now time.Time) error {
-		return ps.retention.run(ctx, v.queues, now)
-	})
 	if ctx.Err() != nil {
 		return
 	}
@@ -161,11 +158,112 @@ func (ps *passes) round(ctx context.Context, v passView) {
 	if ps.notes.clear("housekeeping") {
 		ps.log.Info("housekeeping completes its rounds again")
 	}
-	ps.lastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.now()})
+	ps.beat.lastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.now()})
 }
 
-// housekeeping is the last completed round, for the node document; nil
-// before the first.
-func (ps *passes) housekeeping() *queue.Housekeeping {
-	return ps.lastRound.Load()
+// houseSteps are the steps of a round of housekeeping, in the order it
+// takes them (see housekeep for how often each is due). The counts and
+// the oldest ready tasks are the passes' own; the other steps call on
+// the component that does the work, which the passes do not hold.
+func houseSteps(ps *passes, rescuer *rescuer, sweeper *sweeper, stats *statsRecorder, schedules *scheduler, retention *retention) []namedStep {
+	return []namedStep{
+		{"counts", fillCounts{ps}},
+		{"oldest", measureOldest{ps}},
+		{"rescue", rescue{ps.env, ps.params.Name, ps.held, rescuer, sweeper}},
+		{"sweep", sweep{sweeper}},
+		{"stats", flushStats{ps.held, stats}},
+		{"schedules", fireSchedules{schedules}},
+		{"retention", retire{retention}},
+	}
+}
+
+// fillCounts fills in the counts of queues inserted without them, a
+// batch a round.
+type fillCounts struct{ ps *passes }
+
+func (fillCounts) due(*round) bool { return true }
+
+func (s fillCounts) do(ctx context.Context, r *round) error {
+	return s.ps.fillCounts(ctx, r.view.queues, r.view.read)
+}
+
+// measureOldest measures the oldest ready task of each served queue with
+// work, every RefreshEvery, within its share of the database's time.
+type measureOldest struct{ ps *passes }
+
+func (s measureOldest) due(r *round) bool {
+	return r.at.Sub(s.ps.oldestAt) >= s.ps.params.RefreshEvery && s.ps.oldestPace.ready()
+}
+
+func (s measureOldest) do(ctx context.Context, r *round) error {
+	s.ps.oldestAt = r.at // tried: a metric is not worth a step every round
+	return s.ps.measureOldest(ctx, r.view.measure, r.at)
+}
+
+// rescue reads what this node (name) holds and rescues what needs it
+// (the rescuer), then hands the sweeper the node documents it read.
+type rescue struct {
+	*env
+	name    string
+	held    *heldTasks
+	rescuer *rescuer
+	sweeper *sweeper
+}
+
+func (s rescue) due(r *round) bool { return s.rescuer.due(r.at) }
+
+func (s rescue) do(ctx context.Context, r *round) error {
+	sent := s.now()
+	held, err := s.store.Held(ctx, s.name, false)
+	if err != nil {
+		return err
+	}
+	s.held.read(held, sent, r.view.byID.request)
+	nodes, err := s.rescuer.run(ctx, held, r.view.byID, r.at)
+	if !nodes.at.IsZero() {
+		s.sweeper.noteOffers(nodes)
+	}
+	return err
+}
+
+// sweep is the sweeper's sweep of the served queues.
+type sweep struct{ sweeper *sweeper }
+
+func (s sweep) due(r *round) bool { return s.sweeper.due(r.at) }
+
+func (s sweep) do(ctx context.Context, r *round) error {
+	return s.sweeper.sweep(ctx, r.view.serve, r.at)
+}
+
+// flushStats writes the status page's time series, with what the node
+// holds.
+type flushStats struct {
+	held  *heldTasks
+	stats *statsRecorder
+}
+
+func (s flushStats) due(r *round) bool { return s.stats.due(r.at) }
+
+func (s flushStats) do(ctx context.Context, r *round) error {
+	_, total := s.held.counts()
+	s.stats.flush(ctx, r.at, r.view.queues, r.view.running.Queue, total)
+	return nil
+}
+
+// fireSchedules fires the schedules whose time has come.
+type fireSchedules struct{ schedules *scheduler }
+
+func (s fireSchedules) due(r *round) bool { return s.schedules.due(r.at) }
+
+func (s fireSchedules) do(ctx context.Context, r *round) error {
+	return s.schedules.fire(ctx, r.at)
+}
+
+// retire removes ended tasks past their retention.
+type retire struct{ retention *retention }
+
+func (s retire) due(r *round) bool { return s.retention.due(r.at) }
+
+func (s retire) do(ctx context.Context, r *round) error {
+	return s.retention.run(ctx, r.view.queues, r.at)
 }

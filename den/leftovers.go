@@ -70,7 +70,7 @@ func detectPids(mode string, log *zap.Logger) string {
 // for them to end on SIGTERM before SIGKILL. It reports busy, and does
 // nothing, when another goroutine is stopping the same run: the caller
 // must then leave the task to it.
-func (rs *runners) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.RunnerInfo, grace time.Duration) (stopped int, busy bool) {
+func (rs *pool) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.RunnerInfo, grace time.Duration) (stopped int, busy bool) {
 	rs.stopMu.Lock()
 	if rs.stopping[r.Token] {
 		rs.stopMu.Unlock()

@@ -21,7 +21,7 @@ const liveAskEvery = 5 * time.Second
 // message on its task channel). Only a process proven to be
 // the task's runner is signalled, and never its process group: SIGUSR1
 // would end a plugin's program.
-func (rs *runners) askLive(held []queue.Task, now time.Time) {
+func (rs *pool) askLive(held []queue.Task, now time.Time) {
 	seen := map[bson.ObjectID]bool{}
 	for _, task := range held {
 		r := task.Runner

@@ -158,7 +158,7 @@ func TestNodeDocumentEntries(t *testing.T) {
 		}
 		// The first n are served; the 20 after them are held or not.
 		held.claimed(bson.NewObjectID(), queues[n+3].ID, queue.Resources{})
-		h := &heartbeat{held: held, othersRunning: func(bson.ObjectID) int { return 0 }}
+		h := &heartbeat{held: held, others: noOthers{}}
 		got := h.entries(queues, queues[:n])
 
 		holds, _ := held.counts()
@@ -216,11 +216,8 @@ func TestNodeDocumentEntries(t *testing.T) {
 // from the look's figures.
 func TestCapacityLooksAtTheMachineOncePerSecond(t *testing.T) {
 	t.Parallel()
-	reads := 0
-	c := &capacity{limits: ResourceLimits{CPUs: 2, BusyCorePercent: 100}, readMachine: func() (float64, float64) {
-		reads++
-		return 8000, 3000
-	}}
+	meter := &countedMemory{total: 8000, available: 3000}
+	c := &capacity{limits: ResourceLimits{CPUs: 2, BusyCorePercent: 100}, meter: meter}
 	for range 50 {
 		free := c.free(queue.Resources{MemoryMB: 1000})
 		if free.MemoryMB != 3000 || free.CPUs != 2 {
@@ -230,14 +227,30 @@ func TestCapacityLooksAtTheMachineOncePerSecond(t *testing.T) {
 			t.Fatalf("total %+v, want the machine's 8000 MB", total)
 		}
 	}
-	if reads != 1 {
-		t.Fatalf("50 claims read the machine %d times, want once", reads)
+	if meter.reads != 1 {
+		t.Fatalf("50 claims read the machine %d times, want once", meter.reads)
 	}
 	c.mu.Lock()
 	c.machineAt = c.machineAt.Add(-machineEvery)
 	c.mu.Unlock()
 	c.free(queue.Resources{})
-	if reads != 2 {
-		t.Fatalf("a claim a second later read the machine %d times in all, want twice", reads)
+	if meter.reads != 2 {
+		t.Fatalf("a claim a second later read the machine %d times in all, want twice", meter.reads)
 	}
 }
+
+// countedMemory is a machine of fixed memory that counts its reads.
+type countedMemory struct {
+	total, available float64
+	reads            int
+}
+
+func (m *countedMemory) memory() (float64, float64) {
+	m.reads++
+	return m.total, m.available
+}
+
+// noOthers is a count in which no other node holds anything.
+type noOthers struct{}
+
+func (noOthers) othersRunning(bson.ObjectID) int { return 0 }

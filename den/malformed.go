@@ -43,7 +43,7 @@ func (cl *claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, ta
 	if cl.malformedSince.IsZero() {
 		cl.malformedSince = time.Now()
 	}
-	ok, err := cl.store.FailClaimed(cctx, m, cl.cfg.Name, cl.now())
+	ok, err := cl.store.FailClaimed(cctx, m, cl.params.Name, cl.now())
 	if err == nil && ok && !m.Queue.IsZero() {
 		err = cl.store.DecrementTodo(cctx, m.Queue)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/den-project/den/den"
@@ -48,15 +49,7 @@ func benchManyQueues(b *testing.B, queues int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel) // after the database is dropped (benchDB)
 	srv, db := benchDB(ctx, b)
-	docs := make([]any, 0, queues)
-	for i := range queues {
-		docs = append(docs, bson.D{{Key: "name", Value: fmt.Sprintf("many-%05d", i)}, {Key: "constructor", Value: sleepPlugin}, {Key: "maxthreads", Value: 1}, {Key: "sort", Value: "fifo"}})
-	}
-	for start := 0; start < len(docs); start += 1000 {
-		if _, err := db.Collection("queues").InsertMany(ctx, docs[start:min(start+1000, len(docs))], options.InsertMany().SetOrdered(false)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	insertManyQueues(ctx, b, db, queues)
 	target := dentest.Queue(b, db, "target", sleepPlugin, 1, "fifo")
 	task := dentest.Tasks(b, db, target, sleepTasks(1, 1)...)[0]
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -98,55 +91,15 @@ func benchManyQueues(b *testing.B, queues int) {
 	unfilled := dentest.Count(b, db.Collection("queues"), unfilledQuery)
 
 	// The window: passes, the server's time and /readyz.
-	passesOf := func() (n, sum float64) {
-		if f := ep.scrape(b)["den_loop_pass_duration_seconds"]; f != nil {
-			for _, m := range f.GetMetric() {
-				if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "full" {
-					return float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
-				}
-			}
-		}
-		return 0, 0
-	}
 	const window = 30 * time.Second
-	n0, sum0 := passesOf()
+	n0, sum0 := ep.fullPasses(b)
 	before := srv.stats()
-	profiled := make(chan struct{})
-	go func() {
-		// DEN_BENCH_PROFILE=dir saves the node's CPU profile over the
-		// window, and its heap at the end, there.
-		defer close(profiled)
-		if dir := os.Getenv("DEN_BENCH_PROFILE"); dir != "" {
-			saveProfile(b, ep, "profile?seconds=25", filepath.Join(dir, "manyqueues.cpu"))
-			saveProfile(b, ep, "heap", filepath.Join(dir, "manyqueues.heap"))
-		}
-	}()
-	var readyz []string
-	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(5 * time.Second) {
-		code, body := ep.get(b, "/readyz")
-		readyz = append(readyz, fmt.Sprintf("%d %s", code, strings.TrimSpace(body)))
-	}
-	<-profiled
+	readyz := watchWindow(b, ep, window)
 	work := srv.stats().Sub(before)
-	n1, sum1 := passesOf()
+	n1, sum1 := ep.fullPasses(b)
 	b.StopTimer()
 
-	var rssMiB, peakMiB float64
-	if p, err := process.NewProcess(int32(node.Process.Pid)); err == nil {
-		if m, err := p.MemoryInfo(); err == nil {
-			rssMiB = float64(m.RSS) / (1 << 20)
-		}
-	}
-	// The peak, from the kernel (gopsutil leaves it 0 here).
-	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", node.Process.Pid)); err == nil {
-		for _, l := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-				var kb float64
-				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
-				peakMiB = kb / 1024
-			}
-		}
-	}
+	rssMiB, peakMiB := processMemory(node.Process.Pid)
 	fams := ep.scrape(b)
 	heapMiB := value(fams, "go_memstats_heap_inuse_bytes") / (1 << 20)
 	raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "n"}}).Raw()
@@ -196,4 +149,73 @@ func saveProfile(b *testing.B, ep endpoint, what, file string) {
 	}
 	defer f.Close()
 	io.Copy(f, resp.Body)
+}
+
+// insertManyQueues inserts queues queues (many-00000, ...), a thousand an
+// insert, without their counts.
+func insertManyQueues(ctx context.Context, b *testing.B, db *mongo.Database, queues int) {
+	docs := make([]any, 0, queues)
+	for i := range queues {
+		docs = append(docs, bson.D{{Key: "name", Value: fmt.Sprintf("many-%05d", i)}, {Key: "constructor", Value: sleepPlugin}, {Key: "maxthreads", Value: 1}, {Key: "sort", Value: "fifo"}})
+	}
+	for start := 0; start < len(docs); start += 1000 {
+		if _, err := db.Collection("queues").InsertMany(ctx, docs[start:min(start+1000, len(docs))], options.InsertMany().SetOrdered(false)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// fullPasses are how many full passes the node made, and the seconds they
+// took in all (den_loop_pass_duration_seconds).
+func (ep endpoint) fullPasses(b *testing.B) (n, sum float64) {
+	if f := ep.scrape(b)["den_loop_pass_duration_seconds"]; f != nil {
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "full" {
+				return float64(m.GetHistogram().GetSampleCount()), m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return 0, 0
+}
+
+// watchWindow reads the node's /readyz every 5 s for window, and, with
+// DEN_BENCH_PROFILE=dir, saves its CPU profile over the window, and its
+// heap at the end, there.
+func watchWindow(b *testing.B, ep endpoint, window time.Duration) (readyz []string) {
+	profiled := make(chan struct{})
+	go func() {
+		// DEN_BENCH_PROFILE=dir saves the node's CPU profile over the
+		// window, and its heap at the end, there.
+		defer close(profiled)
+		if dir := os.Getenv("DEN_BENCH_PROFILE"); dir != "" {
+			saveProfile(b, ep, "profile?seconds=25", filepath.Join(dir, "manyqueues.cpu"))
+			saveProfile(b, ep, "heap", filepath.Join(dir, "manyqueues.heap"))
+		}
+	}()
+	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(5 * time.Second) {
+		code, body := ep.get(b, "/readyz")
+		readyz = append(readyz, fmt.Sprintf("%d %s", code, strings.TrimSpace(body)))
+	}
+	<-profiled
+	return readyz
+}
+
+// processMemory is process pid's resident memory and its peak, in MiB.
+func processMemory(pid int) (rssMiB, peakMiB float64) {
+	if p, err := process.NewProcess(int32(pid)); err == nil {
+		if m, err := p.MemoryInfo(); err == nil {
+			rssMiB = float64(m.RSS) / (1 << 20)
+		}
+	}
+	// The peak, from the kernel (gopsutil leaves it 0 here).
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				var kb float64
+				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+				peakMiB = kb / 1024
+			}
+		}
+	}
+	return rssMiB, peakMiB
 }

@@ -152,11 +152,15 @@ type Config struct {
 }
 
 // Node is one Disbatch execution node. It owns the components that do
-// the work and runs them: the loop's passes, which call on the heartbeat,
-// the claimer, the sweeper and the rescuer; the runners, which run the
-// tasks the claimer claims. Run starts and stops them.
+// the work and runs them: the loop's passes, whose steps (steps.go,
+// housekeeping.go) call on the heartbeat, the claimer, the sweeper, the
+// rescuer, the scheduler, the stats and the retention; the pool, which
+// runs the tasks the claimer claims. Run starts and stops them.
 type Node struct {
-	*common
+	*env
+	// cfg is the node's configuration, defaults filled in; each component
+	// gets what it reads of it in a params struct of its own (wire).
+	cfg     Config
 	plugins *plugins.Registry
 
 	passes  *passes
@@ -164,7 +168,10 @@ type Node struct {
 	claimer *claimer
 	sweeper *sweeper
 	rescuer *rescuer
-	runners *runners
+	pool    *pool
+	// stats and retention have last words when the node stops.
+	stats     *statsRecorder
+	retention *retention
 
 	// running is true from the end of start (MongoDB answered) until Run
 	// returns; with the passes' results, it makes Ready.
@@ -265,6 +272,13 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if now == nil {
 		now = time.Now
 	}
+	return newNode(cfg, db, reg, log, now)
+}
+
+// newNode makes the node of New once cfg's defaults are filled in: it
+// looks at what this host offers runs (cgroups, memfd), then wires the
+// components (wire).
+func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger, now func() time.Time) (*Node, error) {
 	log = log.With(zap.String("node", cfg.Name))
 	cgroup, err := detectCgroup(cfg.Cgroups, log)
 	if err != nil {
@@ -291,37 +305,75 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 	if cfg.Version == "" {
 		cfg.Version = moduleVersion()
 	}
-	pid, started := os.Getpid(), now()
+	clock := queue.NewClock(now)
+	e := &env{store: queue.NewStore(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
+	n := &Node{env: e, cfg: cfg, plugins: reg}
+	pid, started := thisProcess(now)
+	n.wire(rel, cgroup, pids, pid, started)
+	return n, nil
+}
+
+// thisProcess is this process's pid and when it started (now, if the
+// system does not say).
+func thisProcess(now func() time.Time) (pid int, started time.Time) {
+	pid, started = os.Getpid(), now()
 	if p, err := process.NewProcess(int32(pid)); err == nil {
 		if ms, err := p.CreateTime(); err == nil {
 			started = time.UnixMilli(ms)
 		}
 	}
-	clock := queue.NewClock(now)
-	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: clock.Now, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
-	n := &Node{common: c, plugins: reg, runners: newRunners(c, rel, cgroup, pids)}
-	n.claimer = newClaimer(c, n.runners, cfg.Resources, &progress{})
+	return pid, started
+}
+
+// wire makes the node's components, each with the params it reads of
+// n.cfg and the components it calls on. Two references go back: the
+// pool tells the claimer when a slot frees (runnerEvents) and has the
+// rescuer rescue a task whose runner died (runRescuer), both small
+// interfaces set here once.
+func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time.Time) {
+	cfg, e := &n.cfg, n.env
+	hooks := testHooks{cfg: cfg}
+	read := &queuesRead{}
+	n.pool = newPool(e, poolParams{
+		Name: cfg.Name, URI: cfg.URI, Database: cfg.Database, DeadNodeAfter: cfg.DeadNodeAfter,
+		MaxTermination: cfg.MaxTermination, MaxOutput: cfg.MaxOutput, PluginConfig: cfg.PluginConfig, Runner: cfg.Runner,
+	}, rel, cgroup, pids, read)
+	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
+		n.pool, cfg.Resources, &progress{})
 	n.beat = &heartbeat{
-		common: c, held: n.claimer.held, capacity: n.claimer.capacity, othersRunning: n.claimer.othersRunning,
-		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(reg, cfg.PluginConfig),
+		env: e, params: heartbeatParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
+		held: n.claimer.held, capacity: n.claimer.capacity, others: n.claimer,
+		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(n.plugins, cfg.PluginConfig),
 	}
-	stats := &statsRecorder{common: c, load: n.beat.load1}
-	n.runners.stats = stats
+	n.stats = &statsRecorder{env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
+	n.pool.stats = n.stats
 	chores := &chores{}
-	n.sweeper = &sweeper{common: c, chores: chores, runners: n.runners, offer: n.beat.offer, wake: n.claimer.wakeUp}
-	n.rescuer = &rescuer{common: c, chores: chores, runners: n.runners, held: n.claimer.held, sawNodes: n.sweeper.noteOffers}
-	n.passes = &passes{
-		common: c, plugins: reg, chores: chores, held: n.claimer.held,
-		claimer: n.claimer, beat: n.beat, sweeper: n.sweeper, rescuer: n.rescuer, runners: n.runners,
-		schedules: &scheduler{common: c}, stats: stats, retention: &retention{common: c, chores: chores},
-		views: make(chan passView, 1), loop: n.claimer.progress, house: &progress{},
+	n.sweeper = &sweeper{
+		env: e, params: sweeperParams{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
+		chores: chores, pool: n.pool, self: n.beat, claims: n.claimer,
 	}
-	n.beat.housekeeping = n.passes.housekeeping
-	n.runners.slots = n.claimer
-	n.runners.rescue = n.rescuer.rescue
-	n.runners.queueName = n.passes.queueName
+	n.rescuer = &rescuer{
+		env: e, params: rescuerParams{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
+		chores: chores, pool: n.pool, held: n.claimer.held,
+	}
+	schedules := &scheduler{env: e, params: schedulerParams{RefreshEvery: cfg.RefreshEvery}}
+	n.retention = &retention{
+		env: e, params: retentionParams{Name: cfg.Name, Retention: cfg.Retention, RetentionEvery: cfg.RetentionEvery, hooks: hooks},
+		chores: chores,
+	}
+	n.passes = &passes{
+		env: e, params: passesParams{
+			Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, ClockEvery: cfg.ClockEvery, ProbeEvery: cfg.ProbeEvery,
+			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
+		},
+		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
+		views: make(chan passView, 1), lastQueues: read, loop: n.claimer.progress, house: &progress{},
+	}
+	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
+	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)
+	n.pool.slots = n.claimer
+	n.pool.rescuer = n.rescuer
 	n.metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
-	return n, nil
 }
 
 // moduleVersion is the version of den's module in this binary's build
@@ -354,7 +406,7 @@ func (n *Node) Name() string { return n.cfg.Name }
 // their runners are separate processes and finish on their own.
 func (n *Node) Run(ctx context.Context) error {
 	// Runners still running switch to their own connections.
-	defer n.runners.closeRelay()
+	defer n.pool.closeRelay()
 	if n.cfg.HTTP != nil {
 		// Served from the start, so that /healthz answers and /readyz says
 		// why not while the node waits for MongoDB.
@@ -402,9 +454,9 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			stopHouse()
 			<-housed
-			n.runners.retireIdle(true)
+			n.pool.retireIdle(true)
 			if n.cfg.DrainOnStop > 0 {
-				n.runners.drain(n.cfg.DrainOnStop)
+				n.pool.drain(n.cfg.DrainOnStop)
 			}
 			n.shutdown()
 			return nil
@@ -475,10 +527,10 @@ func (n *Node) start(ctx context.Context) error {
 // shutdown writes the node document one last time, and the completions
 // the stats collection has not had, and releases the retention lease.
 func (n *Node) shutdown() {
-	running := n.runners.count()
+	running := n.pool.count()
 	n.beat.writeLast()
-	n.passes.stats.flushLast()
-	n.passes.retention.stop()
+	n.stats.flushLast()
+	n.retention.stop()
 	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }
 

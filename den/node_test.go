@@ -84,7 +84,17 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 		}
 	}
 	t.Logf("%d tasks on 3 nodes in %s", total, time.Since(start))
+	checkOneReportEach(t, db, all)
+	// Status: c fails with 2, a succeeds.
+	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 2}}); n != queues*perQueue/10 {
+		t.Errorf("%d failed tasks, want %d", n, queues*perQueue/10)
+	}
+	checkQueuesAndNodes(t, db, []string{"node-a", "node-b", "node-c"}, queues)
+}
 
+// checkOneReportEach checks that each task of all has exactly one report.
+func checkOneReportEach(t *testing.T, db *mongo.Database, all []bson.ObjectID) {
+	t.Helper()
 	ctx := dentest.Context(t)
 	// Exactly one report per task.
 	cur, err := db.Collection("reports").Aggregate(ctx, bson.A{
@@ -105,13 +115,18 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 	if len(reports) != len(all) {
 		t.Errorf("%d reports for %d tasks", len(reports), len(all))
 	}
-	// Status: c fails with 2, a succeeds.
-	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: 2}}); n != queues*perQueue/10 {
-		t.Errorf("%d failed tasks, want %d", n, queues*perQueue/10)
-	}
+}
+
+// checkQueuesAndNodes checks, once every task of queues queues ended, that
+// each queue's count_todo is back to 0 and that each node document of
+// nodes follows the protocol, listing every queue; it logs which node did
+// how many tasks.
+func checkQueuesAndNodes(t *testing.T, db *mongo.Database, nodes []string, queues int) {
+	t.Helper()
+	ctx := dentest.Context(t)
 	// Which nodes did the work, and the queue counts.
 	byNode := map[string]int64{}
-	for _, name := range []string{"node-a", "node-b", "node-c"} {
+	for _, name := range nodes {
 		byNode[name] = dentest.CountTasks(t, db, bson.D{{Key: "node", Value: name}})
 	}
 	t.Logf("tasks per node: %v", byNode)
@@ -130,7 +145,7 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 		t.Fatalf("read %d queues (%v), want %d", seen, err, queues)
 	}
 	// Each node document follows the protocol.
-	for _, name := range []string{"node-a", "node-b", "node-c"} {
+	for _, name := range nodes {
 		raw, err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: name}}).Raw()
 		if err != nil {
 			t.Fatalf("node document %s: %v", name, err)

@@ -3,7 +3,6 @@ package den
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -29,19 +28,16 @@ import (
 // behind it: its queries can take minutes on a database full of large or
 // hostile documents.
 type passes struct {
-	*common
+	*env
+	params  passesParams
 	plugins *plugins.Registry
+	// claimer claims (the claim-only pass, and a full pass's claims
+	// step); beat writes the node document; pool's idle runners retire
+	// at each full pass. The other components are called on by the steps
+	// that need them (fullPassSteps, houseSteps), not by the passes.
 	claimer *claimer
 	beat    *heartbeat
-	sweeper *sweeper
-	rescuer *rescuer
-	runners *runners
-	// schedules fires the schedules whose time has come.
-	schedules *scheduler
-	// stats writes the status page's time series once a minute.
-	stats *statsRecorder
-	// retention removes ended tasks past their retention.
-	retention *retention
+	pool    *pool
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
 	held *heldTasks
@@ -75,6 +71,11 @@ type passes struct {
 	// time (pace.go).
 	oldestPace pace
 
+	// passSteps are a full pass's steps (fullPassSteps), and roundSteps
+	// a round's of the housekeeping (houseSteps), in their order.
+	passSteps  []step[fullPass]
+	roundSteps []namedStep
+
 	// views hands the housekeeping what the last full pass read.
 	views chan passView
 
@@ -87,8 +88,8 @@ type passes struct {
 	// loop and the housekeeping last completed a step; roundStarted is when
 	// the housekeeping's round under way started (0: none), houseStep its
 	// step under way, houseProblem why its last round failed (nil: it did
-	// not), and lastRound the times of its last completed round, which the
-	// node document carries.
+	// not). The times of its last completed round go to the heartbeat
+	// (heartbeat.lastRound), which the node document carries.
 	lastPassOK   atomic.Int64
 	lastPassTook atomic.Int64
 	passStarted  atomic.Int64
@@ -98,12 +99,11 @@ type passes struct {
 	roundStarted atomic.Int64
 	houseStep    atomic.Pointer[string]
 	houseProblem atomic.Pointer[string]
-	lastRound    atomic.Pointer[queue.Housekeeping]
 	// book is what the loop knows of the queues (queuebook.go);
 	// lastQueues are those of its last read of every queue, for metrics
-	// and runners read outside the loop.
+	// and the pool, read outside the loop (shared with the pool).
 	book       queueBook
-	lastQueues atomic.Pointer[queueIndex]
+	lastQueues *queuesRead
 }
 
 // full is one full pass of the loop: it reads the queues, writes the node
@@ -112,7 +112,7 @@ type passes struct {
 // logged when the outage starts and when it ends, and a full pass that
 // succeeds ends it.
 func (ps *passes) full(ctx context.Context) {
-	ps.runners.retireIdle(false)
+	ps.pool.retireIdle(false)
 	started := ps.now()
 	ps.passStarted.Store(started.UnixNano())
 	stopped, slow, err := ps.timed(ctx, "full", ps.read)
@@ -224,9 +224,10 @@ func (ps *passes) setOutage(err error) {
 	}
 }
 
-// read is the work of a full pass: what a claim needs, the claims, and
-// the cancellations of what the node holds; the rest is the
-// housekeeping's (housekeeping.go). What it reads, and how often, is
+// read is the work of a full pass: it walks the pass's steps
+// (fullPassSteps, steps.go): what a claim needs, the claims, and the
+// cancellations of what the node holds; the rest is the housekeeping's
+// (housekeeping.go). What it reads, and how often, is
 // chosen so that an idle node costs the database about 3 commands a
 // second however many queues there are (see docs/performance.md):
 //   - every pass: the queues with work by their counts, and those that
@@ -243,119 +244,15 @@ func (ps *passes) setOutage(err error) {
 //   - every ProbeEvery: one query for work in queues found empty, or
 //     with no work by their counts.
 func (ps *passes) read(ctx context.Context) error {
-	now := ps.now()
-	if now.Sub(ps.clockAt) >= ps.cfg.ClockEvery {
-		// The server's time again: a clock this host's monotonic clock
-		// counts on drifts a little.
-		if err := ps.store.SyncClock(ctx, ps.clock); err != nil {
-			return err
+	p := &fullPass{at: ps.now(), first: !ps.heldRead}
+	for _, s := range ps.passSteps {
+		if !s.due(p) {
+			continue
 		}
-		ps.clockAt = now
-	}
-	if ps.shared == nil || now.Sub(ps.sharedAt) >= ps.cfg.RefreshEvery {
-		shared, err := ps.store.ActiveConfig(ctx)
-		if err != nil {
-			return err // never fall back to serving every queue
-		}
-		ps.shared, ps.sharedAt = &shared, now
-		if len(shared.Problems) > 0 {
-			if ps.notes.set("config", strings.Join(shared.Problems, "; ")) {
-				ps.log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
-			}
-		} else if ps.notes.clear("config") {
-			ps.log.Info("config collection: active document is valid again")
-		}
-	}
-	filter, gfs := ps.effective(*ps.shared)
-
-	queues, serve, byID, full, err := ps.readQueues(ctx, now, filter)
-	if err != nil {
-		return err
-	}
-	ps.loop.mark("queues", ps.now())
-	if full {
-		ps.lastQueues.Store(&byID)
-	}
-
-	// What the claims need first: at start, what this node holds (the
-	// tasks of runners that outlived its last run count against its
-	// limits), and every node's counts while a queue-wide limit is in
-	// play. The rest of the reads come after the claims: on a server that
-	// scans, each costs a claim seconds.
-	var held []queue.Task
-	readHeld := func() error {
-		sent := ps.now()
-		var err error
-		if held, err = ps.store.Held(ctx, ps.cfg.Name, false); err != nil {
-			return err
-		}
-		ps.held.read(held, sent, byID.request)
-		ps.heldRead = true
-		ps.loop.mark("held tasks", ps.now())
-		return nil
-	}
-	first := !ps.heldRead
-	if first {
-		if err := readHeld(); err != nil {
+		if err := s.do(ctx, p); err != nil {
 			return err
 		}
 	}
-	counted := ps.claimer.running == nil || ps.claimer.globalInPlay(serve)
-	if counted {
-		if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
-			return err
-		}
-	}
-
-	limit, problem, err := ps.beat.write(ctx, queues, serve, now)
-	if err != nil {
-		return err
-	}
-	ps.loop.mark("node document", ps.now())
-	if problem != "" {
-		if ps.notes.set("node-maxthreads", problem) {
-			ps.log.Warn("node document: " + problem)
-		}
-	} else if ps.notes.clear("node-maxthreads") {
-		ps.log.Info("node document: maxthreads is valid again")
-	}
-
-	ps.claimer.settle(ctx)
-	ps.claimer.newPass()
-	ps.claimer.readPass(serve, limit, gfs, byID)
-	if !ps.claimer.paused() {
-		if err := ps.claimer.claim(ctx, false); err != nil {
-			return err
-		}
-	}
-
-	if !first && ps.held.any() {
-		if err := readHeld(); err != nil {
-			return err
-		}
-	}
-	if !counted {
-		if err := ps.claimer.countRunning(ctx, queues, serve, now); err != nil {
-			return err
-		}
-	}
-	// Then the probe, for work the counts do not tell of, and the claims
-	// of what it found.
-	if now.Sub(ps.lastProbe) >= ps.cfg.ProbeEvery && !ps.claimer.paused() {
-		if err := ps.claimer.claim(ctx, true); err != nil {
-			return err
-		}
-		ps.lastProbe = now
-	}
-
-	if err := ps.sweeper.cancel(ctx, held, byID); err != nil {
-		return err
-	}
-	if held != nil {
-		ps.runners.askLive(held, now)
-	}
-	b := &ps.book
-	ps.handOver(passView{at: now, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.running, measure: ps.claimer.withWork()})
 	return nil
 }
 
@@ -404,17 +301,6 @@ func (c *chores) take() bool {
 // spent reports whether this round's budget, or its step's time, is used
 // up: what is left waits for the next round.
 func (c *chores) spent() bool { return c.left <= 0 || c.overdue }
-
-// queueName is the name of queue id as the last full pass read it, else
-// fallback.
-func (ps *passes) queueName(id bson.ObjectID, fallback string) string {
-	if p := ps.lastQueues.Load(); p != nil {
-		if q, ok := (*p)[id]; ok {
-			return q.Name
-		}
-	}
-	return fallback
-}
 
 // todoByQueue is each queue's count_todo as the last full pass read it, by
 // queue name, for den_queue_todo (made when /metrics is read, not every

@@ -67,8 +67,8 @@ func ago(d time.Duration) string {
 func (ps *passes) health() (string, error) {
 	outage := ps.outage.Load()
 	now := ps.now()
-	bound := stuckAfter(ps.cfg.Interval)
-	within := max(3*ps.cfg.Interval, 3*time.Second)
+	bound := stuckAfter(ps.params.Interval)
+	within := max(3*ps.params.Interval, 3*time.Second)
 	var lastPass string
 	if last := ps.lastPassOK.Load(); last != 0 {
 		lastPass = fmt.Sprintf("the last full pass completed %s ago and took %s", ago(now.Sub(time.Unix(0, last))), ago(time.Duration(ps.lastPassTook.Load())))

@@ -69,7 +69,7 @@ func (b *queueBook) fullDue(now time.Time, every time.Duration, filter queueFilt
 // whether it read every queue.
 func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFilter) (queues, serve []queue.Queue, byID queueIndex, full bool, err error) {
 	b := &ps.book
-	if b.fullDue(now, fullReadEvery(ps.cfg.RefreshEvery), filter) {
+	if b.fullDue(now, fullReadEvery(ps.params.RefreshEvery), filter) {
 		all, malformed, err := ps.store.Queues(ctx)
 		if err != nil {
 			return nil, nil, nil, false, err

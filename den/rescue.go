@@ -18,15 +18,13 @@ import (
 // pass's budget of housekeeping writes, and for one task whenever a
 // runner of this process dies running it.
 type rescuer struct {
-	*common
+	*env
+	params rescuerParams
 	chores *chores
-	// runners tell whose a recorded runner is and stop what a dead run
+	// pool tells whose a recorded runner is and stops what a dead run
 	// left; held is what this node holds (the claimer's).
-	runners *runners
-	held    *heldTasks
-	// sawNodes is given the node documents' last beats and offers as each
-	// dead-node rescue reads them (the sweeper notes unfit tasks by them).
-	sawNodes func(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time)
+	pool *pool
+	held *heldTasks
 	// last is when the rescues last ran to the end.
 	last time.Time
 	// nextHolder is where the next rescue of dead nodes starts among the
@@ -37,26 +35,41 @@ type rescuer struct {
 }
 
 // due reports whether the rescues are due in a pass at now.
-func (rc *rescuer) due(now time.Time) bool { return now.Sub(rc.last) >= rc.cfg.RescueEvery }
+func (rc *rescuer) due(now time.Time) bool { return now.Sub(rc.last) >= rc.params.RescueEvery }
+
+// nodesSeen are the node documents' last beats and offers, as the rescue
+// of dead nodes read them at at. The rescuer returns them, and the
+// housekeeping hands them to the sweeper, which notes unfit tasks by them.
+type nodesSeen struct {
+	beats  map[string]time.Time
+	offers map[string]queue.Resources
+	at     time.Time
+}
 
 // run rescues this node's stale claims and the tasks of dead runners and
 // dead nodes: held is what this node holds as the pass read it, queues
 // the queues it read. What the pass's budget leaves undone waits for the
-// next pass.
-func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
+// next pass. It returns the node documents it read (at zero when it
+// did not get that far), with an error or not.
+func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) (nodesSeen, error) {
 	if err := rc.staleClaims(ctx, held, queues, now); err != nil {
-		return err
+		return nodesSeen{}, err
 	}
 	if err := rc.deadRunners(ctx, held, queues); err != nil {
-		return err
+		return nodesSeen{}, err
 	}
-	if err := rc.deadNodes(ctx, queues); err != nil {
-		return err
+	seen := nodesSeen{at: rc.now()}
+	var err error
+	if seen.beats, seen.offers, err = rc.store.NodesSeenOffers(ctx); err != nil {
+		return nodesSeen{}, err
+	}
+	if err := rc.deadNodes(ctx, queues, seen); err != nil {
+		return seen, err
 	}
 	if !rc.chores.spent() {
 		rc.last = now // else the rest next pass, after its claims
 	}
-	return nil
+	return seen, nil
 }
 
 // deadRunners rescues this node's running tasks whose runner process
@@ -77,15 +90,15 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 		var reason string
 		switch r := task.Runner; {
 		case r == nil:
-			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.cfg.DeadNodeAfter {
+			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.params.DeadNodeAfter {
 				continue
 			}
-			reason = fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.cfg.Name, rc.cfg.DeadNodeAfter)
-		case rc.runners.onThisHost(*r) && !rc.runners.startedHere(r.PID) && !alive(*r):
+			reason = fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.params.Name, rc.params.DeadNodeAfter)
+		case rc.pool.onThisHost(*r) && !rc.pool.startedHere(r.PID) && !alive(*r):
 			reason = fmt.Sprintf("task runner (pid %d) is gone", r.PID)
-		case rc.runners.onThisHost(*r) && !rc.runners.runGoing(task.ID, *r) && !rc.held.finished(task.ID):
+		case rc.pool.onThisHost(*r) && !rc.pool.runGoing(task.ID, *r) && !rc.held.finished(task.ID):
 			reason = fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)
-		case !rc.runners.onThisHost(*r) && staleSign(*r, now, rc.runners.heldFor(task, queueOf(task, queues), *r)):
+		case !rc.pool.onThisHost(*r) && staleSign(*r, now, rc.pool.heldFor(task, queueOf(task, queues), *r)):
 			reason = fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))
 		default:
 			continue // its runner is at work
@@ -104,11 +117,11 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
 func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
-	for _, task := range queue.StaleClaims(held, now.Add(-rc.cfg.OrphanAge)) {
+	for _, task := range queue.StaleClaims(held, now.Add(-rc.params.OrphanAge)) {
 		if !rc.chores.take() {
 			return nil
 		}
-		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.cfg.Name, rc.cfg.OrphanAge)}); rc.stopRescues(ctx, task, err) {
+		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.params.Name, rc.params.OrphanAge)}); rc.stopRescues(ctx, task, err) {
 			return err
 		}
 	}
@@ -123,13 +136,8 @@ func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues qu
 // is rescued only when its runner has not beaten for DeadNodeAfter either.
 // Several live nodes may do this at once: each task's rescue is
 // conditional, so it happens once.
-func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex) error {
-	now := rc.now()
-	seen, offers, err := rc.store.NodesSeenOffers(ctx)
-	if err != nil {
-		return err
-	}
-	rc.sawNodes(seen, offers, now)
+func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodesSeen) error {
+	now, seen := nodes.at, nodes.beats
 	holders, err := rc.store.ClaimingNodes(ctx)
 	if err != nil {
 		return err
@@ -143,18 +151,18 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex) error {
 		holder := holders[i]
 		rc.nextHolder = i // where the next round starts if this one stops here
 		name, isName := holder.StringValueOK()
-		if isName && name == rc.cfg.Name {
+		if isName && name == rc.params.Name {
 			continue
 		}
 		last, known := seen[name]
-		if isName && known && now.Sub(last) <= rc.cfg.DeadNodeAfter {
+		if isName && known && now.Sub(last) <= rc.params.DeadNodeAfter {
 			continue // alive
 		}
 		label := name
 		if !isName {
 			label = holder.String()
 		}
-		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, rc.cfg.DeadNodeAfter)
+		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, rc.params.DeadNodeAfter)
 		if !isName || !known {
 			why = fmt.Sprintf("claimed under node %s, which has no node document", label)
 		}
@@ -165,10 +173,10 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex) error {
 		counts := map[int]int{}
 		var rescueErr error
 		for _, task := range tasks {
-			if r := task.Runner; r != nil && !staleSign(*r, now, rc.runners.heldFor(task, queueOf(task, queues), *r)) {
+			if r := task.Runner; r != nil && !staleSign(*r, now, rc.pool.heldFor(task, queueOf(task, queues), *r)) {
 				continue // its runner is still at work, or may still be stopping it
 			}
-			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.cfg.DeadNodeAfter {
+			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.params.DeadNodeAfter {
 				continue // give a node that has just started time to write its document
 			}
 			if !rc.chores.take() {
@@ -246,14 +254,14 @@ func queueOf(task queue.Task, queues queueIndex) *queue.Queue { return queues.of
 // stop there and the pass reports the database's failure once (a node
 // that stops, or a database that is down, is not one warning per task).
 //
-// A run on this host is stopped first (runners.endDeadRun): a runner that
+// A run on this host is stopped first (pool.endDeadRun): a runner that
 // is alive but hung is killed with its group, then whatever the run left
 // is stopped, so that a retry never overlaps it. The count goes into
 // the task's history (leftover_processes).
 func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) (int, error) {
 	reason := why.Reason
 	id := task.ID
-	leftovers, busy := rc.runners.endDeadRun(ctx, task, q)
+	leftovers, busy := rc.pool.endDeadRun(ctx, task, q)
 	if busy {
 		return 0, nil // another pass is stopping this run, and rescues it after
 	}

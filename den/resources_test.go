@@ -124,14 +124,7 @@ func TestUnfitRequestSaysWhy(t *testing.T) {
 	request := func(r bson.D) bson.E { return bson.E{Key: "requested_resources", Value: r} }
 	mem := func(n int) bson.D { return bson.D{{Key: "memory_mb", Value: n}} }
 	cpus := func(n int) bson.D { return bson.D{{Key: "cpus", Value: n}} }
-	for _, c := range []struct {
-		name       string
-		queueReq   bson.D // the queue's request (nil: none)
-		taskReq    bson.D // the task's own (nil: none)
-		wantReason string
-		// fix makes the task fit: a node joins, or a request is lowered.
-		fix func(t *testing.T, db *mongo.Database, q, task bson.ObjectID)
-	}{
+	for _, c := range []unfitCase{
 		{"a bigger node joins", nil, mem(5000), "requests 5000 MiB; the largest live den node offers 1000 MiB, 4 cpus",
 			func(t *testing.T, db *mongo.Database, _, _ bson.ObjectID) {
 				startNode(t, db, "big", func(c *den.Config) {
@@ -175,49 +168,68 @@ func TestUnfitRequestSaysWhy(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			db := dentest.DB(t)
-			var extra []bson.E
-			if c.queueReq != nil {
-				extra = append(extra, request(c.queueReq))
-			}
-			q := dentest.Queue(t, db, "q", sleepPlugin, 4, "fifo", extra...)
-			task := dentest.Tasks(t, db, q, sleepTasks(1, 10)...)[0]
-			if c.taskReq != nil {
-				dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: task}}, bson.D{{Key: "$set", Value: bson.D{request(c.taskReq)}}})
-			}
-			small := startNode(t, db, "small", func(c *den.Config) {
-				c.Resources = den.ResourceLimits{MemoryMB: 1000, CPUs: 4, BusyCorePercent: 100}
-			})
-			unfit := func() string {
-				s, _ := dentest.Task(t, db, task).Lookup("unfit").StringValueOK()
-				return s
-			}
-			dentest.Eventually(t, time.Minute, "an unfit reason on the task", func() bool { return unfit() != "" })
-			if got := unfit(); got != c.wantReason {
-				t.Errorf("unfit %q, want %q", got, c.wantReason)
-			}
-			// Several sweeps later: still waiting, still one warning.
-			logged := func(msg string) int { return small.Logs.FilterMessageSnippet(msg).Len() }
-			// The node's heartbeat a second of its time on: five sweeps more.
-			beat := func() time.Time {
-				raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "small"}}).Raw()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return raw.Lookup("timestamp").Time()
-			}
-			marked := beat()
-			dentest.Eventually(t, time.Minute, "five more sweeps", func() bool { return beat().Sub(marked) > time.Second })
-			if st := status(t, db, task); st != -2 {
-				t.Fatalf("status %d, want -2 (waiting)", st)
-			}
-			if n := logged("request more than any live den node offers"); n != 1 {
-				t.Errorf("the wait was logged %d times, want once", n)
-			}
-			c.fix(t, db, q, task)
-			waitFor(t, db, task, 1)
-			dentest.Eventually(t, time.Minute, "the unfit reason removed", func() bool { return unfit() == "" })
-			dentest.Eventually(t, time.Minute, "the clearing logged", func() bool { return logged("no queued task of the queue") == 1 })
+			checkUnfit(t, c)
 		})
 	}
+}
+
+// unfitCase is a task that requests more than the node offers, and how it
+// comes to fit.
+type unfitCase struct {
+	name       string
+	queueReq   bson.D // the queue's request (nil: none)
+	taskReq    bson.D // the task's own (nil: none)
+	wantReason string
+	// fix makes the task fit: a node joins, or a request is lowered.
+	fix func(t *testing.T, db *mongo.Database, q, task bson.ObjectID)
+}
+
+// checkUnfit runs case c on a small node: the task waits with c's reason
+// in its unfit field, logged once, until c.fix makes it fit; then it runs
+// and the note goes, its clearing logged once.
+func checkUnfit(t *testing.T, c unfitCase) {
+	request := func(r bson.D) bson.E { return bson.E{Key: "requested_resources", Value: r} }
+	db := dentest.DB(t)
+	var extra []bson.E
+	if c.queueReq != nil {
+		extra = append(extra, request(c.queueReq))
+	}
+	q := dentest.Queue(t, db, "q", sleepPlugin, 4, "fifo", extra...)
+	task := dentest.Tasks(t, db, q, sleepTasks(1, 10)...)[0]
+	if c.taskReq != nil {
+		dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: task}}, bson.D{{Key: "$set", Value: bson.D{request(c.taskReq)}}})
+	}
+	small := startNode(t, db, "small", func(c *den.Config) {
+		c.Resources = den.ResourceLimits{MemoryMB: 1000, CPUs: 4, BusyCorePercent: 100}
+	})
+	unfit := func() string {
+		s, _ := dentest.Task(t, db, task).Lookup("unfit").StringValueOK()
+		return s
+	}
+	dentest.Eventually(t, time.Minute, "an unfit reason on the task", func() bool { return unfit() != "" })
+	if got := unfit(); got != c.wantReason {
+		t.Errorf("unfit %q, want %q", got, c.wantReason)
+	}
+	// Several sweeps later: still waiting, still one warning.
+	logged := func(msg string) int { return small.Logs.FilterMessageSnippet(msg).Len() }
+	// The node's heartbeat a second of its time on: five sweeps more.
+	beat := func() time.Time {
+		raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "small"}}).Raw()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw.Lookup("timestamp").Time()
+	}
+	marked := beat()
+	dentest.Eventually(t, time.Minute, "five more sweeps", func() bool { return beat().Sub(marked) > time.Second })
+	if st := status(t, db, task); st != -2 {
+		t.Fatalf("status %d, want -2 (waiting)", st)
+	}
+	if n := logged("request more than any live den node offers"); n != 1 {
+		t.Errorf("the wait was logged %d times, want once", n)
+	}
+	c.fix(t, db, q, task)
+	waitFor(t, db, task, 1)
+	dentest.Eventually(t, time.Minute, "the unfit reason removed", func() bool { return unfit() == "" })
+	dentest.Eventually(t, time.Minute, "the clearing logged", func() bool { return logged("no queued task of the queue") == 1 })
 }

@@ -38,7 +38,8 @@ const (
 // idle one costs a lease update and one find per queue and class every
 // RetentionEvery.
 type retention struct {
-	*common
+	*env
+	params retentionParams
 	chores *chores
 	// looked is when it last went through every queue; busy, that it
 	// stopped before the end (the budget ran out) and goes on next pass.
@@ -58,7 +59,7 @@ type retentionKey struct {
 
 // due reports whether a pass should look for tasks to remove.
 func (r *retention) due(now time.Time) bool {
-	return r.busy || now.Sub(r.looked) >= r.cfg.RetentionEvery
+	return r.busy || now.Sub(r.looked) >= r.params.RetentionEvery
 }
 
 // run removes what this pass may of the ended tasks past their retention
@@ -80,7 +81,7 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 			}
 			continue
 		}
-		if ret := q.Retention.Over(r.cfg.Retention); ret.Removes() {
+		if ret := q.Retention.Over(r.params.Retention); ret.Removes() {
 			plans = append(plans, plan{q, ret})
 		}
 	}
@@ -91,7 +92,7 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 		r.looked, r.busy = now, false
 		return r.release(ctx, now)
 	}
-	until, held, err := r.store.TakeLease(ctx, retentionLease, r.cfg.Name, now, max(retentionLeaseFor, 2*r.cfg.RetentionEvery))
+	until, held, err := r.store.TakeLease(ctx, retentionLease, r.params.Name, now, max(retentionLeaseFor, 2*r.params.RetentionEvery))
 	if err != nil {
 		return err
 	}
@@ -164,10 +165,8 @@ func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret 
 	if action == "" {
 		action = queue.RetireDelete
 	}
-	if h := r.cfg.OnRetentionBatch; h != nil {
-		h(true)
-		defer h(false)
-	}
+	r.params.hooks.retentionBatch(true)
+	defer r.params.hooks.retentionBatch(false)
 	done, err := r.store.RetireTasks(ctx, tasks, action)
 	var reports int64
 	if err == nil && ret.Reports == queue.ReportsDelete {
@@ -190,7 +189,7 @@ func (r *retention) release(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	r.until, r.after = time.Time{}, nil
-	if err := r.store.ReleaseLease(ctx, retentionLease, r.cfg.Name, now); err != nil {
+	if err := r.store.ReleaseLease(ctx, retentionLease, r.params.Name, now); err != nil {
 		return err
 	}
 	r.log.Info("this node released the retention lease")

@@ -24,9 +24,9 @@ func TestActReachesOnlyTheTaskARunnerRunsNow(t *testing.T) {
 	}
 	defer runnerEnd.Close()
 	old, cur := bson.NewObjectID(), bson.NewObjectID()
-	n := &runners{pool: newRunnerPool()}
+	n := &pool{procs: newProcTable()}
 	proc := &runnerProc{pid: victim.Process.Pid, queue: bson.NewObjectID(), ch: nodeEnd, ready: true, task: cur, served: 2}
-	n.pool.byPID[proc.pid] = proc
+	n.procs.byPID[proc.pid] = proc
 	// The runner field the old task recorded: the same runner, its token.
 	r := queue.RunnerInfo{PID: proc.pid, Started: started, Token: bson.NewObjectID()}
 	for _, what := range []runnerAct{actCancel, actLive, actKill} {
@@ -62,7 +62,7 @@ func TestActReachesOnlyTheTaskARunnerRunsNow(t *testing.T) {
 	defer nodeEnd2.Close()
 	first := *proc
 	first.ch, first.closed, first.task = nodeEnd2, false, cur
-	n.pool.byPID[proc.pid] = &first
+	n.procs.byPID[proc.pid] = &first
 	for _, what := range []runnerAct{actCancel, actLive} {
 		if n.act(old, r, what) {
 			t.Errorf("act %d on the previous task reached the runner", what)

@@ -22,7 +22,7 @@ import (
 
 // onThisHost reports whether a runner runs on this machine: only then can
 // the node signal it or tell whether it is alive.
-func (rs *runners) onThisHost(r queue.RunnerInfo) bool {
+func (rs *pool) onThisHost(r queue.RunnerInfo) bool {
 	host, _ := os.Hostname()
 	return r.Host == host
 }
@@ -59,10 +59,10 @@ func alive(r queue.RunnerInfo) bool {
 // recorded start time need not be compared (a process's apparent start
 // time can move by a second or more with the boot time the kernel reports
 // or a clock step, and a reused runner lives for many tasks).
-func (rs *runners) startedHere(pid int) bool {
-	rs.pool.mu.Lock()
-	defer rs.pool.mu.Unlock()
-	return rs.pool.byPID[pid] != nil
+func (rs *pool) startedHere(pid int) bool {
+	rs.procs.mu.Lock()
+	defer rs.procs.mu.Unlock()
+	return rs.procs.byPID[pid] != nil
 }
 
 // runGoing reports whether the live runner r may still be running run r
@@ -73,11 +73,11 @@ func (rs *runners) startedHere(pid int) bool {
 // runner what its proof says (one without a proof, its one task).
 // (Rescues are conditional on the run's token: a run that has just
 // recorded its result is left as it is.)
-func (rs *runners) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
-	rs.pool.mu.Lock()
-	p := rs.pool.byPID[r.PID]
+func (rs *pool) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
+	rs.procs.mu.Lock()
+	p := rs.procs.byPID[r.PID]
 	at := p != nil && p.task == id
-	rs.pool.mu.Unlock()
+	rs.procs.mu.Unlock()
 	if p != nil {
 		return at
 	}

@@ -17,7 +17,8 @@ import (
 // added meanwhile is seen within RefreshEvery and a known one fires on
 // the pass its time comes.
 type scheduler struct {
-	*common
+	*env
+	params schedulerParams
 	// looked is when it last read the schedules; next, the earliest next
 	// time they had (zero: none).
 	looked, next time.Time
@@ -25,7 +26,7 @@ type scheduler struct {
 
 // due reports whether a pass should fire schedules now.
 func (sc *scheduler) due(now time.Time) bool {
-	return now.Sub(sc.looked) >= sc.cfg.RefreshEvery || (!sc.next.IsZero() && !now.Before(sc.next))
+	return now.Sub(sc.looked) >= sc.params.RefreshEvery || (!sc.next.IsZero() && !now.Before(sc.next))
 }
 
 // fire inserts the tasks whose time has come. A schedule that cannot

@@ -13,11 +13,11 @@ import (
 // effective merges the node's own settings with the config collection's:
 // the node's (from its file, environment or flags) win.
 func (ps *passes) effective(shared queue.SharedConfig) (queueFilter, string) {
-	active, ignore := ps.cfg.ActiveQueues, ps.cfg.IgnoreQueues
+	active, ignore := ps.params.ActiveQueues, ps.params.IgnoreQueues
 	if len(active) == 0 && len(ignore) == 0 {
 		active, ignore = shared.ActiveQueues, shared.IgnoreQueues
 	}
-	gfs := ps.cfg.GFS
+	gfs := ps.params.GFS
 	if gfs == "" && shared.GFS != nil {
 		gfs = *shared.GFS
 	}
@@ -59,7 +59,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 			}
 		}
 		p, ok := ps.plugins.Lookup(q.Plugin)
-		if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(ps.cfg.PluginConfig[q.Plugin]) {
+		if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(ps.params.PluginConfig[q.Plugin]) {
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
 			if ps.notes.set(key, "disabled") {
@@ -111,7 +111,7 @@ func (ps *passes) serves(q queue.Queue, filter queueFilter) bool {
 		return false
 	}
 	p, ok := ps.plugins.Lookup(q.Plugin)
-	if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(ps.cfg.PluginConfig[q.Plugin]) {
+	if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(ps.params.PluginConfig[q.Plugin]) {
 		return false
 	}
 	return ok

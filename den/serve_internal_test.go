@@ -41,7 +41,7 @@ func TestServeableWarnsOnlyAboutQueuesTheFilterAllows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			core, logs := observer.New(zapcore.WarnLevel)
-			ps := &passes{common: &common{log: zap.New(core), notes: &notices{}, metrics: metrics.New(nil)}, plugins: reg}
+			ps := &passes{env: &env{log: zap.New(core), notes: &notices{}, metrics: metrics.New(nil)}, plugins: reg}
 			var served []string
 			for _, s := range ps.serveable(all, newQueueFilter(tc.active, tc.ignore)) {
 				served = append(served, s.Name)

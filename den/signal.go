@@ -12,7 +12,7 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// This file is how the runners component signals runners: every act on
+// This file is how the pool signals runners: every act on
 // the runner of a task (cancel, live output, kill) goes through act.
 
 // What act does to the runner of a task.
@@ -29,8 +29,8 @@ const (
 // node process is told over its task channel (cancel, live) or signalled
 // while the pool's lock holds it to id; any other runner is signalled only
 // after isRunnerOf proves it.
-func (rs *runners) act(id bson.ObjectID, r queue.RunnerInfo, what runnerAct) bool {
-	pool := rs.pool
+func (rs *pool) act(id bson.ObjectID, r queue.RunnerInfo, what runnerAct) bool {
+	pool := rs.procs
 	pool.mu.Lock()
 	if p := pool.byPID[r.PID]; p != nil {
 		defer pool.mu.Unlock()
@@ -81,7 +81,7 @@ func signal(pid int, what runnerAct) bool {
 // is told over its task channel), then SIGKILL once its grace time is
 // over, recording -5 itself if the runner could not. Only a process proven
 // to be this task's runner is signalled.
-func (rs *runners) stopCancelled(ctx context.Context, task queue.Task, q *queue.Queue, now time.Time) error {
+func (rs *pool) stopCancelled(ctx context.Context, task queue.Task, q *queue.Queue, now time.Time) error {
 	id, r := task.ID, *task.Runner
 	log := rs.log.With(zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	rs.cancelMu.Lock()
@@ -104,7 +104,7 @@ func (rs *runners) stopCancelled(ctx context.Context, task queue.Task, q *queue.
 	if now.Before(deadline) {
 		return nil
 	}
-	ok, err := rs.store.CancelRunning(ctx, id, rs.cfg.Name, r.Token, now)
+	ok, err := rs.store.CancelRunning(ctx, id, rs.params.Name, r.Token, now)
 	if err != nil {
 		return err
 	}
@@ -120,17 +120,17 @@ func (rs *runners) stopCancelled(ctx context.Context, task queue.Task, q *queue.
 }
 
 // grace is how long a task's run gets between SIGTERM and SIGKILL.
-func (rs *runners) grace(task queue.Task, q *queue.Queue) time.Duration {
+func (rs *pool) grace(task queue.Task, q *queue.Queue) time.Duration {
 	if g := task.Options(q).MaxTermination; g > 0 {
 		return g
 	}
-	return rs.cfg.MaxTermination
+	return rs.params.MaxTermination
 }
 
 // killHungRunner kills a runner that is alive but has stopped beating, with
 // its whole group, before its task is rescued. Only a process proven to be
 // this task's runner is signalled.
-func (rs *runners) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
+func (rs *pool) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
 	if rs.onThisHost(r) && rs.act(id, r, actKill) {
 		rs.log.Warn("killed a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	}
@@ -138,7 +138,7 @@ func (rs *runners) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
 
 // forgetCancelled forgets the cancelled runs whose tokens are not in live:
 // they are over.
-func (rs *runners) forgetCancelled(live map[bson.ObjectID]bool) {
+func (rs *pool) forgetCancelled(live map[bson.ObjectID]bool) {
 	rs.cancelMu.Lock()
 	for token := range rs.cancelling {
 		if !live[token] {
@@ -154,7 +154,7 @@ func (rs *runners) forgetCancelled(live map[bson.ObjectID]bool) {
 // it. It returns how many processes it stopped (the task's history keeps
 // it as leftover_processes), and busy when another goroutine is stopping
 // the same run: the task must then be left to it.
-func (rs *runners) endDeadRun(ctx context.Context, task queue.Task, q *queue.Queue) (leftovers int, busy bool) {
+func (rs *pool) endDeadRun(ctx context.Context, task queue.Task, q *queue.Queue) (leftovers int, busy bool) {
 	if r := task.Runner; r != nil && rs.onThisHost(*r) {
 		rs.killHungRunner(task.ID, *r)
 		return rs.stopLeftovers(ctx, task.ID, *r, rs.grace(task, q))

@@ -44,10 +44,11 @@ const statsPending = 24 * 60
 // node's own sample: one bulkWrite a minute, and, every trimStatsEvery,
 // the deletion of documents past queue.StatsRetention (two commands).
 type statsRecorder struct {
-	*common
-	// load reads the host's 1-minute load average (the heartbeat's
+	*env
+	params statsParams
+	// host reads the host's 1-minute load average (the heartbeat's
 	// sampler, cached).
-	load func(ctx context.Context, now time.Time) float64
+	host loadMeter
 
 	mu sync.Mutex
 	// started maps each task handed to a runner to when.
@@ -186,7 +187,7 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 	}
 	var nodes []queue.NodeStat
 	if held >= 0 { // not the last flush
-		nodes = append(nodes, queue.NodeStat{Node: sr.cfg.Name, At: now, Running: int64(held), Load: sr.load(ctx, now)})
+		nodes = append(nodes, queue.NodeStat{Node: sr.params.Name, At: now, Running: int64(held), Load: sr.host.load1(ctx, now)})
 	}
 	if err := sr.store.AddStats(ctx, pending, nodes); err != nil {
 		return err
@@ -224,6 +225,11 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 		}
 	}
 	return nil
+}
+
+// loadMeter reads the host's 1-minute load average (the heartbeat).
+type loadMeter interface {
+	load1(ctx context.Context, now time.Time) float64
 }
 
 // load1 is the host's 1-minute load average as the heartbeat's sampler

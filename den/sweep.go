@@ -11,6 +11,17 @@ import (
 	"github.com/den-project/den/queue"
 )
 
+// offerer tells what this node offers one task's request now, as its
+// node document says (the heartbeat).
+type offerer interface {
+	offer(ctx context.Context) queue.Resources
+}
+
+// waker makes the claimer claim at once.
+type waker interface {
+	wakeUp()
+}
+
 // sweeper carries out what tasks' own fields ask of the node, apart from
 // claims: every pass, the cancel flags of the tasks this node holds
 // (cancel); every SweepEvery, the sweep: queued tasks whose cancel is
@@ -19,15 +30,16 @@ import (
 // (sweepDependencies). Its writes count against the pass's budget of housekeeping
 // writes.
 type sweeper struct {
-	*common
+	*env
+	params sweeperParams
 	chores *chores
-	// runners stop the runs of cancelled tasks.
-	runners *runners
-	// offer is what this node offers one task's request now (the
-	// heartbeat's); wake makes the claimer claim at once (dependencies
-	// released tasks).
-	offer func(ctx context.Context) queue.Resources
-	wake  func()
+	// pool stops the runs of cancelled tasks.
+	pool *pool
+	// self tells what this node offers one task's request now (the
+	// heartbeat); claims is woken to claim at once (dependencies
+	// released: the claimer).
+	self   offerer
+	claims waker
 	// offers are the offers of the nodes alive at the last dead-node
 	// check (every RescueEvery), by node name, for unfit notes. Only the
 	// loop's goroutine uses it.
@@ -40,7 +52,7 @@ type sweeper struct {
 
 // due reports whether the sweep is due in a pass at now.
 func (sw *sweeper) due(now time.Time) bool {
-	return now.Sub(sw.last) >= sw.cfg.SweepEvery && sw.pace.ready()
+	return now.Sub(sw.last) >= sw.params.SweepEvery && sw.pace.ready()
 }
 
 // sweep cancels the queued tasks whose cancel is set (-5: the claim never
@@ -79,7 +91,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 		if !sw.chores.take() {
 			break
 		}
-		ok, err := sw.store.FailMalformed(ctx, m, sw.cfg.Name, now)
+		ok, err := sw.store.FailMalformed(ctx, m, sw.params.Name, now)
 		if err != nil {
 			return err
 		}
@@ -144,7 +156,7 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 			}
 			continue
 		}
-		ok, err := sw.store.FailQueued(ctx, t, sw.cfg.Name, reason, now)
+		ok, err := sw.store.FailQueued(ctx, t, sw.params.Name, reason, now)
 		if err != nil {
 			return err
 		}

@@ -2,7 +2,6 @@ package den
 
 import (
 	"context"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
@@ -21,16 +20,16 @@ import (
 
 // noteOffers keeps, from the node documents the dead-node rescue read, the
 // offers of the nodes alive now.
-func (sw *sweeper) noteOffers(seen map[string]time.Time, offers map[string]queue.Resources, now time.Time) {
-	sw.offers = queue.LiveOffers(seen, offers, now.Add(-sw.cfg.DeadNodeAfter))
+func (sw *sweeper) noteOffers(nodes nodesSeen) {
+	sw.offers = queue.LiveOffers(nodes.beats, nodes.offers, nodes.at.Add(-sw.params.DeadNodeAfter))
 }
 
 // largestOffer is the most memory and the most cores any live den node
 // offers, this node's own as it is now (what its node document says).
 func (sw *sweeper) largestOffer(ctx context.Context) queue.Resources {
-	all := []queue.Resources{sw.offer(ctx)}
+	all := []queue.Resources{sw.self.offer(ctx)}
 	for name, o := range sw.offers {
-		if name != sw.cfg.Name {
+		if name != sw.params.Name {
 			all = append(all, o)
 		}
 	}

@@ -79,7 +79,7 @@ const (
 	DefaultRunnerMaxProcesses = 1024
 )
 
-// runners is the only part of a node that deals with task runner
+// pool is the only part of a node that deals with task runner
 // processes. It starts them, each in a session of its own, and hands each
 // a claimed task, or hands the task to an idle runner of its queue over
 // that runner's task channel, so that a busy queue does not start two
@@ -89,18 +89,19 @@ const (
 // output, kill) after proving who they are, and stops what a dead run
 // left behind.
 //
-// Each runner this node process started is in its pool: under one lock,
-// the pool knows which task each runs. Every act on the runner of a task
+// Each runner this node process started is in its procTable: under one
+// lock, the table knows which task each runs. Every act on the runner of a task
 // goes through act, which acts only on the runner that runs that task now,
 // so that nothing meant for a task can reach the next task of the same
-// runner. Runners of an earlier node process are not in the pool: their
+// runner. Runners of an earlier node process are not in the table: their
 // task channel closed with that process, so they take no other task, and
 // act signals them after proving them (isRunnerOf).
-type runners struct {
-	*common
-	// pool holds the runner processes this process started and has not
+type pool struct {
+	*env
+	params poolParams
+	// procs holds the runner processes this process started and has not
 	// reaped; running counts them.
-	pool    *runnerPool
+	procs   *procTable
 	running atomic.Int64
 	// relay serves runners their MongoDB connections; nil when runners
 	// connect directly (Runner.Direct).
@@ -129,15 +130,21 @@ type runners struct {
 	// slots is told when a runner is done with its task, and whether
 	// runners start their tasks (the claimer).
 	slots runnerEvents
-	// rescue rescues a task whose runner died while running it (the
-	// rescuer), and returns the task's new status.
-	rescue func(ctx context.Context, task queue.Task, why queue.Outcome) int
-	// queueName is the name of a queue as the last full pass read it,
-	// else fallback: a runner's reports are counted under it.
-	queueName func(id bson.ObjectID, fallback string) string
+	// rescuer rescues a task whose runner died while running it, and
+	// returns the task's new status.
+	rescuer runRescuer
+	// queues are the queues of the last full pass's read of every queue:
+	// a runner's reports are counted under its queue's name there.
+	queues *queuesRead
 }
 
-// runnerEvents is what the runners tell the part of the node that claims.
+// runRescuer rescues a task whose runner died while running it (the
+// rescuer), and returns the task's new status.
+type runRescuer interface {
+	rescue(ctx context.Context, task queue.Task, why queue.Outcome) int
+}
+
+// runnerEvents is what the pool tells the part of the node that claims.
 type runnerEvents interface {
 	// letGo frees the slot of a task whose runner is done with it (its
 	// result recorded and its processes stopped, or the task put back),
@@ -154,9 +161,9 @@ type runnerEvents interface {
 	runnerStartFailed(task bson.ObjectID, exit string)
 }
 
-func newRunners(c *common, relay *relay.Relay, cgroup, pids string) *runners {
-	return &runners{
-		common: c, pool: newRunnerPool(), relay: relay, cgroup: cgroup, pids: pids,
+func newPool(e *env, params poolParams, relay *relay.Relay, cgroup, pids string, queues *queuesRead) *pool {
+	return &pool{
+		env: e, params: params, procs: newProcTable(), relay: relay, cgroup: cgroup, pids: pids, queues: queues,
 		cancelling: map[bson.ObjectID]time.Time{},
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		stopping:   map[bson.ObjectID]bool{},
@@ -177,17 +184,17 @@ type runnerProc struct {
 	closed bool
 }
 
-// runnerPool is the node's runner processes, by pid, and the idle ones by
+// procTable is the node's runner processes, by pid, and the idle ones by
 // queue (the most recently idle last).
-type runnerPool struct {
+type procTable struct {
 	mu      sync.Mutex
 	byPID   map[int]*runnerProc
 	idle    map[bson.ObjectID][]*runnerProc
 	stopped bool // the node stops: no more hand-overs
 }
 
-func newRunnerPool() *runnerPool {
-	return &runnerPool{byPID: map[int]*runnerProc{}, idle: map[bson.ObjectID][]*runnerProc{}}
+func newProcTable() *procTable {
+	return &procTable{byPID: map[int]*runnerProc{}, idle: map[bson.ObjectID][]*runnerProc{}}
 }
 
 // retireLocked closes p's task channel: it takes no more tasks and exits
@@ -200,7 +207,7 @@ func (p *runnerProc) retireLocked() {
 }
 
 // removeIdleLocked takes p off its queue's idle list.
-func (pool *runnerPool) removeIdleLocked(p *runnerProc) {
+func (pool *procTable) removeIdleLocked(p *runnerProc) {
 	list := pool.idle[p.queue]
 	for i, q := range list {
 		if q == p {
@@ -214,7 +221,7 @@ func (pool *runnerPool) removeIdleLocked(p *runnerProc) {
 }
 
 // pids lists the runner processes this node started that have not exited.
-func (pool *runnerPool) pids() []int {
+func (pool *procTable) pids() []int {
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
 	out := make([]int, 0, len(pool.byPID))
@@ -229,11 +236,11 @@ func (pool *runnerPool) pids() []int {
 // rescue here kills a hung runner and what its run left first; on
 // another host, where nothing can be signalled, as long as its runner
 // may take to stop them.
-func (rs *runners) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) time.Duration {
+func (rs *pool) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) time.Duration {
 	if rs.onThisHost(r) {
-		return rs.cfg.DeadNodeAfter
+		return rs.params.DeadNodeAfter
 	}
-	return runner.HeldFor(rs.cfg.DeadNodeAfter, queue.BeatEvery(rs.cfg.DeadNodeAfter), rs.grace(task, q))
+	return runner.HeldFor(rs.params.DeadNodeAfter, queue.BeatEvery(rs.params.DeadNodeAfter), rs.grace(task, q))
 }
 
 // start hands one claimed task to an idle runner of its queue, or starts a
@@ -241,14 +248,38 @@ func (rs *runners) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) 
 // (Ctrl-C, systemctl stop) do not reach it and the node can stop, restart
 // or be upgraded while it runs. The runner leads its own process group,
 // which is what cancellation signals.
-func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
+func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
+	spec := rs.spec(q, taskID, gfs)
+	rs.stats.handed(taskID, rs.now())
+	if rs.handOver(q.ID, taskID, spec) {
+		return nil
+	}
+	cmd, files, err := rs.command(spec)
+	if err != nil {
+		return err
+	}
+	defer files.closeTheirs() // the child has its own copies
+	if err := cmd.Start(); err != nil {
+		files.closeOurs()
+		rs.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
+		return fmt.Errorf("start %s: %w", rs.params.Runner.Path, err)
+	}
+	rs.metrics.RunnerStarts.Inc()
+	rs.track(cmd, q, taskID, spec.Reuse, files)
+	return nil
+}
+
+// spec is the spec of the run of task taskID of queue q, with gfs its
+// output's place (runner.Spec), as its runner gets it.
+func (rs *pool) spec(q queue.Queue, taskID bson.ObjectID, gfs string) runner.Spec {
+	p := &rs.params
 	spec := runner.Spec{
-		URI: rs.cfg.URI, Database: rs.cfg.Database, Node: rs.cfg.Name,
-		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: rs.cfg.Runner.LogJSON,
-		Grace: rs.cfg.MaxTermination.Seconds(), PluginConfig: rs.cfg.PluginConfig[q.Plugin],
-		Beat:   queue.BeatEvery(rs.cfg.DeadNodeAfter).Seconds(),
-		Cgroup: rs.cgroup, MaxOutput: rs.cfg.MaxOutput, DeadNodeAfter: rs.cfg.DeadNodeAfter.Seconds(),
-		Pids: rs.pids, MaxProcesses: rs.cfg.Runner.MaxProcesses, Reuse: rs.cfg.Runner.MaxTasks > 1,
+		URI: p.URI, Database: p.Database, Node: p.Name,
+		Task: taskID.Hex(), Plugin: q.Plugin, GFS: gfs, LogJSON: p.Runner.LogJSON,
+		Grace: p.MaxTermination.Seconds(), PluginConfig: p.PluginConfig[q.Plugin],
+		Beat:   queue.BeatEvery(p.DeadNodeAfter).Seconds(),
+		Cgroup: rs.cgroup, MaxOutput: p.MaxOutput, DeadNodeAfter: p.DeadNodeAfter.Seconds(),
+		Pids: rs.pids, MaxProcesses: p.Runner.MaxProcesses, Reuse: p.Runner.MaxTasks > 1,
 	}
 	if server, mono := rs.clock.Anchor(); !server.IsZero() {
 		spec.ClockServer, spec.ClockMono = server, int64(mono)
@@ -256,34 +287,64 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 	if len(q.Raw) <= maxSpecQueue {
 		spec.Queue = q.Raw
 	}
-	rs.stats.handed(taskID, rs.now())
-	if rs.handOver(q.ID, taskID, spec) {
-		return nil
+	return spec
+}
+
+// runnerFiles are the files a new runner is started with: the node's
+// ends of its relay control (nil: no relay) and of its task channel, and
+// the runner's own (theirs), which the node closes once the runner has
+// its copies.
+type runnerFiles struct {
+	relayCtl, tasks *os.File
+	theirs          []*os.File
+}
+
+// closeTheirs closes the runner's ends.
+func (f *runnerFiles) closeTheirs() {
+	for _, t := range f.theirs {
+		t.Close()
 	}
+}
+
+// closeOurs closes the node's ends, when the runner did not start.
+func (f *runnerFiles) closeOurs() {
+	for _, o := range []*os.File{f.relayCtl, f.tasks} {
+		if o != nil {
+			o.Close()
+		}
+	}
+}
+
+// command is the command that starts a runner for spec, in a session of
+// its own, with its log, its relay control (fd 3, unless runners connect
+// directly) and its task channel; and the files it is started with.
+func (rs *pool) command(spec runner.Spec) (*exec.Cmd, *runnerFiles, error) {
 	env, err := spec.Env()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	cmd := exec.Command(rs.cfg.Runner.Path, rs.cfg.Runner.Args...)
-	cmd.Env = append(append(os.Environ(), rs.cfg.Runner.Env...), env)
+	files := &runnerFiles{}
+	run := rs.params.Runner
+	cmd := exec.Command(run.Path, run.Args...)
+	cmd.Env = append(append(os.Environ(), run.Env...), env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Stderr = os.Stderr
-	if rs.cfg.Runner.Log != "" {
-		f, err := os.OpenFile(rs.cfg.Runner.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if run.Log != "" {
+		f, err := os.OpenFile(run.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
-			return fmt.Errorf("open runner log: %w", err)
+			return nil, nil, fmt.Errorf("open runner log: %w", err)
 		}
-		defer f.Close() // the child has its own copy
+		files.theirs = append(files.theirs, f)
 		cmd.Stderr = f
 	}
-	var relayCtl *os.File
 	if rs.relay != nil {
 		ours, theirs, err := relay.ControlPair()
 		if err != nil {
-			return err
+			files.closeTheirs()
+			return nil, nil, err
 		}
-		defer theirs.Close() // the child has its own copy
-		relayCtl = ours
+		files.theirs = append(files.theirs, theirs)
+		files.relayCtl = ours
 		cmd.ExtraFiles = []*os.File{theirs} // fd 3 in the runner
 		cmd.Env = append(cmd.Env, runner.EnvRelayFD+"=3")
 	} else {
@@ -294,62 +355,58 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 	// handed tasks over it.
 	tasks, theirs, err := runner.TaskChannel()
 	if err != nil {
-		if relayCtl != nil {
-			relayCtl.Close()
-		}
-		return err
+		files.closeOurs()
+		files.closeTheirs()
+		return nil, nil, err
 	}
-	defer theirs.Close() // the child has its own copy
+	files.tasks = tasks
+	files.theirs = append(files.theirs, theirs)
 	cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
 	cmd.Env = append(cmd.Env, runner.EnvTasksFD+"="+strconv.Itoa(2+len(cmd.ExtraFiles)))
-	if err := cmd.Start(); err != nil {
-		for _, f := range []*os.File{relayCtl, tasks} {
-			if f != nil {
-				f.Close()
-			}
-		}
-		rs.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
-		return fmt.Errorf("start %s: %w", rs.cfg.Runner.Path, err)
-	}
-	rs.metrics.RunnerStarts.Inc()
+	return cmd, files, nil
+}
+
+// track takes a runner just started for task taskID of queue q into the
+// pool: its relay served, what it says listened to (over its task
+// channel, which reuse hands tasks over), and its exit watched.
+func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse bool, files *runnerFiles) {
 	pid := cmd.Process.Pid
-	if relayCtl != nil {
+	if files.relayCtl != nil {
 		// Served until the runner exits (closing its end) or the node
 		// stops; then the runner connects directly.
-		if err := rs.relay.ServeControl(relayCtl, rs.log.With(zap.Int("runner_pid", pid))); err != nil {
+		if err := rs.relay.ServeControl(files.relayCtl, rs.log.With(zap.Int("runner_pid", pid))); err != nil {
 			rs.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
 	}
 	// The queue's name as the last pass read it: a reused runner may
 	// serve a queue renamed since it started.
 	report := func(r runner.Report) {
-		name := rs.queueName(q.ID, q.Name)
+		name := rs.queues.name(q.ID, q.Name)
 		rs.receiveReport(name, r)
 		rs.stats.ended(q.ID, name, r, rs.now())
 	}
 	rs.running.Add(1)
 	p := &runnerProc{pid: pid, queue: q.ID, task: taskID, served: 1}
-	if spec.Reuse {
-		p.ch = tasks
+	if reuse {
+		p.ch = files.tasks
 	} else {
 		// A runner of one task only reports on its channel.
 		go func() {
-			defer tasks.Close()
-			runner.Listen(tasks, runner.Listener{Report: report})
+			defer files.tasks.Close()
+			runner.Listen(files.tasks, runner.Listener{Report: report})
 		}()
 	}
-	rs.pool.mu.Lock()
-	rs.pool.byPID[pid] = p
-	if rs.pool.stopped {
+	rs.procs.mu.Lock()
+	rs.procs.byPID[pid] = p
+	if rs.procs.stopped {
 		p.retireLocked()
 	}
-	rs.pool.mu.Unlock()
+	rs.procs.mu.Unlock()
 	rs.log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), queueField(q.Name), zap.Int("pid", pid))
 	if p.ch != nil {
 		go rs.listen(p, report)
 	}
 	go rs.watch(cmd, p)
-	return nil
 }
 
 // watch waits for a runner this process started (so it does not linger as a
@@ -368,16 +425,16 @@ func (rs *runners) start(q queue.Queue, taskID bson.ObjectID, gfs string) error 
 // of that one. One that exits cleanly without having said so (it was
 // stopped) may have been handed a task it never started: that task is put
 // back.
-func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
+func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
-	rs.pool.mu.Lock()
+	rs.procs.mu.Lock()
 	taskID, reused := p.task, p.served > 1
 	p.task = bson.ObjectID{}
-	delete(rs.pool.byPID, pid)
-	rs.pool.removeIdleLocked(p)
+	delete(rs.procs.byPID, pid)
+	rs.procs.removeIdleLocked(p)
 	p.retireLocked()
-	rs.pool.mu.Unlock()
+	rs.procs.mu.Unlock()
 	rs.running.Add(-1)
 	if taskID.IsZero() {
 		if err != nil {
@@ -391,7 +448,7 @@ func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
 		if p.ch != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			ok, err := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now())
+			ok, err := rs.store.Release(ctx, taskID, rs.params.Name, rs.now())
 			switch {
 			case err != nil:
 				rs.slots.putBackLater(taskID, "its runner stopped before starting it")
@@ -409,7 +466,7 @@ func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ok, rerr := rs.store.Release(ctx, taskID, rs.cfg.Name, rs.now())
+	ok, rerr := rs.store.Release(ctx, taskID, rs.params.Name, rs.now())
 	if rerr != nil {
 		// Claimed or running, it cannot be told now: put back if it is
 		// still claimed when MongoDB answers; if it was running, the
@@ -439,7 +496,7 @@ func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
 	if r := task.Runner; r != nil && r.PID == pid && (task.Status == queue.StatusClaimed || task.Status == queue.StatusRunning) {
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer rcancel()
-		rs.rescue(rctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
+		rs.rescuer.rescue(rctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
 	}
 }
 
@@ -447,8 +504,8 @@ func (rs *runners) watch(cmd *exec.Cmd, p *runnerProc) {
 // then sends SIGTERM to the groups of those still running and waits for
 // them to record their tasks (their grace, max_termination_time, plus
 // slack). See Config.DrainOnStop.
-func (rs *runners) drain(wait time.Duration) {
-	left := rs.pool.pids
+func (rs *pool) drain(wait time.Duration) {
+	left := rs.procs.pids
 	until := func(d time.Duration) bool {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 			if len(left()) == 0 {
@@ -470,12 +527,12 @@ func (rs *runners) drain(wait time.Duration) {
 	for _, pid := range pids {
 		syscall.Kill(-pid, syscall.SIGTERM)
 	}
-	if !until(rs.cfg.MaxTermination + 15*time.Second) {
+	if !until(rs.params.MaxTermination + 15*time.Second) {
 		rs.log.Warn("task runners did not stop in time", zap.Int("runners", len(left())))
 	}
 }
-func (rs *runners) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
-	pool := rs.pool
+func (rs *pool) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
+	pool := rs.procs
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
 	for !pool.stopped {
@@ -503,29 +560,29 @@ func (rs *runners) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool 
 // closes: each report goes to report, and each "done" frees its task's
 // slot and makes p idle (or retires it, after MaxTasks tasks or once the
 // node stops).
-func (rs *runners) listen(p *runnerProc, report func(runner.Report)) {
+func (rs *pool) listen(p *runnerProc, report func(runner.Report)) {
 	runner.Listen(p.ch, runner.Listener{Report: report, Ready: func() {
-		rs.pool.mu.Lock()
+		rs.procs.mu.Lock()
 		p.ready = true
-		rs.pool.mu.Unlock()
+		rs.procs.mu.Unlock()
 	}, Done: func(task string) {
 		id, err := bson.ObjectIDFromHex(task)
 		if err != nil {
 			return
 		}
-		rs.pool.mu.Lock()
+		rs.procs.mu.Lock()
 		if p.task != id {
-			rs.pool.mu.Unlock()
+			rs.procs.mu.Unlock()
 			return
 		}
 		p.task = bson.ObjectID{}
-		if p.served >= rs.cfg.Runner.MaxTasks || rs.pool.stopped || p.closed {
+		if p.served >= rs.params.Runner.MaxTasks || rs.procs.stopped || p.closed {
 			p.retireLocked()
 		} else {
 			p.idleAt = rs.now()
-			rs.pool.idle[p.queue] = append(rs.pool.idle[p.queue], p)
+			rs.procs.idle[p.queue] = append(rs.procs.idle[p.queue], p)
 		}
-		rs.pool.mu.Unlock()
+		rs.procs.mu.Unlock()
 		rs.slots.runnerStarted()
 		rs.slots.letGo(id)
 	}})
@@ -533,7 +590,7 @@ func (rs *runners) listen(p *runnerProc, report func(runner.Report)) {
 
 // receiveReport counts what a runner of a task of queue q reported at its
 // end, on its task channel: its completion or retry, and its output bytes.
-func (rs *runners) receiveReport(q string, r runner.Report) {
+func (rs *pool) receiveReport(q string, r runner.Report) {
 	q = rs.metrics.Queue(q)
 	switch {
 	case r.Retry:
@@ -563,8 +620,8 @@ func runOutcome(r runner.Report) string {
 
 // retireIdle retires the runners idle for longer than Runner.Idle, or all
 // idle ones (and stops hand-overs) once the node stops.
-func (rs *runners) retireIdle(stopping bool) {
-	pool := rs.pool
+func (rs *pool) retireIdle(stopping bool) {
+	pool := rs.procs
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
 	if stopping {
@@ -573,7 +630,7 @@ func (rs *runners) retireIdle(stopping bool) {
 	now := rs.now()
 	for _, list := range pool.idle {
 		for _, p := range list {
-			if stopping || now.Sub(p.idleAt) >= rs.cfg.Runner.Idle {
+			if stopping || now.Sub(p.idleAt) >= rs.params.Runner.Idle {
 				p.retireLocked()
 				pool.removeIdleLocked(p)
 			}
@@ -585,11 +642,11 @@ func (rs *runners) retireIdle(stopping bool) {
 
 // count is how many runner processes this process started are still
 // running.
-func (rs *runners) count() int64 { return rs.running.Load() }
+func (rs *pool) count() int64 { return rs.running.Load() }
 
 // closeRelay stops serving runners their MongoDB connections, as the node
 // stops: runners still running switch to their own.
-func (rs *runners) closeRelay() {
+func (rs *pool) closeRelay() {
 	if rs.relay != nil {
 		rs.relay.Close()
 	}
