@@ -54,6 +54,35 @@ func envInt(b *testing.B, name string, def int) int {
 	return n
 }
 
+// insertFinished inserts finished tasks of earlier runs into queue
+// queueID, as den leaves them: status 1, the node, the output inline, the
+// runner's identity and the usage; and counts them in the queue.
+func insertFinished(b *testing.B, db *mongo.Database, queueID bson.ObjectID, finished int) {
+	ctx := context.Background()
+	docs := make([]any, 0, 1000)
+	for i := range finished {
+		at := time.Now().Add(-time.Hour)
+		docs = append(docs, bson.D{
+			{Key: "queue", Value: queueID}, {Key: "status", Value: 1}, {Key: "node", Value: "earlier"},
+			{Key: "parameters", Value: bson.D{{Key: "commands", Value: "ab"}}},
+			{Key: "ctime", Value: at}, {Key: "mtime", Value: at},
+			{Key: "stdout", Value: "This is command 'a' for apple.\n"}, {Key: "stderr", Value: "This is command 'b' for banana.\n"},
+			{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "host", Value: "earlier"}, {Key: "pid", Value: 1000 + i},
+				{Key: "started", Value: at}, {Key: "beat", Value: at}}},
+			{Key: "usage", Value: bson.D{{Key: "cpu_user_s", Value: 0.001}, {Key: "cpu_system_s", Value: 0.001}, {Key: "max_rss_kb", Value: 9000}, {Key: "wall_s", Value: 0.01}}},
+		})
+		if len(docs) == cap(docs) || i == finished-1 {
+			if _, err := db.Collection("tasks").InsertMany(ctx, docs); err != nil {
+				b.Fatalf("insert finished tasks: %v", err)
+			}
+			docs = docs[:0]
+		}
+	}
+	if _, err := db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: queueID}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_total", Value: finished}}}}); err != nil {
+		b.Fatal(err)
+	}
+}
+
 func scaleOnce(b *testing.B, finished, tasks, slice int) {
 	dir := b.TempDir()
 	httpAddr := freeAddr(b)
@@ -80,31 +109,8 @@ func scaleOnce(b *testing.B, finished, tasks, slice int) {
 	}
 	denCLI(b, uri, "queue", "set", "demo", "maxthreads=4")
 
-	// Finished tasks of earlier runs, as den leaves them: status 1, the
-	// node, the output inline, the runner's identity and the usage.
 	began = time.Now()
-	docs := make([]any, 0, 1000)
-	for i := range finished {
-		at := time.Now().Add(-time.Hour)
-		docs = append(docs, bson.D{
-			{Key: "queue", Value: q.ID}, {Key: "status", Value: 1}, {Key: "node", Value: "earlier"},
-			{Key: "parameters", Value: bson.D{{Key: "commands", Value: "ab"}}},
-			{Key: "ctime", Value: at}, {Key: "mtime", Value: at},
-			{Key: "stdout", Value: "This is command 'a' for apple.\n"}, {Key: "stderr", Value: "This is command 'b' for banana.\n"},
-			{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "host", Value: "earlier"}, {Key: "pid", Value: 1000 + i},
-				{Key: "started", Value: at}, {Key: "beat", Value: at}}},
-			{Key: "usage", Value: bson.D{{Key: "cpu_user_s", Value: 0.001}, {Key: "cpu_system_s", Value: 0.001}, {Key: "max_rss_kb", Value: 9000}, {Key: "wall_s", Value: 0.01}}},
-		})
-		if len(docs) == cap(docs) || i == finished-1 {
-			if _, err := db.Collection("tasks").InsertMany(ctx, docs); err != nil {
-				b.Fatalf("insert finished tasks: %v", err)
-			}
-			docs = docs[:0]
-		}
-	}
-	if _, err := db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: q.ID}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_total", Value: finished}}}}); err != nil {
-		b.Fatal(err)
-	}
+	insertFinished(b, db, q.ID, finished)
 	fmt.Printf("%d finished tasks inserted in %.1fs\n", finished, time.Since(began).Seconds())
 
 	file := filepath.Join(dir, "tasks.jsonl")

@@ -21,19 +21,10 @@ import (
 	"github.com/den-project/den/plugins/command"
 )
 
-// A real node (den run), configured as issue 30's attacker found it, with
-// command.user and command.network: [443] and every other command key at
-// its default, runs tasks that try what got through before: the database
-// past the port list (TCP, Multipath TCP, io_uring's socket, TCP Fast
-// Open), den's own processes, keys and SysV IPC that outlive the task, a
-// file left in /run/lock, 5 GiB of temporary files and 3 GiB of memory.
-// Each is refused or bounded, and nothing of them is left on the node.
-func TestNodeTaskBoundaryAsTheIssueTriedIt(t *testing.T) {
-	t.Parallel()
-	if !sandbox.HasCaps(sandbox.CapsUser+" "+sandbox.CapsNamespaces) || sandbox.LandlockABI() < 4 {
-		t.Skip("this needs den's whole boundary: root (or its capabilities) and Landlock ABI 4")
-	}
-	helper := buildReach(t)
+// testServerIPv4 is the test server's IPv4 address and port; the test
+// is skipped when it has none.
+func testServerIPv4(t *testing.T) string {
+	t.Helper()
 	u, err := url.Parse(dentest.URI())
 	if err != nil {
 		t.Fatal(err)
@@ -49,16 +40,41 @@ func TestNodeTaskBoundaryAsTheIssueTriedIt(t *testing.T) {
 	if db == "" {
 		t.Skipf("the test server %s has no IPv4 address", host)
 	}
-	d := dentest.DB(t)
-	qid := dentest.Queue(t, d, "attacker", command.Name, 4, "fifo")
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "den.yaml")
+	return db
+}
+
+// boundaryConfig writes the configuration of node boundary, on database
+// name, whose command plugin runs the shell, /usr/bin and helper's
+// directory as nobody with only port 443, and returns its path.
+func boundaryConfig(t *testing.T, name, helper string) string {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "den.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`mongo: {uri: %q, database: %q}
 node: boundary
 command: {enabled: true, allow: [/bin/sh, /usr/bin/, %s], shell: true, env: [PATH], user: nobody, network: [443]}
-`, dentest.URI(), d.Name(), filepath.Dir(helper)+"/")), 0o600); err != nil {
+`, dentest.URI(), name, filepath.Dir(helper)+"/")), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return cfg
+}
+
+// A real node (den run), configured as issue 30's attacker found it, with
+// command.user and command.network: [443] and every other command key at
+// its default, runs tasks that try what got through before: the database
+// past the port list (TCP, Multipath TCP, io_uring's socket, TCP Fast
+// Open), den's own processes, keys and SysV IPC that outlive the task, a
+// file left in /run/lock, 5 GiB of temporary files and 3 GiB of memory.
+// Each is refused or bounded, and nothing of them is left on the node.
+func TestNodeTaskBoundaryAsTheIssueTriedIt(t *testing.T) {
+	t.Parallel()
+	if !sandbox.HasCaps(sandbox.CapsUser+" "+sandbox.CapsNamespaces) || sandbox.LandlockABI() < 4 {
+		t.Skip("this needs den's whole boundary: root (or its capabilities) and Landlock ABI 4")
+	}
+	helper := buildReach(t)
+	db := testServerIPv4(t)
+	d := dentest.DB(t)
+	qid := dentest.Queue(t, d, "attacker", command.Name, 4, "fifo")
+	cfg := boundaryConfig(t, d.Name(), helper)
 	node, _, _ := start(t, "run", "--config", cfg, "--log-format", "json")
 	var b [4]byte
 	rand.Read(b[:])

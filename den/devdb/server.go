@@ -88,24 +88,11 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // exclusive lock on the data directory while it runs: when another process
 // serves the directory, Start returns a *LockedError naming it.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.Dir == "" {
-		return nil, fmt.Errorf("devdb: no data directory")
-	}
-	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("devdb: create data directory: %w", err)
-	}
-	dir, err := filepath.Abs(cfg.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("devdb: data directory: %w", err)
-	}
-	unlock, err := lockDir(dir)
+	dir, unlock, err := openDir(cfg.Dir)
 	if err != nil {
 		return nil, err
 	}
-	listen := cfg.Listen
-	if listen == "" {
-		listen = "127.0.0.1:0"
-	}
+	listen := listenAddress(cfg.Listen)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		unlock()
@@ -127,23 +114,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Handler:  engine,
 		Logger:   slog.New(newServerLog(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError}))),
 	}
-	var pg *cluster
 	var twins *twinKeeper
-	switch engine {
-	case EnginePostgreSQL:
-		pg, err = startCluster(ctx, dir, bin, cfg.pgSettings...)
-		if err != nil {
-			ln.Close()
-			unlock()
-			return nil, err
-		}
-		fcfg.PostgreSQLURL = pg.url(pgDatabase)
-	default:
-		// synchronous(normal): in WAL mode a commit no longer waits for an
-		// fsync; an application crash loses nothing, a power loss may
-		// lose the last commits. Right for a development database, and
-		// it keeps tests fast on slow disks.
-		fcfg.SQLiteURL = "file:" + strings.TrimSuffix(dir, "/") + "/?_pragma=synchronous(normal)"
+	pg, err := startBackend(ctx, engine, dir, bin, cfg, fcfg)
+	if err != nil {
+		ln.Close()
+		unlock()
+		return nil, err
 	}
 	stopEngine := func() {
 		if pg != nil {
@@ -192,6 +168,59 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		<-ferretDone
 	}()
 	return s, nil
+}
+
+// openDir creates the data directory dir when it is missing and locks
+// it: one server per directory. unlock gives it up.
+func openDir(dir string) (abs string, unlock func(), err error) {
+	if dir == "" {
+		return "", nil, fmt.Errorf("devdb: no data directory")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("devdb: create data directory: %w", err)
+	}
+	abs, err = filepath.Abs(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("devdb: data directory: %w", err)
+	}
+	unlock, err = lockDir(abs)
+	if err != nil {
+		return "", nil, err
+	}
+	return abs, unlock, nil
+}
+
+// listenAddress is where the server listens: listen, else a free port on
+// the loopback address.
+func listenAddress(listen string) string {
+	if listen == "" {
+		return "127.0.0.1:0"
+	}
+	return listen
+}
+
+// sqliteURL is FerretDB's SQLite URL for the data directory dir.
+// synchronous(normal): in WAL mode a commit no longer waits for an fsync;
+// an application crash loses nothing, a power loss may lose the last
+// commits. Right for a development database, and it keeps tests fast on
+// slow disks.
+func sqliteURL(dir string) string {
+	return "file:" + strings.TrimSuffix(dir, "/") + "/?_pragma=synchronous(normal)"
+}
+
+// startBackend points fcfg at the engine's storage: a PostgreSQL cluster
+// it starts in dir (returned, for stopping), or SQLite files in dir.
+func startBackend(ctx context.Context, engine, dir, bin string, cfg Config, fcfg *ferretdb.Config) (*cluster, error) {
+	if engine != EnginePostgreSQL {
+		fcfg.SQLiteURL = sqliteURL(dir)
+		return nil, nil
+	}
+	pg, err := startCluster(ctx, dir, bin, cfg.pgSettings...)
+	if err != nil {
+		return nil, err
+	}
+	fcfg.PostgreSQLURL = pg.url(pgDatabase)
+	return pg, nil
 }
 
 // chooseEngine picks the engine for dir (Config.Engine), and for

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/dentest/nodetest"
@@ -17,21 +18,13 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// A real node runs tasks and writes their completions to the stats
-// collection; the test adds a day of a busy queue's and two nodes' history
-// before it. Headless Chromium shows the charts over the last hour and the
-// day, on a desktop and on a phone (no sideways scrolling), and a task's
-// run time against its queue's. With DEN_WEB_SCREENSHOTS it saves
-// charts.png, charts-day.png, charts-phone.png and runtime.png there.
-func TestBrowserCharts(t *testing.T) {
-	bin := chromium(t)
-	t.Parallel()
-	db := dentest.DB(t)
+// seedDayOfStats writes a day of history of a queue "images" and nodes
+// worker01 and worker02, as nodes would have written it: a point every
+// quarter hour, and every minute for the last hour.
+func seedDayOfStats(t *testing.T, db *mongo.Database) {
+	t.Helper()
 	ctx0 := dentest.Context(t)
 	store := queue.NewStore(db)
-
-	// A day of history, as nodes would have written it: a point every
-	// quarter hour, and every minute for the last hour.
 	now := time.Now()
 	busy := dentest.Queue(t, db, "images", "MyCorp::Plugin::Resize", 4, "fifo")
 	sample := func(at time.Time, per float64) {
@@ -60,7 +53,12 @@ func TestBrowserCharts(t *testing.T) {
 		sample(at, 1)
 	}
 
-	// A real node's completions: five succeed, two fail.
+}
+
+// runShellJobs runs a real node's tasks in a queue "shell-jobs": five
+// succeed, two fail. It returns their ids once the node stopped.
+func runShellJobs(t *testing.T, db *mongo.Database) []bson.ObjectID {
+	t.Helper()
 	qid := dentest.Queue(t, db, "shell-jobs", command.Name, 2, "fifo")
 	var params []bson.D
 	for i := range 7 {
@@ -76,6 +74,21 @@ func TestBrowserCharts(t *testing.T) {
 		return dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}}) == 7
 	})
 	node.Stop() // it writes the completions it has not written yet
+	return ids
+}
+
+// A real node runs tasks and writes their completions to the stats
+// collection; the test adds a day of a busy queue's and two nodes' history
+// before it. Headless Chromium shows the charts over the last hour and the
+// day, on a desktop and on a phone (no sideways scrolling), and a task's
+// run time against its queue's. With DEN_WEB_SCREENSHOTS it saves
+// charts.png, charts-day.png, charts-phone.png and runtime.png there.
+func TestBrowserCharts(t *testing.T) {
+	bin := chromium(t)
+	t.Parallel()
+	db := dentest.DB(t)
+	seedDayOfStats(t, db)
+	ids := runShellJobs(t, db)
 	srv := serve(t, db, "")
 
 	ctx, do := browser(t, bin)

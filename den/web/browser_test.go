@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/plugins/command"
@@ -76,31 +77,7 @@ func TestBrowser(t *testing.T) {
 	bin := chromium(t)
 	t.Parallel()
 	db := dentest.DB(t)
-	qid := dentest.Queue(t, db, "shell-jobs", command.Name, 2, "fifo", bson.E{Key: "max_termination_time", Value: 1})
-	ids := dentest.Tasks(t, db, qid,
-		bson.D{{Key: "shell", Value: "echo hello from den; echo a warning >&2"}},
-		bson.D{{Key: "shell", Value: "echo cannot open input.csv >&2; exit 3"}},
-		bson.D{{Key: "shell", Value: "echo started; exec sleep 600"}})
-	finished, failed, running := ids[0], ids[1], ids[2]
-	// A queue whose plugin this node does not have: its tasks wait.
-	other := dentest.Queue(t, db, "resize", "MyCorp::Plugin::Resize", 4, "fifo")
-	dentest.Tasks(t, db, other, bson.D{{Key: "image", Value: "a.png"}}, bson.D{{Key: "image", Value: "b.png"}}, bson.D{{Key: "image", Value: "c.png"}})
-	startNode(t, db, "web-node")
-	waitStatus(t, db, finished, 1)
-	waitStatus(t, db, failed, 2)
-	waitStatus(t, db, running, 0)
-	// The node describes itself and its machine with its heartbeat.
-	var self struct {
-		Version   string `bson:"version"`
-		Resources struct {
-			CPUs     int    `bson:"cpus"`
-			DiskPath string `bson:"disk_path"`
-		} `bson:"resources"`
-	}
-	dentest.Eventually(t, time.Minute, "the node document has its resources", func() bool {
-		err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "web-node"}}).Decode(&self)
-		return err == nil && self.Resources.CPUs > 0 && self.Resources.DiskPath != "" && self.Version != ""
-	})
+	finished, failed, running, self := startBrowserNode(t, db)
 	srv := serve(t, db, testToken)
 
 	ctx, do := browser(t, bin)
@@ -123,50 +100,7 @@ func TestBrowser(t *testing.T) {
 		})
 	}
 
-	// The overview: the queue with one running and one done, the node with
-	// its resources.
-	do("open the overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`tr.queue[data-queue="shell-jobs"]`)))
-	if got := text(`tr.queue[data-queue="shell-jobs"] a.running`); got != "1" {
-		t.Errorf("queue shows %q running, want 1", got)
-	}
-	if got := text(`tr.queue[data-queue="shell-jobs"] td[data-label="Done"]`); got != "1" {
-		t.Errorf("queue shows %q done, want 1", got)
-	}
-	if got := text(`tr.queue[data-queue="shell-jobs"] td[data-label="Failed"]`); got != "1" {
-		t.Errorf("queue shows %q failed, want 1", got)
-	}
-	if got := text(`tr.queue[data-queue="resize"] td[data-label="Todo"]`); got != "3" {
-		t.Errorf("queue resize shows %q todo, want 3", got)
-	}
-	if got := text(`#failures`); !strings.Contains(got, failed.Hex()) || !strings.Contains(got, "exited with code 3") {
-		t.Errorf("recent failures %q lack the failed task", got)
-	}
-	node := text(`tr.node[data-node="web-node"]`)
-	for _, want := range []string{"web-node", fmt.Sprintf("/ %d CPUs", self.Resources.CPUs), "GiB of", self.Resources.DiskPath, self.Version, "shell-jobs 1"} {
-		if !strings.Contains(node, want) {
-			t.Errorf("node row %q lacks %q", node, want)
-		}
-	}
-	if dir := os.Getenv(envScreenshots); dir != "" {
-		shot(t, ctx, filepath.Join(dir, "status.png"), 1200)
-	}
-
-	// A phone-sized screen: cards instead of wide tables, nothing wider
-	// than the screen.
-	do("narrow the viewport", chromedp.EmulateViewport(390, 844), chromedp.Navigate(srv.URL+"/"),
-		chromedp.WaitVisible(chromedp.CSS(`tr.queue[data-queue="shell-jobs"]`)))
-	if !eval(`document.documentElement.scrollWidth <= window.innerWidth`) {
-		w, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
-		t.Errorf("on a 390px screen the overview is %dpx wide", w)
-	}
-	if dir := os.Getenv(envScreenshots); dir != "" {
-		shot(t, ctx, filepath.Join(dir, "phone.png"), 0)
-	}
-	do("open the finished task on the phone", chromedp.Navigate(srv.URL+"/tasks/"+finished.Hex()), chromedp.WaitVisible(chromedp.ID("stdout")))
-	if !eval(`document.documentElement.scrollWidth <= window.innerWidth`) {
-		t.Error("on a 390px screen the task page is wider than the screen")
-	}
-	do("back to a desktop screen", chromedp.EmulateViewport(1200, 900))
+	checkOverviewPages(t, ctx, do, srv.URL, finished, failed, self)
 
 	// The task list, filtered to what runs.
 	do("list running tasks", chromedp.Navigate(srv.URL+"/tasks?status=claimed,running"), chromedp.WaitVisible(chromedp.CSS("#tasklist")))
@@ -233,6 +167,104 @@ func TestBrowser(t *testing.T) {
 	}
 	dentest.Queue(t, db, "late", command.Name, 1, "fifo")
 	poll("the overview to show a new queue by itself", `document.querySelector('tr.queue[data-queue="late"]') !== null`)
+}
+
+// nodeSelf is what a node says of itself in its document.
+type nodeSelf struct {
+	Version   string `bson:"version"`
+	Resources struct {
+		CPUs     int    `bson:"cpus"`
+		DiskPath string `bson:"disk_path"`
+	} `bson:"resources"`
+}
+
+// startBrowserNode starts node web-node on db with three tasks of queue
+// shell-jobs (one finished, one failed, one running) and three of a queue
+// whose plugin it does not have, and returns the first three's ids once
+// they are so, with what the node says of itself.
+func startBrowserNode(t *testing.T, db *mongo.Database) (finished, failed, running bson.ObjectID, self nodeSelf) {
+	t.Helper()
+	qid := dentest.Queue(t, db, "shell-jobs", command.Name, 2, "fifo", bson.E{Key: "max_termination_time", Value: 1})
+	ids := dentest.Tasks(t, db, qid,
+		bson.D{{Key: "shell", Value: "echo hello from den; echo a warning >&2"}},
+		bson.D{{Key: "shell", Value: "echo cannot open input.csv >&2; exit 3"}},
+		bson.D{{Key: "shell", Value: "echo started; exec sleep 600"}})
+	finished, failed, running = ids[0], ids[1], ids[2]
+	// A queue whose plugin this node does not have: its tasks wait.
+	other := dentest.Queue(t, db, "resize", "MyCorp::Plugin::Resize", 4, "fifo")
+	dentest.Tasks(t, db, other, bson.D{{Key: "image", Value: "a.png"}}, bson.D{{Key: "image", Value: "b.png"}}, bson.D{{Key: "image", Value: "c.png"}})
+	startNode(t, db, "web-node")
+	waitStatus(t, db, finished, 1)
+	waitStatus(t, db, failed, 2)
+	waitStatus(t, db, running, 0)
+	// The node describes itself and its machine with its heartbeat.
+	dentest.Eventually(t, time.Minute, "the node document has its resources", func() bool {
+		err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "web-node"}}).Decode(&self)
+		return err == nil && self.Resources.CPUs > 0 && self.Resources.DiskPath != "" && self.Version != ""
+	})
+	return finished, failed, running, self
+}
+
+// checkOverviewPages checks the overview on a desktop screen (the queue
+// with one running and one done, the node with its resources), then the
+// overview and a task's page on a phone-sized one, and goes back to the
+// desktop screen.
+func checkOverviewPages(t *testing.T, ctx context.Context, do func(string, ...chromedp.Action[chromedp.Void]), srvURL string, finished, failed bson.ObjectID, self nodeSelf) {
+	t.Helper()
+	text := func(sel string) string { t.Helper(); return pageText(t, ctx, sel) }
+	fits := func() bool {
+		t.Helper()
+		b, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth <= window.innerWidth`))
+		if err != nil {
+			t.Fatalf("evaluate the page's width: %v", err)
+		}
+		return b
+	}
+	// The overview: the queue with one running and one done, the node with
+	// its resources.
+	do("open the overview", chromedp.Navigate(srvURL+"/"), chromedp.WaitVisible(chromedp.CSS(`tr.queue[data-queue="shell-jobs"]`)))
+	if got := text(`tr.queue[data-queue="shell-jobs"] a.running`); got != "1" {
+		t.Errorf("queue shows %q running, want 1", got)
+	}
+	if got := text(`tr.queue[data-queue="shell-jobs"] td[data-label="Done"]`); got != "1" {
+		t.Errorf("queue shows %q done, want 1", got)
+	}
+	if got := text(`tr.queue[data-queue="shell-jobs"] td[data-label="Failed"]`); got != "1" {
+		t.Errorf("queue shows %q failed, want 1", got)
+	}
+	if got := text(`tr.queue[data-queue="resize"] td[data-label="Todo"]`); got != "3" {
+		t.Errorf("queue resize shows %q todo, want 3", got)
+	}
+	if got := text(`#failures`); !strings.Contains(got, failed.Hex()) || !strings.Contains(got, "exited with code 3") {
+		t.Errorf("recent failures %q lack the failed task", got)
+	}
+	node := text(`tr.node[data-node="web-node"]`)
+	for _, want := range []string{"web-node", fmt.Sprintf("/ %d CPUs", self.Resources.CPUs), "GiB of", self.Resources.DiskPath, self.Version, "shell-jobs 1"} {
+		if !strings.Contains(node, want) {
+			t.Errorf("node row %q lacks %q", node, want)
+		}
+	}
+	if dir := os.Getenv(envScreenshots); dir != "" {
+		shot(t, ctx, filepath.Join(dir, "status.png"), 1200)
+	}
+
+	// A phone-sized screen: cards instead of wide tables, nothing wider
+	// than the screen.
+	do("narrow the viewport", chromedp.EmulateViewport(390, 844), chromedp.Navigate(srvURL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`tr.queue[data-queue="shell-jobs"]`)))
+	if !fits() {
+		w, _ := chromedp.Run(ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+		t.Errorf("on a 390px screen the overview is %dpx wide", w)
+	}
+	if dir := os.Getenv(envScreenshots); dir != "" {
+		shot(t, ctx, filepath.Join(dir, "phone.png"), 0)
+	}
+	do("open the finished task on the phone", chromedp.Navigate(srvURL+"/tasks/"+finished.Hex()), chromedp.WaitVisible(chromedp.ID("stdout")))
+	if !fits() {
+		t.Error("on a 390px screen the task page is wider than the screen")
+	}
+	do("back to a desktop screen", chromedp.EmulateViewport(1200, 900))
+
 }
 
 // shot saves a screenshot as PNG: of the viewport, or, given a width, of

@@ -205,89 +205,14 @@ type nodeCharts struct {
 // (stats documents of r's step, from r's start on).
 func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []queue.StatPoint) chartsData {
 	times := r.buckets(now)
-	index := make(map[time.Time]int, len(times))
-	for i, t := range times {
-		index[t] = i
-	}
-	// A step with no document has nothing finished and no backlog (nodes
-	// write a queue's backlog while it has one, and once more when it is
-	// gone), except the step under way, not written yet: a gap. A node's
-	// samples are missing there (it did not run): a gap.
-	zeros := func() []float64 { return make([]float64, len(times)) }
-	gaps := func() []float64 {
-		v := make([]float64, len(times))
-		for i := range v {
-			v[i] = math.NaN()
-		}
-		return v
-	}
-	backlog := func() []float64 {
-		v := zeros()
-		v[len(v)-1] = math.NaN()
-		return v
-	}
-	type qv struct{ ok, bad, todo, run []float64 }
-	type nv struct{ run, load []float64 }
-	byQueue := map[bson.ObjectID]*qv{}
-	byNode := map[string]*nv{}
-	for _, p := range points {
-		i, ok := index[p.T.UTC()]
-		if !ok {
-			continue
-		}
-		switch p.Kind {
-		case queue.StatQueue:
-			v := byQueue[p.Queue]
-			if v == nil {
-				v = &qv{zeros(), zeros(), backlog(), backlog()}
-				byQueue[p.Queue] = v
-			}
-			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
-			if p.Sampled {
-				v.todo[i], v.run[i] = float64(p.Queued), float64(p.Running)
-			}
-		case queue.StatNode:
-			v := byNode[p.Node]
-			if v == nil {
-				v = &nv{gaps(), gaps()}
-				byNode[p.Node] = v
-			}
-			v.run[i], v.load[i] = float64(p.Running), p.Load
-		}
-	}
+	byQueue, byNode := foldStats(times, points)
 	week := r.Step >= time.Hour
 	d := chartsData{Range: r, Ranges: chartRanges}
-	// The busiest queues (most tasks finished and queued over the range)
-	// first, by name among equals; past chartsShown, none.
-	activity := func(id bson.ObjectID) float64 {
-		v, n := byQueue[id], 0.0
-		if v == nil {
-			return 0
-		}
-		for i := range times {
-			n += v.ok[i] + v.bad[i]
-			if !math.IsNaN(v.todo[i]) {
-				n += v.todo[i]
-			}
-		}
-		return n
-	}
-	queues = slices.Clone(queues)
-	sort.SliceStable(queues, func(i, j int) bool {
-		ai, aj := activity(queues[i].ID), activity(queues[j].ID)
-		if ai != aj {
-			return ai > aj
-		}
-		return queues[i].Name < queues[j].Name
-	})
-	if len(queues) > chartsShown {
-		d.QueuesLeftOut = len(queues) - chartsShown
-		queues = queues[:chartsShown]
-	}
+	queues, d.QueuesLeftOut = busiestQueues(queues, byQueue, chartsShown)
 	for _, q := range queues {
 		v := byQueue[q.ID]
 		if v == nil {
-			v = &qv{zeros(), zeros(), backlog(), backlog()}
+			v = newQueueSeries(len(times))
 		}
 		d.Queues = append(d.Queues, queueCharts{Name: q.Name,
 			Finished: newChart(q.Name+": finished "+r.Label, times, week,
@@ -313,6 +238,108 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 		})
 	}
 	return d
+}
+
+// queueSeries are one queue's values per step: finished (ok, bad) and
+// backlog (todo, run).
+type queueSeries struct{ ok, bad, todo, run []float64 }
+
+// nodeSeries are one node's values per step.
+type nodeSeries struct{ run, load []float64 }
+
+// A step with no document has nothing finished and no backlog (nodes
+// write a queue's backlog while it has one, and once more when it is
+// gone), except the step under way, not written yet: a gap. A node's
+// samples are missing there (it did not run): a gap.
+func newQueueSeries(n int) *queueSeries {
+	backlog := func() []float64 {
+		v := make([]float64, n)
+		v[n-1] = math.NaN()
+		return v
+	}
+	return &queueSeries{make([]float64, n), make([]float64, n), backlog(), backlog()}
+}
+
+func newNodeSeries(n int) *nodeSeries {
+	gaps := func() []float64 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = math.NaN()
+		}
+		return v
+	}
+	return &nodeSeries{gaps(), gaps()}
+}
+
+// foldStats puts each stats point in its queue's or node's series, at its
+// step; a point outside times is left out.
+func foldStats(times []time.Time, points []queue.StatPoint) (map[bson.ObjectID]*queueSeries, map[string]*nodeSeries) {
+	index := make(map[time.Time]int, len(times))
+	for i, t := range times {
+		index[t] = i
+	}
+	byQueue := map[bson.ObjectID]*queueSeries{}
+	byNode := map[string]*nodeSeries{}
+	for _, p := range points {
+		i, ok := index[p.T.UTC()]
+		if !ok {
+			continue
+		}
+		switch p.Kind {
+		case queue.StatQueue:
+			v := byQueue[p.Queue]
+			if v == nil {
+				v = newQueueSeries(len(times))
+				byQueue[p.Queue] = v
+			}
+			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
+			if p.Sampled {
+				v.todo[i], v.run[i] = float64(p.Queued), float64(p.Running)
+			}
+		case queue.StatNode:
+			v := byNode[p.Node]
+			if v == nil {
+				v = newNodeSeries(len(times))
+				byNode[p.Node] = v
+			}
+			v.run[i], v.load[i] = float64(p.Running), p.Load
+		}
+	}
+	return byQueue, byNode
+}
+
+// activity is how many tasks a queue finished and had queued over the
+// range (a gap counts nothing).
+func (v *queueSeries) activity() float64 {
+	if v == nil {
+		return 0
+	}
+	n := 0.0
+	for i := range v.ok {
+		n += v.ok[i] + v.bad[i]
+		if !math.IsNaN(v.todo[i]) {
+			n += v.todo[i]
+		}
+	}
+	return n
+}
+
+// busiestQueues are the busiest queues (most tasks finished and queued
+// over the range) first, by name among equals, at most shown of them, and
+// how many were left out. queues is not changed.
+func busiestQueues(queues []queue.Queue, byQueue map[bson.ObjectID]*queueSeries, shown int) ([]queue.Queue, int) {
+	queues = slices.Clone(queues)
+	sort.SliceStable(queues, func(i, j int) bool {
+		ai, aj := byQueue[queues[i].ID].activity(), byQueue[queues[j].ID].activity()
+		if ai != aj {
+			return ai > aj
+		}
+		return queues[i].Name < queues[j].Name
+	})
+	if len(queues) > shown {
+		return queues[:shown], len(queues) - shown
+	}
+	return queues, 0
 }
 
 // runTimeRange is what the task page compares a task's run time with:

@@ -54,6 +54,42 @@ func seriesValues(t *testing.T, body, chart, series string) []string {
 	return strings.Split(m[1], ",")
 }
 
+// countedViews serves the pages on db at chartAt and returns view, which
+// gets a page (failing the test unless it is 200) and says which
+// commands, by name and collection, the page view sent the server.
+func countedViews(t *testing.T, db *mongo.Database) (view func(u string) (string, map[string]int)) {
+	t.Helper()
+	// Monitor the page's commands, to count them.
+	var mu sync.Mutex
+	commands := map[string]int{}
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+		commands[e.CommandName+" "+coll]++
+	}}
+	cl, err := mongo.Connect(options.Client().ApplyURI(dentest.URI()).SetMonitor(monitor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Disconnect(context.Background()) })
+	srv := serveAt(t, cl.Database(db.Name()), chartAt)
+	c := client(nil)
+	return func(u string) (string, map[string]int) {
+		t.Helper()
+		mu.Lock()
+		clear(commands)
+		mu.Unlock()
+		code, body := get(t, c, srv.URL+u)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", u, code, body)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return body, maps(commands)
+	}
+}
+
 // The overview draws, per queue, what finished (succeeded and failed apart)
 // and the backlog, and per node its tasks and load, from the stats
 // collection over the last hour, day or week; a page view costs the same
@@ -81,35 +117,7 @@ func TestChartsDrawTheStats(t *testing.T) {
 	dentest.Insert(t, db.Collection(queue.StatsCollection), bson.D{{Key: "_id", Value: "by hand"}, {Key: "kind", Value: "queue"},
 		{Key: "queue", Value: qid}, {Key: "step", Value: 60}, {Key: "t", Value: at(21)}, {Key: "succeeded", Value: "many"}})
 
-	// Monitor the page's commands, to count them.
-	var mu sync.Mutex
-	commands := map[string]int{}
-	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		mu.Lock()
-		defer mu.Unlock()
-		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
-		commands[e.CommandName+" "+coll]++
-	}}
-	cl, err := mongo.Connect(options.Client().ApplyURI(dentest.URI()).SetMonitor(monitor))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Disconnect(context.Background()) })
-	srv := serveAt(t, cl.Database(db.Name()), chartAt)
-	c := client(nil)
-	view := func(u string) (string, map[string]int) {
-		t.Helper()
-		mu.Lock()
-		clear(commands)
-		mu.Unlock()
-		code, body := get(t, c, srv.URL+u)
-		if code != http.StatusOK {
-			t.Fatalf("GET %s: %d\n%s", u, code, body)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		return body, maps(commands)
-	}
+	view := countedViews(t, db)
 
 	body, _ := view("/")
 	// The last hour, a minute a point: 12:31 is the last, 12:20 the 50th.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -73,109 +74,160 @@ type overviewData struct {
 	Charts   chartsData
 }
 
+// overviewReads is what the overview page reads from the database, in one
+// place, so that building the page is a function of it alone.
+type overviewReads struct {
+	queues   []queue.Queue
+	bad      []queue.MalformedQueue
+	counts   map[bson.ObjectID]queue.StatusCounts
+	recent   map[bson.ObjectID]queue.StatusCounts
+	running  queue.Running
+	nodes    []queue.NodeDoc
+	failures []queue.Task
+	points   []queue.StatPoint
+}
+
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
 	now := h.now()
-	queues, bad, err := h.store.Queues(ctx)
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	counts, err := h.store.TaskCounts(ctx)
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	recent, err := h.store.EndedSince(ctx, now.Add(-throughputWindow))
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	ids := make([]bson.ObjectID, 0, len(queues))
-	names := map[bson.ObjectID]string{}
-	for _, q := range queues {
-		ids = append(ids, q.ID)
-		names[q.ID] = q.Name
-	}
-	running, err := h.store.Running(ctx, ids)
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	nodes, err := h.store.Nodes(ctx)
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	failures, err := h.store.RecentFailures(ctx, failuresShown)
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
 	rng := rangeOf(r.URL.Query().Get("range"))
-	points, err := h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(now)[0]})
+	in, err := h.readOverview(r.Context(), now, rng)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	h.dbOK()
-	facts := &queue.Facts{Now: now, DeadAfter: h.dead, Nodes: nodes, Running: running}
-	d := overviewData{Database: h.db.Name(), Window: "15m"}
+	d := buildOverview(in, h.db.Name(), now, h.dead, rng)
+	h.render(w, r, "overview", page{Title: "Status", Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
+}
+
+// readOverview makes the overview's reads, in the order the page always
+// made them, stopping at the first that fails.
+func (h *handler) readOverview(ctx context.Context, now time.Time, rng chartRange) (overviewReads, error) {
+	var in overviewReads
+	var err error
+	if in.queues, in.bad, err = h.store.Queues(ctx); err != nil {
+		return in, err
+	}
+	if in.counts, err = h.store.TaskCounts(ctx); err != nil {
+		return in, err
+	}
+	if in.recent, err = h.store.EndedSince(ctx, now.Add(-throughputWindow)); err != nil {
+		return in, err
+	}
+	ids := make([]bson.ObjectID, 0, len(in.queues))
+	for _, q := range in.queues {
+		ids = append(ids, q.ID)
+	}
+	if in.running, err = h.store.Running(ctx, ids); err != nil {
+		return in, err
+	}
+	if in.nodes, err = h.store.Nodes(ctx); err != nil {
+		return in, err
+	}
+	if in.failures, err = h.store.RecentFailures(ctx, failuresShown); err != nil {
+		return in, err
+	}
+	in.points, err = h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(now)[0]})
+	return in, err
+}
+
+// buildOverview turns the overview's reads into the page's data.
+func buildOverview(in overviewReads, database string, now time.Time, dead time.Duration, rng chartRange) overviewData {
+	names := map[bson.ObjectID]string{}
+	for _, q := range in.queues {
+		names[q.ID] = q.Name
+	}
+	facts := &queue.Facts{Now: now, DeadAfter: dead, Nodes: in.nodes, Running: in.running}
+	d := overviewData{Database: database, Window: "15m"}
+	queues := in.queues
 	sort.SliceStable(queues, func(i, j int) bool { return queues[i].Name < queues[j].Name })
 	for _, q := range queues {
-		c, rc := counts[q.ID], recent[q.ID]
-		v := queueView{ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Sort: q.Sort, Problem: q.MaxThreadsProblem,
-			Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
-			Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
-			RecentDone: rc.Group(queue.GroupDone), RecentFailed: rc.Group(queue.GroupFailed),
-			TasksURL:   taskListURL(q.ID.Hex(), "", ""),
-			RunningURL: taskListURL(q.ID.Hex(), "claimed,running", ""),
-			FailedURL:  taskListURL(q.ID.Hex(), "failed,orphaned", ""),
-		}
-		v.Limit = strconv.Itoa(q.MaxThreads) + " per node"
-		if q.Global {
-			v.Limit = strconv.Itoa(q.MaxThreads) + " on all nodes"
-		}
-		if q.Paused != nil {
-			v.Limit, v.Paused = q.Paused.Limit(), pausedText(*q.Paused)
-		}
-		for _, why := range facts.QueueReasons(q) {
-			if why.Code == queue.WhyNoLiveNode || why.Code == queue.WhyNoNodeServes {
-				v.Unserved = why.Text
-			}
-		}
-		v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
-		d.Queues = append(d.Queues, v)
+		d.Queues = append(d.Queues, queueViewOf(q, in.counts[q.ID], in.recent[q.ID], facts.QueueReasons(q)))
 	}
-	d.Charts = overviewCharts(rng, now, queues, points)
-	for _, b := range bad {
+	d.Charts = overviewCharts(rng, now, queues, in.points)
+	for _, b := range in.bad {
 		d.Bad = append(d.Bad, fmt.Sprintf("queue %v cannot be used: %v", b.ID, b.Reason))
 	}
-	for _, n := range nodes {
-		v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
-			Info: decodeNodeInfo(n.Raw), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
-		v.State = n.State(now, h.dead)
-		v.Dead = v.State == queue.NodeDead
-		if n.MaxThreads != nil {
-			v.MaxThreads = strconv.Itoa(*n.MaxThreads)
-			v.Limit = v.MaxThreads
-		}
-		if n.MaxThreadsProblem != "" {
-			v.MaxThreads = "invalid (0)"
-		}
-		for qid, byNode := range running {
-			if c := byNode[n.Name]; c > 0 {
-				v.PerQueue = append(v.PerQueue, perQueue{Name: names[qid], Running: c})
-				v.Running += c
-			}
-		}
-		sort.Slice(v.PerQueue, func(i, j int) bool { return v.PerQueue[i].Name < v.PerQueue[j].Name })
-		d.Nodes = append(d.Nodes, v)
+	for _, n := range in.nodes {
+		d.Nodes = append(d.Nodes, nodeViewOf(n, now, dead, in.running, names))
 	}
-	for _, t := range failures {
+	for _, t := range in.failures {
 		d.Failures = append(d.Failures, failureView{Task: t, QueueName: names[t.Queue], Reason: human.LastLine(t, 100, "(in GridFS)")})
 	}
-	h.render(w, r, "overview", page{Title: "Status", Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
+	return d
+}
+
+// queueViewOf is one queue's row: its counts, its limit as the page says
+// it, and why no node serves it when none does.
+func queueViewOf(q queue.Queue, c, rc queue.StatusCounts, reasons []queue.Reason) queueView {
+	v := queueView{ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Sort: q.Sort, Problem: q.MaxThreadsProblem,
+		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
+		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
+		RecentDone: rc.Group(queue.GroupDone), RecentFailed: rc.Group(queue.GroupFailed),
+		TasksURL:   taskListURL(q.ID.Hex(), "", ""),
+		RunningURL: taskListURL(q.ID.Hex(), "claimed,running", ""),
+		FailedURL:  taskListURL(q.ID.Hex(), "failed,orphaned", ""),
+	}
+	v.Limit, v.Paused = queueLimit(q)
+	v.Unserved = unservedText(reasons)
+	v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
+	return v
+}
+
+// queueLimit is the limit a queue's row shows, and since when and by whom
+// it is paused (empty when it is not).
+func queueLimit(q queue.Queue) (limit, paused string) {
+	if q.Paused != nil {
+		return q.Paused.Limit(), pausedText(*q.Paused)
+	}
+	if q.Global {
+		return strconv.Itoa(q.MaxThreads) + " on all nodes", ""
+	}
+	return strconv.Itoa(q.MaxThreads) + " per node", ""
+}
+
+// unservedText is the last reason that says no live node can serve a
+// queue, or empty.
+func unservedText(reasons []queue.Reason) string {
+	text := ""
+	for _, why := range reasons {
+		if why.Code == queue.WhyNoLiveNode || why.Code == queue.WhyNoNodeServes {
+			text = why.Text
+		}
+	}
+	return text
+}
+
+// nodeViewOf is one node's row: its state, its limit as the page says it,
+// and what it runs per queue.
+func nodeViewOf(n queue.NodeDoc, now time.Time, dead time.Duration, running queue.Running, names map[bson.ObjectID]string) nodeView {
+	v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
+		Info: decodeNodeInfo(n.Raw), TasksURL: taskListURL("", "claimed,running", n.Name)}
+	v.State = n.State(now, dead)
+	v.Dead = v.State == queue.NodeDead
+	v.MaxThreads, v.Limit = nodeLimit(n.MaxThreads, n.MaxThreadsProblem)
+	for qid, byNode := range running {
+		if c := byNode[n.Name]; c > 0 {
+			v.PerQueue = append(v.PerQueue, perQueue{Name: names[qid], Running: c})
+			v.Running += c
+		}
+	}
+	sort.Slice(v.PerQueue, func(i, j int) bool { return v.PerQueue[i].Name < v.PerQueue[j].Name })
+	return v
+}
+
+// nodeLimit is a node's maxthreads as its row says it, and the value its
+// form starts with.
+func nodeLimit(maxThreads *int, problem string) (shown, form string) {
+	shown = "none"
+	if maxThreads != nil {
+		shown = strconv.Itoa(*maxThreads)
+		form = shown
+	}
+	if problem != "" {
+		shown = "invalid (0)"
+	}
+	return shown, form
 }
 
 // taskListURL links to the task list with filters.

@@ -412,22 +412,7 @@ func TestLoginAttemptsLimited(t *testing.T) {
 	if !ok {
 		t.Fatal("the operator's session does not work")
 	}
-	codes := map[int]int{}
-	for i := 0; i < 500; i++ {
-		// Each guess claims another client in X-Forwarded-For: not believed.
-		resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {"guess-" + strconv.Itoa(i) + "-0123456789"}},
-			http.Header{"X-Forwarded-For": {"10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)}, "X-Real-Ip": {"10.9.9." + strconv.Itoa(i%256)}})
-		codes[resp.StatusCode]++
-		if resp.StatusCode == http.StatusTooManyRequests {
-			s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
-			if err != nil || s <= 0 || s > int(web.LoginLimit/time.Second) {
-				t.Fatalf("429 with Retry-After %q, want whole seconds up to %v", resp.Header.Get("Retry-After"), web.LoginLimit)
-			}
-		}
-		if i%100 == 0 {
-			clk.add(time.Second)
-		}
-	}
+	codes := guessWrongTokens(t, attacker, srv.URL, clk)
 	if codes[http.StatusForbidden] != web.LoginFailures || codes[http.StatusTooManyRequests] != 500-web.LoginFailures {
 		t.Errorf("500 wrong tokens answered %v, want %d 403 and the rest 429", codes, web.LoginFailures)
 	}
@@ -451,63 +436,7 @@ func TestLoginAttemptsLimited(t *testing.T) {
 	// The guesser holds every slowed answer the address may have waiting
 	// (web.LoginSlowdown not over): further wrong tokens are answered at
 	// once, and the right one still gets in.
-	slow.mu.Lock()
-	slow.gate, slow.entered = make(chan struct{}), make(chan struct{}, 100)
-	slow.mu.Unlock()
-	var opened sync.Once
-	open := func() { opened.Do(func() { close(slow.gate) }) }
-	t.Cleanup(open) // before the server closes, should the test stop here
-	const guessers = 12
-	answers := make(chan int, guessers)
-	for i := 0; i < guessers; i++ {
-		go func() {
-			req, _ := http.NewRequest("POST", srv.URL+"/login", strings.NewReader(url.Values{"token": {"parallel-guess-" + strconv.Itoa(i)}}.Encode()))
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			resp, err := attacker.Do(req)
-			if err != nil {
-				answers <- 0
-				return
-			}
-			resp.Body.Close()
-			answers <- resp.StatusCode
-		}()
-	}
-	waiting := 0
-	for waiting < 4 {
-		select {
-		case <-slow.entered:
-			waiting++
-		case <-time.After(time.Minute):
-			t.Fatalf("%d answers waiting, want 4", waiting)
-		}
-	}
-	for i := 0; i < guessers-waiting; i++ {
-		select {
-		case code := <-answers:
-			if code != http.StatusTooManyRequests {
-				t.Errorf("a wrong token beyond the slowed answers the address may have waiting: %d, want 429", code)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("a wrong token beyond the 4 waiting was not answered at once")
-		}
-	}
-	select {
-	case <-slow.entered:
-		t.Error("more than 4 slowed answers wait at once for one address")
-	default:
-	}
-	if resp := postResp(t, attacker, srv.URL+"/login", url.Values{"token": {testToken}}, nil); resp.StatusCode != http.StatusSeeOther {
-		t.Errorf("the right token while the guesser holds every slowed answer: %d, want 303", resp.StatusCode)
-	}
-	open()
-	for i := 0; i < waiting; i++ {
-		if code := <-answers; code != http.StatusTooManyRequests {
-			t.Errorf("a slowed wrong token: %d, want 429", code)
-		}
-	}
-	slow.mu.Lock()
-	slow.gate = nil
-	slow.mu.Unlock()
+	holdEverySlowedAnswer(t, attacker, srv.URL, slow)
 	// The session from before works, from the same address.
 	id = dentest.Tasks(t, f.db, f.queue, bson.D{{Key: "case", Value: "session"}})[0]
 	if code := post(t, withCookie(operator.Value), srv.URL+"/tasks/"+id.Hex()+"/cancel", url.Values{"csrf": {operatorCSRF}}, nil); code != 303 || !cancelFlag(t, f.db, id) {
@@ -533,7 +462,7 @@ func TestLoginAttemptsLimited(t *testing.T) {
 		t.Errorf("%d warnings that an address is limited, want 2 (one per address)", warnings)
 	}
 	if n := logs.Len(); n > 2*web.LoginFailures+10 {
-		t.Errorf("%d log lines for %d guesses, want a bounded few:\n%v", n, 500+guessers+web.LoginFailures+5, logs.All()[:30])
+		t.Errorf("%d log lines for %d guesses, want a bounded few:\n%v", n, 500+parallelGuessers+web.LoginFailures+5, logs.All()[:30])
 	}
 	// After the limit, the address's wrong tokens count afresh (403, not
 	// slowed), and its end is logged once.
@@ -551,4 +480,96 @@ func TestLoginAttemptsLimited(t *testing.T) {
 	if n := logs.FilterMessageSnippet("no longer limited").Len(); n != 1 {
 		t.Errorf("%d lines that the limit ended, want 1", n)
 	}
+}
+
+// guessWrongTokens sends 500 wrong tokens to srvURL's login from
+// attacker, a second passing on clk every 100, and counts the answers by
+// status code; each 429 must say when to come back.
+func guessWrongTokens(t *testing.T, attacker *http.Client, srvURL string, clk *clock) map[int]int {
+	t.Helper()
+	codes := map[int]int{}
+	for i := 0; i < 500; i++ {
+		// Each guess claims another client in X-Forwarded-For: not believed.
+		resp := postResp(t, attacker, srvURL+"/login", url.Values{"token": {"guess-" + strconv.Itoa(i) + "-0123456789"}},
+			http.Header{"X-Forwarded-For": {"10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)}, "X-Real-Ip": {"10.9.9." + strconv.Itoa(i%256)}})
+		codes[resp.StatusCode]++
+		if resp.StatusCode == http.StatusTooManyRequests {
+			s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if err != nil || s <= 0 || s > int(web.LoginLimit/time.Second) {
+				t.Fatalf("429 with Retry-After %q, want whole seconds up to %v", resp.Header.Get("Retry-After"), web.LoginLimit)
+			}
+		}
+		if i%100 == 0 {
+			clk.add(time.Second)
+		}
+	}
+	return codes
+}
+
+// parallelGuessers is how many wrong tokens holdEverySlowedAnswer sends
+// at once.
+const parallelGuessers = 12
+
+// holdEverySlowedAnswer has attacker, a limited address, send
+// parallelGuessers wrong tokens at once while slow holds the slowed
+// answers: 4 wait, the rest are answered at once with 429, and the right
+// token still gets in; then it lets the waiting ones go (429 too).
+func holdEverySlowedAnswer(t *testing.T, attacker *http.Client, srvURL string, slow *sleeps) {
+	t.Helper()
+	slow.mu.Lock()
+	slow.gate, slow.entered = make(chan struct{}), make(chan struct{}, 100)
+	slow.mu.Unlock()
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(slow.gate) }) }
+	t.Cleanup(open) // before the server closes, should the test stop here
+	answers := make(chan int, parallelGuessers)
+	for i := 0; i < parallelGuessers; i++ {
+		go func() {
+			req, _ := http.NewRequest("POST", srvURL+"/login", strings.NewReader(url.Values{"token": {"parallel-guess-" + strconv.Itoa(i)}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := attacker.Do(req)
+			if err != nil {
+				answers <- 0
+				return
+			}
+			resp.Body.Close()
+			answers <- resp.StatusCode
+		}()
+	}
+	waiting := 0
+	for waiting < 4 {
+		select {
+		case <-slow.entered:
+			waiting++
+		case <-time.After(time.Minute):
+			t.Fatalf("%d answers waiting, want 4", waiting)
+		}
+	}
+	for i := 0; i < parallelGuessers-waiting; i++ {
+		select {
+		case code := <-answers:
+			if code != http.StatusTooManyRequests {
+				t.Errorf("a wrong token beyond the slowed answers the address may have waiting: %d, want 429", code)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("a wrong token beyond the 4 waiting was not answered at once")
+		}
+	}
+	select {
+	case <-slow.entered:
+		t.Error("more than 4 slowed answers wait at once for one address")
+	default:
+	}
+	if resp := postResp(t, attacker, srvURL+"/login", url.Values{"token": {testToken}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the right token while the guesser holds every slowed answer: %d, want 303", resp.StatusCode)
+	}
+	open()
+	for i := 0; i < waiting; i++ {
+		if code := <-answers; code != http.StatusTooManyRequests {
+			t.Errorf("a slowed wrong token: %d, want 429", code)
+		}
+	}
+	slow.mu.Lock()
+	slow.gate = nil
+	slow.mu.Unlock()
 }

@@ -65,17 +65,9 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if err := t.DecodeParameters(&p); err != nil {
 		return plugins.StatusFailed, fmt.Errorf("command refused: %w (command must be an array of strings, shell a string, env an object of strings)", err)
 	}
-	argv := p.Command
-	switch {
-	case p.Shell != "" && len(p.Command) > 0:
-		return plugins.StatusFailed, errors.New("command refused: give either command or shell, not both")
-	case p.Shell != "":
-		if !policy.Shell {
-			return plugins.StatusFailed, errors.New("command refused: the shell parameter is not allowed on this node (command.shell)")
-		}
-		argv = []string{Shell, "-c", p.Shell}
-	case len(argv) == 0:
-		return plugins.StatusFailed, errors.New("command refused: the task has no command parameter (an array: program and arguments)")
+	argv, err := argvOf(p, policy.Shell)
+	if err != nil {
+		return plugins.StatusFailed, err
 	}
 	path, err := policy.resolve(argv[0])
 	if err != nil {
@@ -100,15 +92,8 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 			env.Log.Warn("the task's temporary directory was not removed", zap.String("dir", tmp), zap.Error(err))
 		}
 	}()
-	taskTmp := tmp
-	if boundary.PrivateTmp {
-		taskTmp = sandbox.TaskTmp
-	}
+	taskTmp, dir := taskDirs(tmp, p.Dir, boundary.PrivateTmp)
 	environ = append(environ, "TMPDIR="+taskTmp)
-	dir := p.Dir
-	if dir == "" {
-		dir = taskTmp
-	}
 	// The run marker goes last, so that nothing a task sets can replace it:
 	// it is how a node finds this run's processes if their runner dies.
 	if m, ok := os.LookupEnv(plugins.EnvRun); ok {
@@ -122,14 +107,10 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: dir,
 		Tmp: tmp, TmpSize: policy.TmpMB << 20, MountNS: boundary.Namespaces, PrivateTmp: boundary.PrivateTmp,
 		IPCNS: boundary.Namespaces, PIDNS: boundary.PrivatePIDs, GraceMS: env.Grace.Milliseconds()}
-	// The memory limit: command.memory_mb, or the task's request where it
-	// asks for more; in a cgroup of the task's own where den may make one
-	// (the kernel counts all the task holds), else RLIMIT_DATA of each
+	// The memory limit, in a cgroup of the task's own where den may make
+	// one (the kernel counts all the task holds), else RLIMIT_DATA of each
 	// process.
-	memory := policy.MemoryMB << 20
-	if memory > 0 && env.MemoryRequest > memory {
-		memory = env.MemoryRequest
-	}
+	memory := memoryLimit(policy.MemoryMB, env.MemoryRequest)
 	if memory > 0 {
 		spec.Memory = memory
 		if dir, err := sandbox.NewMemoryCgroup(memory); err == nil {
@@ -137,19 +118,18 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 			defer sandbox.RemoveMemoryCgroup(dir)
 		}
 	}
-	switch {
-	case policy.Network.None:
-		// A network namespace of its own where den may make one, and
-		// Landlock's TCP rules where the kernel has them: each holds alone.
-		spec.Network, spec.NoNetwork = sandbox.NetworkNone, boundary.Namespaces
-	case !policy.Network.All():
-		spec.Network, spec.Ports = sandbox.NetworkPorts, policy.Network.Ports
-	}
+	spec.Network, spec.NoNetwork, spec.Ports = networkOf(policy.Network, boundary.Namespaces)
+	return runProgram(ctx, spec, environ, p.Stdin, env, argv[0])
+}
+
+// runProgram starts the program spec describes, with the task's stdin,
+// waits for it (stopping it when ctx ends) and says how the task ended.
+func runProgram(ctx context.Context, spec sandbox.Spec, environ []string, stdin string, env plugins.Env, name string) (int, error) {
 	cmd, err := sandbox.Command(spec, environ)
 	if err != nil {
 		return plugins.StatusFailed, err
 	}
-	cmd.Stdin = strings.NewReader(p.Stdin)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = env.Stdout, env.Stderr
 	// Its own session and process group, so that stopping it stops what it
 	// started and it has no terminal; and killed if the runner dies
@@ -165,7 +145,7 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
-		return plugins.StatusFailed, fmt.Errorf("start %s: %w", argv[0], err)
+		return plugins.StatusFailed, fmt.Errorf("start %s: %w", name, err)
 	}
 	exited := make(chan struct{})
 	stopped := make(chan struct{})
@@ -175,10 +155,67 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	<-stopped
 	if spec.MemoryCgroup != "" {
 		if n := sandbox.OOMKills(spec.MemoryCgroup); n > 0 {
-			fmt.Fprintf(env.Stderr, "\nden: the kernel killed %d process(es) of the task for passing its memory limit (%d MiB: command.memory_mb, or requested_resources.memory_mb where larger)\n", n, memory>>20)
+			fmt.Fprintf(env.Stderr, "\nden: the kernel killed %d process(es) of the task for passing its memory limit (%d MiB: command.memory_mb, or requested_resources.memory_mb where larger)\n", n, spec.Memory>>20)
 		}
 	}
 	return outcome(cmd, err, env)
+}
+
+// argvOf is the program and arguments a task asks for: its command, or
+// its shell line run by Shell when the node allows it (shellAllowed,
+// command.shell); or why the task is refused.
+func argvOf(p params, shellAllowed bool) ([]string, error) {
+	switch {
+	case p.Shell != "" && len(p.Command) > 0:
+		return nil, errors.New("command refused: give either command or shell, not both")
+	case p.Shell != "":
+		if !shellAllowed {
+			return nil, errors.New("command refused: the shell parameter is not allowed on this node (command.shell)")
+		}
+		return []string{Shell, "-c", p.Shell}, nil
+	case len(p.Command) == 0:
+		return nil, errors.New("command refused: the task has no command parameter (an array: program and arguments)")
+	}
+	return p.Command, nil
+}
+
+// taskDirs are the task's TMPDIR (its temporary directory tmp, seen as
+// sandbox.TaskTmp when it is mounted privately) and its working
+// directory: the one it names, else its TMPDIR.
+func taskDirs(tmp, named string, privateTmp bool) (taskTmp, dir string) {
+	taskTmp = tmp
+	if privateTmp {
+		taskTmp = sandbox.TaskTmp
+	}
+	if named == "" {
+		return taskTmp, taskTmp
+	}
+	return taskTmp, named
+}
+
+// memoryLimit is a task's memory limit in bytes: command.memory_mb
+// (policyMB), or the task's request where it asks for more; 0 (none) when
+// the node sets none.
+func memoryLimit(policyMB, request int64) int64 {
+	memory := policyMB << 20
+	if memory > 0 && request > memory {
+		memory = request
+	}
+	return memory
+}
+
+// networkOf is what a task may reach, as the sandbox takes it: with
+// command.network none, a network namespace of its own where den may make
+// one (namespaces), and Landlock's TCP rules where the kernel has them
+// (each holds alone); with a list of ports, those; with all, anything.
+func networkOf(n Network, namespaces bool) (mode string, noNetwork bool, ports []uint16) {
+	switch {
+	case n.None:
+		return sandbox.NetworkNone, namespaces, nil
+	case !n.All():
+		return sandbox.NetworkPorts, false, n.Ports
+	}
+	return mode, false, nil
 }
 
 // stopOnCancel sends SIGTERM to the program's process group when ctx is

@@ -308,32 +308,10 @@ func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p para
 	if !ok {
 		return
 	}
-	filterV, _ := o.get("filter")
-	if filterV == nil {
-		filterV = obj{}
-	}
-	filterX, msg := jsonParam(filterV)
-	filterO, isObj := filterX.(obj)
-	if !isObj {
-		if wantMsg, _ := o.get("json"); !perlTrue(wantMsg) || msg == "" {
-			msg = "JSON object required for filter"
-		}
+	filterO, msg := searchFilter(o)
+	if msg != "" {
 		sendJSON(w, http.StatusOK, []any{int64(0), msg})
 		return
-	}
-	filterO = append(obj(nil), filterO...)
-	if q, _ := o.get("queue"); perlTrue(q) {
-		s, _ := scalarText(q)
-		filterO.set("queue", obj{{"$oid", s}})
-	}
-	if v, _ := filterO.get("id"); perlTrue(v) {
-		s, _ := scalarText(v)
-		filterO.del("id")
-		filterO.set("_id", obj{{"$oid", s}})
-	}
-	if v, ok := filterO.get("status"); ok && v != nil {
-		n, _ := number(v)
-		filterO.set("status", int64(n))
 	}
 	filter, msg := queryFilter(filterO)
 	if msg != "" {
@@ -349,18 +327,7 @@ func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p para
 		sendJSON(w, http.StatusOK, []any{int64(1), n})
 		return
 	}
-	var skip int64
-	limit := int64(OldSearchLimit)
-	if v, _ := o.get("limit"); perlTrue(v) {
-		if n, ok := number(v); ok && n > 0 && n < OldSearchLimit {
-			limit = int64(n)
-		}
-	}
-	if v, _ := o.get("skip"); perlTrue(v) {
-		if n, ok := number(v); ok && n > 0 {
-			skip = int64(n)
-		}
-	}
+	skip, limit := searchPage(o)
 	docs, err := h.store.SearchTasks(r.Context(), filter, nil, nil, skip, limit)
 	if err != nil {
 		h.log.Warn("dci: could not find tasks", errField(err))
@@ -371,39 +338,103 @@ func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p para
 	out := make([]any, 0, len(docs))
 	for _, raw := range docs {
 		t := docToObj(raw)
-		for _, k := range []string{"stdout", "stderr"} {
-			v := raw.Lookup(k)
-			switch {
-			case v.Type == bson.TypeObjectID && !terse:
-				if text, err := h.readOutput(r.Context(), v.ObjectID()); err == nil {
-					t.set(k, text)
-				} else {
-					h.log.Warn("dci: could not get a task's output", fieldTask(raw), errField(err))
-				}
-			case v.Type != bson.TypeObjectID && terse:
-				t.set(k, "[terse mode]")
-			}
-		}
-		for _, k := range []string{"ctime", "mtime"} {
-			v := raw.Lookup(k)
-			if !perlTrue(fromBSON(v)) {
-				continue
-			}
-			switch v.Type {
-			case bson.TypeDateTime:
-				t.set(k+"_str", perlDate(v.Time()))
-				t.set(k, v.Time().Unix())
-			case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
-				f, _ := number(string(encodeJSON(fromBSON(v), false)))
-				t.set(k+"_str", perlDate(time.Unix(int64(f), 0)))
-			default:
-				t.set(k+"_str", scalarOf(fromBSON(v)))
-				t.set(k, nil)
-			}
-		}
+		h.setOutputs(r.Context(), &t, raw, terse)
+		setTimes(&t, raw)
 		out = append(out, t)
 	}
 	sendJSON(w, http.StatusOK, out)
+}
+
+// searchFilter is the task filter of a /search-tasks-json request, as
+// the Perl DCI builds it: the filter parameter (an object, or JSON of one)
+// with queue and id as ObjectIDs and status as a number; or the message
+// the route answers with when there is none.
+func searchFilter(o obj) (obj, string) {
+	filterV, _ := o.get("filter")
+	if filterV == nil {
+		filterV = obj{}
+	}
+	filterX, msg := jsonParam(filterV)
+	filterO, isObj := filterX.(obj)
+	if !isObj {
+		if wantMsg, _ := o.get("json"); !perlTrue(wantMsg) || msg == "" {
+			msg = "JSON object required for filter"
+		}
+		return nil, msg
+	}
+	filterO = append(obj(nil), filterO...)
+	if q, _ := o.get("queue"); perlTrue(q) {
+		s, _ := scalarText(q)
+		filterO.set("queue", obj{{"$oid", s}})
+	}
+	if v, _ := filterO.get("id"); perlTrue(v) {
+		s, _ := scalarText(v)
+		filterO.del("id")
+		filterO.set("_id", obj{{"$oid", s}})
+	}
+	if v, ok := filterO.get("status"); ok && v != nil {
+		n, _ := number(v)
+		filterO.set("status", int64(n))
+	}
+	return filterO, ""
+}
+
+// searchPage is the skip and limit of a /search-tasks-json request: a
+// limit between 1 and OldSearchLimit (else OldSearchLimit), a positive
+// skip (else none).
+func searchPage(o obj) (skip, limit int64) {
+	limit = int64(OldSearchLimit)
+	if v, _ := o.get("limit"); perlTrue(v) {
+		if n, ok := number(v); ok && n > 0 && n < OldSearchLimit {
+			limit = int64(n)
+		}
+	}
+	if v, _ := o.get("skip"); perlTrue(v) {
+		if n, ok := number(v); ok && n > 0 {
+			skip = int64(n)
+		}
+	}
+	return skip, limit
+}
+
+// setOutputs puts a found task's stdout and stderr in t: the text of a
+// GridFS file unless terse, "[terse mode]" for text when terse.
+func (h *handler) setOutputs(ctx context.Context, t *obj, raw bson.Raw, terse bool) {
+	for _, k := range []string{"stdout", "stderr"} {
+		v := raw.Lookup(k)
+		switch {
+		case v.Type == bson.TypeObjectID && !terse:
+			if text, err := h.readOutput(ctx, v.ObjectID()); err == nil {
+				t.set(k, text)
+			} else {
+				h.log.Warn("dci: could not get a task's output", fieldTask(raw), errField(err))
+			}
+		case v.Type != bson.TypeObjectID && terse:
+			t.set(k, "[terse mode]")
+		}
+	}
+}
+
+// setTimes adds a found task's ctime_str and mtime_str to t, and its
+// ctime and mtime as the Perl DCI shows them.
+func setTimes(t *obj, raw bson.Raw) {
+	for _, k := range []string{"ctime", "mtime"} {
+		v := raw.Lookup(k)
+		if !perlTrue(fromBSON(v)) {
+			continue
+		}
+		switch v.Type {
+		case bson.TypeDateTime:
+			t.set(k+"_str", perlDate(v.Time()))
+			t.set(k, v.Time().Unix())
+		case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+			f, _ := number(string(encodeJSON(fromBSON(v), false)))
+			t.set(k+"_str", perlDate(time.Unix(int64(f), 0)))
+		default:
+			t.set(k+"_str", scalarOf(fromBSON(v)))
+			t.set(k, nil)
+		}
+	}
 }
 
 // oldObject returns the parameters of an older route's request, which
