@@ -83,7 +83,7 @@ const (
 // processes. It starts them, each in a session of its own, and hands each
 // a claimed task, or hands the task to an idle runner of its queue over
 // that runner's task channel, so that a busy queue does not start two
-// processes per task (RunnerCommand.MaxTasks and Idle; den/runner/worker_tasks.go
+// processes per task (RunnerCommand.MaxTasks and Idle; den/runner/worker/tasks.go
 // is the runner's side). It listens to what they say (done, ready, and
 // their end-of-task reports), reaps them, signals them (cancel, live
 // output, kill) after proving who they are, and stops what a dead run
