@@ -7,9 +7,11 @@
 // A Node is an orchestrator of components, each a type with its own
 // state; they share a common (configuration, store, log, clock, metrics,
 // notices) and call each other through narrow methods. Files, by job:
-//   - node.go: configuration, New (which makes the components and wires
-//     them), Run (start-up, the loop, shutdown) and Ready; common.go: what
-//     every component works with.
+//   - config.go: Config, its defaults (WithDefaults), what New refuses
+//     (validate) and the configuration keys that set it (Settings);
+//     node.go: New (which makes the components and wires them), Run
+//     (start-up, the loop, shutdown) and Ready; common.go: what every
+//     component works with.
 //   - pass.go: passes, the loop's full pass (the queues, the node
 //     document, the claims, the cancellations) and claim-only pass, with
 //     their deadline, the budget of housekeeping writes (chores), and how
