@@ -11,10 +11,12 @@
 // through function-valued fields. The node's pool is the set of task
 // runner processes it started; "runner" is one such process. Files, by
 // job:
-//   - node.go: configuration, New (which fills in defaults) and wire
-//     (which makes the components, each with its params, and shows who
-//     calls whom), Run (start-up, the loop, shutdown) and Ready;
-//     common.go: env, the params structs, and Config's test hooks.
+//   - config.go: Config, its defaults (WithDefaults), what New refuses
+//     (validate) and the configuration keys that set it (Settings);
+//     node.go: New (defaults and bounds, config.go) and wire (which
+//     makes the components, each with its params, and shows who calls
+//     whom), Run (start-up, the loop, shutdown) and Ready; common.go:
+//     env, the params structs, and Config's test hooks.
 //   - pass.go: passes, the loop's full pass and claim-only pass, with
 //     their deadline, the budget of housekeeping writes (chores), and how
 //     a failed pass is reported (an outage, or a document den cannot

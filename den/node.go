@@ -2,154 +2,25 @@ package den
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
 	"github.com/shirou/gopsutil/v4/process"
 
 	"github.com/den-project/den/den/httpserve"
-	"github.com/den-project/den/den/internal/backoff"
 	"github.com/den-project/den/den/internal/contain"
 	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/den/internal/resources"
-	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
-
-// Config is a node's configuration. A zero field means its default, given in
-// its comment.
-type Config struct {
-	// Name is this node's name in the nodes collection and in the node field
-	// of the tasks it claims. Default: the hostname.
-	Name string
-	// Interval is the time between passes of the loop. Default 1s.
-	Interval time.Duration
-	// OrphanAge is how long a task may stay claimed (-1) by this node
-	// without a runner starting it before it is marked orphaned (-6).
-	// Default 5m, as the protocol recommends.
-	OrphanAge time.Duration
-	// ActiveQueues and IgnoreQueues select the queues this node serves
-	// (queue _ids as hex, or names). When both are empty the active
-	// document of the config collection may set them.
-	ActiveQueues []string
-	IgnoreQueues []string
-	// GFS is where task output goes: "true" (always GridFS), "false" (in
-	// the task document), "auto" (in the document when it fits, else
-	// GridFS). A queue's own gfs field wins. Default: the config
-	// collection's, else auto.
-	GFS string
-	// Runner says how to start task runner processes.
-	Runner RunnerCommand
-	// URI and Database are handed to task runners so they reach the same
-	// database as the node.
-	URI      string
-	Database string
-	// SweepEvery is how often the node cancels queued tasks whose cancel
-	// is set (the claim never takes them, so this only records -5), and
-	// looks for malformed tasks in its queues (a queue field written as a
-	// string, a status that is not a number) and fails them with the
-	// reason in stderr. Default 15s.
-	SweepEvery time.Duration
-	// RefreshEvery is how often the node reads the config collection and
-	// counts every node's claimed and running tasks (tasks_doing in its
-	// node document). Default 10s.
-	RefreshEvery time.Duration
-	// ClockEvery is how often the node asks the database server its time
-	// (one hello; queue.Clock): the host's monotonic clock counts between.
-	// Default 1m.
-	ClockEvery time.Duration
-	// ProbeEvery is how often the node looks, with one query, for work
-	// in the queues a claim found empty whose counts have not changed
-	// since: tasks inserted without raising the counts, and tasks whose
-	// start_after has come, start at most this late. Default 5s.
-	ProbeEvery time.Duration
-	// Retry is the backoff while MongoDB is unreachable at start.
-	Retry backoff.Policy
-	// Resources limits what the node gives tasks that carry
-	// requested_resources (zero: what the machine has).
-	Resources ResourceLimits
-	// DrainOnStop, when positive, makes a stopping node wait up to that
-	// long for the runners it started to finish, then stop the rest
-	// (SIGTERM to their groups; each records its task as stopped) and wait
-	// for them, before Run returns. For a node whose database stops with it
-	// (den dev): its runners could not record anything after. Zero (den
-	// run): running tasks continue in their runners, as a restarted
-	// node's service expects.
-	DrainOnStop time.Duration
-	// MaxTermination is the default time between SIGTERM and SIGKILL when
-	// a task is stopped (cancelled or timed out), for tasks and queues that
-	// do not set max_termination_time. Default 10s.
-	MaxTermination time.Duration
-	// DeadNodeAfter is how long a node may go without writing its node
-	// document before live nodes rescue its tasks. Default 1m; keep it far
-	// above any node's Interval.
-	DeadNodeAfter time.Duration
-	// MaxOutput is the most bytes a task may write to each of stdout and
-	// stderr (0: runner.DefaultMaxOutput); tasks and queues may lower it.
-	MaxOutput int64
-	// RescueEvery is how often the node looks for dead runners and dead
-	// nodes. Default 30s (and once at start).
-	RescueEvery time.Duration
-	// Cgroups says whether each run gets a cgroup v2 of its own: "auto"
-	// (default: when this process's cgroup is delegated to it, as under
-	// systemd with Delegate=yes) or "off" (process tree only). "on" is auto
-	// that fails New when no cgroup can be used.
-	Cgroups string
-	// PluginConfig holds each plugin's section of the configuration
-	// (JSON), by plugin name; runners hand it to the plugin.
-	PluginConfig map[string]json.RawMessage
-	// Arrivals tells the node of tasks as they are inserted, so that a
-	// free slot takes them at once. Default: a change stream on tasks,
-	// where the server has them; polling otherwise (the queues' counts
-	// every pass, and a probe every ProbeEvery).
-	Arrivals ArrivalSource
-	// Metrics are the node's Prometheus collectors; the caller makes them
-	// on a registry of its own and may set their CommandMonitor on the
-	// client of db. Default: collectors on a registry of their own, which
-	// only HTTP serves.
-	Metrics *metrics.Metrics
-	// HTTP, when set, is the listener of the node's HTTP endpoint
-	// (/metrics, /healthz, /readyz and HTTPMounts; see package httpserve),
-	// served from the start of Run until it returns, and closed then.
-	// Default: no endpoint.
-	HTTP       net.Listener
-	HTTPMounts []httpserve.Mount
-	// Version is den's version, written to the node document. Default: the
-	// version of den's module in this binary's build information.
-	Version string
-	// ResourcesEvery is the least time between two samples of the host's
-	// resources for the node document. Default 5s.
-	ResourcesEvery time.Duration
-	// Retention is the node's default retention of ended tasks, for the
-	// queues whose own retention field leaves a class or the action
-	// unset. Zero: keep everything, as Disbatch does.
-	Retention queue.Retention
-	// RetentionEvery is how often the node looks for ended tasks past
-	// their retention, when some queue has one (while it finds more than
-	// a pass may remove, it goes on every pass). Default 1m.
-	RetentionEvery time.Duration
-	// OnRetentionBatch, when set, is called with true before the node
-	// removes a batch of tasks past their retention and with false after.
-	// It exists so tests can watch that one node at a time does it;
-	// production leaves it nil.
-	OnRetentionBatch func(start bool)
-	// BeforeHandOver, when set, is called after each claim and before the
-	// task's runner starts. It exists so tests can stop a node in exactly
-	// that window; production leaves it nil.
-	BeforeHandOver func(taskID bson.ObjectID)
-}
 
 // Node is one Disbatch execution node. It owns the components that do
 // the work and runs them: the loop's passes, whose steps (steps.go,
@@ -178,89 +49,12 @@ type Node struct {
 	running atomic.Bool
 }
 
-// How often a node does what it does, unless its Config says otherwise
-// (only the interval is a configuration key; the rest are the node's
-// own). docs/performance.md lists them, and a test keeps the two the same.
-const (
-	// DefaultInterval: a full pass (the interval key).
-	DefaultInterval = time.Second
-	// DefaultSweepEvery: the sweeps (cancel flags, malformed tasks,
-	// rewrites, unfit notes, dependencies).
-	DefaultSweepEvery = 15 * time.Second
-	// DefaultRefreshEvery: the config collection, and every node's running
-	// counts.
-	DefaultRefreshEvery = 10 * time.Second
-	// DefaultClockEvery: the server's time (hello).
-	DefaultClockEvery = time.Minute
-	// DefaultProbeEvery: one query for work in queues found empty.
-	DefaultProbeEvery = 5 * time.Second
-	// DefaultRescueEvery: the rescues of dead runners, dead nodes and
-	// stale claims.
-	DefaultRescueEvery = 30 * time.Second
-	// DefaultRetentionEvery: the look for ended tasks past their
-	// retention (only when some queue has one).
-	DefaultRetentionEvery = time.Minute
-)
-
 // New returns a node working on db. now may be nil (time.Now).
 func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger, now func() time.Time) (*Node, error) {
-	if cfg.Name == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("node name: no name configured and no hostname: %w", err)
-		}
-		cfg.Name = host
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultInterval
-	}
-	if cfg.OrphanAge <= 0 {
-		cfg.OrphanAge = queue.DefaultOrphanAge
-	}
-	if cfg.SweepEvery <= 0 {
-		cfg.SweepEvery = DefaultSweepEvery
-	}
-	if cfg.RefreshEvery <= 0 {
-		cfg.RefreshEvery = DefaultRefreshEvery
-	}
-	if cfg.ProbeEvery <= 0 {
-		cfg.ProbeEvery = DefaultProbeEvery
-	}
-	if cfg.ClockEvery <= 0 {
-		cfg.ClockEvery = DefaultClockEvery
-	}
-	if cfg.Runner.MaxTasks <= 0 {
-		cfg.Runner.MaxTasks = DefaultRunnerMaxTasks
-	}
-	if cfg.Runner.Idle <= 0 {
-		cfg.Runner.Idle = DefaultRunnerIdle
-	}
-	if cfg.Runner.MaxProcesses <= 0 {
-		cfg.Runner.MaxProcesses = DefaultRunnerMaxProcesses
-	}
-	if cfg.MaxTermination <= 0 {
-		cfg.MaxTermination = queue.DefaultGrace
-	}
-	if cfg.DeadNodeAfter <= 0 {
-		cfg.DeadNodeAfter = queue.DefaultDeadNodeAfter
-	}
-	if cfg.RescueEvery <= 0 {
-		cfg.RescueEvery = DefaultRescueEvery
-	}
-	if cfg.RetentionEvery <= 0 {
-		cfg.RetentionEvery = DefaultRetentionEvery
-	}
-	if cfg.GFS != "" {
-		mode, err := queue.NormalizeGFS(cfg.GFS)
-		if err != nil {
-			return nil, fmt.Errorf("node gfs setting: %w", err)
-		}
-		cfg.GFS = mode
-	}
-	if cfg.Database == "" {
-		cfg.Database = db.Name()
-	}
-	if err := cfg.Runner.check(); err != nil {
+	// Every default and every bound of the configuration, for the CLI's
+	// node and an embedded one alike (config.go).
+	cfg, err := cfg.forNode(db)
+	if err != nil {
 		return nil, err
 	}
 	if reg == nil {
@@ -298,12 +92,6 @@ func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Log
 	var rel *relay.Relay
 	if !cfg.Runner.Direct {
 		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = metrics.New(nil)
-	}
-	if cfg.Version == "" {
-		cfg.Version = moduleVersion()
 	}
 	clock := queue.NewClock(now)
 	e := &env{store: queue.NewStore(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
@@ -375,26 +163,6 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	n.pool.rescuer = n.rescuer
 	n.metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
 }
-
-// moduleVersion is the version of den's module in this binary's build
-// information ("(devel)" for a build from a work tree).
-func moduleVersion() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	for _, dep := range info.Deps {
-		if dep.Path == denModule {
-			return dep.Version
-		}
-	}
-	if info.Main.Path == denModule && info.Main.Version != "" {
-		return info.Main.Version
-	}
-	return "(unknown)"
-}
-
-const denModule = "github.com/den-project/den"
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.cfg.Name }

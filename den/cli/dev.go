@@ -52,7 +52,7 @@ record that they were stopped), and then stops the database.`,
 			// processes with it: a script that removes --data after den dev
 			// exits, or starts it again, finds nothing of it still running.
 			defer func() { stopDB(); <-srv.Done() }()
-			cfg.MongoURI, cfg.RunnerURI = srv.URI(), srv.URI()
+			cfg.MongoURI, cfg.URI = srv.URI(), srv.URI()
 			qid, created, err := ensureDemoQueue(ctx, srv.URI(), cfg.Database)
 			if err != nil {
 				return err

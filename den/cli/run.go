@@ -108,30 +108,13 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration, 
 		}
 		mounts = append(mounts, httpserve.Mount{Prefix: "/", Handler: page})
 	}
-	node, err := den.New(den.Config{
-		Name:         cfg.Node,
-		Interval:     cfg.Interval,
-		OrphanAge:    cfg.OrphanAge,
-		ActiveQueues: cfg.ActiveQueues,
-		IgnoreQueues: cfg.IgnoreQueues,
-		GFS:          cfg.GFS,
-		URI:          cfg.RunnerURI,
-		Database:     cfg.Database,
-		Runner: den.RunnerCommand{Log: cfg.RunnerLog, LogJSON: jsonLogs, Direct: !cfg.RunnerRelay,
-			MaxTasks: int(cfg.RunnerMaxTasks), Idle: cfg.RunnerIdle, MaxProcesses: int(cfg.RunnerMaxProcesses)},
-		MaxTermination: cfg.MaxTermination,
-		MaxOutput:      cfg.MaxOutput,
-		Resources:      den.ResourceLimits{MemoryMB: cfg.Resources.MemoryMB, CPUs: cfg.Resources.CPUs, BusyCorePercent: cfg.Resources.BusyCorePercent},
-		DeadNodeAfter:  cfg.DeadNodeAfter,
-		Retention:      cfg.Retention,
-		Cgroups:        cfg.Cgroups,
-		PluginConfig:   cfg.PluginConfig(),
-		Metrics:        m,
-		HTTP:           httpLn,
-		HTTPMounts:     mounts,
-		Version:        version(),
-		DrainOnStop:    drainOnStop,
-	}, client.Database(cfg.Database), plugins.Default(), log, nil)
+	// The node runs with the configuration as loaded, plus what only this
+	// process has.
+	nodeCfg := cfg.Config
+	nodeCfg.Runner.LogJSON = jsonLogs
+	nodeCfg.Metrics, nodeCfg.HTTP, nodeCfg.HTTPMounts = m, httpLn, mounts
+	nodeCfg.Version, nodeCfg.DrainOnStop = version(), drainOnStop
+	node, err := den.New(nodeCfg, client.Database(cfg.Database), plugins.Default(), log, nil)
 	if err != nil {
 		return err
 	}

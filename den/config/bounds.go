@@ -12,15 +12,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/spf13/viper"
+
+	"github.com/den-project/den/den"
 )
 
-// boundKind is what a bounded key holds.
-type boundKind int
+// boundKind is what a bounded key holds: den.Setting's kinds.
+type boundKind = den.SettingKind
 
 const (
-	kindDuration boundKind = iota // a duration such as 1s (a bare number is seconds)
-	kindCount                     // a whole number
-	kindNumber                    // any number
+	kindDuration = den.KindDuration // a duration such as 1s (a bare number is seconds)
+	kindCount    = den.KindCount    // a whole number
+	kindNumber   = den.KindNumber   // any number
 )
 
 // bound is the range a duration or number key accepts (see bounds).
@@ -30,16 +32,8 @@ type bound struct {
 	unit     string  // what a count or number counts, for messages
 }
 
-func durations(min, max time.Duration) bound {
-	return bound{kind: kindDuration, min: float64(min), max: float64(max)}
-}
-
 func counts(min, max int64, unit string) bound {
 	return bound{kind: kindCount, min: float64(min), max: float64(max), unit: unit}
-}
-
-func numbers(min, max float64, unit string) bound {
-	return bound{kind: kindNumber, min: min, max: max, unit: unit}
 }
 
 // format writes x as the key's values are written: 100ms, 1024, 0.5.

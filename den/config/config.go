@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -20,68 +21,39 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/den-project/den/den"
-	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/plugins/command"
 	"github.com/den-project/den/queue"
 )
 
-// Config is a node's configuration after loading.
+// Config is a node's configuration after loading: what the node runs
+// with (den.Config, which den run hands to den.New as it is, adding only
+// what a running process has: its metrics, its HTTP listener, its
+// version), and the settings of den's commands around the node (MongoDB,
+// logs, den web, the HTTP endpoint).
+//
+// Of den.Config, loading sets Name (the node key; empty means the
+// hostname), Database, URI (the URI task runners use: MongoURI, or
+// MongoURI with the task_runner credentials of a Disbatch config file),
+// ActiveQueues, IgnoreQueues, GFS ("true", "false", "auto", or empty when
+// not configured: then the config collection decides, else auto),
+// Runner.Log (file for task runner logs; empty: the node's stderr),
+// Runner.Direct (the opposite of runner.relay, below), Cgroups (auto, on
+// or off), PluginConfig (the plugins key's sections and the command
+// section), and every key of den.Settings (interval, orphan_age,
+// max_termination_time, dead_node_after, runner.*, max_output,
+// resources.*, retention.*), with their defaults and ranges.
+//
+// runner.relay makes task runners reach MongoDB through the node's
+// connections: default true, except when a Disbatch file names a separate
+// task_runner user: then runners keep connecting as that user unless
+// runner.relay is set to true.
 type Config struct {
-	// MongoURI and Database locate the Disbatch database.
-	MongoURI string
-	Database string
-	// RunnerURI is the URI task runners use: MongoURI, or MongoURI with the
-	// task_runner credentials of a Disbatch config file.
-	RunnerURI string
-	// Node is the node name; empty means the hostname.
-	Node         string
-	Interval     time.Duration
-	OrphanAge    time.Duration
-	ActiveQueues []string
-	IgnoreQueues []string
-	// GFS is "true", "false", "auto", or empty when not configured (then
-	// the config collection decides, else auto).
-	GFS       string
+	den.Config
+	// MongoURI locates the Disbatch database (den.Config.Database names
+	// it).
+	MongoURI  string
 	LogLevel  string
 	LogFormat string // auto, json or console
-	RunnerLog string // file for task runner logs; empty: the node's stderr
-	// RunnerRelay makes task runners reach MongoDB through the node's
-	// connections (runner.relay). Default true, except when a Disbatch
-	// file names a separate task_runner user: then runners keep
-	// connecting as that user unless runner.relay is set to true.
-	RunnerRelay bool
-	// RunnerMaxTasks is how many tasks of its queue one task runner may run,
-	// one after another (runner.max_tasks, default 100; 1: a runner per
-	// task, as Disbatch); RunnerIdle how long an idle runner waits for its
-	// queue's next task (runner.idle, default 10s).
-	RunnerMaxTasks int64
-	RunnerIdle     time.Duration
-	// RunnerMaxProcesses is the most processes, threads included, a task's
-	// programs may have at once (runner.max_processes, default 1024); a
-	// task or queue may lower it (max_processes).
-	RunnerMaxProcesses int64
-	// MaxTermination is the default time between SIGTERM and SIGKILL when a
-	// task is stopped; DeadNodeAfter is when a silent node counts as dead.
-	MaxTermination time.Duration
-	DeadNodeAfter  time.Duration
-	// Cgroups is auto, on or off: whether each run gets a cgroup v2 of its
-	// own (auto: where the node's cgroup is delegated to it).
-	Cgroups string
-	// Resources limits what the node gives tasks that carry
-	// requested_resources: memory in MiB and cores (0: what the machine
-	// has), and the utilisation above which a core is busy (100: not
-	// looked at).
-	Resources struct {
-		MemoryMB, CPUs, BusyCorePercent float64
-	}
-	// MaxOutput is the most bytes a task may write to each of stdout and
-	// stderr; a task or queue may lower it.
-	MaxOutput int64
-	// Retention is the node's default retention of ended tasks
-	// (retention.succeeded, .failed, .cancelled, .orphaned: 0 keeps;
-	// retention.action: delete or archive; retention.reports: keep or
-	// delete), for what a queue's own retention field leaves unset.
-	Retention queue.Retention
 	// HTTPListen is the address of the node's HTTP endpoint (/metrics,
 	// /healthz, /readyz), such as 127.0.0.1:9187; empty (the default)
 	// means no endpoint.
@@ -89,7 +61,8 @@ type Config struct {
 	// HTTPWeb serves the web status page (den web, read-only unless
 	// web.token is set) on the node's HTTP endpoint too, at /.
 	HTTPWeb bool
-	// Command is the command plugin's policy (off by default).
+	// Command is the command plugin's policy (off by default); it is the
+	// Disbatch::Plugin::Command section of den.Config.PluginConfig.
 	Command command.Policy
 	// WebListen is the address den web serves on (default
 	// 127.0.0.1:8080: this machine only). WebToken, when set, enables the
@@ -125,15 +98,15 @@ type Config struct {
 // CommandPlugin is the plugin the command section configures.
 const CommandPlugin = "Disbatch::Plugin::Command"
 
-// PluginConfig returns what a node passes each plugin as its section of
-// the configuration (den.Config.PluginConfig): the plugins key's sections,
+// pluginConfig is what a node passes each plugin as its section of the
+// configuration (den.Config.PluginConfig): the plugins key's sections,
 // and the command section for Disbatch::Plugin::Command.
-func (c Config) PluginConfig() map[string]json.RawMessage {
-	out := make(map[string]json.RawMessage, len(c.Plugins)+1)
-	for name, section := range c.Plugins {
+func pluginConfig(sections map[string]json.RawMessage, policy command.Policy) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(sections)+1)
+	for name, section := range sections {
 		out[name] = section
 	}
-	command, err := json.Marshal(c.Command)
+	command, err := json.Marshal(policy)
 	if err != nil {
 		panic(fmt.Sprintf("config: encode the command policy: %v", err)) // a struct of strings and bools
 	}
@@ -141,104 +114,104 @@ func (c Config) PluginConfig() map[string]json.RawMessage {
 	return out
 }
 
-// Keys of den's own file, with their defaults: the constants the node,
-// its runners and queue declare, so that a node built without this
-// package (embedded) and one configured by it start from the same values.
-var defaults = map[string]any{
-	"mongo.uri":                   "",
-	"mongo.database":              "disbatch",
-	"node":                        "",
-	"interval":                    den.DefaultInterval.String(),
-	"orphan_age":                  queue.DefaultOrphanAge.String(),
-	"activequeues":                []string{},
-	"ignorequeues":                []string{},
-	"gfs":                         "",
-	"log.level":                   "info",
-	"log.format":                  "auto",
-	"runner.log":                  "",
-	"runner.relay":                "", // true, false, or "" (unset: see Config.RunnerRelay)
-	"runner.max_tasks":            int64(den.DefaultRunnerMaxTasks),
-	"runner.idle":                 den.DefaultRunnerIdle.String(),
-	"runner.max_processes":        int64(den.DefaultRunnerMaxProcesses),
-	"max_termination_time":        queue.DefaultGrace.String(),
-	"dead_node_after":             queue.DefaultDeadNodeAfter.String(),
-	"cgroups":                     "auto",
-	"command.enabled":             false,
-	"command.allow":               []string{},
-	"command.shell":               false,
-	"command.env":                 []string{},
-	"command.env_allow":           []string{},
-	"command.landlock":            "required",
-	"command.user":                "",
-	"command.user_optional":       false,
-	"command.shared_tmp":          false,
-	"command.shared_pids":         false,
-	"command.tmp_mb":              int64(command.DefaultTmpMB),
-	"command.memory_mb":           int64(command.DefaultMemoryMB),
-	"command.network":             "all",
-	"max_output":                  int64(runner.DefaultMaxOutput),
-	"retention.succeeded":         "0s",
-	"retention.failed":            "0s",
-	"retention.cancelled":         "0s",
-	"retention.orphaned":          "0s",
-	"retention.action":            string(queue.RetireDelete),
-	"retention.reports":           queue.ReportsKeep,
-	"resources.memory_mb":         0.0,
-	"resources.cpus":              0.0,
-	"resources.busy_core_percent": float64(den.DefaultBusyCorePercent),
-	"web.listen":                  DefaultWebListen,
-	"web.token":                   "",
-	"web.hosts":                   []string{},
-	"web.dci_listen":              "",
-	"web.dci_plugins":             []string{},
-	"http.listen":                 "",
-	"http.web":                    false,
-	"plugins":                     map[string]any{}, // read from the file as written, not through viper (see pluginSections)
+// Keys of den's own file, with their defaults: the keys of den.Settings
+// (a node's durations and numbers, whose defaults the node declares, so
+// that a node built without this package (embedded) and one configured by
+// it start from the same values), and the others.
+var defaults = withSettings(map[string]any{
+	"mongo.uri":             "",
+	"mongo.database":        "disbatch",
+	"node":                  "",
+	"activequeues":          []string{},
+	"ignorequeues":          []string{},
+	"gfs":                   "",
+	"log.level":             "info",
+	"log.format":            "auto",
+	"runner.log":            "",
+	"runner.relay":          "", // true, false, or "" (unset: see Config)
+	"cgroups":               "auto",
+	"command.enabled":       false,
+	"command.allow":         []string{},
+	"command.shell":         false,
+	"command.env":           []string{},
+	"command.env_allow":     []string{},
+	"command.landlock":      "required",
+	"command.user":          "",
+	"command.user_optional": false,
+	"command.shared_tmp":    false,
+	"command.shared_pids":   false,
+	"command.tmp_mb":        int64(command.DefaultTmpMB),
+	"command.memory_mb":     int64(command.DefaultMemoryMB),
+	"command.network":       "all",
+	"retention.action":      string(queue.RetireDelete),
+	"retention.reports":     queue.ReportsKeep,
+	"web.listen":            DefaultWebListen,
+	"web.token":             "",
+	"web.hosts":             []string{},
+	"web.dci_listen":        "",
+	"web.dci_plugins":       []string{},
+	"http.listen":           "",
+	"http.web":              false,
+	"plugins":               map[string]any{}, // read from the file as written, not through viper (see pluginSections)
+})
+
+// bounds is the range of every duration and number key of defaults: those
+// of den.Settings, declared with the node's Config (den/config.go), and the
+// command plugin's, declared here. A value outside is refused when the
+// configuration loads, with an error that names the key, the value and the
+// range. docs/configuration.md lists this table (TestBoundsTableInDocs
+// keeps the two the same), TestEveryDurationAndNumberKeyHasBounds fails
+// for a new key without one, and TestEveryDocumentedKeyHasOneHome for a
+// key declared twice.
+var bounds = withSettingBounds(ownBounds())
+
+// ownBounds are the ranges of the keys that are not den.Settings: the
+// command plugin's.
+func ownBounds() map[string]bound {
+	return map[string]bound{
+		// A task's temporary directory, a tmpfs (memory): 0 puts it on the
+		// node's disk, unbounded; 16 TiB as resources.memory_mb.
+		"command.tmp_mb": counts(0, 1<<24, "MiB"),
+		// A command task's memory: 0 is no limit of den's; 16 TiB as
+		// resources.memory_mb.
+		"command.memory_mb": counts(0, 1<<24, "MiB"),
+	}
 }
 
-// bounds is the range of every duration and number key of defaults: one
-// place that declares them, next to the defaults. A value outside is
-// refused when the configuration loads, with an error that names the key,
-// the value and the range. docs/configuration.md lists this
-// table (TestBoundsTableInDocs keeps the two the same), and
-// TestEveryDurationAndNumberKeyHasBounds fails for a new key without one.
-var bounds = map[string]bound{
-	// At 100ms an idle node makes ten passes a second (at 1ns it sent
-	// about 450 commands a second); at 30s a live node still writes its
-	// node document twice within the shortest dead_node_after.
-	"interval": durations(100*time.Millisecond, 30*time.Second),
-	// A claim's runner must have time to start and connect on a loaded
-	// machine; a lost claim must not wait for days.
-	"orphan_age": durations(30*time.Second, 24*time.Hour),
-	// Tasks and queues may set their own; this is the node's default.
-	"max_termination_time": durations(time.Second, time.Hour),
-	// Far above interval's maximum, so that a live node is never taken for
-	// dead; a dead node's tasks are rescued within a day.
-	"dead_node_after":  durations(time.Minute, 24*time.Hour),
-	"runner.max_tasks": counts(1, 100_000, "tasks"),
-	// A task's processes and threads (pids.max, RLIMIT_NPROC): the
-	// kernel's own pid_max ceiling.
-	"runner.max_processes": counts(1, 1<<22, "processes"),
-	"runner.idle":          durations(time.Second, time.Hour),
-	// 1 KiB keeps den's own note of the cut; 1 TiB per stream is far more
-	// than anything read back should be.
-	"max_output": counts(1<<10, 1<<40, "bytes"),
-	// 0 keeps everything (the default); anything else is at least a
-	// minute (queue.MinRetention) and at most a century.
-	"retention.succeeded": durations(0, queue.MaxRetention),
-	"retention.failed":    durations(0, queue.MaxRetention),
-	"retention.cancelled": durations(0, queue.MaxRetention),
-	"retention.orphaned":  durations(0, queue.MaxRetention),
-	// 0: what the machine has (memory, cpus) or the default 60 (busy).
-	"resources.memory_mb":         numbers(0, 1<<24, "MiB"),  // 16 TiB
-	"resources.cpus":              numbers(0, 8192, "cores"), // Linux's largest NR_CPUS
-	"resources.busy_core_percent": numbers(0, 100, "percent"),
-	// A task's temporary directory, a tmpfs (memory): 0 puts it on the
-	// node's disk, unbounded; 16 TiB as resources.memory_mb.
-	"command.tmp_mb": counts(0, 1<<24, "MiB"),
-	// A command task's memory: 0 is no limit of den's; 16 TiB as
-	// resources.memory_mb.
-	"command.memory_mb": counts(0, 1<<24, "MiB"),
+// withSettings adds the keys of den.Settings to defaults, each default
+// written as the file writes it: a duration as text (1s, 5m0s), a count
+// as a whole number, a number as a float.
+func withSettings(defaults map[string]any) map[string]any {
+	for _, s := range den.Settings() {
+		if _, ok := defaults[s.Key]; ok {
+			panic("config: " + s.Key + " has two defaults") // one home per key
+		}
+		defaults[s.Key] = settingValue(s, s.Default)
+	}
+	return defaults
+}
+
+// withSettingBounds adds the ranges of den.Settings to bounds.
+func withSettingBounds(bounds map[string]bound) map[string]bound {
+	for _, s := range den.Settings() {
+		if _, ok := bounds[s.Key]; ok {
+			panic("config: " + s.Key + " has two ranges") // one home per key
+		}
+		bounds[s.Key] = bound{kind: s.Kind, min: s.Min, max: s.Max, unit: s.Unit}
+	}
+	return bounds
+}
+
+// settingValue is x, a value of s, as the file writes it and `den config
+// print` shows it.
+func settingValue(s den.Setting, x float64) any {
+	switch s.Kind {
+	case den.KindDuration:
+		return time.Duration(x).String()
+	case den.KindCount:
+		return int64(x)
+	}
+	return x
 }
 
 // MaxNodeNameLength is the longest node name accepted, in bytes: room for
@@ -308,6 +281,9 @@ func Load(path string, fs *pflag.FlagSet) (Config, error) {
 	c, err := build(v, path, runnerUser, uriSource(v, fs, file))
 	c.Warnings = append(file.warnings, envWarnings()...)
 	c.Plugins = file.sections
+	if err == nil {
+		c.PluginConfig = pluginConfig(c.Plugins, c.Command)
+	}
 	return c, err
 }
 
@@ -328,148 +304,209 @@ func uriSource(v *viper.Viper, fs *pflag.FlagSet, file fileSettings) string {
 	return "mongo.uri"
 }
 
+// build makes the Config of what v holds, checking every value; path
+// (for errors) is the file read, if any, runnerUser the task_runner
+// credentials of a Disbatch file for its URI, and uriFrom where the URI
+// came from. Of two bad keys, it names the same one each time.
 func build(v *viper.Viper, path string, runnerUser *url.Userinfo, uriFrom string) (Config, error) {
-	fail := func(format string, args ...any) (Config, error) {
-		msg := fmt.Sprintf(format, args...)
-		if path != "" {
-			return Config{}, fmt.Errorf("configuration (file %s, environment, flags): %s", path, msg)
-		}
-		return Config{}, fmt.Errorf("configuration: %s", msg)
+	c, err := buildNode(v, path, runnerUser)
+	if err == nil {
+		err = readServices(v, &c)
 	}
-	// Keys read as text must be text (a number is taken as written): a
-	// list or a map there is a mistake, never a default.
-	for _, key := range []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token", "web.dci_listen", "http.listen", "retention.action", "retention.reports"} {
+	if err == nil {
+		err = readLast(v, &c, runnerUser, uriFrom)
+	}
+	if err != nil {
+		if path != "" {
+			return Config{}, fmt.Errorf("configuration (file %s, environment, flags): %s", path, err)
+		}
+		return Config{}, fmt.Errorf("configuration: %s", err)
+	}
+	return c, nil
+}
+
+// textKeys are read as text: a number is taken as written, a list or a
+// map there is a mistake, never a default.
+var textKeys = []string{"mongo.uri", "mongo.database", "node", "gfs", "log.level", "log.format", "runner.log", "cgroups", "web.listen", "web.token", "web.dci_listen", "http.listen", "retention.action", "retention.reports"}
+
+// checkTypes refuses a value of the wrong type in a text or list key.
+func checkTypes(v *viper.Viper) error {
+	for _, key := range textKeys {
 		switch x := v.Get(key).(type) {
 		case nil, string, int, int64, uint64, float64:
 		case bool:
 			if key != "gfs" {
-				return fail("%s must be text, not %v", key, x)
+				return fmt.Errorf("%s must be text, not %v", key, x)
 			}
 		default:
-			return fail("%s must be a single value, not %v (%T)", key, x, x)
+			return fmt.Errorf("%s must be a single value, not %v (%T)", key, x, x)
 		}
 	}
 	for _, key := range []string{"activequeues", "ignorequeues", "web.hosts", "web.dci_plugins"} {
 		if _, err := strictList(v, key); err != nil {
-			return fail("%v", err)
+			return err
 		}
+	}
+	return nil
+}
+
+// buildNode reads the keys of what the node runs with: the name, the
+// queues, and every key of den.Settings, then the retention's action and
+// reports and cgroups.
+func buildNode(v *viper.Viper, path string, runnerUser *url.Userinfo) (Config, error) {
+	if err := checkTypes(v); err != nil {
+		return Config{}, err
 	}
 	c := Config{
-		MongoURI:     strings.TrimSpace(v.GetString("mongo.uri")),
-		Database:     strings.TrimSpace(v.GetString("mongo.database")),
-		Node:         strings.TrimSpace(v.GetString("node")),
-		ActiveQueues: list(v.Get("activequeues")),
-		IgnoreQueues: list(v.Get("ignorequeues")),
-		LogLevel:     strings.ToLower(v.GetString("log.level")),
-		LogFormat:    strings.ToLower(v.GetString("log.format")),
-		RunnerLog:    v.GetString("runner.log"),
-		File:         path,
+		Config: den.Config{
+			Name:         strings.TrimSpace(v.GetString("node")),
+			Database:     strings.TrimSpace(v.GetString("mongo.database")),
+			ActiveQueues: list(v.Get("activequeues")),
+			IgnoreQueues: list(v.Get("ignorequeues")),
+			Runner:       den.RunnerCommand{Log: v.GetString("runner.log")},
+			Retention:    queue.Retention{Keep: map[string]time.Duration{}},
+		},
+		MongoURI:  strings.TrimSpace(v.GetString("mongo.uri")),
+		LogLevel:  strings.ToLower(v.GetString("log.level")),
+		LogFormat: strings.ToLower(v.GetString("log.format")),
+		File:      path,
+	}
+	if err := ValidNodeName(c.Name); err != nil {
+		return c, err
+	}
+	for _, s := range den.Settings() {
+		x, err := readSetting(v, s)
+		if err != nil {
+			return c, err
+		}
+		s.Set(&c.Config, x)
 	}
 	var err error
-	if err := ValidNodeName(c.Node); err != nil {
-		return fail("%v", err)
-	}
-	// In a fixed order, so that of two bad keys the same one is named.
-	for _, k := range []struct {
-		key string
-		dst *time.Duration
-	}{{"interval", &c.Interval}, {"orphan_age", &c.OrphanAge}, {"max_termination_time", &c.MaxTermination},
-		{"dead_node_after", &c.DeadNodeAfter}, {"runner.idle", &c.RunnerIdle}} {
-		if *k.dst, err = boundedDuration(v, k.key); err != nil {
-			return fail("%v", err)
-		}
-	}
-	for _, k := range []struct {
-		key string
-		dst *int64
-	}{{"runner.max_tasks", &c.RunnerMaxTasks}, {"runner.max_processes", &c.RunnerMaxProcesses}, {"max_output", &c.MaxOutput}} {
-		if *k.dst, err = boundedCount(v, k.key); err != nil {
-			return fail("%v", err)
-		}
-	}
-	for _, k := range []struct {
-		key string
-		dst *float64
-	}{{"resources.memory_mb", &c.Resources.MemoryMB}, {"resources.cpus", &c.Resources.CPUs},
-		{"resources.busy_core_percent", &c.Resources.BusyCorePercent}} {
-		if *k.dst, err = boundedNumber(v, k.key); err != nil {
-			return fail("%v", err)
-		}
-	}
-	if c.Retention, err = retention(v); err != nil {
-		return fail("%v", err)
+	if c.Retention.Action, c.Retention.Reports, err = retirement(v); err != nil {
+		return c, err
 	}
 	c.Cgroups = strings.ToLower(v.GetString("cgroups"))
 	if !slices.Contains([]string{"auto", "on", "off"}, c.Cgroups) {
-		return fail("cgroups %q must be auto, on or off", v.GetString("cgroups"))
+		return c, fmt.Errorf("cgroups %q must be auto, on or off", v.GetString("cgroups"))
 	}
+	return c, nil
+}
+
+// readSetting reads a key of den.Settings and checks it against its range
+// (and, for a retention, its least value besides 0).
+func readSetting(v *viper.Viper, s den.Setting) (float64, error) {
+	switch s.Kind {
+	case den.KindDuration:
+		d, err := boundedDuration(v, s.Key)
+		if err == nil && s.Least > 0 && d > 0 && d < time.Duration(s.Least) {
+			err = fmt.Errorf("%s %s is below %s: write 0 to keep everything, or a time such as 168h", s.Key, formatDuration(d), formatDuration(time.Duration(s.Least)))
+		}
+		return float64(d), err
+	case den.KindCount:
+		n, err := boundedCount(v, s.Key)
+		return float64(n), err
+	}
+	return boundedNumber(v, s.Key)
+}
+
+// readServices reads what den's commands around the node use: den web's
+// keys, the HTTP endpoint, how runners reach MongoDB, the command plugin.
+func readServices(v *viper.Viper, c *Config) error {
+	var err error
 	c.WebListen = strings.TrimSpace(v.GetString("web.listen"))
 	if _, _, err := net.SplitHostPort(c.WebListen); err != nil {
-		return fail("web.listen %q must be host:port, such as 127.0.0.1:8080", c.WebListen)
+		return fmt.Errorf("web.listen %q must be host:port, such as 127.0.0.1:8080", c.WebListen)
 	}
 	c.WebToken = strings.TrimSpace(v.GetString("web.token"))
 	if c.WebToken != "" {
 		if err := checkWebToken(c.WebToken); err != nil {
-			return fail("%v", err)
+			return err
 		}
 	}
 	c.WebHosts = list(v.Get("web.hosts"))
 	if c.WebDCIListen, err = dciListen(v.GetString("web.dci_listen")); err != nil {
-		return fail("%v", err)
+		return err
 	}
 	c.WebDCIPlugins = list(v.Get("web.dci_plugins"))
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
-		return fail("%v", err)
+		return err
 	}
 	if c.HTTPWeb, err = boolean(v, "http.web"); err != nil {
-		return fail("%v", err)
+		return err
 	}
-	c.RunnerRelay = runnerUser == nil
+	return nil
+}
+
+// readLast reads, in this order, runner.relay, the command plugin's
+// policy, gfs, the log, the database name and the MongoDB URI.
+func readLast(v *viper.Viper, c *Config, runnerUser *url.Userinfo, uriFrom string) error {
+	relay := runnerUser == nil
 	if x, ok := v.Get("runner.relay").(string); !ok || x != "" {
-		if c.RunnerRelay, err = boolean(v, "runner.relay"); err != nil {
-			return fail("%v", err)
+		var err error
+		if relay, err = boolean(v, "runner.relay"); err != nil {
+			return err
 		}
 	}
-	if c.Command, err = commandPolicy(v); err != nil {
-		return fail("%v", err)
-	}
-	if c.Command.Enabled && len(c.Command.Allow) == 0 {
-		return fail("command.enabled is true but command.allow lists no executable or directory")
-	}
-	for _, a := range c.Command.Allow {
-		if !filepath.IsAbs(a) {
-			return fail("command.allow entry %q must be an absolute path", a)
-		}
+	c.Runner.Direct = !relay
+	if err := readCommand(v, c); err != nil {
+		return err
 	}
 	if g := v.GetString("gfs"); g != "" {
+		var err error
 		if c.GFS, err = queue.NormalizeGFS(g); err != nil {
-			return fail("%v", err)
+			return err
 		}
 	}
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
-		return fail("log.level %q must be debug, info, warn or error", c.LogLevel)
+		return fmt.Errorf("log.level %q must be debug, info, warn or error", c.LogLevel)
 	}
 	if !slices.Contains([]string{"auto", "json", "console"}, c.LogFormat) {
-		return fail("log.format %q must be auto, json or console", c.LogFormat)
+		return fmt.Errorf("log.format %q must be auto, json or console", c.LogFormat)
 	}
 	if err := ValidDatabase(c.Database); err != nil {
-		return fail("%v", err)
+		return err
 	}
-	if c.MongoURI != "" {
-		if err := checkMongoURI(c.MongoURI, uriFrom); err != nil {
-			return fail("%v", err)
-		}
-		c.RunnerURI = c.MongoURI
-		if runnerUser != nil {
-			u, err := url.Parse(c.MongoURI)
-			if err != nil {
-				return fail("%s %q: %v", uriFrom, redact(c.MongoURI), scrub(err.Error(), c.MongoURI))
-			}
-			u.User = runnerUser
-			c.RunnerURI = u.String()
+	return readMongoURI(c, runnerUser, uriFrom)
+}
+
+// readCommand reads the command plugin's policy: one that is enabled
+// allows some executable or directory, each an absolute path.
+func readCommand(v *viper.Viper, c *Config) error {
+	var err error
+	if c.Command, err = commandPolicy(v); err != nil {
+		return err
+	}
+	if c.Command.Enabled && len(c.Command.Allow) == 0 {
+		return errors.New("command.enabled is true but command.allow lists no executable or directory")
+	}
+	for _, a := range c.Command.Allow {
+		if !filepath.IsAbs(a) {
+			return fmt.Errorf("command.allow entry %q must be an absolute path", a)
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// readMongoURI checks the MongoDB URI, if any, and gives runners the same
+// one, with the task_runner credentials of a Disbatch file when it has
+// them (den.Config.URI).
+func readMongoURI(c *Config, runnerUser *url.Userinfo, uriFrom string) error {
+	if c.MongoURI == "" {
+		return nil
+	}
+	if err := checkMongoURI(c.MongoURI, uriFrom); err != nil {
+		return err
+	}
+	c.URI = c.MongoURI
+	if runnerUser != nil {
+		u, err := url.Parse(c.MongoURI)
+		if err != nil {
+			return fmt.Errorf("%s %q: %v", uriFrom, redact(c.MongoURI), scrub(err.Error(), c.MongoURI))
+		}
+		u.User = runnerUser
+		c.URI = u.String()
+	}
+	return nil
 }
 
 // dciListen checks web.dci_listen: empty (not served) or host:port.
@@ -521,35 +558,18 @@ func duration(v *viper.Viper, key string) (time.Duration, error) {
 	return time.ParseDuration(v.GetString(key))
 }
 
-// retention reads the retention keys: a time of 0 keeps (it is left
-// unset, so a queue's own setting alone decides), any other is at least
-// queue.MinRetention.
-func retention(v *viper.Viper) (queue.Retention, error) {
-	r := queue.Retention{Keep: map[string]time.Duration{}}
-	for _, class := range queue.RetentionClasses {
-		key := "retention." + class
-		d, err := boundedDuration(v, key)
-		if err != nil {
-			return r, err
-		}
-		if d > 0 && d < queue.MinRetention {
-			return r, fmt.Errorf("%s %s is below %s: write 0 to keep everything, or a time such as 168h", key, formatDuration(d), formatDuration(queue.MinRetention))
-		}
-		r.Keep[class] = d
+// retirement reads retention.action and retention.reports; the
+// retention times are keys of den.Settings.
+func retirement(v *viper.Viper) (queue.RetireMode, string, error) {
+	a := queue.RetireMode(strings.ToLower(strings.TrimSpace(v.GetString("retention.action"))))
+	if a != queue.RetireDelete && a != queue.RetireArchive {
+		return "", "", fmt.Errorf("retention.action %q must be delete or archive", v.GetString("retention.action"))
 	}
-	switch a := queue.RetireMode(strings.ToLower(strings.TrimSpace(v.GetString("retention.action")))); a {
-	case queue.RetireDelete, queue.RetireArchive:
-		r.Action = a
-	default:
-		return r, fmt.Errorf("retention.action %q must be delete or archive", v.GetString("retention.action"))
+	rep := strings.ToLower(strings.TrimSpace(v.GetString("retention.reports")))
+	if rep != queue.ReportsKeep && rep != queue.ReportsDelete {
+		return "", "", fmt.Errorf("retention.reports %q must be keep or delete", v.GetString("retention.reports"))
 	}
-	switch rep := strings.ToLower(strings.TrimSpace(v.GetString("retention.reports"))); rep {
-	case queue.ReportsKeep, queue.ReportsDelete:
-		r.Reports = rep
-	default:
-		return r, fmt.Errorf("retention.reports %q must be keep or delete", v.GetString("retention.reports"))
-	}
-	return r, nil
+	return a, rep, nil
 }
 
 // commandPolicy reads the command section, refusing values of the wrong

@@ -47,10 +47,10 @@ func TestShippedExamplesLoad(t *testing.T) {
 	if !strings.Contains(c.MongoURI, "disbatchd:s3cret@127.0.0.1:27017") || !strings.Contains(c.MongoURI, "authSource=disbatch") {
 		t.Errorf("node URI %s", c.MongoURI)
 	}
-	if !strings.Contains(c.RunnerURI, "task_runner:runner-pw@") {
-		t.Errorf("runner URI %s", c.RunnerURI)
+	if !strings.Contains(c.URI, "task_runner:runner-pw@") {
+		t.Errorf("runner URI %s", c.URI)
 	}
-	if c.RunnerRelay {
+	if !c.Runner.Direct {
 		t.Error("runners of a Disbatch file with a task_runner user go through the node's relay by default; want them to keep their own user")
 	}
 }
@@ -60,7 +60,7 @@ func TestShippedExamplesLoad(t *testing.T) {
 func TestRunnerReuseKeys(t *testing.T) {
 	for _, tc := range []struct {
 		file     string
-		maxTasks int64
+		maxTasks int
 		idle     time.Duration
 		err      string
 	}{
@@ -76,8 +76,8 @@ func TestRunnerReuseKeys(t *testing.T) {
 			t.Errorf("%q: error %v, want one containing %q", tc.file, err, tc.err)
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.file, err)
-		case tc.err == "" && (c.RunnerMaxTasks != tc.maxTasks || c.RunnerIdle != tc.idle):
-			t.Errorf("%q: max_tasks %d, idle %s; want %d, %s", tc.file, c.RunnerMaxTasks, c.RunnerIdle, tc.maxTasks, tc.idle)
+		case tc.err == "" && (c.Runner.MaxTasks != tc.maxTasks || c.Runner.Idle != tc.idle):
+			t.Errorf("%q: max_tasks %d, idle %s; want %d, %s", tc.file, c.Runner.MaxTasks, c.Runner.Idle, tc.maxTasks, tc.idle)
 		}
 	}
 }
@@ -103,8 +103,8 @@ func TestRunnerRelay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.RunnerRelay != tc.want {
-			t.Errorf("file %q env %q: relay %v, want %v", tc.file, tc.env, c.RunnerRelay, tc.want)
+		if !c.Runner.Direct != tc.want {
+			t.Errorf("file %q env %q: relay %v, want %v", tc.file, tc.env, !c.Runner.Direct, tc.want)
 		}
 	}
 }
@@ -123,7 +123,7 @@ func TestPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MongoURI != "mongodb://env:2/" || c.Database != "fromenv" || c.Node != "flagnode" || c.GFS != "false" {
+	if c.MongoURI != "mongodb://env:2/" || c.Database != "fromenv" || c.Name != "flagnode" || c.GFS != "false" {
 		t.Fatalf("got %+v", c)
 	}
 }
@@ -379,8 +379,8 @@ func TestRunnerUserOnlyForTheFilesURI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MongoURI != "mongodb://other:27017/" || c.RunnerURI != c.MongoURI {
-		t.Fatalf("node %s runner %s", c.MongoURI, c.RunnerURI)
+	if c.MongoURI != "mongodb://other:27017/" || c.URI != c.MongoURI {
+		t.Fatalf("node %s runner %s", c.MongoURI, c.URI)
 	}
 }
 
@@ -437,7 +437,7 @@ command:
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := c.PluginConfig()
+	got := c.PluginConfig
 	if want := `{"Quality":80,"s3.bucket":"photos","sizes":["small","large"]}`; string(got["MyCorp::Plugin::Resize"]) != want {
 		t.Errorf("section %s, want %s", got["MyCorp::Plugin::Resize"], want)
 	}
@@ -809,8 +809,8 @@ func TestNodeNamesArePrintable(t *testing.T) {
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
-			case tc.want == "" && c.Node != tc.env:
-				t.Fatalf("node %q, want %q", c.Node, tc.env)
+			case tc.want == "" && c.Name != tc.env:
+				t.Fatalf("node %q, want %q", c.Name, tc.env)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("error %v, want one saying %s", err, tc.want)
 			//lint:ignore SA1011 the invalid byte is meant: ContainsAny decodes it, and any invalid byte in the error, as utf8.RuneError, so a raw invalid byte in the error is caught
@@ -864,8 +864,8 @@ func TestUnknownDenVariablesWarn(t *testing.T) {
 			t.Errorf("warning %q carries a raw escape", w)
 		}
 	}
-	if c.Interval != 2*time.Second || c.RunnerMaxTasks != 5 {
-		t.Errorf("the settings among them were not read: interval %s, max_tasks %d", c.Interval, c.RunnerMaxTasks)
+	if c.Interval != 2*time.Second || c.Runner.MaxTasks != 5 {
+		t.Errorf("the settings among them were not read: interval %s, max_tasks %d", c.Interval, c.Runner.MaxTasks)
 	}
 	// The same in den config print, which names the source of each key.
 	settings, _, err := Explain(write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\n"), nil)
@@ -888,8 +888,8 @@ func TestRunnerUserNotGraftedByEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(c.RunnerURI, "runner-pw") {
-		t.Fatalf("the file's task_runner password went to the environment's URI: %s", redact(c.RunnerURI))
+	if strings.Contains(c.URI, "runner-pw") {
+		t.Fatalf("the file's task_runner password went to the environment's URI: %s", redact(c.URI))
 	}
 }
 

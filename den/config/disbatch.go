@@ -25,7 +25,6 @@ var disbatchIgnored = map[string]bool{
 // know: Perl plugins may keep settings of their own in the file, so those
 // are warnings, not errors.
 func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, error) {
-	out := map[string]any{}
 	host, ok := m["mongohost"].(string)
 	if !ok || strings.TrimSpace(host) == "" {
 		return nil, nil, nil, fmt.Errorf("mongohost must be a string such as \"mongodb://127.0.0.1:27017\", not %s", describe(m["mongohost"]))
@@ -34,72 +33,11 @@ func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, er
 	if !ok || db == "" {
 		return nil, nil, nil, fmt.Errorf("database must be a non-empty string, not %s", describe(m["database"]))
 	}
-	if !strings.Contains(host, "://") {
-		host = "mongodb://" + host
-	}
-	u, err := url.Parse(host)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("mongohost %q: %w", redact(host), err)
-	}
-	q := u.Query()
-	attrs, err := object(m, "attributes", `{"ssl": {"SSL_ca_file": "/etc/ssl/certs/ca-bundle.crt"}}`)
+	uri, runnerUser, err := disbatchURI(m, host, db)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	switch ssl := attrs["ssl"].(type) {
-	case nil, bool, float64, map[string]any:
-		// Perl's truth: false, null and 0 leave TLS off.
-		if ssl == nil || ssl == false || ssl == 0.0 {
-			break
-		}
-		q.Set("tls", "true")
-		opts, _ := ssl.(map[string]any)
-		switch ca := opts["SSL_ca_file"].(type) {
-		case nil:
-		case string:
-			q.Set("tlsCAFile", ca)
-		default:
-			return nil, nil, nil, fmt.Errorf("attributes.ssl.SSL_ca_file must be a file name (a string), not %s", describe(ca))
-		}
-		switch mode := opts["SSL_verify_mode"].(type) {
-		case nil:
-		case float64:
-			if mode == 0 {
-				q.Set("tlsInsecure", "true")
-			}
-		default:
-			return nil, nil, nil, fmt.Errorf("attributes.ssl.SSL_verify_mode must be a number (0: no verification), not %s", describe(mode))
-		}
-	default:
-		return nil, nil, nil, fmt.Errorf("attributes.ssl must be true, false or an object of SSL options such as {\"SSL_ca_file\": \"/etc/ssl/certs/ca-bundle.crt\"}, not %s", describe(ssl))
-	}
-	// auth maps Disbatch's programs to their MongoDB passwords. The values
-	// are secrets: errors say what type they are, never what they hold.
-	auth, err := object(m, "auth", `{"disbatchd": "PASSWORD", "task_runner": "PASSWORD"}`)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("auth must be an object of MongoDB passwords by user, such as {\"disbatchd\": \"PASSWORD\", \"task_runner\": \"PASSWORD\"}, not %s", kind(m["auth"]))
-	}
-	for _, user := range sortedKeys(auth) {
-		if _, ok := auth[user].(string); !ok && auth[user] != nil {
-			return nil, nil, nil, fmt.Errorf("auth.%s must be a password (a string), not %s", user, kind(auth[user]))
-		}
-	}
-	var runnerUser *url.Userinfo
-	if u.User == nil {
-		if pw, ok := auth["disbatchd"].(string); ok {
-			u.User = url.UserPassword("disbatchd", pw)
-			q.Set("authSource", db)
-		}
-		if pw, ok := auth["task_runner"].(string); ok {
-			runnerUser = url.UserPassword("task_runner", pw)
-			q.Set("authSource", db)
-		}
-	}
-	u.RawQuery = q.Encode()
-	if u.Path == "" {
-		u.Path = "/"
-	}
-	out["mongo"] = map[string]any{"uri": u.String(), "database": db}
+	out := map[string]any{"mongo": map[string]any{"uri": uri, "database": db}}
 	for _, k := range []string{"activequeues", "ignorequeues"} {
 		if val, ok := m[k]; ok && val != nil {
 			arr, ok := val.([]any)
@@ -145,6 +83,88 @@ func fromDisbatch(m map[string]any) (map[string]any, *url.Userinfo, []string, er
 	}
 	sort.Strings(unknown)
 	return out, runnerUser, unknown, nil
+}
+
+// disbatchURI is the MongoDB URI of a Disbatch file's mongohost (a URI, or
+// host:port), with its TLS options (attributes.ssl) and the node's
+// credentials (auth.disbatchd) in it, and the task runners' credentials
+// (auth.task_runner), when mongohost names no user of its own.
+func disbatchURI(m map[string]any, host, db string) (string, *url.Userinfo, error) {
+	if !strings.Contains(host, "://") {
+		host = "mongodb://" + host
+	}
+	u, err := url.Parse(host)
+	if err != nil {
+		return "", nil, fmt.Errorf("mongohost %q: %w", redact(host), err)
+	}
+	q := u.Query()
+	attrs, err := object(m, "attributes", `{"ssl": {"SSL_ca_file": "/etc/ssl/certs/ca-bundle.crt"}}`)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := disbatchTLS(attrs["ssl"], q); err != nil {
+		return "", nil, err
+	}
+	// auth maps Disbatch's programs to their MongoDB passwords. The values
+	// are secrets: errors say what type they are, never what they hold.
+	auth, err := object(m, "auth", `{"disbatchd": "PASSWORD", "task_runner": "PASSWORD"}`)
+	if err != nil {
+		return "", nil, fmt.Errorf("auth must be an object of MongoDB passwords by user, such as {\"disbatchd\": \"PASSWORD\", \"task_runner\": \"PASSWORD\"}, not %s", kind(m["auth"]))
+	}
+	for _, user := range sortedKeys(auth) {
+		if _, ok := auth[user].(string); !ok && auth[user] != nil {
+			return "", nil, fmt.Errorf("auth.%s must be a password (a string), not %s", user, kind(auth[user]))
+		}
+	}
+	var runnerUser *url.Userinfo
+	if u.User == nil {
+		if pw, ok := auth["disbatchd"].(string); ok {
+			u.User = url.UserPassword("disbatchd", pw)
+			q.Set("authSource", db)
+		}
+		if pw, ok := auth["task_runner"].(string); ok {
+			runnerUser = url.UserPassword("task_runner", pw)
+			q.Set("authSource", db)
+		}
+	}
+	u.RawQuery = q.Encode()
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u.String(), runnerUser, nil
+}
+
+// disbatchTLS sets the URI options of attributes.ssl: true, false, or an
+// object of Perl's SSL options.
+func disbatchTLS(ssl any, q url.Values) error {
+	switch ssl.(type) {
+	case nil, bool, float64, map[string]any:
+	default:
+		return fmt.Errorf("attributes.ssl must be true, false or an object of SSL options such as {\"SSL_ca_file\": \"/etc/ssl/certs/ca-bundle.crt\"}, not %s", describe(ssl))
+	}
+	// Perl's truth: false, null and 0 leave TLS off.
+	if ssl == nil || ssl == false || ssl == 0.0 {
+		return nil
+	}
+	q.Set("tls", "true")
+	opts, _ := ssl.(map[string]any)
+	switch ca := opts["SSL_ca_file"].(type) {
+	case nil:
+	case string:
+		q.Set("tlsCAFile", ca)
+	default:
+		return fmt.Errorf("attributes.ssl.SSL_ca_file must be a file name (a string), not %s", describe(ca))
+	}
+	switch mode := opts["SSL_verify_mode"].(type) {
+	case nil:
+	case float64:
+		if mode == 0 {
+			q.Set("tlsInsecure", "true")
+		}
+	default:
+		return fmt.Errorf("attributes.ssl.SSL_verify_mode must be a number (0: no verification), not %s", describe(mode))
+	}
+	return nil
 }
 
 // object reads key of m: an object, or nothing (absent or null). example

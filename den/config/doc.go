@@ -13,11 +13,15 @@
 // warning naming it (Config.Warnings), except those den's service unit,
 // task runners and tests use (otherVariables).
 //
-// Every duration and number key has a range, declared in one table
-// (bounds, next to the defaults); a value outside it, a node name that is
-// not printable or longer than MaxNodeNameLength, and a value of the wrong
-// type in either kind of file are refused with an error that names the
-// key, the value and what is allowed. A list key in den's file is a YAML
+// Load returns a Config that embeds the den.Config a node runs with: den
+// run hands it to den.New as it is, with no copy field by field.
+//
+// Every duration and number key has a default and a range, declared
+// once: the node's in den.Settings (beside den.Config, whose fields they
+// set), the command plugin's in bounds. A value outside its range, a node
+// name that is not printable or longer than MaxNodeNameLength, and a value
+// of the wrong type in either kind of file are refused with an error that
+// names the key, the value and what is allowed. A list key in den's file is a YAML
 // list (only the environment writes one as a comma-separated string). The
 // MongoDB URI is parsed by the driver at load (mongouri.go), its password
 // never shown; web.token must be at least MinWebTokenBits strong by a

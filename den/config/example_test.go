@@ -43,11 +43,11 @@ runner:
 	}
 	fmt.Println("uri:", c.MongoURI)
 	fmt.Println("database:", c.Database)
-	fmt.Println("node:", c.Node)
+	fmt.Println("node:", c.Name)
 	fmt.Println("interval:", c.Interval)
 	fmt.Println("gfs:", c.GFS)
-	fmt.Println("runner.max_tasks:", c.RunnerMaxTasks)
-	fmt.Println("runner.idle (default):", c.RunnerIdle)
+	fmt.Println("runner.max_tasks:", c.Runner.MaxTasks)
+	fmt.Println("runner.idle (default):", c.Runner.Idle)
 	fmt.Println("orphan_age (default):", c.OrphanAge)
 
 	bad := filepath.Join(dir, "bad.yaml")

@@ -10,7 +10,7 @@ import (
 func TestRunnerMaxProcesses(t *testing.T) {
 	for _, tc := range []struct {
 		file string
-		want int64
+		want int
 		err  string
 	}{
 		{"node: n\n", 1024, ""},
@@ -25,8 +25,8 @@ func TestRunnerMaxProcesses(t *testing.T) {
 			t.Errorf("%q: error %v, want one containing %q", tc.file, err, tc.err)
 		case tc.err == "" && err != nil:
 			t.Errorf("%q: %v", tc.file, err)
-		case tc.err == "" && c.RunnerMaxProcesses != tc.want:
-			t.Errorf("%q: runner.max_processes %d, want %d", tc.file, c.RunnerMaxProcesses, tc.want)
+		case tc.err == "" && c.Runner.MaxProcesses != tc.want:
+			t.Errorf("%q: runner.max_processes %d, want %d", tc.file, c.Runner.MaxProcesses, tc.want)
 		}
 	}
 }

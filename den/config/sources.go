@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/den-project/den/den"
 	"github.com/den-project/den/plugins/command"
 )
 
@@ -86,50 +87,43 @@ func envOf(key string) string {
 
 // effective is the loaded configuration by key, as the node uses it.
 func effective(c Config) map[string]any {
-	return map[string]any{
-		"mongo.uri":                   redact(c.MongoURI),
-		"mongo.database":              c.Database,
-		"node":                        c.Node,
-		"interval":                    c.Interval.String(),
-		"orphan_age":                  c.OrphanAge.String(),
-		"activequeues":                c.ActiveQueues,
-		"ignorequeues":                c.IgnoreQueues,
-		"gfs":                         c.GFS,
-		"log.level":                   c.LogLevel,
-		"log.format":                  c.LogFormat,
-		"runner.log":                  c.RunnerLog,
-		"runner.max_tasks":            c.RunnerMaxTasks,
-		"runner.idle":                 c.RunnerIdle.String(),
-		"runner.max_processes":        c.RunnerMaxProcesses,
-		"max_termination_time":        c.MaxTermination.String(),
-		"dead_node_after":             c.DeadNodeAfter.String(),
-		"cgroups":                     c.Cgroups,
-		"command.enabled":             c.Command.Enabled,
-		"command.allow":               c.Command.Allow,
-		"command.shell":               c.Command.Shell,
-		"command.env":                 c.Command.Env,
-		"command.env_allow":           c.Command.EnvAllow,
-		"command.landlock":            c.Command.Landlock,
-		"command.user":                c.Command.User,
-		"command.user_optional":       c.Command.UserOptional,
-		"command.shared_tmp":          c.Command.SharedTmp,
-		"command.shared_pids":         c.Command.SharedPIDs,
-		"command.tmp_mb":              c.Command.TmpMB,
-		"command.memory_mb":           c.Command.MemoryMB,
-		"command.network":             networkValue(c.Command.Network),
-		"max_output":                  c.MaxOutput,
-		"resources.memory_mb":         c.Resources.MemoryMB,
-		"resources.cpus":              c.Resources.CPUs,
-		"resources.busy_core_percent": c.Resources.BusyCorePercent,
-		"web.listen":                  c.WebListen,
-		"web.token":                   redactToken(c.WebToken),
-		"web.hosts":                   c.WebHosts,
-		"web.dci_listen":              c.WebDCIListen,
-		"web.dci_plugins":             c.WebDCIPlugins,
-		"http.listen":                 c.HTTPListen,
-		"http.web":                    c.HTTPWeb,
-		"plugins":                     pluginValues(c.Plugins),
+	out := map[string]any{
+		"mongo.uri":             redact(c.MongoURI),
+		"mongo.database":        c.Database,
+		"node":                  c.Name,
+		"activequeues":          c.ActiveQueues,
+		"ignorequeues":          c.IgnoreQueues,
+		"gfs":                   c.GFS,
+		"log.level":             c.LogLevel,
+		"log.format":            c.LogFormat,
+		"runner.log":            c.Runner.Log,
+		"cgroups":               c.Cgroups,
+		"command.enabled":       c.Command.Enabled,
+		"command.allow":         c.Command.Allow,
+		"command.shell":         c.Command.Shell,
+		"command.env":           c.Command.Env,
+		"command.env_allow":     c.Command.EnvAllow,
+		"command.landlock":      c.Command.Landlock,
+		"command.user":          c.Command.User,
+		"command.user_optional": c.Command.UserOptional,
+		"command.shared_tmp":    c.Command.SharedTmp,
+		"command.shared_pids":   c.Command.SharedPIDs,
+		"command.tmp_mb":        c.Command.TmpMB,
+		"command.memory_mb":     c.Command.MemoryMB,
+		"command.network":       networkValue(c.Command.Network),
+		"web.listen":            c.WebListen,
+		"web.token":             redactToken(c.WebToken),
+		"web.hosts":             c.WebHosts,
+		"web.dci_listen":        c.WebDCIListen,
+		"web.dci_plugins":       c.WebDCIPlugins,
+		"http.listen":           c.HTTPListen,
+		"http.web":              c.HTTPWeb,
+		"plugins":               pluginValues(c.Plugins),
 	}
+	for _, s := range den.Settings() {
+		out[s.Key] = settingValue(s, s.Get(&c.Config))
+	}
+	return out
 }
 
 // pluginValues decodes the plugins' sections for display.
