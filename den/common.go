@@ -15,7 +15,7 @@ import (
 // cleared. New makes one, and each component holds a pointer to it.
 type common struct {
 	cfg   Config
-	store *queue.Store
+	store *queue.NodeStore
 	log   *zap.Logger
 	// now is clock's Now: the database server's time, as this host
 	// estimates it (synced by the passes every RefreshEvery).

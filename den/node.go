@@ -298,7 +298,7 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 		}
 	}
 	clock := queue.NewClock(now)
-	c := &common{cfg: cfg, store: queue.NewStore(db), log: log, now: clock.Now, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
+	c := &common{cfg: cfg, store: queue.NewNodeStore(db), log: log, now: clock.Now, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{common: c, plugins: reg, runners: newRunners(c, rel, cgroup, pids)}
 	n.claimer = newClaimer(c, n.runners, cfg.Resources, &progress{})
 	n.beat = &heartbeat{
@@ -424,7 +424,7 @@ func (n *Node) start(ctx context.Context) error {
 	err := n.cfg.Retry.Retry(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		conflicts, err := n.store.EnsureIndexes(cctx)
+		conflicts, err := queue.EnsureIndexes(cctx, n.store)
 		for _, c := range conflicts {
 			n.log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
 		}

@@ -166,7 +166,7 @@ var ErrQueueExists = errors.New("a queue of that name exists")
 // document is returned even when it cannot be used (problem says why), so
 // that an operator can fix or delete it. Two queues of that name are an
 // error naming their ids.
-func (s *Store) FindQueue(ctx context.Context, ref string) (q Queue, problem, err error) {
+func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, problem, err error) {
 	filter := bson.D{{Key: "name", Value: ref}}
 	if id, err := bson.ObjectIDFromHex(ref); err == nil {
 		filter = bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "name", Value: ref}}}}}
@@ -200,7 +200,7 @@ func (s *Store) FindQueue(ctx context.Context, ref string) (q Queue, problem, er
 // CreateQueueWith inserts a queue document with the given settings (name
 // and plugin required; one of maxthreads or threads) and both counts at
 // zero. A second queue of the same name is refused.
-func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bson.ObjectID, error) {
+func (s *OperatorStore) CreateQueueWith(ctx context.Context, settings QueueSettings) (bson.ObjectID, error) {
 	var id bson.ObjectID
 	var name string
 	for _, e := range settings.Set {
@@ -237,7 +237,7 @@ func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bs
 // limit the operator asked for. On a paused queue the limits go into what
 // it keeps for its resume (paused.maxthreads, paused.threads): it stays
 // paused, and resumes with them.
-func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
+func (s *OperatorStore) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
 	_, err := s.UpdateQueueResult(ctx, id, settings)
 	return err
 }
@@ -246,7 +246,7 @@ func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings Queu
 // changed (the Disbatch web API answers with both). A plugin given as
 // SettingPluginLater is written as plugin, and constructor (which would
 // shadow it) removed.
-func (s *Store) UpdateQueueResult(ctx context.Context, id bson.ObjectID, settings QueueSettings) (UpdateResult, error) {
+func (s *OperatorStore) UpdateQueueResult(ctx context.Context, id bson.ObjectID, settings QueueSettings) (UpdateResult, error) {
 	if settings.has(SettingMaxThreads) && settings.has(SettingThreads) {
 		return UpdateResult{}, errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
 	}
@@ -337,7 +337,7 @@ func settingString(s QueueSettings, key string) (string, bool) {
 
 // DeleteQueue removes a queue document. Its tasks stay (with their output
 // and history), as Disbatch's own deleteQueue leaves them.
-func (s *Store) DeleteQueue(ctx context.Context, id bson.ObjectID) error {
+func (s *OperatorStore) DeleteQueue(ctx context.Context, id bson.ObjectID) error {
 	res, err := s.queues.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", id.Hex(), err)
@@ -421,7 +421,7 @@ func Finished(status int) bool { return status >= StatusSucceeded }
 //
 // The grouping is on plain fields: FerretDB (the embedded development
 // server) does not implement $cond inside $group.
-func (s *Store) TaskCounts(ctx context.Context, only ...bson.ObjectID) (map[bson.ObjectID]StatusCounts, error) {
+func (s *conn) TaskCounts(ctx context.Context, only ...bson.ObjectID) (map[bson.ObjectID]StatusCounts, error) {
 	var pipeline bson.A
 	if len(only) > 0 {
 		// The queues' tasks only, found by the {queue, status} index.
@@ -480,7 +480,7 @@ type InsertOptions struct {
 // by exactly the number inserted. It returns the ids of the tasks it
 // inserted; when the insert fails part way, the error, and the ids of
 // those that did land (counted).
-func (s *Store) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time, opts InsertOptions) ([]bson.ObjectID, error) {
+func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time, opts InsertOptions) ([]bson.ObjectID, error) {
 	if len(params) == 0 {
 		return nil, nil
 	}
@@ -517,7 +517,7 @@ func (s *Store) InsertTasks(ctx context.Context, queueID bson.ObjectID, params [
 	if insertErr != nil {
 		// What landed is not known from the error (a network failure says
 		// nothing): ask.
-		found, err := s.Statuses(context.WithoutCancel(ctx), ids)
+		found, err := (*conn)(s).Statuses(context.WithoutCancel(ctx), ids)
 		if err != nil {
 			return nil, fmt.Errorf("insert tasks: %w (and finding what was inserted: %v; run den counts fix)", insertErr, err)
 		}
@@ -613,7 +613,7 @@ var listFields = bson.D{{Key: "stdout", Value: 0}, {Key: "stderr", Value: 0}, {K
 // output and history. Documents without an ObjectId _id are skipped. With
 // After and a limit, they are the Limit tasks just above After (still
 // listed newest first).
-func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
+func (s *OperatorStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	order := -1
 	if !f.After.IsZero() {
 		order = 1
@@ -622,7 +622,7 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	list, err := s.collect(ctx, "list tasks", f.bson(), opts)
+	list, err := (*conn)(s).collect(ctx, "list tasks", f.bson(), opts)
 	if order == 1 {
 		slices.Reverse(list)
 	}
@@ -630,7 +630,7 @@ func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 }
 
 // CountTasks counts the tasks matching f (its Limit aside).
-func (s *Store) CountTasks(ctx context.Context, f TaskFilter) (int64, error) {
+func (s *OperatorStore) CountTasks(ctx context.Context, f TaskFilter) (int64, error) {
 	n, err := s.tasks.CountDocuments(ctx, f.bson())
 	if err != nil {
 		return 0, fmt.Errorf("count tasks: %w", err)
@@ -640,7 +640,7 @@ func (s *Store) CountTasks(ctx context.Context, f TaskFilter) (int64, error) {
 
 // collect runs a find on tasks and decodes what it returns; a document
 // without an ObjectId _id is skipped (nothing can be done to it by _id).
-func (s *Store) collect(ctx context.Context, what string, filter bson.D, opts *options.FindOptionsBuilder) ([]Task, error) {
+func (s *conn) collect(ctx context.Context, what string, filter bson.D, opts *options.FindOptionsBuilder) ([]Task, error) {
 	cur, err := s.tasks.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -662,14 +662,14 @@ func (s *Store) collect(ctx context.Context, what string, filter bson.D, opts *o
 
 // RecentFailures returns the last n tasks that failed (status 2 and up) or
 // were orphaned (-6), most recently changed first.
-func (s *Store) RecentFailures(ctx context.Context, n int64) ([]Task, error) {
+func (s *OperatorStore) RecentFailures(ctx context.Context, n int64) ([]Task, error) {
 	filter := bson.D{{Key: "$or", Value: bson.A{
 		bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: StatusFailed}}}},
 		bson.D{{Key: "status", Value: StatusOrphaned}},
 	}}}
 	opts := options.Find().SetSort(bson.D{{Key: "mtime", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(n).SetProjection(bson.D{
 		{Key: "parameters", Value: 0}, {Key: "params", Value: 0}, {Key: "stdout", Value: 0}, {Key: FieldHistory, Value: 0}})
-	return s.collect(ctx, "find failed tasks", filter, opts)
+	return (*conn)(s).collect(ctx, "find failed tasks", filter, opts)
 }
 
 // CancelOutcome says what Cancel did to one task.
@@ -684,7 +684,7 @@ const (
 // Cancel sets cancel: true on a task that has not ended: a queued one never
 // starts, a running one is stopped by its node (see
 // docs/task-control.md). An ended task (finished, cancelled, orphaned) is left alone.
-func (s *Store) Cancel(ctx context.Context, id bson.ObjectID) (CancelOutcome, error) {
+func (s *OperatorStore) Cancel(ctx context.Context, id bson.ObjectID) (CancelOutcome, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "status", Value: bson.D{{Key: "$lte", Value: 0}, {Key: "$nin", Value: bson.A{StatusCancelled, StatusOrphaned}}}}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: FieldCancel, Value: true}}}})
@@ -712,13 +712,13 @@ func retryable() bson.D {
 
 // RetryCandidates returns the tasks matching f that a retry would put
 // back (not queued, claimed or running), newest first.
-func (s *Store) RetryCandidates(ctx context.Context, f TaskFilter) ([]Task, error) {
+func (s *OperatorStore) RetryCandidates(ctx context.Context, f TaskFilter) ([]Task, error) {
 	filter := append(f.bson(), bson.E{Key: "$and", Value: bson.A{retryable()}})
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: -1}}).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: "status", Value: 1}, {Key: "node", Value: 1}})
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	return s.collect(ctx, "find tasks to retry", filter, opts)
+	return (*conn)(s).collect(ctx, "find tasks to retry", filter, opts)
 }
 
 // RetryEnded puts an ended task back in its queue to run again now: status -2,
@@ -736,12 +736,12 @@ func (s *Store) RetryCandidates(ctx context.Context, f TaskFilter) ([]Task, erro
 // written for it then stays, findable by its task_id. A task that had
 // finished (status 1 and up) is counted in its queue's count_todo again;
 // cancelled and orphaned tasks never left it.
-func (s *Store) RetryEnded(ctx context.Context, t Task, now time.Time) (bool, error) {
+func (s *OperatorStore) RetryEnded(ctx context.Context, t Task, now time.Time) (bool, error) {
 	if !t.StatusOK || t.Status == StatusQueued || t.Status == StatusClaimed || t.Status == StatusRunning {
 		return false, nil
 	}
 	// The whole document: t may be a projection (RetryCandidates).
-	full, err := s.Task(ctx, t.ID)
+	full, err := (*conn)(s).Task(ctx, t.ID)
 	if err != nil {
 		return false, fmt.Errorf("retry task %s: %w", t.ID.Hex(), err)
 	}
@@ -758,7 +758,7 @@ func (s *Store) RetryEnded(ctx context.Context, t Task, now time.Time) (bool, er
 			{Key: "exit_code", Value: ""}, {Key: "signal", Value: ""}, {Key: "orphan_reason", Value: ""}, {Key: "runner", Value: ""}, {Key: FieldTimeouts, Value: ""}, {Key: FieldExpired, Value: ""},
 			{Key: FieldOutcome, Value: ""}, {Key: FieldOutcomeReason, Value: ""}, {Key: "leftover_processes", Value: ""}, unsetLive, {Key: FieldLiveUntil, Value: ""}, {Key: FieldUnfit, Value: ""}}},
 	}
-	entry, ran, err := s.endedRun(ctx, *full, now)
+	entry, ran, err := (*conn)(s).endedRun(ctx, *full, now)
 	if err != nil {
 		return false, fmt.Errorf("retry task %s: %w", t.ID.Hex(), err)
 	}
@@ -788,7 +788,7 @@ const RetriedByOperator = "operator"
 
 // endedRun is the history entry of the run an ended task records, and
 // whether it ran at all (a node claimed it, or it has output).
-func (s *Store) endedRun(ctx context.Context, t Task, now time.Time) (HistoryEntry, bool, error) {
+func (s *conn) endedRun(ctx context.Context, t Task, now time.Time) (HistoryEntry, bool, error) {
 	stdout, stderr := t.Raw.Lookup(StreamStdout), t.Raw.Lookup(StreamStderr)
 	if t.Node == "" && absent(stdout) && absent(stderr) && t.Runner == nil {
 		return HistoryEntry{}, false, nil
@@ -831,7 +831,7 @@ func (s *Store) endedRun(ctx context.Context, t Task, now time.Time) (HistoryEnt
 // outputFile is where a history entry finds a run's output stream: its
 // GridFS file id, after copying text kept in the task document into a
 // file of its own; nil when the run wrote none.
-func (s *Store) outputFile(ctx context.Context, task bson.ObjectID, stream string, v bson.RawValue) (any, error) {
+func (s *conn) outputFile(ctx context.Context, task bson.ObjectID, stream string, v bson.RawValue) (any, error) {
 	switch v.Type {
 	case bson.TypeObjectID:
 		return v.ObjectID(), nil
@@ -902,7 +902,7 @@ func (n NodeDoc) StoppedCleanly() bool {
 }
 
 // Nodes returns every node document, by name.
-func (s *Store) Nodes(ctx context.Context) ([]NodeDoc, error) {
+func (s *OperatorStore) Nodes(ctx context.Context) ([]NodeDoc, error) {
 	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "node", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("read node documents: %w", err)
@@ -958,7 +958,7 @@ func decodeNodeDoc(raw bson.Raw) NodeDoc {
 // SetNodeMaxThreads sets a node's node-wide limit (nil removes it: no
 // limit). The node must have a document: a typo is an error, not a new
 // node.
-func (s *Store) SetNodeMaxThreads(ctx context.Context, node string, limit *int) error {
+func (s *OperatorStore) SetNodeMaxThreads(ctx context.Context, node string, limit *int) error {
 	update := bson.D{{Key: "$unset", Value: bson.D{{Key: "maxthreads", Value: ""}}}}
 	if limit != nil {
 		update = bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: int32(*limit)}}}}
@@ -990,12 +990,12 @@ func (d CountDrift) Drifted() bool {
 // CheckCounts compares every usable queue's count_todo and count_total
 // with its tasks (one aggregation over the tasks), and returns one entry
 // per queue.
-func (s *Store) CheckCounts(ctx context.Context) ([]CountDrift, error) {
-	queues, _, err := s.Queues(ctx)
+func (s *OperatorStore) CheckCounts(ctx context.Context) ([]CountDrift, error) {
+	queues, _, err := (*conn)(s).Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	counts, err := s.TaskCounts(ctx)
+	counts, err := (*conn)(s).TaskCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -1011,7 +1011,7 @@ func (s *Store) CheckCounts(ctx context.Context) ([]CountDrift, error) {
 // condition that the stored counts are still those read: a node or writer
 // that moved them meanwhile (a task finished, tasks were added) makes the
 // fix change nothing (false), and the check should be run again.
-func (s *Store) FixCounts(ctx context.Context, d CountDrift) (bool, error) {
+func (s *OperatorStore) FixCounts(ctx context.Context, d CountDrift) (bool, error) {
 	filter := bson.D{{Key: "_id", Value: d.Queue.ID}}
 	for _, c := range []struct {
 		field string

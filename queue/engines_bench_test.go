@@ -86,11 +86,11 @@ func engineRun(b *testing.B, cfg devdb.Config, protocol bool, finished, queued, 
 	}
 	defer client.Disconnect(context.Background())
 	db := client.Database("engines")
-	store := queue.NewStore(db)
+	store := queue.NewStores(db)
 	if protocol {
-		queue.ClaimProtocol(store)
+		queue.ClaimProtocol(store.Node)
 	}
-	if _, err := store.EnsureIndexes(ctx); err != nil {
+	if _, err := queue.EnsureIndexes(ctx, store.Node); err != nil {
 		b.Fatal(err)
 	}
 	qid := bson.NewObjectID()
@@ -132,15 +132,15 @@ func engineRun(b *testing.B, cfg devdb.Config, protocol bool, finished, queued, 
 			defer wg.Done()
 			node := fmt.Sprintf("w%d", w)
 			for runCtx.Err() == nil {
-				c, ok, err := store.Claim(runCtx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: node, At: time.Now()})
+				c, ok, err := store.Node.Claim(runCtx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: node, At: time.Now()})
 				if err != nil || !ok {
 					return
 				}
 				token := bson.NewObjectID()
-				if _, ok, err := store.Start(runCtx, c.ID, node, queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
+				if _, ok, err := store.Runner.Start(runCtx, c.ID, node, queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
 					return
 				}
-				if ok, err := store.Finish(runCtx, c.ID, node, token, queue.Result{Status: 1, Stdout: "a", Stderr: "b"}, time.Now()); err != nil || !ok {
+				if ok, err := store.Runner.Finish(runCtx, c.ID, node, token, queue.Result{Status: 1, Stdout: "a", Stderr: "b"}, time.Now()); err != nil || !ok {
 					return
 				}
 				done.Add(1)

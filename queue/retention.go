@@ -274,7 +274,7 @@ func parseRetentionSetting(sub, value string) (any, error) {
 }
 
 // DeleteReports deletes the Demo plugin's reports of tasks.
-func (s *Store) DeleteReports(ctx context.Context, tasks []bson.ObjectID) (int64, error) {
+func (s *NodeStore) DeleteReports(ctx context.Context, tasks []bson.ObjectID) (int64, error) {
 	if len(tasks) == 0 {
 		return 0, nil
 	}

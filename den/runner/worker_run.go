@@ -133,7 +133,7 @@ func (r *Runner) self(ctx context.Context) (queue.RunnerInfo, string, error) {
 type run struct {
 	*Runner
 	log      *zap.Logger
-	store    *queue.Store
+	store    *queue.RunnerStore
 	taskID   bson.ObjectID
 	info     queue.RunnerInfo
 	task     *queue.Task
@@ -177,7 +177,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewStore(r.DB), pidsCgroup: pids,
+	t := &run{Runner: r, taskID: taskID, info: info, store: queue.NewRunnerStore(r.DB), pidsCgroup: pids,
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	stopping := r.Stopping
 	if stopping == nil {

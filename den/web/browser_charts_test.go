@@ -28,7 +28,7 @@ func TestBrowserCharts(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx0 := dentest.Context(t)
-	store := queue.NewStore(db)
+	store := queue.NewStores(db)
 
 	// A day of history, as nodes would have written it: a point every
 	// quarter hour, and every minute for the last hour.
@@ -43,7 +43,7 @@ func TestBrowserCharts(t *testing.T) {
 			bad = int64(math.Round(per * 2))
 		}
 		backlog := int64(math.Round(40 * wave))
-		if err := store.AddStats(ctx0, []queue.QueueStat{
+		if err := store.Node.AddStats(ctx0, []queue.QueueStat{
 			{Queue: busy, Name: "images", At: at, Succeeded: ok, Failed: bad, Runs: ok + bad, RunSeconds: float64(ok+bad) * (20 + 5*wave),
 				Backlog: true, Queued: backlog, Running: 4 + int64(2*wave)},
 		}, []queue.NodeStat{
