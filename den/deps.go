@@ -114,7 +114,7 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 					waiting = append(waiting, d)
 				}
 			}
-			ok, err := sw.store.Register(ctx, b, waiting)
+			ok, err := sw.store.MarkWaiting(ctx, b, waiting)
 			if err != nil {
 				return err
 			}

@@ -681,10 +681,10 @@ const (
 	CancelNoTask                        // there is no such task
 )
 
-// Cancel sets cancel: true on a task that has not ended: a queued one never
+// SetCancel sets cancel: true on a task that has not ended: a queued one never
 // starts, a running one is stopped by its node (see
 // docs/task-control.md). An ended task (finished, cancelled, orphaned) is left alone.
-func (s *OperatorStore) Cancel(ctx context.Context, id bson.ObjectID) (CancelOutcome, error) {
+func (s *OperatorStore) SetCancel(ctx context.Context, id bson.ObjectID) (CancelOutcome, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "status", Value: bson.D{{Key: "$lte", Value: 0}, {Key: "$nin", Value: bson.A{StatusCancelled, StatusOrphaned}}}}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: FieldCancel, Value: true}}}})

@@ -101,10 +101,10 @@ func (c *candidates) next(ctx context.Context, s *conn, r ClaimRequest) (id bson
 	return id, fresh, len(l.ids) == 0, true, nil
 }
 
-// requeued drops the lists of candidates when this store has made n
+// forgetCandidates drops the lists of candidates when this store has made n
 // tasks claimable again (released, or their dependencies done): they may
 // come before the listed ones.
-func (s *conn) requeued(n int64) {
+func (s *conn) forgetCandidates(n int64) {
 	if n > 0 {
 		s.candidates.forget()
 	}

@@ -249,7 +249,7 @@ func (s *NodeStore) ReleaseLost(ctx context.Context, queueIDs []bson.ObjectID, n
 	if err != nil {
 		return 0, fmt.Errorf("release a lost claim: %w", err)
 	}
-	(*conn)(s).requeued(res.ModifiedCount)
+	(*conn)(s).forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 
@@ -267,7 +267,7 @@ func (s *NodeStore) Release(ctx context.Context, taskID bson.ObjectID, node stri
 	if err != nil {
 		return false, fmt.Errorf("release task %s: %w", taskID.Hex(), err)
 	}
-	(*conn)(s).requeued(res.ModifiedCount)
+	(*conn)(s).forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount == 1, nil
 }
 

@@ -279,7 +279,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 	db := dentest.DB(t)
 	store := queue.NewStores(db)
 	ctx := dentest.Context(t)
-	limit, problem, err := store.Node.Heartbeat(ctx, "n1", []queue.NodeQueue{}, nil, time.Now())
+	limit, problem, err := store.Node.WriteNodeDocument(ctx, "n1", []queue.NodeQueue{}, nil, time.Now())
 	if err != nil || limit != nil || problem != "" {
 		t.Fatalf("first heartbeat: %v %q %v", limit, problem, err)
 	}
@@ -305,7 +305,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 		{"5", ptr(0), true},
 	} {
 		dentest.Update(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: tc.set}}}})
-		limit, problem, err := store.Node.Heartbeat(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, nil, time.Now())
+		limit, problem, err := store.Node.WriteNodeDocument(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, nil, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +324,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 		t.Fatalf("%d node documents, want 1", n)
 	}
 	// Queues nil: the node's queues did not change, and stay as written.
-	if _, _, err := store.Node.Heartbeat(ctx, "n1", nil, nil, time.Now()); err != nil {
+	if _, _, err := store.Node.WriteNodeDocument(ctx, "n1", nil, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if q := queuesOf(); q.Type != bson.TypeArray || len(must(q.Array().Values())) != 1 {

@@ -147,10 +147,10 @@ func EndedBadly(status int) bool {
 	return Ended(status) && status != StatusSucceeded
 }
 
-// Register records that b waits for waiting (those of its after not yet
+// MarkWaiting records that b waits for waiting (those of its after not yet
 // succeeded): status -4, waiting, after_was. It is conditional on b still
 // being unclaimed, in the status read, and not yet registered.
-func (s *NodeStore) Register(ctx context.Context, b Blocked, waiting []bson.ObjectID) (bool, error) {
+func (s *NodeStore) MarkWaiting(ctx context.Context, b Blocked, waiting []bson.ObjectID) (bool, error) {
 	if waiting == nil {
 		waiting = []bson.ObjectID{}
 	}
@@ -243,7 +243,7 @@ func (s *conn) releaseReady(ctx context.Context, now time.Time) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("queue tasks whose dependencies succeeded: %w", err)
 	}
-	s.requeued(res.ModifiedCount)
+	s.forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 

@@ -25,39 +25,38 @@ import (
 // Every other method reads tasks, queues, nodes or config and is tried
 // against the corpus below.
 var storeWrites = map[string]string{
-	"AddStats":          "upserts den's stats documents by _id",
-	"TrimStats":         "deletes den's stats documents older than a time, by _id",
-	"CreateQueue":       "inserts a queue",
-	"CreateQueueWith":   "inserts a queue",
-	"UpdateQueue":       "updates a queue by its ObjectId",
-	"UpdateQueueResult": "updates a queue by its ObjectId (UpdateQueue, saying what it matched and changed)",
-	"SetNodeLimit":      "updates a node document by _id or name",
-	"DeleteQueue":       "deletes a queue by its ObjectId",
-	"DeleteReports":     "deletes reports by task_id",
-	"TakeLease":         "updates (or inserts) a lease by name",
-	"ReleaseLease":      "updates a lease by name and holder",
-	"InsertTasks":       "inserts tasks",
-	"SetNodeMaxThreads": "updates a node document by name",
-	"Alive":             "updates this node's timestamp",
-	"Renew":             "updates one run's task, by _id, node and token (and counts it by the same when that matched none)",
-	"Finish":            "updates one run's task, by _id, node and token",
-	"SetUsage":          "updates one run's task, by _id, node and token",
-	"PublishLive":       "updates one run's task, by _id, node and token",
-	"Retry":             "updates one run's task, by _id, node and token",
-	"CancelRunning":     "updates one run's task, by _id, node and token",
-	"CancelUnstarted":   "updates a claimed task by _id and node",
-	"Release":           "updates a claimed task by _id and node",
-	"WantLive":          "updates a task by _id",
-	"DecrementTodo":     "updates a queue by its ObjectId",
-	"MarkDependents":    "updates tasks by _id",
-	"Succeeded":         "pulls ids from waiting lists (tried by ReleaseReady below)",
-	"SetUnfit":          "updates a task by _id and its note",
-	"Cancel":            "updates a task by _id",
-	"AddSchedule":       "inserts a schedule",
-	"SyncClock":         "asks the server its time (hello): reads no document",
-	"PauseSchedule":     "updates a schedule by name (reading it with Schedule, tried below)",
-	"DeleteSchedule":    "deletes a schedule by name",
-	"WatchArrivals":     "a change stream: events with a queue that is not an ObjectId are skipped (Arrivals.Next); the development server has no change streams",
+	"AddStats":           "upserts den's stats documents by _id",
+	"TrimStats":          "deletes den's stats documents older than a time, by _id",
+	"CreateQueue":        "inserts a queue",
+	"CreateQueueWith":    "inserts a queue",
+	"UpdateQueue":        "updates a queue by its ObjectId",
+	"UpdateQueueResult":  "updates a queue by its ObjectId (UpdateQueue, saying what it matched and changed)",
+	"SetNodeLimit":       "updates a node document by _id or name",
+	"DeleteQueue":        "deletes a queue by its ObjectId",
+	"DeleteReports":      "deletes reports by task_id",
+	"TakeLease":          "updates (or inserts) a lease by name",
+	"ReleaseLease":       "updates a lease by name and holder",
+	"InsertTasks":        "inserts tasks",
+	"SetNodeMaxThreads":  "updates a node document by name",
+	"WriteNodeTimestamp": "updates this node's timestamp",
+	"WriteBeat":          "updates one run's task, by _id, node and token (and counts it by the same when that matched none)",
+	"Finish":             "updates one run's task, by _id, node and token",
+	"SetUsage":           "updates one run's task, by _id, node and token",
+	"PublishLive":        "updates one run's task, by _id, node and token",
+	"Retry":              "updates one run's task, by _id, node and token",
+	"CancelRunning":      "updates one run's task, by _id, node and token",
+	"CancelUnstarted":    "updates a claimed task by _id and node",
+	"Release":            "updates a claimed task by _id and node",
+	"SetLiveUntil":       "updates a task by _id",
+	"DecrementTodo":      "updates a queue by its ObjectId",
+	"MarkDependents":     "updates tasks by _id",
+	"SetUnfit":           "updates a task by _id and its note",
+	"SetCancel":          "updates a task by _id",
+	"AddSchedule":        "inserts a schedule",
+	"SyncClock":          "asks the server its time (hello): reads no document",
+	"PauseSchedule":      "updates a schedule by name (reading it with Schedule, tried below)",
+	"DeleteSchedule":     "deletes a schedule by name",
+	"WatchArrivals":      "a change stream: events with a queue that is not an ObjectId are skipped (Arrivals.Next); the development server has no change streams",
 }
 
 // Every query of the stores that reads documents is tried against the corpus of
@@ -507,7 +506,7 @@ func (h *hostileDB) rescueAndDependencyQueries() []hostileCall {
 		{"NodeTasks", func(t *testing.T) { val(h.store.Node.NodeTasks(h.ctx, h.node))(t) }},
 		{"ReleaseClaims", func(t *testing.T) { val(h.store.Node.ReleaseClaims(h.ctx, "nobody-claims", h.now))(t) }},
 		{"ReleaseReady", func(t *testing.T) { val(queue.ReleaseReady(h.ctx, h.store.Node, h.now))(t) }},
-		{"Register", func(t *testing.T) {
+		{"MarkWaiting", func(t *testing.T) {
 			for _, b := range val(h.store.Node.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) {
 				if b.Problem != "" {
 					if _, err := h.store.Node.FailBlocked(h.ctx, b, b.Problem, h.now); err != nil {
@@ -515,7 +514,7 @@ func (h *hostileDB) rescueAndDependencyQueries() []hostileCall {
 					}
 					continue
 				}
-				if _, err := h.store.Node.Register(h.ctx, b, b.After); err != nil {
+				if _, err := h.store.Node.MarkWaiting(h.ctx, b, b.After); err != nil {
 					t.Errorf("register %s: %v", b.ID.Hex(), err)
 				}
 			}
@@ -538,8 +537,8 @@ func (h *hostileDB) rescueAndDependencyQueries() []hostileCall {
 				}
 			}
 		}},
-		{"Heartbeat", func(t *testing.T) {
-			if _, _, err := h.store.Node.Heartbeat(h.ctx, h.node, []queue.NodeQueue{}, nil, h.now); err != nil {
+		{"WriteNodeDocument", func(t *testing.T) {
+			if _, _, err := h.store.Node.WriteNodeDocument(h.ctx, h.node, []queue.NodeQueue{}, nil, h.now); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -65,11 +65,11 @@ const (
 	LeaseLost
 )
 
-// Renew records that a run is alive (runner.beat = now, the server's time
+// WriteBeat records that a run is alive (runner.beat = now, the server's time
 // by the runner's clock) and says whether it still holds its task. One
 // update while it does; one more read when it does not, to tell a cancel
 // apart from a loss.
-func (s *RunnerStore) Renew(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (Lease, error) {
+func (s *RunnerStore) WriteBeat(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (Lease, error) {
 	held := append(running(taskID, node, token), bson.E{Key: FieldCancel, Value: bson.D{{Key: "$ne", Value: true}}})
 	res, err := s.tasks.UpdateOne(ctx, held, bson.D{{Key: "$set", Value: bson.D{{Key: "runner.beat", Value: now}}}})
 	if err != nil {

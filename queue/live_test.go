@@ -53,15 +53,15 @@ func TestLiveOutputLifecycle(t *testing.T) {
 		t.Fatalf("start: %v %v", ok, err)
 	}
 
-	if ok, err := store.Operator.WantLive(ctx, queued, now.Add(time.Minute)); err != nil || ok {
-		t.Fatalf("WantLive on a queued task = %v, %v; want false", ok, err)
+	if ok, err := store.Operator.SetLiveUntil(ctx, queued, now.Add(time.Minute)); err != nil || ok {
+		t.Fatalf("SetLiveUntil on a queued task = %v, %v; want false", ok, err)
 	}
 	if raw := dentest.Task(t, db, queued); raw.Lookup(queue.FieldLiveUntil).Type != 0 {
 		t.Fatal("live_until set on a queued task")
 	}
 	for _, until := range []time.Time{now.Add(time.Minute), now.Add(time.Second)} {
-		if ok, err := store.Operator.WantLive(ctx, running, until); err != nil || !ok {
-			t.Fatalf("WantLive = %v, %v", ok, err)
+		if ok, err := store.Operator.SetLiveUntil(ctx, running, until); err != nil || !ok {
+			t.Fatalf("SetLiveUntil = %v, %v", ok, err)
 		}
 	}
 	task, err := store.Node.Task(ctx, running)
@@ -105,7 +105,7 @@ func TestLiveOutputLifecycle(t *testing.T) {
 	if ok, err := store.Runner.PublishLive(ctx, running, "n", live); err != nil || ok {
 		t.Fatalf("PublishLive after the end = %v, %v", ok, err)
 	}
-	if ok, err := store.Operator.WantLive(ctx, running, now.Add(time.Hour)); err != nil || ok {
-		t.Fatalf("WantLive after the end = %v, %v", ok, err)
+	if ok, err := store.Operator.SetLiveUntil(ctx, running, now.Add(time.Hour)); err != nil || ok {
+		t.Fatalf("SetLiveUntil after the end = %v, %v", ok, err)
 	}
 }

@@ -173,7 +173,7 @@ func (ns *NodeSelf) fields() bson.D {
 	return d
 }
 
-// Heartbeat upserts the node document: node, timestamp, queues and what
+// WriteNodeDocument upserts the node document: node, timestamp, queues and what
 // the node says of itself (self, may be nil), in one command. queues nil
 // leaves the queues array as it is: a node whose queues have not changed
 // writes its timestamp only (den's first pass, and one every RefreshEvery,
@@ -183,7 +183,7 @@ func (ns *NodeSelf) fields() bson.D {
 // operator set there. It removes stopped unless self sets it: the node
 // runs. Problem is non-empty when that value is not a
 // non-negative whole number (it then counts as 0).
-func (s *NodeStore) Heartbeat(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
+func (s *NodeStore) WriteNodeDocument(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
 	set := bson.D{{Key: "timestamp", Value: now}}
 	if queues != nil {
 		set = append(set, bson.E{Key: "queues", Value: queues})
@@ -215,9 +215,9 @@ func (s *NodeStore) Heartbeat(ctx context.Context, node string, queues []NodeQue
 	return limit, "", nil
 }
 
-// Alive writes only the timestamp of the node document: the node is alive
+// WriteNodeTimestamp writes only the timestamp of the node document: the node is alive
 // while a slow pass has not yet written the whole document.
-func (s *NodeStore) Alive(ctx context.Context, node string, now time.Time) error {
+func (s *NodeStore) WriteNodeTimestamp(ctx context.Context, node string, now time.Time) error {
 	_, err := s.nodes.UpdateOne(ctx, bson.D{{Key: "node", Value: node}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "timestamp", Value: now}}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {

@@ -39,7 +39,7 @@ func (s *NodeStore) ReleaseClaims(ctx context.Context, node string, now time.Tim
 	if err != nil {
 		return 0, fmt.Errorf("release claims of an earlier run of node %s: %w", node, err)
 	}
-	(*conn)(s).requeued(res.ModifiedCount)
+	(*conn)(s).forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 

@@ -9,7 +9,7 @@
 //
 // The operator commands (queue, task, output, node, status, counts)
 // connect as den run does (config.Load: --config, DEN_*, --mongo-uri,
-// --database) and do everything through queue.Store (queue/admin.go): this
+// --database) and do everything through queue.OperatorStore (queue/admin.go): this
 // package names no document field. They print tables, or JSON with --json,
 // and exit 0 (done), 1 (operational error) or 2 (usage error).
 //

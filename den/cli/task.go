@@ -512,7 +512,7 @@ already ended is left alone (and reported); an unknown id is an error
 			var results []result
 			missing := 0
 			for _, id := range ids {
-				o, err := d.store.Cancel(cmd.Context(), id)
+				o, err := d.store.SetCancel(cmd.Context(), id)
 				if err != nil {
 					return err
 				}

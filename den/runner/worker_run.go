@@ -307,7 +307,7 @@ func (t *run) beat(ctx context.Context, lose context.CancelCauseFunc) (stop func
 			}
 			sent := time.Now()
 			bctx, bcancel := context.WithTimeout(ctx, every)
-			state, err := t.store.Renew(bctx, t.taskID, t.Spec.Node, t.info.Token, t.now())
+			state, err := t.store.WriteBeat(bctx, t.taskID, t.Spec.Node, t.info.Token, t.now())
 			bcancel()
 			switch {
 			case err != nil && ctx.Err() != nil:

@@ -137,7 +137,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 			ok := false
 			if action == "cancel" {
 				var o queue.CancelOutcome
-				o, err = h.store.Cancel(ctx, t.ID)
+				o, err = h.store.SetCancel(ctx, t.ID)
 				ok = o == queue.CancelSet
 			} else {
 				ok, err = h.store.RetryEnded(ctx, t, h.now())
