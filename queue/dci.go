@@ -9,7 +9,7 @@ import (
 )
 
 // This file holds what the Disbatch web API (den/web/dci) asks of the
-// database beyond the operator's command line (admin.go): reading tasks
+// database beyond the operator's command line (queueedit.go, tasklist.go, ...): reading tasks
 // and other collections by a filter its client writes, and updates that
 // say what they matched and changed, as the Perl web API's answers do.
 
