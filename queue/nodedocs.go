@@ -29,7 +29,13 @@ type NodeDoc struct {
 	// Stopped is when a den node said, as it stopped cleanly, that it
 	// stopped (zero: it did not; see FieldStopped).
 	Stopped time.Time
-	Raw     bson.Raw
+	// PID, Started and Resources are what a den node says of itself
+	// (NodeSelf), read leniently: a field of another type is left out
+	// (zero, or nil), never an error; Perl nodes write none of them.
+	PID       int64
+	Started   time.Time
+	Resources *NodeResources
+	Raw       bson.Raw
 }
 
 // Live reports whether the node is alive at now: it wrote its document
@@ -113,7 +119,45 @@ func decodeNodeDoc(raw bson.Raw) NodeDoc {
 		n.QueuesLeftOut = int(left)
 	}
 	n.Stopped, _ = timeValue(raw.Lookup(FieldStopped))
+	n.PID, _ = raw.Lookup("pid").AsInt64OK()
+	n.Started = dateOf(raw.Lookup("started"))
+	n.Resources = decodeNodeResources(raw.Lookup("resources"))
 	return n
+}
+
+// decodeNodeResources reads a node document's resources leniently: a
+// field of another type is left out; nil when it is not a document.
+func decodeNodeResources(v bson.RawValue) *NodeResources {
+	doc, ok := v.DocumentOK()
+	if !ok {
+		return nil
+	}
+	r := &NodeResources{}
+	cpus, _ := doc.Lookup("cpus").AsInt64OK()
+	r.CPUs = int(cpus)
+	if arr, ok := doc.Lookup("load").ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, v := range vals {
+			if f, ok := v.AsFloat64OK(); ok {
+				r.Load = append(r.Load, f)
+			}
+		}
+	}
+	r.MemoryTotalMB, _ = doc.Lookup("memory_total_mb").AsInt64OK()
+	r.MemoryAvailableMB, _ = doc.Lookup("memory_available_mb").AsInt64OK()
+	r.DiskPath, _ = doc.Lookup("disk_path").StringValueOK()
+	r.DiskFreeMB, _ = doc.Lookup("disk_free_mb").AsInt64OK()
+	r.At = dateOf(doc.Lookup("at"))
+	return r
+}
+
+// dateOf is a BSON date as a time in the local zone; zero for anything
+// else.
+func dateOf(v bson.RawValue) time.Time {
+	if dt, ok := v.DateTimeOK(); ok {
+		return time.UnixMilli(dt)
+	}
+	return time.Time{}
 }
 
 // SetNodeMaxThreads sets a node's node-wide limit (nil removes it: no

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
@@ -81,7 +82,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	b.Verb = map[string]string{"cancel": "cancelled", "retry": "retried"}[action]
-	if status, err := h.bulkMatch(ctx, r, &f, &b); err != nil {
+	if status, err := bulkMatch(ctx, h.store, r, &f, &b); err != nil {
 		h.fail(w, r, status, err)
 		return
 	}
@@ -106,7 +107,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	b.Acted, b.Rest = true, b.Matched > BulkMax
 	if b.Matched > 0 {
-		if err := h.bulkAct(ctx, f, &b); err != nil {
+		if err := bulkAct(ctx, h.store, h.now, f, &b); err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
@@ -123,7 +124,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 // bulkMatch fixes upto (the form's, or the newest task the filter f
 // matches) and counts the tasks up to it into b; f then selects them. It
 // returns the status to answer with when it fails.
-func (h *handler) bulkMatch(ctx context.Context, r *http.Request, f *queue.TaskFilter, b *bulkData) (int, error) {
+func bulkMatch(ctx context.Context, store *queue.OperatorStore, r *http.Request, f *queue.TaskFilter, b *bulkData) (int, error) {
 	if f.Statuses == nil {
 		return 0, nil
 	}
@@ -134,7 +135,7 @@ func (h *handler) bulkMatch(ctx context.Context, r *http.Request, f *queue.TaskF
 			return http.StatusBadRequest, fmt.Errorf("upto %q: want a task id", v)
 		}
 	} else {
-		newest, err := h.store.ListTasks(ctx, queue.TaskFilter{Queues: f.Queues, Statuses: f.Statuses, Node: f.Node,
+		newest, err := store.ListTasks(ctx, queue.TaskFilter{Queues: f.Queues, Statuses: f.Statuses, Node: f.Node,
 			Outcomes: f.Outcomes, ParamKey: f.ParamKey, ParamValue: f.ParamValue, Limit: 1})
 		if err != nil {
 			return http.StatusInternalServerError, err
@@ -147,7 +148,7 @@ func (h *handler) bulkMatch(ctx context.Context, r *http.Request, f *queue.TaskF
 		f.Before = next(upto)
 		b.Upto = upto.Hex()
 		var err error
-		if b.Matched, err = h.store.CountTasks(ctx, *f); err != nil {
+		if b.Matched, err = store.CountTasks(ctx, *f); err != nil {
 			return http.StatusInternalServerError, err
 		}
 	}
@@ -156,9 +157,9 @@ func (h *handler) bulkMatch(ctx context.Context, r *http.Request, f *queue.TaskF
 
 // bulkAct cancels or retries (b.Action) at most BulkMax of the tasks f
 // selects, with den/bulk, and counts in b.Done those it changed.
-func (h *handler) bulkAct(ctx context.Context, f queue.TaskFilter, b *bulkData) error {
+func bulkAct(ctx context.Context, store *queue.OperatorStore, now func() time.Time, f queue.TaskFilter, b *bulkData) error {
 	f.Limit = BulkMax
-	list, err := h.store.ListTasks(ctx, f)
+	list, err := store.ListTasks(ctx, f)
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func (h *handler) bulkAct(ctx context.Context, f queue.TaskFilter, b *bulkData) 
 			ids[i] = t.ID
 		}
 		var outcomes []queue.CancelOutcome
-		outcomes, err = bulk.Cancel(ctx, h.store, ids)
+		outcomes, err = bulk.Cancel(ctx, store, ids)
 		for _, o := range outcomes {
 			if o == queue.CancelSet {
 				b.Done++
@@ -176,7 +177,7 @@ func (h *handler) bulkAct(ctx context.Context, f queue.TaskFilter, b *bulkData) 
 		}
 	} else {
 		var done bulk.Retried
-		done, err = bulk.Retry(ctx, h.store, list, h.now)
+		done, err = bulk.Retry(ctx, store, list, now)
 		b.Done = len(done.Tasks)
 	}
 	if err != nil {

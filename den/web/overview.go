@@ -153,7 +153,7 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, n := range nodes {
 		v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
-			Info: decodeNodeInfo(n.Raw), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
+			Info: nodeInfoOf(n), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
 		v.State = n.State(now, h.dead)
 		v.Dead = v.State == queue.NodeDead
 		if n.MaxThreads != nil {
