@@ -17,7 +17,7 @@ import (
 // to it. What each component reads of the node's configuration is in its
 // own params struct (below), which New fills from Config.
 type env struct {
-	store *queue.Store
+	store *queue.NodeStore
 	log   *zap.Logger
 	// clock is the database server's time, as this host estimates it
 	// (synced by the passes every ClockEvery).

@@ -113,7 +113,7 @@ func (d *depSweep) check(ctx context.Context, b queue.Blocked, statuses map[bson
 				waiting = append(waiting, id)
 			}
 		}
-		ok, err := d.sw.store.Register(ctx, b, waiting)
+		ok, err := d.sw.store.MarkWaiting(ctx, b, waiting)
 		if err != nil || !ok {
 			return err
 		}

@@ -60,7 +60,7 @@
 //   - rescue.go: rescuer, the rescue of tasks whose runner or node died,
 //     and of claims no runner took up.
 //   - schedules.go: scheduler, the firing of the schedules whose time
-//     has come (queue.Store.FireDue: one task per scheduled time).
+//     has come (queue.NodeStore.FireDue: one task per scheduled time).
 //   - stats.go: statsRecorder, the time series of the status page's
 //     charts (queue.StatsCollection): completions counted as runners
 //     report them, written once a minute with each queue's backlog and

@@ -75,7 +75,7 @@ func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now 
 	if slices.Equal(entries, h.queues) && now.Sub(h.at) < h.params.RefreshEvery {
 		write = nil // unchanged: the timestamp only
 	}
-	limit, problem, err := h.store.Heartbeat(ctx, h.params.Name, write, h.self(ctx, now), now)
+	limit, problem, err := h.store.WriteNodeDocument(ctx, h.params.Name, write, h.self(ctx, now), now)
 	if err != nil {
 		return nil, "", err
 	}
@@ -207,7 +207,7 @@ func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
 				continue
 			}
 			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := h.store.Alive(actx, h.params.Name, now); err == nil {
+			if err := h.store.WriteNodeTimestamp(actx, h.params.Name, now); err == nil {
 				h.last.Store(now.UnixNano())
 			}
 			acancel()
@@ -248,7 +248,7 @@ func (h *heartbeat) writeLast() {
 	now := h.now()
 	self := h.self(ctx, now)
 	self.Stopped = now
-	if _, _, err := h.store.Heartbeat(ctx, h.params.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := h.store.WriteNodeDocument(ctx, h.params.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		h.log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 }

@@ -94,7 +94,7 @@ func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Log
 		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
 	}
 	clock := queue.NewClock(now)
-	e := &env{store: queue.NewStore(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
+	e := &env{store: queue.NewNodeStore(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{env: e, cfg: cfg, plugins: reg}
 	pid, started := thisProcess(now)
 	n.wire(rel, cgroup, pids, pid, started)
@@ -244,7 +244,7 @@ func (n *Node) start(ctx context.Context) error {
 	err := n.cfg.Retry.Retry(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		conflicts, err := n.store.EnsureIndexes(cctx)
+		conflicts, err := queue.EnsureIndexes(cctx, n.store)
 		for _, c := range conflicts {
 			n.log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
 		}

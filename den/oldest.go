@@ -22,7 +22,7 @@ const (
 // housekeeping every RefreshEvery: for each queue of withWork (served,
 // with tasks to do by count_todo, and not found empty by its last claim),
 // how long the oldest task that a claim could take now has been ready
-// (queue.Store.OldestReady). One indexed query per queue, for at most
+// (queue.NodeStore.OldestReady). One indexed query per queue, for at most
 // oldestQueues queues and oldestTime; a queue with nothing ready (or not
 // measured) has no series.
 func (ps *passes) measureOldest(ctx context.Context, withWork []queue.Queue, now time.Time) error {

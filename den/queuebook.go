@@ -16,7 +16,7 @@ import (
 // (activequeues or ignorequeues did), and at the next pass after a pass
 // saw a queue with work come or go or change whether this node serves it;
 // the passes between read only the queues with work by their counts and
-// those that had work (queue.Store.QueuesWithWork), and put them in place.
+// those that had work (queue.NodeStore.QueuesWithWork), and put them in place.
 // So a pass costs what the queues with work cost: with 80,000 queues and a
 // few with work, a few documents a pass instead of 80,000, and a change to
 // a queue with work (its counts, its settings, its removal) is seen at the

@@ -66,9 +66,9 @@ func TestNodesWriteStats(t *testing.T) {
 	a.Stop() // each writes what it has not written yet as it stops
 	b.Stop()
 
-	store := queue.NewStore(db)
+	store := queue.NewStores(db)
 	for _, step := range queue.StatsSteps {
-		points, err := store.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: qid})
+		points, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: qid})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,14 +86,14 @@ func TestNodesWriteStats(t *testing.T) {
 		if succeeded != 9 || failed != 3 || runs != 12 || secs <= 0 {
 			t.Errorf("step %s: succeeded %d, failed %d, runs %d taking %.3fs; want 9, 3, 12 and some time", step, succeeded, failed, runs, secs)
 		}
-		backlog, err := store.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: idle})
+		backlog, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: idle})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(backlog) == 0 || backlog[len(backlog)-1].Queued != 2 {
 			t.Errorf("step %s: the unserved queue's backlog is %+v, want 2 queued", step, backlog)
 		}
-		nodes, err := store.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatNode})
+		nodes, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatNode})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,9 +35,9 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 			t.Parallel()
 			db := dentest.DB(t)
 			ctx := dentest.Context(t)
-			store := queue.NewStore(db)
+			store := queue.NewStores(db)
 			if dentest.EmbeddedServer() {
-				by, err := queue.ClaimsByCandidates(ctx, store)
+				by, err := queue.ClaimsByCandidates(ctx, store.Node)
 				if err != nil || !by {
 					t.Fatalf("on the development server, claims by candidates = %v (%v), want true", by, err)
 				}
@@ -72,7 +72,7 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 				defer wg.Done()
 				var prev bson.ObjectID
 				for {
-					c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "den", At: time.Now()})
+					c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "den", At: time.Now()})
 					if err != nil {
 						t.Error(err)
 						return
@@ -126,12 +126,12 @@ func TestReleasedTaskClaimedFirst(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStore(db)
+	store := queue.NewStores(db)
 	qid := dentest.Queue(t, db, "q", "P", 10, queue.SortFIFO)
 	ids := dentest.Tasks(t, db, qid, params(5)...)
 	claim := func() bson.ObjectID {
 		t.Helper()
-		c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+		c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
 		}
@@ -141,7 +141,7 @@ func TestReleasedTaskClaimedFirst(t *testing.T) {
 	if first != ids[0] {
 		t.Fatalf("first claim %s, want the oldest %s", first.Hex(), ids[0].Hex())
 	}
-	if ok, err := store.Release(ctx, first, "n", time.Now()); err != nil || !ok {
+	if ok, err := store.Node.Release(ctx, first, "n", time.Now()); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	if again := claim(); again != first {

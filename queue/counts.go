@@ -41,7 +41,7 @@ func (r Running) NodeTotal(node string) int {
 //
 // The grouping is on plain fields, not expressions: FerretDB (the embedded
 // development server) does not implement $cond inside $group.
-func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running, error) {
+func (s *conn) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running, error) {
 	out := Running{}
 	if len(queueIDs) == 0 {
 		return out, nil
@@ -60,7 +60,7 @@ func (s *Store) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running,
 
 // countRunning adds to out the tasks of the given queues whose status
 // meets cond, by queue and node.
-func (s *Store) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond any, out Running) error {
+func (s *conn) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond any, out Running) error {
 	cur, err := s.tasks.Aggregate(ctx, bson.A{
 		bson.D{{Key: "$match", Value: bson.D{
 			{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
@@ -104,7 +104,7 @@ func (s *Store) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond
 // and one bulk write, however many queues it is given; callers bound the
 // number (a node fills at most FillCountsBatch a pass). A count someone
 // else set meanwhile is left as is. It returns how many counts it wrote.
-func (s *Store) FillCounts(ctx context.Context, qs []Queue) (int64, error) {
+func (s *NodeStore) FillCounts(ctx context.Context, qs []Queue) (int64, error) {
 	var ids []bson.ObjectID
 	for _, q := range qs {
 		if q.CountTodo == nil || q.CountTotal == nil {
@@ -114,7 +114,7 @@ func (s *Store) FillCounts(ctx context.Context, qs []Queue) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	counts, err := s.TaskCounts(ctx, ids...)
+	counts, err := (*conn)(s).TaskCounts(ctx, ids...)
 	if err != nil {
 		return 0, fmt.Errorf("fill the counts of %d queues: %w", len(ids), err)
 	}
@@ -152,7 +152,7 @@ const FillCountsBatch = 500
 // DecrementTodo counts one task of a queue as done. It never takes
 // count_todo below zero (tasks inserted without incrementing it would
 // otherwise drive it negative).
-func (s *Store) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error {
+func (s *conn) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error {
 	_, err := s.queues.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queueID}, {Key: "count_todo", Value: bson.D{{Key: "$gt", Value: 0}}}},
 		bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -1}}}})
@@ -164,8 +164,8 @@ func (s *Store) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error 
 
 // RunningInQueue counts the claimed and running tasks of one queue on all
 // nodes.
-func (s *Store) RunningInQueue(ctx context.Context, queueID bson.ObjectID) (int64, error) {
-	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
+func (s *NodeStore) RunningInQueue(ctx context.Context, queueID bson.ObjectID) (int64, error) {
+	conds, err := (*conn)(s).statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return 0, fmt.Errorf("count running tasks of queue %s: %w", queueID.Hex(), err)
 	}

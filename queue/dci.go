@@ -9,7 +9,7 @@ import (
 )
 
 // This file holds what the Disbatch web API (den/web/dci) asks of the
-// database beyond the operator's command line (admin.go): reading tasks
+// database beyond the operator's command line (queueedit.go, tasklist.go, ...): reading tasks
 // and other collections by a filter its client writes, and updates that
 // say what they matched and changed, as the Perl web API's answers do.
 
@@ -27,7 +27,7 @@ type UpdateResult struct {
 // SetNodeLimit sets the maxthreads of the node whose _id is id (when not
 // zero) or whose name is name; nil writes null (no limit), as Disbatch's
 // web API does. No match is no error: the result says so.
-func (s *Store) SetNodeLimit(ctx context.Context, id bson.ObjectID, name string, limit *int) (UpdateResult, error) {
+func (s *OperatorStore) SetNodeLimit(ctx context.Context, id bson.ObjectID, name string, limit *int) (UpdateResult, error) {
 	filter := bson.D{{Key: "node", Value: name}}
 	if !id.IsZero() {
 		filter = bson.D{{Key: "_id", Value: id}}
@@ -46,7 +46,7 @@ func (s *Store) SetNodeLimit(ctx context.Context, id bson.ObjectID, name string,
 // SearchTasks returns the task documents filter matches, whole, in the
 // server's order unless sort says otherwise; skip and limit as find has
 // them (limit 0: no limit), projection nil for whole documents.
-func (s *Store) SearchTasks(ctx context.Context, filter, sort, projection bson.D, skip, limit int64) ([]bson.Raw, error) {
+func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projection bson.D, skip, limit int64) ([]bson.Raw, error) {
 	opts := options.Find()
 	if sort != nil {
 		opts.SetSort(sort)
@@ -72,7 +72,7 @@ func (s *Store) SearchTasks(ctx context.Context, filter, sort, projection bson.D
 }
 
 // CountTasksMatching counts the tasks filter matches.
-func (s *Store) CountTasksMatching(ctx context.Context, filter bson.D) (int64, error) {
+func (s *OperatorStore) CountTasksMatching(ctx context.Context, filter bson.D) (int64, error) {
 	n, err := s.tasks.CountDocuments(ctx, filter)
 	if err != nil {
 		return 0, fmt.Errorf("count tasks: %w", err)
@@ -83,7 +83,7 @@ func (s *Store) CountTasksMatching(ctx context.Context, filter bson.D) (int64, e
 // EachDocument calls fn with each document of the database's collection
 // coll that filter matches, with only the fields of projection (and _id),
 // in the server's order, until fn returns an error.
-func (s *Store) EachDocument(ctx context.Context, coll string, filter, projection bson.D, fn func(bson.Raw) error) error {
+func (s *OperatorStore) EachDocument(ctx context.Context, coll string, filter, projection bson.D, fn func(bson.Raw) error) error {
 	opts := options.Find()
 	if projection != nil {
 		opts.SetProjection(projection)

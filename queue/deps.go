@@ -52,7 +52,7 @@ type Blocked struct {
 // for others (status -4 with after). The claim index {node, status, queue}
 // serves it. A queued task (-2) with after is not looked at: any node may
 // have claimed it already, and looking would scan a queue's whole backlog.
-func (s *Store) BlockedTasks(ctx context.Context, queueIDs []bson.ObjectID, limit int64) ([]Blocked, error) {
+func (s *NodeStore) BlockedTasks(ctx context.Context, queueIDs []bson.ObjectID, limit int64) ([]Blocked, error) {
 	if len(queueIDs) == 0 {
 		return nil, nil
 	}
@@ -114,7 +114,7 @@ func idList(v bson.RawValue) ([]bson.ObjectID, string) {
 
 // Statuses returns the status of each of the given tasks that exists (a
 // status that is not a number counts as 0: not ended).
-func (s *Store) Statuses(ctx context.Context, ids []bson.ObjectID) (map[bson.ObjectID]int, error) {
+func (s *conn) Statuses(ctx context.Context, ids []bson.ObjectID) (map[bson.ObjectID]int, error) {
 	out := map[bson.ObjectID]int{}
 	for len(ids) > 0 {
 		n := min(len(ids), 10000)
@@ -147,10 +147,10 @@ func EndedBadly(status int) bool {
 	return Ended(status) && status != StatusSucceeded
 }
 
-// Register records that b waits for waiting (those of its after not yet
+// MarkWaiting records that b waits for waiting (those of its after not yet
 // succeeded): status -4, waiting, after_was. It is conditional on b still
 // being unclaimed, in the status read, and not yet registered.
-func (s *Store) Register(ctx context.Context, b Blocked, waiting []bson.ObjectID) (bool, error) {
+func (s *NodeStore) MarkWaiting(ctx context.Context, b Blocked, waiting []bson.ObjectID) (bool, error) {
 	if waiting == nil {
 		waiting = []bson.ObjectID{}
 	}
@@ -166,7 +166,7 @@ func (s *Store) Register(ctx context.Context, b Blocked, waiting []bson.ObjectID
 
 // MarkDependents sets has_dependents on the given tasks, so that their
 // runners release what comes after them as soon as they end.
-func (s *Store) MarkDependents(ctx context.Context, ids []bson.ObjectID) error {
+func (s *conn) MarkDependents(ctx context.Context, ids []bson.ObjectID) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -187,13 +187,13 @@ type EndedTask struct {
 
 // SettleDependents is the one rule for what comes after tasks that ended:
 // a task that succeeded is removed from its dependents' waiting lists and
-// those that then wait for nothing are queued (Succeeded); a task that
+// those that then wait for nothing are queued (releaseDependents); a task that
 // ended any other way for good (EndedBadly) has its dependents cancelled,
 // transitively, with DependencyEndedReason as the reason. A status that is
 // neither (still running, queued) settles nothing. The task runner calls
 // it for its task at the end of a run, and the nodes' sweep for whatever
 // a runner missed; doing it twice changes nothing more.
-func (s *Store) SettleDependents(ctx context.Context, ended []EndedTask, now time.Time) (released int64, cancelled []bson.ObjectID, err error) {
+func (s *conn) SettleDependents(ctx context.Context, ended []EndedTask, now time.Time) (released int64, cancelled []bson.ObjectID, err error) {
 	var succeeded []bson.ObjectID
 	for _, e := range ended {
 		switch {
@@ -207,7 +207,7 @@ func (s *Store) SettleDependents(ctx context.Context, ended []EndedTask, now tim
 			}
 		}
 	}
-	released, err = s.Succeeded(ctx, succeeded, now)
+	released, err = s.releaseDependents(ctx, succeeded, now)
 	return released, cancelled, err
 }
 
@@ -217,10 +217,10 @@ func DependencyEndedReason(id bson.ObjectID, status int) string {
 	return fmt.Sprintf("task %s, which it comes after, ended with status %d (%s)", id.Hex(), status, StatusName(status))
 }
 
-// Succeeded removes tasks that succeeded from the waiting lists of the
+// releaseDependents removes tasks that succeeded from the waiting lists of the
 // tasks that come after them, and queues (-2) each task that then waits
 // for nothing. Doing it twice changes nothing more.
-func (s *Store) Succeeded(ctx context.Context, ids []bson.ObjectID, now time.Time) (released int64, err error) {
+func (s *conn) releaseDependents(ctx context.Context, ids []bson.ObjectID, now time.Time) (released int64, err error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -230,12 +230,12 @@ func (s *Store) Succeeded(ctx context.Context, ids []bson.ObjectID, now time.Tim
 	if err != nil {
 		return 0, fmt.Errorf("release the tasks that come after %d succeeded: %w", len(ids), err)
 	}
-	return s.ReleaseReady(ctx, now)
+	return s.releaseReady(ctx, now)
 }
 
-// ReleaseReady queues (-2) every registered blocked task that waits for
+// releaseReady queues (-2) every registered blocked task that waits for
 // nothing.
-func (s *Store) ReleaseReady(ctx context.Context, now time.Time) (int64, error) {
+func (s *conn) releaseReady(ctx context.Context, now time.Time) (int64, error) {
 	res, err := s.tasks.UpdateMany(ctx,
 		bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusBlocked}, {Key: FieldWaiting, Value: bson.D{{Key: "$size", Value: 0}}},
 			{Key: FieldAfterWas, Value: bson.D{{Key: "$exists", Value: true}}}},
@@ -243,7 +243,7 @@ func (s *Store) ReleaseReady(ctx context.Context, now time.Time) (int64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("queue tasks whose dependencies succeeded: %w", err)
 	}
-	s.requeued(res.ModifiedCount)
+	s.forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 
@@ -251,7 +251,7 @@ func (s *Store) ReleaseReady(ctx context.Context, now time.Time) (int64, error) 
 // ids, which ended for good without succeeding (why says how), and then
 // the tasks that wait for those, and so on. It returns the ids it
 // cancelled.
-func (s *Store) CancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
+func (s *conn) CancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
 	var all []bson.ObjectID
 	for len(ids) > 0 {
 		filter := bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusBlocked}, {Key: FieldWaiting, Value: bson.D{{Key: "$in", Value: ids}}}}
@@ -293,7 +293,7 @@ func (s *Store) CancelDependents(ctx context.Context, ids []bson.ObjectID, why s
 // changed after den registered it, or closes a cycle. The reason goes to
 // its stderr; it is conditional on the task being unclaimed in the status
 // read.
-func (s *Store) FailBlocked(ctx context.Context, b Blocked, reason string, now time.Time) (bool, error) {
+func (s *NodeStore) FailBlocked(ctx context.Context, b Blocked, reason string, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: b.ID}, {Key: "node", Value: Unclaimed}, {Key: "status", Value: b.Status}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusFailed}, {Key: "mtime", Value: now},

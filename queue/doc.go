@@ -11,4 +11,12 @@
 // collection of den's own: tasks_archive (retired tasks), schedules,
 // leases (work one node at a time does, such as retention), and stats
 // (the status page's time series, in stats.go).
+//
+// The queries are split by who makes them, each role holding a store of
+// its own over the same connection (NewStores builds all three from one):
+// NodeStore is the node's (nodestore.go lists what it shares), RunnerStore
+// the runner of one task's, OperatorStore the command line's, the web
+// page's and the Disbatch web API's. What more than one role uses is
+// written once, on the unexported conn. Files are by subject, not by role:
+// claim.go, lifecycle.go, deps.go, queueedit.go, tasklist.go, ...
 package queue

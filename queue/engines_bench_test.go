@@ -86,37 +86,18 @@ func engineRun(b *testing.B, cfg devdb.Config, protocol bool, finished, queued, 
 	}
 	defer client.Disconnect(context.Background())
 	db := client.Database("engines")
-	store := queue.NewStore(db)
+	store := queue.NewStores(db)
 	if protocol {
-		queue.ClaimProtocol(store)
+		queue.ClaimProtocol(store.Node)
 	}
-	if _, err := store.EnsureIndexes(ctx); err != nil {
+	if _, err := queue.EnsureIndexes(ctx, store.Node); err != nil {
 		b.Fatal(err)
 	}
 	qid := bson.NewObjectID()
 	if _, err := db.Collection("queues").InsertOne(ctx, bson.D{{Key: "_id", Value: qid}, {Key: "name", Value: "q"}, {Key: "constructor", Value: "P"}, {Key: "sort", Value: "fifo"}}); err != nil {
 		b.Fatal(err)
 	}
-	docs := make([]any, 0, 1000)
-	for i := range finished + queued {
-		at := time.Now()
-		d := bson.D{{Key: "queue", Value: qid}, {Key: "parameters", Value: bson.D{{Key: "commands", Value: "ab"}}}, {Key: "ctime", Value: at}, {Key: "mtime", Value: at}}
-		if i < finished {
-			d = append(d, bson.E{Key: "status", Value: 1}, bson.E{Key: "node", Value: "earlier"},
-				bson.E{Key: "stdout", Value: "This is command 'a' for apple.\n"}, bson.E{Key: "stderr", Value: "This is command 'b' for banana.\n"},
-				bson.E{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "host", Value: "earlier"}, {Key: "pid", Value: i}}},
-				bson.E{Key: "usage", Value: bson.D{{Key: "cpu_user_s", Value: 0.001}, {Key: "max_rss_kb", Value: 9000}}})
-		} else {
-			d = append(d, bson.E{Key: "status", Value: queue.StatusQueued}, bson.E{Key: "node", Value: queue.Unclaimed})
-		}
-		docs = append(docs, d)
-		if len(docs) == cap(docs) || i == finished+queued-1 {
-			if _, err := db.Collection("tasks").InsertMany(ctx, docs); err != nil {
-				b.Fatal(err)
-			}
-			docs = docs[:0]
-		}
-	}
+	engineFill(b, ctx, db, qid, finished, queued)
 	// The twins of a collection made by its first insert come within
 	// their upkeep's interval; the measurement starts with them.
 	time.Sleep(3 * time.Second)
@@ -126,27 +107,7 @@ func engineRun(b *testing.B, cfg devdb.Config, protocol bool, finished, queued, 
 	runCtx, stop := context.WithTimeout(ctx, limit)
 	defer stop()
 	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			node := fmt.Sprintf("w%d", w)
-			for runCtx.Err() == nil {
-				c, ok, err := store.Claim(runCtx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: node, At: time.Now()})
-				if err != nil || !ok {
-					return
-				}
-				token := bson.NewObjectID()
-				if _, ok, err := store.Start(runCtx, c.ID, node, queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
-					return
-				}
-				if ok, err := store.Finish(runCtx, c.ID, node, token, queue.Result{Status: 1, Stdout: "a", Stderr: "b"}, time.Now()); err != nil || !ok {
-					return
-				}
-				done.Add(1)
-			}
-		}()
-	}
+	engineWorkers(runCtx, store, qid, &done, &wg)
 	last, lastAt := int64(0), began
 	var first, final float64
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -178,5 +139,56 @@ func engineRun(b *testing.B, cfg devdb.Config, protocol bool, finished, queued, 
 	b.ReportMetric(float64(n), "tasks")
 	if first > 0 {
 		b.ReportMetric(final/first, "last/first")
+	}
+}
+
+// engineFill inserts finished tasks (as earlier runs left them) and then
+// queued ones into queue qid, a thousand a command.
+func engineFill(b *testing.B, ctx context.Context, db *mongo.Database, qid bson.ObjectID, finished, queued int) {
+	docs := make([]any, 0, 1000)
+	for i := range finished + queued {
+		at := time.Now()
+		d := bson.D{{Key: "queue", Value: qid}, {Key: "parameters", Value: bson.D{{Key: "commands", Value: "ab"}}}, {Key: "ctime", Value: at}, {Key: "mtime", Value: at}}
+		if i < finished {
+			d = append(d, bson.E{Key: "status", Value: 1}, bson.E{Key: "node", Value: "earlier"},
+				bson.E{Key: "stdout", Value: "This is command 'a' for apple.\n"}, bson.E{Key: "stderr", Value: "This is command 'b' for banana.\n"},
+				bson.E{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "host", Value: "earlier"}, {Key: "pid", Value: i}}},
+				bson.E{Key: "usage", Value: bson.D{{Key: "cpu_user_s", Value: 0.001}, {Key: "max_rss_kb", Value: 9000}}})
+		} else {
+			d = append(d, bson.E{Key: "status", Value: queue.StatusQueued}, bson.E{Key: "node", Value: queue.Unclaimed})
+		}
+		docs = append(docs, d)
+		if len(docs) == cap(docs) || i == finished+queued-1 {
+			if _, err := db.Collection("tasks").InsertMany(ctx, docs); err != nil {
+				b.Fatal(err)
+			}
+			docs = docs[:0]
+		}
+	}
+}
+
+// engineWorkers starts four workers that claim, start and finish tasks of
+// qid until ctx ends or nothing is left to claim, counting each in done.
+func engineWorkers(ctx context.Context, store queue.Stores, qid bson.ObjectID, done *atomic.Int64, wg *sync.WaitGroup) {
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := fmt.Sprintf("w%d", w)
+			for ctx.Err() == nil {
+				c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: node, At: time.Now()})
+				if err != nil || !ok {
+					return
+				}
+				token := bson.NewObjectID()
+				if _, ok, err := store.Runner.Start(ctx, c.ID, node, queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
+					return
+				}
+				if ok, err := store.Runner.Finish(ctx, c.ID, node, token, queue.Result{Status: 1, Stdout: "a", Stderr: "b"}, time.Now()); err != nil || !ok {
+					return
+				}
+				done.Add(1)
+			}
+		}()
 	}
 }

@@ -15,15 +15,17 @@ import (
 // A queue's life as the protocol writes it: a queue is created, tasks are
 // inserted into it (as a user would from the mongo shell), and a node
 // claims them one at a time, oldest first in a fifo queue, with a single
-// findOneAndUpdate each. The database is the test server the package's
-// TestMain starts (dentest.Main).
-func ExampleStore_Claim() {
-	db, drop := dentest.ExampleDB("ExampleStore_Claim")
+// findOneAndUpdate each. The operator and the node each hold their own
+// store of the same database. The database is the test server the
+// package's TestMain starts (dentest.Main).
+func ExampleNodeStore_Claim() {
+	db, drop := dentest.ExampleDB("ExampleNodeStore_Claim")
 	defer drop()
 	ctx := context.Background()
-	store := queue.NewStore(db)
+	ops := queue.NewOperatorStore(db)
+	node := queue.NewNodeStore(db)
 
-	qid, err := store.CreateQueue(ctx, "resize", "MyCorp::Plugin::Resize", 2, queue.SortFIFO)
+	qid, err := ops.CreateQueue(ctx, "resize", "MyCorp::Plugin::Resize", 2, queue.SortFIFO)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -35,12 +37,12 @@ func ExampleStore_Claim() {
 		}
 		params = append(params, p)
 	}
-	if _, err := store.InsertTasks(ctx, qid, params, time.Now(), queue.InsertOptions{}); err != nil {
+	if _, err := ops.InsertTasks(ctx, qid, params, time.Now(), queue.InsertOptions{}); err != nil {
 		log.Fatal(err)
 	}
 
 	for range 2 {
-		c, ok, err := store.Claim(ctx, queue.ClaimRequest{
+		c, ok, err := node.Claim(ctx, queue.ClaimRequest{
 			Queues: []bson.ObjectID{qid},
 			Sort:   queue.SortFIFO,
 			Node:   "node-1",
@@ -49,7 +51,7 @@ func ExampleStore_Claim() {
 		if err != nil || !ok {
 			log.Fatal("claim: ", ok, err)
 		}
-		task, err := store.Task(ctx, c.ID)
+		task, err := node.Task(ctx, c.ID)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -57,7 +59,7 @@ func ExampleStore_Claim() {
 			task.Parameters.Lookup("file").StringValue(), task.Status, queue.StatusName(task.Status), task.Node)
 	}
 
-	counts, err := store.TaskCounts(ctx, qid)
+	counts, err := ops.TaskCounts(ctx, qid)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -60,15 +60,17 @@ func (ix Index) Name() string {
 	return strings.Join(parts, "_")
 }
 
-// EnsureIndexes creates the protocol's indexes. It is idempotent: an index
-// that already exists is left alone.
+// EnsureIndexes creates the protocol's indexes in the database of s (a node
+// does it when it starts). It is idempotent: an index that already exists
+// is left alone. It is a function, not one of the node's store methods: it
+// sets the database up rather than doing the node's work in it.
 //
 // Each index is created by a command of its own, and only when it is not
 // listed already: the embedded development server (FerretDB 1.x) drops the
 // connection when one createIndexes names several indexes that all exist.
 // An index that exists with other options is reported in conflicts (the
 // node still works, perhaps more slowly) and not treated as an error.
-func (s *Store) EnsureIndexes(ctx context.Context) (conflicts []string, err error) {
+func EnsureIndexes(ctx context.Context, s *NodeStore) (conflicts []string, err error) {
 	existing := map[string]map[string]bool{}
 	for _, ix := range Indexes {
 		names, ok := existing[ix.Collection]

@@ -12,12 +12,12 @@ import (
 // the sample the queue's page takes its failure rate from. Cancelled tasks
 // (-5) are left out: cancelling is someone's decision, not a run's
 // outcome. Only the status, node and times are read.
-func (s *Store) LastEnded(ctx context.Context, queueID bson.ObjectID, n int64) ([]Task, error) {
+func (s *OperatorStore) LastEnded(ctx context.Context, queueID bson.ObjectID, n int64) ([]Task, error) {
 	filter := bson.D{{Key: "queue", Value: queueID}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: StatusSucceeded}}}},
 		bson.D{{Key: "status", Value: StatusOrphaned}},
 	}}}
 	opts := options.Find().SetSort(bson.D{{Key: "mtime", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(n).
 		SetProjection(bson.D{{Key: "queue", Value: 1}, {Key: "status", Value: 1}, {Key: "node", Value: 1}, {Key: "mtime", Value: 1}, {Key: "ctime", Value: 1}})
-	return s.collect(ctx, "find the last ended tasks", filter, opts)
+	return (*conn)(s).collect(ctx, "find the last ended tasks", filter, opts)
 }

@@ -12,7 +12,7 @@ import (
 // task document only while somebody watches it (den output --follow, the
 // web page), so that a task nobody watches costs nothing extra.
 //
-// A reader asks for it by setting live_until (WantLive) to a time a few
+// A reader asks for it by setting live_until (SetLiveUntil) to a time a few
 // tens of seconds ahead, and renews it while it reads. The node that runs
 // the task sees live_until in the read of its own tasks it makes every
 // pass anyway, and signals the task's runner (SIGUSR1 to its supervisor,
@@ -37,7 +37,7 @@ const (
 	// LiveTail is the most of each stream live output keeps: its last
 	// bytes.
 	LiveTail = 256 << 10
-	// LiveLease is how far ahead WantLive asks; readers renew it well
+	// LiveLease is how far ahead SetLiveUntil asks; readers renew it well
 	// before it runs out (every LiveLease/3).
 	LiveLease = 30 * time.Second
 )
@@ -96,11 +96,11 @@ func (t Task) LiveOutput() (live Live, ok bool) {
 	return live, live.Token == t.Runner.Token
 }
 
-// WantLive asks for a task's live output until until (a reader renews it
+// SetLiveUntil asks for a task's live output until until (a reader renews it
 // while it reads). Only a task that has not ended is changed, and live_until
 // only moves forward. It reports whether the task is still claimed or
 // running.
-func (s *Store) WantLive(ctx context.Context, taskID bson.ObjectID, until time.Time) (bool, error) {
+func (s *OperatorStore) SetLiveUntil(ctx context.Context, taskID bson.ObjectID, until time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}},
 		bson.D{{Key: "$max", Value: bson.D{{Key: FieldLiveUntil, Value: until}}}})
@@ -112,7 +112,7 @@ func (s *Store) WantLive(ctx context.Context, taskID bson.ObjectID, until time.T
 
 // PublishLive writes a run's live output into its task. It reports false,
 // and writes nothing, when the task is no longer that run's.
-func (s *Store) PublishLive(ctx context.Context, taskID bson.ObjectID, node string, live Live) (bool, error) {
+func (s *RunnerStore) PublishLive(ctx context.Context, taskID bson.ObjectID, node string, live Live) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, live.Token),
 		bson.D{{Key: "$set", Value: bson.D{{Key: FieldLive, Value: live}}}})
 	if err != nil {

@@ -173,7 +173,7 @@ func (ns *NodeSelf) fields() bson.D {
 	return d
 }
 
-// Heartbeat upserts the node document: node, timestamp, queues and what
+// WriteNodeDocument upserts the node document: node, timestamp, queues and what
 // the node says of itself (self, may be nil), in one command. queues nil
 // leaves the queues array as it is: a node whose queues have not changed
 // writes its timestamp only (den's first pass, and one every RefreshEvery,
@@ -183,7 +183,7 @@ func (ns *NodeSelf) fields() bson.D {
 // operator set there. It removes stopped unless self sets it: the node
 // runs. Problem is non-empty when that value is not a
 // non-negative whole number (it then counts as 0).
-func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
+func (s *NodeStore) WriteNodeDocument(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
 	set := bson.D{{Key: "timestamp", Value: now}}
 	if queues != nil {
 		set = append(set, bson.E{Key: "queues", Value: queues})
@@ -215,9 +215,9 @@ func (s *Store) Heartbeat(ctx context.Context, node string, queues []NodeQueue, 
 	return limit, "", nil
 }
 
-// Alive writes only the timestamp of the node document: the node is alive
+// WriteNodeTimestamp writes only the timestamp of the node document: the node is alive
 // while a slow pass has not yet written the whole document.
-func (s *Store) Alive(ctx context.Context, node string, now time.Time) error {
+func (s *NodeStore) WriteNodeTimestamp(ctx context.Context, node string, now time.Time) error {
 	_, err := s.nodes.UpdateOne(ctx, bson.D{{Key: "node", Value: node}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "timestamp", Value: now}}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
@@ -229,8 +229,8 @@ func (s *Store) Alive(ctx context.Context, node string, now time.Time) error {
 // Offers returns what each node that wrote its document at or after since
 // offers tasks' requested_resources (resources.offer), by node name. Nodes
 // that write none (Perl nodes, older den nodes) are left out.
-func (s *Store) Offers(ctx context.Context, since time.Time) (map[string]Resources, error) {
-	seen, offers, err := s.NodesSeenOffers(ctx)
+func (s *RunnerStore) Offers(ctx context.Context, since time.Time) (map[string]Resources, error) {
+	seen, offers, err := (*conn)(s).NodesSeenOffers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read what nodes offer: %w", err)
 	}
@@ -259,7 +259,7 @@ var ErrNodeLive = errors.New("the node is alive")
 // needs nothing of its document, but an operator should see them first).
 // The delete is conditional on the timestamp read, so a node that writes
 // its document meanwhile keeps it.
-func (s *Store) ForgetNode(ctx context.Context, name string, now time.Time, deadAfter time.Duration) (NodeDoc, error) {
+func (s *OperatorStore) ForgetNode(ctx context.Context, name string, now time.Time, deadAfter time.Duration) (NodeDoc, error) {
 	var n NodeDoc
 	raw, err := s.nodes.FindOne(ctx, bson.D{{Key: "node", Value: name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -273,7 +273,7 @@ func (s *Store) ForgetNode(ctx context.Context, name string, now time.Time, dead
 		return n, fmt.Errorf("forget node %s: %w: it wrote its node document %s ago; stop it first (a node silent for %s is dead)",
 			name, ErrNodeLive, now.Sub(n.Timestamp).Round(time.Second), deadAfter)
 	}
-	tasks, err := s.NodeTasks(ctx, name)
+	tasks, err := (*conn)(s).NodeTasks(ctx, name)
 	if err != nil {
 		return n, fmt.Errorf("forget node %s: count its tasks: %w", name, err)
 	}

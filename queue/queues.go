@@ -19,7 +19,7 @@ type MalformedQueue struct {
 // may hold anything else, up to 16 MiB. Documents that cannot be used at
 // all are returned apart, with the reason, so the caller can warn once and
 // skip them.
-func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
+func (s *conn) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
 	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list queues: %w", err)
@@ -48,7 +48,7 @@ func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
 // the queues with work, not the queues of the database (with 80,000 queues
 // of which 20 have work, 20 documents come back, not 80,000). A document
 // that cannot be a queue is left out: Queues reports those.
-func (s *Store) QueuesWithWork(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
+func (s *NodeStore) QueuesWithWork(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
 	cur, err := s.queues.Find(ctx, QueuesWithWorkFilter(ids), options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("list queues with work: %w", err)
@@ -78,7 +78,7 @@ func QueuesWithWorkFilter(ids []bson.ObjectID) bson.D {
 
 // CreateQueue inserts a queue document as the protocol defines it, with
 // both counts at zero, and returns its _id.
-func (s *Store) CreateQueue(ctx context.Context, name, plugin string, maxThreads int, sort string) (bson.ObjectID, error) {
+func (s *OperatorStore) CreateQueue(ctx context.Context, name, plugin string, maxThreads int, sort string) (bson.ObjectID, error) {
 	id := bson.NewObjectID()
 	_, err := s.queues.InsertOne(ctx, bson.D{
 		{Key: "_id", Value: id},
@@ -96,7 +96,7 @@ func (s *Store) CreateQueue(ctx context.Context, name, plugin string, maxThreads
 }
 
 // CountQueues returns how many queue documents there are.
-func (s *Store) CountQueues(ctx context.Context) (int64, error) {
+func (s *OperatorStore) CountQueues(ctx context.Context) (int64, error) {
 	n, err := s.queues.CountDocuments(ctx, bson.D{})
 	if err != nil {
 		return 0, fmt.Errorf("count queues: %w", err)

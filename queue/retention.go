@@ -253,28 +253,27 @@ func decodeReports(v bson.RawValue) (string, error) {
 	return "", fmt.Errorf("is %s; want \"keep\" or \"delete\"", describe(v))
 }
 
-// parseRetentionSetting checks one retention key given as text (den
-// queue set retention.succeeded=7d) and returns what to store: the text
-// as given, lower case.
-func parseRetentionSetting(sub, value string) (any, error) {
-	text := textValue(strings.ToLower(value))
+// DecodeRetentionSetting checks the value of one retention key (sub:
+// succeeded, failed, cancelled, orphaned, action or reports) with the
+// decoder the nodes read it with.
+func DecodeRetentionSetting(sub string, v bson.RawValue) error {
 	var err error
 	switch sub {
 	case RetainSucceeded, RetainFailed, RetainCancelled, RetainOrphaned:
-		_, err = decodeKeep(text)
+		_, err = decodeKeep(v)
 	case "action":
-		_, err = decodeAction(text)
+		_, err = decodeAction(v)
 	case "reports":
-		_, err = decodeReports(text)
+		_, err = decodeReports(v)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s.%s %w", FieldRetention, sub, err)
+		return fmt.Errorf("%s.%s %w", FieldRetention, sub, err)
 	}
-	return strings.ToLower(value), nil
+	return nil
 }
 
 // DeleteReports deletes the Demo plugin's reports of tasks.
-func (s *Store) DeleteReports(ctx context.Context, tasks []bson.ObjectID) (int64, error) {
+func (s *NodeStore) DeleteReports(ctx context.Context, tasks []bson.ObjectID) (int64, error) {
 	if len(tasks) == 0 {
 		return 0, nil
 	}

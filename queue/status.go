@@ -1,5 +1,11 @@
 package queue
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // Task status codes of Disbatch 4. Positive codes mean the task finished;
 // negative codes other than the ones below may be set by users to hold a task
 // back (it is still counted in count_todo).
@@ -55,4 +61,32 @@ func StatusName(status int) string {
 		return "finished"
 	}
 	return "held"
+}
+
+// ParseStatus reads a status given by an operator: a number, or a name of
+// StatusName (queued, running, failed, ...).
+func ParseStatus(s string) (int, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if n, err := strconv.Atoi(s); err == nil {
+		return n, nil
+	}
+	for st := StatusOrphaned; st <= StatusFailed; st++ {
+		if StatusName(st) == s {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("status %q: want a number or one of orphaned, cancelled, blocked, terminated, queued, claimed, running, succeeded, failed", s)
+}
+
+// Output streams of a task: the fields Task.Output reads.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+)
+
+// Ended reports whether a task with this status will not change again
+// without someone acting: finished (1 and up), cancelled (-5) or orphaned
+// (-6).
+func Ended(status int) bool {
+	return status >= StatusSucceeded || status == StatusCancelled || status == StatusOrphaned
 }

@@ -41,7 +41,7 @@ type Task struct {
 	// where the task sets none; see Options).
 	Control Control
 	// LiveUntil is when the last reader's request for live output runs
-	// out (zero: none; WantLive). An odd value counts as none.
+	// out (zero: none; SetLiveUntil). An odd value counts as none.
 	LiveUntil time.Time
 	// Attempts counts the runs that were retried; Timeouts those of them
 	// that timed out.

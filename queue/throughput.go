@@ -18,7 +18,7 @@ import (
 //
 // The grouping is on plain fields: FerretDB (the embedded development
 // server) does not implement $cond inside $group.
-func (s *Store) EndedSince(ctx context.Context, since time.Time) (map[bson.ObjectID]StatusCounts, error) {
+func (s *OperatorStore) EndedSince(ctx context.Context, since time.Time) (map[bson.ObjectID]StatusCounts, error) {
 	cur, err := s.tasks.Aggregate(ctx, bson.A{
 		bson.D{{Key: "$match", Value: bson.D{
 			{Key: "status", Value: bson.D{{Key: "$gte", Value: StatusSucceeded}}},

@@ -15,7 +15,7 @@ import (
 func TestEndedSince(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStore(db)
+	store := queue.NewStores(db)
 	qa := dentest.Queue(t, db, "a", "P", 1, "fifo")
 	qb := dentest.Queue(t, db, "b", "P", 1, "fifo")
 	ids := dentest.Tasks(t, db, qa, params(5)...)
@@ -30,7 +30,7 @@ func TestEndedSince(t *testing.T) {
 	set(ids[2], 1, now.Add(-time.Hour)) // too old
 	set(ids[3], 0, now)                 // running
 	set(idb[0], 1, now)
-	got, err := store.EndedSince(dentest.Context(t), now.Add(-15*time.Minute))
+	got, err := store.Operator.EndedSince(dentest.Context(t), now.Add(-15*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}

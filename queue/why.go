@@ -61,8 +61,8 @@ type Facts struct {
 
 // ReadFacts reads what the reasons are read from: every queue, every node
 // document, and the tasks claimed or running in each queue by node.
-func (s *Store) ReadFacts(ctx context.Context, now time.Time, deadAfter time.Duration) (*Facts, error) {
-	queues, bad, err := s.Queues(ctx)
+func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter time.Duration) (*Facts, error) {
+	queues, bad, err := (*conn)(s).Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func (s *Store) ReadFacts(ctx context.Context, now time.Time, deadAfter time.Dur
 	if f.Nodes, err = s.Nodes(ctx); err != nil {
 		return nil, err
 	}
-	if f.Running, err = s.Running(ctx, ids); err != nil {
+	if f.Running, err = (*conn)(s).Running(ctx, ids); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -240,7 +240,7 @@ func (f *Facts) TaskReasons(t Task) []Reason {
 // Why is every reason task t has not started (TaskReasons); when nothing
 // holds it, one reason, ready, with how many claimable tasks of its queue
 // a claim takes before it.
-func (s *Store) Why(ctx context.Context, f *Facts, t Task) ([]Reason, error) {
+func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, error) {
 	if r := f.TaskReasons(t); len(r) > 0 {
 		return r, nil
 	}
@@ -279,7 +279,7 @@ func (n NodeDoc) Serves(id bson.ObjectID) bool {
 // OldestReady returns when the oldest task (by _id) that a claim of queueID
 // could take at now became ready (ReadyAt), and false when there is none.
 // One query, served by the claim's index.
-func (s *Store) OldestReady(ctx context.Context, queueID bson.ObjectID, now time.Time) (time.Time, bool, error) {
+func (s *NodeStore) OldestReady(ctx context.Context, queueID bson.ObjectID, now time.Time) (time.Time, bool, error) {
 	raw, err := s.tasks.FindOne(ctx, ClaimFilter(now, nil, queueID), options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "ctime", Value: 1}, {Key: FieldStartAfter, Value: 1}, {Key: FieldHistory + ".ended", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {

@@ -9,8 +9,9 @@
 //
 // The operator commands (queue, task, output, node, status, counts)
 // connect as den run does (config.Load: --config, DEN_*, --mongo-uri,
-// --database) and do everything through queue.Store (queue/admin.go): this
-// package names no document field. They print tables, or JSON with --json,
+// --database) and do everything through queue.OperatorStore; queue
+// settings given as key=value are read by den/cli/queueset. This package
+// names no document field. They print tables, or JSON with --json,
 // and exit 0 (done), 1 (operational error) or 2 (usage error).
 //
 // Files: main.go (Main, exit codes), root.go (the command tree), common.go

@@ -207,7 +207,7 @@ func printFile(ctx context.Context, d *database, file bson.ObjectID, w io.Writer
 
 // followOutput prints a task's output as it is written until the task has
 // ended. While the task runs on a den node, it asks for live output
-// (queue.WantLive, renewed while it follows) and prints what the runner
+// (queue.OperatorStore.SetLiveUntil, renewed while it follows) and prints what the runner
 // publishes; when the run ends it goes on from the same offset in the
 // stored output. Output is tracked per run (the runner's token): a retried
 // run's output is printed from its start.
@@ -226,7 +226,7 @@ func followOutput(ctx context.Context, d *database, id bson.ObjectID, field stri
 	for {
 		now := time.Now()
 		if !askedOK || now.Sub(asked) >= queue.LiveLease/3 {
-			ok, err := d.store.WantLive(ctx, id, now.Add(queue.LiveLease))
+			ok, err := d.store.SetLiveUntil(ctx, id, now.Add(queue.LiveLease))
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/cli/queueset"
 	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
@@ -55,7 +56,7 @@ A second queue of the same name is refused. Prints the new queue's id.`,
 		Args: cobra.ExactArgs(1),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			var s queue.QueueSettings
-			if err := s.ParseQueueSetting(queue.SettingName, args[0]); err != nil {
+			if err := queueset.Parse(&s, queue.SettingName, args[0]); err != nil {
 				return usageError{err}
 			}
 			if !cmd.Flags().Changed("plugin") {
@@ -65,19 +66,19 @@ A second queue of the same name is refused. Prints the new queue's id.`,
 				return usagef("give --maxthreads (per node) or --threads (on all nodes together), not both")
 			}
 			if !cmd.Flags().Changed("maxthreads") && !cmd.Flags().Changed("threads") {
-				if err := s.ParseQueueSetting(queue.SettingMaxThreads, "1"); err != nil {
+				if err := queueset.Parse(&s, queue.SettingMaxThreads, "1"); err != nil {
 					return err
 				}
 			}
 			if !cmd.Flags().Changed("sort") {
-				if err := s.ParseQueueSetting(queue.SettingSort, queue.SortFIFO); err != nil {
+				if err := queueset.Parse(&s, queue.SettingSort, queue.SortFIFO); err != nil {
 					return err
 				}
 			}
 			for _, f := range queueFlags {
 				if cmd.Flags().Changed(f.flag) {
 					v, _ := cmd.Flags().GetString(f.flag)
-					if err := s.ParseQueueSetting(f.key, v); err != nil {
+					if err := queueset.Parse(&s, f.key, v); err != nil {
 						return usageError{fmt.Errorf("--%s: %w", f.flag, err)}
 					}
 				}
@@ -281,7 +282,7 @@ paused queue, maxthreads and threads set the limit it resumes with.`,
 				if !ok {
 					return usagef("%q: want key=value", kv)
 				}
-				if err := s.ParseQueueSetting(k, v); err != nil {
+				if err := queueset.Parse(&s, k, v); err != nil {
 					return usageError{err}
 				}
 			}

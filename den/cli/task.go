@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/bulk"
 	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/queue"
@@ -509,14 +510,14 @@ already ended is left alone (and reported); an unknown id is an error
 				ID      string `json:"id"`
 				Outcome string `json:"outcome"` // cancelling, ended, missing
 			}
+			outcomes, err := bulk.Cancel(cmd.Context(), d.store, ids)
+			if err != nil {
+				return err
+			}
 			var results []result
 			missing := 0
-			for _, id := range ids {
-				o, err := d.store.Cancel(cmd.Context(), id)
-				if err != nil {
-					return err
-				}
-				r := result{ID: id.Hex()}
+			for i, o := range outcomes {
+				r := result{ID: ids[i].Hex()}
 				switch o {
 				case queue.CancelSet:
 					r.Outcome = "cancelling"
@@ -620,22 +621,15 @@ skips it and is required when stdin is not a terminal.`,
 					return err
 				}
 			}
-			retried, recounted := 0, 0
+			done, err := bulk.Retry(cmd.Context(), d.store, tasks, time.Now)
+			if err != nil {
+				return fmt.Errorf("after %d retried: %w", len(done.Tasks), err)
+			}
+			retried, recounted := len(done.Tasks), done.Recounted
+			skipped += done.Skipped
 			var ids []string
-			for _, t := range tasks {
-				ok, err := d.store.RetryEnded(cmd.Context(), t, time.Now())
-				if err != nil {
-					return fmt.Errorf("after %d retried: %w", retried, err)
-				}
-				if !ok {
-					skipped++
-					continue
-				}
-				retried++
+			for _, t := range done.Tasks {
 				ids = append(ids, t.ID.Hex())
-				if queue.Finished(t.Status) {
-					recounted++
-				}
 			}
 			if wantJSON(cmd) {
 				if ids == nil {

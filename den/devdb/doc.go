@@ -15,7 +15,7 @@
 // filter that is exactly {_id: ...}, so every other query decodes the whole
 // collection, and each task costs more than the one before. Its
 // postgresql handler pushes a query's equalities down, which this package's
-// indexes serve, and queue.Store asks FerretDB what it can push down
+// indexes serve, and queue.NodeStore asks FerretDB what it can push down
 // (candidates for sorted claims, one status at a time): claims, starts and
 // finishes stay index lookups as finished tasks pile up
 // (docs/performance.md, scripts/scale.sh). It is still a development

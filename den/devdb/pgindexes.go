@@ -29,7 +29,7 @@ import (
 //   - _id, in every collection: a task's start, beats and finish, a queue's
 //     count_todo, a GridFS file, every update by _id;
 //   - a task's status: the claimed and running tasks among finished ones
-//     (queue.Store asks FerretDB for one status at a time);
+//     (queue.NodeStore asks FerretDB for one status at a time);
 //   - a GridFS chunk's files_id, a node document's node, and a Demo
 //     report's task_id (its upsert is keyed by the task).
 //

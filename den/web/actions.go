@@ -54,7 +54,7 @@ func (h *handler) cancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	o, err := h.store.Cancel(r.Context(), id)
+	o, err := h.store.SetCancel(r.Context(), id)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return

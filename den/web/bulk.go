@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,10 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/bulk"
 	"github.com/den-project/den/queue"
 )
 
@@ -79,32 +82,9 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	b.Verb = map[string]string{"cancel": "cancelled", "retry": "retried"}[action]
-	if f.Statuses != nil {
-		var upto bson.ObjectID
-		if v := r.PostForm.Get("upto"); v != "" {
-			if upto, err = bson.ObjectIDFromHex(v); err != nil {
-				h.fail(w, r, http.StatusBadRequest, fmt.Errorf("upto %q: want a task id", v))
-				return
-			}
-		} else {
-			newest, err := h.store.ListTasks(ctx, queue.TaskFilter{Queues: f.Queues, Statuses: f.Statuses, Node: f.Node,
-				Outcomes: f.Outcomes, ParamKey: f.ParamKey, ParamValue: f.ParamValue, Limit: 1})
-			if err != nil {
-				h.fail(w, r, http.StatusInternalServerError, err)
-				return
-			}
-			if len(newest) > 0 {
-				upto = newest[0].ID
-			}
-		}
-		if !upto.IsZero() {
-			f.Before = next(upto)
-			b.Upto = upto.Hex()
-			if b.Matched, err = h.store.CountTasks(ctx, f); err != nil {
-				h.fail(w, r, http.StatusInternalServerError, err)
-				return
-			}
-		}
+	if status, err := bulkMatch(ctx, h.store, r, &f, &b); err != nil {
+		h.fail(w, r, status, err)
+		return
 	}
 	h.dbOK()
 	confirm, asked := r.PostForm.Get("confirm"), r.PostForm.Has("confirm")
@@ -127,28 +107,9 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	b.Acted, b.Rest = true, b.Matched > BulkMax
 	if b.Matched > 0 {
-		f.Limit = BulkMax
-		list, err := h.store.ListTasks(ctx, f)
-		if err != nil {
+		if err := bulkAct(ctx, h.store, h.now, f, &b); err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
 			return
-		}
-		for _, t := range list {
-			ok := false
-			if action == "cancel" {
-				var o queue.CancelOutcome
-				o, err = h.store.Cancel(ctx, t.ID)
-				ok = o == queue.CancelSet
-			} else {
-				ok, err = h.store.RetryEnded(ctx, t, h.now())
-			}
-			if err != nil {
-				h.fail(w, r, http.StatusInternalServerError, fmt.Errorf("after %d of %d: %w", b.Done, b.Matched, err))
-				return
-			}
-			if ok {
-				b.Done++
-			}
 		}
 	}
 	h.log.Info("web: bulk "+action, zap.String("filter", b.Filter), zap.String("upto", b.Upto), zap.Int64("matched", b.Matched),
@@ -158,6 +119,71 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, "bulk", page{Title: "Bulk " + action, Nav: "tasks", Data: b})
+}
+
+// bulkMatch fixes upto (the form's, or the newest task the filter f
+// matches) and counts the tasks up to it into b; f then selects them. It
+// returns the status to answer with when it fails.
+func bulkMatch(ctx context.Context, store *queue.OperatorStore, r *http.Request, f *queue.TaskFilter, b *bulkData) (int, error) {
+	if f.Statuses == nil {
+		return 0, nil
+	}
+	var upto bson.ObjectID
+	if v := r.PostForm.Get("upto"); v != "" {
+		var err error
+		if upto, err = bson.ObjectIDFromHex(v); err != nil {
+			return http.StatusBadRequest, fmt.Errorf("upto %q: want a task id", v)
+		}
+	} else {
+		newest, err := store.ListTasks(ctx, queue.TaskFilter{Queues: f.Queues, Statuses: f.Statuses, Node: f.Node,
+			Outcomes: f.Outcomes, ParamKey: f.ParamKey, ParamValue: f.ParamValue, Limit: 1})
+		if err != nil {
+			return http.StatusInternalServerError, err
+		}
+		if len(newest) > 0 {
+			upto = newest[0].ID
+		}
+	}
+	if !upto.IsZero() {
+		f.Before = next(upto)
+		b.Upto = upto.Hex()
+		var err error
+		if b.Matched, err = store.CountTasks(ctx, *f); err != nil {
+			return http.StatusInternalServerError, err
+		}
+	}
+	return 0, nil
+}
+
+// bulkAct cancels or retries (b.Action) at most BulkMax of the tasks f
+// selects, with den/bulk, and counts in b.Done those it changed.
+func bulkAct(ctx context.Context, store *queue.OperatorStore, now func() time.Time, f queue.TaskFilter, b *bulkData) error {
+	f.Limit = BulkMax
+	list, err := store.ListTasks(ctx, f)
+	if err != nil {
+		return err
+	}
+	if b.Action == "cancel" {
+		ids := make([]bson.ObjectID, len(list))
+		for i, t := range list {
+			ids[i] = t.ID
+		}
+		var outcomes []queue.CancelOutcome
+		outcomes, err = bulk.Cancel(ctx, store, ids)
+		for _, o := range outcomes {
+			if o == queue.CancelSet {
+				b.Done++
+			}
+		}
+	} else {
+		var done bulk.Retried
+		done, err = bulk.Retry(ctx, store, list, now)
+		b.Done = len(done.Tasks)
+	}
+	if err != nil {
+		return fmt.Errorf("after %d of %d: %w", b.Done, b.Matched, err)
+	}
+	return nil
 }
 
 // keep is the statuses of have that are in allowed: allowed when have is

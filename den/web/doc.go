@@ -7,7 +7,7 @@
 // queue/live.go). `den web` serves it; New builds it from injected
 // dependencies, so another server (a node's HTTP endpoint) can mount it.
 //
-// Everything is read and written through queue.Store, with the functions
+// Everything is read and written through queue.OperatorStore, with the functions
 // the operator's command line uses (TaskCounts, ListTasks, Nodes, Cancel,
 // RetryEnded, SetNodeMaxThreads, ...): this package names no document
 // field of the protocol. The one exception is display-only: the optional

@@ -436,15 +436,15 @@ func TestEarlierRunsOutput(t *testing.T) {
 func TestSchedulesPage(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := queue.NewStore(f.db)
+	s := queue.NewStores(f.db)
 	now := time.Now()
-	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: "0 2 * * *", TZ: "Europe/Berlin"}, now.Add(-48*time.Hour)); err != nil {
+	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: "0 2 * * *", TZ: "Europe/Berlin"}, now.Add(-48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "poll", Queue: f.queue, Every: time.Minute}, now.Add(-90*time.Second)); err != nil {
+	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "poll", Queue: f.queue, Every: time.Minute}, now.Add(-90*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	fired, err := s.FireDue(dentest.Context(t), now.Add(-29*time.Second))
+	fired, err := s.Node.FireDue(dentest.Context(t), now.Add(-29*time.Second))
 	if err != nil || len(fired.Inserted) != 1 {
 		t.Fatalf("fire: %+v %v", fired, err)
 	}

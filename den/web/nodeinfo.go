@@ -3,7 +3,7 @@ package web
 import (
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
+	"github.com/den-project/den/queue"
 )
 
 // nodeInfo is what a den node adds to its node document beyond the
@@ -26,38 +26,14 @@ type resources struct {
 	At            time.Time // when sampled
 }
 
-// decodeNodeInfo reads the optional fields leniently: a field of another
-// type is left out, never an error (the page shows what it can).
-func decodeNodeInfo(raw bson.Raw) nodeInfo {
-	var n nodeInfo
-	n.PID, _ = raw.Lookup("pid").AsInt64OK()
-	n.Started = dateOf(raw.Lookup("started"))
-	doc, ok := raw.Lookup("resources").DocumentOK()
-	if !ok {
-		return n
+// nodeInfoOf is what the page shows of what n says of itself, as queue
+// decoded it (leniently: a field of another type is left out, never an
+// error; the page shows what it can).
+func nodeInfoOf(n queue.NodeDoc) nodeInfo {
+	info := nodeInfo{PID: n.PID, Started: n.Started}
+	if r := n.Resources; r != nil {
+		info.Resources = &resources{CPUs: int64(r.CPUs), Load: r.Load, MemoryTotalMB: r.MemoryTotalMB, MemoryAvailMB: r.MemoryAvailableMB,
+			DiskPath: r.DiskPath, DiskFreeMB: r.DiskFreeMB, At: r.At}
 	}
-	r := &resources{}
-	r.CPUs, _ = doc.Lookup("cpus").AsInt64OK()
-	if arr, ok := doc.Lookup("load").ArrayOK(); ok {
-		vals, _ := arr.Values()
-		for _, v := range vals {
-			if f, ok := v.AsFloat64OK(); ok {
-				r.Load = append(r.Load, f)
-			}
-		}
-	}
-	r.MemoryTotalMB, _ = doc.Lookup("memory_total_mb").AsInt64OK()
-	r.MemoryAvailMB, _ = doc.Lookup("memory_available_mb").AsInt64OK()
-	r.DiskPath, _ = doc.Lookup("disk_path").StringValueOK()
-	r.DiskFreeMB, _ = doc.Lookup("disk_free_mb").AsInt64OK()
-	r.At = dateOf(doc.Lookup("at"))
-	n.Resources = r
-	return n
-}
-
-func dateOf(v bson.RawValue) time.Time {
-	if dt, ok := v.DateTimeOK(); ok {
-		return time.UnixMilli(dt)
-	}
-	return time.Time{}
+	return info
 }

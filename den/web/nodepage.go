@@ -57,7 +57,7 @@ func (h *handler) nodePage(w http.ResponseWriter, r *http.Request) {
 		names[q.ID] = q.Name
 	}
 	v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
-		Info: decodeNodeInfo(n.Raw), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
+		Info: nodeInfoOf(*n), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
 	v.State = n.State(h.now(), h.dead)
 	v.Dead = v.State == queue.NodeDead
 	if n.MaxThreads != nil {

@@ -90,7 +90,7 @@ func (h *handler) openOutput(ctx context.Context, t *queue.Task, stream string, 
 	return o, nil
 }
 
-// wantLive asks for a running task's live output (queue.WantLive) when the
+// wantLive asks for a running task's live output (queue.OperatorStore.SetLiveUntil) when the
 // last request runs out within two thirds of queue.LiveLease: a page and
 // its polls renew it about every 10 seconds, not on every poll. A task
 // that is not claimed or running is left alone.
@@ -102,7 +102,7 @@ func (h *handler) wantLive(ctx context.Context, t *queue.Task) error {
 	if t.LiveUntil.Sub(now) > 2*queue.LiveLease/3 {
 		return nil
 	}
-	_, err := h.store.WantLive(ctx, t.ID, now.Add(queue.LiveLease))
+	_, err := h.store.SetLiveUntil(ctx, t.ID, now.Add(queue.LiveLease))
 	return err
 }
 

@@ -202,7 +202,7 @@ func unservedText(reasons []queue.Reason) string {
 // and what it runs per queue.
 func nodeViewOf(n queue.NodeDoc, now time.Time, dead time.Duration, running queue.Running, names map[bson.ObjectID]string) nodeView {
 	v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
-		Info: decodeNodeInfo(n.Raw), TasksURL: taskListURL("", "claimed,running", n.Name)}
+		Info: nodeInfoOf(n), TasksURL: taskListURL("", "claimed,running", n.Name)}
 	v.State = n.State(now, dead)
 	v.Dead = v.State == queue.NodeDead
 	v.MaxThreads, v.Limit = nodeLimit(n.MaxThreads, n.MaxThreadsProblem)

@@ -72,7 +72,7 @@ const DefaultRefresh = 10 * time.Second
 // handler serves the pages.
 type handler struct {
 	db      *mongo.Database
-	store   *queue.Store
+	store   *queue.OperatorStore
 	log     *zap.Logger
 	now     func() time.Time
 	sleep   func(context.Context, time.Duration)
@@ -99,7 +99,7 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewStore(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = zap.NewNop()

@@ -198,7 +198,7 @@ func (s *Server) Run(ctx context.Context, p plugins.Plugin, params any, opts ...
 		}
 		config = b
 	}
-	store := queue.NewStore(s.db)
+	store := queue.NewOperatorStore(s.db)
 	qid, err := store.CreateQueue(ctx, "plugintest-"+bson.NewObjectID().Hex(), st.name, 1, queue.SortFIFO)
 	if err != nil {
 		return Result{}, fmt.Errorf("plugintest: create the queue: %w", err)
@@ -234,22 +234,25 @@ func (s *Server) result(ctx context.Context, id bson.ObjectID) (Result, error) {
 		return Result{}, fmt.Errorf("plugintest: read the task: %w", err)
 	}
 	res := Result{Task: raw, Records: map[string]any{}}
-	status, ok := raw.Lookup("status").AsInt64OK()
-	if !ok {
+	task, err := queue.DecodeTask(raw)
+	if err != nil {
+		return res, fmt.Errorf("plugintest: decode the task: %w", err)
+	}
+	if !task.StatusOK {
 		return res, fmt.Errorf("plugintest: the task has no status: %s", raw)
 	}
-	res.Status = int(status)
-	for field, out := range map[string]*string{"stdout": &res.Stdout, "stderr": &res.Stderr} {
-		v := raw.Lookup(field)
-		if file, ok := v.ObjectIDOK(); ok {
-			b, err := gridfs.NewBucket(s.db, queue.GridFSPrefix).ReadFile(ctx, file)
-			if err != nil {
-				return res, fmt.Errorf("plugintest: read %s from GridFS: %w", field, err)
-			}
-			*out = string(b)
-		} else {
-			*out, _ = v.StringValueOK()
+	res.Status = task.Status
+	for stream, out := range map[string]*string{queue.StreamStdout: &res.Stdout, queue.StreamStderr: &res.Stderr} {
+		text, file, err := task.Output(stream)
+		if err != nil || file.IsZero() {
+			*out = text // a missing or unreadable field is no output
+			continue
 		}
+		b, err := gridfs.NewBucket(s.db, queue.GridFSPrefix).ReadFile(ctx, file)
+		if err != nil {
+			return res, fmt.Errorf("plugintest: read %s from GridFS: %w", stream, err)
+		}
+		*out = string(b)
 	}
 	var doc bson.M
 	if err := bson.Unmarshal(raw, &doc); err != nil {

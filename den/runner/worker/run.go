@@ -126,7 +126,7 @@ func (r *Executor) self(ctx context.Context) (queue.RunnerInfo, string, error) {
 type taskRun struct {
 	*Executor
 	log      *zap.Logger
-	store    *queue.Store
+	store    *queue.RunnerStore
 	taskID   bson.ObjectID
 	info     queue.RunnerInfo
 	task     *queue.Task
@@ -170,7 +170,7 @@ func (r *Executor) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := &taskRun{Executor: r, taskID: taskID, info: info, store: queue.NewStore(r.DB), pidsCgroup: pids,
+	t := &taskRun{Executor: r, taskID: taskID, info: info, store: queue.NewRunnerStore(r.DB), pidsCgroup: pids,
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	stopping := r.Stopping
 	if stopping == nil {
@@ -279,7 +279,7 @@ func (t *taskRun) beat(ctx context.Context, lose context.CancelCauseFunc) (stop 
 			}
 			sent := time.Now()
 			bctx, bcancel := context.WithTimeout(ctx, every)
-			state, err := t.store.Renew(bctx, t.taskID, t.Spec.Node, t.info.Token, t.now())
+			state, err := t.store.WriteBeat(bctx, t.taskID, t.Spec.Node, t.info.Token, t.now())
 			bcancel()
 			switch {
 			case err != nil && ctx.Err() != nil:

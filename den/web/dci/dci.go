@@ -50,7 +50,7 @@ const Realm = "disbatch"
 
 type handler struct {
 	db      *mongo.Database
-	store   *queue.Store
+	store   *queue.OperatorStore
 	guard   *web.Guard
 	log     *zap.Logger
 	now     func() time.Time
@@ -67,7 +67,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Guard == nil {
 		return nil, errors.New("dci: no guard")
 	}
-	h := &handler{db: o.DB, store: queue.NewStore(o.DB), guard: o.Guard, log: o.Log, now: o.Now, plugins: o.Plugins,
+	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), guard: o.Guard, log: o.Log, now: o.Now, plugins: o.Plugins,
 		dead: o.DeadNodeAfter, batch: o.Batch}
 	if h.log == nil {
 		h.log = zap.NewNop()

@@ -21,7 +21,7 @@
 // refusal are den web's (den/web.Guard); bodies are bounded (MaxBody,
 // MaxTasksBody).
 //
-// Everything goes through queue.Store: queues are created, changed and
+// Everything goes through queue.OperatorStore: queues are created, changed and
 // deleted with the command line's methods (checked as den queue create
 // and set check them), tasks inserted in batches with den task add's
 // (counts raised by exactly what landed), with the few queries of their

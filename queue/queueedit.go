@@ -1,0 +1,242 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// This file holds what operators do to queue documents (den queue, the
+// web pages, the Disbatch web API): find, create, change and delete them.
+
+// Queue settings an operator may set, by the name they have in the queue
+// document (den queue create and den queue set take the same names).
+const (
+	SettingName       = "name"
+	SettingPlugin     = "constructor" // the protocol's name for the plugin
+	SettingMaxThreads = "maxthreads"  // per node, as the protocol means it
+	SettingThreads    = "threads"     // on all nodes together, as later Disbatch means it
+	SettingSort       = "sort"
+	SettingGFS        = "gfs"
+)
+
+// QueueSettingKeys lists every key den queue set accepts, in the order
+// help texts show them.
+var QueueSettingKeys = []string{SettingName, SettingPlugin, SettingMaxThreads, SettingThreads, SettingSort, SettingGFS,
+	FieldTimeout, FieldMaxRetries, FieldMaxTimeouts, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput,
+	FieldMaxProcesses, FieldUsageInterval, FieldMemoryRetryFactor, FieldRetention,
+	FieldRetention + "." + RetainSucceeded, FieldRetention + "." + RetainFailed, FieldRetention + "." + RetainCancelled,
+	FieldRetention + "." + RetainOrphaned, FieldRetention + ".action", FieldRetention + ".reports"}
+
+// QueueSettings are values to write into a queue document, each already
+// checked and in the form den writes it. Unset lists keys to remove.
+type QueueSettings struct {
+	Set   bson.D
+	Unset []string
+}
+
+func (s *QueueSettings) has(key string) bool {
+	for _, e := range s.Set {
+		if e.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNoQueue is returned when no queue has the name or id given.
+var ErrNoQueue = errors.New("no such queue")
+
+// ErrQueueExists is returned when a queue of the name given exists.
+var ErrQueueExists = errors.New("a queue of that name exists")
+
+// FindQueue returns the queue whose _id (as hex) or name is ref. The
+// document is returned even when it cannot be used (problem says why), so
+// that an operator can fix or delete it. Two queues of that name are an
+// error naming their ids.
+func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, problem, err error) {
+	filter := bson.D{{Key: "name", Value: ref}}
+	if id, err := bson.ObjectIDFromHex(ref); err == nil {
+		filter = bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "name", Value: ref}}}}}
+	}
+	cur, err := s.queues.Find(ctx, filter, options.Find().SetLimit(3))
+	if err != nil {
+		return q, nil, fmt.Errorf("find queue %q: %w", ref, err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return q, nil, fmt.Errorf("find queue %q: %w", ref, err)
+	}
+	switch len(docs) {
+	case 0:
+		return q, nil, fmt.Errorf("%w %q", ErrNoQueue, ref)
+	case 1:
+	default:
+		var ids []string
+		for _, d := range docs {
+			ids = append(ids, d.Lookup("_id").String())
+		}
+		return q, nil, fmt.Errorf("%d queues match %q (%s): give the id", len(docs), ref, strings.Join(ids, ", "))
+	}
+	q, problem = ParseQueue(docs[0])
+	if q.ID.IsZero() {
+		return q, nil, fmt.Errorf("queue %q: %w", ref, problem)
+	}
+	return q, problem, nil
+}
+
+// CreateQueueWith inserts a queue document with the given settings (name
+// and plugin required; one of maxthreads or threads) and both counts at
+// zero. A second queue of the same name is refused.
+func (s *OperatorStore) CreateQueueWith(ctx context.Context, settings QueueSettings) (bson.ObjectID, error) {
+	var id bson.ObjectID
+	var name string
+	for _, e := range settings.Set {
+		if e.Key == SettingName {
+			name, _ = e.Value.(string)
+		}
+	}
+	switch {
+	case name == "":
+		return id, errors.New("a queue needs a name")
+	case !settings.has(SettingPlugin) && !settings.has(SettingPluginLater):
+		return id, errors.New("a queue needs a plugin (constructor)")
+	case settings.has(SettingMaxThreads) && settings.has(SettingThreads):
+		return id, errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
+	}
+	n, err := s.queues.CountDocuments(ctx, bson.D{{Key: "name", Value: name}})
+	if err != nil {
+		return id, fmt.Errorf("create queue %q: %w", name, err)
+	}
+	if n > 0 {
+		return id, fmt.Errorf("create queue %q: %w", name, ErrQueueExists)
+	}
+	id = bson.NewObjectID()
+	doc := append(bson.D{{Key: "_id", Value: id}}, settings.Set...)
+	doc = append(doc, bson.E{Key: "count_todo", Value: int64(0)}, bson.E{Key: "count_total", Value: int64(0)})
+	if _, err := s.queues.InsertOne(ctx, doc); err != nil {
+		return id, fmt.Errorf("create queue %q: %w", name, err)
+	}
+	return id, nil
+}
+
+// UpdateQueue writes settings into a queue document. Setting maxthreads
+// removes threads and the other way round, so that the queue has the one
+// limit the operator asked for. On a paused queue the limits go into what
+// it keeps for its resume (paused.maxthreads, paused.threads): it stays
+// paused, and resumes with them.
+func (s *OperatorStore) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
+	_, err := s.UpdateQueueResult(ctx, id, settings)
+	return err
+}
+
+// UpdateQueueResult is UpdateQueue, and says what the update matched and
+// changed (the Disbatch web API answers with both). A plugin given as
+// SettingPluginLater is written as plugin, and constructor (which would
+// shadow it) removed.
+func (s *OperatorStore) UpdateQueueResult(ctx context.Context, id bson.ObjectID, settings QueueSettings) (UpdateResult, error) {
+	if settings.has(SettingMaxThreads) && settings.has(SettingThreads) {
+		return UpdateResult{}, errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
+	}
+	unset := slices.Clone(settings.Unset)
+	if settings.has(SettingMaxThreads) {
+		unset = append(unset, SettingThreads)
+	}
+	if settings.has(SettingThreads) {
+		unset = append(unset, SettingMaxThreads)
+	}
+	if settings.has(SettingPlugin) {
+		unset = append(unset, SettingPluginLater) // later Disbatch's spelling, which constructor would shadow
+	}
+	if settings.has(SettingPluginLater) {
+		unset = append(unset, SettingPlugin)
+	}
+	limits := false
+	// build is the update, with the limits renamed by limit.
+	build := func(limit func(string) string) bson.D {
+		name := func(k string) string {
+			if k == SettingMaxThreads || k == SettingThreads {
+				limits = true
+				return limit(k)
+			}
+			return k
+		}
+		update := bson.D{}
+		if len(settings.Set) > 0 {
+			set := bson.D{}
+			for _, e := range settings.Set {
+				set = append(set, bson.E{Key: name(e.Key), Value: e.Value})
+			}
+			update = append(update, bson.E{Key: "$set", Value: set})
+		}
+		if len(unset) > 0 {
+			u := bson.D{}
+			for _, k := range unset {
+				u = append(u, bson.E{Key: name(k), Value: ""})
+			}
+			update = append(update, bson.E{Key: "$unset", Value: u})
+		}
+		return update
+	}
+	update := build(func(k string) string { return k })
+	if len(update) == 0 {
+		return UpdateResult{}, errors.New("nothing to set")
+	}
+	if name, ok := settingString(settings, SettingName); ok {
+		n, err := s.queues.CountDocuments(ctx, bson.D{{Key: "name", Value: name}, {Key: "_id", Value: bson.D{{Key: "$ne", Value: id}}}})
+		if err != nil {
+			return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), err)
+		}
+		if n > 0 {
+			return UpdateResult{}, fmt.Errorf("update queue %s: another queue is named %q", id.Hex(), name)
+		}
+	}
+	filter := bson.D{{Key: "_id", Value: id}}
+	if limits {
+		filter = append(filter, bson.E{Key: FieldPaused, Value: nil})
+	}
+	res, err := s.queues.UpdateOne(ctx, filter, update)
+	if err != nil {
+		return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), err)
+	}
+	if res.MatchedCount == 0 && limits {
+		// Paused (the filter's null also matches a paused: null, which
+		// is no pause): its limits are those it keeps.
+		filter = bson.D{{Key: "_id", Value: id}, {Key: FieldPaused, Value: bson.D{{Key: "$ne", Value: nil}}}}
+		if res, err = s.queues.UpdateOne(ctx, filter, build(keptLimit)); err != nil {
+			return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), err)
+		}
+	}
+	if res.MatchedCount == 0 {
+		return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), ErrNoQueue)
+	}
+	return UpdateResult{Matched: res.MatchedCount, Modified: res.ModifiedCount}, nil
+}
+
+func settingString(s QueueSettings, key string) (string, bool) {
+	for _, e := range s.Set {
+		if e.Key == key {
+			v, ok := e.Value.(string)
+			return v, ok
+		}
+	}
+	return "", false
+}
+
+// DeleteQueue removes a queue document. Its tasks stay (with their output
+// and history), as Disbatch's own deleteQueue leaves them.
+func (s *OperatorStore) DeleteQueue(ctx context.Context, id bson.ObjectID) error {
+	res, err := s.queues.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
+	if err != nil {
+		return fmt.Errorf("delete queue %s: %w", id.Hex(), err)
+	}
+	if res.DeletedCount == 0 {
+		return fmt.Errorf("delete queue %s: %w", id.Hex(), ErrNoQueue)
+	}
+	return nil
+}
