@@ -1,0 +1,242 @@
+package docs
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The limits docs/development.md ("The shape's limits") promises a
+// reader, held on every Go file of the module (tests too; testdata, the
+// outside plugin's own module, is not den's code).
+const (
+	maxMethods         = 50  // methods declared on one type, or listed in one interface
+	maxFunctionLines   = 100 // lines of one function, outside den/cli's command builders
+	maxDenFuncFields   = 2   // function-typed struct fields in package den
+	minExamples        = 15  // Example functions
+	commandBuildersDir = "den/cli"
+)
+
+type goFile struct {
+	rel  string // slash-separated path from the module's root
+	file *ast.File
+}
+
+// moduleFiles parses every Go file of the module.
+func moduleFiles(t *testing.T) (*token.FileSet, []goFile) {
+	t.Helper()
+	fset := token.NewFileSet()
+	var files []goFile
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != ".." && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel("..", path)
+		if err != nil {
+			return err
+		}
+		files = append(files, goFile{filepath.ToSlash(rel), f})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 100 {
+		t.Fatalf("found %d Go files from docs/..; is the test run from docs/?", len(files))
+	}
+	return fset, files
+}
+
+func receiverName(fd *ast.FuncDecl) string {
+	e := fd.Recv.List[0].Type
+	if s, ok := e.(*ast.StarExpr); ok {
+		e = s.X
+	}
+	switch x := e.(type) {
+	case *ast.IndexExpr:
+		e = x.X
+	case *ast.IndexListExpr:
+		e = x.X
+	}
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return "?"
+}
+
+// No type has more than maxMethods methods: a type that does everything
+// hides who uses what (the store is split by its users for this).
+func TestNoTypeHasTooManyMethods(t *testing.T) {
+	_, files := moduleFiles(t)
+	methods := map[string]int{}
+	for _, f := range files {
+		dir := filepath.Dir(f.rel)
+		for _, d := range f.file.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv != nil {
+					methods[dir+"."+receiverName(d)]++
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					if ts, ok := s.(*ast.TypeSpec); ok {
+						if it, ok := ts.Type.(*ast.InterfaceType); ok {
+							methods[dir+"."+ts.Name.Name] += len(it.Methods.List)
+						}
+					}
+				}
+			}
+		}
+	}
+	for typ, n := range methods {
+		if n > maxMethods {
+			t.Errorf("%s has %d methods, over %d", typ, n, maxMethods)
+		}
+	}
+}
+
+// No function outside den/cli is over maxFunctionLines lines; cobra's
+// command builders there are declarations, long by nature.
+func TestNoFunctionTooLong(t *testing.T) {
+	fset, files := moduleFiles(t)
+	for _, f := range files {
+		if strings.HasPrefix(f.rel, commandBuildersDir+"/") {
+			continue
+		}
+		for _, d := range f.file.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			lines := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+			if lines > maxFunctionLines {
+				t.Errorf("%s: %s is %d lines, over %d", f.rel, fd.Name.Name, lines, maxFunctionLines)
+			}
+		}
+	}
+}
+
+// Package den wires its components by what each is given, not by
+// functions set after construction: at most maxDenFuncFields struct
+// fields of a function type (a named function type counts).
+func TestDenHasFewFunctionFields(t *testing.T) {
+	_, files := moduleFiles(t)
+	funcTypes := map[string]bool{}
+	var den []*ast.File
+	for _, f := range files {
+		if filepath.Dir(f.rel) != "den" || strings.HasSuffix(f.rel, "_test.go") {
+			continue
+		}
+		den = append(den, f.file)
+		for _, d := range f.file.Decls {
+			if gd, ok := d.(*ast.GenDecl); ok {
+				for _, s := range gd.Specs {
+					if ts, ok := s.(*ast.TypeSpec); ok {
+						if _, ok := ts.Type.(*ast.FuncType); ok {
+							funcTypes[ts.Name.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	var found []string
+	for _, f := range den {
+		ast.Inspect(f, func(n ast.Node) bool {
+			ts, ok := n.(*ast.TypeSpec)
+			if !ok {
+				return true
+			}
+			st, ok := ts.Type.(*ast.StructType)
+			if !ok {
+				return true
+			}
+			for _, field := range st.Fields.List {
+				isFunc := false
+				switch ft := field.Type.(type) {
+				case *ast.FuncType:
+					isFunc = true
+				case *ast.Ident:
+					isFunc = funcTypes[ft.Name]
+				}
+				if !isFunc {
+					continue
+				}
+				names := []string{"(embedded)"}
+				if len(field.Names) > 0 {
+					names = names[:0]
+					for _, n := range field.Names {
+						names = append(names, n.Name)
+					}
+				}
+				for _, n := range names {
+					found = append(found, ts.Name.Name+"."+n)
+				}
+			}
+			return true
+		})
+	}
+	if len(found) > maxDenFuncFields {
+		t.Errorf("package den has %d function-typed struct fields, over %d: %s", len(found), maxDenFuncFields, strings.Join(found, ", "))
+	}
+}
+
+// The runner's two processes live in two packages: no package holds
+// both the supervisor's files and the worker's.
+func TestSupervisorAndWorkerApart(t *testing.T) {
+	_, files := moduleFiles(t)
+	supervisor, worker := map[string]bool{}, map[string]bool{}
+	for _, f := range files {
+		base := filepath.Base(f.rel)
+		switch {
+		case strings.HasPrefix(base, "supervisor"):
+			supervisor[filepath.Dir(f.rel)] = true
+		case strings.HasPrefix(base, "worker"):
+			worker[filepath.Dir(f.rel)] = true
+		}
+	}
+	for dir := range supervisor {
+		if worker[dir] {
+			t.Errorf("%s holds both supervisor*.go and worker*.go files", dir)
+		}
+	}
+}
+
+var example = regexp.MustCompile(`^Example`)
+
+// Each feature has a runnable Example (go doc shows it; go test runs it).
+func TestEnoughExamples(t *testing.T) {
+	_, files := moduleFiles(t)
+	n := 0
+	for _, f := range files {
+		if !strings.HasSuffix(f.rel, "_test.go") {
+			continue
+		}
+		for _, d := range f.file.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && example.MatchString(fd.Name.Name) {
+				n++
+			}
+		}
+	}
+	if n < minExamples {
+		t.Errorf("%d Example functions, want at least %d", n, minExamples)
+	}
+}
