@@ -3,6 +3,7 @@ package den_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +83,14 @@ func TestNodeKilledAndRestarted(t *testing.T) {
 		return countDone(t, db)() >= running
 	})
 	if n := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{-6, 2}}}}}); n != 0 {
-		t.Fatalf("%d tasks orphaned or failed by the kill", n)
+		var bad []string
+		for _, id := range ids {
+			raw := dentest.Task(t, db, id)
+			if st, _ := raw.Lookup("status").AsInt64OK(); st == -6 || st == 2 {
+				bad = append(bad, fmt.Sprintf("%s status %d stderr %q", id.Hex(), st, field(raw, "stderr")))
+			}
+		}
+		t.Fatalf("%d tasks orphaned or failed by the kill: %s", n, strings.Join(bad, "; "))
 	}
 	nodeProcess(t, db, "victim")
 	dentest.Eventually(t, 2*time.Minute, "all tasks finished after the restart", func() bool { return countDone(t, db)() == int64(len(ids)) })
