@@ -250,3 +250,35 @@ func TestTreeKeptFilesFollowTheTree(t *testing.T) {
 		}
 	}
 }
+
+// Unreaped lists a tree's zombies beside its live processes (their CPU is
+// in no live process's yet); Descendants lists the live ones only. The
+// script's background child exits and stays a zombie: its parent, then
+// sleep, never waits for it.
+func TestUnreapedListsZombies(t *testing.T) {
+	t.Parallel()
+	parent := start(t, "/bin/true & exec sleep 60")
+	root := int32(parent.Process.Pid)
+	tree := contain.NewTree()
+	defer tree.Close()
+	var zombie int32
+	for deadline := testdeadline.Deadline(); zombie == 0; time.Sleep(10 * time.Millisecond) {
+		for _, p := range tree.Unreaped(context.Background(), root) {
+			if st, ok := contain.ReadStat(p); ok && st.State == 'Z' {
+				zombie = p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no zombie appeared under the script")
+		}
+	}
+	if got := tree.Descendants(context.Background(), root); slices.Contains(got, zombie) {
+		t.Errorf("Descendants lists the zombie %d: %v", zombie, got)
+	}
+	if err := tree.Keep(root); err != nil {
+		t.Fatal(err)
+	}
+	if got := tree.Unreaped(context.Background(), root); !slices.Equal(got, []int32{zombie}) {
+		t.Errorf("Unreaped through kept files lists %v, want the zombie %d", got, zombie)
+	}
+}

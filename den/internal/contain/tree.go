@@ -258,6 +258,15 @@ func (t *Tree) Descendants(ctx context.Context, root int32, skip ...int32) []int
 	})
 }
 
+// Unreaped lists root's descendants that have not been reaped: the live
+// ones, as Descendants does, and the zombies (exited, not yet waited
+// for). A zombie's /proc/PID/stat still holds its CPU and that of the
+// children it reaped, which go to its parent's only once the parent reaps
+// it: a sum of CPU over the tree must count it.
+func (t *Tree) Unreaped(ctx context.Context, root int32) []int32 {
+	return walk(ctx, root, nil, t.children, func(int32) bool { return false })
+}
+
 // ReadStat is ReadStat, through the open stat file of a kept process.
 func (t *Tree) ReadStat(pid int32) (Stat, bool) {
 	k, ok := t.kept[pid]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,10 +23,13 @@ import (
 //     process that reaped it (its cutime/cstime), and every process of the
 //     run is reaped inside the run: by its parent, or, once re-parented, by
 //     the supervisor (a child subreaper). So the CPU of the run is, at any
-//     moment, the sum over the live tree (the worker included) of each
+//     moment, the sum over the tree (the worker included) of each
 //     process's own and reaped children's time (/proc/PID/stat), plus the
-//     supervisor's getrusage(RUSAGE_CHILDREN). At the end, after the
-//     leftovers are stopped and reaped, the live tree is the worker alone.
+//     supervisor's getrusage(RUSAGE_CHILDREN). The tree's exited processes
+//     that are not yet reaped (zombies) count: their time reaches their
+//     parent's only when it reaps them. A reading during which a process
+//     of the tree was reaped is read again (treeCPU). At the end, after the
+//     leftovers are stopped and reaped, the tree is the worker alone.
 //     With a cgroup, its cpu.stat says the same from the kernel directly
 //     and is used instead. (/proc counts in clock ticks: 10 ms.)
 //   - Peak RSS is sampled: the sum of the tree's resident memory every
@@ -78,8 +82,7 @@ type cpuTimes struct{ user, system float64 }
 // seconds, not less base. (It takes a sample: called on a sampler about to
 // be replaced, at the begin of a run.)
 func (s *sampler) cpu(ctx context.Context) cpuTimes {
-	var c cpuTimes
-	c.user, c.system = s.sample(ctx)
+	c := s.treeCPU(ctx)
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
 		c.user += tvSeconds(ru.Utime)
@@ -88,10 +91,57 @@ func (s *sampler) cpu(ctx context.Context) cpuTimes {
 	return c
 }
 
-// sample adds one sample of the live tree's memory and returns its CPU
-// (own and reaped children's) in seconds.
-func (s *sampler) sample(ctx context.Context) (user, system float64) {
-	return s.sampleOf(s.walker().Descendants(ctx, s.me))
+// sample adds one sample of the tree's memory.
+func (s *sampler) sample(ctx context.Context) {
+	s.record(s.read(s.walker().Unreaped(ctx, s.me)))
+}
+
+// cpuTries is how many times treeCPU reads the tree before it takes a
+// reading during which the tree changed.
+const cpuTries = 10
+
+// treeCPU adds one sample of the tree's memory and returns the CPU of the
+// tree's processes, exited ones not yet reaped included (their own and
+// their reaped children's), in seconds.
+//
+// A process's CPU moves into its parent's when the parent reaps it. The
+// tree is read one process at a time, so a reap between two reads loses
+// the child's CPU (the parent read before, the child gone after) or counts
+// it twice (the other order), and a process re-parented during the walk
+// may be missed. So the tree is listed again after the reads, and the
+// reading is taken only when every listed process was read and the list
+// is the same: then no process of it was reaped or moved while it was
+// read. A tree that keeps changing (a run forking programs all the time)
+// is read cpuTries times, and the last reading taken: at a run's begin and
+// end, where the CPU is subtracted and recorded, the tree is still.
+func (s *sampler) treeCPU(ctx context.Context) cpuTimes {
+	tree := s.walker()
+	r := steadyReading(ctx, func() []int32 { return tree.Unreaped(ctx, s.me) }, s.read)
+	s.record(r)
+	return r.cpu
+}
+
+// steadyReading reads the processes list gives until a reading has read
+// them all and list gives the same processes after it, at most cpuTries
+// times (or until ctx ends); it returns the last reading.
+func steadyReading(ctx context.Context, list func() []int32, read func([]int32) reading) reading {
+	pids := list()
+	for try := 1; ; try++ {
+		r := read(pids)
+		again := list()
+		if (r.whole && sameProcs(pids, again)) || try == cpuTries || ctx.Err() != nil {
+			return r
+		}
+		pids = again
+	}
+}
+
+// sameProcs reports whether a and b list the same processes.
+func sameProcs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
 // walker is the tree the sampler reads processes through.
@@ -102,34 +152,50 @@ func (s *sampler) walker() *contain.Tree {
 	return s.tree
 }
 
-// sampleOf is sample of the tree pids.
-func (s *sampler) sampleOf(pids []int32) (user, system float64) {
-	var rss, task int64
+// reading is what one read of the tree's processes found: their CPU (own
+// and reaped children's) in seconds, their resident memory (rss), that of
+// the task's processes (task: the tree but the worker); whole when every
+// process listed could be read (none was reaped meanwhile).
+type reading struct {
+	cpu       cpuTimes
+	rss, task int64
+	whole     bool
+}
+
+// read reads the processes pids (a zombie holds no memory, and its CPU
+// counts).
+func (s *sampler) read(pids []int32) reading {
+	r := reading{whole: true}
 	page := int64(os.Getpagesize())
 	tree := s.walker()
 	for _, pid := range pids {
 		st, ok := tree.ReadStat(pid)
 		if !ok {
+			r.whole = false
 			continue
 		}
-		user += float64(st.UTime+st.CUTime) / clockTicks
-		system += float64(st.STime+st.CSTime) / clockTicks
+		r.cpu.user += float64(st.UTime+st.CUTime) / clockTicks
+		r.cpu.system += float64(st.STime+st.CSTime) / clockTicks
 		if pid != s.worker && st.PPID == s.worker && ownBinary(pid) {
 			// den's trampoline (memory.go): the worker's memory, or den's
 			// sandbox, for the moment it lives; counting it would add a
 			// second worker to whichever sample met it.
 			continue
 		}
-		rss += st.RSSPages * page
+		r.rss += st.RSSPages * page
 		if pid != s.worker {
-			task += st.RSSPages * page
+			r.task += st.RSSPages * page
 		}
 	}
+	return r
+}
+
+// record keeps a reading's memory as a sample.
+func (s *sampler) record(r reading) {
 	s.samples++
-	s.peakRSS = max(s.peakRSS, rss)
-	s.taskRSS = task
-	s.peakTask = max(s.peakTask, task)
-	return user, system
+	s.peakRSS = max(s.peakRSS, r.rss)
+	s.taskRSS = r.task
+	s.peakTask = max(s.peakTask, r.task)
 }
 
 // measure samples once more and adds what the kernel knows exactly. first
@@ -138,12 +204,15 @@ func (s *sampler) sampleOf(pids []int32) (user, system float64) {
 // to be the worker alone (a stop has just found nothing else): the sample
 // then reads the worker only, without walking the tree again.
 func (s *sampler) measure(ctx context.Context, first, alone bool) runner.Measured {
-	var user, system float64
+	var c cpuTimes
 	if alone {
-		user, system = s.sampleOf([]int32{s.worker})
+		r := s.read([]int32{s.worker})
+		s.record(r)
+		c = r.cpu
 	} else {
-		user, system = s.sample(ctx)
+		c = s.treeCPU(ctx)
 	}
+	user, system := c.user, c.system
 	m := runner.Measured{PeakRSS: s.peakRSS, Samples: s.samples, MemoryKill: s.killed, PeakTaskRSS: s.peakTask}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
