@@ -168,7 +168,7 @@ func TestHostileQueuesDoNotStallANode(t *testing.T) {
 	if got := value(fams, "den_malformed_documents_total", "collection", "queues", "action", "skipped"); got < 1 {
 		t.Errorf("den_malformed_documents_total{queues,skipped} = %v, want at least 1", got)
 	}
-	for _, name := range []string{"den_queue_todo", "den_tasks_running"} {
+	for _, name := range []string{"den_queue_count_todo", "den_tasks_running"} {
 		if f := fams[name]; f != nil && len(f.GetMetric()) > metrics.QueueSeriesMax+1 {
 			t.Errorf("%s: %d series, want at most %d", name, len(f.GetMetric()), metrics.QueueSeriesMax+1)
 		}

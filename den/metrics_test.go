@@ -137,8 +137,8 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
 	// The queue of the long task shows it queued, or already claimed.
-	dentest.Eventually(t, time.Minute, "den_queue_todo{queue=longq} read", func() bool {
-		return value(ep.scrape(t), "den_queue_todo", "queue", "longq") >= 0
+	dentest.Eventually(t, time.Minute, "den_queue_count_todo{queue=longq} read", func() bool {
+		return value(ep.scrape(t), "den_queue_count_todo", "queue", "longq") >= 0
 	})
 	dentest.Eventually(t, 2*time.Minute, "den_tasks_running{queue=longq} 1", func() bool {
 		return value(ep.scrape(t), "den_tasks_running", "queue", "longq") == 1
@@ -157,14 +157,14 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 	})
 	// Everything finished, so den_tasks_running reads 0 once the node
 	// has let go of the tasks (once their runners were done with them).
-	// den_queue_todo is count_todo as a pass read it after the runners'
+	// den_queue_count_todo is count_todo as a pass read it after the runners'
 	// decrements; count_todo counts status 0 or less, as the protocol
 	// does, so the cancelled task (-5) stays in it.
-	dentest.Eventually(t, time.Minute, "den_tasks_running 0 everywhere, den_queue_todo as the queues say", func() bool {
+	dentest.Eventually(t, time.Minute, "den_tasks_running 0 everywhere, den_queue_count_todo as the queues say", func() bool {
 		fams = ep.scrape(t)
 		return value(fams, "den_tasks_running", "queue", "sleepq") == 0 && value(fams, "den_tasks_running", "queue", "longq") == 0 &&
 			value(fams, "den_tasks_running", "queue", "flakyq") == 0 &&
-			value(fams, "den_queue_todo", "queue", "flakyq") == 0 && value(fams, "den_queue_todo", "queue", "longq") == 1
+			value(fams, "den_queue_count_todo", "queue", "flakyq") == 0 && value(fams, "den_queue_count_todo", "queue", "longq") == 1
 	})
 	for _, c := range []struct {
 		name   string

@@ -193,7 +193,11 @@ func (n *Node) Run(ctx context.Context) error {
 		defer func() { stopHTTP(); <-served }()
 	}
 	defer n.running.Store(false)
-	n.log.Info("node starting", zap.Strings("plugins", n.plugins.Names()), zap.String("database", n.cfg.Database), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
+	// The plugins it runs tasks with, and apart those its configuration
+	// keeps off (the command plugin unless enabled): not listed as on.
+	on := servedPlugins(n.plugins, n.cfg.PluginConfig)
+	n.log.Info("node starting", zap.Strings("plugins", on), zap.Strings("plugins_off", offPlugins(n.plugins, on)),
+		zap.String("database", n.cfg.Database), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 	if err := n.start(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil

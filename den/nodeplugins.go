@@ -2,6 +2,7 @@ package den
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/den-project/den/plugins"
 )
@@ -19,6 +20,18 @@ func servedPlugins(reg *plugins.Registry, config map[string]json.RawMessage) []s
 			continue
 		}
 		out = append(out, name)
+	}
+	return out
+}
+
+// offPlugins are the plugins of reg not in on (servedPlugins): those the
+// node's configuration keeps off, for its start line.
+func offPlugins(reg *plugins.Registry, on []string) []string {
+	out := []string{}
+	for _, name := range reg.Names() {
+		if !slices.Contains(on, name) {
+			out = append(out, name)
+		}
 	}
 	return out
 }

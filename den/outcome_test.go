@@ -14,8 +14,9 @@ import (
 
 // Every ended run records who decided how it ended (outcome) and why
 // (outcome_reason), on a real node: the plugin, a program's exit code or
-// signal, den's timeout and max_output, cancellation, a malformed task;
-// and a retried run's history entry keeps its own.
+// signal, den's timeout and max_output, cancellation, a malformed task, a
+// program command.allow refuses (never retried); and a retried run's
+// history entry keeps its own.
 func TestEveryEndedRunHasAnOutcome(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
@@ -39,6 +40,7 @@ func TestEveryEndedRunHasAnOutcome(t *testing.T) {
 		{"max_output", cmdQ, bson.D{{Key: "shell", Value: "yes"}}, bson.D{{Key: "max_output", Value: 1000}}, 2, queue.OutcomeResourceKilled, "max_output (1000 bytes)"},
 		{"cancelled queued", cmdQ, bson.D{{Key: "shell", Value: "true"}}, bson.D{{Key: "cancel", Value: true}}, -5, queue.OutcomeCancelled, "before it started"},
 		{"malformed", cmdQ, bson.D{{Key: "shell", Value: "true"}}, bson.D{{Key: "timeout", Value: "soon"}}, 2, queue.OutcomeMalformed, "timeout"},
+		{"refused", cmdQ, bson.D{{Key: "command", Value: bson.A{"/usr/sbin/nologin"}}}, bson.D{{Key: "max_retries", Value: 2}, {Key: "retry_delay", Value: 0}}, 2, queue.OutcomeRefused, "command refused"},
 		{"retried", cmdQ, bson.D{{Key: "shell", Value: "exit 4"}}, bson.D{{Key: "max_retries", Value: 1}, {Key: "retry_delay", Value: 0}}, 2, queue.OutcomeExitCode, "exited with code 4"},
 	}
 	ids := make([]bson.ObjectID, len(cases))
@@ -55,6 +57,10 @@ func TestEveryEndedRunHasAnOutcome(t *testing.T) {
 		reason, _ := raw.Lookup("outcome_reason").StringValueOK()
 		if outcome != c.outcome || !strings.Contains(reason, c.reason) {
 			t.Errorf("%s: outcome %q (%q), want %q (containing %q)", c.name, outcome, reason, c.outcome, c.reason)
+		}
+		if c.name == "refused" && !absentField(raw, "history") {
+			// A refusal is permanent: with max_retries 2 it ran once.
+			t.Errorf("refused: retried, history %v", raw.Lookup("history"))
 		}
 		if c.name == "retried" {
 			h, _ := raw.Lookup("history").Array().Values()
@@ -73,4 +79,9 @@ func TestEveryEndedRunHasAnOutcome(t *testing.T) {
 	if err != nil || len(tasks) != 2 {
 		t.Fatalf("ListTasks by outcome = %d tasks, %v; want the timeout and the killed one", len(tasks), err)
 	}
+}
+
+func absentField(raw bson.Raw, field string) bool {
+	_, err := raw.LookupErr(field)
+	return err != nil
 }

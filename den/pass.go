@@ -303,7 +303,7 @@ func (c *chores) take() bool {
 func (c *chores) spent() bool { return c.left <= 0 || c.overdue }
 
 // todoByQueue is each queue's count_todo as the last full pass read it, by
-// queue name, for den_queue_todo (made when /metrics is read, not every
+// queue name, for den_queue_count_todo (made when /metrics is read, not every
 // pass).
 func (ps *passes) todoByQueue() map[string]int64 {
 	p := ps.lastQueues.Load()

@@ -39,6 +39,8 @@ const (
 //
 // A non-nil error fails the task: its text is appended to stderr and the
 // status becomes StatusFailed unless Run returned another failure status.
+// The task is retried while it has retries left (max_retries), unless the
+// error is a refusal (Refuse): then it ends at once, outcome refused.
 // A status that is not positive also becomes StatusFailed, with the reason
 // in stderr. A panic fails the task with the panic and its stack in stderr.
 // Run must return soon after ctx is done.
@@ -188,6 +190,34 @@ func CheckRecordField(field string) error {
 	}
 	return nil
 }
+
+// Refuse marks err as a refusal: the task asks for what this node does not
+// allow (the command plugin: a program outside command.allow, a shell line
+// where command.shell is off, a variable the task may not set) or cannot
+// be run at all (parameters of the wrong shape). A refusal is permanent:
+// the task runner ends the task at once, status StatusFailed and outcome
+// refused, and never retries it, whatever its max_retries (another attempt
+// would be refused again). Return it from Run before starting any work;
+// a failure that another attempt may not meet (a program's exit code, a
+// network error) is a plain error. Refuse(nil) is nil.
+func Refuse(err error) error {
+	if err == nil {
+		return nil
+	}
+	return refusal{err}
+}
+
+// Refused reports whether err, or an error it wraps, was made by Refuse.
+func Refused(err error) bool {
+	var r refusal
+	return errors.As(err, &r)
+}
+
+// refusal is an error made by Refuse; its text is the error's.
+type refusal struct{ err error }
+
+func (r refusal) Error() string { return r.err.Error() }
+func (r refusal) Unwrap() error { return r.err }
 
 // Gated is implemented by plugins that are off unless a node's
 // configuration turns them on (such as the command plugin). A node serves

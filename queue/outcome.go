@@ -4,7 +4,8 @@ import "go.mongodb.org/mongo-driver/v2/bson"
 
 // Outcome says who decided how a run ended, and why: it tells a bug in a task or plugin (plugin, exit_code, signal,
 // malformed) from an infrastructure failure (runner_died, node_died) and
-// from den's own limits (timeout, resource_killed, expired, cancelled).
+// from den's own limits (timeout, resource_killed, expired, cancelled)
+// and from a task the plugin will not run on this node (refused).
 // Every ended run records one: in the task (outcome, outcome_reason) and
 // in its history entry (outcome, reason). A Perl Disbatch node ignores
 // both fields.
@@ -51,11 +52,16 @@ const (
 	// heartbeat of its landed for its lease, less the time to stop) and
 	// stopped the run, so that no other node's attempt overlaps it.
 	OutcomeLeaseLost = "lease_lost"
+	// OutcomeRefused: the plugin refused the task (plugins.Refuse): it
+	// asks what the node's configuration does not allow, such as a program
+	// outside command.allow. A refusal is permanent: the run ends failed
+	// and is never retried.
+	OutcomeRefused = "refused"
 )
 
 // Outcomes lists every kind, for validating a filter.
 var Outcomes = []string{OutcomePlugin, OutcomeExitCode, OutcomeSignal, OutcomeTimeout, OutcomeCancelled,
-	OutcomeRunnerDied, OutcomeNodeDied, OutcomeResourceKilled, OutcomeExpired, OutcomeMalformed, OutcomeLeaseLost}
+	OutcomeRunnerDied, OutcomeNodeDied, OutcomeResourceKilled, OutcomeExpired, OutcomeMalformed, OutcomeLeaseLost, OutcomeRefused}
 
 // set returns the task fields of an outcome ($set).
 func (o Outcome) set() bson.D {

@@ -125,6 +125,8 @@ type timing struct {
 // timing checks the spec's times and returns them.
 func (s ScheduleSpec) timing() (timing, error) {
 	switch {
+	case s.Every < 0:
+		return timing{}, fmt.Errorf("every %s: an interval must be positive (at least a second)", s.Every)
 	case s.Cron != "" && s.Every > 0:
 		return timing{}, errors.New("give cron or every, not both")
 	case s.Every > 0:
@@ -340,6 +342,9 @@ func decodeSchedule(raw bson.Raw) Schedule {
 	sc.TZ, _ = raw.Lookup("tz").StringValueOK()
 	if f, ok := raw.Lookup("every").AsFloat64OK(); ok && f > 0 && f < 1e10 {
 		sc.Every = time.Duration(f * float64(time.Second))
+	} else if ok && f <= 0 && sc.Cron == "" {
+		// Said here, not as "give cron or every": every is given, wrong.
+		problems = append(problems, fmt.Sprintf("every %v: an interval must be a positive number of seconds (at least 1)", f))
 	}
 	sc.Missed, _ = raw.Lookup("missed").StringValueOK()
 	sc.Overlap, _ = raw.Lookup("overlap").StringValueOK()

@@ -261,6 +261,7 @@ func TestScheduleBadInput(t *testing.T) {
 		{queue.ScheduleSpec{Name: "a", Queue: qid, Cron: "* * * * *", Every: time.Minute}, "not both"},
 		{queue.ScheduleSpec{Name: "a", Queue: qid}, "give cron"},
 		{queue.ScheduleSpec{Name: "a", Queue: qid, Every: time.Millisecond}, "at least a second"},
+		{queue.ScheduleSpec{Name: "a", Queue: qid, Every: -time.Minute}, "every -1m0s: an interval must be positive"},
 		{queue.ScheduleSpec{Name: "a", Queue: qid, Cron: "@every 1m"}, "use every"},
 		{queue.ScheduleSpec{Name: "a", Queue: qid, Every: time.Minute, Missed: "sometimes"}, "missed"},
 		{queue.ScheduleSpec{Name: "a", Queue: qid, Every: time.Minute, Task: mustRaw(t, bson.D{{Key: "status", Value: 1}})}, "den's to set"},
@@ -281,12 +282,14 @@ func TestScheduleBadInput(t *testing.T) {
 	// Written by hand: parameters not a document, a cron that cannot be read.
 	dentest.Insert(t, db.Collection("schedules"),
 		bson.D{{Key: "_id", Value: "by-hand"}, {Key: "queue", Value: qid}, {Key: "parameters", Value: "x"}, {Key: "every", Value: 60}, {Key: "next", Value: now.Add(-time.Second)}},
-		bson.D{{Key: "_id", Value: "bad-cron"}, {Key: "queue", Value: qid}, {Key: "cron", Value: "99 * * * *"}, {Key: "next", Value: now.Add(-time.Second)}})
+		bson.D{{Key: "_id", Value: "bad-cron"}, {Key: "queue", Value: qid}, {Key: "cron", Value: "99 * * * *"}, {Key: "next", Value: now.Add(-time.Second)}},
+		bson.D{{Key: "_id", Value: "zero-every"}, {Key: "queue", Value: qid}, {Key: "every", Value: 0}, {Key: "next", Value: now.Add(-time.Second)}})
 	f, err := s.Node.FireDue(dentest.Context(t), now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(f.Problems["by-hand"], "parameters is not a document") || !strings.Contains(f.Problems["bad-cron"], "above maximum") || len(f.Inserted) != 0 {
+	if !strings.Contains(f.Problems["by-hand"], "parameters is not a document") || !strings.Contains(f.Problems["bad-cron"], "above maximum") ||
+		!strings.Contains(f.Problems["zero-every"], "every 0: an interval must be a positive number of seconds") || len(f.Inserted) != 0 {
 		t.Errorf("schedules written by hand: %+v", f)
 	}
 	if sc, _ := s.Operator.Schedule(dentest.Context(t), "by-hand"); !strings.Contains(sc.Raw.Lookup("problem").StringValue(), "parameters") {

@@ -19,6 +19,7 @@ import (
 
 func newDevCmd() *cobra.Command {
 	var dir, listen, engine string
+	var tryCommand bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a node on an embedded development database (no MongoDB needed)",
@@ -28,7 +29,14 @@ a node on it until Ctrl-C. Insert tasks with mongosh or any driver. One
 process at a time serves a data directory: a second den dev (or den devdb)
 on the same --data says which process holds it and exits 1. On Ctrl-C, den
 dev waits up to 10 seconds for running tasks to finish, stops the rest (they
-record that they were stopped), and then stops the database.`,
+record that they were stopped), and then stops the database.
+
+--command turns the command plugin on to try it, unless the configuration
+turns it on already (then its policy stands): it may run only a few harmless
+programs (echo, printf, sleep, true, false, date, seq; no shell), as the
+user nobody where den may change user (run as root), else as your own user;
+Landlock enforces it where the kernel has it. den dev creates a queue
+"command" for it when there is none, and prints a task to try.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load("", cmd.Flags())
@@ -58,6 +66,11 @@ record that they were stopped), and then stops the database.`,
 				return err
 			}
 			printDevBanner(srv, dir, cfg.Database, qid, created)
+			if tryCommand {
+				if err := devCommand(ctx, &cfg, srv.URI()); err != nil {
+					return err
+				}
+			}
 			// The database stops with den dev: its runners get 10 seconds to
 			// finish, then are stopped and record that, before it does.
 			return runNode(ctx, cfg, devDrain, srv.Collector())
@@ -65,6 +78,7 @@ record that they were stopped), and then stops the database.`,
 	}
 	cmd.Flags().StringVar(&dir, "data", defaultDataDir(), "directory for the database files (kept between runs)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:27017", "address of the database (port 0: any free port)")
+	cmd.Flags().BoolVar(&tryCommand, "command", false, "turn the command plugin on to try it: a few harmless programs (echo, sleep, ...), no shell, as user nobody")
 	addEngineFlag(cmd, &engine)
 	config.AddFlags(cmd.Flags())
 	return cmd

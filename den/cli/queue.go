@@ -165,7 +165,9 @@ func newQueueListCmd() *cobra.Command {
 (one aggregation): todo (queued or held: -2, -3, -4), running (claimed or
 running: -1, 0), done (1), failed (2 and up, or orphaned -6), cancelled
 (-5); and the queue's stored count_todo/count_total (den counts check
-compares them).`,
+compares them). count_todo is Disbatch's bookkeeping, under its own name: it
+counts every task with status 0 or less, cancelled and orphaned ones too,
+which never run, so it is more than TODO once a task was cancelled.`,
 		Args: cobra.NoArgs,
 		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
 			rows, bad, err := queueRows(cmd, d)

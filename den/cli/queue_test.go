@@ -116,3 +116,27 @@ func TestQueueCommands(t *testing.T) {
 		t.Fatalf("%d tasks left after deleting their queue, want all 6", n)
 	}
 }
+
+// A task cancelled while queued stays in Disbatch's count_todo: den queue
+// list shows it under CANCELLED, not under TODO, beside count_todo 1, each
+// under its own name.
+func TestQueueListCountsACancelledTaskApart(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "resize", demo.Name, 1, "fifo")
+	id := dentest.Tasks(t, db, qid, bson.D{{Key: "commands", Value: "a"}})[0]
+	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -5}}}})
+	var rows []queueRow
+	denDB(t, db, "", "queue", "list", "--json").must(t, ExitOK).decode(t, &rows)
+	if len(rows) != 1 || rows[0].Todo != 0 || rows[0].Cancelled != 1 || rows[0].CountTodo == nil || *rows[0].CountTodo != 1 {
+		t.Fatalf("den queue list --json: %+v", rows)
+	}
+	list := denDB(t, db, "", "queue", "list").must(t, ExitOK)
+	if !strings.Contains(list.stdout, "CANCELLED") || !strings.Contains(list.stdout, "COUNT_TODO/TOTAL") || !strings.Contains(list.stdout, "1/1") {
+		t.Errorf("den queue list:\n%s", list.stdout)
+	}
+	help := denDB(t, db, "", "queue", "list", "--help").must(t, ExitOK)
+	if !strings.Contains(help.stdout, "cancelled and orphaned ones too") {
+		t.Errorf("den queue list --help does not say what count_todo counts:\n%s", help.stdout)
+	}
+}

@@ -47,6 +47,10 @@ func newScheduleAddCmd() *cobra.Command {
 			if q == "" {
 				return usagef("--queue is required")
 			}
+			if cmd.Flags().Changed("every") && every <= 0 {
+				// Not "give cron or every": --every is given, and wrong.
+				return usagef("--every %s: an interval must be positive (at least 1s)", every)
+			}
 			spec := queue.ScheduleSpec{Name: args[0], Cron: cronExpr, TZ: tz, Every: every, Missed: missed, Overlap: overlap}
 			for _, f := range []struct {
 				flag, text string

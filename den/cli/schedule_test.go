@@ -65,6 +65,8 @@ func TestScheduleCommands(t *testing.T) {
 		{[]string{"add", "x", "--queue", "reports", "--cron", "61 * * * *"}, ExitUsage, "above maximum"},
 		{[]string{"add", "x", "--queue", "reports", "--cron", "* * * * *", "--tz", "Nowhere/Land"}, ExitUsage, "unknown time zone"},
 		{[]string{"add", "x", "--queue", "reports"}, ExitUsage, "give cron"},
+		{[]string{"add", "x", "--queue", "reports", "--every", "0"}, ExitUsage, "--every 0s: an interval must be positive"},
+		{[]string{"add", "x", "--queue", "reports", "--every", "-5m"}, ExitUsage, "--every -5m0s: an interval must be positive"},
 		{[]string{"add", "x", "--queue", "reports", "--every", "1m", "--parameters", `[1,2]`}, ExitUsage, "--parameters"},
 		{[]string{"add", "x", "--queue", "reports", "--every", "1m", "--parameters", `"text"`}, ExitUsage, "--parameters"},
 		{[]string{"add", "x", "--every", "1m"}, ExitUsage, "--queue is required"},

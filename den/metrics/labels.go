@@ -18,7 +18,7 @@ import (
 // den_task_retries_total, den_task_output_bytes_total) the first
 // QueueSeriesMax queue names the node counts anything for keep their
 // series for the life of the process. For the gauges read at each scrape
-// (den_queue_todo, den_tasks_running) the queues with a non-zero value come
+// (den_queue_count_todo, den_tasks_running) the queues with a non-zero value come
 // first, then the rest by name.
 const QueueSeriesMax = 500
 

@@ -42,7 +42,7 @@ func TestPerQueueSeriesAreBoundedAndValid(t *testing.T) {
 	}
 	for _, f := range fams {
 		switch f.GetName() {
-		case "den_claims_total", "den_queue_todo", "den_tasks_running":
+		case "den_claims_total", "den_queue_count_todo", "den_tasks_running":
 		default:
 			continue
 		}
@@ -63,7 +63,7 @@ func TestPerQueueSeriesAreBoundedAndValid(t *testing.T) {
 		if !other {
 			t.Errorf("%s: no %s series for the queues past the cap", f.GetName(), metrics.OtherQueues)
 		}
-		want := map[string]float64{"den_claims_total": float64(3*metrics.QueueSeriesMax + 1), "den_queue_todo": float64(wantTodo), "den_tasks_running": float64(3 * metrics.QueueSeriesMax / 2)}[f.GetName()]
+		want := map[string]float64{"den_claims_total": float64(3*metrics.QueueSeriesMax + 1), "den_queue_count_todo": float64(wantTodo), "den_tasks_running": float64(3 * metrics.QueueSeriesMax / 2)}[f.GetName()]
 		if sum != want {
 			t.Errorf("%s: series sum to %v, want %v: nothing is lost past the cap", f.GetName(), sum, want)
 		}
@@ -71,7 +71,7 @@ func TestPerQueueSeriesAreBoundedAndValid(t *testing.T) {
 	// Past the cap, a queue with tasks to do keeps its own series.
 	found := false
 	for _, f := range fams {
-		if f.GetName() != "den_queue_todo" {
+		if f.GetName() != "den_queue_count_todo" {
 			continue
 		}
 		for _, s := range f.GetMetric() {
@@ -81,7 +81,17 @@ func TestPerQueueSeriesAreBoundedAndValid(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Error("den_queue_todo: queue q01400 (1400 tasks to do) has no series of its own")
+		t.Error("den_queue_count_todo: queue q01400 (1400 tasks to do) has no series of its own")
+	}
+	// Disbatch's count_todo goes under its own name: it counts cancelled
+	// and orphaned tasks too, so it is not "todo" nor "queued".
+	for _, f := range fams {
+		if f.GetName() == "den_queue_todo" {
+			t.Error("den_queue_todo is served: count_todo under a name that says tasks to do")
+		}
+		if f.GetName() == "den_queue_count_todo" && !strings.Contains(f.GetHelp(), "cancelled") {
+			t.Errorf("den_queue_count_todo's help does not say it counts cancelled tasks: %q", f.GetHelp())
+		}
 	}
 }
 

@@ -198,9 +198,9 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 // SetState sets the functions the gauges read at each scrape:
 // den_tasks_running (running: the tasks the node holds, claimed or
-// running under its name, by queue name), den_queue_todo (todo: each
-// queue's count_todo as the last pass read it) and den_ready (ready: nil
-// when ready). Nil functions report nothing.
+// running under its name, by queue name), den_queue_count_todo (todo:
+// each queue's count_todo as the last pass read it) and den_ready (ready:
+// nil when ready). Nil functions report nothing.
 func (m *Metrics) SetState(running func() map[string]int, todo func() map[string]int64, ready func() error) {
 	m.funcsMu.Lock()
 	defer m.funcsMu.Unlock()
@@ -210,8 +210,13 @@ func (m *Metrics) SetState(running func() map[string]int, todo func() map[string
 var (
 	runningDesc = prometheus.NewDesc("den_tasks_running",
 		"Tasks claimed or running under this node's name, by queue, as the node holds them.", []string{"queue"}, nil)
-	todoDesc = prometheus.NewDesc("den_queue_todo",
-		"Each queue's count_todo (queued tasks) as the node's last pass read it.", []string{"queue"}, nil)
+	// Disbatch's count_todo under its own name: it counts cancelled (-5)
+	// and orphaned (-6) tasks too, which never run, so it is neither the
+	// tasks to do nor the queued ones (den queue list counts those from
+	// the tasks; a gauge of them would count a queue's tasks at every
+	// scrape).
+	todoDesc = prometheus.NewDesc("den_queue_count_todo",
+		"Each queue's count_todo as the node's last pass read it: Disbatch's bookkeeping of the tasks with status 0 or less, cancelled and orphaned ones included (they never run); not the queued tasks.", []string{"queue"}, nil)
 	readyDesc = prometheus.NewDesc("den_ready",
 		"1 when the node is ready (as /readyz answers 200), else 0.", nil, nil)
 )

@@ -218,7 +218,9 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 			Finished: newChart(q.Name+": finished "+r.Label, times, week,
 				series{Name: "succeeded", Color: colorOK, Values: v.ok}, series{Name: "failed", Color: colorBad, Values: v.bad}),
 			Backlog: newChart(q.Name+": backlog", times, week,
-				series{Name: "queued", Color: colorTodo, Values: v.todo}, series{Name: "running", Color: colorRun, Values: v.run}),
+				// count_todo under its own name: Disbatch's bookkeeping
+				// counts cancelled and orphaned tasks too, never "queued".
+				series{Name: "count_todo", Color: colorTodo, Values: v.todo}, series{Name: "running", Color: colorRun, Values: v.run}),
 		})
 	}
 	names := make([]string, 0, len(byNode))

@@ -126,7 +126,9 @@ func TestChartsDrawTheStats(t *testing.T) {
 	if len(ok) != 60 || ok[49] != "3" || ok[54] != "5" || bad[49] != "1" || ok[0] != "0" || bad[54] != "0" {
 		t.Errorf("finished per minute: succeeded %v, failed %v", ok, bad)
 	}
-	queued := seriesValues(t, body, "resize: backlog", "queued")
+	// The backlog's count_todo, under its own name: not "queued", since
+	// Disbatch's count_todo counts cancelled tasks too.
+	queued := seriesValues(t, body, "resize: backlog", "count_todo")
 	running := seriesValues(t, body, "resize: backlog", "running")
 	if queued[49] != "7" || queued[54] != "4" || running[49] != "2" || running[54] != "1" {
 		t.Errorf("backlog: queued %v, running %v", queued, running)
@@ -151,7 +153,7 @@ func TestChartsDrawTheStats(t *testing.T) {
 	if v := seriesValues(t, body, "resize: finished per hour", "succeeded"); len(v) != 168 || v[167] != "8" {
 		t.Errorf("a week: succeeded %v", v)
 	}
-	if v := seriesValues(t, body, "resize: backlog", "queued"); v[167] != "4" {
+	if v := seriesValues(t, body, "resize: backlog", "count_todo"); v[167] != "4" {
 		t.Errorf("a week: queued %v (the last sample of the hour)", v)
 	}
 

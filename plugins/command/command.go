@@ -61,23 +61,29 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 	if !policy.Enabled {
 		return plugins.StatusFailed, errors.New("command refused: the command plugin is not enabled on this node (command.enabled)")
 	}
+	// What the task asks that this node's policy refuses (its parameters'
+	// shape, a program outside command.allow, the shell where it is off,
+	// a variable it may not set) is a refusal: the task ends at once,
+	// outcome refused, never retried (plugins.Refuse). Nothing has started.
 	var p params
 	if err := t.DecodeParameters(&p); err != nil {
-		return plugins.StatusFailed, fmt.Errorf("command refused: %w (command must be an array of strings, shell a string, env an object of strings)", err)
+		return plugins.StatusFailed, plugins.Refuse(fmt.Errorf("command refused: %w (command must be an array of strings, shell a string, env an object of strings)", err))
 	}
 	argv, err := argvOf(p, policy.Shell)
 	if err != nil {
-		return plugins.StatusFailed, err
+		return plugins.StatusFailed, plugins.Refuse(err)
 	}
 	path, err := policy.resolve(argv[0])
 	if err != nil {
-		return plugins.StatusFailed, err
-	}
-	boundary, err := policy.Boundary(ThisMachine())
-	if err != nil {
-		return plugins.StatusFailed, err
+		return plugins.StatusFailed, plugins.Refuse(err)
 	}
 	environ, err := policy.environment(p.Env)
+	if err != nil {
+		return plugins.StatusFailed, plugins.Refuse(err)
+	}
+	// The machine's boundary is the node's, not the task's: a failure here
+	// is a plain one, retried (another node may hold it).
+	boundary, err := policy.Boundary(ThisMachine())
 	if err != nil {
 		return plugins.StatusFailed, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/plugins/command"
+	"github.com/den-project/den/queue"
 )
 
 func TestMain(m *testing.M) { dentest.Main(m, nil) }
@@ -110,6 +111,9 @@ func TestCommandOutcomes(t *testing.T) {
 		stderr   string
 		exitCode any
 		signal   string
+		// outcome, when set, is the run's; a refused task runs with
+		// max_retries 2 and must end at once, never retried.
+		outcome string
 	}{
 		{name: "exit 0", policy: sh, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "echo hello; echo oops >&2"}}},
 			status: 1, stdout: "hello\n", stderr: "oops\n", exitCode: int32(0)},
@@ -122,20 +126,27 @@ func TestCommandOutcomes(t *testing.T) {
 		{name: "environment not inherited", policy: sh, params: bson.D{{Key: "shell", Value: `echo "[$HOME]"`}},
 			status: 1, stdout: "[]\n", exitCode: int32(0)},
 		{name: "not allowed", policy: command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/usr/bin/true"}}, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "echo no"}}},
-			status: 2, stderr: "is not allowed on this node"},
+			status: 2, stderr: "is not allowed on this node", outcome: queue.OutcomeRefused},
 		{name: "shell not allowed", policy: command.Policy{Enabled: true, UserOptional: true, Allow: []string{"/bin/sh"}}, params: bson.D{{Key: "shell", Value: "echo no"}},
-			status: 2, stderr: "shell parameter is not allowed"},
+			status: 2, stderr: "shell parameter is not allowed", outcome: queue.OutcomeRefused},
 		{name: "disabled", policy: command.Policy{}, params: bson.D{{Key: "command", Value: bson.A{"/bin/true"}}},
-			status: 2, stderr: "not enabled on this node"},
+			status: 2, stderr: "not enabled on this node", outcome: queue.OutcomePlugin},
 		{name: "LD_PRELOAD refused", policy: sh, params: bson.D{{Key: "command", Value: bson.A{"/bin/sh", "-c", "true"}}, {Key: "env", Value: bson.D{{Key: "LD_PRELOAD", Value: "/tmp/x.so"}}}},
-			status: 2, stderr: `does not let tasks set: "LD_PRELOAD"`},
+			status: 2, stderr: `does not let tasks set: "LD_PRELOAD"`, outcome: queue.OutcomeRefused},
 		{name: "malformed command", policy: sh, params: bson.D{{Key: "command", Value: "/bin/true"}},
-			status: 2, stderr: "command must be an array"},
+			status: 2, stderr: "command must be an array", outcome: queue.OutcomeRefused},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			raw := runTask(t, tc.policy, tc.params)
+			var extra []bson.E
+			if tc.outcome == queue.OutcomeRefused {
+				extra = append(extra, bson.E{Key: "max_retries", Value: 2}, bson.E{Key: "retry_delay", Value: 0})
+			}
+			raw := runTask(t, tc.policy, tc.params, extra...)
+			if o, _ := raw.Lookup("outcome").StringValueOK(); tc.outcome != "" && o != tc.outcome {
+				t.Errorf("outcome %q (%s), want %q", o, raw.Lookup("outcome_reason"), tc.outcome)
+			}
 			if st, _ := raw.Lookup("status").AsInt64OK(); st != tc.status {
 				t.Errorf("status %d, want %d (stderr %q)", st, tc.status, raw.Lookup("stderr"))
 			}

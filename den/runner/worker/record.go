@@ -64,7 +64,8 @@ func (e runEnd) mustReadCancel() bool {
 // decide is how a run ends: cancelled (-5) when the task was cancelled
 // while it ran, failed when it lost its lease or its runner was stopped
 // by a signal, else the plugin's status; then put back for a retry when
-// it failed with retries left and its time (end_before) is not up. A run
+// it failed with retries left, its time (end_before) is not up and the
+// plugin did not refuse it (plugins.Refuse: outcome refused). A run
 // stopped for its memory, when nothing else den did came first, ends
 // resource_killed and is retried with more memory, if a node offers more.
 func decide(e runEnd) verdict {
@@ -87,8 +88,9 @@ func decide(e runEnd) verdict {
 		v.outcome = queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "the task runner was stopped by a signal"}
 		v.line = "den: the task runner was stopped by a signal"
 	}
-	// An expired task is never retried: its time is up.
-	v.retry = v.status >= queue.StatusFailed && !e.expired && e.canRetry
+	// An expired task is never retried: its time is up; nor a refused one:
+	// the plugin would refuse it again.
+	v.retry = v.status >= queue.StatusFailed && !e.expired && e.canRetry && v.outcome.Kind != queue.OutcomeRefused
 	if v.status >= queue.StatusFailed && e.memoryWhy != "" && v.outcome.Kind == "" {
 		// The memory kill decided this run's end: nothing else den did
 		// (timeout, cancel, max_output) came first.

@@ -24,6 +24,7 @@ func TestDecide(t *testing.T) {
 	cancelOutcome := queue.Outcome{Kind: queue.OutcomeCancelled, Reason: "cancelled while running"}
 	diedOutcome := queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "the task runner was stopped by a signal"}
 	memoryOutcome := queue.Outcome{Kind: queue.OutcomeResourceKilled, Reason: "passed its memory request"}
+	refused := queue.Outcome{Kind: "refused", Reason: "command refused: /bin/sh is not allowed on this node"}
 	for _, tc := range []struct {
 		name     string
 		end      runEnd
@@ -56,6 +57,12 @@ func TestDecide(t *testing.T) {
 			want: verdict{status: failed, outcome: timeout}},
 		{name: "stopped after a cancel before it started", end: runEnd{status: cancelled, stopped: true},
 			want: verdict{status: cancelled}},
+		{name: "refused is never retried", end: runEnd{status: failed, outcome: refused, canRetry: true},
+			want: verdict{status: failed, outcome: refused}},
+		{name: "refused, then its runner signalled", end: runEnd{status: failed, outcome: refused, stopped: true, canRetry: true}, readTask: true,
+			want: verdict{status: failed, outcome: diedOutcome, line: "den: the task runner was stopped by a signal", retry: true}},
+		{name: "refused, its memory killed too", end: runEnd{status: failed, outcome: refused, memoryWhy: memoryOutcome.Reason, canRetry: true},
+			want: verdict{status: failed, outcome: refused}},
 		{name: "memory killed, retries left", end: runEnd{status: failed, memoryWhy: memoryOutcome.Reason, canRetry: true},
 			want: verdict{status: failed, outcome: memoryOutcome, retry: true, moreMemory: true}},
 		{name: "memory killed, none left", end: runEnd{status: failed, memoryWhy: memoryOutcome.Reason},

@@ -554,12 +554,17 @@ func (t *taskRun) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	}
 }
 
+// notePluginErr keeps the plugin's error or panic for the run's outcome;
+// a refusal (plugins.Refuse) decides it: refused, never retried.
 func (t *taskRun) notePluginErr(err error, panicked string) {
 	switch {
 	case panicked != "":
 		t.pluginErr = "panicked: " + panicked
 	case err != nil:
 		t.pluginErr = err.Error()
+		if plugins.Refused(err) {
+			t.outcome = queue.Outcome{Kind: queue.OutcomeRefused, Reason: err.Error()}
+		}
 	}
 }
 

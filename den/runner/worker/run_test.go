@@ -361,3 +361,42 @@ func TestPluginRecordsAndConfig(t *testing.T) {
 		}
 	}
 }
+
+// A refusal (plugins.Refuse) ends the task at once: failed, outcome
+// refused, never retried whatever its max_retries; a plain error with
+// retries left puts it back.
+func TestRefusedIsNotRetried(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		err     error
+		status  int64
+		outcome string
+	}{
+		{"refused", plugins.Refuse(errors.New("command refused: /bin/sh is not allowed on this node")), queue.StatusFailed, queue.OutcomeRefused},
+		{"a plain error", errors.New("disk on fire"), queue.StatusQueued, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			runs := 0
+			s := newSetup(t, plugins.Func(func(context.Context, *queue.Task, plugins.Env) (int, error) {
+				runs++
+				return queue.StatusFailed, tc.err
+			}), "auto", bson.D{})
+			dentest.Update(t, s.db.Collection("tasks"), bson.D{{Key: "_id", Value: s.task}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "max_retries", Value: 2}, {Key: "retry_delay", Value: 0}}}})
+			if err := s.executor.Run(dentest.Context(t)); err != nil {
+				t.Fatal(err)
+			}
+			raw := dentest.Task(t, s.db, s.task)
+			outcome, _ := raw.Lookup("outcome").StringValueOK()
+			reason, _ := raw.Lookup("outcome_reason").StringValueOK()
+			if runs != 1 || status(raw) != tc.status || outcome != tc.outcome {
+				t.Fatalf("ran %d times, status %d, outcome %q (%q); want once, status %d, outcome %q", runs, status(raw), outcome, reason, tc.status, tc.outcome)
+			}
+			if tc.outcome == queue.OutcomeRefused && !strings.Contains(reason, "not allowed on this node") {
+				t.Errorf("outcome_reason %q does not say why", reason)
+			}
+		})
+	}
+}
