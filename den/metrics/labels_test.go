@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -84,14 +85,25 @@ func TestPerQueueSeriesAreBoundedAndValid(t *testing.T) {
 		t.Error("den_queue_count_todo: queue q01400 (1400 tasks to do) has no series of its own")
 	}
 	// Disbatch's count_todo goes under its own name: it counts cancelled
-	// and orphaned tasks too, so it is not "todo" nor "queued".
+	// and orphaned tasks too, so it is not "todo" nor "queued". The old
+	// name stays beside it, said deprecated, with the same values.
+	series := map[string]map[string]float64{}
 	for _, f := range fams {
-		if f.GetName() == "den_queue_todo" {
-			t.Error("den_queue_todo is served: count_todo under a name that says tasks to do")
+		if f.GetName() == "den_queue_todo" && !strings.HasPrefix(f.GetHelp(), "Deprecated") {
+			t.Errorf("den_queue_todo is served without saying it is deprecated: %q", f.GetHelp())
+		}
+		if f.GetName() == "den_queue_todo" || f.GetName() == "den_queue_count_todo" {
+			series[f.GetName()] = map[string]float64{}
+			for _, s := range f.GetMetric() {
+				series[f.GetName()][s.GetLabel()[0].GetValue()] = value(s)
+			}
 		}
 		if f.GetName() == "den_queue_count_todo" && !strings.Contains(f.GetHelp(), "cancelled") {
 			t.Errorf("den_queue_count_todo's help does not say it counts cancelled tasks: %q", f.GetHelp())
 		}
+	}
+	if len(series["den_queue_count_todo"]) == 0 || !maps.Equal(series["den_queue_todo"], series["den_queue_count_todo"]) {
+		t.Errorf("den_queue_todo (deprecated) %d series, den_queue_count_todo %d: want the same series and values", len(series["den_queue_todo"]), len(series["den_queue_count_todo"]))
 	}
 }
 

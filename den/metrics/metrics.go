@@ -217,6 +217,11 @@ var (
 	// scrape).
 	todoDesc = prometheus.NewDesc("den_queue_count_todo",
 		"Each queue's count_todo as the node's last pass read it: Disbatch's bookkeeping of the tasks with status 0 or less, cancelled and orphaned ones included (they never run); not the queued tasks.", []string{"queue"}, nil)
+	// The gauge's old name, served beside the new one with the same
+	// values so that dashboards and alerts written before the rename keep
+	// working while their owners move them; removed in a later release.
+	todoDeprecatedDesc = prometheus.NewDesc("den_queue_todo",
+		"Deprecated: the old name of den_queue_count_todo, with the same values (count_todo, cancelled and orphaned tasks included); use den_queue_count_todo.", []string{"queue"}, nil)
 	readyDesc = prometheus.NewDesc("den_ready",
 		"1 when the node is ready (as /readyz answers 200), else 0.", nil, nil)
 )
@@ -228,6 +233,7 @@ type funcCollector struct{ m *Metrics }
 func (c funcCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- runningDesc
 	ch <- todoDesc
+	ch <- todoDeprecatedDesc
 	ch <- readyDesc
 }
 
@@ -247,6 +253,7 @@ func (c funcCollector) Collect(ch chan<- prometheus.Metric) {
 	if todo != nil {
 		for _, s := range capSeries(todo()) {
 			ch <- prometheus.MustNewConstMetric(todoDesc, prometheus.GaugeValue, float64(s.value), s.label)
+			ch <- prometheus.MustNewConstMetric(todoDeprecatedDesc, prometheus.GaugeValue, float64(s.value), s.label)
 		}
 	}
 	if ready != nil {
