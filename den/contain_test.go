@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
@@ -142,6 +143,56 @@ sh -c 'sleep 1003 & echo $! >> %[1]s/pids'
 `, dir)
 }
 
+// startEscapers inserts a task whose program starts escapers and then
+// tail, with extra set on it, calls startNode after the first insert, and
+// waits until the program has started its children. A task with a timeout
+// can end before that on a loaded machine (its clock runs from the
+// claim): it is then inserted again with twice the timeout, until the test
+// binary's deadline, so that the test waits for the program and not for a
+// bound on how fast it starts. It returns the task and its directory.
+func startEscapers(t *testing.T, db *mongo.Database, qid bson.ObjectID, tail string, extra bson.E, startNode func()) (bson.ObjectID, string) {
+	t.Helper()
+	timeout, _ := extra.Value.(int)
+	for first := true; ; first = false {
+		dir := t.TempDir()
+		params := bson.D{{Key: "shell", Value: escapers(dir) + "touch " + dir + "/ready\n" + tail}}
+		id := dentest.Tasks(t, db, qid, params)[0]
+		if extra.Key != "" {
+			if extra.Key == "timeout" {
+				extra.Value = timeout
+			}
+			if _, err := db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{extra}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if first {
+			startNode()
+		}
+		ended := false
+		dentest.Eventually(t, time.Minute, "the program started its children", func() bool {
+			if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
+				return true
+			}
+			if timeout > 0 {
+				raw, err := db.Collection("tasks").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}).Raw()
+				if st, ok := raw.Lookup("status").AsInt64OK(); err == nil && ok && st >= 1 {
+					ended = true
+					return true
+				}
+			}
+			return false
+		})
+		if !ended {
+			return id, dir
+		}
+		if time.Now().After(dentest.Deadline()) {
+			t.Fatalf("at the test's deadline the program had not started its children within its timeout of %d s", timeout)
+		}
+		t.Logf("the task's %d s timeout fired before its program had started its children (a loaded machine): again with %d s", timeout, 2*timeout)
+		timeout *= 2
+	}
+}
+
 // Every process a task starts is stopped when the task ends, however it
 // ends, before its result is recorded: in a session of its own, double
 // forked, or ignoring SIGTERM (SIGKILL after max_termination_time).
@@ -165,19 +216,9 @@ func TestContainmentStopsEveryProcessWhenTaskEnds(t *testing.T) {
 				t.Parallel()
 				c.start(t)
 				db := dentest.DB(t)
-				dir := t.TempDir()
 				qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_termination_time", Value: 1})
-				params := bson.D{{Key: "shell", Value: escapers(dir) + "touch " + dir + "/ready\n" + e.tail}}
-				id := dentest.Tasks(t, db, qid, params)[0]
-				if e.extra.Key != "" {
-					if _, err := db.Collection("tasks").UpdateOne(dentest.Context(t), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{e.extra}}}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
-				dentest.Eventually(t, time.Minute, "the program started its children", func() bool {
-					_, err := os.Stat(filepath.Join(dir, "ready"))
-					return err == nil
+				id, dir := startEscapers(t, db, qid, e.tail, e.extra, func() {
+					startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
 				})
 				pids := readProcs(t, filepath.Join(dir, "pids"))
 				if len(pids) != 3 {
