@@ -251,6 +251,10 @@ func quoteLiteral(s string) string {
 // FerretDB's _id index then, and no command names it.
 const twinInterval = 2 * time.Second
 
+// twinLockWait is the longest a twin's CREATE or DROP INDEX waits for its
+// table's lock (PostgreSQL's lock_timeout on the keeper's connection).
+const twinLockWait = 2 * time.Second
+
 // twinKeeper keeps the GIN twins up to date while the server runs.
 type twinKeeper struct {
 	mu      sync.Mutex // commands of several databases may call update at once
@@ -268,6 +272,15 @@ func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*t
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("devdb: connect to PostgreSQL for its indexes: %w", err)
+	}
+	// Index upkeep runs under a database's proxy lock, so it must never
+	// wait on a PostgreSQL lock for long: a table lock held by another
+	// connection (a FerretDB statement, or anyone's) would otherwise
+	// stop every command of that database for as long as it is held.
+	// Past twinLockWait the statement fails and the next sweep tries again.
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", twinLockWait.Milliseconds())); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("devdb: PostgreSQL indexes: set lock_timeout: %w", err)
 	}
 	k := &twinKeeper{conn: conn, logOut: logOut, done: make(chan struct{})}
 	if _, _, err := ensureTwins(ctx, conn, ""); err != nil {

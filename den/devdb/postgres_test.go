@@ -367,3 +367,74 @@ func TestSweepMakesTwinsBesideABusyDatabase(t *testing.T) {
 	release()
 	waitTwins("a_busy", 2)
 }
+
+// Index upkeep runs under a database's proxy lock, so a table lock held
+// elsewhere in PostgreSQL must not stop that database's commands: with
+// another connection holding the tasks table in ACCESS EXCLUSIVE mode
+// while its twins are missing, a command through the proxy in the same
+// database is still answered, while that lock is held (the keeper's
+// statements give up after twinLockWait, and the next sweep tries again).
+// Red without the keeper's lock_timeout: the command waited for as long
+// as the lock was held.
+func TestTwinUpkeepDoesNotWaitOnTableLocks(t *testing.T) {
+	needPostgres(t)
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
+	defer cancel()
+	srv, err := Start(ctx, Config{Dir: t.TempDir(), Engine: EnginePostgreSQL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); <-srv.Done() }()
+	pgc, err := pgx.Connect(ctx, srv.pg.url(pgDatabase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pgc.Close(context.Background())
+	connect := func(uri string) *mongo.Database {
+		c, err := mongo.Connect(options.Client().ApplyURI(uri))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Disconnect(context.Background()) })
+		return c.Database("locked")
+	}
+	direct, proxied := connect(srv.DirectURI()), connect(srv.URI())
+	// The tasks table is made around the proxy and at once locked, before
+	// a sweep (every twinInterval) has made its twins.
+	release := sync.OnceFunc(srv.proxy.locks.db("locked"))
+	if _, err := direct.Collection("tasks").InsertOne(ctx, bson.D{{Key: "status", Value: -2}}); err != nil {
+		t.Fatal(err)
+	}
+	var table string
+	if err := pgc.QueryRow(ctx, `SELECT quote_ident(schemaname) || '.' || quote_ident(tablename) FROM pg_tables WHERE schemaname = 'locked' AND tablename LIKE 'tasks%'`).Scan(&table); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pgc.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	// The next sweep takes the database's proxy lock and tries the twins.
+	// A command of another collection goes through the proxy meanwhile.
+	time.Sleep(2 * twinInterval)
+	done := make(chan error, 1)
+	go func() {
+		_, err := proxied.Collection("other").InsertOne(ctx, bson.D{{Key: "n", Value: 1}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("insert through the proxy: %v", err)
+		}
+	case <-testdeadline.GiveUp():
+		t.Fatalf("at the test binary's deadline a command in the database still waited behind index upkeep blocked on a table lock")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -304,7 +304,14 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 	p.count(name, false)
 	if !handshake(name) {
 		if p.serial {
+			asked := time.Now()
 			defer p.locks.db(db)()
+			if waited := time.Since(asked); waited > commandTimeout && p.logOut != nil {
+				// Commands hold the lock at most commandTimeout each: a
+				// longer wait is a queue of them, or upkeep (the
+				// PostgreSQL engine's indexes) held it that long.
+				fmt.Fprintf(p.logOut, "devdb: %s %s waited %s for database %s's lock\n", name, coll, waited.Round(time.Second), db)
+			}
 		}
 		start := time.Now()
 		defer func() { p.busy(strings.TrimSpace(name+" "+coll), time.Since(start)) }()
