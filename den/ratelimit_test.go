@@ -1,14 +1,21 @@
 package den_test
 
 import (
+	"context"
+	"maps"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/queue"
 )
 
 // A queue's rate limit holds across nodes: with rate_limit {starts: 2,
@@ -88,4 +95,96 @@ func countNodesServing(t *testing.T, db *mongo.Database, qid bson.ObjectID) int6
 		t.Fatal(err)
 	}
 	return n
+}
+
+// What a rate limit costs, counted at the node's client (its runners reach
+// the server through it): a queue without one sends nothing to
+// rate_limits; with one that never refuses, each task costs one
+// findAndModify there (and its slots are made once: a find and an insert);
+// a refusal costs a findAndModify, a find and the put-back of the task.
+func TestRateLimitCost(t *testing.T) {
+	t.Parallel()
+	const tasks = 20
+	for _, c := range []struct {
+		name  string
+		limit bson.D
+	}{
+		{"none", nil},
+		{"never refuses", bson.D{{Key: "starts", Value: 1000}, {Key: "per", Value: 1}}},
+		{"refuses", bson.D{{Key: "starts", Value: 4}, {Key: "per", Value: 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// The node works through counted; the test's own
+			// commands go around it.
+			db, counted, commands := countedDB(t)
+			var extra []bson.E
+			if c.limit != nil {
+				extra = append(extra, bson.E{Key: "rate_limit", Value: c.limit})
+			}
+			qid := dentest.Queue(t, db, "q", sleepPlugin, 4, "fifo", extra...)
+			dentest.Tasks(t, db, qid, sleepTasks(tasks, 0)...)
+			startNode(t, counted, "n")
+			dentest.Eventually(t, 2*time.Minute, "all tasks ended", func() bool { return countDone(t, db)() == tasks })
+			got := commands()
+			rate := got["findAndModify "+queue.RateLimitsCollection]
+			var all int
+			for _, n := range got {
+				all += n
+			}
+			t.Logf("%s: %d commands for %d tasks (%.2f per task, idle passes included); on rate_limits: %d findAndModify, %d find, %d insert; on tasks: %d findAndModify, %d update",
+				c.name, all, tasks, float64(all)/tasks, rate, got["find "+queue.RateLimitsCollection], got["insert "+queue.RateLimitsCollection],
+				got["findAndModify tasks"], got["update tasks"])
+			switch {
+			case c.limit == nil:
+				for k, n := range got {
+					if strings.HasSuffix(k, " "+queue.RateLimitsCollection) {
+						t.Errorf("a queue without a rate limit sent %d %s", n, k)
+					}
+				}
+			case c.name == "never refuses":
+				// One per task, and one more the first time (before the
+				// slots were made).
+				if rate != tasks+1 || got["insert "+queue.RateLimitsCollection] != 1 || got["find "+queue.RateLimitsCollection] != 1 {
+					t.Errorf("a limit that never refuses: %d findAndModify, %d find, %d insert on rate_limits for %d tasks; want %d, 1, 1",
+						rate, got["find "+queue.RateLimitsCollection], got["insert "+queue.RateLimitsCollection], tasks, tasks+1)
+				}
+			default:
+				// Each refusal is one find (after the first, which made
+				// the slots).
+				refusals := got["find "+queue.RateLimitsCollection] - 1
+				if refusals < 1 || rate != tasks+1+refusals {
+					t.Errorf("a limit that refuses: %d findAndModify for %d tasks and %d refusals", rate, tasks, refusals)
+				}
+			}
+		})
+	}
+}
+
+// countedDB is a test database, and the same database reached through a
+// client that counts the commands sent on it, by name and collection.
+func countedDB(t *testing.T) (db, counted *mongo.Database, commands func() map[string]int) {
+	t.Helper()
+	db = dentest.DB(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.DatabaseName != db.Name() {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+		seen[e.CommandName+" "+coll]++
+	}}
+	cl, err := mongo.Connect(options.Client().ApplyURI(dentest.URI()).SetMonitor(monitor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Disconnect(context.Background()) })
+	return db, cl.Database(db.Name()), func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
 }

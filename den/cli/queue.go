@@ -275,7 +275,8 @@ constructor). The value none removes the key (the node's or den's default
 applies). Setting maxthreads removes threads and the other way round. On a
 paused queue, maxthreads and threads set the limit it resumes with.`,
 		Example: `  den queue set resize maxthreads=8 timeout=10m
-  den queue set resize max_retries=none`,
+  den queue set resize max_retries=none
+  den queue set api rate_limit=2/10s     # at most 2 starts in any 10 s, on all den nodes`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			var s queue.QueueSettings
