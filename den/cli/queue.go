@@ -41,6 +41,7 @@ var queueFlags = []struct{ flag, key, help string }{
 	{"retry-delay", queue.FieldRetryDelay, "seconds before the first retry (doubling after)"},
 	{"max-termination-time", queue.FieldMaxTermination, "seconds between SIGTERM and SIGKILL when a run is stopped"},
 	{"max-output", queue.FieldMaxOutput, "bytes a run may write to each of stdout and stderr"},
+	{"rate-limit", queue.FieldRateLimit, "STARTS/PERIOD: at most so many of its tasks start in any such period, on all den nodes (2/10s)"},
 }
 
 func newQueueCreateCmd() *cobra.Command {
