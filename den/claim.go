@@ -606,7 +606,7 @@ func (cl *claimer) mayStart(ctx context.Context, q queue.Queue, id bson.ObjectID
 	if q.RateLimit != nil {
 		ok, err := cl.takeStart(ctx, q, id)
 		if err != nil || !ok {
-			cl.release(id, "the queue's rate limit is reached")
+			cl.release(id, rateLimited)
 			return false, err
 		}
 	}
@@ -678,7 +678,12 @@ func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bo
 		return false
 	}
 	cl.held.done(id, cl.now())
-	if ok {
+	switch {
+	case ok && why == rateLimited:
+		// The normal course of a rate-limited queue, up to once a
+		// window on each node: not an operator's event.
+		cl.log.Debug("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
+	case ok:
 		cl.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
 	return true

@@ -30,6 +30,10 @@ import (
 // What counts as a start is that moment, before the hand-over: the
 // runner's own start follows it by the runner's start-up time.
 
+// rateLimited is why a claimed task is put back when its queue's rate
+// limit refused its start.
+const rateLimited = "the queue's rate limit is reached"
+
 // rateWaiting reports whether queue q waits for its rate limit: a start
 // was refused and the time the refusal named has not come.
 func (cl *claimer) rateWaiting(q queue.Queue) bool {
