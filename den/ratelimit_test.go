@@ -99,7 +99,7 @@ func countNodesServing(t *testing.T, db *mongo.Database, qid bson.ObjectID) int6
 
 // What a rate limit costs, counted at the node's client (its runners reach
 // the server through it): a queue without one sends nothing to
-// rate_limits; with one that never refuses, each task costs one
+// rate_limits (but the index the node makes at its start); with one that never refuses, each task costs one
 // findAndModify there (and its slots are made once: a find and an insert);
 // a refusal costs a findAndModify, a find and the put-back of the task.
 func TestRateLimitCost(t *testing.T) {
@@ -138,7 +138,10 @@ func TestRateLimitCost(t *testing.T) {
 			switch {
 			case c.limit == nil:
 				for k, n := range got {
-					if strings.HasSuffix(k, " "+queue.RateLimitsCollection) {
+					// The node's start makes the collection's index
+					// (listIndexes, createIndexes), once.
+					setup := strings.HasPrefix(k, "listIndexes ") || strings.HasPrefix(k, "createIndexes ")
+					if strings.HasSuffix(k, " "+queue.RateLimitsCollection) && !setup {
 						t.Errorf("a queue without a rate limit sent %d %s", n, k)
 					}
 				}
