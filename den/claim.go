@@ -67,6 +67,10 @@ type claimer struct {
 	// documents. A claim there that finds a task, or nothing, puts the
 	// queue back with the others.
 	aside map[bson.ObjectID]bool
+	// rateWait are the rate-limited queues whose limit refused a start,
+	// with when it frees: they are not claimed from until then
+	// (rateWaiting).
+	rateWait map[bson.ObjectID]time.Time
 	// fit is what this claim round has free for tasks that request
 	// resources, less what it claimed so far.
 	fit *queue.Resources
@@ -180,7 +184,7 @@ func newClaimer(e *env, params claimerParams, pool taskStarter, limits ResourceL
 	return &claimer{
 		env: e, params: params, pool: pool, held: newHeldTasks(), capacity: &capacity{limits: limits},
 		empty: map[bson.ObjectID]counts{}, seen: map[bson.ObjectID]bool{}, aside: map[bson.ObjectID]bool{},
-		wake: make(chan struct{}, 1), progress: p,
+		rateWait: map[bson.ObjectID]time.Time{}, wake: make(chan struct{}, 1), progress: p,
 	}
 }
 
@@ -259,7 +263,7 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 	// from after them.
 	var work, later []queue.Queue
 	for _, q := range cl.serve {
-		if cl.claimable(q) && cl.free(q, holds) > 0 && queueFits(q, fit) {
+		if cl.claimable(q) && cl.free(q, holds) > 0 && queueFits(q, fit) && !cl.rateWaiting(q) {
 			if cl.aside[q.ID] {
 				later = append(later, q)
 			} else {
@@ -283,7 +287,7 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 	// Then the queues set aside, this round's among them.
 	later = later[:0]
 	for _, q := range cl.serve {
-		if cl.aside[q.ID] && cl.claimable(q) {
+		if cl.aside[q.ID] && cl.claimable(q) && !cl.rateWaiting(q) {
 			later = append(later, q)
 		}
 	}
@@ -349,7 +353,7 @@ func (cl *claimer) claimAlone(ctx context.Context, b *claimBudget, qs []queue.Qu
 	cl.offset = (cl.offset + 1) % len(qs)
 	for i := range qs {
 		q := qs[(cl.offset+i)%len(qs)]
-		if cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) {
+		if cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) || cl.rateWaiting(q) {
 			continue
 		}
 		more, err := cl.claimFrom(ctx, []queue.Queue{q}, b.holds, b.took)
@@ -372,7 +376,7 @@ func (cl *claimer) claimGrouped(ctx context.Context, b *claimBudget, work []queu
 			// this chunk's own (a queue without a request always fits);
 			// a queue set aside by a claim of this round waits too.
 			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
-				return cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID]
+				return cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID] || cl.rateWaiting(q)
 			})
 			if len(chunk) == 0 {
 				continue
@@ -536,16 +540,12 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 		if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
 		}
-		if q.Global {
-			over, err := cl.overQueueLimit(ctx, q)
-			if err != nil || over {
-				cl.release(c.ID, "queue-wide threads limit reached by other nodes")
-				if err != nil {
-					return false, err
-				}
-				ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
-				continue
+		if ok, err := cl.mayStart(ctx, q, c.ID); err != nil || !ok {
+			if err != nil {
+				return false, err
 			}
+			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
+			continue
 		}
 		cl.params.hooks.beforeHandOver(c.ID)
 		if ctx.Err() != nil {
@@ -588,6 +588,29 @@ func (cl *claimer) probe(ctx context.Context) error {
 		ids = slices.DeleteFunc(ids, func(x bson.ObjectID) bool { return x == id })
 	}
 	return nil
+}
+
+// mayStart checks, after a claim of task id in q and before its
+// hand-over, the limits that hold across nodes: the queue-wide threads
+// limit, then the queue's rate limit, whose start it takes. A task that
+// may not start is put back, and false returned: its queue is not claimed
+// from again this round.
+func (cl *claimer) mayStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
+	if q.Global {
+		over, err := cl.overQueueLimit(ctx, q)
+		if err != nil || over {
+			cl.release(id, "queue-wide threads limit reached by other nodes")
+			return false, err
+		}
+	}
+	if q.RateLimit != nil {
+		ok, err := cl.takeStart(ctx, q, id)
+		if err != nil || !ok {
+			cl.release(id, rateLimited)
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // overQueueLimit checks, after a claim and before its hand-over, that the
@@ -655,7 +678,12 @@ func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bo
 		return false
 	}
 	cl.held.done(id, cl.now())
-	if ok {
+	switch {
+	case ok && why == rateLimited:
+		// The normal course of a rate-limited queue, up to once a
+		// window on each node: not an operator's event.
+		cl.log.Debug("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
+	case ok:
 		cl.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
 	return true

@@ -18,6 +18,8 @@ import (
 // own params struct (below), which New fills from Config.
 type env struct {
 	store *queue.NodeStore
+	// rates are the queues' rate limits, on the same database.
+	rates *queue.RateLimits
 	log   *zap.Logger
 	// clock is the database server's time, as this host estimates it
 	// (synced by the passes every ClockEvery).

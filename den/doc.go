@@ -46,7 +46,8 @@
 //     node holds (its claimed and running tasks); capacity.go: the
 //     resources it offers tasks that request some; malformed.go: what a
 //     claim takes that cannot be a task; arrivals.go: claiming at once
-//     when a task is inserted (change streams).
+//     when a task is inserted (change streams); ratelimit.go: a queue's
+//     rate limit, a start taken after each claim of its tasks.
 //   - pool.go: pool, the only code that deals with runner processes
 //     (procTable: those this process started): starting them, handing
 //     them tasks, listening to them and reaping them; signal.go: signalling them (cancel, kill);

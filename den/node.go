@@ -94,7 +94,7 @@ func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Log
 		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
 	}
 	clock := queue.NewClock(now)
-	e := &env{store: queue.NewNodeStore(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
+	e := &env{store: queue.NewNodeStore(db), rates: queue.NewRateLimits(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{env: e, cfg: cfg, plugins: reg}
 	pid, started := thisProcess(now)
 	n.wire(rel, cgroup, pids, pid, started)

@@ -9,8 +9,10 @@
 // write a field a Perl node would misread. Everything den adds beyond the
 // protocol is an optional field a Disbatch 4 node ignores, or a
 // collection of den's own: tasks_archive (retired tasks), schedules,
-// leases (work one node at a time does, such as retention), and stats
-// (the status page's time series, in stats.go).
+// leases (work one node at a time does, such as retention), stats
+// (the status page's time series, in stats.go), and rate_limits (the
+// starts of rate-limited queues, RateLimits in ratelimit.go: a small type
+// of its own over the same database).
 //
 // The queries are split by who makes them, each role holding a store of
 // its own over the same connection (NewStores builds all three from one):

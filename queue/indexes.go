@@ -34,6 +34,8 @@ type Index struct {
 //   - reports (den's own): {task_id}, which the Demo plugin's report
 //     upsert and retention's removal of a task's reports look up (without
 //     it each task's report scans every report before it).
+//   - rate_limits (den's own): {queue, slot}, which a start of a
+//     rate-limited queue takes a slot by (RateLimits.Take), and why reads.
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -49,6 +51,7 @@ var Indexes = []Index{
 	{Collection: StatsCollection, Keys: bson.D{{Key: "t", Value: 1}}},
 	{Collection: QueuesCollection, Keys: bson.D{{Key: "count_todo", Value: 1}}},
 	{Collection: ReportsCollection, Keys: bson.D{{Key: "task_id", Value: 1}}},
+	{Collection: RateLimitsCollection, Keys: bson.D{{Key: "queue", Value: 1}, {Key: "slot", Value: 1}}},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.

@@ -62,6 +62,12 @@ type Queue struct {
 	// the same).
 	Retention        Retention
 	RetentionProblem string
+	// RateLimit is the queue's rate limit (rate_limit; nil: none): at
+	// most so many of its tasks start in any such period on all den
+	// nodes together (RateLimits). A rate_limit that cannot be read makes
+	// the queue unusable: served without it, the queue would start its
+	// tasks at any rate.
+	RateLimit *RateLimit
 	// Raw is the document as read, for settings den reads per task
 	// (timeout, max_retries, ...): the fields den reads (queueFields)
 	// when read by Queues, the whole document otherwise.
@@ -74,7 +80,7 @@ type Queue struct {
 // (TestQueuesReadOnlyWhatANodeUses).
 var queueFields = append([]string{
 	"_id", "name", "constructor", "plugin", "maxthreads", "threads", FieldPaused, "sort", "gfs",
-	"count_todo", "count_total", FieldRetention,
+	"count_todo", "count_total", FieldRetention, FieldRateLimit,
 }, controlFields...)
 
 // queueProjection projects a queue document on queueFields.
@@ -166,6 +172,11 @@ func ParseQueue(raw bson.Raw) (Queue, error) {
 	}
 	var problems []string
 	q.Control, problems = DecodeControl(raw)
+	if l, err := DecodeRateLimit(raw.Lookup(FieldRateLimit)); err != nil {
+		problems = append(problems, FieldRateLimit+" "+err.Error())
+	} else {
+		q.RateLimit = l
+	}
 	if len(problems) > 0 {
 		return q, fmt.Errorf("queue %s (%q): %s", id.Hex(), q.Name, strings.Join(problems, "; "))
 	}

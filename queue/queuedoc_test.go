@@ -31,6 +31,8 @@ func TestParseQueue(t *testing.T) {
 		{name: "string limit", doc: bson.D{{Key: "constructor", Value: "P"}, {Key: "maxthreads", Value: "3"}}, plugin: "P", problem: true, sort: "default"},
 		{name: "fractional limit", doc: bson.D{{Key: "constructor", Value: "P"}, {Key: "maxthreads", Value: 1.5}}, plugin: "P", problem: true, sort: "default"},
 		{name: "unknown sort", doc: bson.D{{Key: "constructor", Value: "P"}, {Key: "sort", Value: "random"}}, plugin: "P", sort: "default"},
+		{name: "rate limit", doc: bson.D{{Key: "constructor", Value: "P"}, {Key: "rate_limit", Value: bson.D{{Key: "starts", Value: 2}, {Key: "per", Value: 10}}}}, plugin: "P", sort: "default"},
+		{name: "malformed rate limit", doc: bson.D{{Key: "constructor", Value: "P"}, {Key: "rate_limit", Value: bson.D{{Key: "starts", Value: 0}, {Key: "per", Value: 10}}}}, err: "rate_limit starts is"},
 		{name: "no plugin", doc: bson.D{{Key: "name", Value: "x"}}, err: "has no plugin"},
 		{name: "plugin not a string", doc: bson.D{{Key: "constructor", Value: 5}}, err: "has no plugin"},
 	}

@@ -29,7 +29,7 @@ const (
 // help texts show them.
 var QueueSettingKeys = []string{SettingName, SettingPlugin, SettingMaxThreads, SettingThreads, SettingSort, SettingGFS,
 	FieldTimeout, FieldMaxRetries, FieldMaxTimeouts, FieldRetryDelay, FieldMaxTermination, FieldMaxOutput,
-	FieldMaxProcesses, FieldUsageInterval, FieldMemoryRetryFactor, FieldRetention,
+	FieldMaxProcesses, FieldUsageInterval, FieldMemoryRetryFactor, FieldRateLimit, FieldRetention,
 	FieldRetention + "." + RetainSucceeded, FieldRetention + "." + RetainFailed, FieldRetention + "." + RetainCancelled,
 	FieldRetention + "." + RetainOrphaned, FieldRetention + ".action", FieldRetention + ".reports"}
 

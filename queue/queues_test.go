@@ -32,7 +32,8 @@ func TestQueuesReadOnlyWhatANodeUses(t *testing.T) {
 		{Key: "retry_delay", Value: "90s"}, {Key: "max_termination_time", Value: int32(5)}, {Key: "max_output", Value: int64(1 << 20)},
 		{Key: "max_timeouts", Value: int32(1)}, {Key: "usage_interval", Value: 2.0}, {Key: "max_processes", Value: int32(64)},
 		{Key: "requested_resources", Value: bson.D{{Key: "memory_mb", Value: int32(512)}, {Key: "cpus", Value: 1.5}}},
-		{Key: "memory_retry_factor", Value: 1.5}, {Key: "retention", Value: bson.D{{Key: "succeeded", Value: "1h"}, {Key: "failed", Value: "2d"}}},
+		{Key: "memory_retry_factor", Value: 1.5}, {Key: "rate_limit", Value: bson.D{{Key: "starts", Value: int32(2)}, {Key: "per", Value: 10.0}}},
+		{Key: "retention", Value: bson.D{{Key: "succeeded", Value: "1h"}, {Key: "failed", Value: "2d"}}},
 	}
 	docs := []bson.D{
 		append(append(bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "name", Value: "protocol"}, {Key: "constructor", Value: "P"},

@@ -36,6 +36,7 @@ const (
 	WhyNoLiveNode     = "no_live_node"    // no node wrote its document within dead_node_after
 	WhyNoNodeServes   = "no_node_serves"  // no live node lists the queue: none has its plugin, or none may serve it
 	WhyFull           = "full"            // every live node that serves it is at the queue's or its own limit
+	WhyRateLimit      = "rate_limit"      // its queue's rate limit is reached until a time
 	WhyReady          = "ready"           // nothing holds it: a node takes it when those before it are taken
 )
 
@@ -57,6 +58,9 @@ type Facts struct {
 	Bad     map[bson.ObjectID]string
 	Nodes   []NodeDoc
 	Running Running
+	// RateFull are the rate-limited queues at their limit at Now, with
+	// when each may start a task again (RateLimits.NextStarts).
+	RateFull map[bson.ObjectID]time.Time
 }
 
 // ReadFacts reads what the reasons are read from: every queue, every node
@@ -81,6 +85,15 @@ func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter 
 		return nil, err
 	}
 	if f.Running, err = (*conn)(s).Running(ctx, ids); err != nil {
+		return nil, err
+	}
+	limits := map[bson.ObjectID]RateLimit{}
+	for _, q := range queues {
+		if q.RateLimit != nil {
+			limits[q.ID] = *q.RateLimit
+		}
+	}
+	if f.RateFull, err = NewRateLimits(s.db).NextStarts(ctx, limits, now); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -128,6 +141,10 @@ func (f *Facts) QueueReasons(q Queue) []Reason {
 		out = append(out, Reason{WhyNoNodeServes, fmt.Sprintf("none of the %d live nodes serves queue %s: none has its plugin %s, or activequeues/ignorequeues leave it out", len(live), q.Name, q.Plugin)})
 	case len(serving) > 0 && q.MaxThreads > 0 && f.full(q, serving):
 		out = append(out, Reason{WhyFull, f.fullText(q, serving)})
+	}
+	if next, full := f.RateFull[q.ID]; full && q.RateLimit != nil && next.After(f.Now) {
+		out = append(out, Reason{WhyRateLimit, fmt.Sprintf("queue %s is at its rate limit (%d starts in any %s, on all den nodes): the next start may come at %s, %s from now",
+			q.Name, q.RateLimit.Starts, q.RateLimit.Per, next.UTC().Format("2006-01-02T15:04:05.000Z07:00"), next.Sub(f.Now).Round(100*time.Millisecond))})
 	}
 	return out
 }

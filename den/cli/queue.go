@@ -41,6 +41,7 @@ var queueFlags = []struct{ flag, key, help string }{
 	{"retry-delay", queue.FieldRetryDelay, "seconds before the first retry (doubling after)"},
 	{"max-termination-time", queue.FieldMaxTermination, "seconds between SIGTERM and SIGKILL when a run is stopped"},
 	{"max-output", queue.FieldMaxOutput, "bytes a run may write to each of stdout and stderr"},
+	{"rate-limit", queue.FieldRateLimit, "STARTS/PERIOD: at most so many of its tasks start in any such period, on all den nodes (2/10s)"},
 }
 
 func newQueueCreateCmd() *cobra.Command {
@@ -275,7 +276,8 @@ constructor). The value none removes the key (the node's or den's default
 applies). Setting maxthreads removes threads and the other way round. On a
 paused queue, maxthreads and threads set the limit it resumes with.`,
 		Example: `  den queue set resize maxthreads=8 timeout=10m
-  den queue set resize max_retries=none`,
+  den queue set resize max_retries=none
+  den queue set api rate_limit=2/10s     # at most 2 starts in any 10 s, on all den nodes`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			var s queue.QueueSettings

@@ -72,7 +72,7 @@ and did not say it stopped. --json gives each reason's stable code:
 const whyCodes = queue.WhyMalformed + ", " + queue.WhyCancelRequested + ", " + queue.WhyDependencies + ", " + queue.WhyHeld + ", " +
 	queue.WhyStartAfter + ", " + queue.WhyExpired + ", " + queue.WhyUnfit + ", " + queue.WhyNoQueue + ", " + queue.WhyQueueUnusable + ", " +
 	queue.WhyPaused + ", " + queue.WhyMaxThreadsZero + ", " + queue.WhyNoLiveNode + ", " + queue.WhyNoNodeServes + ", " + queue.WhyFull + ", " +
-	queue.WhyReady + "; and, for a task not waiting, " + queue.WhyClaimed + ", " + queue.WhyRunning + ", " + queue.WhyEnded
+	queue.WhyRateLimit + ", " + queue.WhyReady + "; and, for a task not waiting, " + queue.WhyClaimed + ", " + queue.WhyRunning + ", " + queue.WhyEnded
 
 // whyLine is the first reason a waiting task has not started, for den
 // task show; "" for a task that is not waiting.

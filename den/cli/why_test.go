@@ -142,3 +142,36 @@ func TestTaskWhy(t *testing.T) {
 		t.Errorf("den status --json held_queues: %+v", st.Held)
 	}
 }
+
+// A task of a queue at its rate limit waits for it, and den task why says
+// until when; once the oldest start has left the window, nothing holds it.
+func TestTaskWhyRateLimit(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	qid := dentest.Queue(t, db, "limited", demo.Name, 5, "fifo",
+		bson.E{Key: "rate_limit", Value: bson.D{{Key: "starts", Value: 2}, {Key: "per", Value: 60}}})
+	task := dentest.Tasks(t, db, qid, bson.D{})[0]
+	nodeDoc(t, db, "live", time.Now().Add(time.Minute), nil, qid)
+	if code, _ := why(t, db, task); code != queue.WhyReady {
+		t.Errorf("a rate-limited queue with no start yet: %s, want %s", code, queue.WhyReady)
+	}
+	// Two starts, as nodes take them: the window is full for a minute
+	// from the first.
+	rates := queue.NewRateLimits(db)
+	l := queue.RateLimit{Starts: 2, Per: time.Minute}
+	first := time.Now().Add(-20 * time.Second)
+	for _, at := range []time.Time{first, first.Add(5 * time.Second)} {
+		if ok, _, err := rates.Take(ctx, qid, l, bson.NewObjectID(), "live", at); !ok || err != nil {
+			t.Fatalf("take a start: %v, %v", ok, err)
+		}
+	}
+	if code, _ := why(t, db, task); code != queue.WhyRateLimit {
+		t.Fatalf("a queue at its rate limit: %s, want %s", code, queue.WhyRateLimit)
+	}
+	r := denDB(t, db, "", "task", "why", task.Hex()).must(t, ExitOK)
+	next := first.Add(time.Minute).UTC().Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
+	if !strings.Contains(r.stdout, "rate_limit: queue limited is at its rate limit (2 starts in any 1m0s, on all den nodes): the next start may come at "+next) {
+		t.Errorf("den task why said:\n%s\nwant the next start at %s", r.stdout, next)
+	}
+}

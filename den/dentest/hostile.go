@@ -107,7 +107,7 @@ var QueueFields = []string{
 	"name", "constructor", "plugin", "maxthreads", "threads", "sort", "gfs", "count_todo", "count_total",
 	"timeout", "max_retries", "retry_delay", "max_termination_time", "max_output", "max_timeouts",
 	"usage_interval", "requested_resources", "requested_resources.memory_mb", "requested_resources.cpus",
-	"memory_retry_factor", "max_processes",
+	"memory_retry_factor", "max_processes", "rate_limit", "rate_limit.starts", "rate_limit.per",
 }
 
 // NodeFields are the fields of a node document that den reads.

@@ -85,6 +85,12 @@ func Parse(s *queue.QueueSettings, key, value string) error {
 			return fmt.Errorf("%s %s", key, err)
 		}
 		v = f
+	case queue.FieldRateLimit:
+		l, err := queue.ParseRateLimit(value)
+		if err != nil {
+			return err
+		}
+		v = l.Document()
 	case queue.FieldRetention:
 		return fmt.Errorf("retention is set key by key (retention.succeeded=7d, retention.action=archive, ...) or removed whole (retention=none)")
 	default: // retention.*

@@ -1,0 +1,73 @@
+package den
+
+import (
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/queue"
+)
+
+// A queue's rate limit (rate_limit: {starts: N, per: SECONDS}) is held in
+// the database, in den's rate_limits collection (queue.RateLimits), so
+// that all den nodes together start at most N of the queue's tasks in any
+// period of per seconds.
+//
+// The start is taken after the claim and before the hand-over, by the
+// node that holds the task, as the last of the checks that hold across
+// nodes (mayStart): a claim that finds no task takes no start, and a
+// start is never given back. When the limit refuses, the node puts the
+// task back in its queue (status -2, node -1, as a Disbatch node would
+// find it) and leaves the queue alone until the time the refusal named,
+// when the oldest start in the window leaves it. Taking the start before
+// the claim would spend one on every claim that then finds nothing, to be
+// given back by a second write; a give-back that failed or was repeated
+// could not tell which start it returns. Here every granted start is a
+// task handed to a runner, or one put back (under-use, never overshoot).
+//
+// What counts as a start is that moment, before the hand-over: the
+// runner's own start follows it by the runner's start-up time.
+
+// rateLimited is why a claimed task is put back when its queue's rate
+// limit refused its start.
+const rateLimited = "the queue's rate limit is reached"
+
+// rateWaiting reports whether queue q waits for its rate limit: a start
+// was refused and the time the refusal named has not come.
+func (cl *claimer) rateWaiting(q queue.Queue) bool {
+	if q.RateLimit == nil {
+		return false
+	}
+	until, ok := cl.rateWait[q.ID]
+	if !ok {
+		return false
+	}
+	if !cl.now().Before(until) {
+		delete(cl.rateWait, q.ID)
+		return false
+	}
+	return true
+}
+
+// takeStart takes a start of rate-limited queue q for task id, which this
+// node has claimed; false when the limit refuses it, and the queue then
+// waits (rateWaiting). The call is not cancelled by shutdown: its reply
+// says whether a start was taken. An error leaves it unknown whether the
+// start was taken: the caller puts the task back (a start lost, never one
+// too many).
+func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	ok, next, err := cl.rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.now())
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		cl.rateWait[q.ID] = next
+		cl.log.Debug("queue at its rate limit; its tasks wait", zap.String("queue", q.Name),
+			zap.Stringer("rate_limit", q.RateLimit), zap.Time("until", next))
+	}
+	return ok, nil
+}

@@ -1,0 +1,193 @@
+package den_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/queue"
+)
+
+// A queue's rate limit holds across nodes: with rate_limit {starts: 2,
+// per: 10} and two nodes serving it, at most 2 of 6 tasks have started 8 s
+// after the queue opens, no 3 starts fall in any 8 s, and all 6 run, each
+// once.
+func TestRateLimitHoldsAcrossNodes(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	// The queue is closed (maxthreads 0) until both nodes serve it.
+	qid := dentest.Queue(t, db, "limited", sleepPlugin, 0, "fifo",
+		bson.E{Key: "rate_limit", Value: bson.D{{Key: "starts", Value: 2}, {Key: "per", Value: 10}}})
+	dentest.Tasks(t, db, qid, sleepTasks(6, 300)...)
+	startNode(t, db, "n1")
+	startNode(t, db, "n2")
+	dentest.Eventually(t, time.Minute, "both nodes list the queue", func() bool {
+		return countNodesServing(t, db, qid) == 2
+	})
+	if _, err := db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: qid}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 10}}}}); err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now()
+	started := func() int64 {
+		raw, err := db.Collection("concurrency").FindOne(ctx, bson.D{{Key: "_id", Value: "sequence"}}).Raw()
+		if err != nil {
+			return 0
+		}
+		n, _ := raw.Lookup("now").AsInt64OK()
+		return n
+	}
+	for time.Since(opened) < 8*time.Second {
+		if n := started(); n > 2 {
+			t.Fatalf("%d tasks started %s after the queue opened; rate limit 2 per 10 s", n, time.Since(opened).Round(time.Millisecond))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	at8 := started()
+	dentest.Eventually(t, 45*time.Second, "all 6 tasks ended", func() bool { return countDone(t, db)() == 6 })
+	t.Logf("%d started 8 s after the queue opened; all 6 ended %s after it", at8, time.Since(opened).Round(100*time.Millisecond))
+
+	// Each task ran once; no 3 runs started within 8 s of each other.
+	cur, err := db.Collection("runs").Find(ctx, bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []time.Time
+	ran := map[bson.ObjectID]int{}
+	nodes := map[string]int{}
+	for cur.Next(ctx) {
+		starts = append(starts, cur.Current.Lookup("started").Time())
+		ran[cur.Current.Lookup("task_id").ObjectID()]++
+		node, _ := cur.Current.Lookup("node").StringValueOK()
+		nodes[node]++
+	}
+	if len(starts) != 6 || len(ran) != 6 {
+		t.Fatalf("%d runs of %d tasks, want 6 of 6", len(starts), len(ran))
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 2; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-2]); gap < 8*time.Second {
+			t.Errorf("runs %d and %d started %s apart: 3 starts within 8 s under a limit of 2 per 10 s", i-2, i, gap.Round(time.Millisecond))
+		}
+	}
+	t.Logf("runs by node: %v", nodes)
+	if q := dentest.CountTasks(t, db, bson.D{{Key: "status", Value: bson.D{{Key: "$ne", Value: 1}}}}); q != 0 {
+		t.Errorf("%d tasks did not succeed", q)
+	}
+}
+
+// countNodesServing is how many node documents list queue qid.
+func countNodesServing(t *testing.T, db *mongo.Database, qid bson.ObjectID) int64 {
+	t.Helper()
+	n, err := db.Collection("nodes").CountDocuments(dentest.Context(t), bson.D{{Key: "queues.id", Value: qid.Hex()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// What a rate limit costs, counted at the node's client (its runners reach
+// the server through it): a queue without one sends nothing to
+// rate_limits (but the index the node makes at its start); with one that never refuses, each task costs one
+// findAndModify there (and its slots are made once: a find and an insert);
+// a refusal costs a findAndModify, a find and the put-back of the task.
+func TestRateLimitCost(t *testing.T) {
+	t.Parallel()
+	const tasks = 20
+	for _, c := range []struct {
+		name  string
+		limit bson.D
+	}{
+		{"none", nil},
+		{"never refuses", bson.D{{Key: "starts", Value: 1000}, {Key: "per", Value: 1}}},
+		{"refuses", bson.D{{Key: "starts", Value: 4}, {Key: "per", Value: 1}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			// The node works through counted; the test's own
+			// commands go around it.
+			db, counted, commands := countedDB(t)
+			var extra []bson.E
+			if c.limit != nil {
+				extra = append(extra, bson.E{Key: "rate_limit", Value: c.limit})
+			}
+			qid := dentest.Queue(t, db, "q", sleepPlugin, 4, "fifo", extra...)
+			dentest.Tasks(t, db, qid, sleepTasks(tasks, 0)...)
+			startNode(t, counted, "n")
+			dentest.Eventually(t, 2*time.Minute, "all tasks ended", func() bool { return countDone(t, db)() == tasks })
+			got := commands()
+			rate := got["findAndModify "+queue.RateLimitsCollection]
+			var all int
+			for _, n := range got {
+				all += n
+			}
+			t.Logf("%s: %d commands for %d tasks (%.2f per task, idle passes included); on rate_limits: %d findAndModify, %d find, %d insert; on tasks: %d findAndModify, %d update",
+				c.name, all, tasks, float64(all)/tasks, rate, got["find "+queue.RateLimitsCollection], got["insert "+queue.RateLimitsCollection],
+				got["findAndModify tasks"], got["update tasks"])
+			switch {
+			case c.limit == nil:
+				for k, n := range got {
+					// The node's start makes the collection's index
+					// (listIndexes, createIndexes), once.
+					setup := strings.HasPrefix(k, "listIndexes ") || strings.HasPrefix(k, "createIndexes ")
+					if strings.HasSuffix(k, " "+queue.RateLimitsCollection) && !setup {
+						t.Errorf("a queue without a rate limit sent %d %s", n, k)
+					}
+				}
+			case c.name == "never refuses":
+				// One per task, and one more the first time (before the
+				// slots were made).
+				if rate != tasks+1 || got["insert "+queue.RateLimitsCollection] != 1 || got["find "+queue.RateLimitsCollection] != 1 {
+					t.Errorf("a limit that never refuses: %d findAndModify, %d find, %d insert on rate_limits for %d tasks; want %d, 1, 1",
+						rate, got["find "+queue.RateLimitsCollection], got["insert "+queue.RateLimitsCollection], tasks, tasks+1)
+				}
+			default:
+				// Each refusal is one find (after the first, which made
+				// the slots).
+				refusals := got["find "+queue.RateLimitsCollection] - 1
+				if refusals < 1 || rate != tasks+1+refusals {
+					t.Errorf("a limit that refuses: %d findAndModify for %d tasks and %d refusals", rate, tasks, refusals)
+				}
+			}
+		})
+	}
+}
+
+// countedDB is a test database, and the same database reached through a
+// client that counts the commands sent on it, by name and collection.
+func countedDB(t *testing.T) (db, counted *mongo.Database, commands func() map[string]int) {
+	t.Helper()
+	db = dentest.DB(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		if e.DatabaseName != db.Name() {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		coll, _ := e.Command.Lookup(e.CommandName).StringValueOK()
+		seen[e.CommandName+" "+coll]++
+	}}
+	cl, err := mongo.Connect(options.Client().ApplyURI(dentest.URI()).SetMonitor(monitor))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Disconnect(context.Background()) })
+	return db, cl.Database(db.Name()), func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
+}

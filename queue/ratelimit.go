@@ -1,0 +1,275 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// FieldRateLimit is the queue field that holds its rate limit:
+// {starts: N, per: SECONDS}, at most N of the queue's tasks start in any
+// period of per seconds, on all den nodes together.
+const FieldRateLimit = "rate_limit"
+
+// RateLimitsCollection is den's own collection of the starts each
+// rate-limited queue granted: one document per queue, _id the queue's
+// _id. A Perl Disbatch node neither reads nor writes it.
+const RateLimitsCollection = "rate_limits"
+
+// Bounds of a rate limit. A queue's document in RateLimitsCollection holds
+// its last starts, at most MaxRateStarts of them (a few tens of KiB); a
+// longer period than MaxRatePer is a schedule's job.
+const (
+	MaxRateStarts = 1000
+	MaxRatePer    = 7 * 24 * time.Hour
+	minRatePer    = time.Millisecond
+)
+
+// RateLimit is a queue's rate limit: at most Starts of its tasks start in
+// any period of length Per (a sliding window).
+type RateLimit struct {
+	Starts int
+	Per    time.Duration
+}
+
+// String is the limit as den queue set takes it: 2/10s.
+func (l RateLimit) String() string { return strconv.Itoa(l.Starts) + "/" + l.Per.String() }
+
+// DecodeRateLimit reads a queue's rate_limit: a document {starts: N, per:
+// SECONDS}, N a whole number from 1 to MaxRateStarts and per a number of
+// seconds (or a duration string, "10s") above 0 and at most MaxRatePer.
+// Missing or null: no limit (nil). Anything else is an error, and the
+// queue cannot be used (ParseQueue): a node that ignored a limit it cannot
+// read would start the queue's tasks without one.
+func DecodeRateLimit(v bson.RawValue) (*RateLimit, error) {
+	if absent(v) {
+		return nil, nil
+	}
+	doc, ok := v.DocumentOK()
+	if !ok {
+		return nil, fmt.Errorf("is %s; want a document {starts: N, per: SECONDS}", describe(v))
+	}
+	elems, _ := doc.Elements()
+	for _, e := range elems {
+		if k := e.Key(); k != "starts" && k != "per" {
+			return nil, fmt.Errorf("has a field %q; want only starts and per", k)
+		}
+	}
+	n, err := DecodeCount(doc.Lookup("starts"))
+	if err != nil || n < 1 || n > MaxRateStarts {
+		return nil, fmt.Errorf("starts is %s; want a whole number from 1 to %d", describe(doc.Lookup("starts")), MaxRateStarts)
+	}
+	per, err := DecodeSeconds(doc.Lookup("per"))
+	if err != nil || per < minRatePer || per > MaxRatePer {
+		return nil, fmt.Errorf("per is %s; want a number of seconds above 0, at most %d", describe(doc.Lookup("per")), int(MaxRatePer.Seconds()))
+	}
+	return &RateLimit{Starts: int(n), Per: per}, nil
+}
+
+// ParseRateLimit reads a rate limit as an operator writes it on den's
+// command line: N/PERIOD, PERIOD seconds or a duration ("2/10", "2/10s",
+// "100/1m").
+func ParseRateLimit(s string) (RateLimit, error) {
+	starts, per, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return RateLimit{}, fmt.Errorf("rate_limit %q: want STARTS/PERIOD, such as 2/10s (2 starts in any 10 seconds)", s)
+	}
+	doc, _ := bson.Marshal(bson.D{{Key: "starts", Value: strings.TrimSpace(starts)}, {Key: "per", Value: strings.TrimSpace(per)}})
+	l, err := DecodeRateLimit(bson.RawValue{Type: bson.TypeEmbeddedDocument, Value: doc})
+	if err != nil {
+		return RateLimit{}, fmt.Errorf("rate_limit %q: %w", s, err)
+	}
+	return *l, nil
+}
+
+// Document is the limit as den writes it in a queue document: starts a
+// whole number, per a number of seconds.
+func (l RateLimit) Document() bson.D {
+	var per any = l.Per.Seconds()
+	if l.Per%time.Second == 0 {
+		per = int64(l.Per / time.Second)
+	}
+	return bson.D{{Key: "starts", Value: int32(l.Starts)}, {Key: "per", Value: per}}
+}
+
+// RateLimits holds the queues' rate limits in the database
+// (RateLimitsCollection), so that den nodes together never start more of
+// a queue's tasks in a period than its limit allows.
+//
+// A queue limited to N starts has N slots, one document each: {_id:
+// "QUEUE/I", queue, slot: I, at, task, node}, at the time of the start
+// the slot granted last. A start is granted by taking a slot whose start
+// has left the window (at <= now - per) and writing the new start into
+// it, in one findOneAndUpdate: the condition and the write are one command
+// on one document, so two nodes cannot take the same slot, and a slot is
+// only taken once its start is out of the window. The starts in any
+// window are then each in a slot of their own: never more than N. (A
+// single document holding the last N starts, kept with $push, $sort and
+// $slice, would be one document; the development server ignores $sort and
+// $slice without an error, and would let the list grow and the limit go.)
+type RateLimits struct {
+	coll *mongo.Collection
+}
+
+// NewRateLimits returns the rate limits of a database.
+func NewRateLimits(db *mongo.Database) *RateLimits {
+	return &RateLimits{coll: db.Collection(RateLimitsCollection)}
+}
+
+// slotID is the _id of slot i of queue q.
+func slotID(q bson.ObjectID, i int) string { return q.Hex() + "/" + strconv.Itoa(i) }
+
+// Take asks for one start of queue q, under its limit l, for task, at now
+// (the server's time as the node estimates it: Clock). It is granted when
+// one of the queue's l.Starts slots holds a start out of the window
+// (now-l.Per, now], and the start is written into that slot in the same
+// command. Refused, next is when the oldest start in the window leaves it
+// (one more read, only then). The first time a queue is limited, or its
+// limit raised, its new slots are made then (one more write, once).
+func (r *RateLimits) Take(ctx context.Context, q bson.ObjectID, l RateLimit, task bson.ObjectID, node string, now time.Time) (ok bool, next time.Time, err error) {
+	now = now.Truncate(time.Millisecond) // a BSON date holds milliseconds
+	for made := false; ; made = true {
+		err = r.coll.FindOneAndUpdate(ctx,
+			bson.D{{Key: "queue", Value: q}, {Key: "slot", Value: bson.D{{Key: "$lt", Value: l.Starts}}}, {Key: "at", Value: bson.D{{Key: "$lte", Value: now.Add(-l.Per)}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "at", Value: now}, {Key: "task", Value: task}, {Key: "node", Value: node}}}}).Err()
+		if err == nil {
+			return true, time.Time{}, nil
+		}
+		if !errors.Is(err, mongo.ErrNoDocuments) {
+			return false, time.Time{}, fmt.Errorf("take a start of queue %s (rate limit %s): %w", q.Hex(), l, err)
+		}
+		// No slot free: the window is full, or the slots are not made yet.
+		slots, err := r.read(ctx, []bson.ObjectID{q})
+		if err != nil {
+			return false, time.Time{}, err
+		}
+		s := slots[q]
+		if s.count(l) < l.Starts && !made {
+			if err := r.makeSlots(ctx, q, l, s); err != nil {
+				return false, time.Time{}, err
+			}
+			continue
+		}
+		if next = s.next(l); !next.After(now) {
+			next = now // freed meanwhile: the next claim round tries again
+		}
+		return false, next, nil
+	}
+}
+
+// makeSlots makes the slots of queue q that its limit l has and the
+// database does not, each free (its start at the zero time). Another node
+// making them at the same time is no error: each slot is made once.
+func (r *RateLimits) makeSlots(ctx context.Context, q bson.ObjectID, l RateLimit, have queueSlots) error {
+	var docs []any
+	for i := range l.Starts {
+		if _, ok := have[i]; !ok {
+			docs = append(docs, bson.D{{Key: "_id", Value: slotID(q, i)}, {Key: "queue", Value: q}, {Key: "slot", Value: int32(i)}, {Key: "at", Value: time.Unix(0, 0).UTC()}})
+		}
+	}
+	if len(docs) == 0 {
+		return nil
+	}
+	_, err := r.coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if errors.As(err, &bwe) && bwe.WriteConcernError == nil {
+		for _, we := range bwe.WriteErrors {
+			if !mongo.IsDuplicateKeyError(we) {
+				return fmt.Errorf("make the rate limit slots of queue %s: %w", q.Hex(), err)
+			}
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("make the rate limit slots of queue %s: %w", q.Hex(), err)
+	}
+	return nil
+}
+
+// queueSlots are the starts a queue's slots hold, by slot.
+type queueSlots map[int]time.Time
+
+// count is how many of the slots of limit l exist.
+func (s queueSlots) count(l RateLimit) int {
+	n := 0
+	for i := range s {
+		if i < l.Starts {
+			n++
+		}
+	}
+	return n
+}
+
+// next is when a queue with these slots may start a task under l: when
+// the oldest start its slots hold leaves the window (zero: a slot is
+// missing, so a start is free).
+func (s queueSlots) next(l RateLimit) time.Time {
+	if s.count(l) < l.Starts {
+		return time.Time{}
+	}
+	var oldest time.Time
+	for i, at := range s {
+		if i < l.Starts && (oldest.IsZero() || at.Before(oldest)) {
+			oldest = at
+		}
+	}
+	return oldest.Add(l.Per)
+}
+
+// read reads the slots of the given queues, with one query.
+func (r *RateLimits) read(ctx context.Context, ids []bson.ObjectID) (map[bson.ObjectID]queueSlots, error) {
+	cur, err := r.coll.Find(ctx, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: ids}}}},
+		options.Find().SetProjection(bson.D{{Key: "queue", Value: 1}, {Key: "slot", Value: 1}, {Key: "at", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("read the rate limit slots of %d queue(s): %w", len(ids), err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("read the rate limit slots of %d queue(s): %w", len(ids), err)
+	}
+	out := map[bson.ObjectID]queueSlots{}
+	for _, d := range docs {
+		q, ok := d.Lookup("queue").ObjectIDOK()
+		i, iok := intValue(d.Lookup("slot"))
+		at, tok := d.Lookup("at").TimeOK()
+		if !ok || !iok || !tok {
+			continue
+		}
+		if out[q] == nil {
+			out[q] = queueSlots{}
+		}
+		out[q][int(i)] = at
+	}
+	return out, nil
+}
+
+// NextStarts reads, with one query, which of the given rate-limited queues
+// are at their limit at now, and when each may start a task again.
+// Queues not at their limit are left out.
+func (r *RateLimits) NextStarts(ctx context.Context, limits map[bson.ObjectID]RateLimit, now time.Time) (map[bson.ObjectID]time.Time, error) {
+	out := map[bson.ObjectID]time.Time{}
+	if len(limits) == 0 {
+		return out, nil
+	}
+	ids := make([]bson.ObjectID, 0, len(limits))
+	for id := range limits {
+		ids = append(ids, id)
+	}
+	slots, err := r.read(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for id, l := range limits {
+		if next := slots[id].next(l); next.After(now) {
+			out[id] = next
+		}
+	}
+	return out, nil
+}
