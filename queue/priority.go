@@ -38,10 +38,6 @@ import (
 // FieldPriority is a task's priority.
 const FieldPriority = "priority"
 
-// MaxPriority bounds a priority: an integer from -MaxPriority to
-// MaxPriority, the integers a double (and so the mongo shell) holds exactly.
-const MaxPriority = 1<<53 - 1
-
 // Priorities is what a node asks of the database about task priorities.
 type Priorities conn
 
@@ -142,30 +138,29 @@ func numberOf(v bson.RawValue) (float64, bool) {
 }
 
 // PriorityProblem says what is wrong with a task's priority field (v), ""
-// when nothing is: unset, null, or an integer within ±MaxPriority, of any
-// numeric type. With a problem, fixed is the integer a string holding one
-// is rewritten as (ok); a priority that is no such string cannot be
-// rewritten, and the sweep fails the queued task with the problem as its
-// reason. Numbers that are not integers in range (2.5, 1e300, NaN) are a
-// problem too, though until the sweep fails the task a claim orders them
-// by their value (NaN as 0).
-func PriorityProblem(v bson.RawValue) (problem string, fixed int64, ok bool) {
+// when nothing is: unset, null, or a number of any numeric type (an
+// integer, as den writes it; a fraction or a number past the int64 range
+// orders by its value, as MongoDB compares numbers, and NaN as 0). A
+// string holding a number is a problem the sweep fixes: it rewrites it as
+// that number (fixed, ok). Anything else (another string, a boolean, a
+// date, an object) cannot be fixed: the sweep fails the queued task with
+// the problem as its reason. Until the sweep has dealt with it, a claim
+// orders such a task as priority 0.
+func PriorityProblem(v bson.RawValue) (problem string, fixed any, ok bool) {
 	if absent(v) {
-		return "", 0, false
+		return "", nil, false
 	}
-	const want = "it must be an integer from -9007199254740991 to 9007199254740991 (default 0)"
+	if _, isNum := numberOf(v); isNum {
+		return "", nil, false
+	}
 	if v.Type == bson.TypeString {
-		if n, err := strconv.ParseInt(strings.TrimSpace(v.StringValue()), 10, 64); err == nil && n >= -MaxPriority && n <= MaxPriority {
-			return fmt.Sprintf("%s is the string %q; den rewrites it as the number %d", FieldPriority, v.StringValue(), n), n, true
+		str := strings.TrimSpace(v.StringValue())
+		if n, err := strconv.ParseInt(str, 10, 64); err == nil {
+			return fmt.Sprintf("%s is the string %q; den rewrites it as the number", FieldPriority, v.StringValue()), n, true
 		}
-		return fmt.Sprintf("%s is %s; %s", FieldPriority, describe(v), want), 0, false
+		if f, err := strconv.ParseFloat(str, 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return fmt.Sprintf("%s is the string %q; den rewrites it as the number", FieldPriority, v.StringValue()), f, true
+		}
 	}
-	f, isNum := numberOf(v)
-	switch {
-	case !isNum:
-		return fmt.Sprintf("%s is %s; %s", FieldPriority, describe(v), want), 0, false
-	case math.IsNaN(f) || f != math.Trunc(f) || math.Abs(f) > MaxPriority:
-		return fmt.Sprintf("%s is %s; %s", FieldPriority, strconv.FormatFloat(f, 'g', -1, 64), want), 0, false
-	}
-	return "", 0, false
+	return fmt.Sprintf("%s is %s; it must be an integer, default 0 (a higher one runs first)", FieldPriority, describe(v)), nil, false
 }

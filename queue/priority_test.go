@@ -99,25 +99,72 @@ func TestPriorityProblem(t *testing.T) {
 	for _, tc := range []struct {
 		v       any
 		problem bool
-		fixed   int64
+		fixed   any
 		ok      bool
 	}{
-		{nil, false, 0, false},
-		{int32(-3), false, 0, false},
-		{int64(1 << 40), false, 0, false},
-		{12.0, false, 0, false},
-		{2.5, true, 0, false},
-		{1e300, true, 0, false},
-		{int64(1 << 60), true, 0, false},
-		{" 7 ", true, 7, true},
-		{"-2", true, -2, true},
-		{"high", true, 0, false},
-		{true, true, 0, false},
-		{bson.D{{Key: "a", Value: 1}}, true, 0, false},
+		{nil, false, nil, false},
+		{int32(-3), false, nil, false},
+		{int64(1 << 60), false, nil, false},
+		{12.0, false, nil, false},
+		{2.5, false, nil, false},
+		{" 7 ", true, int64(7), true},
+		{"-2", true, int64(-2), true},
+		{"2.5", true, 2.5, true},
+		{"high", true, nil, false},
+		{"NaN", true, nil, false},
+		{true, true, nil, false},
+		{bson.D{{Key: "a", Value: 1}}, true, nil, false},
 	} {
 		p, fixed, ok := queue.PriorityProblem(val(tc.v))
 		if (p != "") != tc.problem || fixed != tc.fixed || ok != tc.ok {
 			t.Errorf("PriorityProblem(%v) = %q, %d, %v", tc.v, p, fixed, ok)
 		}
+	}
+}
+
+// A queued task's priority that is not a number is the sweep's: a number
+// written as a string is irregular and rewritten as the number
+// (Normalize), anything else is malformed, failed with the reason; a
+// number of any type, a fraction among them, is left as it is.
+func TestSweepFindsPrioritiesThatAreNotNumbers(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStores(db)
+	ctx := dentest.Context(t)
+	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
+	ids := map[string]bson.ObjectID{}
+	for name, p := range map[string]any{
+		"int": 5, "long": int64(-7), "fraction": 2.5, "null": nil,
+		"string": " 10", "word": "urgent", "boolean": true, "document": bson.D{{Key: "p", Value: 1}},
+	} {
+		ids[name] = dentest.TaskWith(t, db, qid, bson.D{}, bson.E{Key: queue.FieldPriority, Value: p})
+	}
+	tasks, err := store.Node.Irregular(ctx, []bson.ObjectID{qid}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[bson.ObjectID]queue.Task{}
+	for _, task := range tasks {
+		if task.IsIrregular() {
+			found[task.ID] = task
+		}
+	}
+	for name, want := range map[string]struct{ irregular, malformed bool }{
+		"int": {false, false}, "long": {false, false}, "fraction": {false, false}, "null": {false, false},
+		"string": {true, false}, "word": {true, true}, "boolean": {true, true}, "document": {true, true},
+	} {
+		task, irregular := found[ids[name]]
+		if irregular != want.irregular || (len(task.Malformed()) > 0) != want.malformed {
+			t.Errorf("priority %s: irregular %v, malformed %v; want %v, %v", name, irregular, task.Malformed(), want.irregular, want.malformed)
+		}
+	}
+	if m := found[ids["word"]].Malformed(); len(m) != 1 || m[0] != `priority is "urgent" (string); it must be an integer, default 0 (a higher one runs first)` {
+		t.Errorf("the reason for priority \"urgent\" is %q", m)
+	}
+	if ok, err := store.Node.Normalize(ctx, found[ids["string"]]); !ok || err != nil {
+		t.Fatalf("normalize: %v %v", ok, err)
+	}
+	if v := dentest.Task(t, db, ids["string"]).Lookup(queue.FieldPriority); v.Type != bson.TypeInt64 || v.Int64() != 10 {
+		t.Errorf("priority \" 10\" was rewritten as %v, want the number 10", v)
 	}
 }
