@@ -164,3 +164,21 @@ func PriorityProblem(v bson.RawValue) (problem string, fixed any, ok bool) {
 	}
 	return fmt.Sprintf("%s is %s; it must be an integer, default 0 (a higher one runs first)", FieldPriority, describe(v)), nil, false
 }
+
+// higherPriority is the condition on priority of the tasks a claim takes
+// before a task of priority p (as PriorityOf reads it): those with more,
+// a task without a number counting as 0.
+func higherPriority(p float64) bson.E {
+	if p >= 0 {
+		return bson.E{Key: FieldPriority, Value: bson.D{{Key: "$gt", Value: p}}}
+	}
+	return bson.E{Key: FieldPriority, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$lte", Value: p}}}}}
+}
+
+// samePriority is the condition on priority of the tasks of priority p.
+func samePriority(p float64) bson.E {
+	if p == 0 {
+		return priorityTiers[1].cond
+	}
+	return bson.E{Key: FieldPriority, Value: p}
+}
