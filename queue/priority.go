@@ -182,3 +182,22 @@ func samePriority(p float64) bson.E {
 	}
 	return bson.E{Key: FieldPriority, Value: p}
 }
+
+// PriorityText is a task's priority field (v) as people read it: "" when
+// it has none (the default, 0), the number, or a short description of a
+// value that is not one.
+func PriorityText(v bson.RawValue) string {
+	if absent(v) {
+		return ""
+	}
+	switch v.Type {
+	case bson.TypeInt32, bson.TypeInt64:
+		n, _ := v.AsInt64OK()
+		return strconv.FormatInt(n, 10)
+	case bson.TypeDouble:
+		return strconv.FormatFloat(v.Double(), 'f', -1, 64)
+	case bson.TypeDecimal128:
+		return v.Decimal128().String()
+	}
+	return describe(v)
+}
