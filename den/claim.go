@@ -81,6 +81,9 @@ type claimer struct {
 	malformedSince time.Time
 	// offset rotates which queue claims first under a node limit.
 	offset int
+	// prio is which served queues have queued tasks with a priority, as
+	// the last full pass that claimed found (priority.go).
+	prio priorityBook
 
 	// wake is signalled when a slot is free or a task arrived: claim again
 	// now. arrived are the queues new tasks arrived in.
@@ -271,7 +274,13 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 			}
 		}
 	}
-	switch claimWay(b.nodeFree(), len(work)+len(later)) {
+	way := claimWay(b.nodeFree(), len(work)+len(later))
+	if way != claimNone {
+		if err := cl.prio.learn(ctx, cl.store, work, later); err != nil {
+			return err
+		}
+	}
+	switch way {
 	case claimNone:
 		return nil
 	case claimAlone:
@@ -490,7 +499,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 			// so, rather than passing for a short one.
 			return false, fmt.Errorf("claim in %d queues: %w", len(ids), err)
 		}
-		c, ok, err := cl.claimOne(ctx, ids, qs[0].Sort)
+		c, ok, err := cl.claimOne(ctx, ids, qs[0].Sort, cl.prio.any(ids))
 		if err != nil {
 			return false, err
 		}
@@ -630,11 +639,11 @@ func (cl *claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, err
 // claimed that nobody knows about. If the claim's reply is lost, the claim
 // may still have landed: the task is then put back, recognised by the
 // claim's own mtime.
-func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string) (queue.Claimed, bool, error) {
+func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string, prio bool) (queue.Claimed, bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	at := cl.now().Truncate(time.Millisecond)
-	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.params.Name, At: at, Free: cl.fit})
+	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.params.Name, At: at, Free: cl.fit, Priorities: prio})
 	if err != nil {
 		released, rerr := cl.store.ReleaseLost(cctx, ids, cl.params.Name, at)
 		switch {

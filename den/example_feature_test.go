@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -386,4 +387,35 @@ func Example_retention() {
 	// Output:
 	// ended a week ago: removed
 	// ended just now, kept: true
+}
+
+// A task's priority (an integer, default 0, may be negative) makes den
+// nodes claim it before every task of lower priority, whenever it was
+// inserted; within one priority, in the queue's order (docs/task-control.md,
+// Priorities).
+func Example_priority() {
+	db, drop := dentest.ExampleDB("Example_priority")
+	defer drop()
+	q := insertQueue(db, "reports", upperPlugin) // fifo, one at a time
+	ids := []bson.ObjectID{
+		insertTask(db, q, "first in"),
+		insertTask(db, q, "whenever", bson.E{Key: "priority", Value: -1}),
+		insertTask(db, q, "second in"),
+		insertTask(db, q, "urgent", bson.E{Key: "priority", Value: 10}),
+	}
+	stop := exampleNode(db, "example-node")
+	var done []queue.Task
+	for _, id := range ids {
+		done = append(done, waitTask(db, byID(id), ended))
+	}
+	stop()
+	slices.SortFunc(done, func(a, b queue.Task) int { return a.Mtime.Compare(b.Mtime) })
+	for _, t := range done {
+		fmt.Println(output(t, queue.StreamStdout))
+	}
+	// Output:
+	// URGENT
+	// FIRST IN
+	// SECOND IN
+	// WHENEVER
 }

@@ -224,6 +224,7 @@ func (s claims) do(ctx context.Context, p *fullPass) error {
 	cl.settle(ctx)
 	cl.newPass()
 	cl.readPass(p.serve, p.limit, p.gfs, p.byID)
+	cl.prio.due = true
 	if cl.paused() {
 		return nil
 	}

@@ -169,7 +169,7 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 		}
 	}
 	if fixed > 0 {
-		sw.log.Info("rewrote start_after, cancel or requested_resources values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
+		sw.log.Info("rewrote start_after, cancel, requested_resources or priority values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
 	}
 	return nil
 }

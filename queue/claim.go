@@ -84,6 +84,11 @@ type ClaimRequest struct {
 	// Free, when set, is what the node has free for tasks' own
 	// requested_resources: a task that requests more is not claimed.
 	Free *Resources
+	// Priorities, set when some of Queues have queued tasks with a
+	// priority (Priorities.Queues), claims the highest priority first
+	// (claimByPriority), across the queues named, at up to three commands
+	// a claim; unset, the claim is the protocol's, one command.
+	Priorities bool
 }
 
 // Claimed is a task a claim took: its _id, its queue, its own
@@ -131,13 +136,13 @@ func (s *NodeStore) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bo
 	// MiB), where the server implements a projection on findAndModify;
 	// the development server (FerretDB) does not, and gets the claim
 	// without.
-	claim := func(filter bson.D, sorted bool) (bson.Raw, error) {
+	claimSorted := func(filter, sort bson.D) (bson.Raw, error) {
 		opts := func(project bool) *options.FindOneAndUpdateOptionsBuilder {
 			opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 			if project {
 				opts.SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: FieldRequested, Value: 1}, {Key: FieldUnfit, Value: 1}})
 			}
-			if sort := ClaimSort(r.Sort); sorted && sort != nil {
+			if sort != nil {
 				opts.SetSort(sort)
 			}
 			return opts
@@ -150,14 +155,23 @@ func (s *NodeStore) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bo
 		}
 		return raw, err
 	}
+	claim := func(filter bson.D, sorted bool) (bson.Raw, error) {
+		if sorted {
+			return claimSorted(filter, ClaimSort(r.Sort))
+		}
+		return claimSorted(filter, nil)
+	}
 	var raw bson.Raw
 	byCandidates, err := (*conn)(s).claimsByCandidates(ctx)
 	if err != nil {
 		return c, false, fmt.Errorf("claim a task in %d queue(s) starting with %s: %w", len(r.Queues), r.Queues[0].Hex(), err)
 	}
-	if byCandidates && ClaimSort(r.Sort) != nil {
+	switch {
+	case r.Priorities:
+		raw, err = claimByPriority(r, claimSorted)
+	case byCandidates && ClaimSort(r.Sort) != nil:
 		raw, err = (*conn)(s).claimCandidate(ctx, r, claim)
-	} else {
+	default:
 		raw, err = claim(ClaimFilter(r.At, r.Free, r.Queues...), true)
 	}
 	if errors.Is(err, mongo.ErrNoDocuments) {

@@ -17,6 +17,11 @@ type Index struct {
 	Keys       bson.D
 	Unique     bool
 	Sparse     bool
+	// Partial, when set, is the index's partialFilterExpression. A server
+	// that does not implement partial indexes (the development server,
+	// FerretDB 1.x) goes without the index: the queries it serves still
+	// work there, scanning as that server always does.
+	Partial bson.D
 }
 
 // Indexes are the indexes a Disbatch 4 node creates, exactly as the Perl
@@ -36,6 +41,12 @@ type Index struct {
 //     it each task's report scans every report before it).
 //   - rate_limits (den's own): {queue, slot}, which a start of a
 //     rate-limited queue takes a slot by (RateLimits.Take), and why reads.
+//   - tasks (den's own): {queue, priority desc, _id}, partial on queued
+//     tasks that have a priority field: it holds only those, serves the
+//     claim steps of a queue with priorities (claimByPriority: above and
+//     below 0, fifo from the index, lifo sorting only those tasks) and the
+//     pass's query for which queues have them (Priorities.Queues). Tasks
+//     without a priority cost it nothing.
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -52,6 +63,8 @@ var Indexes = []Index{
 	{Collection: QueuesCollection, Keys: bson.D{{Key: "count_todo", Value: 1}}},
 	{Collection: ReportsCollection, Keys: bson.D{{Key: "task_id", Value: 1}}},
 	{Collection: RateLimitsCollection, Keys: bson.D{{Key: "queue", Value: 1}, {Key: "slot", Value: 1}}},
+	{Collection: TasksCollection, Keys: bson.D{{Key: "queue", Value: 1}, {Key: FieldPriority, Value: -1}, {Key: "_id", Value: 1}},
+		Partial: bson.D{{Key: "status", Value: StatusQueued}, {Key: FieldPriority, Value: bson.D{{Key: "$exists", Value: true}}}}},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.
@@ -93,8 +106,13 @@ func EnsureIndexes(ctx context.Context, s *NodeStore) (conflicts []string, err e
 			model.Options = options.Index().SetUnique(true)
 		case ix.Sparse:
 			model.Options = options.Index().SetSparse(true)
+		case ix.Partial != nil:
+			model.Options = options.Index().SetPartialFilterExpression(ix.Partial)
 		}
 		_, err := s.db.Collection(ix.Collection).Indexes().CreateOne(ctx, model)
+		if ix.Partial != nil && notImplemented(err) {
+			continue
+		}
 		var ce mongo.CommandError
 		if errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86) { // IndexOptionsConflict, IndexKeySpecsConflict
 			conflicts = append(conflicts, fmt.Sprintf("%s.%s: %s", ix.Collection, ix.Name(), ce.Message))

@@ -33,6 +33,8 @@ func irregular(queueIDs []bson.ObjectID, unfit *UnfitQuery, status any) bson.D {
 		// only.
 		bson.D{{Key: FieldRequested + "." + FieldMemoryMB, Value: notNumber}},
 		bson.D{{Key: FieldRequested + "." + FieldCPUs, Value: notNumber}},
+		// A priority that is not a number (PriorityProblem).
+		bson.D{{Key: FieldPriority, Value: notNumber}},
 	}
 	return bson.D{
 		{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
@@ -60,7 +62,8 @@ func (t Task) IsIrregular() bool {
 			return true
 		}
 	}
-	return false
+	p, _, _ := PriorityProblem(t.Raw.Lookup(FieldPriority))
+	return p != ""
 }
 
 func isNumber(v bson.RawValue) bool {
@@ -107,8 +110,8 @@ func (s *NodeStore) Irregular(ctx context.Context, queueIDs []bson.ObjectID, unf
 	return out, nil
 }
 
-// Malformed returns the problems with start_after, cancel and
-// requested_resources of t: what makes an irregular task impossible to
+// Malformed returns the problems with start_after, cancel,
+// requested_resources and priority of t: what makes an irregular task impossible to
 // normalize (a queued one is failed with them: no claim would take it).
 func (t Task) Malformed() []string {
 	var out []string
@@ -117,12 +120,15 @@ func (t Task) Malformed() []string {
 			out = append(out, p)
 		}
 	}
+	if p, _, fixable := PriorityProblem(t.Raw.Lookup(FieldPriority)); p != "" && !fixable {
+		out = append(out, p)
+	}
 	return out
 }
 
 // Normalize rewrites the start_after and cancel of t as an ISODate and a
-// boolean, and numbers of its requested_resources written as strings as
-// numbers, the values they were read as, conditional on all being still
+// boolean, and numbers of its requested_resources and its priority written
+// as strings as numbers, the values they were read as, conditional on all being still
 // as read. It reports whether it did.
 func (s *NodeStore) Normalize(ctx context.Context, t Task) (bool, error) {
 	filter := bson.D{{Key: "_id", Value: t.ID}}
@@ -145,6 +151,12 @@ func (s *NodeStore) Normalize(ctx context.Context, t Task) (bool, error) {
 				filter = append(filter, bson.E{Key: key, Value: v})
 				set = append(set, bson.E{Key: key, Value: f.n})
 			}
+		}
+	}
+	if v := t.Raw.Lookup(FieldPriority); v.Type == bson.TypeString {
+		if _, n, ok := PriorityProblem(v); ok {
+			filter = append(filter, bson.E{Key: FieldPriority, Value: v})
+			set = append(set, bson.E{Key: FieldPriority, Value: n})
 		}
 	}
 	if len(set) == 0 {

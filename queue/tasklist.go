@@ -25,6 +25,9 @@ type InsertOptions struct {
 	// web API writes and its nodes read, instead of the protocol's
 	// parameters (den nodes read both).
 	Params bool
+	// Priority, when not 0, is written as each task's priority
+	// (FieldPriority); 0, the default, writes no field.
+	Priority int64
 }
 
 // InsertTasks inserts one queued task per parameters document into a
@@ -61,6 +64,9 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 			}
 			doc = append(doc, bson.E{Key: FieldAfter, Value: opts.After}, bson.E{Key: FieldAfterWas, Value: opts.After},
 				bson.E{Key: FieldWaiting, Value: waiting})
+		}
+		if opts.Priority != 0 {
+			doc = append(doc, bson.E{Key: FieldPriority, Value: opts.Priority})
 		}
 		docs[i] = doc
 	}

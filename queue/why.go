@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -256,14 +257,25 @@ func (f *Facts) TaskReasons(t Task) []Reason {
 
 // Why is every reason task t has not started (TaskReasons); when nothing
 // holds it, one reason, ready, with how many claimable tasks of its queue
-// a claim takes before it.
+// a claim takes before it: those of higher priority (when there are, or
+// it has one), then those of its priority before it in the queue's order.
 func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, error) {
 	if r := f.TaskReasons(t); len(r) > 0 {
 		return r, nil
 	}
 	q := f.Queues[t.Queue]
-	filter := ClaimFilter(f.Now, nil, q.ID)
+	prio := PriorityOf(t.Raw.Lookup(FieldPriority))
+	higher, err := s.tasks.CountDocuments(ctx, append(ClaimFilter(f.Now, nil, q.ID), higherPriority(prio)))
+	if err != nil {
+		return nil, fmt.Errorf("count the tasks of higher priority than %s: %w", t.ID.Hex(), err)
+	}
+	filter := append(ClaimFilter(f.Now, nil, q.ID), samePriority(prio))
 	text := "nothing holds it: a live node serving queue " + q.Name + " takes it"
+	ofPrio, andPrio := "", ""
+	if higher > 0 || prio != 0 {
+		text += fmt.Sprintf(" after the %d queued tasks of higher priority than its %s, then", higher, strconv.FormatFloat(prio, 'f', -1, 64))
+		ofPrio, andPrio = " of its priority", " and of its priority"
+	}
 	switch q.Sort {
 	case SortFIFO, SortLIFO:
 		op := "$lt"
@@ -275,13 +287,13 @@ func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, er
 		if err != nil {
 			return nil, fmt.Errorf("count the tasks before %s: %w", t.ID.Hex(), err)
 		}
-		text += fmt.Sprintf(" after the %d queued before it (%s)", n, q.Sort)
+		text += fmt.Sprintf(" after the %d%s queued before it (%s)", n, ofPrio, q.Sort)
 	default:
 		n, err := s.tasks.CountDocuments(ctx, filter)
 		if err != nil {
 			return nil, fmt.Errorf("count the tasks of queue %s: %w", q.Name, err)
 		}
-		text += fmt.Sprintf("; %d tasks of the queue can start now, taken in the server's order", n)
+		text += fmt.Sprintf("; %d tasks of the queue%s can start now, taken in the server's order", n, andPrio)
 	}
 	return []Reason{{WhyReady, text}}, nil
 }

@@ -62,8 +62,13 @@ blocked (status -4, which no node claims) and queued when all of those
 succeeded; if one of them fails, is cancelled or orphaned, they are
 cancelled with the reason (and so is whatever comes after them). A given
 task that does not exist, or has already ended without succeeding, is an
-error and nothing is inserted.`,
+error and nothing is inserted.
+
+With --priority N the tasks get the field priority: N, and den nodes claim
+them before every task of the queue with a lower priority (no field counts
+as 0); within one priority, in the queue's order.`,
 		Example: `  printf '{"commands":"ab"}\n{"commands":"a"}\n' | den task add demo
+  echo '{"commands":"a"}' | den task add demo --priority 10
   den task add resize --file tasks.jsonl --config /etc/disbatch/config.json
   den task add report --after 6b02ffcf2e2e26d413036425,6b02ffcf2e2e26d413036426 < report.jsonl`,
 		Args: cobra.ExactArgs(1),
@@ -98,6 +103,7 @@ error and nothing is inserted.`,
 			if err != nil {
 				return err
 			}
+			opts.Priority, _ = cmd.Flags().GetInt64("priority")
 			progress := isTerminalWriter(cmd.ErrOrStderr()) && !wantJSON(cmd)
 			done := 0
 			var added []string
@@ -140,6 +146,7 @@ error and nothing is inserted.`,
 	cmd.Flags().StringP("file", "f", "", "file of tasks, one JSON object of parameters per line (default stdin)")
 	cmd.Flags().Int("batch", 1000, "tasks per insert")
 	cmd.Flags().StringSlice("after", nil, "task ids the new tasks come after: they run once all of these succeeded, and are cancelled if one of them fails for good")
+	cmd.Flags().Int64("priority", 0, "the tasks' priority: den nodes claim the highest first, in the queue's order within one priority (may be negative; 0 writes no field)")
 	return cmd
 }
 
@@ -193,14 +200,17 @@ func readParams(r io.Reader, name string) ([]bson.Raw, error) {
 
 // taskRow is a task as den task list prints it.
 type taskRow struct {
-	ID         string          `json:"id"`
-	Queue      string          `json:"queue"`
-	QueueName  string          `json:"queue_name"`
-	Status     *int            `json:"status"`
-	StatusName string          `json:"status_name"`
-	Node       string          `json:"node"`
-	Outcome    string          `json:"outcome,omitempty"`
-	Unfit      string          `json:"unfit,omitempty"`
+	ID         string `json:"id"`
+	Queue      string `json:"queue"`
+	QueueName  string `json:"queue_name"`
+	Status     *int   `json:"status"`
+	StatusName string `json:"status_name"`
+	Node       string `json:"node"`
+	Outcome    string `json:"outcome,omitempty"`
+	Unfit      string `json:"unfit,omitempty"`
+	// Priority is the task's priority field as stored (omitted: none, the
+	// default 0).
+	Priority   json.RawMessage `json:"priority,omitempty"`
 	Ctime      *time.Time      `json:"ctime"`
 	Mtime      *time.Time      `json:"mtime"`
 	Parameters json.RawMessage `json:"parameters"`
@@ -244,6 +254,9 @@ func newTaskListCmd() *cobra.Command {
 					Ctime: timePtr(t.Ctime), Mtime: timePtr(t.Mtime), Parameters: extJSON(t.Parameters)}
 				r.Outcome, _ = t.Raw.Lookup(queue.FieldOutcome).StringValueOK()
 				r.Unfit = human.Waiting(t)
+				if v := t.Raw.Lookup(queue.FieldPriority); v.Type != 0 && v.Type != bson.TypeNull {
+					r.Priority = extJSONValue(v)
+				}
 				if t.StatusOK {
 					st := t.Status
 					r.Status, r.StatusName = &st, queue.StatusName(st)
@@ -254,7 +267,7 @@ func newTaskListCmd() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), rows)
 			}
 			now := time.Now()
-			tb := newTable(cmd.OutOrStdout(), "ID", "QUEUE", "STATUS", "OUTCOME", "NODE", "CREATED", "CHANGED", "PARAMETERS")
+			tb := newTable(cmd.OutOrStdout(), "ID", "QUEUE", "STATUS", "PRIO", "OUTCOME", "NODE", "CREATED", "CHANGED", "PARAMETERS")
 			for i, t := range tasks {
 				params := []rune(string(rows[i].Parameters))
 				if len(params) > 60 {
@@ -268,7 +281,11 @@ func newTaskListCmd() *cobra.Command {
 				if outcome == "" {
 					outcome = "-"
 				}
-				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), string(params))
+				prio := "-"
+				if rows[i].Priority != nil {
+					prio = human.Escape(string(rows[i].Priority))
+				}
+				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), prio, outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), string(params))
 			}
 			tb.flush()
 			if len(tasks) == int(f.Limit) && f.Limit > 0 {
@@ -701,4 +718,21 @@ func hexIDs(ids []bson.ObjectID) []string {
 		out[i] = id.Hex()
 	}
 	return out
+}
+
+// extJSONValue is one value as relaxed extended JSON (a number as a JSON
+// number).
+func extJSONValue(v bson.RawValue) json.RawMessage {
+	doc, err := bson.Marshal(bson.D{{Key: "v", Value: v}})
+	if err != nil {
+		return nil
+	}
+	full := extJSON(doc)
+	var m struct {
+		V json.RawMessage `json:"v"`
+	}
+	if json.Unmarshal(full, &m) != nil {
+		return nil
+	}
+	return m.V
 }

@@ -23,6 +23,7 @@ var funcs = template.FuncMap{
 	"group":    func(status int) string { return queue.StatusGroup(status) },
 	"status":   statusText,
 	"waiting":  human.Waiting,
+	"priority": func(t queue.Task) string { return queue.PriorityText(t.Raw.Lookup(queue.FieldPriority)) },
 	"mb":       megabytes,
 	"load": func(l []float64) string {
 		parts := make([]string, len(l))

@@ -138,3 +138,33 @@ func TestTaskListParamSearch(t *testing.T) {
 		}
 	}
 }
+
+// The task list shows each task's priority: the number, "-" for none (the
+// default 0), and a value that is no number as what it is.
+func TestTaskListShowsPriority(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	q := dentest.Queue(t, db, "p", "Disbatch::Plugin::Demo", 1, "fifo")
+	none := dentest.Tasks(t, db, q, bson.D{})[0]
+	high := dentest.TaskWith(t, db, q, bson.D{}, bson.E{Key: "priority", Value: int64(10)})
+	low := dentest.TaskWith(t, db, q, bson.D{}, bson.E{Key: "priority", Value: -2.0})
+	odd := dentest.TaskWith(t, db, q, bson.D{}, bson.E{Key: "priority", Value: "urgent"})
+	srv := serve(t, db, "")
+	code, body := get(t, client(nil), srv.URL+"/tasks?queue=p")
+	if code != 200 {
+		t.Fatalf("/tasks: %d\n%s", code, body)
+	}
+	for id, want := range map[bson.ObjectID]string{none: "-", high: "10", low: "-2", odd: html.EscapeString(`"urgent" (string)`)} {
+		row := regexp.MustCompile(`(?s)data-task="` + id.Hex() + `".*?</tr>`).FindString(body)
+		if !strings.Contains(row, `class="priority">`+want+`</td>`) {
+			t.Errorf("task %s's row does not show priority %s:\n%s", id.Hex(), want, row)
+		}
+	}
+	// The task's page too, when it has one.
+	if _, body := get(t, client(nil), srv.URL+"/tasks/"+high.Hex()); !strings.Contains(body, `<dd id="priority">10</dd>`) {
+		t.Errorf("the page of a task of priority 10 does not show it")
+	}
+	if _, body := get(t, client(nil), srv.URL+"/tasks/"+none.Hex()); strings.Contains(body, `id="priority"`) {
+		t.Errorf("the page of a task without priority shows one")
+	}
+}

@@ -37,6 +37,7 @@ type taskRowView struct {
 	QueueName string
 	Params    string
 	Outcome   string // who decided how its last run ended (queue.Outcome)
+	Priority  string // its priority (queue.PriorityText; "": none, 0)
 }
 
 type tasksData struct {
@@ -112,7 +113,8 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, t := range list {
-		d.Rows = append(d.Rows, taskRowView{Task: t, QueueName: names[t.Queue], Params: compactJSON(t.Parameters), Outcome: outcomeOf(t).Kind})
+		d.Rows = append(d.Rows, taskRowView{Task: t, QueueName: names[t.Queue], Params: compactJSON(t.Parameters), Outcome: outcomeOf(t).Kind,
+			Priority: queue.PriorityText(t.Raw.Lookup(queue.FieldPriority))})
 	}
 	d.Full = more
 	h.render(w, r, "tasks", page{Title: "Tasks", Nav: "tasks", Refresh: int(h.refresh.Seconds()), Data: d})
