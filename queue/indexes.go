@@ -17,6 +17,11 @@ type Index struct {
 	Keys       bson.D
 	Unique     bool
 	Sparse     bool
+	// Partial is the index's partialFilterExpression on MongoDB. On a
+	// server without partial indexes (FerretDB 1.x answers NotImplemented)
+	// the index is made without it: see UniqueKeyIndex for why that holds
+	// there.
+	Partial bson.D
 }
 
 // Indexes are the indexes a Disbatch 4 node creates, exactly as the Perl
@@ -34,6 +39,8 @@ type Index struct {
 //   - reports (den's own): {task_id}, which the Demo plugin's report
 //     upsert and retention's removal of a task's reports look up (without
 //     it each task's report scans every report before it).
+//   - tasks (den's own): {unique_key, queue}, unique, partial: holds
+//     unique tasks (UniqueKeyIndex).
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -49,6 +56,8 @@ var Indexes = []Index{
 	{Collection: StatsCollection, Keys: bson.D{{Key: "t", Value: 1}}},
 	{Collection: QueuesCollection, Keys: bson.D{{Key: "count_todo", Value: 1}}},
 	{Collection: ReportsCollection, Keys: bson.D{{Key: "task_id", Value: 1}}},
+	// den's own: holds unique tasks (unique.go).
+	UniqueKeyIndex,
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.
@@ -84,17 +93,14 @@ func EnsureIndexes(ctx context.Context, s *NodeStore) (conflicts []string, err e
 		if names[ix.Name()] {
 			continue
 		}
-		model := mongo.IndexModel{Keys: ix.Keys}
-		switch {
-		case ix.Unique:
-			model.Options = options.Index().SetUnique(true)
-		case ix.Sparse:
-			model.Options = options.Index().SetSparse(true)
-		}
-		_, err := s.db.Collection(ix.Collection).Indexes().CreateOne(ctx, model)
+		err := createIndex(ctx, s.db, ix)
 		var ce mongo.CommandError
 		if errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86) { // IndexOptionsConflict, IndexKeySpecsConflict
 			conflicts = append(conflicts, fmt.Sprintf("%s.%s: %s", ix.Collection, ix.Name(), ce.Message))
+			continue
+		}
+		if IsDuplicateKey(err) { // tasks inserted before share a unique_key: no unique tasks until they end
+			conflicts = append(conflicts, fmt.Sprintf("%s.%s: %v", ix.Collection, ix.Name(), err))
 			continue
 		}
 		if err != nil {
@@ -126,4 +132,28 @@ func indexNames(ctx context.Context, coll *mongo.Collection) (map[string]bool, e
 		return nil, fmt.Errorf("list indexes of %s: %w", coll.Name(), err)
 	}
 	return names, nil
+}
+
+// createIndex creates one index. A partial index the server does not
+// implement (FerretDB 1.x: NotImplemented, code 238) is created without its
+// filter, which is only right where missing fields are not indexed (see
+// UniqueKeyIndex); MongoDB has had partial indexes since 3.2.
+func createIndex(ctx context.Context, db *mongo.Database, ix Index) error {
+	opts := options.Index()
+	switch {
+	case ix.Unique:
+		opts.SetUnique(true)
+	case ix.Sparse:
+		opts.SetSparse(true)
+	}
+	coll := db.Collection(ix.Collection)
+	if len(ix.Partial) > 0 {
+		_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix.Keys, Options: options.Index().SetUnique(ix.Unique).SetPartialFilterExpression(ix.Partial)})
+		var ce mongo.CommandError
+		if !errors.As(err, &ce) || ce.Code != 238 {
+			return err
+		}
+	}
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix.Keys, Options: opts})
+	return err
 }

@@ -25,6 +25,11 @@ type InsertOptions struct {
 	// web API writes and its nodes read, instead of the protocol's
 	// parameters (den nodes read both).
 	Params bool
+	// UniqueKey, when set, is the one task's unique_key (unique.go): it is
+	// inserted only if no unfinished task of its queue holds that key, else
+	// the error is a *KeyHeldError naming the task that does. Only one
+	// task may be inserted with a key.
+	UniqueKey string
 }
 
 // InsertTasks inserts one queued task per parameters document into a
@@ -35,6 +40,11 @@ type InsertOptions struct {
 func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time, opts InsertOptions) ([]bson.ObjectID, error) {
 	if len(params) == 0 {
 		return nil, nil
+	}
+	if opts.UniqueKey != "" {
+		if err := (*UniqueKeys)(s).prepare(ctx, queueID, opts.UniqueKey, len(params)); err != nil {
+			return nil, err
+		}
 	}
 	status := StatusQueued
 	if len(opts.Waiting) > 0 {
@@ -62,10 +72,20 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 			doc = append(doc, bson.E{Key: FieldAfter, Value: opts.After}, bson.E{Key: FieldAfterWas, Value: opts.After},
 				bson.E{Key: FieldWaiting, Value: waiting})
 		}
+		if opts.UniqueKey != "" {
+			doc = append(doc, bson.E{Key: FieldUniqueKey, Value: opts.UniqueKey})
+		}
 		docs[i] = doc
 	}
 	landed := ids
 	_, insertErr := s.tasks.InsertMany(ctx, docs)
+	if opts.UniqueKey != "" && IsDuplicateKey(insertErr) {
+		held, err := (*UniqueKeys)(s).Holder(context.WithoutCancel(ctx), queueID, opts.UniqueKey)
+		if err != nil {
+			return nil, fmt.Errorf("%v (%w)", held, err)
+		}
+		return nil, held
+	}
 	if insertErr != nil {
 		// What landed is not known from the error (a network failure says
 		// nothing): ask.
