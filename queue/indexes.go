@@ -93,7 +93,7 @@ func EnsureIndexes(ctx context.Context, s *NodeStore) (conflicts []string, err e
 		if names[ix.Name()] {
 			continue
 		}
-		err := createIndex(ctx, s.db, ix)
+		err := createIndexFreeing(ctx, s.db, ix)
 		var ce mongo.CommandError
 		if errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86) { // IndexOptionsConflict, IndexKeySpecsConflict
 			conflicts = append(conflicts, fmt.Sprintf("%s.%s: %s", ix.Collection, ix.Name(), ce.Message))
@@ -156,4 +156,18 @@ func createIndex(ctx context.Context, db *mongo.Database, ix Index) error {
 	}
 	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix.Keys, Options: opts})
 	return err
+}
+
+// createIndexFreeing creates an index as createIndex does; when it is
+// UniqueKeyIndex and tasks that have ended share a key (inserted before
+// den held keys), it frees their keys first and tries once more.
+func createIndexFreeing(ctx context.Context, db *mongo.Database, ix Index) error {
+	err := createIndex(ctx, db, ix)
+	if !IsDuplicateKey(err) || ix.Name() != UniqueKeyIndex.Name() || ix.Collection != UniqueKeyIndex.Collection {
+		return err
+	}
+	if _, ferr := NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, ""); ferr != nil {
+		return err
+	}
+	return createIndex(ctx, db, ix)
 }

@@ -86,13 +86,19 @@ func (e *KeyHeldError) Error() string {
 	if e.Holder.IsZero() {
 		return fmt.Sprintf("unique key %q is held in queue %s by a task that has just ended or gone; try again", e.Key, e.Queue.Hex())
 	}
+	if Ended(e.Status) { // it ended between the refusal and the look-up
+		return fmt.Sprintf("unique key %q was held in queue %s by task %s, which has just ended (status %d, %s); try again",
+			e.Key, e.Queue.Hex(), e.Holder.Hex(), e.Status, StatusName(e.Status))
+	}
 	return fmt.Sprintf("unique key %q is held in queue %s by task %s (status %d, %s); it is free again once that task has ended",
 		e.Key, e.Queue.Hex(), e.Holder.Hex(), e.Status, StatusName(e.Status))
 }
 
 // IsDuplicateKey reports whether err is a unique index's refusal: MongoDB's
 // E11000, or the development server's (FerretDB answers an update that
-// would duplicate a key with an InternalError that quotes SQL's).
+// would duplicate a key, and an index that existing documents would
+// break, with an InternalError that quotes PostgreSQL's unique_violation,
+// 23505, or SQLite's).
 func IsDuplicateKey(err error) bool {
 	if err == nil {
 		return false
@@ -101,7 +107,7 @@ func IsDuplicateKey(err error) bool {
 		return true
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "duplicate key value violates unique constraint") || strings.Contains(msg, "UNIQUE constraint failed")
+	return strings.Contains(msg, "SQLSTATE 23505") || strings.Contains(msg, "UNIQUE constraint failed")
 }
 
 // UniqueKeys frees and looks up unique keys. It is its own small store,
@@ -172,7 +178,7 @@ func (s *UniqueKeys) Ensure(ctx context.Context) error {
 	if names[UniqueKeyIndex.Name()] {
 		return nil
 	}
-	if err := createIndex(ctx, s.db, UniqueKeyIndex); err != nil {
+	if err := createIndexFreeing(ctx, s.db, UniqueKeyIndex); err != nil {
 		return fmt.Errorf("create index %s on %s: %w", UniqueKeyIndex.Name(), TasksCollection, err)
 	}
 	return nil

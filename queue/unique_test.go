@@ -208,3 +208,32 @@ func TestUniqueKeyConcurrentInserts(t *testing.T) {
 		t.Fatalf("%d tasks hold the key, want 1", n)
 	}
 }
+
+// On a database whose tasks share keys from before den held them: ended
+// ones are freed and the index is made; unfinished ones keep the index
+// from being made, which a node's start reports as a conflict and goes on.
+func TestUniqueKeyIndexOverTasksInsertedBefore(t *testing.T) {
+	t.Parallel()
+	ctx := dentest.Context(t)
+	task := func(qid bson.ObjectID, status int, key string) bson.D {
+		return bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: status}, {Key: "node", Value: "n"}, {Key: "unique_key", Value: key}}
+	}
+
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
+	dentest.Insert(t, db.Collection("tasks"), task(qid, 1, "old"), task(qid, 2, "old"), task(qid, -2, "old"))
+	if err := queue.NewUniqueKeys(db).Ensure(ctx); err != nil {
+		t.Fatalf("index over ended tasks sharing a key: %v", err)
+	}
+	if n := dentest.Count(t, db.Collection("tasks"), bson.D{{Key: "unique_key", Value: "old"}}); n != 1 {
+		t.Fatalf("%d tasks hold the key, want the unfinished one", n)
+	}
+
+	db = dentest.DB(t)
+	qid = dentest.Queue(t, db, "q", "Any", 1, "fifo")
+	dentest.Insert(t, db.Collection("tasks"), task(qid, -2, "twice"), task(qid, 0, "twice"))
+	conflicts, err := queue.EnsureIndexes(ctx, queue.NewStores(db).Node)
+	if err != nil || len(conflicts) != 1 || !strings.Contains(conflicts[0], queue.UniqueKeyIndex.Name()) {
+		t.Fatalf("EnsureIndexes = %v, %v; want the unique key index reported as a conflict", conflicts, err)
+	}
+}
