@@ -107,7 +107,20 @@ func (s *OperatorStore) RetryEnded(ctx context.Context, t Task, now time.Time) (
 	if ran {
 		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: FieldHistory, Value: entry}}})
 	}
+	// A task that held a unique key takes it back, or is refused while
+	// another unfinished task of its queue holds it (unique.go).
+	key := stringField(full.Raw, FieldUniqueKeyFreed)
+	if key != "" {
+		update = append(update, bson.E{Key: "$rename", Value: bson.D{{Key: FieldUniqueKeyFreed, Value: FieldUniqueKey}}})
+	}
 	res, err := s.tasks.UpdateOne(ctx, filter, update)
+	if key != "" && IsDuplicateKey(err) {
+		held, herr := (*UniqueKeys)(s).Holder(context.WithoutCancel(ctx), full.Queue, key)
+		if herr != nil {
+			return false, fmt.Errorf("retry task %s: %v (%w)", t.ID.Hex(), held, herr)
+		}
+		return false, fmt.Errorf("retry task %s: %w", t.ID.Hex(), held)
+	}
 	if err != nil {
 		return false, fmt.Errorf("retry task %s: %w", t.ID.Hex(), err)
 	}

@@ -118,7 +118,7 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 	h := newHostileDB(t, qid, hostileTasks, hostileQueues, hostileNodes, hostileSchedules)
 	h.metMalformed = metMalformed
 	calls := slices.Concat(h.queueAndNodeQueries(), h.countAndListQueries(), h.retireScheduleAndTaskQueries(),
-		h.rescueAndDependencyQueries(), h.changeAndClaimQueries())
+		h.rescueAndDependencyQueries(), h.changeAndClaimQueries(), h.uniqueKeyQueries())
 	checkEveryMethodTried(t, calls)
 	for _, c := range calls {
 		t.Run(c.method, func(t *testing.T) {
@@ -212,7 +212,7 @@ func checkEveryMethodTried(t *testing.T, calls []hostileCall) {
 	for _, c := range calls {
 		tried[c.method] = true
 	}
-	types := []reflect.Type{reflect.TypeFor[*queue.NodeStore](), reflect.TypeFor[*queue.RunnerStore](), reflect.TypeFor[*queue.OperatorStore]()}
+	types := []reflect.Type{reflect.TypeFor[*queue.NodeStore](), reflect.TypeFor[*queue.RunnerStore](), reflect.TypeFor[*queue.OperatorStore](), reflect.TypeFor[*queue.UniqueKeys]()}
 	methods := map[string]bool{}
 	var missing []string
 	for _, typ := range types {
@@ -660,5 +660,29 @@ func val[T any](v T, err error) func(t *testing.T) T {
 			t.Fatal(err)
 		}
 		return v
+	}
+}
+
+// uniqueKeyQueries are the queries of unique tasks (queue.UniqueKeys).
+func (h *hostileDB) uniqueKeyQueries() []hostileCall {
+	keys := queue.NewUniqueKeys(h.db)
+	return []hostileCall{
+		{"Ensure", func(t *testing.T) {
+			if err := keys.Ensure(h.ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"FreeEnded", func(t *testing.T) {
+			for _, key := range []string{"", "k"} {
+				if _, err := keys.FreeEnded(h.ctx, h.qid, key); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"Holder", func(t *testing.T) {
+			if held, err := keys.Holder(h.ctx, h.qid, "k"); err != nil || !held.Holder.IsZero() {
+				t.Fatalf("Holder = %v, %v; want no holder", held, err)
+			}
+		}},
 	}
 }

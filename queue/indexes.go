@@ -17,10 +17,12 @@ type Index struct {
 	Keys       bson.D
 	Unique     bool
 	Sparse     bool
-	// Partial, when set, is the index's partialFilterExpression. A server
-	// that does not implement partial indexes (the development server,
-	// FerretDB 1.x) goes without the index: the queries it serves still
-	// work there, scanning as that server always does.
+	// Partial is the index's partialFilterExpression. On a server that
+	// does not implement partial indexes (the development server, FerretDB
+	// 1.x, answers NotImplemented), a unique index is made without its
+	// filter (see UniqueKeyIndex for why that holds there), and any other
+	// goes without the index: the queries it serves still work, scanning
+	// as that server always does.
 	Partial bson.D
 }
 
@@ -47,6 +49,8 @@ type Index struct {
 //     below 0, fifo from the index, lifo sorting only those tasks) and the
 //     pass's query for which queues have them (Priorities.Queues). Tasks
 //     without a priority cost it nothing.
+//   - tasks (den's own): {unique_key, queue}, unique, partial: holds
+//     unique tasks (UniqueKeyIndex).
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -65,6 +69,8 @@ var Indexes = []Index{
 	{Collection: RateLimitsCollection, Keys: bson.D{{Key: "queue", Value: 1}, {Key: "slot", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "queue", Value: 1}, {Key: FieldPriority, Value: -1}, {Key: "_id", Value: 1}},
 		Partial: bson.D{{Key: "status", Value: StatusQueued}, {Key: FieldPriority, Value: bson.D{{Key: "$exists", Value: true}}}}},
+	// den's own: holds unique tasks (unique.go).
+	UniqueKeyIndex,
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.
@@ -100,22 +106,14 @@ func EnsureIndexes(ctx context.Context, s *NodeStore) (conflicts []string, err e
 		if names[ix.Name()] {
 			continue
 		}
-		model := mongo.IndexModel{Keys: ix.Keys}
-		switch {
-		case ix.Unique:
-			model.Options = options.Index().SetUnique(true)
-		case ix.Sparse:
-			model.Options = options.Index().SetSparse(true)
-		case ix.Partial != nil:
-			model.Options = options.Index().SetPartialFilterExpression(ix.Partial)
-		}
-		_, err := s.db.Collection(ix.Collection).Indexes().CreateOne(ctx, model)
-		if ix.Partial != nil && notImplemented(err) {
-			continue
-		}
+		err := createIndexFreeing(ctx, s.db, ix)
 		var ce mongo.CommandError
 		if errors.As(err, &ce) && (ce.Code == 85 || ce.Code == 86) { // IndexOptionsConflict, IndexKeySpecsConflict
 			conflicts = append(conflicts, fmt.Sprintf("%s.%s: %s", ix.Collection, ix.Name(), ce.Message))
+			continue
+		}
+		if IsDuplicateKey(err) { // tasks inserted before share a unique_key: no unique tasks until they end
+			conflicts = append(conflicts, fmt.Sprintf("%s.%s: %v", ix.Collection, ix.Name(), err))
 			continue
 		}
 		if err != nil {
@@ -147,4 +145,45 @@ func indexNames(ctx context.Context, coll *mongo.Collection) (map[string]bool, e
 		return nil, fmt.Errorf("list indexes of %s: %w", coll.Name(), err)
 	}
 	return names, nil
+}
+
+// createIndex creates one index. A partial index the server does not
+// implement (FerretDB 1.x: NotImplemented, code 238) is created without its
+// filter, which is only right where missing fields are not indexed (see
+// UniqueKeyIndex); MongoDB has had partial indexes since 3.2.
+func createIndex(ctx context.Context, db *mongo.Database, ix Index) error {
+	opts := options.Index()
+	switch {
+	case ix.Unique:
+		opts.SetUnique(true)
+	case ix.Sparse:
+		opts.SetSparse(true)
+	}
+	coll := db.Collection(ix.Collection)
+	if len(ix.Partial) > 0 {
+		_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix.Keys, Options: options.Index().SetUnique(ix.Unique).SetPartialFilterExpression(ix.Partial)})
+		var ce mongo.CommandError
+		if !errors.As(err, &ce) || ce.Code != 238 {
+			return err
+		}
+		if !ix.Unique {
+			return nil // goes without it (Index.Partial)
+		}
+	}
+	_, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: ix.Keys, Options: opts})
+	return err
+}
+
+// createIndexFreeing creates an index as createIndex does; when it is
+// UniqueKeyIndex and tasks that have ended share a key (inserted before
+// den held keys), it frees their keys first and tries once more.
+func createIndexFreeing(ctx context.Context, db *mongo.Database, ix Index) error {
+	err := createIndex(ctx, db, ix)
+	if !IsDuplicateKey(err) || ix.Name() != UniqueKeyIndex.Name() || ix.Collection != UniqueKeyIndex.Collection {
+		return err
+	}
+	if _, ferr := NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, ""); ferr != nil {
+		return err
+	}
+	return createIndex(ctx, db, ix)
 }

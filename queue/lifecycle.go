@@ -149,7 +149,11 @@ func (s *RunnerStore) Finish(ctx context.Context, taskID bson.ObjectID, node str
 		{Key: "stderr", Value: r.Stderr},
 		{Key: "mtime", Value: now},
 	}
-	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), bson.D{{Key: "$set", Value: append(set, r.Extra...)}, {Key: "$unset", Value: bson.D{unsetLive}}})
+	update := bson.D{{Key: "$set", Value: append(set, r.Extra...)}, {Key: "$unset", Value: bson.D{unsetLive}}}
+	if Ended(r.Status) {
+		update = append(update, freeKey) // the task's unique_key, if any, is free again (unique.go)
+	}
+	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), update)
 	if err != nil {
 		return false, fmt.Errorf("record result of task %s: %w", taskID.Hex(), err)
 	}

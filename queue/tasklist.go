@@ -28,6 +28,11 @@ type InsertOptions struct {
 	// Priority, when not 0, is written as each task's priority
 	// (FieldPriority); 0, the default, writes no field.
 	Priority int64
+	// UniqueKey, when set, is the one task's unique_key (unique.go): it is
+	// inserted only if no unfinished task of its queue holds that key, else
+	// the error is a *KeyHeldError naming the task that does. Only one
+	// task may be inserted with a key.
+	UniqueKey string
 }
 
 // InsertTasks inserts one queued task per parameters document into a
@@ -38,6 +43,11 @@ type InsertOptions struct {
 func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time, opts InsertOptions) ([]bson.ObjectID, error) {
 	if len(params) == 0 {
 		return nil, nil
+	}
+	if opts.UniqueKey != "" {
+		if err := (*UniqueKeys)(s).prepare(ctx, queueID, opts.UniqueKey, len(params)); err != nil {
+			return nil, err
+		}
 	}
 	status := StatusQueued
 	if len(opts.Waiting) > 0 {
@@ -68,10 +78,20 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 		if opts.Priority != 0 {
 			doc = append(doc, bson.E{Key: FieldPriority, Value: opts.Priority})
 		}
+		if opts.UniqueKey != "" {
+			doc = append(doc, bson.E{Key: FieldUniqueKey, Value: opts.UniqueKey})
+		}
 		docs[i] = doc
 	}
 	landed := ids
 	_, insertErr := s.tasks.InsertMany(ctx, docs)
+	if opts.UniqueKey != "" && IsDuplicateKey(insertErr) {
+		held, err := (*UniqueKeys)(s).Holder(context.WithoutCancel(ctx), queueID, opts.UniqueKey)
+		if err != nil {
+			return nil, fmt.Errorf("%v (%w)", held, err)
+		}
+		return nil, held
+	}
 	if insertErr != nil {
 		// What landed is not known from the error (a network failure says
 		// nothing): ask.

@@ -2,6 +2,7 @@ package bulk
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -35,15 +36,24 @@ type Retried struct {
 	Tasks     []queue.Task // those put back, in order
 	Skipped   int          // left alone: not ended, or changed since they were read
 	Recounted int          // of Tasks, those that had finished: counted in count_todo again
+	// Held are the refusals of the skipped tasks whose unique key another
+	// unfinished task of their queue holds (queue.KeyHeldError), each
+	// naming the task refused and the holder.
+	Held []string
 }
 
 // Retry puts each ended task of tasks back in its queue (RetryEnded), in
 // order, at now() each. It stops at the first error, with what it did
-// before it.
+// before it; a task refused for its unique key is skipped (Held).
 func Retry(ctx context.Context, s Store, tasks []queue.Task, now func() time.Time) (Retried, error) {
 	var r Retried
 	for _, t := range tasks {
 		ok, err := s.RetryEnded(ctx, t, now())
+		if held := (*queue.KeyHeldError)(nil); errors.As(err, &held) {
+			r.Skipped++
+			r.Held = append(r.Held, err.Error())
+			continue
+		}
 		if err != nil {
 			return r, err
 		}

@@ -23,6 +23,7 @@ const (
 	ExitOK    = 0 // done; for den counts check: no drift
 	ExitError = 1 // an operational error (MongoDB unreachable, no such task, drift found by den counts check)
 	ExitUsage = 2 // the command line is wrong: unknown command or flag, bad argument or value, a configuration refused, a confirmation refused
+	ExitHeld  = 3 // den task add --unique-key: an unfinished task of the queue holds the key; nothing was added
 )
 
 // Main runs den with the process's arguments and returns the exit status

@@ -66,11 +66,20 @@ error and nothing is inserted.
 
 With --priority N the tasks get the field priority: N, and den nodes claim
 them before every task of the queue with a lower priority (no field counts
-as 0); within one priority, in the queue's order.`,
+as 0); within one priority, in the queue's order.
+
+With --unique-key K (one task only), the task is inserted only if no
+unfinished task of the queue holds the key K (a unique index decides, not
+a read before the write); else den names the task that holds it (its id
+and status), inserts nothing and exits 3 (with --json, the holder is
+printed as JSON). A task holds its key until it has ended: succeeded or
+failed (status 1 and up), cancelled (-5) or orphaned (-6); blocked, held
+and terminated tasks still hold it. See docs/task-control.md.`,
 		Example: `  printf '{"commands":"ab"}\n{"commands":"a"}\n' | den task add demo
   echo '{"commands":"a"}' | den task add demo --priority 10
   den task add resize --file tasks.jsonl --config /etc/disbatch/config.json
-  den task add report --after 6b02ffcf2e2e26d413036425,6b02ffcf2e2e26d413036426 < report.jsonl`,
+  den task add report --after 6b02ffcf2e2e26d413036425,6b02ffcf2e2e26d413036426 < report.jsonl
+  echo '{"account":"42"}' | den task add resync --unique-key account-42`,
 		Args: cobra.ExactArgs(1),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			file, _ := cmd.Flags().GetString("file")
@@ -104,6 +113,9 @@ as 0); within one priority, in the queue's order.`,
 				return err
 			}
 			opts.Priority, _ = cmd.Flags().GetInt64("priority")
+			if opts.UniqueKey, err = uniqueKeyFlag(cmd, len(params)); err != nil {
+				return err
+			}
 			progress := isTerminalWriter(cmd.ErrOrStderr()) && !wantJSON(cmd)
 			done := 0
 			var added []string
@@ -114,6 +126,9 @@ as 0); within one priority, in the queue's order.`,
 				done += n
 				for _, id := range ids {
 					added = append(added, id.Hex())
+				}
+				if held := (*queue.KeyHeldError)(nil); errors.As(err, &held) {
+					return keyHeld(cmd, &q, held)
 				}
 				if err != nil {
 					if progress {
@@ -145,9 +160,40 @@ as 0); within one priority, in the queue's order.`,
 	}
 	cmd.Flags().StringP("file", "f", "", "file of tasks, one JSON object of parameters per line (default stdin)")
 	cmd.Flags().Int("batch", 1000, "tasks per insert")
+	cmd.Flags().String("unique-key", "", "insert the (one) task only if no unfinished task of the queue holds this key")
 	cmd.Flags().StringSlice("after", nil, "task ids the new tasks come after: they run once all of these succeeded, and are cancelled if one of them fails for good")
 	cmd.Flags().Int64("priority", 0, "the tasks' priority: den nodes claim the highest first, in the queue's order within one priority (may be negative; 0 writes no field)")
 	return cmd
+}
+
+// uniqueKeyFlag reads --unique-key, for n tasks.
+func uniqueKeyFlag(cmd *cobra.Command, n int) (string, error) {
+	key, _ := cmd.Flags().GetString("unique-key")
+	if !cmd.Flags().Changed("unique-key") {
+		return "", nil
+	}
+	if err := queue.CheckUniqueKey(key); err != nil {
+		return "", usagef("--unique-key: %v", err)
+	}
+	if n != 1 {
+		return "", usagef("--unique-key is for one task, and %d were given", n)
+	}
+	return key, nil
+}
+
+// keyHeld reports a task refused for its unique key: exit status 3, and
+// with --json the task that holds the key.
+func keyHeld(cmd *cobra.Command, q *queue.Queue, held *queue.KeyHeldError) error {
+	if wantJSON(cmd) {
+		out := map[string]any{"queue": q.ID.Hex(), "name": q.Name, "inserted": 0, "unique_key": held.Key, "held_by": nil}
+		if !held.Holder.IsZero() {
+			out["held_by"] = map[string]any{"id": held.Holder.Hex(), "status": held.Status, "status_name": queue.StatusName(held.Status)}
+		}
+		if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+			return err
+		}
+	}
+	return exitError{ExitHeld, fmt.Errorf("not added to queue %s: %w", human.Escape(q.Name), held)}
 }
 
 // bar draws a progress bar of width characters.
@@ -659,6 +705,9 @@ skips it and is required when stdin is not a terminal.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "; %d left alone (not ended, or changed meanwhile)", skipped)
 			}
 			fmt.Fprintln(cmd.OutOrStdout())
+			for _, h := range done.Held {
+				fmt.Fprintln(cmd.ErrOrStderr(), "den: note:", human.Escape(h))
+			}
 			if len(args) > 0 && retried < len(args) {
 				return exitError{ExitError, fmt.Errorf("%d of %d tasks were not retried", len(args)-retried, len(args))}
 			}

@@ -88,6 +88,10 @@ func (h *handler) retry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	done, err := h.store.RetryEnded(r.Context(), *t, h.now())
+	if held := (*queue.KeyHeldError)(nil); errors.As(err, &held) {
+		h.fail(w, r, http.StatusConflict, err) // another unfinished task holds its unique key
+		return
+	}
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return

@@ -1,0 +1,202 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// This file holds unique tasks: at most one unfinished task per unique_key
+// and queue, held by a unique index, never by a read then a write.
+//
+// The key a task holds is its field unique_key (a string). The index
+// UniqueKeyIndex is unique on {unique_key, queue}, and takes only the
+// tasks that have the field: on MongoDB by its partialFilterExpression
+// {unique_key: {$exists: true}}; on a server without partial indexes
+// (FerretDB 1.x, the development server) it is a plain unique index, which
+// there leaves out documents without the field as well (its SQL index
+// treats a missing field as NULL, and NULLs never collide; measured on its
+// SQLite and PostgreSQL engines). Whatever inserts a second unfinished task
+// with a key its queue's unfinished task holds - den, the mongo shell, any
+// driver - gets the server's duplicate-key error (E11000).
+//
+// Once a task has ended (Ended: finished, cancelled, orphaned) its key is
+// freed by renaming unique_key to unique_key_freed, so that the index no
+// longer holds it and the task still says which key it had. A den node
+// does that in the same update that records a run's result (no command
+// more), its sweep does it for the tasks that ended otherwise (a Perl
+// Disbatch node's, a cancel, a rescue: one updateMany every SweepEvery), and
+// an insert with a key does it for that key first (FreeEnded), so that a
+// task a Perl node finished a moment ago does not refuse the next one. A
+// retry by an operator takes the key back (RetryEnded), or is refused while
+// another unfinished task holds it.
+
+// Fields of unique tasks.
+const (
+	// FieldUniqueKey is the key an unfinished task holds (a string).
+	FieldUniqueKey = "unique_key"
+	// FieldUniqueKeyFreed is the key a task held until it ended.
+	FieldUniqueKeyFreed = "unique_key_freed"
+)
+
+// MaxUniqueKey is the longest unique_key den inserts, in bytes: an index
+// key must stay well under MongoDB's limits.
+const MaxUniqueKey = 512
+
+// UniqueKeyIndex is the index that holds the unique keys.
+var UniqueKeyIndex = Index{
+	Collection: TasksCollection,
+	Keys:       bson.D{{Key: FieldUniqueKey, Value: 1}, {Key: "queue", Value: 1}},
+	Unique:     true,
+	Partial:    bson.D{{Key: FieldUniqueKey, Value: bson.D{{Key: "$exists", Value: true}}}},
+}
+
+// CheckUniqueKey says what is wrong with a unique key given by a user, or
+// nil.
+func CheckUniqueKey(key string) error {
+	switch {
+	case key == "":
+		return errors.New("unique key: empty")
+	case len(key) > MaxUniqueKey:
+		return fmt.Errorf("unique key: %d bytes, at most %d", len(key), MaxUniqueKey)
+	case !utf8.ValidString(key):
+		return errors.New("unique key: not UTF-8")
+	}
+	return nil
+}
+
+// KeyHeldError is the refusal of a task whose unique key an unfinished
+// task of its queue holds.
+type KeyHeldError struct {
+	Queue bson.ObjectID
+	Key   string
+	// Holder is the task that holds the key, and Status its status; zero
+	// when it ended (or went) between the refusal and the look-up.
+	Holder bson.ObjectID
+	Status int
+}
+
+func (e *KeyHeldError) Error() string {
+	if e.Holder.IsZero() {
+		return fmt.Sprintf("unique key %q is held in queue %s by a task that has just ended or gone; try again", e.Key, e.Queue.Hex())
+	}
+	if Ended(e.Status) { // it ended between the refusal and the look-up
+		return fmt.Sprintf("unique key %q was held in queue %s by task %s, which has just ended (status %d, %s); try again",
+			e.Key, e.Queue.Hex(), e.Holder.Hex(), e.Status, StatusName(e.Status))
+	}
+	return fmt.Sprintf("unique key %q is held in queue %s by task %s (status %d, %s); it is free again once that task has ended",
+		e.Key, e.Queue.Hex(), e.Holder.Hex(), e.Status, StatusName(e.Status))
+}
+
+// IsDuplicateKey reports whether err is a unique index's refusal: MongoDB's
+// E11000, or the development server's (FerretDB answers an update that
+// would duplicate a key, and an index that existing documents would
+// break, with an InternalError that quotes PostgreSQL's unique_violation,
+// 23505, or SQLite's).
+func IsDuplicateKey(err error) bool {
+	if err == nil {
+		return false
+	}
+	if mongo.IsDuplicateKeyError(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "SQLSTATE 23505") || strings.Contains(msg, "UNIQUE constraint failed")
+}
+
+// UniqueKeys frees and looks up unique keys. It is its own small store,
+// from the same connection as the role stores.
+type UniqueKeys conn
+
+// NewUniqueKeys returns the unique keys of a database.
+func NewUniqueKeys(db *mongo.Database) *UniqueKeys { return (*UniqueKeys)(newConn(db)) }
+
+// UniqueKeysOf returns the unique keys of a node's store, on its connection.
+func UniqueKeysOf(s *NodeStore) *UniqueKeys { return (*UniqueKeys)(s) }
+
+// endedFilter selects the tasks that have ended (Ended).
+func endedFilter() bson.E {
+	return bson.E{Key: "$or", Value: bson.A{
+		bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: StatusSucceeded}}}},
+		bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusCancelled, StatusOrphaned}}}}},
+	}}
+}
+
+// freeKey is the update that frees a task's key.
+var freeKey = bson.E{Key: "$rename", Value: bson.D{{Key: FieldUniqueKey, Value: FieldUniqueKeyFreed}}}
+
+// FreeEnded frees the keys of the tasks that have ended but still hold
+// one: every such task (the sweep), or, with a key, the one of that key in
+// that queue. It returns how many it freed.
+func (s *UniqueKeys) FreeEnded(ctx context.Context, queueID bson.ObjectID, key string) (int64, error) {
+	filter := bson.D{{Key: FieldUniqueKey, Value: bson.D{{Key: "$exists", Value: true}}}}
+	if key != "" {
+		filter = bson.D{{Key: FieldUniqueKey, Value: key}, {Key: "queue", Value: queueID}}
+	}
+	res, err := s.tasks.UpdateMany(ctx, append(filter, endedFilter()), bson.D{freeKey})
+	if err != nil {
+		return 0, fmt.Errorf("free the unique keys of ended tasks: %w", err)
+	}
+	return res.ModifiedCount, nil
+}
+
+// Holder returns the refusal of key in a queue, naming the unfinished
+// task that holds it.
+func (s *UniqueKeys) Holder(ctx context.Context, queueID bson.ObjectID, key string) (*KeyHeldError, error) {
+	held := &KeyHeldError{Queue: queueID, Key: key}
+	raw, err := s.tasks.FindOne(ctx, bson.D{{Key: FieldUniqueKey, Value: key}, {Key: "queue", Value: queueID}},
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: 1}})).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return held, nil
+	}
+	if err != nil {
+		return held, fmt.Errorf("find the task that holds unique key %q: %w", key, err)
+	}
+	// Whatever a user put there: an _id that is no ObjectId, a status that
+	// is no number, are shown as zero rather than failing the refusal.
+	held.Holder, _ = raw.Lookup("_id").ObjectIDOK()
+	if st, ok := raw.Lookup("status").AsInt64OK(); ok {
+		held.Status = int(st)
+	}
+	return held, nil
+}
+
+// Ensure creates UniqueKeyIndex when it is not there yet (a den node
+// creates it when it starts, with the others; an insert with a key makes
+// sure of it, since the key holds only by it).
+func (s *UniqueKeys) Ensure(ctx context.Context) error {
+	names, err := indexNames(ctx, s.tasks)
+	if err != nil {
+		return err
+	}
+	if names[UniqueKeyIndex.Name()] {
+		return nil
+	}
+	if err := createIndexFreeing(ctx, s.db, UniqueKeyIndex); err != nil {
+		return fmt.Errorf("create index %s on %s: %w", UniqueKeyIndex.Name(), TasksCollection, err)
+	}
+	return nil
+}
+
+// prepare readies the insert of n tasks with a key into a queue: the key
+// is valid, n is 1, the index that holds keys exists, and the key of a
+// task of the queue that has ended is freed.
+func (s *UniqueKeys) prepare(ctx context.Context, queueID bson.ObjectID, key string, n int) error {
+	if err := CheckUniqueKey(key); err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("unique key %q: %d tasks, but a unique key is for one task", key, n)
+	}
+	if err := s.Ensure(ctx); err != nil {
+		return err
+	}
+	_, err := s.FreeEnded(ctx, queueID, key)
+	return err
+}
