@@ -378,3 +378,20 @@ func runTimeChart(now time.Time, points []queue.StatPoint, took []time.Duration)
 	}
 	return newChart("Run time: this task and its queue mean, per hour", times, true, lines...)
 }
+
+// tookText says how long a run took, as people read it: "0.42 s", "12.3 s",
+// "4 min 05 s", "2 h 03 min".
+func tookText(d time.Duration) string {
+	switch s := d.Seconds(); {
+	case s < 10:
+		return strconv.FormatFloat(math.Round(s*100)/100, 'f', -1, 64) + " s"
+	case s < 60:
+		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%d min %02d s", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%d h %02d min", int(d.Hours()), int(d.Minutes())%60)
+	}
+}

@@ -198,7 +198,13 @@ func TestTaskRunTimeChart(t *testing.T) {
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: 1}, {Key: "node", Value: "n1"}, {Key: "mtime", Value: chartAt.Add(-30 * time.Second)},
 		{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 1}, {Key: "started", Value: int64(1)},
-			{Key: "host", Value: "h"}, {Key: "at", Value: chartAt.Add(-90 * time.Second)}}}}}})
+			{Key: "host", Value: "h"}, {Key: "at", Value: chartAt.Add(-90 * time.Second)}}},
+		{Key: "history", Value: bson.A{
+			bson.D{{Key: "attempt", Value: 1}, {Key: "node", Value: "n1"}, {Key: "status", Value: 2},
+				{Key: "started", Value: chartAt.Add(-10 * time.Minute)}, {Key: "ended", Value: chartAt.Add(-10*time.Minute + 2500*time.Millisecond)}},
+			bson.D{{Key: "attempt", Value: 2}, {Key: "node", Value: "n1"}, {Key: "status", Value: 2},
+				{Key: "started", Value: chartAt.Add(-8 * time.Minute)}, {Key: "ended", Value: chartAt.Add(-8*time.Minute + 125*time.Second)}},
+		}}}}})
 	srv := serveAt(t, db, chartAt)
 	code, body := get(t, client(nil), srv.URL+"/tasks/"+id.Hex())
 	if code != http.StatusOK {
@@ -209,6 +215,18 @@ func TestTaskRunTimeChart(t *testing.T) {
 	this := seriesValues(t, body, title, "this task (s)")
 	if len(mean) != 168 || mean[164] != "20" || mean[167] != "2.5" || mean[0] != "-" || this[0] != "60" || this[167] != "60" {
 		t.Errorf("run times: the queue's mean %v, this task %v", mean, this)
+	}
+	// Each run's time as a number: the last run's in the facts, the
+	// earlier ones' in the history.
+	if m := regexp.MustCompile(`<dd id="took">([^<]*?) *<`).FindStringSubmatch(body); m == nil || m[1] != "1 min 00 s" {
+		t.Errorf("the task's run time says %q, want 1 min 00 s", m)
+	}
+	var took []string
+	for _, m := range regexp.MustCompile(`class="num took">([^<]*)<`).FindAllStringSubmatch(body, -1) {
+		took = append(took, m[1])
+	}
+	if strings.Join(took, "|") != "2.5 s|2 min 05 s" {
+		t.Errorf("the history's run times are %q, want 2.5 s|2 min 05 s", took)
 	}
 }
 
