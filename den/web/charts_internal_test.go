@@ -1,6 +1,8 @@
 package web
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,5 +29,48 @@ func TestTookText(t *testing.T) {
 		if got := tookText(c.d); got != c.want {
 			t.Errorf("tookText(%s) = %q, want %q", c.d, got, c.want)
 		}
+	}
+}
+
+// Each range draws its span in steps the stats have, ending with the step
+// under way, and marks round times along its axis.
+func TestChartRangesBucketsAndTicks(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 7, 12, 34, 56, 0, time.UTC) // a Wednesday
+	for _, c := range []struct {
+		name        string
+		points      int
+		first, last string
+		ticks       string // index:label, ...
+	}{
+		{"15m", 15, "12:20", "12:34", "0:12:20 5:12:25 10:12:30"},
+		{"hour", 60, "11:35", "12:34", "5:11:40 15:11:50 25:12:00 35:12:10 45:12:20 55:12:30"},
+		{"6h", 24, "06:45", "12:30", "1:07:00 5:08:00 9:09:00 13:10:00 17:11:00 21:12:00"},
+		{"day", 96, "12:45", "12:30", "9:15:00 21:18:00 33:21:00 45:00:00 57:03:00 69:06:00 81:09:00 93:12:00"},
+		{"week", 168, "Wed 31 13:00", "Wed 7 12:00", "11:Thu 1 35:Fri 2 59:Sat 3 83:Sun 4 107:Mon 5 131:Tue 6 155:Wed 7"},
+	} {
+		r := rangeOf(c.name)
+		if r.Name != c.name {
+			t.Fatalf("no range %q", c.name)
+		}
+		times := r.buckets(now)
+		format := "15:04"
+		if r.Step >= time.Hour {
+			format = "Mon 2 15:04"
+		}
+		if len(times) != c.points || times[0].Format(format) != c.first || times[len(times)-1].Format(format) != c.last {
+			t.Errorf("%s: %d points from %s to %s, want %d from %s to %s", c.name, len(times),
+				times[0].Format(format), times[len(times)-1].Format(format), c.points, c.first, c.last)
+		}
+		var got []string
+		for _, tk := range r.ticks(times) {
+			got = append(got, strconv.Itoa(tk.I)+":"+tk.Label)
+		}
+		if strings.Join(got, " ") != c.ticks {
+			t.Errorf("%s: ticks %q, want %q", c.name, strings.Join(got, " "), c.ticks)
+		}
+	}
+	if rangeOf("").Name != "hour" || rangeOf("year").Name != "hour" {
+		t.Errorf("an unknown range is not the hour")
 	}
 }
