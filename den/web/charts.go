@@ -364,7 +364,9 @@ func foldStats(times []time.Time, points []queue.StatPoint) (map[bson.ObjectID]*
 				v = newNodeSeries(len(times))
 				byNode[p.Node] = v
 			}
-			v.run[i], v.load[i] = float64(p.Running), p.Load
+			if p.NodeSampled() {
+				v.run[i], v.load[i] = float64(p.Running), p.Load
+			}
 		}
 	}
 	return byQueue, byNode
