@@ -129,7 +129,7 @@ func TestBrowserCharts(t *testing.T) {
 	if got := sum("images: finished per minute", "succeeded"); got == "0" {
 		t.Error("the last hour of queue images draws nothing")
 	}
-	for _, sel := range []string{`figure[data-chart="images: backlog"] polyline`, `figure[data-chart="worker02: load (1 min)"] polyline`, `figure[data-chart="web-node: tasks running"] svg`} {
+	for _, sel := range []string{`figure[data-chart="images: backlog"] polyline`, `figure[data-chart="worker02: tasks running and load"] polyline`, `figure[data-chart="web-node: finished per minute"] svg`} {
 		if v := visible(sel); v == "none" || strings.HasPrefix(v, "0x") {
 			t.Errorf("%s is not shown (%s)", sel, v)
 		}

@@ -247,8 +247,8 @@ type queueCharts struct {
 }
 
 type nodeCharts struct {
-	Name          string
-	Running, Load chartView
+	Name              string
+	Finished, Running chartView
 }
 
 // overviewCharts draws the charts of the queues and nodes in points
@@ -283,31 +283,54 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 		names = names[:chartsShown]
 	}
 	for _, name := range names {
-		v := byNode[name]
-		d.Nodes = append(d.Nodes, nodeCharts{Name: name,
-			Running: newChart(name+": tasks running", r, times, series{Name: "running", Color: colorRun, Values: v.run}),
-			Load:    newChart(name+": load (1 min)", r, times, series{Name: "load", Color: colorLoad, Values: v.load}),
-		})
+		d.Nodes = append(d.Nodes, nodeChartsOf(name, r, times, byNode[name]))
 	}
 	return d
 }
 
-// queueSeries are one queue's values per step: finished (ok, bad) and
-// backlog (todo, run).
-type queueSeries struct{ ok, bad, todo, run []float64 }
+// nodeChartsOf draws a node's charts: the tasks it finished in each step,
+// as it counted them, and the tasks it held with its host's load, as it
+// sampled them.
+func nodeChartsOf(name string, r chartRange, times []time.Time, v *nodeSeries) nodeCharts {
+	if v == nil {
+		v = newNodeSeries(len(times))
+	}
+	v.openStep(r)
+	return nodeCharts{Name: name,
+		Finished: newChart(name+": finished "+r.Label, r, times,
+			series{Name: "succeeded", Color: colorOK, Values: v.ok}, series{Name: "failed", Color: colorBad, Values: v.bad}),
+		Running: newChart(name+": tasks running and load", r, times,
+			series{Name: "tasks running", Color: colorRun, Values: v.run}, series{Name: "load (1 min)", Color: colorLoad, Values: v.load}),
+	}
+}
+
+// queueSeries are one queue's values per step: finished (ok, bad),
+// backlog (todo, run), and its runs counted by how long they ran and
+// waited (runs, waits).
+type queueSeries struct {
+	ok, bad, todo, run []float64
+	runs, waits        []queue.Durations
+}
 
 // openStep leaves the step under way blank in what finished when r's
 // step is a minute: nodes write a minute's completions once it is over,
 // so its count would read 0 (a drop that is not one) until then. A
 // longer step's count so far is drawn: it grows as nodes write it.
-func (v *queueSeries) openStep(r chartRange) {
-	if r.Step <= time.Minute && len(v.ok) > 0 {
-		v.ok[len(v.ok)-1], v.bad[len(v.bad)-1] = math.NaN(), math.NaN()
+func (v *queueSeries) openStep(r chartRange) { blankLast(r, v.ok, v.bad) }
+
+func blankLast(r chartRange, lines ...[]float64) {
+	for _, l := range lines {
+		if r.Step <= time.Minute && len(l) > 0 {
+			l[len(l)-1] = math.NaN()
+		}
 	}
 }
 
-// nodeSeries are one node's values per step.
-type nodeSeries struct{ run, load []float64 }
+// nodeSeries are one node's values per step: finished (ok, bad), as it
+// counted them, and its samples (run, load).
+type nodeSeries struct{ ok, bad, run, load []float64 }
+
+func (v *nodeSeries) openStep(r chartRange) { blankLast(r, v.ok, v.bad) }
 
 // A step with no document has nothing finished and no backlog (nodes
 // write a queue's backlog while it has one, and once more when it is
@@ -319,7 +342,8 @@ func newQueueSeries(n int) *queueSeries {
 		v[n-1] = math.NaN()
 		return v
 	}
-	return &queueSeries{make([]float64, n), make([]float64, n), backlog(), backlog()}
+	return &queueSeries{ok: make([]float64, n), bad: make([]float64, n), todo: backlog(), run: backlog(),
+		runs: make([]queue.Durations, n), waits: make([]queue.Durations, n)}
 }
 
 func newNodeSeries(n int) *nodeSeries {
@@ -330,7 +354,7 @@ func newNodeSeries(n int) *nodeSeries {
 		}
 		return v
 	}
-	return &nodeSeries{gaps(), gaps()}
+	return &nodeSeries{make([]float64, n), make([]float64, n), gaps(), gaps()}
 }
 
 // foldStats puts each stats point in its queue's or node's series, at its
@@ -355,6 +379,7 @@ func foldStats(times []time.Time, points []queue.StatPoint) (map[bson.ObjectID]*
 				byQueue[p.Queue] = v
 			}
 			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
+			v.runs[i], v.waits[i] = p.RunTimes(), p.WaitTimes()
 			if p.Sampled {
 				v.todo[i], v.run[i] = float64(p.Queued), float64(p.Running)
 			}
@@ -364,6 +389,7 @@ func foldStats(times []time.Time, points []queue.StatPoint) (map[bson.ObjectID]*
 				v = newNodeSeries(len(times))
 				byNode[p.Node] = v
 			}
+			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
 			if p.NodeSampled() {
 				v.run[i], v.load[i] = float64(p.Running), p.Load
 			}

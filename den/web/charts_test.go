@@ -165,10 +165,10 @@ func TestChartsDrawTheStats(t *testing.T) {
 	if queued[49] != "7" || queued[54] != "4" || running[49] != "2" || running[54] != "1" {
 		t.Errorf("backlog: queued %v, running %v", queued, running)
 	}
-	if v := seriesValues(t, body, "n1: tasks running", "running"); v[54] != "4" {
+	if v := seriesValues(t, body, "n1: tasks running and load", "tasks running"); v[54] != "4" {
 		t.Errorf("node n1's tasks running: %v", v)
 	}
-	if v := seriesValues(t, body, "n1: load (1 min)", "load"); v[54] != "1.5" {
+	if v := seriesValues(t, body, "n1: tasks running and load", "load (1 min)"); v[54] != "1.5" {
 		t.Errorf("node n1's load: %v", v)
 	}
 	if !strings.Contains(body, `<svg class="chart"`) || !strings.Contains(body, `href="/?range=week"`) {
