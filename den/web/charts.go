@@ -155,7 +155,7 @@ func newChart(title string, r chartRange, times []time.Time, lines ...series) ch
 			switch {
 			case len(run) == 1:
 				xy := strings.Split(run[0], ",")
-				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="1.6" fill="%s"/>`, xy[0], xy[1], s.Color)
+				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.4" fill="%s"/>`, xy[0], xy[1], s.Color)
 			case len(run) > 1:
 				fmt.Fprintf(&b, `<polyline points="%s"/>`, strings.Join(run, " "))
 			}
@@ -181,22 +181,34 @@ func newChart(title string, r chartRange, times []time.Time, lines ...series) ch
 }
 
 // writeTicks draws the time axis: a faint line up the plot and a label
-// under it at each tick (of n buckets), and "UTC" under the y axis.
+// centred under it at each tick (of n buckets), and "UTC" in the corner. A
+// label that would run into the one before it or out of the chart is
+// left out; its line stays.
 func writeTicks(b *strings.Builder, ticks []tick, n int) {
-	fmt.Fprintf(b, `<text x="%g" y="%g" text-anchor="end" font-size="9" fill="#98a2b3">UTC</text>`, plotL-4, chartH-6)
+	fmt.Fprintf(b, `<text x="2" y="%g" font-size="8" fill="#98a2b3">UTC</text>`, chartH-6)
+	lastEnd := utcEnd
 	for _, tk := range ticks {
 		x := xOf(tk.I, n)
-		anchor := "middle"
-		switch {
-		case x < plotL+16:
-			anchor = "start"
-		case x > plotR-16:
-			anchor = "end"
-		}
 		fmt.Fprintf(b, `<line class="tick" x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#eef0f3" stroke-width="1"/>`, x, plotT, x, plotB+3)
+		w := labelWidth * float64(len(tk.Label))
+		anchor, from := "middle", x-w/2
+		if from+w > chartW-2 { // at the right edge: ends at its tick
+			anchor, from = "end", x-w
+		}
+		if from < lastEnd+4 && lastEnd == utcEnd && x >= lastEnd+4 { // the first, by "UTC": starts at its tick
+			anchor, from = "start", x
+		}
+		if from < lastEnd+4 {
+			continue
+		}
+		lastEnd = from + w
 		fmt.Fprintf(b, `<text class="tick" x="%.1f" y="%g" text-anchor="%s" font-size="10" fill="#667085">%s</text>`, x, chartH-6, anchor, template.HTMLEscapeString(tk.Label))
 	}
 }
+
+// labelWidth is about how wide a character of a 10-unit label is, and
+// utcEnd where "UTC" ends.
+const labelWidth, utcEnd = 5.6, 18.0
 
 // xOf is where bucket i of n is drawn.
 func xOf(i, n int) float64 {
@@ -313,16 +325,19 @@ type queueSeries struct {
 }
 
 // openStep leaves the step under way blank in what finished when r's
-// step is a minute: nodes write a minute's completions once it is over,
-// so its count would read 0 (a drop that is not one) until then. A
-// longer step's count so far is drawn: it grows as nodes write it.
+// step is a minute and nothing is written in it yet: nodes write a
+// minute's completions once it is over, so it would read 0 (a drop that
+// is not one) until then. What is written in it shows (a node that
+// stopped wrote its last completions there). A longer step's count so
+// far is drawn: it grows as nodes write it.
 func (v *queueSeries) openStep(r chartRange) { blankLast(r, v.ok, v.bad) }
 
-func blankLast(r chartRange, lines ...[]float64) {
-	for _, l := range lines {
-		if r.Step <= time.Minute && len(l) > 0 {
-			l[len(l)-1] = math.NaN()
-		}
+// blankLast leaves the last value of ok and bad blank when r's step is a
+// minute and both are 0.
+func blankLast(r chartRange, ok, bad []float64) {
+	n := len(ok) - 1
+	if r.Step <= time.Minute && n >= 0 && ok[n] == 0 && bad[n] == 0 {
+		ok[n], bad[n] = math.NaN(), math.NaN()
 	}
 }
 

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,5 +73,30 @@ func TestChartRangesBucketsAndTicks(t *testing.T) {
 	}
 	if rangeOf("").Name != "hour" || rangeOf("year").Name != "hour" {
 		t.Errorf("an unknown range is not the hour")
+	}
+}
+
+// The axis labels every tick but one that would run into the one before
+// it, near the right edge; each tick keeps its line.
+func TestTickLabelsDoNotOverlap(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 7, 12, 34, 56, 0, time.UTC)
+	for _, c := range []struct {
+		rng, labels string
+		lines       int
+	}{
+		{"15m", "12:20 12:25 12:30", 3},
+		{"day", "15:00 18:00 21:00 00:00 03:00 06:00 09:00", 8}, // 12:00, at the edge, runs into 09:00
+		{"week", "Thu 1 Fri 2 Sat 3 Sun 4 Mon 5 Tue 6 Wed 7", 7},
+	} {
+		r := rangeOf(c.rng)
+		svg := string(newChart("x", r, r.buckets(now)).SVG)
+		var labels []string
+		for _, m := range regexp.MustCompile(`<text class="tick"[^>]*>([^<]*)<`).FindAllStringSubmatch(svg, -1) {
+			labels = append(labels, m[1])
+		}
+		if got := strings.Join(labels, " "); got != c.labels || strings.Count(svg, `<line class="tick"`) != c.lines {
+			t.Errorf("%s: labels %q and %d lines, want %q and %d", c.rng, got, strings.Count(svg, `<line class="tick"`), c.labels, c.lines)
+		}
 	}
 }
