@@ -10,7 +10,8 @@
 // protocol is an optional field a Disbatch 4 node ignores, or a
 // collection of den's own: tasks_archive (retired tasks), schedules,
 // leases (work one node at a time does, such as retention), and stats
-// (the status page's time series, in stats.go).
+// (the status page's time series, in stats.go, with the run and wait
+// times counted in buckets in durations.go).
 //
 // The queries are split by who makes them, each role holding a store of
 // its own over the same connection (NewStores builds all three from one):
