@@ -64,8 +64,9 @@
 //     has come (queue.NodeStore.FireDue: one task per scheduled time).
 //   - stats.go: statsRecorder, the time series of the status page's
 //     charts (queue.StatsCollection): completions counted as runners
-//     report them, written once a minute with each queue's backlog and
-//     the node's own sample, and trimmed to its retention.
+//     report them, per queue and for the node, with the runs' run and
+//     wait times in buckets, written once a minute with each queue's
+//     backlog and the node's own sample, and trimmed to its retention.
 //   - retention.go: retention, the removal of ended tasks past their
 //     queue's retention (or the node's default), in batches within the
 //     pass's chores budget, by the node that holds the retention lease.

@@ -2,6 +2,7 @@ package den
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,8 +54,10 @@ type statsRecorder struct {
 	mu sync.Mutex
 	// started maps each task handed to a runner to when.
 	started map[bson.ObjectID]time.Time
-	// done holds the completions not yet written, by queue and minute.
-	done map[endedKey]*queue.QueueStat
+	// done holds the completions not yet written, by queue and minute;
+	// nodeDone this node's, by minute.
+	done     map[endedKey]*queue.QueueStat
+	nodeDone map[time.Time]*queue.NodeStat
 
 	// flushed is the minute last written; trimmed when old documents
 	// were last deleted; busy the queues whose backlog was last written
@@ -80,33 +83,58 @@ func (sr *statsRecorder) handed(task bson.ObjectID, at time.Time) {
 
 // ended counts the end a runner reported for a task of queue q (name, as
 // the last pass read it) at at: status 1 succeeded, any other final status
-// failed; a retry is no end.
+// failed, for the queue and for this node; a retry is no end. Every run
+// with a recorded end, a retried one too, is counted by how long it ran
+// and its task waited to start (as the runner measured them; the run from
+// its hand-over when the runner did not say).
 func (sr *statsRecorder) ended(q bson.ObjectID, name string, r runner.Report, at time.Time) {
-	if r.Retry || r.Status == 0 {
+	if r.Status == 0 {
 		return
 	}
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	if sr.done == nil {
 		sr.done = map[endedKey]*queue.QueueStat{}
+		sr.nodeDone = map[time.Time]*queue.NodeStat{}
 	}
 	key := endedKey{q, at.Truncate(time.Minute)}
 	st := sr.done[key]
 	if st == nil {
-		st = &queue.QueueStat{Queue: q, Name: metrics.Label(name), At: key.minute}
+		st = &queue.QueueStat{Queue: q, Name: metrics.Label(name), At: key.minute, RunTimes: queue.NewDurations(), WaitTimes: queue.NewDurations()}
 		sr.done[key] = st
 	}
-	if r.Status == queue.StatusSucceeded {
-		st.Succeeded++
-	} else {
-		st.Failed++
-	}
+	run, timed := r.Run, false
 	if id, err := bson.ObjectIDFromHex(r.Task); err == nil {
 		if began, ok := sr.started[id]; ok {
 			delete(sr.started, id)
-			st.Runs++
-			st.RunSeconds += max(at.Sub(began).Seconds(), 0)
+			timed = true
+			if run <= 0 {
+				run = max(at.Sub(began).Seconds(), 0)
+			}
+			if !r.Retry {
+				st.Runs++
+				st.RunSeconds += max(at.Sub(began).Seconds(), 0)
+			}
 		}
+	}
+	if timed || r.Run > 0 {
+		st.RunTimes.Add(run)
+		st.WaitTimes.Add(r.Wait)
+	}
+	if r.Retry {
+		return
+	}
+	nd := sr.nodeDone[key.minute]
+	if nd == nil {
+		nd = &queue.NodeStat{Node: sr.params.Name, At: key.minute, NoSample: true}
+		sr.nodeDone[key.minute] = nd
+	}
+	if r.Status == queue.StatusSucceeded {
+		st.Succeeded++
+		nd.Succeeded++
+	} else {
+		st.Failed++
+		nd.Failed++
 	}
 }
 
@@ -154,24 +182,8 @@ func (sr *statsRecorder) flush(ctx context.Context, now time.Time, queues []queu
 }
 
 func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) error {
-	sr.mu.Lock()
-	pending := make([]queue.QueueStat, 0, len(sr.done)+len(queues))
-	keys := make([]endedKey, 0, len(sr.done))
-	for k, st := range sr.done {
-		if now.Sub(k.minute) > statsPending*time.Minute {
-			delete(sr.done, k)
-			continue
-		}
-		pending = append(pending, *st)
-		keys = append(keys, k)
-	}
-	for id, at := range sr.started {
-		if now.Sub(at) > queue.StatsRetention { // a runner that never reported
-			delete(sr.started, id)
-		}
-	}
-	sr.mu.Unlock()
-
+	pending, keys, nodes := sr.pending(now)
+	nodesDone := len(nodes)
 	busy := map[bson.ObjectID]bool{}
 	for _, q := range queues {
 		st := queue.QueueStat{Queue: q.ID, Name: metrics.Label(q.Name), At: now, Backlog: true, Running: int64(running(q.ID))}
@@ -185,7 +197,6 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 		}
 		pending = append(pending, st)
 	}
-	var nodes []queue.NodeStat
 	if held >= 0 { // not the last flush
 		nodes = append(nodes, queue.NodeStat{Node: sr.params.Name, At: now, Running: int64(held), Load: sr.host.load1(ctx, now)})
 	}
@@ -195,22 +206,7 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 	if held >= 0 {
 		sr.busy = busy
 	}
-	// Forget what was written; what ended meanwhile stays for the next.
-	sr.mu.Lock()
-	for i, k := range keys {
-		st, w := sr.done[k], pending[i]
-		if st == nil {
-			continue
-		}
-		st.Succeeded -= w.Succeeded
-		st.Failed -= w.Failed
-		st.Runs -= w.Runs
-		st.RunSeconds -= w.RunSeconds
-		if st.Succeeded == 0 && st.Failed == 0 && st.Runs == 0 {
-			delete(sr.done, k)
-		}
-	}
-	sr.mu.Unlock()
+	sr.written(keys, pending, nodes[:nodesDone])
 
 	if held >= 0 && now.Sub(sr.trimmed) >= trimStatsEvery {
 		n, err := sr.store.TrimStats(ctx, now.Add(-queue.StatsRetention), trimStatsBatch)
@@ -225,6 +221,75 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 		}
 	}
 	return nil
+}
+
+// pending copies the completions not written yet (and their keys), the
+// queues' and this node's, dropping those older than statsPending and the
+// hand-overs of runners that never reported.
+func (sr *statsRecorder) pending(now time.Time) ([]queue.QueueStat, []endedKey, []queue.NodeStat) {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	pending := make([]queue.QueueStat, 0, len(sr.done))
+	keys := make([]endedKey, 0, len(sr.done))
+	for k, st := range sr.done {
+		if now.Sub(k.minute) > statsPending*time.Minute {
+			delete(sr.done, k)
+			continue
+		}
+		c := *st
+		c.RunTimes, c.WaitTimes = slices.Clone(st.RunTimes), slices.Clone(st.WaitTimes)
+		pending = append(pending, c)
+		keys = append(keys, k)
+	}
+	var nodes []queue.NodeStat
+	for m, nd := range sr.nodeDone {
+		if now.Sub(m) > statsPending*time.Minute {
+			delete(sr.nodeDone, m)
+			continue
+		}
+		nodes = append(nodes, *nd)
+	}
+	for id, at := range sr.started {
+		if now.Sub(at) > queue.StatsRetention { // a runner that never reported
+			delete(sr.started, id)
+		}
+	}
+	return pending, keys, nodes
+}
+
+// written forgets what was written (pending[i] of keys[i], and nodes);
+// what ended meanwhile stays for the next flush.
+func (sr *statsRecorder) written(keys []endedKey, pending []queue.QueueStat, nodes []queue.NodeStat) {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	for i, k := range keys {
+		st, w := sr.done[k], pending[i]
+		if st == nil {
+			continue
+		}
+		st.Succeeded -= w.Succeeded
+		st.Failed -= w.Failed
+		st.Runs -= w.Runs
+		st.RunSeconds -= w.RunSeconds
+		for j := range w.RunTimes {
+			st.RunTimes[j] -= w.RunTimes[j]
+			st.WaitTimes[j] -= w.WaitTimes[j]
+		}
+		if st.Succeeded == 0 && st.Failed == 0 && st.Runs == 0 && st.RunTimes.Total() == 0 && st.WaitTimes.Total() == 0 {
+			delete(sr.done, k)
+		}
+	}
+	for _, w := range nodes {
+		nd := sr.nodeDone[w.At]
+		if nd == nil {
+			continue
+		}
+		nd.Succeeded -= w.Succeeded
+		nd.Failed -= w.Failed
+		if nd.Succeeded == 0 && nd.Failed == 0 {
+			delete(sr.nodeDone, w.At)
+		}
+	}
 }
 
 // loadMeter reads the host's 1-minute load average (the heartbeat).

@@ -67,6 +67,7 @@ func TestNodesWriteStats(t *testing.T) {
 	b.Stop()
 
 	store := queue.NewStores(db)
+	ranByA := dentest.CountTasks(t, db, bson.D{{Key: "node", Value: "stats-a"}, {Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}})
 	for _, step := range queue.StatsSteps {
 		points, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: qid})
 		if err != nil {
@@ -74,17 +75,26 @@ func TestNodesWriteStats(t *testing.T) {
 		}
 		var succeeded, failed, runs int64
 		var secs float64
+		runTimes, waits := queue.NewDurations(), queue.NewDurations()
 		for _, p := range points {
 			succeeded += p.Succeeded
 			failed += p.Failed
 			runs += p.Runs
 			secs += p.RunSeconds
+			runTimes.AddAll(p.RunTimes())
+			waits.AddAll(p.WaitTimes())
 			if p.Name != "charted" {
 				t.Errorf("step %s: queue named %q in %+v", step, p.Name, p)
 			}
 		}
 		if succeeded != 9 || failed != 3 || runs != 12 || secs <= 0 {
 			t.Errorf("step %s: succeeded %d, failed %d, runs %d taking %.3fs; want 9, 3, 12 and some time", step, succeeded, failed, runs, secs)
+		}
+		// Every run counted by how long it ran and its task waited, in
+		// buckets, from which quantiles are read.
+		p95, ok := waits.Quantile(0.95)
+		if runTimes.Total() != 12 || waits.Total() != 12 || !ok || p95 <= 0 || p95 > 120 {
+			t.Errorf("step %s: %d runs and %d waits counted by time (wait p95 %.3fs), want 12 and 12", step, runTimes.Total(), waits.Total(), p95)
 		}
 		backlog, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: idle})
 		if err != nil {
@@ -93,22 +103,41 @@ func TestNodesWriteStats(t *testing.T) {
 		if len(backlog) == 0 || backlog[len(backlog)-1].Queued != 2 {
 			t.Errorf("step %s: the unserved queue's backlog is %+v, want 2 queued", step, backlog)
 		}
-		nodes, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatNode})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]bool{}
-		for _, p := range nodes {
-			seen[p.Node] = true
-		}
-		if !seen["stats-a"] || !seen["stats-b"] {
-			t.Errorf("step %s: node samples of %v, want stats-a and stats-b", step, seen)
-		}
+		checkNodeStats(t, store, step, ranByA)
 	}
 	if n := dentest.Count(t, stats, bson.D{{Key: "queue", Value: empty}}); n != 0 {
 		t.Errorf("%d stats documents of a queue that never had a task", n)
 	}
 	if n := dentest.Count(t, stats, bson.D{{Key: "_id", Value: "old"}}); n != 0 {
 		t.Errorf("a stats document past retention was kept")
+	}
+}
+
+// checkNodeStats checks the node documents of step: both nodes wrote
+// their sample, and they counted the 12 tasks they finished between them,
+// stats-a ranByA of them.
+func checkNodeStats(t *testing.T, store queue.Stores, step time.Duration, ranByA int64) {
+	t.Helper()
+	ctx := dentest.Context(t)
+	nodes, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatNode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	var finished, byA int64
+	for _, p := range nodes {
+		seen[p.Node] = seen[p.Node] || p.Sampled
+		finished += p.Succeeded + p.Failed
+		if p.Node == "stats-a" {
+			byA += p.Succeeded + p.Failed
+		}
+	}
+	if !seen["stats-a"] || !seen["stats-b"] {
+		t.Errorf("step %s: node samples of %v, want stats-a and stats-b", step, seen)
+	}
+	// Each node counts the tasks it finished, however short: they
+	// add up to the queue's.
+	if finished != 12 || byA != ranByA {
+		t.Errorf("step %s: the nodes counted %d finished tasks (stats-a %d), want 12 (stats-a %d)", step, finished, byA, ranByA)
 	}
 }

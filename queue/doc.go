@@ -10,7 +10,8 @@
 // protocol is an optional field a Disbatch 4 node ignores, or a
 // collection of den's own: tasks_archive (retired tasks), schedules,
 // leases (work one node at a time does, such as retention), stats
-// (the status page's time series, in stats.go), and rate_limits (the
+// (the status page's time series, in stats.go, with the run and wait
+// times counted in buckets in durations.go), and rate_limits (the
 // starts of rate-limited queues, RateLimits in ratelimit.go: a small type
 // of its own over the same database).
 //

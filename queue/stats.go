@@ -21,9 +21,11 @@ import (
 // added up by $inc from each node's own completions, with the number of
 // those runs and their seconds from hand-over to the end; and the backlog
 // (queued: count_todo; running: claimed and running on all nodes) as the
-// last node that wrote it in that step saw it. A node's document holds the
-// tasks it held and its host's 1-minute load average, as it last wrote
-// them in that step.
+// last node that wrote it in that step saw it; and how long its runs took
+// and its tasks waited, counted by bucket (run_ms, wait_ms: Durations).
+// A node's document holds the tasks it finished in the step (succeeded,
+// failed, added up by $inc), and the tasks it held and its host's
+// 1-minute load average, as it last wrote them in that step (sampled).
 const StatsCollection = "stats"
 
 // StatsSteps are the steps of the time series, finest first: the page
@@ -47,18 +49,26 @@ type QueueStat struct {
 	Succeeded, Failed int64
 	Runs              int64
 	RunSeconds        float64
+	// RunTimes and WaitTimes count the runs' times and their tasks'
+	// waits by bucket (nil: none).
+	RunTimes, WaitTimes Durations
 
 	Backlog         bool
 	Queued, Running int64
 }
 
 // NodeStat is a node's own sample for the time At: the tasks it held and
-// its host's 1-minute load average.
+// its host's 1-minute load average; and the tasks it finished in At's
+// step (Succeeded, Failed), added to what it wrote before. With
+// NoSample, only the finished tasks are written.
 type NodeStat struct {
 	Node    string
 	At      time.Time
 	Running int64
 	Load    float64
+
+	Succeeded, Failed int64
+	NoSample          bool
 }
 
 // StatPoint is one stats document: a queue's (Kind "queue": Queue and
@@ -79,10 +89,26 @@ type StatPoint struct {
 	Queued     int64   `bson:"queued"`
 	Running    int64   `bson:"running"`
 	// Sampled is set in a queue's document once a node wrote its backlog
-	// (Queued, Running) in it.
+	// (Queued, Running) in it, and in a node's once it wrote its sample
+	// (Running, Load; documents of den before it counted a node's
+	// finished tasks have neither those nor Sampled).
 	Sampled bool    `bson:"sampled"`
 	Load    float64 `bson:"load"`
+	// RunMs and WaitMs count a queue's runs by how long they took and
+	// its tasks by how long they waited, by bucket: keys DurationKey.
+	RunMs  map[string]int64 `bson:"run_ms,omitempty"`
+	WaitMs map[string]int64 `bson:"wait_ms,omitempty"`
 }
+
+// RunTimes are p's runs counted by how long they took.
+func (p StatPoint) RunTimes() Durations { return durationsOf(p.RunMs) }
+
+// WaitTimes are p's tasks counted by how long they waited to start.
+func (p StatPoint) WaitTimes() Durations { return durationsOf(p.WaitMs) }
+
+// NodeSampled reports whether p, a node's document, holds its sample
+// (Running, Load): it does unless it only counts finished tasks.
+func (p StatPoint) NodeSampled() bool { return p.Sampled || p.Succeeded+p.Failed == 0 }
 
 // Kinds of stats documents.
 const (
@@ -94,6 +120,8 @@ const (
 // document of every step, in one bulkWrite of upserts keyed by _id
 // (kind, key, step and the step's start), so that the completions of
 // several nodes add up and a document is made by whichever writes first.
+// Each entry is one update per step, whatever it counts: the time
+// buckets are $inc'ed in it (only those not zero), never one per task.
 func (s *NodeStore) AddStats(ctx context.Context, qs []QueueStat, ns []NodeStat) error {
 	if len(qs) == 0 && len(ns) == 0 {
 		return nil
@@ -107,11 +135,14 @@ func (s *NodeStore) AddStats(ctx context.Context, qs []QueueStat, ns []NodeStat)
 			if q.Backlog {
 				set = append(set, bson.E{Key: "queued", Value: q.Queued}, bson.E{Key: "running", Value: q.Running}, bson.E{Key: "sampled", Value: true})
 			}
+			inc := bson.D{{Key: "succeeded", Value: q.Succeeded}, {Key: "failed", Value: q.Failed},
+				{Key: "runs", Value: q.Runs}, {Key: "run_seconds", Value: q.RunSeconds}}
+			inc = incDurations(inc, "run_ms", q.RunTimes)
+			inc = incDurations(inc, "wait_ms", q.WaitTimes)
 			update := bson.D{
 				{Key: "$setOnInsert", Value: bson.D{{Key: "kind", Value: StatQueue}, {Key: "queue", Value: q.Queue}, {Key: "step", Value: secs}, {Key: "t", Value: t}}},
 				{Key: "$set", Value: set},
-				{Key: "$inc", Value: bson.D{{Key: "succeeded", Value: q.Succeeded}, {Key: "failed", Value: q.Failed},
-					{Key: "runs", Value: q.Runs}, {Key: "run_seconds", Value: q.RunSeconds}}},
+				{Key: "$inc", Value: inc},
 			}
 			id := fmt.Sprintf("q %s %d %d", q.Queue.Hex(), secs, t.Unix())
 			models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).SetUpdate(update).SetUpsert(true))
@@ -120,7 +151,10 @@ func (s *NodeStore) AddStats(ctx context.Context, qs []QueueStat, ns []NodeStat)
 			t := n.At.Truncate(step).UTC()
 			update := bson.D{
 				{Key: "$setOnInsert", Value: bson.D{{Key: "kind", Value: StatNode}, {Key: "node", Value: n.Node}, {Key: "step", Value: secs}, {Key: "t", Value: t}}},
-				{Key: "$set", Value: bson.D{{Key: "running", Value: n.Running}, {Key: "load", Value: n.Load}}},
+				{Key: "$inc", Value: bson.D{{Key: "succeeded", Value: n.Succeeded}, {Key: "failed", Value: n.Failed}}},
+			}
+			if !n.NoSample {
+				update = append(update, bson.E{Key: "$set", Value: bson.D{{Key: "running", Value: n.Running}, {Key: "load", Value: n.Load}, {Key: "sampled", Value: true}}})
 			}
 			id := fmt.Sprintf("n %d %d %s", secs, t.Unix(), n.Node)
 			models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).SetUpdate(update).SetUpsert(true))
@@ -132,14 +166,26 @@ func (s *NodeStore) AddStats(ctx context.Context, qs []QueueStat, ns []NodeStat)
 	return nil
 }
 
+// incDurations adds to inc the buckets of d that are not zero, as
+// field.KEY.
+func incDurations(inc bson.D, field string, d Durations) bson.D {
+	for i, n := range d {
+		if n != 0 {
+			inc = append(inc, bson.E{Key: field + "." + DurationKey(i), Value: n})
+		}
+	}
+	return inc
+}
+
 // StatsQuery selects stats documents: those of step Step from Since on,
 // of one kind (StatQueue, StatNode; empty: both), and of one queue when
-// Queue is set.
+// Queue is set, of one node when Node is.
 type StatsQuery struct {
 	Step  time.Duration
 	Since time.Time
 	Kind  string
 	Queue bson.ObjectID
+	Node  string
 }
 
 // Stats returns the stats documents q selects, in time order: one query,
@@ -152,6 +198,9 @@ func (s *OperatorStore) Stats(ctx context.Context, q StatsQuery) ([]StatPoint, e
 	}
 	if !q.Queue.IsZero() {
 		filter = append(filter, bson.E{Key: "queue", Value: q.Queue})
+	}
+	if q.Node != "" {
+		filter = append(filter, bson.E{Key: "node", Value: q.Node})
 	}
 	cur, err := s.db.Collection(StatsCollection).Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "t", Value: 1}}).SetBatchSize(oneReply))
 	if err != nil {

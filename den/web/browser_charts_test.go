@@ -36,12 +36,23 @@ func seedDayOfStats(t *testing.T, db *mongo.Database) {
 			bad = int64(math.Round(per * 2))
 		}
 		backlog := int64(math.Round(40 * wave))
+		runs, waits := queue.NewDurations(), queue.NewDurations()
+		for i := range ok + bad {
+			// Most runs near 20 s, one in ten three times as long; waits
+			// grow with the backlog.
+			spread := 0.7 + 0.6*float64(i%10)/10
+			if i%10 == 9 {
+				spread = 3
+			}
+			runs.Add((20 + 5*wave) * spread)
+			waits.Add((1 + float64(backlog)/4) * spread)
+		}
 		if err := store.Node.AddStats(ctx0, []queue.QueueStat{
 			{Queue: busy, Name: "images", At: at, Succeeded: ok, Failed: bad, Runs: ok + bad, RunSeconds: float64(ok+bad) * (20 + 5*wave),
-				Backlog: true, Queued: backlog, Running: 4 + int64(2*wave)},
+				RunTimes: runs, WaitTimes: waits, Backlog: true, Queued: backlog, Running: 4 + int64(2*wave)},
 		}, []queue.NodeStat{
-			{Node: "worker01", At: at, Running: 4, Load: 2 + wave},
-			{Node: "worker02", At: at, Running: int64(2 + 2*wave), Load: 1 + wave/2},
+			{Node: "worker01", At: at, Running: 4, Load: 2 + wave, Succeeded: ok / 2},
+			{Node: "worker02", At: at, Running: int64(2 + 2*wave), Load: 1 + wave/2, Succeeded: ok - ok/2, Failed: bad},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +140,7 @@ func TestBrowserCharts(t *testing.T) {
 	if got := sum("images: finished per minute", "succeeded"); got == "0" {
 		t.Error("the last hour of queue images draws nothing")
 	}
-	for _, sel := range []string{`figure[data-chart="images: backlog"] polyline`, `figure[data-chart="worker02: load (1 min)"] polyline`, `figure[data-chart="web-node: tasks running"] svg`} {
+	for _, sel := range []string{`figure[data-chart="images: backlog"] polyline`, `figure[data-chart="worker02: tasks running and load"] polyline`, `figure[data-chart="web-node: finished per minute"] svg`} {
 		if v := visible(sel); v == "none" || strings.HasPrefix(v, "0x") {
 			t.Errorf("%s is not shown (%s)", sel, v)
 		}

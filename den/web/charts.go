@@ -16,20 +16,35 @@ import (
 )
 
 // chartRange is a range the charts can show: its name (the range
-// parameter), how far back, and the step of the stats it draws.
+// parameter), how far back, the step of the stats it draws, and where
+// its time axis has a tick (every Tick, labelled in TickFmt, UTC).
 type chartRange struct {
 	Name  string
+	Title string // "last 15 minutes", ...
 	Span  time.Duration
 	Step  time.Duration
 	Label string // "per minute", ...
+
+	Tick    time.Duration
+	TickFmt string
 }
 
-// chartRanges are the overview's ranges, the default first.
+// chartRanges are the charts' ranges, shortest first. The steps are the
+// stats' own (queue.StatsSteps): nodes write once a minute, so a minute
+// is the finest there is, and 15 points of a minute draw a quarter of an
+// hour well enough; a finer step would need nodes to write more often.
+// Each range draws at most 168 points (a week of hours), so that a page
+// reads at most that many documents per queue and node.
 var chartRanges = []chartRange{
-	{"hour", time.Hour, time.Minute, "per minute"},
-	{"day", 24 * time.Hour, 15 * time.Minute, "per 15 minutes"},
-	{"week", 7 * 24 * time.Hour, time.Hour, "per hour"},
+	{"15m", "last 15 minutes", 15 * time.Minute, time.Minute, "per minute", 5 * time.Minute, "15:04"},
+	{"hour", "last hour", time.Hour, time.Minute, "per minute", 10 * time.Minute, "15:04"},
+	{"6h", "last 6 hours", 6 * time.Hour, 15 * time.Minute, "per 15 minutes", time.Hour, "15:04"},
+	{"day", "last day", 24 * time.Hour, 15 * time.Minute, "per 15 minutes", 3 * time.Hour, "15:04"},
+	{"week", "last week", 7 * 24 * time.Hour, time.Hour, "per hour", 24 * time.Hour, "Mon 2"},
 }
+
+// defaultRange is the range shown when none is asked for.
+const defaultRange = "hour"
 
 // rangeOf is the range named name, else the default.
 func rangeOf(name string) chartRange {
@@ -38,7 +53,25 @@ func rangeOf(name string) chartRange {
 			return r
 		}
 	}
-	return chartRanges[0]
+	return rangeOf(defaultRange)
+}
+
+// tick is a time the x axis marks: the index of its bucket and its label.
+type tick struct {
+	I     int
+	Label string
+}
+
+// ticks are the buckets of times (r.buckets) that start at a multiple of
+// r.Tick (UTC), with their labels.
+func (r chartRange) ticks(times []time.Time) []tick {
+	var out []tick
+	for i, t := range times {
+		if t.UTC().Truncate(r.Tick).Equal(t) {
+			out = append(out, tick{i, t.UTC().Format(r.TickFmt)})
+		}
+	}
+	return out
 }
 
 // buckets are the starts of the steps of r that end at now, oldest first.
@@ -73,17 +106,16 @@ const (
 	chartW, chartH         = 360.0, 130.0
 	plotL, plotR           = 34.0, 352.0
 	plotT, plotB           = 8.0, 108.0
-	chartTimeFmt, weekFmt  = "15:04", "Jan 2"
 	colorOK, colorBad      = "#1a7f37", "#c62828"
 	colorTodo, colorRun    = "#8a6d00", "#0b63c5"
 	colorLoad, colorAccent = "#667085", "#2f4f8f"
 )
 
-// newChart draws title's series over the buckets times as inline SVG: a
-// line each, a y axis from 0 to the largest value, and the first and last
-// times. Each line carries its values in data-values ("-" for none), so
+// newChart draws title's series over the buckets times of r as inline
+// SVG: a line each, a y axis from 0 to the largest value, and r's ticks
+// along the time axis (UTC). Each line carries its values in data-values ("-" for none), so
 // that they can be read back (tests do).
-func newChart(title string, times []time.Time, week bool, lines ...series) chartView {
+func newChart(title string, r chartRange, times []time.Time, lines ...series) chartView {
 	top := 0.0
 	for _, s := range lines {
 		for _, v := range s.Values {
@@ -102,14 +134,7 @@ func newChart(title string, times []time.Time, week bool, lines ...series) chart
 		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#e4e7ec" stroke-width="1"/>`, plotL, y, plotR, y)
 		fmt.Fprintf(&b, `<text x="%g" y="%.1f" text-anchor="end" font-size="10" fill="#667085">%s</text>`, plotL-4, y+3.5, axisNumber(f*top))
 	}
-	if len(times) > 0 {
-		format := chartTimeFmt
-		if week {
-			format = weekFmt
-		}
-		fmt.Fprintf(&b, `<text x="%g" y="%g" font-size="10" fill="#667085">%s</text>`, plotL, chartH-6, times[0].Format(format))
-		fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="end" font-size="10" fill="#667085">%s UTC</text>`, plotR, chartH-6, times[len(times)-1].Format(format))
-	}
+	writeTicks(&b, r.ticks(times), len(times))
 	for _, s := range lines {
 		values := make([]string, len(s.Values))
 		for i, v := range s.Values {
@@ -130,7 +155,7 @@ func newChart(title string, times []time.Time, week bool, lines ...series) chart
 			switch {
 			case len(run) == 1:
 				xy := strings.Split(run[0], ",")
-				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="1.6" fill="%s"/>`, xy[0], xy[1], s.Color)
+				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.4" fill="%s"/>`, xy[0], xy[1], s.Color)
 			case len(run) > 1:
 				fmt.Fprintf(&b, `<polyline points="%s"/>`, strings.Join(run, " "))
 			}
@@ -141,7 +166,7 @@ func newChart(title string, times []time.Time, week bool, lines ...series) chart
 				flush()
 				continue
 			}
-			x := plotL + (plotR-plotL)*float64(i)/math.Max(float64(len(s.Values)-1), 1)
+			x := xOf(i, len(s.Values))
 			y := plotB
 			if top > 0 {
 				y = plotB - v/top*(plotB-plotT)
@@ -153,6 +178,41 @@ func newChart(title string, times []time.Time, week bool, lines ...series) chart
 	}
 	b.WriteString(`</svg>`)
 	return chartView{Title: title, Series: lines, SVG: template.HTML(b.String())}
+}
+
+// writeTicks draws the time axis: a faint line up the plot and a label
+// centred under it at each tick (of n buckets), and "UTC" in the corner. A
+// label that would run into the one before it or out of the chart is
+// left out; its line stays.
+func writeTicks(b *strings.Builder, ticks []tick, n int) {
+	fmt.Fprintf(b, `<text x="2" y="%g" font-size="8" fill="#98a2b3">UTC</text>`, chartH-6)
+	lastEnd := utcEnd
+	for _, tk := range ticks {
+		x := xOf(tk.I, n)
+		fmt.Fprintf(b, `<line class="tick" x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#eef0f3" stroke-width="1"/>`, x, plotT, x, plotB+3)
+		w := labelWidth * float64(len(tk.Label))
+		anchor, from := "middle", x-w/2
+		if from+w > chartW-2 { // at the right edge: ends at its tick
+			anchor, from = "end", x-w
+		}
+		if from < lastEnd+4 && lastEnd == utcEnd && x >= lastEnd+4 { // the first, by "UTC": starts at its tick
+			anchor, from = "start", x
+		}
+		if from < lastEnd+4 {
+			continue
+		}
+		lastEnd = from + w
+		fmt.Fprintf(b, `<text class="tick" x="%.1f" y="%g" text-anchor="%s" font-size="10" fill="#667085">%s</text>`, x, chartH-6, anchor, template.HTMLEscapeString(tk.Label))
+	}
+}
+
+// labelWidth is about how wide a character of a 10-unit label is, and
+// utcEnd where "UTC" ends.
+const labelWidth, utcEnd = 5.6, 18.0
+
+// xOf is where bucket i of n is drawn.
+func xOf(i, n int) float64 {
+	return plotL + (plotR-plotL)*float64(i)/math.Max(float64(n-1), 1)
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten (1 for 0).
@@ -181,6 +241,8 @@ func axisNumber(v float64) string {
 type chartsData struct {
 	Range  chartRange
 	Ranges []chartRange
+	// Base is the page the range links go to ("/").
+	Base   string
 	Queues []queueCharts
 	Nodes  []nodeCharts
 	// QueuesLeftOut and NodesLeftOut are how many are not charted.
@@ -197,8 +259,8 @@ type queueCharts struct {
 }
 
 type nodeCharts struct {
-	Name          string
-	Running, Load chartView
+	Name              string
+	Finished, Running chartView
 }
 
 // overviewCharts draws the charts of the queues and nodes in points
@@ -206,18 +268,18 @@ type nodeCharts struct {
 func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []queue.StatPoint) chartsData {
 	times := r.buckets(now)
 	byQueue, byNode := foldStats(times, points)
-	week := r.Step >= time.Hour
-	d := chartsData{Range: r, Ranges: chartRanges}
+	d := chartsData{Range: r, Ranges: chartRanges, Base: "/"}
 	queues, d.QueuesLeftOut = busiestQueues(queues, byQueue, chartsShown)
 	for _, q := range queues {
 		v := byQueue[q.ID]
 		if v == nil {
 			v = newQueueSeries(len(times))
 		}
+		v.openStep(r)
 		d.Queues = append(d.Queues, queueCharts{Name: q.Name,
-			Finished: newChart(q.Name+": finished "+r.Label, times, week,
+			Finished: newChart(q.Name+": finished "+r.Label, r, times,
 				series{Name: "succeeded", Color: colorOK, Values: v.ok}, series{Name: "failed", Color: colorBad, Values: v.bad}),
-			Backlog: newChart(q.Name+": backlog", times, week,
+			Backlog: newChart(q.Name+": backlog", r, times,
 				// count_todo under its own name: Disbatch's bookkeeping
 				// counts cancelled and orphaned tasks too, never "queued".
 				series{Name: "count_todo", Color: colorTodo, Values: v.todo}, series{Name: "running", Color: colorRun, Values: v.run}),
@@ -233,21 +295,57 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 		names = names[:chartsShown]
 	}
 	for _, name := range names {
-		v := byNode[name]
-		d.Nodes = append(d.Nodes, nodeCharts{Name: name,
-			Running: newChart(name+": tasks running", times, week, series{Name: "running", Color: colorRun, Values: v.run}),
-			Load:    newChart(name+": load (1 min)", times, week, series{Name: "load", Color: colorLoad, Values: v.load}),
-		})
+		d.Nodes = append(d.Nodes, nodeChartsOf(name, r, times, byNode[name]))
 	}
 	return d
 }
 
-// queueSeries are one queue's values per step: finished (ok, bad) and
-// backlog (todo, run).
-type queueSeries struct{ ok, bad, todo, run []float64 }
+// nodeChartsOf draws a node's charts: the tasks it finished in each step,
+// as it counted them, and the tasks it held with its host's load, as it
+// sampled them.
+func nodeChartsOf(name string, r chartRange, times []time.Time, v *nodeSeries) nodeCharts {
+	if v == nil {
+		v = newNodeSeries(len(times))
+	}
+	v.openStep(r)
+	return nodeCharts{Name: name,
+		Finished: newChart(name+": finished "+r.Label, r, times,
+			series{Name: "succeeded", Color: colorOK, Values: v.ok}, series{Name: "failed", Color: colorBad, Values: v.bad}),
+		Running: newChart(name+": tasks running and load", r, times,
+			series{Name: "tasks running", Color: colorRun, Values: v.run}, series{Name: "load (1 min)", Color: colorLoad, Values: v.load}),
+	}
+}
 
-// nodeSeries are one node's values per step.
-type nodeSeries struct{ run, load []float64 }
+// queueSeries are one queue's values per step: finished (ok, bad),
+// backlog (todo, run), and its runs counted by how long they ran and
+// waited (runs, waits).
+type queueSeries struct {
+	ok, bad, todo, run []float64
+	runs, waits        []queue.Durations
+}
+
+// openStep leaves the step under way blank in what finished when r's
+// step is a minute and nothing is written in it yet: nodes write a
+// minute's completions once it is over, so it would read 0 (a drop that
+// is not one) until then. What is written in it shows (a node that
+// stopped wrote its last completions there). A longer step's count so
+// far is drawn: it grows as nodes write it.
+func (v *queueSeries) openStep(r chartRange) { blankLast(r, v.ok, v.bad) }
+
+// blankLast leaves the last value of ok and bad blank when r's step is a
+// minute and both are 0.
+func blankLast(r chartRange, ok, bad []float64) {
+	n := len(ok) - 1
+	if r.Step <= time.Minute && n >= 0 && ok[n] == 0 && bad[n] == 0 {
+		ok[n], bad[n] = math.NaN(), math.NaN()
+	}
+}
+
+// nodeSeries are one node's values per step: finished (ok, bad), as it
+// counted them, and its samples (run, load).
+type nodeSeries struct{ ok, bad, run, load []float64 }
+
+func (v *nodeSeries) openStep(r chartRange) { blankLast(r, v.ok, v.bad) }
 
 // A step with no document has nothing finished and no backlog (nodes
 // write a queue's backlog while it has one, and once more when it is
@@ -259,7 +357,8 @@ func newQueueSeries(n int) *queueSeries {
 		v[n-1] = math.NaN()
 		return v
 	}
-	return &queueSeries{make([]float64, n), make([]float64, n), backlog(), backlog()}
+	return &queueSeries{ok: make([]float64, n), bad: make([]float64, n), todo: backlog(), run: backlog(),
+		runs: make([]queue.Durations, n), waits: make([]queue.Durations, n)}
 }
 
 func newNodeSeries(n int) *nodeSeries {
@@ -270,7 +369,7 @@ func newNodeSeries(n int) *nodeSeries {
 		}
 		return v
 	}
-	return &nodeSeries{gaps(), gaps()}
+	return &nodeSeries{make([]float64, n), make([]float64, n), gaps(), gaps()}
 }
 
 // foldStats puts each stats point in its queue's or node's series, at its
@@ -295,6 +394,7 @@ func foldStats(times []time.Time, points []queue.StatPoint) (map[bson.ObjectID]*
 				byQueue[p.Queue] = v
 			}
 			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
+			v.runs[i], v.waits[i] = p.RunTimes(), p.WaitTimes()
 			if p.Sampled {
 				v.todo[i], v.run[i] = float64(p.Queued), float64(p.Running)
 			}
@@ -304,7 +404,10 @@ func foldStats(times []time.Time, points []queue.StatPoint) (map[bson.ObjectID]*
 				v = newNodeSeries(len(times))
 				byNode[p.Node] = v
 			}
-			v.run[i], v.load[i] = float64(p.Running), p.Load
+			v.ok[i], v.bad[i] = float64(p.Succeeded), float64(p.Failed)
+			if p.NodeSampled() {
+				v.run[i], v.load[i] = float64(p.Running), p.Load
+			}
 		}
 	}
 	return byQueue, byNode
@@ -317,10 +420,11 @@ func (v *queueSeries) activity() float64 {
 		return 0
 	}
 	n := 0.0
-	for i := range v.ok {
-		n += v.ok[i] + v.bad[i]
-		if !math.IsNaN(v.todo[i]) {
-			n += v.todo[i]
+	for _, vs := range [][]float64{v.ok, v.bad, v.todo} {
+		for _, x := range vs {
+			if !math.IsNaN(x) {
+				n += x
+			}
 		}
 	}
 	return n
@@ -346,7 +450,7 @@ func busiestQueues(queues []queue.Queue, byQueue map[bson.ObjectID]*queueSeries,
 
 // runTimeRange is what the task page compares a task's run time with:
 // its queue's mean run time per hour over the last week.
-var runTimeRange = chartRanges[2]
+var runTimeRange = rangeOf("week")
 
 // runTimeChart draws the mean run time of the queue's runs per hour
 // (points: its stats of runTimeRange's step) against took, the run times
@@ -376,5 +480,22 @@ func runTimeChart(now time.Time, points []queue.StatPoint, took []time.Duration)
 		}
 		lines = append(lines, series{Name: name, Color: colorBad, Values: flat, Dashed: true})
 	}
-	return newChart("Run time: this task and its queue mean, per hour", times, true, lines...)
+	return newChart("Run time: this task and its queue mean, per hour", runTimeRange, times, lines...)
+}
+
+// tookText says how long a run took, as people read it: "0.42 s", "12.3 s",
+// "4 min 05 s", "2 h 03 min".
+func tookText(d time.Duration) string {
+	switch s := d.Seconds(); {
+	case s < 10:
+		return strconv.FormatFloat(math.Round(s*100)/100, 'f', -1, 64) + " s"
+	case s < 60:
+		return strconv.FormatFloat(math.Round(s*10)/10, 'f', -1, 64) + " s"
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%d min %02d s", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		d = d.Round(time.Minute)
+		return fmt.Sprintf("%d h %02d min", int(d.Hours()), int(d.Minutes())%60)
+	}
 }

@@ -90,15 +90,12 @@ func countedViews(t *testing.T, db *mongo.Database) (view func(u string) (string
 	}
 }
 
-// The overview draws, per queue, what finished (succeeded and failed apart)
-// and the backlog, and per node its tasks and load, from the stats
-// collection over the last hour, day or week; a page view costs the same
-// commands with 3 tasks or 300, and reads the stats with one find.
-func TestChartsDrawTheStats(t *testing.T) {
-	t.Parallel()
-	db := dentest.DB(t)
+// seedResize writes what nodes would have of queue resize at 12:20 and
+// 12:25: 3 succeeded and 1 failed with a backlog of 7 and 2, then 5
+// succeeded with a backlog of 4 and 1, and node n1's sample.
+func seedResize(t *testing.T, db *mongo.Database, qid bson.ObjectID) {
+	t.Helper()
 	ctx := dentest.Context(t)
-	qid := dentest.Queue(t, db, "resize", "Disbatch::Plugin::Command", 2, "fifo")
 	store := queue.NewStores(db)
 	at := func(min int) time.Time { return time.Date(2026, 1, 5, 12, min, 10, 0, time.UTC) }
 	if err := store.Node.AddStats(ctx, []queue.QueueStat{
@@ -112,10 +109,45 @@ func TestChartsDrawTheStats(t *testing.T) {
 	}, []queue.NodeStat{{Node: "n1", At: at(25), Running: 4, Load: 1.5}}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The last 15 minutes are 15 points of a minute, the minute under way
+// blank (nodes write it once it is over), with a tick every 5 minutes.
+func TestChartsOverFifteenMinutes(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "resize", "Disbatch::Plugin::Command", 2, "fifo")
+	seedResize(t, db, qid)
+	view := countedViews(t, db)
+	body, _ := view("/?range=15m")
+	if v := seriesValues(t, body, "resize: finished per minute", "succeeded"); strings.Join(v, ",") != "0,0,0,0,3,0,0,0,0,5,0,0,0,0,-" {
+		t.Errorf("15 minutes: succeeded %v", v)
+	}
+	if v := seriesValues(t, body, "resize: backlog", "count_todo"); len(v) != 15 || v[4] != "7" || v[9] != "4" {
+		t.Errorf("15 minutes: count_todo %v", v)
+	}
+	var ticks []string
+	for _, m := range regexp.MustCompile(`<text class="tick"[^>]*>([^<]*)</text>`).FindAllStringSubmatch(body[strings.Index(body, `data-chart="resize: backlog"`):], -1)[:3] {
+		ticks = append(ticks, m[1])
+	}
+	if strings.Join(ticks, " ") != "12:20 12:25 12:30" || !strings.Contains(body, `<strong class="range" data-range="15m">last 15 minutes</strong>`) {
+		t.Errorf("15 minutes: ticks %v, or the range is not shown as chosen", ticks)
+	}
+}
+
+// The overview draws, per queue, what finished (succeeded and failed apart)
+// and the backlog, and per node its tasks and load, from the stats
+// collection over the last hour, day or week; a page view costs the same
+// commands with 3 tasks or 300, and reads the stats with one find.
+func TestChartsDrawTheStats(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "resize", "Disbatch::Plugin::Command", 2, "fifo")
+	seedResize(t, db, qid)
 
 	// A document no node wrote is left out, not the page's end.
 	dentest.Insert(t, db.Collection(queue.StatsCollection), bson.D{{Key: "_id", Value: "by hand"}, {Key: "kind", Value: "queue"},
-		{Key: "queue", Value: qid}, {Key: "step", Value: 60}, {Key: "t", Value: at(21)}, {Key: "succeeded", Value: "many"}})
+		{Key: "queue", Value: qid}, {Key: "step", Value: 60}, {Key: "t", Value: time.Date(2026, 1, 5, 12, 21, 0, 0, time.UTC)}, {Key: "succeeded", Value: "many"}})
 
 	view := countedViews(t, db)
 
@@ -133,10 +165,10 @@ func TestChartsDrawTheStats(t *testing.T) {
 	if queued[49] != "7" || queued[54] != "4" || running[49] != "2" || running[54] != "1" {
 		t.Errorf("backlog: queued %v, running %v", queued, running)
 	}
-	if v := seriesValues(t, body, "n1: tasks running", "running"); v[54] != "4" {
+	if v := seriesValues(t, body, "n1: tasks running and load", "tasks running"); v[54] != "4" {
 		t.Errorf("node n1's tasks running: %v", v)
 	}
-	if v := seriesValues(t, body, "n1: load (1 min)", "load"); v[54] != "1.5" {
+	if v := seriesValues(t, body, "n1: tasks running and load", "load (1 min)"); v[54] != "1.5" {
 		t.Errorf("node n1's load: %v", v)
 	}
 	if !strings.Contains(body, `<svg class="chart"`) || !strings.Contains(body, `href="/?range=week"`) {
@@ -198,7 +230,13 @@ func TestTaskRunTimeChart(t *testing.T) {
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: 1}, {Key: "node", Value: "n1"}, {Key: "mtime", Value: chartAt.Add(-30 * time.Second)},
 		{Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 1}, {Key: "started", Value: int64(1)},
-			{Key: "host", Value: "h"}, {Key: "at", Value: chartAt.Add(-90 * time.Second)}}}}}})
+			{Key: "host", Value: "h"}, {Key: "at", Value: chartAt.Add(-90 * time.Second)}}},
+		{Key: "history", Value: bson.A{
+			bson.D{{Key: "attempt", Value: 1}, {Key: "node", Value: "n1"}, {Key: "status", Value: 2},
+				{Key: "started", Value: chartAt.Add(-10 * time.Minute)}, {Key: "ended", Value: chartAt.Add(-10*time.Minute + 2500*time.Millisecond)}},
+			bson.D{{Key: "attempt", Value: 2}, {Key: "node", Value: "n1"}, {Key: "status", Value: 2},
+				{Key: "started", Value: chartAt.Add(-8 * time.Minute)}, {Key: "ended", Value: chartAt.Add(-8*time.Minute + 125*time.Second)}},
+		}}}}})
 	srv := serveAt(t, db, chartAt)
 	code, body := get(t, client(nil), srv.URL+"/tasks/"+id.Hex())
 	if code != http.StatusOK {
@@ -209,6 +247,18 @@ func TestTaskRunTimeChart(t *testing.T) {
 	this := seriesValues(t, body, title, "this task (s)")
 	if len(mean) != 168 || mean[164] != "20" || mean[167] != "2.5" || mean[0] != "-" || this[0] != "60" || this[167] != "60" {
 		t.Errorf("run times: the queue's mean %v, this task %v", mean, this)
+	}
+	// Each run's time as a number: the last run's in the facts, the
+	// earlier ones' in the history.
+	if m := regexp.MustCompile(`<dd id="took">([^<]*?) *<`).FindStringSubmatch(body); m == nil || m[1] != "1 min 00 s" {
+		t.Errorf("the task's run time says %q, want 1 min 00 s", m)
+	}
+	var took []string
+	for _, m := range regexp.MustCompile(`class="num took">([^<]*)<`).FindAllStringSubmatch(body, -1) {
+		took = append(took, m[1])
+	}
+	if strings.Join(took, "|") != "2.5 s|2 min 05 s" {
+		t.Errorf("the history's run times are %q, want 2.5 s|2 min 05 s", took)
 	}
 }
 

@@ -17,6 +17,9 @@ type nodePageData struct {
 	// More is set when the node holds more tasks than are listed
 	// (queue.NodeTasksLimit).
 	More bool
+	// Charts are the tasks it finished, held, and its load over the
+	// range asked for (?range=).
+	Charts nodePageCharts
 }
 
 // nodePage serves GET /nodes/NAME: the node's state as the overview
@@ -51,6 +54,12 @@ func (h *handler) nodePage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	rng := rangeOf(r.URL.Query().Get("range"))
+	points, err := h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(h.now())[0], Kind: queue.StatNode, Node: name})
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.dbOK()
 	names := map[bson.ObjectID]string{}
 	for _, q := range queues {
@@ -72,5 +81,6 @@ func (h *handler) nodePage(w http.ResponseWriter, r *http.Request) {
 		d.Tasks = append(d.Tasks, taskRow{Task: t, QueueName: names[t.Queue]})
 	}
 	d.Node.Running = len(held)
+	d.Charts = nodePageChartsOf(rng, h.now(), n.Name, points)
 	h.render(w, r, "node", page{Title: "Node " + n.Name, Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
 }

@@ -46,6 +46,9 @@ type queuePageData struct {
 	Why     []queue.Reason
 	WhyTask string
 	Waiting int64
+	// Charts are its throughput, backlog, wait and run times over the
+	// range asked for (?range=).
+	Charts queuePageCharts
 }
 
 // taskRow is a task in a page's short list.
@@ -89,6 +92,12 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
+	rng := rangeOf(r.URL.Query().Get("range"))
+	points, err := h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(h.now())[0], Kind: queue.StatQueue, Queue: q.ID})
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
 	h.dbOK()
 	c := counts[q.ID]
 	d := queuePageData{Queue: queueView{ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Problem: q.MaxThreadsProblem,
@@ -96,6 +105,7 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	if problem != nil {
 		d.Problem = problem.Error()
 	}
+	d.Charts = queuePageChartsOf(rng, h.now(), q.ID, points)
 	d.Queue.Limit = strconv.Itoa(q.MaxThreads) + " per node"
 	if q.Global {
 		d.Queue.Limit = strconv.Itoa(q.MaxThreads) + " on all nodes"

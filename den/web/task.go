@@ -35,6 +35,9 @@ type historyView struct {
 	Run                  int
 	Stdout, Stderr       string
 	StdoutURL, StderrURL string
+	// Took is how long the run took, from its start to its end, as text;
+	// empty when its start is not known.
+	Took string
 }
 
 type taskData struct {
@@ -54,6 +57,10 @@ type taskData struct {
 	// RunTime charts this task's run times against its queue's recent
 	// runs; nil when it has not run.
 	RunTime *chartView
+	// Took is how long its last run took, or the one running has taken
+	// so far (then Running is set), as text; empty when it has not run.
+	Took    string
+	Running bool
 }
 
 // runTimesShown is how many of a task's runs its run-time chart draws.
@@ -63,14 +70,8 @@ const runTimesShown = 3
 // now) first: from the start its runner recorded to the end.
 func runTimes(t queue.Task, hist []queue.HistoryEntry, now time.Time) []time.Duration {
 	var out []time.Duration
-	if t.Runner != nil && !t.Runner.At.IsZero() && t.StatusOK && t.Status >= queue.StatusRunning {
-		end := now
-		if t.Status != queue.StatusRunning {
-			end = t.Mtime
-		}
-		if end.After(t.Runner.At) {
-			out = append(out, end.Sub(t.Runner.At))
-		}
+	if d, ok := lastRunTime(t, now); ok && d > 0 {
+		out = append(out, d)
 	}
 	for i := len(hist) - 1; i >= 0 && len(out) < runTimesShown; i-- {
 		if e := hist[i]; !e.Started.IsZero() && e.Ended.After(e.Started) {
@@ -78,6 +79,23 @@ func runTimes(t queue.Task, hist []queue.HistoryEntry, now time.Time) []time.Dur
 		}
 	}
 	return out
+}
+
+// lastRunTime is how long t's last run took (from the start its runner
+// recorded to its end), or the one running has taken until now; ok is
+// false when t has not run (or its runner's start is not known).
+func lastRunTime(t queue.Task, now time.Time) (time.Duration, bool) {
+	if t.Runner == nil || t.Runner.At.IsZero() || !t.StatusOK || t.Status < queue.StatusRunning {
+		return 0, false
+	}
+	end := now
+	if t.Status != queue.StatusRunning {
+		end = t.Mtime
+	}
+	if end.Before(t.Runner.At) {
+		return 0, false
+	}
+	return end.Sub(t.Runner.At), true
 }
 
 func (h *handler) task(w http.ResponseWriter, r *http.Request) {
@@ -156,6 +174,9 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	for i, e := range hist {
 		v := historyView{HistoryEntry: e, StatusName: queue.StatusName(e.Status), Run: i + 1,
 			Stdout: historyOutput(e.Stdout), Stderr: historyOutput(e.Stderr)}
+		if !e.Started.IsZero() && !e.Ended.Before(e.Started) {
+			v.Took = tookText(e.Ended.Sub(e.Started))
+		}
 		if e.Stdout != nil {
 			v.StdoutURL = fmt.Sprintf("/tasks/%s/output.txt?stream=stdout&attempt=%d", t.ID.Hex(), i+1)
 		}
@@ -167,6 +188,9 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	if took := runTimes(*t, hist, h.now()); len(took) > 0 {
 		c := runTimeChart(h.now(), runs, took)
 		d.RunTime = &c
+	}
+	if last, ok := lastRunTime(*t, h.now()); ok {
+		d.Took, d.Running = tookText(last), t.Status == queue.StatusRunning
 	}
 	title := "Task " + t.ID.Hex()
 	h.render(w, r, "task", page{Title: title, Nav: "tasks", Data: d})
