@@ -73,6 +73,7 @@ const DefaultRefresh = 10 * time.Second
 type handler struct {
 	db      *mongo.Database
 	store   *queue.OperatorStore
+	archive *queue.Archive // tasks_archive, read only
 	log     *zap.Logger
 	now     func() time.Time
 	sleep   func(context.Context, time.Duration)
@@ -99,7 +100,7 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
