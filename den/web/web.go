@@ -74,6 +74,7 @@ type handler struct {
 	db      *mongo.Database
 	store   *queue.OperatorStore
 	archive *queue.Archive // tasks_archive, read only
+	runs    *queue.ScheduleRuns
 	log     *zap.Logger
 	now     func() time.Time
 	sleep   func(context.Context, time.Duration)
@@ -100,7 +101,7 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
@@ -126,7 +127,7 @@ func New(o Options) (http.Handler, error) {
 		o.Limiter = NewLimiter(h.log)
 	}
 	h.limit = o.Limiter.l
-	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error", "bulk"} {
+	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error", "bulk", "confirm"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/chart.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse template %s: %w", page, err)
@@ -153,6 +154,11 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("POST /nodes/maxthreads", h.action(h.setMaxThreads))
 	m.HandleFunc("POST /queues/{ref}/pause", h.action(h.pauseQueue))
 	m.HandleFunc("POST /queues/{ref}/resume", h.action(h.resumeQueue))
+	sa := scheduleActions{h}
+	m.HandleFunc("POST /schedules/{name}/pause", h.action(sa.pauseSchedule))
+	m.HandleFunc("POST /schedules/{name}/resume", h.action(sa.resumeSchedule))
+	m.HandleFunc("POST /schedules/{name}/run", h.action(sa.runSchedule))
+	m.HandleFunc("POST /schedules/{name}/delete", h.action(sa.deleteSchedule))
 	m.HandleFunc("GET /login", h.loginPage)
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)
@@ -272,6 +278,11 @@ var messages = map[string]string{
 	"queue-resumed":        "The queue is resumed with the limits it had.",
 	"queue-already-paused": "The queue was already paused; nothing was changed.",
 	"queue-not-paused":     "The queue was not paused; nothing was changed.",
+	"schedule-paused":      "The schedule is paused: it inserts no task until it is resumed.",
+	"schedule-resumed":     "The schedule is resumed, from its first time after now.",
+	"schedule-run":         "The schedule's task is inserted, now; its next time is unchanged.",
+	"schedule-run-already": "The schedule's task for this second was inserted already; nothing more was.",
+	"schedule-deleted":     "The schedule is deleted; the tasks it inserted stay.",
 	"logged-in":            "Logged in: actions are enabled in this browser.",
 	"logged-out":           "Logged out.",
 }
