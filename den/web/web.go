@@ -75,14 +75,16 @@ type handler struct {
 	store   *queue.OperatorStore
 	archive *queue.Archive // tasks_archive, read only
 	runs    *queue.ScheduleRuns
-	log     *zap.Logger
-	now     func() time.Time
-	sleep   func(context.Context, time.Duration)
-	token   string
-	dead    time.Duration
-	refresh time.Duration
-	pages   map[string]*template.Template
-	mux     *http.ServeMux
+	// quietNodes quiets and resumes nodes (their node documents).
+	quietNodes *queue.NodeQuiet
+	log        *zap.Logger
+	now        func() time.Time
+	sleep      func(context.Context, time.Duration)
+	token      string
+	dead       time.Duration
+	refresh    time.Duration
+	pages      map[string]*template.Template
+	mux        *http.ServeMux
 	// dbFailing is set while database reads fail, so that the failure is
 	// logged when it starts and when it clears, not on every refresh.
 	dbFailing atomic.Bool
@@ -101,7 +103,7 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), quietNodes: queue.NewNodeQuiet(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
@@ -159,6 +161,10 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("POST /schedules/{name}/resume", h.action(sa.resumeSchedule))
 	m.HandleFunc("POST /schedules/{name}/run", h.action(sa.runSchedule))
 	m.HandleFunc("POST /schedules/{name}/delete", h.action(sa.deleteSchedule))
+	na := nodeActions{h}
+	m.HandleFunc("POST /nodes/{name}/quiet", h.action(na.quiet))
+	m.HandleFunc("POST /nodes/{name}/resume", h.action(na.resume))
+	m.HandleFunc("POST /nodes/{name}/forget", h.action(na.forget))
 	m.HandleFunc("GET /login", h.loginPage)
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)
@@ -283,6 +289,11 @@ var messages = map[string]string{
 	"schedule-run":         "The schedule's task is inserted, now; its next time is unchanged.",
 	"schedule-run-already": "The schedule's task for this second was inserted already; nothing more was.",
 	"schedule-deleted":     "The schedule is deleted; the tasks it inserted stay.",
+	"node-quiet":           "The node is quiet: it claims nothing new; the tasks it runs go on to their end.",
+	"node-resumed":         "The node is resumed with the maxthreads it had; it claims on its next pass.",
+	"node-already-quiet":   "The node was quiet already; nothing was changed.",
+	"node-not-quiet":       "The node was not quiet; nothing was changed.",
+	"node-forgotten":       "The node's document is removed; it is listed again if it starts.",
 	"logged-in":            "Logged in: actions are enabled in this browser.",
 	"logged-out":           "Logged out.",
 }
