@@ -75,6 +75,8 @@ type handler struct {
 	store   *queue.OperatorStore
 	archive *queue.Archive // tasks_archive, read only
 	runs    *queue.ScheduleRuns
+	// retiring purges and archives a confirmed selection (bulkretire.go).
+	retiring *queue.Retiring
 	// quietNodes quiets and resumes nodes (their node documents).
 	quietNodes *queue.NodeQuiet
 	log        *zap.Logger
@@ -103,7 +105,7 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), quietNodes: queue.NewNodeQuiet(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), quietNodes: queue.NewNodeQuiet(o.DB), retiring: queue.NewRetiring(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
