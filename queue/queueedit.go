@@ -52,6 +52,17 @@ func (s *QueueSettings) has(key string) bool {
 // ErrNoQueue is returned when no queue has the name or id given.
 var ErrNoQueue = errors.New("no such queue")
 
+// AmbiguousQueueError is FindQueue's refusal of a ref that several queues
+// answer to (a name they share, or one queue's name that is another's id).
+type AmbiguousQueueError struct {
+	Ref string
+	IDs []string // the ids of the queues that match, as written in the error
+}
+
+func (e *AmbiguousQueueError) Error() string {
+	return fmt.Sprintf("%d queues match %q (%s): give the id", len(e.IDs), e.Ref, strings.Join(e.IDs, ", "))
+}
+
 // ErrQueueExists is returned when a queue of the name given exists.
 var ErrQueueExists = errors.New("a queue of that name exists")
 
@@ -81,7 +92,7 @@ func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, pro
 		for _, d := range docs {
 			ids = append(ids, d.Lookup("_id").String())
 		}
-		return q, nil, fmt.Errorf("%d queues match %q (%s): give the id", len(docs), ref, strings.Join(ids, ", "))
+		return q, nil, &AmbiguousQueueError{Ref: ref, IDs: ids}
 	}
 	q, problem = ParseQueue(docs[0])
 	if q.ID.IsZero() {

@@ -11,14 +11,15 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/den/internal/human"
+	"github.com/den-project/den/queue"
 )
 
 func newNodeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "node",
-		Short: "List nodes, set a node's maxthreads, and forget a stopped or dead node",
+		Short: "List nodes, set a node's maxthreads, quiet and resume a node, and forget a stopped or dead node",
 	}
-	cmd.AddCommand(newNodeListCmd(), newNodeSetCmd(), newNodeForgetCmd())
+	cmd.AddCommand(newNodeListCmd(), newNodeSetCmd(), newNodeQuietCmd(true), newNodeQuietCmd(false), newNodeForgetCmd())
 	for _, c := range cmd.Commands() {
 		addDBFlags(c.Flags())
 		addJSONFlag(c.Flags())
@@ -198,6 +199,55 @@ name writes a new document.`,
 				return printJSON(cmd.OutOrStdout(), map[string]any{"node": n.Name, "forgotten": true, "state": state})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "forgot node %s (%s)\n", human.Escape(n.Name), state)
+			return nil
+		}),
+	}
+}
+
+func newNodeQuietCmd(quiet bool) *cobra.Command {
+	use, short, long := "quiet", "Quiet a node: it claims nothing new, and its running tasks go on to their end",
+		`Quiet a node, as before a restart or a host's maintenance: it claims no new
+task, and the tasks it runs go on to their end. Its node document gets
+maxthreads 0 and keeps the maxthreads it had in quiet: {maxthreads, at, by};
+den node resume puts it back. Node maxthreads is Disbatch's own field, so a
+Perl Disbatch node is quieted too. A quiet node is left as it is.`
+	if !quiet {
+		use, short, long = "resume", "Resume a quiet node: it claims again, with the maxthreads it had",
+			`End a node's quiet: its maxthreads becomes what it was when it was quieted
+(no limit if it had none). A node that is not quiet is left as it is.`
+	}
+	return &cobra.Command{
+		Use:     use + " NODE",
+		Short:   short,
+		Long:    long,
+		Example: "  den node " + use + " worker01",
+		Args:    cobra.ExactArgs(1),
+		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
+			nq := queue.NewNodeQuiet(d.db)
+			var o queue.PauseOutcome
+			var err error
+			if quiet {
+				o, err = nq.Quiet(cmd.Context(), args[0], strings.Replace(operator(), "den queue pause", "den node quiet", 1), time.Now())
+			} else {
+				o, err = nq.Resume(cmd.Context(), args[0])
+			}
+			if err != nil {
+				return err
+			}
+			changed := o == queue.PauseDone
+			if wantJSON(cmd) {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"node": args[0], "action": use, "changed": changed})
+			}
+			switch {
+			case changed && quiet:
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s is quiet: it claims nothing new; its running tasks go on\n", human.Escape(args[0]))
+			case changed:
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s resumed\n", human.Escape(args[0]))
+			case quiet:
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s was quiet already; nothing changed\n", human.Escape(args[0]))
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s was not quiet; nothing changed\n", human.Escape(args[0]))
+			}
 			return nil
 		}),
 	}

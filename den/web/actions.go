@@ -30,10 +30,20 @@ func wantsJSON(r *http.Request) bool {
 // note (messages). A script gets 200 and {"ok": true, "result", "message"};
 // a browser goes back to page, with the note.
 func (h *handler) answer(w http.ResponseWriter, r *http.Request, page, result string) {
+	h.answerWith(w, r, page, result, nil)
+}
+
+// answerWith is answer with more fields in a script's JSON (what the
+// action acted on: "queue", "schedule", "node").
+func (h *handler) answerWith(w http.ResponseWriter, r *http.Request, page, result string, more map[string]any) {
 	if wantsJSON(r) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": result, "message": messages[result]})
+		a := map[string]any{"ok": true, "result": result, "message": messages[result]}
+		for k, v := range more {
+			a[k] = v
+		}
+		json.NewEncoder(w).Encode(a)
 		return
 	}
 	http.Redirect(w, r, withMsg(page, result), http.StatusSeeOther)
@@ -146,12 +156,13 @@ func (h *handler) resumeQueue(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bool) {
-	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a queue id", r.PathValue("id")))
+	q, ok := h.actionQueue(w, r)
+	if !ok {
 		return
 	}
+	id := q.ID
 	var o queue.PauseOutcome
+	var err error
 	msg := "queue-paused"
 	if pause {
 		o, err = h.store.PauseQueue(r.Context(), id, "den web ("+r.RemoteAddr+")", h.now())
@@ -167,7 +178,7 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	case o == queue.PauseDone:
-		h.log.Info("web: queue "+strings.TrimPrefix(msg, "queue-"), zap.String("queue", id.Hex()), zap.String("remote", r.RemoteAddr))
+		h.log.Info("web: queue "+strings.TrimPrefix(msg, "queue-"), zap.String("queue", id.Hex()), zap.String("name", q.Name), zap.String("remote", r.RemoteAddr))
 	case pause:
 		msg = "queue-already-paused"
 	default:
@@ -177,5 +188,37 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 	if r.PostFormValue("back") == "queue" { // the queue's own page
 		back = queueURL(id.Hex())
 	}
-	h.answer(w, r, back, msg)
+	h.answerWith(w, r, back, msg, map[string]any{"queue": map[string]string{"id": id.Hex(), "name": q.Name}})
+}
+
+// actionQueue finds the queue an action's path names ({ref}): by id, or by
+// name. An id wins: a ref that is a queue's _id names that queue even if
+// another queue is named with the same 24 hex digits (reach that one by
+// its own id). A name several queues share is refused (409) with their
+// ids; a ref that names no queue is a 404.
+func (h *handler) actionQueue(w http.ResponseWriter, r *http.Request) (queue.Queue, bool) {
+	ref := r.PathValue("ref")
+	if id, err := bson.ObjectIDFromHex(ref); err == nil {
+		q, err := h.store.QueueDoc(r.Context(), id)
+		if err != nil {
+			h.fail(w, r, http.StatusInternalServerError, err)
+			return queue.Queue{}, false
+		}
+		if q != nil {
+			return *q, true
+		}
+	}
+	q, _, err := h.store.FindQueue(r.Context(), ref)
+	switch {
+	case errors.Is(err, queue.ErrNoQueue):
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no queue is named %q or has that id", ref))
+		return q, false
+	case errors.As(err, new(*queue.AmbiguousQueueError)):
+		h.fail(w, r, http.StatusConflict, err)
+		return q, false
+	case err != nil:
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return q, false
+	}
+	return q, true
 }

@@ -43,7 +43,9 @@ type bulkData struct {
 }
 
 // bulk serves POST /tasks/bulk: the task list's filter (queue, status,
-// outcome, node, param) and action=cancel|retry. Without confirm it
+// outcome, node, param) and action=cancel|retry|purge|archive (purge and
+// archive: the ended tasks the filter selects, as den task purge and
+// archive remove them, bulkretire.go). Without confirm it
 // counts the tasks the action may change and asks for confirmation,
 // fixing upto, the newest of them, so that later tasks are left alone.
 // With confirm=N it acts on at most BulkMax of them (_id <= upto), one
@@ -51,8 +53,9 @@ type bulkData struct {
 func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	action := r.PostForm.Get("action")
-	if action != "cancel" && action != "retry" {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("action %q: want cancel or retry", action))
+	_, retire := retireModes[action]
+	if action != "cancel" && action != "retry" && !retire {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("action %q: want cancel, retry, purge or archive", action))
 		return
 	}
 	d := tasksData{Queue: strings.TrimSpace(r.PostForm.Get("queue")), Status: strings.TrimSpace(r.PostForm.Get("status")),
@@ -74,15 +77,22 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	if action == "retry" {
 		allowed = retriable
 	}
-	f.Statuses = keep(f.Statuses, allowed)
+	if !retire { // purge and archive select ended tasks whatever the filter says
+		f.Statuses = keep(f.Statuses, allowed)
+	}
 	b := bulkData{Action: action, Verb: action, Filter: describe(d), Fields: url.Values{}, Max: BulkMax}
 	for _, k := range []string{"queue", "status", "outcome", "node", "param"} {
 		if v := r.PostForm.Get(k); v != "" {
 			b.Fields.Set(k, v)
 		}
 	}
-	b.Verb = map[string]string{"cancel": "cancelled", "retry": "retried"}[action]
-	if status, err := bulkMatch(ctx, h.store, r, &f, &b); err != nil {
+	b.Verb = map[string]string{"cancel": "cancelled", "retry": "retried", "purge": "purged", "archive": "archived"}[action]
+	rf := queue.RetireFilter{TaskFilter: f}
+	match := func() (int, error) { return bulkMatch(ctx, h.store, r, &f, &b) }
+	if retire {
+		match = func() (int, error) { return retireMatch(ctx, h.retiring, r, &rf, &b) }
+	}
+	if status, err := match(); err != nil {
 		h.fail(w, r, status, err)
 		return
 	}
@@ -107,7 +117,11 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	b.Acted, b.Rest = true, b.Matched > BulkMax
 	if b.Matched > 0 {
-		if err := bulkAct(ctx, h.store, h.now, f, &b); err != nil {
+		act := func() error { return bulkAct(ctx, h.store, h.now, f, &b) }
+		if retire {
+			act = func() error { return retireAct(ctx, h.retiring, rf, &b) }
+		}
+		if err := act(); err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -16,15 +17,16 @@ import (
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
-	"when":     when,
-	"queueURL": queueURL,
-	"nodeURL":  nodeURL,
-	"ago":      ago,
-	"group":    func(status int) string { return queue.StatusGroup(status) },
-	"status":   statusText,
-	"waiting":  human.Waiting,
-	"priority": func(t queue.Task) string { return queue.PriorityText(t.Raw.Lookup(queue.FieldPriority)) },
-	"mb":       megabytes,
+	"when":         when,
+	"queueURL":     queueURL,
+	"nodeURL":      nodeURL,
+	"schedulePath": func(name string) string { return "/schedules/" + url.PathEscape(name) },
+	"ago":          ago,
+	"group":        func(status int) string { return queue.StatusGroup(status) },
+	"status":       statusText,
+	"waiting":      human.Waiting,
+	"priority":     func(t queue.Task) string { return queue.PriorityText(t.Raw.Lookup(queue.FieldPriority)) },
+	"mb":           megabytes,
 	"load": func(l []float64) string {
 		parts := make([]string, len(l))
 		for i, f := range l {

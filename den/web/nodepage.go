@@ -14,6 +14,9 @@ type nodePageData struct {
 	Node      nodeView
 	DeadAfter string
 	Tasks     []taskRow
+	// Quiet says since when and by whom the node is quiet; empty: it
+	// is not.
+	Quiet string
 	// More is set when the node holds more tasks than are listed
 	// (queue.NodeTasksLimit).
 	More bool
@@ -77,6 +80,9 @@ func (h *handler) nodePage(w http.ResponseWriter, r *http.Request) {
 		v.MaxThreads = "invalid (0)"
 	}
 	d := nodePageData{Node: v, DeadAfter: h.dead.String(), More: len(held) >= queue.NodeTasksLimit}
+	if q := queue.QuietOf(n.Raw); q != nil {
+		d.Quiet = quietText(*q)
+	}
 	for _, t := range held {
 		d.Tasks = append(d.Tasks, taskRow{Task: t, QueueName: names[t.Queue]})
 	}

@@ -273,18 +273,9 @@ func (h *handler) streamRequest(w http.ResponseWriter, r *http.Request) (*queue.
 		jsonError(w, http.StatusBadRequest, "stream must be stdout or stderr")
 		return nil, "", false
 	}
-	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
+	t, _, err := h.findTask(r.Context(), r.PathValue("id"))
 	if err != nil {
-		jsonError(w, http.StatusNotFound, "not a task id")
-		return nil, "", false
-	}
-	t, err := h.store.Task(r.Context(), id)
-	if err != nil {
-		jsonError(w, http.StatusInternalServerError, err.Error())
-		return nil, "", false
-	}
-	if t == nil {
-		jsonError(w, http.StatusNotFound, "no task "+id.Hex())
+		jsonError(w, findStatus(err), err.Error())
 		return nil, "", false
 	}
 	return t, stream, true

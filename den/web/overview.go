@@ -43,6 +43,7 @@ type nodeView struct {
 	Dead      bool
 	// State is running, stopped or dead (queue.NodeDoc.State).
 	State      string
+	Quiet      bool // den node quiet: it claims nothing new (nodeactions.go)
 	MaxThreads string
 	Limit      string // the form's current value: a number, or empty
 	Problem    string
@@ -205,6 +206,7 @@ func nodeViewOf(n queue.NodeDoc, now time.Time, dead time.Duration, running queu
 		Info: nodeInfoOf(n), TasksURL: taskListURL("", "claimed,running", n.Name)}
 	v.State = n.State(now, dead)
 	v.Dead = v.State == queue.NodeDead
+	v.Quiet = queue.QuietOf(n.Raw) != nil
 	v.MaxThreads, v.Limit = nodeLimit(n.MaxThreads, n.MaxThreadsProblem)
 	for qid, byNode := range running {
 		if c := byNode[n.Name]; c > 0 {

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -51,6 +52,7 @@ type taskData struct {
 	Outcome    queue.Outcome
 	Why        queue.Reason // why a waiting task has not started (den task why); zero for any other
 	Ended      bool
+	Archived   bool // read from tasks_archive (den task archive): shown, not acted on
 	Live       bool // the page polls for output and the end
 	CanCancel  bool
 	CanRetry   bool
@@ -99,18 +101,9 @@ func lastRunTime(t queue.Task, now time.Time) (time.Duration, bool) {
 }
 
 func (h *handler) task(w http.ResponseWriter, r *http.Request) {
-	id, err := bson.ObjectIDFromHex(r.PathValue("id"))
+	t, archived, err := h.findTask(r.Context(), r.PathValue("id"))
 	if err != nil {
-		h.fail(w, r, http.StatusNotFound, fmt.Errorf("%q is not a task id (24 hex digits)", r.PathValue("id")))
-		return
-	}
-	t, err := h.store.Task(r.Context(), id)
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, err)
-		return
-	}
-	if t == nil {
-		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no task %s in database %s", id.Hex(), h.db.Name()))
+		h.fail(w, r, findStatus(err), err)
 		return
 	}
 	q, err := h.store.QueueDoc(r.Context(), t.Queue)
@@ -140,9 +133,10 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	d.Outcome = outcomeOf(*t)
 	d.Why = why
 	d.Ended = t.StatusOK && queue.Ended(t.Status)
-	d.Live = !d.Ended
-	d.CanCancel = t.StatusOK && t.Status <= 0 && t.Status != queue.StatusCancelled && t.Status != queue.StatusOrphaned && !t.Cancel
-	d.CanRetry = t.StatusOK && t.Status != queue.StatusQueued && t.Status != queue.StatusClaimed && t.Status != queue.StatusRunning
+	d.Live = !d.Ended && !archived
+	d.CanCancel = t.StatusOK && t.Status <= 0 && t.Status != queue.StatusCancelled && t.Status != queue.StatusOrphaned && !t.Cancel && !archived
+	d.CanRetry = t.StatusOK && t.Status != queue.StatusQueued && t.Status != queue.StatusClaimed && t.Status != queue.StatusRunning && !archived
+	d.Archived = archived
 	for _, stream := range []string{queue.StreamStdout, queue.StreamStderr} {
 		data, o, err := h.readOutput(r.Context(), t, stream, 0, outputShown)
 		s := streamView{Name: stream, URL: fmt.Sprintf("/tasks/%s/output.txt?stream=%s", t.ID.Hex(), stream)}
@@ -194,6 +188,37 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	}
 	title := "Task " + t.ID.Hex()
 	h.render(w, r, "task", page{Title: title, Nav: "tasks", Data: d})
+}
+
+// errNoTask is findTask's answer for an id that is in neither tasks nor
+// tasks_archive, or is no id; findStatus maps it to 404.
+var errNoTask = errors.New("no task")
+
+// findTask reads the task ref names (24 hex digits) from tasks, else from
+// tasks_archive (archived is then true), as den task show does.
+func (h *handler) findTask(ctx context.Context, ref string) (t *queue.Task, archived bool, err error) {
+	id, err := bson.ObjectIDFromHex(ref)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %q is not a task id (24 hex digits)", errNoTask, ref)
+	}
+	if t, err = h.store.Task(ctx, id); t != nil || err != nil {
+		return t, false, err
+	}
+	if t, err = h.archive.Task(ctx, id); err != nil {
+		return nil, false, err
+	}
+	if t == nil {
+		return nil, false, fmt.Errorf("%w %s in database %s, nor in its archive", errNoTask, id.Hex(), h.db.Name())
+	}
+	return t, true, nil
+}
+
+// findStatus is the status that answers findTask's error.
+func findStatus(err error) int {
+	if errors.Is(err, errNoTask) {
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
 }
 
 // historyOutput shows a past run's output kept in its history entry: its

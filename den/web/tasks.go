@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -52,6 +53,8 @@ type tasksData struct {
 	Rows          []taskRowView
 	Full          bool // the list reached the limit
 	Param         string
+	// Archived lists tasks_archive (?archived=1) instead of tasks.
+	Archived bool
 	// Newer and Older link the pages next to this one (empty: none).
 	Newer, Older string
 	Error        string
@@ -62,7 +65,7 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	d := tasksData{Queue: strings.TrimSpace(q.Get("queue")), Status: strings.TrimSpace(q.Get("status")),
 		Node: strings.TrimSpace(q.Get("node")), Outcome: strings.TrimSpace(q.Get("outcome")), Outcomes: queue.Outcomes, Param: q.Get("param"),
-		Limit: defaultLimit, Choices: statusChoices, Custom: true}
+		Limit: defaultLimit, Choices: statusChoices, Custom: true, Archived: q.Get("archived") == "1"}
 	for _, c := range statusChoices {
 		if c.Value == d.Status {
 			d.Custom = false
@@ -92,7 +95,7 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Limit = f.Limit
 	f.Limit++ // one more: is there a page beyond?
-	list, err := h.store.ListTasks(ctx, f)
+	list, err := h.listTasks(ctx, f, d.Archived)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -118,6 +121,14 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Full = more
 	h.render(w, r, "tasks", page{Title: "Tasks", Nav: "tasks", Refresh: int(h.refresh.Seconds()), Data: d})
+}
+
+// listTasks lists the tasks f selects, from tasks_archive when archived.
+func (h *handler) listTasks(ctx context.Context, f queue.TaskFilter, archived bool) ([]queue.Task, error) {
+	if archived {
+		return h.archive.ListTasks(ctx, f)
+	}
+	return h.store.ListTasks(ctx, f)
 }
 
 // parseFilter reads the list's filters: a queue (id or name), statuses

@@ -73,14 +73,20 @@ const DefaultRefresh = 10 * time.Second
 type handler struct {
 	db      *mongo.Database
 	store   *queue.OperatorStore
-	log     *zap.Logger
-	now     func() time.Time
-	sleep   func(context.Context, time.Duration)
-	token   string
-	dead    time.Duration
-	refresh time.Duration
-	pages   map[string]*template.Template
-	mux     *http.ServeMux
+	archive *queue.Archive // tasks_archive, read only
+	runs    *queue.ScheduleRuns
+	// retiring purges and archives a confirmed selection (bulkretire.go).
+	retiring *queue.Retiring
+	// quietNodes quiets and resumes nodes (their node documents).
+	quietNodes *queue.NodeQuiet
+	log        *zap.Logger
+	now        func() time.Time
+	sleep      func(context.Context, time.Duration)
+	token      string
+	dead       time.Duration
+	refresh    time.Duration
+	pages      map[string]*template.Template
+	mux        *http.ServeMux
 	// dbFailing is set while database reads fail, so that the failure is
 	// logged when it starts and when it clears, not on every refresh.
 	dbFailing atomic.Bool
@@ -99,7 +105,7 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), quietNodes: queue.NewNodeQuiet(o.DB), retiring: queue.NewRetiring(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
 	if h.log == nil {
 		h.log = zap.NewNop()
@@ -125,7 +131,7 @@ func New(o Options) (http.Handler, error) {
 		o.Limiter = NewLimiter(h.log)
 	}
 	h.limit = o.Limiter.l
-	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error", "bulk"} {
+	for _, page := range []string{"overview", "tasks", "task", "schedules", "queue", "node", "login", "error", "bulk", "confirm"} {
 		t, err := template.New(page).Funcs(funcs).ParseFS(templateFiles, "templates/layout.html", "templates/chart.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web: parse template %s: %w", page, err)
@@ -150,8 +156,17 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("POST /tasks/{id}/retry", h.action(h.retry))
 	m.HandleFunc("POST /tasks/bulk", h.action(h.bulk))
 	m.HandleFunc("POST /nodes/maxthreads", h.action(h.setMaxThreads))
-	m.HandleFunc("POST /queues/{id}/pause", h.action(h.pauseQueue))
-	m.HandleFunc("POST /queues/{id}/resume", h.action(h.resumeQueue))
+	m.HandleFunc("POST /queues/{ref}/pause", h.action(h.pauseQueue))
+	m.HandleFunc("POST /queues/{ref}/resume", h.action(h.resumeQueue))
+	sa := scheduleActions{h}
+	m.HandleFunc("POST /schedules/{name}/pause", h.action(sa.pauseSchedule))
+	m.HandleFunc("POST /schedules/{name}/resume", h.action(sa.resumeSchedule))
+	m.HandleFunc("POST /schedules/{name}/run", h.action(sa.runSchedule))
+	m.HandleFunc("POST /schedules/{name}/delete", h.action(sa.deleteSchedule))
+	na := nodeActions{h}
+	m.HandleFunc("POST /nodes/{name}/quiet", h.action(na.quiet))
+	m.HandleFunc("POST /nodes/{name}/resume", h.action(na.resume))
+	m.HandleFunc("POST /nodes/{name}/forget", h.action(na.forget))
 	m.HandleFunc("GET /login", h.loginPage)
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)
@@ -271,6 +286,16 @@ var messages = map[string]string{
 	"queue-resumed":        "The queue is resumed with the limits it had.",
 	"queue-already-paused": "The queue was already paused; nothing was changed.",
 	"queue-not-paused":     "The queue was not paused; nothing was changed.",
+	"schedule-paused":      "The schedule is paused: it inserts no task until it is resumed.",
+	"schedule-resumed":     "The schedule is resumed, from its first time after now.",
+	"schedule-run":         "The schedule's task is inserted, now; its next time is unchanged.",
+	"schedule-run-already": "The schedule's task for this second was inserted already; nothing more was.",
+	"schedule-deleted":     "The schedule is deleted; the tasks it inserted stay.",
+	"node-quiet":           "The node is quiet: it claims nothing new; the tasks it runs go on to their end.",
+	"node-resumed":         "The node is resumed with the maxthreads it had; it claims on its next pass.",
+	"node-already-quiet":   "The node was quiet already; nothing was changed.",
+	"node-not-quiet":       "The node was not quiet; nothing was changed.",
+	"node-forgotten":       "The node's document is removed; it is listed again if it starts.",
 	"logged-in":            "Logged in: actions are enabled in this browser.",
 	"logged-out":           "Logged out.",
 }
