@@ -87,9 +87,18 @@ func TestProcessLimitInPIDNamespace(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			end, _ := cmd.Exit()
 			t.Logf("sandbox: %v; program ended %#x", err, uint32(end.Status))
+			// With itself, the shell may have max_processes. In a pids
+			// cgroup, the init's forking thread is in the cgroup until
+			// the program has been executed and the init has moved it
+			// out: a program that forks at once may find one fewer for
+			// that moment (seen beside a loaded machine), never more.
 			started := strings.Count(string(out), "started\n")
-			if started != limit-1 || !strings.Contains(string(out), "Cannot fork") {
-				t.Fatalf("the shell started %d processes (want %d: with itself, max_processes %d) and said:\n%s", started, limit-1, limit, out)
+			least := limit - 1
+			if mechanism == "pids cgroup" {
+				least = limit - 2
+			}
+			if started < least || started > limit-1 || !strings.Contains(string(out), "Cannot fork") {
+				t.Fatalf("the shell started %d processes (want %d to %d: with itself, max_processes %d) and said:\n%s", started, least, limit-1, limit, out)
 			}
 		})
 	}
