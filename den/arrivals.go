@@ -77,6 +77,13 @@ func (a *arrivals) take() map[bson.ObjectID]bool {
 	return q
 }
 
+// workIn makes queue q claimable at once and wakes the claims: a task was
+// put back in it (a rescue's retry) that no count tells of.
+func (cl *claimer) workIn(q bson.ObjectID) {
+	cl.arrived.add(q)
+	cl.wakeUp()
+}
+
 // watchArrivals runs the node's ArrivalSource until ctx is done, and
 // returns a func that waits for it to end.
 func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {

@@ -228,9 +228,7 @@ func (cl *claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 // all the queues of one sort order that may have work (findOneAndUpdate
 // with queue: {$in: [...]}), so that its cost does not grow with the
 // number of queues; queues a claim found empty are left alone until their
-// counts change. With probe it first looks, with one query, for work
-// in the queues found empty (tasks inserted without raising the counts,
-// start_after times that have come).
+// counts change, or the probe (probe.go) finds work in them.
 //
 // Queues that request resources (requested_resources on the queue) are
 // claimed from largest request first (claimGroups), each group one claim
@@ -240,7 +238,7 @@ func (cl *claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 // Under a node limit that leaves fewer free slots than queues with work,
 // it claims queue by queue, the first queue rotating from pass to pass, so
 // that no queue starves the others.
-func (cl *claimer) claim(ctx context.Context, probe bool) error {
+func (cl *claimer) claim(ctx context.Context) error {
 	if !cl.ready || len(cl.serve) == 0 {
 		return nil
 	}
@@ -249,17 +247,11 @@ func (cl *claimer) claim(ctx context.Context, probe bool) error {
 	}
 	// What is free for tasks that request resources; a queue
 	// whose own request does not fit waits this pass. The probe asks the
-	// same, so that a task that does not fit does not make its queue look
-	// claimable again and again.
-	fit := cl.capacity.free(cl.held.reserved())
-	cl.fit = &fit
+	// same (probe.go), so that a task that does not fit does not make its
+	// queue look claimable again and again.
+	fit := cl.freeToFit()
 	cl.malformed = malformedTally{}
 	defer func() { cl.malformed.report(cl.log) }()
-	if probe {
-		if err := cl.probe(ctx); err != nil {
-			return err
-		}
-	}
 	holds, total := cl.held.counts()
 	b := &claimBudget{holds: holds, total: total, limit: cl.limit}
 	// work are the queues to claim from; later those set aside, claimed
@@ -576,27 +568,6 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 		}
 	}
 	return true, nil
-}
-
-// probe looks, with one query, for claimable tasks in the served queues
-// that claims found empty, and makes each queue it finds work in
-// claimable again.
-func (cl *claimer) probe(ctx context.Context) error {
-	var ids []bson.ObjectID
-	for _, q := range cl.serve {
-		if !cl.claimable(q) {
-			ids = append(ids, q.ID)
-		}
-	}
-	for len(ids) > 0 {
-		id, ok, err := cl.store.Probe(ctx, ids, cl.now(), cl.fit)
-		if err != nil || !ok {
-			return err
-		}
-		delete(cl.empty, id)
-		ids = slices.DeleteFunc(ids, func(x bson.ObjectID) bool { return x == id })
-	}
-	return nil
 }
 
 // mayStart checks, after a claim of task id in q and before its

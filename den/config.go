@@ -71,9 +71,11 @@ type Config struct {
 	// Default 1m.
 	ClockEvery time.Duration
 	// ProbeEvery is how often the node looks, with one query, for work
-	// in the queues a claim found empty whose counts have not changed
-	// since: tasks inserted without raising the counts, and tasks whose
-	// start_after has come, start at most this late. Default 5s.
+	// no count tells of (probe.go): tasks inserted without raising the
+	// counts, in an idle queue or one the node has not read yet, and tasks
+	// whose start_after has come, start at most this late (and a pass
+	// later where the probe's share of the database's time puts it off).
+	// Default 1s: every pass.
 	ProbeEvery time.Duration
 	// Retry is the backoff while MongoDB is unreachable at start.
 	Retry backoff.Policy
@@ -165,8 +167,8 @@ const (
 	DefaultRefreshEvery = 10 * time.Second
 	// DefaultClockEvery: the server's time (hello).
 	DefaultClockEvery = time.Minute
-	// DefaultProbeEvery: one query for work in queues found empty.
-	DefaultProbeEvery = 5 * time.Second
+	// DefaultProbeEvery: one query for work no count tells of.
+	DefaultProbeEvery = time.Second
 	// DefaultRescueEvery: the rescues of dead runners, dead nodes and
 	// stale claims.
 	DefaultRescueEvery = 30 * time.Second

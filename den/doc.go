@@ -27,7 +27,9 @@
 //     output, the hand-over to the housekeeping); one loop walks them,
 //     not a goroutine per service, since claims need the reads before
 //     them and the writes share one budget; queuebook.go: what the loop knows of the queues (every queue
-//     read now and then, the queues with work every pass); queueindex.go:
+//     read now and then, the queues with work and the new ones every
+//     pass); probe.go: finding work no count tells of (a task a driver
+//     inserted into an idle or a new queue); queueindex.go:
 //     the queues by _id, and queuesRead, the last read of every queue;
 //     housekeeping.go: the housekeeping, a round after each full pass in
 //     a goroutine of its own, walking its steps (houseSteps: counts,

@@ -315,6 +315,55 @@ func TestTwoHostsLongGraceRescued(t *testing.T) {
 	rescuedByOtherHost(t, 0, 8*time.Second)
 }
 
+// With dead_node_after 1m and every other timer at its default (the
+// rescues every 30 s, the probe every pass), a task whose node froze
+// (SIGSTOP: node and runners cut off) runs again on another host within
+// 75 s of the freeze, its first attempt stopped first by its own runner,
+// as the lease says. The rescues run as soon as the frozen node has been
+// silent for dead_node_after, not at their next round up to 30 s later,
+// and the rescuing node claims the task it put back at once, not when a
+// probe finds it: before, attempt 2 started 90 to 105 s after the freeze.
+func TestFrozenNodeTaskRunsAgainSoon(t *testing.T) {
+	t.Parallel()
+	const lease, within = time.Minute, 75 * time.Second
+	d := dentest.DB(t)
+	qid := dentest.Queue(t, d, "cmd", command.Name, 1, "fifo", bson.E{Key: "max_retries", Value: 1}, bson.E{Key: "retry_delay", Value: 0},
+		bson.E{Key: "max_termination_time", Value: hostGrace.Seconds()})
+	stamps := filepath.Join(t.TempDir(), "stamps")
+	id := dentest.Tasks(t, d, qid, bson.D{{Key: "shell", Value: stampProgram(stamps, 1000)}})[0]
+	env := []string{envNodeLease + "=" + lease.String(), envNodeDefaults + "=1"}
+	a, _ := nodeProcess(t, d, "a", env...)
+	waitTicking(t, d, id, stamps)
+	hostProcess(t, d, "b", "den-test-b", env...)
+	waitPasses(t, d, []string{"b"}, 2, 0)
+	freeze(t, a)
+	frozen := uptime(t)
+	var at []attempt
+	dentest.Eventually(t, 2*time.Minute, "attempt 2 starts on node b", func() bool {
+		at = attempts(t, stamps)
+		return len(at) >= 2
+	})
+	first, second := at[0], at[1]
+	if !first.stop {
+		t.Errorf("attempt 1 was not stopped with SIGTERM before attempt 2 started")
+	}
+	if first.last >= second.start {
+		t.Errorf("the attempts overlapped: attempt 1's last stamp %.2f s after its node froze, attempt 2 started %.2f s after", first.last-frozen, second.start-frozen)
+	}
+	if second.start-frozen < secs(lease-queue.BeatEvery(lease)) {
+		t.Errorf("attempt 2 started %.2f s after node a froze, before dead_node_after (%s) could have passed", second.start-frozen, lease)
+	}
+	if second.start-frozen > secs(within) {
+		t.Errorf("attempt 2 started %.2f s after node a froze; want within %s", second.start-frozen, within)
+	}
+	t.Logf("node a frozen; attempt 1 got SIGTERM after %.2f s, attempt 2 started on node b after %.2f s (dead_node_after %s)",
+		first.stopAt-frozen, second.start-frozen, lease)
+	raw := waitFor(t, d, id, 1)
+	if raw.Lookup("node").StringValue() != "b" {
+		t.Errorf("the task ended on node %s, want b", raw.Lookup("node"))
+	}
+}
+
 // A task cancelled while its node is frozen and its runner cut off from
 // the database (the runner connects itself, runner.relay: false, through a
 // proxy that refuses every command) is stopped by its runner: within a

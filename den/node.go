@@ -142,7 +142,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	}
 	n.rescuer = &rescuer{
 		env: e, params: rescuerParams{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
-		chores: chores, pool: n.pool, held: n.claimer.held,
+		chores: chores, pool: n.pool, held: n.claimer.held, queued: n.claimer,
 	}
 	schedules := &scheduler{env: e, params: schedulerParams{RefreshEvery: cfg.RefreshEvery}}
 	n.retention = &retention{
@@ -155,7 +155,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
 		},
 		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
-		views: make(chan passView, 1), lastQueues: read, loop: n.claimer.progress, house: &progress{},
+		views: make(chan passView, 1), lastQueues: read, loop: n.claimer.progress, house: &progress{}, probePace: pace{share: probeShare},
 	}
 	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
 	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)

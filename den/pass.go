@@ -50,8 +50,13 @@ type passes struct {
 	sharedAt time.Time
 	// clockAt is when the clock was last synced with the server.
 	clockAt time.Time
-	// lastProbe is when claims last probed the queues found empty.
+	// lastProbe is when the probe last ran (probe.go), probePace keeps it
+	// to its share of the database's time, and probeSkip are the queues it
+	// found tasks in that are no queue (gone, or no queue document den can
+	// read), left out of its queries until the next read of every queue.
 	lastProbe time.Time
+	probePace pace
+	probeSkip map[bson.ObjectID]bool
 	// heldRead is set once a full pass has read what this node holds:
 	// the first pass reads it before it claims, the others while the
 	// node holds tasks (their cancel flags).
@@ -150,7 +155,7 @@ func (ps *passes) claimOnly(ctx context.Context) {
 		if ps.claimer.paused() {
 			return nil
 		}
-		return ps.claimer.claim(ctx, false)
+		return ps.claimer.claim(ctx)
 	})
 	if !stopped && !slow && err != nil {
 		ps.setOutage(err)
@@ -230,19 +235,20 @@ func (ps *passes) setOutage(err error) {
 // (housekeeping.go). What it reads, and how often, is
 // chosen so that an idle node costs the database about 3 commands a
 // second however many queues there are (see docs/performance.md):
-//   - every pass: the queues with work by their counts, and those that
-//     had work (count_todo tells of new work: queueBook), the node
-//     document, and, while this node holds tasks (and once at start,
-//     before it claims), its own claimed and running tasks (their cancel
-//     flags, and what it holds);
+//   - every pass: the queues with work by their counts, those that had
+//     work, and the new ones (count_todo tells of new work: queueBook),
+//     the node document, and, while this node holds tasks (and once at
+//     start, before it claims), its own claimed and running tasks (their
+//     cancel flags, and what it holds);
 //   - every ClockEvery: the server's time (hello);
 //   - every RefreshEvery: the config collection, and the claimed and
 //     running counts of all nodes (tasks_doing in the node document; every
 //     pass while a queue-wide threads limit is in play);
-//   - every 6 RefreshEvery (and when a queue with work comes or goes, or
-//     the queues the node serves change): every queue;
-//   - every ProbeEvery: one query for work in queues found empty, or
-//     with no work by their counts.
+//   - every 6 RefreshEvery (and when the queues the node serves change):
+//     every queue;
+//   - every ProbeEvery (every pass by default), while the node has a
+//     free slot and within the probe's share of the database's time: one
+//     query for work no count tells of (probe.go).
 func (ps *passes) read(ctx context.Context) error {
 	p := &fullPass{at: ps.now(), first: !ps.heldRead}
 	for _, s := range ps.passSteps {

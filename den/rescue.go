@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/internal/mongoclient"
@@ -25,8 +26,15 @@ type rescuer struct {
 	// left; held is what this node holds (the claimer's).
 	pool *pool
 	held *heldTasks
-	// last is when the rescues last ran to the end.
-	last time.Time
+	// last is when the rescues last ran to the end, and next the soonest
+	// time a task they left alone may need them: when a node that holds
+	// tasks will have been silent for dead_node_after, or a runner that
+	// was still at work will have been for as long as its lease holds.
+	// They run again then, not up to RescueEvery later.
+	last, next time.Time
+	// queued hears of the tasks a rescue put back in their queue, for
+	// this node's claims to take them at once.
+	queued workNotice
 	// nextHolder is where the next rescue of dead nodes starts among the
 	// node names that hold tasks: one that ran out of its budget or time
 	// goes on from where it stopped, instead of starting over with the
@@ -34,8 +42,22 @@ type rescuer struct {
 	nextHolder int
 }
 
-// due reports whether the rescues are due in a pass at now.
-func (rc *rescuer) due(now time.Time) bool { return now.Sub(rc.last) >= rc.params.RescueEvery }
+// workNotice hears of a task put back in its queue (the claimer): no
+// count tells of it.
+type workNotice interface{ workIn(queueID bson.ObjectID) }
+
+// due reports whether the rescues are due in a pass at now: every
+// RescueEvery, and as soon as a task they left alone may need them.
+func (rc *rescuer) due(now time.Time) bool {
+	return now.Sub(rc.last) >= rc.params.RescueEvery || (!rc.next.IsZero() && !now.Before(rc.next))
+}
+
+// soonest notes a time a task the rescues left alone may need them.
+func (rc *rescuer) soonest(at time.Time) {
+	if rc.next.IsZero() || at.Before(rc.next) {
+		rc.next = at
+	}
+}
 
 // nodesSeen are the node documents' last beats and offers, as the rescue
 // of dead nodes read them at at. The rescuer returns them, and the
@@ -58,6 +80,7 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex
 	if err := rc.deadRunners(ctx, held, queues); err != nil {
 		return nodesSeen{}, err
 	}
+	rc.next = time.Time{}
 	seen := nodesSeen{at: rc.now()}
 	var err error
 	if seen.beats, seen.offers, err = rc.store.NodesSeenOffers(ctx); err != nil {
@@ -156,7 +179,10 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 		}
 		last, known := seen[name]
 		if isName && known && now.Sub(last) <= rc.params.DeadNodeAfter {
-			continue // alive
+			// Alive: dead once silent for dead_node_after (a little after,
+			// for the time in milliseconds the beat is stored in).
+			rc.soonest(last.Add(rc.params.DeadNodeAfter + time.Millisecond))
+			continue
 		}
 		label := name
 		if !isName {
@@ -173,10 +199,14 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 		counts := map[int]int{}
 		var rescueErr error
 		for _, task := range tasks {
-			if r := task.Runner; r != nil && !staleSign(*r, now, rc.pool.heldFor(task, queueOf(task, queues), *r)) {
-				continue // its runner is still at work, or may still be stopping it
+			if r := task.Runner; r != nil {
+				if heldFor := rc.pool.heldFor(task, queueOf(task, queues), *r); !staleSign(*r, now, heldFor) {
+					rc.soonest(r.LastSign().Add(heldFor + time.Millisecond))
+					continue // its runner is still at work, or may still be stopping it
+				}
 			}
 			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.params.DeadNodeAfter {
+				rc.soonest(task.Mtime.Add(rc.params.DeadNodeAfter + time.Millisecond))
 				continue // give a node that has just started time to write its document
 			}
 			if !rc.chores.take() {
@@ -278,6 +308,9 @@ func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Que
 		rc.log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
 	case st == queue.StatusQueued:
 		rc.log.Warn("task put back for a retry", zap.String("task_id", id.Hex()), zap.String("reason", reason))
+		if rc.queued != nil {
+			rc.queued.workIn(task.Queue)
+		}
 	case st == queue.StatusCancelled:
 		rc.log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
 	}

@@ -228,23 +228,7 @@ func (s claims) do(ctx context.Context, p *fullPass) error {
 	if cl.paused() {
 		return nil
 	}
-	return cl.claim(ctx, false)
-}
-
-// probe looks, every ProbeEvery, for work the counts do not tell of, and
-// claims what it finds.
-type probe struct{ ps *passes }
-
-func (s probe) due(p *fullPass) bool {
-	return p.at.Sub(s.ps.lastProbe) >= s.ps.params.ProbeEvery && !s.ps.claimer.paused()
-}
-
-func (s probe) do(ctx context.Context, p *fullPass) error {
-	if err := s.ps.claimer.claim(ctx, true); err != nil {
-		return err
-	}
-	s.ps.lastProbe = p.at
-	return nil
+	return cl.claim(ctx)
 }
 
 // cancelHeld carries out the cancellations of the tasks this node holds

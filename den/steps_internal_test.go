@@ -64,12 +64,21 @@ func TestFullPassStepsAreDueWhenTheirTimeHasCome(t *testing.T) {
 			func(_ *passes, p *fullPass) { p.counted = true }, false},
 		{"counts after the claims: not counted before", func(ps *passes) step[fullPass] { return countRunning{ps, false} },
 			func(*passes, *fullPass) {}, true},
-		{"probe 4s after the last", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.lastProbe = now.Add(-4 * time.Second) }, false},
-		{"probe 5s after the last", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.lastProbe = now.Add(-5 * time.Second) }, true},
+		{"probe 0.9s after the last", func(ps *passes) step[fullPass] { return probe{ps} },
+			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.lastProbe = true, now.Add(-900 * time.Millisecond) }, false},
+		{"probe a pass after the last", func(ps *passes) step[fullPass] { return probe{ps} },
+			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.lastProbe = true, now.Add(-time.Second) }, true},
+		{"probe before the claims have read the queues", func(ps *passes) step[fullPass] { return probe{ps} },
+			func(ps *passes, _ *fullPass) {}, false},
 		{"probe while claims are paused", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.claimer.pausedUntil = now.Add(time.Second) }, false},
+			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.claimer.pausedUntil = true, now.Add(time.Second) }, false},
+		{"probe while the node is full", func(ps *passes) step[fullPass] { return probe{ps} },
+			func(ps *passes, _ *fullPass) { zero := 0; ps.claimer.ready, ps.claimer.limit = true, &zero }, false},
+		{"probe put off by its share of the database's time", func(ps *passes) step[fullPass] { return probe{ps} },
+			func(ps *passes, _ *fullPass) {
+				ps.claimer.ready = true
+				ps.probePace.ran(time.Now().Add(-time.Second)) // a probe that took 1 s
+			}, false},
 		{"live output: held not read", func(ps *passes) step[fullPass] { return askLive{ps.pool} },
 			func(*passes, *fullPass) {}, false},
 		{"live output: held read, none", func(ps *passes) step[fullPass] { return askLive{ps.pool} },
@@ -129,6 +138,6 @@ func stepsNode(now time.Time) *passes {
 	return &passes{
 		env:     e,
 		params:  passesParams{ClockEvery: DefaultClockEvery, RefreshEvery: DefaultRefreshEvery, ProbeEvery: DefaultProbeEvery},
-		claimer: cl, held: cl.held,
+		claimer: cl, held: cl.held, probePace: pace{share: probeShare},
 	}
 }

@@ -293,30 +293,87 @@ func notImplemented(err error) bool {
 	return errors.As(err, &se) && se.HasErrorCode(238)
 }
 
-// Probe looks, without claiming, for a claimable task in any of the given
-// queues, and returns its queue. It finds tasks that writers inserted
-// without raising their queue's count_todo. It is one indexed query
-// however many queues it names: it has no sort, so the server need not
-// merge the index ranges in order.
-func (s *NodeStore) Probe(ctx context.Context, queueIDs []bson.ObjectID, now time.Time, free *Resources) (queueID bson.ObjectID, ok bool, err error) {
-	if len(queueIDs) == 0 {
+// ProbeRequest says where a probe (NodeStore.Probe) looks for a claimable
+// task: in the queues In names, or, when In is nil, in every queue but
+// those NotIn names. At and Free are a claim's (ClaimRequest).
+type ProbeRequest struct {
+	In, NotIn []bson.ObjectID
+	At        time.Time
+	Free      *Resources
+}
+
+// ProbeFilter is the probe's filter: the claim's (ClaimFilter), with its
+// queue condition r's: queue one of r.In, or, when r.In is nil, an
+// ObjectId none of r.NotIn. MongoDB answers the second from the
+// {node, status, queue} index, skipping the queues NotIn names: it reads
+// the queued tasks of the other queues only.
+func ProbeFilter(r ProbeRequest) bson.D {
+	if r.In != nil {
+		return ClaimFilter(r.At, r.Free, r.In...)
+	}
+	f := ClaimFilter(r.At, r.Free)
+	for i := range f {
+		if f[i].Key == "queue" {
+			cond := bson.D{{Key: "$type", Value: "objectId"}}
+			if len(r.NotIn) > 0 {
+				cond = append(bson.D{{Key: "$nin", Value: r.NotIn}}, cond...)
+			}
+			f[i].Value = cond
+		}
+	}
+	return f
+}
+
+// Probe looks, without claiming, for a claimable task where r says, and
+// returns its queue. It finds tasks that writers inserted without raising
+// their queue's count_todo, in queues the caller knows and in queues it
+// does not know yet (with NotIn). It is one indexed query however many
+// queues it names: it has no sort, so the server need not merge the index
+// ranges in order.
+func (s *NodeStore) Probe(ctx context.Context, r ProbeRequest) (queueID bson.ObjectID, ok bool, err error) {
+	if r.In != nil && len(r.In) == 0 {
 		return queueID, false, nil
 	}
-	raw, err := s.tasks.FindOne(ctx, ClaimFilter(now, free, queueIDs...), options.FindOne().SetProjection(bson.D{{Key: "queue", Value: 1}})).Raw()
+	raw, err := s.tasks.FindOne(ctx, ProbeFilter(r), options.FindOne().SetProjection(bson.D{{Key: "queue", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return queueID, false, nil
 	}
 	if err != nil {
-		return queueID, false, fmt.Errorf("look for claimable tasks in %d queue(s): %w", len(queueIDs), err)
+		if r.In != nil {
+			return queueID, false, fmt.Errorf("look for claimable tasks in %d queue(s): %w", len(r.In), err)
+		}
+		return queueID, false, fmt.Errorf("look for claimable tasks outside %d queue(s): %w", len(r.NotIn), err)
+	}
+	if r.In == nil {
+		// Any queue but NotIn's: an ObjectId, or an array holding one
+		// (which a claim there takes and fails as malformed).
+		return probedQueue(raw.Lookup("queue"), r.NotIn)
 	}
 	// What the claim filter matched may hold the queue's id in an array:
 	// the queue it names is the one a claim then meets it in.
-	c := decodeClaimed(raw, queueIDs)
+	c := decodeClaimed(raw, r.In)
 	switch {
 	case c.Malformed == nil:
 		return c.Queue, true, nil
 	case !c.Malformed.Queue.IsZero():
 		return c.Malformed.Queue, true, nil
 	}
-	return queueIDs[0], true, nil
+	return r.In[0], true, nil
+}
+
+// probedQueue is the queue a probe outside notIn found a task in: its
+// queue field, or the first ObjectId of it that notIn does not name.
+func probedQueue(v bson.RawValue, notIn []bson.ObjectID) (bson.ObjectID, bool, error) {
+	if id, ok := v.ObjectIDOK(); ok {
+		return id, true, nil
+	}
+	if arr, ok := v.ArrayOK(); ok {
+		vals, _ := arr.Values()
+		for _, e := range vals {
+			if id, ok := e.ObjectIDOK(); ok && !slices.Contains(notIn, id) {
+				return id, true, nil
+			}
+		}
+	}
+	return bson.ObjectID{}, false, nil
 }

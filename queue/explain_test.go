@@ -84,7 +84,7 @@ func TestQueuesWithWorkUsesIndexes(t *testing.T) {
 	var out bson.Raw
 	err := db.RunCommand(dentest.Context(t), bson.D{{Key: "explain", Value: bson.D{
 		{Key: "find", Value: "queues"},
-		{Key: "filter", Value: queue.QueuesWithWorkFilter(had)},
+		{Key: "filter", Value: queue.QueuesWithWorkFilter(queue.WorkRead{IDs: had, Since: time.Now().Add(-time.Hour)})},
 	}}}).Decode(&out)
 	if err != nil {
 		t.Fatal(err)

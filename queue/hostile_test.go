@@ -256,12 +256,21 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 			t.Logf("%d queues usable, %d skipped", len(h.queues), len(bad))
 		}},
 		{"QueuesWithWork", func(t *testing.T) {
-			withWork, err := h.store.Node.QueuesWithWork(h.ctx, []bson.ObjectID{h.qid})
+			withWork, err := h.store.Node.QueuesWithWork(h.ctx, queue.WorkRead{IDs: []bson.ObjectID{h.qid}, Since: h.now.Add(-time.Hour)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.ContainsFunc(withWork, func(q queue.Queue) bool { return q.ID == h.qid }) {
 				t.Error("the good queue, named, is missing")
+			}
+		}},
+		{"QueuesByID", func(t *testing.T) {
+			got, err := h.store.Node.QueuesByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].ID != h.qid {
+				t.Errorf("read %d queues by id, want the good one only", len(got))
 			}
 		}},
 		{"CountQueues", func(t *testing.T) { val(h.store.Operator.CountQueues(h.ctx))(t) }},
@@ -453,9 +462,18 @@ func (h *hostileDB) retireScheduleAndTaskQueries() []hostileCall {
 		{"RunningInQueue", func(t *testing.T) { val(h.store.Node.RunningInQueue(h.ctx, h.qid))(t) }},
 		{"BlockedTasks", func(t *testing.T) { val(h.store.Node.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) }},
 		{"Probe", func(t *testing.T) {
-			got, ok, err := h.store.Node.Probe(h.ctx, []bson.ObjectID{h.qid}, h.now, nil)
+			got, ok, err := h.store.Node.Probe(h.ctx, queue.ProbeRequest{In: []bson.ObjectID{h.qid}, At: h.now})
 			if err != nil || !ok || got != h.qid {
 				t.Fatalf("probe: %s, %v, %v; want the good queue", got.Hex(), ok, err)
+			}
+			// Every queue but the good one: the corpus's tasks name
+			// queues of every kind; what comes back is an ObjectId.
+			got, ok, err = h.store.Node.Probe(h.ctx, queue.ProbeRequest{NotIn: []bson.ObjectID{h.qid}, At: h.now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok && got == h.qid {
+				t.Errorf("probe outside the good queue found it")
 			}
 		}},
 		{"Malformed", func(t *testing.T) {

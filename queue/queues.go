@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -41,17 +42,51 @@ func (s *conn) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
 	return good, bad, nil
 }
 
+// WorkRead is what a pass reads of the queues between its reads of every
+// queue (QueuesWithWork), besides every queue with tasks to do by its
+// counts.
+type WorkRead struct {
+	// IDs are queues read whatever their counts: those that had work at
+	// the last read, whose counts may have fallen to 0.
+	IDs []bson.ObjectID
+	// Since, when set, also reads the queues whose _id was made at or
+	// after it: the queues inserted since the last read of every queue,
+	// which no count tells of (a driver's insert of a queue and of its
+	// tasks raises none). An _id's time is its writer's clock, to the
+	// second: the caller sets Since early enough for the clocks of the
+	// writers it expects.
+	Since time.Time
+}
+
 // QueuesWithWork reads the queues with tasks to do by their counts
-// (count_todo a number above 0), and the queues named by ids whatever
-// their counts, as Queues reads them (the fields den reads). A node reads
-// them every pass between its reads of every queue: what it costs follows
-// the queues with work, not the queues of the database (with 80,000 queues
-// of which 20 have work, 20 documents come back, not 80,000). A document
-// that cannot be a queue is left out: Queues reports those.
-func (s *NodeStore) QueuesWithWork(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
-	cur, err := s.queues.Find(ctx, QueuesWithWorkFilter(ids), options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
+// (count_todo a number above 0), the queues named by r.IDs whatever their
+// counts, and the queues made since r.Since, as Queues reads them (the
+// fields den reads). A node reads them every pass between its reads of
+// every queue: what it costs follows the queues with work and the new
+// ones, not the queues of the database (with 80,000 queues of which 20
+// have work, 20 documents come back, not 80,000). MongoDB answers each
+// clause from an index ({count_todo}, and _id for the other two). A
+// document that cannot be a queue is left out: Queues reports those.
+func (s *NodeStore) QueuesWithWork(ctx context.Context, r WorkRead) ([]Queue, error) {
+	return (*conn)(s).findQueues(ctx, QueuesWithWorkFilter(r), "list queues with work")
+}
+
+// QueuesByID reads the queues named by ids, as Queues reads them: those
+// that are gone, or cannot be queues, are not returned.
+func (s *NodeStore) QueuesByID(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return (*conn)(s).findQueues(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, fmt.Sprintf("read %d queue(s)", len(ids)))
+}
+
+// findQueues reads the queues filter matches, the fields den reads,
+// leaving out the documents that cannot be queues; doing names the read
+// in its error.
+func (s *conn) findQueues(ctx context.Context, filter bson.D, doing string) ([]Queue, error) {
+	cur, err := s.queues.Find(ctx, filter, options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
-		return nil, fmt.Errorf("list queues with work: %w", err)
+		return nil, fmt.Errorf("%s: %w", doing, err)
 	}
 	defer cur.Close(ctx)
 	var out []Queue
@@ -61,19 +96,26 @@ func (s *NodeStore) QueuesWithWork(ctx context.Context, ids []bson.ObjectID) ([]
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("list queues with work: %w", err)
+		return nil, fmt.Errorf("%s: %w", doing, err)
 	}
 	return out, nil
 }
 
 // QueuesWithWorkFilter is QueuesWithWork's filter: count_todo above 0
-// (the {count_todo} index serves it), or an _id of ids (the _id index).
-func QueuesWithWorkFilter(ids []bson.ObjectID) bson.D {
-	filter := bson.D{{Key: "count_todo", Value: bson.D{{Key: "$gt", Value: 0}}}}
-	if len(ids) > 0 {
-		filter = bson.D{{Key: "$or", Value: bson.A{filter, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}}}}
+// (the {count_todo} index serves it), or an _id of r.IDs, or an _id made
+// at or after r.Since (the _id index).
+func QueuesWithWorkFilter(r WorkRead) bson.D {
+	or := bson.A{bson.D{{Key: "count_todo", Value: bson.D{{Key: "$gt", Value: 0}}}}}
+	if len(r.IDs) > 0 {
+		or = append(or, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: r.IDs}}}})
 	}
-	return filter
+	if !r.Since.IsZero() {
+		or = append(or, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: bson.NewObjectIDFromTimestamp(r.Since)}}}})
+	}
+	if len(or) == 1 {
+		return or[0].(bson.D)
+	}
+	return bson.D{{Key: "$or", Value: or}}
 }
 
 // CreateQueue inserts a queue document as the protocol defines it, with

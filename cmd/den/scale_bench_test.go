@@ -203,6 +203,13 @@ func firstLine(s, prefix string) string {
 // devdbSeconds scrapes den dev's /metrics for the database's time by
 // command and collection.
 func devdbSeconds(b *testing.B, addr string) map[string]float64 {
+	return devdbMetric(b, addr, "den_devdb_command_seconds_total{")
+}
+
+// devdbMetric reads one of den dev's counters by command and collection
+// (the metric's name and its opening brace, as /metrics prints it), keyed
+// "command collection".
+func devdbMetric(b *testing.B, addr, metric string) map[string]float64 {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		b.Fatalf("den dev's /metrics: %v", err)
@@ -213,7 +220,7 @@ func devdbSeconds(b *testing.B, addr string) map[string]float64 {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "den_devdb_command_seconds_total{")
+		rest, ok := strings.CutPrefix(line, metric)
 		if !ok {
 			continue
 		}
