@@ -65,7 +65,7 @@ func TestFullPassStepsAreDueWhenTheirTimeHasCome(t *testing.T) {
 		{"counts after the claims: not counted before", func(ps *passes) step[fullPass] { return countRunning{ps, false} },
 			func(*passes, *fullPass) {}, true},
 		{"probe 0.9s after the last", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.lastProbe = true, now.Add(-900 * time.Millisecond) }, false},
+			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.lastProbe = true, now.Add(-900*time.Millisecond) }, false},
 		{"probe a pass after the last", func(ps *passes) step[fullPass] { return probe{ps} },
 			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.lastProbe = true, now.Add(-time.Second) }, true},
 		{"probe before the claims have read the queues", func(ps *passes) step[fullPass] { return probe{ps} },
