@@ -47,8 +47,9 @@
 //     memfds and execveat(AT_EMPTY_PATH), the files Landlock never sees a
 //     path for, io_uring, which makes system calls no filter sees, and the
 //     kernel's keyrings, which outlive the task; and, where the network is
-//     restricted, Multipath TCP sockets and TCP Fast Open, connections
-//     Landlock's TCP rules do not see.
+//     restricted, every socket but those of an allowlist (unix, TCP, UDP,
+//     ICMP, NETLINK_ROUTE: not Multipath TCP, SMC, vsock, ...) and TCP
+//     Fast Open, connections Landlock's TCP rules do not see.
 //
 // Reading and writing files are restricted only by the program's user's
 // permissions (and the private temporary directory).

@@ -14,6 +14,12 @@
 //	tfo:IP:PORT         TCP Fast Open: sendto(MSG_FASTOPEN) on a TCP
 //	                    socket never connected, which connects it
 //	tfo-sendmsg:IP:PORT the same with sendmsg(MSG_FASTOPEN)
+//	smc:IP:PORT         connect over SMC (AF_SMC, which falls back to TCP
+//	                    where the server has no SMC)
+//	inet-smc:IP:PORT    the same with an AF_INET socket of IPPROTO_SMC
+//	socket:F:T:P        make a socket of family F, type T, protocol P
+//	                    (numbers), and close it
+//	socketpair:F:T:P    make a pair of sockets, and close them
 //	addkey:DESC         add a key DESC to the user's keyring (it expires
 //	                    after a minute)
 //	findkey:DESC        search the user's keyring for the key DESC
@@ -60,7 +66,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const ipprotoMPTCP = 262
+const (
+	ipprotoMPTCP = 262
+	ipprotoSMC   = 256
+	afSMC        = 43
+)
 
 func main() {
 	for _, arg := range os.Args[1:] {
@@ -116,10 +126,17 @@ func main() {
 			err = makeIPC(kind, target)
 		case "abstract":
 			err = connect(syscall.AF_UNIX, 0, &syscall.SockaddrUnix{Name: "@" + target})
-		case "tcp", "mptcp", "uring-tcp", "uring-mptcp", "tfo", "tfo-sendmsg":
-			proto := 0
-			if strings.HasSuffix(kind, "mptcp") {
+		case "socket", "socketpair":
+			err = makeSocket(kind == "socketpair", target)
+		case "tcp", "mptcp", "uring-tcp", "uring-mptcp", "tfo", "tfo-sendmsg", "smc", "inet-smc":
+			family, proto := syscall.AF_INET, 0
+			switch {
+			case strings.HasSuffix(kind, "mptcp"):
 				proto = ipprotoMPTCP
+			case kind == "smc":
+				family = afSMC
+			case kind == "inet-smc":
+				proto = ipprotoSMC
 			}
 			ap, perr := netip.ParseAddrPort(target)
 			if perr != nil {
@@ -133,7 +150,7 @@ func main() {
 			case "tfo", "tfo-sendmsg":
 				err = fastOpen(sa, kind == "tfo-sendmsg")
 			default:
-				err = connect(syscall.AF_INET, proto, sa)
+				err = connect(family, proto, sa)
 			}
 		default:
 			err = fmt.Errorf("unknown attempt %q", kind)
@@ -250,6 +267,28 @@ func makeIPC(kind, target string) error {
 		}
 	}
 	return nil
+}
+
+// makeSocket makes a socket, or a pair, of "family:type:protocol"
+// (numbers), and closes it.
+func makeSocket(pair bool, spec string) error {
+	var n [3]int
+	for i, f := range strings.SplitN(spec, ":", 3) {
+		n[i], _ = strconv.Atoi(f)
+	}
+	if pair {
+		fds, err := syscall.Socketpair(n[0], n[1], n[2])
+		if err == nil {
+			syscall.Close(fds[0])
+			syscall.Close(fds[1])
+		}
+		return err
+	}
+	fd, err := syscall.Socket(n[0], n[1], n[2])
+	if err == nil {
+		syscall.Close(fd)
+	}
+	return err
 }
 
 func connect(family, proto int, sa syscall.Sockaddr) error {
