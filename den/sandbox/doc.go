@@ -34,7 +34,10 @@
 //     the task's own temporary directory, a tmpfs of Spec.TmpSize, on /tmp,
 //     /var/tmp, /dev/shm and /run/lock with Spec.PrivateTmp (tmp.go);
 //   - puts the program under its memory limit, Spec.Memory (memory.go):
-//     into the memory cgroup it is given, else under RLIMIT_DATA;
+//     into the memory cgroup it is given, else under RLIMIT_DATA; and
+//     under its CPU limit, Spec.CPU (cpu.go): into the cpu cgroup it is
+//     given (NewTaskCgroups makes both), else under SCHED_IDLE, which
+//     bounds nothing but yields to every other process;
 //   - puts the program under its process limit, Spec.MaxProcesses
 //     (procs.go): into the pids cgroup it is given, else under
 //     RLIMIT_NPROC above what its user runs already;

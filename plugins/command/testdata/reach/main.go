@@ -40,6 +40,12 @@
 // Resources:
 //
 //	alloc:BYTES         allocate BYTES of memory, touching every page
+//	spin:N:MS           run N processes (this program again, as busy)
+//	                    that spin for MS milliseconds, then kill them and
+//	                    print the CPU time they took and the wall time
+//	cpucgroup:FILE      write the name of this process's cgroup in the
+//	                    cgroup v1 cpu hierarchy into FILE
+//	waitfor:FILE        wait until FILE exists
 //
 // What a task leaves behind:
 //
@@ -57,6 +63,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -92,6 +101,16 @@ func main() {
 		case "alloc":
 			n, _ := strconv.ParseInt(target, 10, 64)
 			err = alloc(n)
+		case "busy":
+			for {
+				busy++
+			}
+		case "spin":
+			err = spin(target)
+		case "cpucgroup":
+			err = cpuCgroup(target)
+		case "waitfor":
+			waitFor(target)
 		case "prlimit":
 			pid, _ := strconv.Atoi(target)
 			err = unix.Prlimit(pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: 1, Max: 1}, nil)
@@ -160,6 +179,73 @@ func main() {
 		} else {
 			fmt.Printf("%s: ok\n", arg)
 		}
+	}
+}
+
+// busy is what a busy process counts.
+var busy uint64
+
+// spin runs "N:MS": N busy processes for MS milliseconds, and prints the
+// CPU time they took (theirs alone, reaped) and how long they ran.
+func spin(target string) error {
+	n, ms, _ := strings.Cut(target, ":")
+	procs, _ := strconv.Atoi(n)
+	wait, _ := strconv.Atoi(ms)
+	start := time.Now()
+	var running []*exec.Cmd
+	defer func() {
+		for _, c := range running {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	for range procs {
+		c := exec.Command("/proc/self/exe", "busy")
+		if err := c.Start(); err != nil {
+			return err
+		}
+		running = append(running, c)
+	}
+	time.Sleep(time.Duration(wait) * time.Millisecond)
+	for _, c := range running {
+		c.Process.Kill()
+		c.Wait()
+	}
+	wall := time.Since(start)
+	running = nil
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return err
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	fmt.Printf("spin: %d processes used %d ms of CPU in %d ms\n", procs, cpu.Milliseconds(), wall.Milliseconds())
+	return nil
+}
+
+// cpuCgroup writes the name of this process's cgroup in the cgroup v1
+// hierarchy of the cpu controller (the last element of its path) into
+// file.
+func cpuCgroup(file string) error {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(own), "\n") {
+		parts := strings.SplitN(line, ":", 3) // id:controllers:path
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "cpu") {
+			return os.WriteFile(file, []byte(filepath.Base(parts[2])), 0o644)
+		}
+	}
+	return errors.New("no cgroup v1 cpu hierarchy holds this process")
+}
+
+// waitFor waits until file exists.
+func waitFor(file string) {
+	for {
+		if _, err := os.Stat(file); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
