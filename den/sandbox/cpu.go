@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -63,7 +64,10 @@ func NewCPUCgroup(cores float64) (string, error) {
 	return newTaskCgroup(root, "cpu", func(dir string) error { return setCPUQuota(dir, cores) })
 }
 
-// setCPUQuota sets the CFS bandwidth of the cgroup dir to cores.
+// setCPUQuota sets the CFS bandwidth of the cgroup dir to cores, or to
+// its ancestors' where that is less: cgroup v1 refuses (EINVAL) a quota
+// above an ancestor's (a node in a container with a CPU limit), and the
+// task could not use more anyway.
 func setCPUQuota(dir string, cores float64) error {
 	set := func(file string, v int64) error {
 		return os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(v, 10)), 0)
@@ -71,11 +75,40 @@ func setCPUQuota(dir string, cores float64) error {
 	if err := set("cpu.cfs_period_us", cfsPeriod); err != nil {
 		return fmt.Errorf("set the task's CPU period: %w", err)
 	}
-	// cgroup v1 refuses (EINVAL) a quota above an ancestor's.
-	if err := set("cpu.cfs_quota_us", cpuQuota(cores)); err != nil {
+	quota := min(cpuQuota(cores), ancestorsQuota(filepath.Dir(dir)))
+	if err := set("cpu.cfs_quota_us", quota); err != nil {
 		return fmt.Errorf("set the task's CPU quota of %g cores: %w", cores, err)
 	}
 	return nil
+}
+
+// ancestorsQuota is the smallest CFS bandwidth of dir and the cgroups
+// above it in its hierarchy, as a quota every cfsPeriod; MaxInt64 where
+// none has one.
+func ancestorsQuota(dir string) int64 {
+	least := int64(math.MaxInt64)
+	for ; ; dir = filepath.Dir(dir) {
+		quota, err1 := readCount(filepath.Join(dir, "cpu.cfs_quota_us"))
+		period, err2 := readCount(filepath.Join(dir, "cpu.cfs_period_us"))
+		if err1 != nil || err2 != nil {
+			return least // above the hierarchy's root
+		}
+		if quota > 0 && period > 0 {
+			least = min(least, quota*cfsPeriod/period)
+		}
+		if dir == filepath.Dir(dir) {
+			return least
+		}
+	}
+}
+
+// readCount reads a cgroup file holding one number.
+func readCount(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
 // limitCPU puts this process, about to become the program or start it,

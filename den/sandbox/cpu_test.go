@@ -135,3 +135,36 @@ func TestCPULimitWithoutCgroupIsIdle(t *testing.T) {
 		})
 	}
 }
+
+// Under a cgroup with a smaller CPU quota than a task's (a node in a
+// container limited to a fiftieth of a core, here with a period of its
+// own), the task's cgroup gets that quota, not an error: cgroup v1
+// refuses a quota above an ancestor's, and the task could not use more.
+func TestCPUQuotaUnderAnAncestors(t *testing.T) {
+	t.Parallel()
+	root, err := CPUCgroups()
+	if err != nil {
+		t.Skipf("no cpu cgroup for tasks here: %v", err)
+	}
+	parent, err := os.MkdirTemp(root, "den-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(parent) })
+	for file, v := range map[string]string{"cpu.cfs_period_us": "200000", "cpu.cfs_quota_us": "4000"} {
+		if err := os.WriteFile(filepath.Join(parent, file), []byte(v), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(parent, "task")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	if err := setCPUQuota(dir, 1.5); err != nil {
+		t.Fatalf("1.5 cores under a fiftieth: %v", err)
+	}
+	if q, err := readCount(filepath.Join(dir, "cpu.cfs_quota_us")); err != nil || q != 2000 {
+		t.Fatalf("the task's quota is %d (%v), want 2000 every 100000 µs", q, err)
+	}
+}
