@@ -97,6 +97,11 @@ type Env struct {
 	// the run's programs once they hold more; a plugin that limits its
 	// programs' memory gives a task at least this.
 	MemoryRequest int64
+	// CPURequest is the CPUs (cores) the task (or its queue) requests
+	// (requested_resources.cpus); 0: none. The node claimed the task only
+	// where it has that many free; a plugin that limits its programs'
+	// CPU gives a task at least this.
+	CPURequest float64
 
 	host *host
 }

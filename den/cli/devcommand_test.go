@@ -24,11 +24,11 @@ import (
 // others, no shell, as nobody where den may change user; and valid.
 func TestDevCommandPolicy(t *testing.T) {
 	t.Parallel()
-	p := devCommandPolicy(command.Policy{TmpMB: command.DefaultTmpMB, MemoryMB: command.DefaultMemoryMB, Shell: true, Allow: []string{"/bin/sh"}})
+	p := devCommandPolicy(command.Policy{TmpMB: command.DefaultTmpMB, MemoryMB: command.DefaultMemoryMB, CPU: command.DefaultCPU, Shell: true, Allow: []string{"/bin/sh"}})
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if !p.Enabled || p.Shell || len(p.Allow) == 0 || p.User != devCommandUser || !p.UserOptional || p.TmpMB != command.DefaultTmpMB || p.MemoryMB != command.DefaultMemoryMB {
+	if !p.Enabled || p.Shell || len(p.Allow) == 0 || p.User != devCommandUser || !p.UserOptional || p.TmpMB != command.DefaultTmpMB || p.MemoryMB != command.DefaultMemoryMB || p.CPU != command.DefaultCPU {
 		t.Errorf("policy %+v", p)
 	}
 	if e := exampleProgram(p.Allow); filepath.Base(e) != "echo" {

@@ -142,6 +142,7 @@ var defaults = withSettings(map[string]any{
 	"command.shared_pids":   false,
 	"command.tmp_mb":        int64(command.DefaultTmpMB),
 	"command.memory_mb":     int64(command.DefaultMemoryMB),
+	"command.cpu":           command.DefaultCPU,
 	"command.network":       "all",
 	"retention.action":      string(queue.RetireDelete),
 	"retention.reports":     queue.ReportsKeep,
@@ -175,6 +176,10 @@ func ownBounds() map[string]bound {
 		// A command task's memory: 0 is no limit of den's; 16 TiB as
 		// resources.memory_mb.
 		"command.memory_mb": counts(0, 1<<24, "MiB"),
+		// A command task's CPUs: 0 is no limit of den's; Linux's largest
+		// NR_CPUS, as resources.cpus (command.Policy.Validate refuses
+		// what is under command.MinCPU but 0).
+		"command.cpu": {kind: kindNumber, min: 0, max: command.MaxCPU, unit: "cores"},
 	}
 }
 
@@ -618,6 +623,9 @@ func commandPolicy(v *viper.Viper) (command.Policy, error) {
 		return p, err
 	}
 	if p.MemoryMB, err = boundedCount(v, "command.memory_mb"); err != nil {
+		return p, err
+	}
+	if p.CPU, err = boundedNumber(v, "command.cpu"); err != nil {
 		return p, err
 	}
 	if p.Network, err = network(v.Get("command.network")); err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/den/sandbox"
+	"github.com/den-project/den/plugins/command"
 )
 
 func write(t *testing.T, name, body string) string {
@@ -33,8 +34,17 @@ func TestShippedExamplesLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MongoURI != "mongodb://127.0.0.1:27017/" || c.Database != "disbatch" || c.Interval != time.Second || c.OrphanAge != 5*time.Minute || c.GFS != "auto" {
+	if c.MongoURI != "mongodb://127.0.0.1:27017/" || c.Database != "disbatch" || c.Interval != time.Second || c.OrphanAge != 5*time.Minute || c.GFS != "auto" || c.Command.CPU != command.DefaultCPU {
 		t.Fatalf("den.yaml: %+v", c)
+	}
+
+	// The package's: each task's CPU, memory and /tmp bounded.
+	c, err = Load("../../scripts/den.yaml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Command.User != "den-task" || c.Command.CPU != 1 || c.Command.MemoryMB != command.DefaultMemoryMB || c.Command.TmpMB != command.DefaultTmpMB {
+		t.Fatalf("scripts/den.yaml: command %+v", c.Command)
 	}
 
 	c, err = Load("../../testdata/disbatch-config.json", nil)
@@ -391,15 +401,15 @@ func TestCommandAndMaxOutputKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 || c.Command.User != "" || c.Command.UserOptional || !c.Command.Network.All() {
+	if c.MaxOutput != 1<<30 || c.Command.Landlock != "required" || c.Command.Enabled || len(c.Command.EnvAllow) != 0 || c.Command.User != "" || c.Command.UserOptional || !c.Command.Network.All() || c.Command.CPU != command.DefaultCPU || c.Command.MemoryMB != command.DefaultMemoryMB {
 		t.Fatalf("defaults: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
-	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n  shared_pids: true\n  network: [443, 8080]\n")
+	file := write(t, "den.yaml", "mongo:\n  uri: mongodb://h/\nmax_output: 1048576\ncommand:\n  enabled: true\n  allow: [/usr/bin/]\n  env_allow: [LANG, LC_*]\n  landlock: optional\n  user: nobody\n  shared_tmp: true\n  shared_pids: true\n  network: [443, 8080]\n  cpu: 0.5\n")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp || !c.Command.SharedPIDs || c.Command.Network.String() != "[443, 8080]" {
+	if c.MaxOutput != 1<<20 || !c.Command.Enabled || c.Command.Landlock != "optional" || strings.Join(c.Command.EnvAllow, ",") != "LANG,LC_*" || c.Command.User != "nobody" || !c.Command.SharedTmp || !c.Command.SharedPIDs || c.Command.Network.String() != "[443, 8080]" || c.Command.CPU != 0.5 {
 		t.Fatalf("file: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 	t.Setenv("DEN_MAX_OUTPUT", "4096")
@@ -408,11 +418,12 @@ func TestCommandAndMaxOutputKeys(t *testing.T) {
 	t.Setenv("DEN_COMMAND_USER", "65534:65534")
 	t.Setenv("DEN_COMMAND_USER_OPTIONAL", "true")
 	t.Setenv("DEN_COMMAND_NETWORK", "none")
+	t.Setenv("DEN_COMMAND_CPU", "2.5")
 	c, err = Load(file, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxOutput != 4096 || c.Command.Enabled || strings.Join(c.Command.EnvAllow, ",") != "MYAPP_" || c.Command.User != "65534:65534" || !c.Command.UserOptional || !c.Command.Network.None {
+	if c.MaxOutput != 4096 || c.Command.Enabled || strings.Join(c.Command.EnvAllow, ",") != "MYAPP_" || c.Command.User != "65534:65534" || !c.Command.UserOptional || !c.Command.Network.None || c.Command.CPU != 2.5 {
 		t.Fatalf("environment: max_output %d, command %+v", c.MaxOutput, c.Command)
 	}
 }
@@ -668,6 +679,12 @@ func TestBoundsRefused(t *testing.T) {
 		{"command.memory_mb", "", "16777217", "", "command.memory_mb: 16777217 is above the maximum 16777216"},
 		{"command.memory_mb", "", "4096", "", ""},
 		{"command.memory_mb", "", "32", "", "command.memory_mb 32 must be 0 (no limit) or at least 64 MiB"},
+		{"command.cpu", "command:\n  cpu: -1\n", "", "", "command.cpu: -1 is below the minimum 0 (allowed: 0 to 8192 cores)"},
+		{"command.cpu", "", "8193", "", "command.cpu: 8193 is above the maximum 8192"},
+		{"command.cpu", "", "NaN", "", "command.cpu NaN is not a number"},
+		{"command.cpu", "", "0.001", "", "command.cpu 0.001 must be 0 (no limit) or 0.01 to 8192 cores"},
+		{"command.cpu", "command:\n  cpu: 1.5\n", "", "", ""},
+		{"command.cpu", "", "0", "", ""},
 		{"retention.action", "retention:\n  action: shred\n", "", "", "retention.action \"shred\" must be delete or archive"},
 		{"retention.reports", "", "burn", "", "retention.reports \"burn\" must be keep or delete"},
 	}

@@ -110,6 +110,7 @@ func effective(c Config) map[string]any {
 		"command.shared_pids":   c.Command.SharedPIDs,
 		"command.tmp_mb":        c.Command.TmpMB,
 		"command.memory_mb":     c.Command.MemoryMB,
+		"command.cpu":           c.Command.CPU,
 		"command.network":       networkValue(c.Command.Network),
 		"web.listen":            c.WebListen,
 		"web.token":             redactToken(c.WebToken),

@@ -34,7 +34,10 @@
 //     the task's own temporary directory, a tmpfs of Spec.TmpSize, on /tmp,
 //     /var/tmp, /dev/shm and /run/lock with Spec.PrivateTmp (tmp.go);
 //   - puts the program under its memory limit, Spec.Memory (memory.go):
-//     into the memory cgroup it is given, else under RLIMIT_DATA;
+//     into the memory cgroup it is given, else under RLIMIT_DATA; and
+//     under its CPU limit, Spec.CPU (cpu.go): into the cpu cgroup it is
+//     given (NewTaskCgroups makes both), else under SCHED_IDLE, which
+//     bounds nothing but yields to every other process;
 //   - puts the program under its process limit, Spec.MaxProcesses
 //     (procs.go): into the pids cgroup it is given, else under
 //     RLIMIT_NPROC above what its user runs already;
@@ -47,8 +50,9 @@
 //     memfds and execveat(AT_EMPTY_PATH), the files Landlock never sees a
 //     path for, io_uring, which makes system calls no filter sees, and the
 //     kernel's keyrings, which outlive the task; and, where the network is
-//     restricted, Multipath TCP sockets and TCP Fast Open, connections
-//     Landlock's TCP rules do not see.
+//     restricted, every socket but those of an allowlist (unix, TCP, UDP,
+//     ICMP, NETLINK_ROUTE: not Multipath TCP, SMC, vsock, ...) and TCP
+//     Fast Open, connections Landlock's TCP rules do not see.
 //
 // Reading and writing files are restricted only by the program's user's
 // permissions (and the private temporary directory).

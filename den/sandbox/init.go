@@ -24,9 +24,10 @@ import (
 //     inherits; it keeps its own user (den's) and capabilities, which the
 //     program does not get (the program's user has no access to it: it is
 //     not dumpable, so neither /proc/1's descriptors nor ptrace reach it);
-//   - starts the program in the run's pids cgroup, from a thread it moves
-//     there alone and back, so that only the task's processes count
-//     against max_processes;
+//   - starts the program in the run's pids cgroup and the task's memory
+//     and cpu cgroups, from a thread it moves there alone and back, so
+//     that only the task's processes count against max_processes, its
+//     memory limit and its CPU quota;
 //   - passes each signal it gets (den's SIGTERM when the task is stopped)
 //     to every process of the namespace, and reaps them;
 //   - when the program exits, gives what it left running SIGTERM, then
@@ -68,9 +69,10 @@ func runInit(spec Spec, env []string) error {
 		attr.Sys.Credential = &syscall.Credential{Uid: spec.User.Uid, Gid: spec.User.Gid, Groups: []uint32{}}
 	}
 	// The program starts in the run's pids cgroup and the task's memory
-	// cgroup (this thread, which forks it, goes in alone and back out;
-	// enter locked it), or under RLIMIT_DATA, which this process sets for
-	// itself and the program inherits.
+	// and cpu cgroups (this thread, which forks it, goes in alone and back
+	// out; enter locked it), or under RLIMIT_DATA, which this process sets
+	// for itself and the program inherits, and SCHED_IDLE, which this
+	// thread keeps (it is the task's init).
 	pids := spec.PidsCgroup != "" && spec.MaxProcesses > 0
 	if pids {
 		if err := moveThread(spec.PidsCgroup); err != nil {
@@ -80,9 +82,12 @@ func runInit(spec Spec, env []string) error {
 	if err := limitMemory(spec, true); err != nil {
 		return err
 	}
+	if err := limitCPU(spec, true); err != nil {
+		return err
+	}
 	pid, err := syscall.ForkExec(spec.Path, spec.Args, attr)
-	for _, dir := range []string{spec.PidsCgroup, spec.MemoryCgroup} {
-		if dir == "" || (dir == spec.PidsCgroup && !pids) {
+	for i, dir := range []string{spec.PidsCgroup, spec.MemoryCgroup, spec.CPUCgroup} {
+		if dir == "" || (i == 0 && !pids) || (i == 2 && dir == spec.MemoryCgroup) {
 			continue
 		}
 		if err := moveThread(filepath.Dir(dir)); err != nil && pid > 0 {

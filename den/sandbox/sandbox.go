@@ -64,6 +64,15 @@ type Spec struct {
 	// process (memory.go).
 	Memory       int64  `json:"memory,omitempty"`
 	MemoryCgroup string `json:"memory_cgroup,omitempty"`
+	// CPU is the most CPUs (cores, 1.5 for one and a half) the program
+	// and all it starts may use together (0: no limit of den's): inside
+	// CPUCgroup, a cgroup v1 cpu cgroup whose CFS quota holds it
+	// (NewTaskCgroups; the memory cgroup itself where the two controllers
+	// share a hierarchy), which the program joins before it executes;
+	// else nothing bounds it, and the program runs under SCHED_IDLE
+	// (cpu.go).
+	CPU       float64 `json:"cpu,omitempty"`
+	CPUCgroup string  `json:"cpu_cgroup,omitempty"`
 	// Tmp is the program's own temporary directory (NewTmp). With
 	// MountNS and TmpSize, a tmpfs of TmpSize bytes is mounted on it (on
 	// /tmp with PrivateTmp) in the program's mount namespace, so that
@@ -340,7 +349,7 @@ func enter(raw string) error {
 	if spec.PIDNS {
 		return runInit(spec, env)
 	}
-	// The process and memory limits: the run's cgroups are joined while
+	// The process, memory and CPU limits: the run's cgroups are joined while
 	// this process may still write to them (they belong to den's user).
 	// This process's few threads count against them until execve.
 	if spec.PidsCgroup != "" && spec.MaxProcesses > 0 {
@@ -349,6 +358,9 @@ func enter(raw string) error {
 		}
 	}
 	if err := limitMemory(spec, false); err != nil {
+		return err
+	}
+	if err := limitCPU(spec, false); err != nil {
 		return err
 	}
 	if spec.User != nil {

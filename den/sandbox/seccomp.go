@@ -63,20 +63,23 @@ type syscalls struct {
 	memfdCreate, memfdSecret, execveat []uint32
 	// ioUring and keys: refused whatever their arguments.
 	ioUring, keys []uint32
-	// socket and socketcall (i386's multiplexer, whose arguments are in
-	// memory the filter cannot read) for the network filter; sendto,
-	// sendmsg and sendmmsg for its TCP Fast Open rule.
-	socket, socketcall        []uint32
-	sendto, sendmsg, sendmmsg []uint32
+	// socket, socketpair and socketcall (i386's multiplexer, whose
+	// arguments are in memory the filter cannot read) for the network
+	// filter; sendto, sendmsg and sendmmsg for its TCP Fast Open rule.
+	socket, socketpair, socketcall []uint32
+	sendto, sendmsg, sendmmsg      []uint32
 }
 
 // ioUringNR are io_uring_setup, io_uring_enter and io_uring_register,
 // whose numbers every architecture shares.
 var ioUringNR = []uint32{425, 426, 427}
 
-// filtered returns the architectures the filter covers on GOARCH, the
+// filtered returns the architectures the filter covers on this GOARCH.
+func filtered() []syscalls { return filteredOn(runtime.GOARCH) }
+
+// filteredOn returns the architectures the filter covers on goarch, the
 // native one first; none where den has no table.
-func filtered() []syscalls {
+func filteredOn(goarch string) []syscalls {
 	x32 := func(nrs ...uint32) []uint32 {
 		out := slices.Clone(nrs)
 		for _, nr := range nrs {
@@ -84,26 +87,26 @@ func filtered() []syscalls {
 		}
 		return out
 	}
-	switch runtime.GOARCH {
+	switch goarch {
 	case "amd64":
 		return []syscalls{
 			{arch: unix.AUDIT_ARCH_X86_64, memfdCreate: x32(319), memfdSecret: x32(447), execveat: []uint32{322, x32Bit | 545},
 				ioUring: x32(ioUringNR...), keys: x32(248, 249, 250),
 				// x32's sendmsg and sendmmsg have numbers of their own
 				// (518, 538); its 46 and 307 are no system call.
-				socket: x32(41), sendto: x32(44), sendmsg: []uint32{46, x32Bit | 46, x32Bit | 518}, sendmmsg: []uint32{307, x32Bit | 307, x32Bit | 538}},
+				socket: x32(41), socketpair: x32(53), sendto: x32(44), sendmsg: []uint32{46, x32Bit | 46, x32Bit | 518}, sendmmsg: []uint32{307, x32Bit | 307, x32Bit | 538}},
 			{arch: unix.AUDIT_ARCH_I386, memfdCreate: []uint32{356}, memfdSecret: []uint32{447}, execveat: []uint32{358},
 				ioUring: ioUringNR, keys: []uint32{286, 287, 288},
-				socket: []uint32{359}, socketcall: []uint32{102}, sendto: []uint32{369}, sendmsg: []uint32{370}, sendmmsg: []uint32{345}},
+				socket: []uint32{359}, socketpair: []uint32{360}, socketcall: []uint32{102}, sendto: []uint32{369}, sendmsg: []uint32{370}, sendmmsg: []uint32{345}},
 		}
 	case "arm64":
 		return []syscalls{
 			{arch: unix.AUDIT_ARCH_AARCH64, memfdCreate: []uint32{279}, memfdSecret: []uint32{447}, execveat: []uint32{281},
 				ioUring: ioUringNR, keys: []uint32{217, 218, 219},
-				socket: []uint32{198}, sendto: []uint32{206}, sendmsg: []uint32{211}, sendmmsg: []uint32{269}},
+				socket: []uint32{198}, socketpair: []uint32{199}, sendto: []uint32{206}, sendmsg: []uint32{211}, sendmmsg: []uint32{269}},
 			{arch: unix.AUDIT_ARCH_ARM, memfdCreate: []uint32{385}, memfdSecret: []uint32{447}, execveat: []uint32{387},
 				ioUring: ioUringNR, keys: []uint32{309, 310, 311},
-				socket: []uint32{281}, sendto: []uint32{290}, sendmsg: []uint32{296}, sendmmsg: []uint32{374}},
+				socket: []uint32{281}, socketpair: []uint32{288}, sendto: []uint32{290}, sendmsg: []uint32{296}, sendmmsg: []uint32{374}},
 		}
 	}
 	return nil
@@ -159,6 +162,7 @@ const (
 	ldAbs    = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 	jeq      = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 	jset     = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+	aluAnd   = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
 	ret      = unix.BPF_RET | unix.BPF_K
 )
 
@@ -201,20 +205,56 @@ func taskFilter(archs []syscalls) ([]unix.SockFilter, error) {
 	return a.done()
 }
 
-// ipprotoMPTCP is Multipath TCP's protocol number (linux/in.h).
-const ipprotoMPTCP = 262
+// The sockets a restricted network lets a task make: an allowlist, so
+// that a family or protocol the kernel gains later is refused until it is
+// looked at. Landlock's TCP rules (ABI 4 to at least 7) check connect(2)
+// on TCP sockets only; a socket of any other family or protocol that can
+// carry a connection to a TCP server passes them: Multipath TCP
+// (IPPROTO_MPTCP), which falls back to plain TCP where the server has no
+// MPTCP; SMC (AF_SMC, and IPPROTO_SMC on AF_INET and AF_INET6 sockets),
+// which begins as a TCP connection and stays one where the peer has no
+// SMC; RDS over TCP (AF_RDS); and families that leave the machine's
+// network altogether, such as AF_VSOCK to a virtual machine's host.
+var (
+	// socketFamilies are the families a task may make sockets of: unix
+	// sockets (a path's socket is a file, whose mode and the task's own
+	// mount namespace govern it; abstract ones Landlock's scoping), IPv4
+	// and IPv6 (inetProtocols), and netlink (netlinkProtocols).
+	socketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+	// inetTypes and inetProtocols are the IPv4 and IPv6 sockets a task
+	// may make: stream and datagram sockets of protocol 0 (TCP, UDP),
+	// TCP, UDP, and ICMP and ICMPv6 (unprivileged ping sockets, where
+	// net.ipv4.ping_group_range lets the task's group). The kernel itself
+	// refuses a type and protocol that do not go together (a stream
+	// socket of UDP), so the only stream socket left is TCP's, which
+	// Landlock checks. Raw sockets need CAP_NET_RAW, which a task never
+	// has, and are refused anyway.
+	inetTypes     = []uint32{unix.SOCK_STREAM, unix.SOCK_DGRAM}
+	inetProtocols = []uint32{0, unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6}
+	// netlinkProtocols: NETLINK_ROUTE alone, which the C library's
+	// getaddrinfo (AI_ADDRCONFIG), getifaddrs and if_nameindex read the
+	// machine's addresses and interfaces with. The others (sock_diag, as
+	// ss uses, generic netlink, audit, uevents) are refused.
+	netlinkProtocols = []uint32{unix.NETLINK_ROUTE}
+	// pairFamilies are the families of socketpair(2): unix sockets only.
+	pairFamilies = []uint32{unix.AF_UNIX}
+)
+
+// socketFlags are the flags socket(2) and socketpair(2) take in their
+// type argument.
+const socketFlags = unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
 
 // networkFilter builds the filter that keeps a restricted network
-// restricted: Landlock's TCP rules (ABI 4 to at least 7) check connect(2)
-// on sockets of protocol TCP, and a task has two other ways to a TCP
-// server:
+// restricted, on top of Landlock's TCP rules:
 //
-//   - a Multipath TCP socket, which connects to any TCP server, falling
-//     back to plain TCP where the server has no MPTCP. socket(…,
-//     IPPROTO_MPTCP) fails with EPROTONOSUPPORT, as on a kernel without
-//     MPTCP (programs then fall back to TCP, which Landlock checks), and
-//     i386's socketcall, whose arguments the filter cannot see, with
-//     ENOSYS (the C library then uses socket itself);
+//   - socket(2) only of the families and protocols above: another family
+//     fails with EAFNOSUPPORT, another type of IPv4 or IPv6 socket with
+//     ESOCKTNOSUPPORT, another protocol with EPROTONOSUPPORT, each as on
+//     a kernel without it (programs that try Multipath TCP or SMC first
+//     then fall back to TCP, which Landlock checks); socketpair(2) only
+//     of unix sockets (EAFNOSUPPORT); i386's socketcall, whose arguments
+//     the filter cannot see, fails with ENOSYS (the C library then uses
+//     socket and the other calls themselves);
 //   - TCP Fast Open: sendto, sendmsg or sendmmsg with MSG_FASTOPEN on a
 //     TCP socket never connected connects it (tcp_sendmsg_fastopen), and
 //     no LSM hook sees that connection, so Landlock's TCP rules cannot
@@ -235,37 +275,67 @@ func networkFilter(archs []syscalls) ([]unix.SockFilter, error) {
 			a.jump(jeq, nr, "nosys", "")
 		}
 		for _, nr := range s.socket {
-			a.jump(jeq, nr, p("socket"), "")
+			a.jump(jeq, nr, "socket", "")
+		}
+		for _, nr := range s.socketpair {
+			a.jump(jeq, nr, "socketpair", "")
 		}
 		// The flags: sendto(fd, buf, len, flags, …), sendmsg(fd, msg,
 		// flags), sendmmsg(fd, vec, vlen, flags).
 		for _, nr := range slices.Concat(s.sendto, s.sendmmsg) {
-			a.jump(jeq, nr, p("flags3"), "")
+			a.jump(jeq, nr, "flags3", "")
 		}
 		for _, nr := range s.sendmsg {
-			a.jump(jeq, nr, p("flags2"), "")
+			a.jump(jeq, nr, "flags2", "")
 		}
 		a.stmt(ret, retAllow)
-		a.label(p("socket")) // socket(family, type, protocol)
-		a.stmt(ldAbs, offArgs+8*2)
-		a.jump(jeq, ipprotoMPTCP, "noproto", "allow")
-		a.label(p("flags3"))
-		a.stmt(ldAbs, offArgs+8*3)
-		a.jump(jset, unix.MSG_FASTOPEN, "notsupp", "allow")
-		a.label(p("flags2"))
-		a.stmt(ldAbs, offArgs+8*2)
-		a.jump(jset, unix.MSG_FASTOPEN, "notsupp", "allow")
 		a.label(p("next"))
 	}
+	a.stmt(ret, retAllow) // another architecture: the task filter refuses it
+	// socket(family, type, protocol): the family, then for IPv4 and IPv6
+	// the type (without its flags) and the protocol, for netlink the
+	// protocol.
+	a.label("socket")
+	a.stmt(ldAbs, offArgs)
+	a.jump(jeq, unix.AF_INET, "inet", "")
+	a.jump(jeq, unix.AF_INET6, "inet", "")
+	a.jump(jeq, unix.AF_NETLINK, "netlink", "")
+	a.oneOf(socketFamilies, "allow", errno(unix.EAFNOSUPPORT))
+	a.label("inet")
+	a.stmt(ldAbs, offArgs+8)
+	a.stmt(aluAnd, ^uint32(socketFlags))
+	a.oneOf(inetTypes, "inetproto", errno(unix.ESOCKTNOSUPPORT))
+	a.label("inetproto")
+	a.stmt(ldAbs, offArgs+8*2)
+	a.oneOf(inetProtocols, "allow", errno(unix.EPROTONOSUPPORT))
+	a.label("netlink")
+	a.stmt(ldAbs, offArgs+8*2)
+	a.oneOf(netlinkProtocols, "allow", errno(unix.EPROTONOSUPPORT))
+	a.label("socketpair") // socketpair(family, type, protocol, sv)
+	a.stmt(ldAbs, offArgs)
+	a.oneOf(pairFamilies, "allow", errno(unix.EAFNOSUPPORT))
+	a.label("flags3")
+	a.stmt(ldAbs, offArgs+8*3)
+	a.jump(jset, unix.MSG_FASTOPEN, "notsupp", "allow")
+	a.label("flags2")
+	a.stmt(ldAbs, offArgs+8*2)
+	a.jump(jset, unix.MSG_FASTOPEN, "notsupp", "allow")
 	a.label("allow")
 	a.stmt(ret, retAllow)
-	a.label("noproto")
-	a.stmt(ret, errno(unix.EPROTONOSUPPORT))
 	a.label("nosys")
 	a.stmt(ret, errno(unix.ENOSYS))
 	a.label("notsupp")
 	a.stmt(ret, errno(unix.EOPNOTSUPP))
 	return a.done()
+}
+
+// oneOf jumps to label when the accumulator is one of values, and else
+// returns refuse.
+func (a *asm) oneOf(values []uint32, label string, refuse uint32) {
+	for _, v := range values {
+		a.jump(jeq, v, label, "")
+	}
+	a.stmt(ret, refuse)
 }
 
 // refuseRestrictedNetwork installs networkFilter on every thread of this

@@ -113,17 +113,17 @@ func (Plugin) Run(ctx context.Context, t *queue.Task, env plugins.Env) (int, err
 		MaxProcesses: env.MaxProcesses, PidsCgroup: env.PidsCgroup, User: boundary.User, Dir: dir,
 		Tmp: tmp, TmpSize: policy.TmpMB << 20, MountNS: boundary.Namespaces, PrivateTmp: boundary.PrivateTmp,
 		IPCNS: boundary.Namespaces, PIDNS: boundary.PrivatePIDs, GraceMS: env.Grace.Milliseconds()}
-	// The memory limit, in a cgroup of the task's own where den may make
-	// one (the kernel counts all the task holds), else RLIMIT_DATA of each
-	// process.
-	memory := memoryLimit(policy.MemoryMB, env.MemoryRequest)
-	if memory > 0 {
-		spec.Memory = memory
-		if dir, err := sandbox.NewMemoryCgroup(memory); err == nil {
-			spec.MemoryCgroup = dir
-			defer sandbox.RemoveMemoryCgroup(dir)
-		}
+	// The memory and CPU limits, in cgroups of the task's own where den
+	// may make them (the kernel counts all the task holds and uses), else
+	// RLIMIT_DATA of each process, and SCHED_IDLE.
+	spec.Memory = memoryLimit(policy.MemoryMB, env.MemoryRequest)
+	spec.CPU = cpuLimit(policy.CPU, env.CPURequest)
+	cgroups, err := sandbox.NewTaskCgroups(spec.Memory, spec.CPU)
+	if err != nil && env.Log != nil {
+		env.Log.Warn("the task's cgroups were not all made; its limits hold without them", zap.Error(err))
 	}
+	defer cgroups.Remove()
+	spec.MemoryCgroup, spec.CPUCgroup = cgroups.Memory, cgroups.CPU
 	spec.Network, spec.NoNetwork, spec.Ports = networkOf(policy.Network, boundary.Namespaces)
 	return runProgram(ctx, spec, environ, p.Stdin, env, argv[0])
 }
@@ -208,6 +208,16 @@ func memoryLimit(policyMB, request int64) int64 {
 		memory = request
 	}
 	return memory
+}
+
+// cpuLimit is a task's CPU limit in cores: command.cpu (policy), or the
+// task's request where it asks for more, at most MaxCPU; 0 (none) when
+// the node sets none.
+func cpuLimit(policy, request float64) float64 {
+	if policy > 0 && request > policy {
+		return min(request, MaxCPU)
+	}
+	return policy
 }
 
 // networkOf is what a task may reach, as the sandbox takes it: with

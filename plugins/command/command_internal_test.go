@@ -9,7 +9,7 @@ import (
 )
 
 // Run's decisions, as pure functions: the program a task asks for, its
-// directories, its memory limit and what it may reach.
+// directories, its memory and CPU limits and what it may reach.
 func TestRunDecisions(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -58,6 +58,18 @@ func TestRunDecisions(t *testing.T) {
 	} {
 		if got := memoryLimit(c.policyMB, c.request); got != c.want {
 			t.Errorf("memoryLimit(%d MiB, %d) = %d, want %d", c.policyMB, c.request, got, c.want)
+		}
+	}
+
+	for _, c := range []struct{ policy, request, want float64 }{
+		{0, 2, 0},
+		{1, 0, 1},
+		{1.5, 0.5, 1.5},
+		{1, 2.5, 2.5},
+		{1, 1e9, MaxCPU},
+	} {
+		if got := cpuLimit(c.policy, c.request); got != c.want {
+			t.Errorf("cpuLimit(%g, %g) = %g, want %g", c.policy, c.request, got, c.want)
 		}
 	}
 

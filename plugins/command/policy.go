@@ -55,6 +55,11 @@ type Policy struct {
 	// its request); 0: no limit of the plugin's. The node's configuration
 	// defaults it to DefaultMemoryMB.
 	MemoryMB int64 `json:"memory_mb"`
+	// CPU is the most CPUs (cores: 1.5 is one and a half) a task's
+	// programs may use together (a task that requests more with
+	// requested_resources gets its request); 0: no limit of the
+	// plugin's. The node's configuration defaults it to DefaultCPU.
+	CPU float64 `json:"cpu"`
 	// Network is what tasks' programs may connect to over TCP: all (the
 	// default), none, or a list of ports.
 	Network Network `json:"network"`
@@ -126,7 +131,7 @@ func (n *Network) UnmarshalJSON(b []byte) error {
 }
 
 // The node configuration's defaults for the task's bounds
-// (command.tmp_mb, command.memory_mb).
+// (command.tmp_mb, command.memory_mb, command.cpu).
 const (
 	// DefaultTmpMB: 1 GiB of temporary files (in memory) per task.
 	DefaultTmpMB = 1024
@@ -135,6 +140,13 @@ const (
 	DefaultMemoryMB = 2048
 	// MinMemoryMB is the least command.memory_mb but 0.
 	MinMemoryMB = 64
+	// DefaultCPU: one core per task.
+	DefaultCPU = 1.0
+	// MinCPU and MaxCPU are the least command.cpu but 0 (the kernel's
+	// smallest CFS quota, 1 ms every 100 ms) and the most (Linux's
+	// largest NR_CPUS, as resources.cpus).
+	MinCPU = 0.01
+	MaxCPU = 8192
 )
 
 // Values of Policy.Landlock.
@@ -205,6 +217,9 @@ func (p Policy) Validate() error {
 	if p.MemoryMB < 0 || (p.MemoryMB > 0 && p.MemoryMB < MinMemoryMB) {
 		return bad("command.memory_mb %d must be 0 (no limit) or at least %d MiB (den's sandbox, the task's init, lives under it too)", p.MemoryMB, MinMemoryMB)
 	}
+	if !(p.CPU == 0 || (p.CPU >= MinCPU && p.CPU <= MaxCPU)) { // NaN too
+		return bad("command.cpu %v must be 0 (no limit) or %g to %d cores", p.CPU, MinCPU, MaxCPU)
+	}
 	switch p.Landlock {
 	case "", LandlockRequired, LandlockOptional:
 	default:
@@ -232,13 +247,18 @@ type Machine struct {
 	// MemoryCgroups: den may make a memory cgroup per task
 	// (sandbox.MemoryCgroups); else RLIMIT_DATA holds command.memory_mb.
 	MemoryCgroups bool
+	// CPUCgroups: den may make a cpu cgroup per task
+	// (sandbox.CPUCgroups); else nothing bounds command.cpu, and tasks
+	// run under SCHED_IDLE.
+	CPUCgroups bool
 }
 
 // ThisMachine describes the machine and process den runs on.
 func ThisMachine() Machine {
-	_, err := sandbox.MemoryCgroups()
+	_, memErr := sandbox.MemoryCgroups()
+	_, cpuErr := sandbox.CPUCgroups()
 	return Machine{LandlockABI: sandbox.LandlockABI(), SetUser: sandbox.HasCaps(sandbox.CapsUser),
-		Namespaces: sandbox.HasCaps(sandbox.CapsNamespaces), MemoryCgroups: err == nil}
+		Namespaces: sandbox.HasCaps(sandbox.CapsNamespaces), MemoryCgroups: memErr == nil, CPUCgroups: cpuErr == nil}
 }
 
 // Enforced is the boundary the plugin puts its programs in on a machine.
@@ -355,6 +375,7 @@ func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 	default:
 		fields = append(fields, zap.String("task_memory", fmt.Sprintf("%d MiB per process (RLIMIT_DATA: no memory cgroup for tasks here)", p.MemoryMB)))
 	}
+	fields = append(fields, zap.String("task_cpu", p.cpuBound(m)))
 	switch {
 	case err != nil:
 		log.Error("command plugin NOT enabled", append(fields, zap.Error(err))...)
@@ -363,6 +384,18 @@ func (p Policy) LogBoundary(log *zap.Logger, m Machine) {
 	default:
 		log.Info("command plugin enabled; Landlock enforces its execute boundary and tasks run as their own user", append(fields, zap.Strings("allow", p.Allow))...)
 	}
+}
+
+// cpuBound says, for the node's log, what bounds a task's CPU on a
+// machine.
+func (p Policy) cpuBound(m Machine) string {
+	switch {
+	case p.CPU == 0:
+		return "no limit (command.cpu: 0)"
+	case m.CPUCgroups:
+		return fmt.Sprintf("%g cores per task, in a cgroup v1 cpu cgroup of its own (CFS quota)", p.CPU)
+	}
+	return fmt.Sprintf("NOT bounded (command.cpu: %g, but no cpu cgroup for tasks here): tasks run under SCHED_IDLE, after every other process", p.CPU)
 }
 
 // Shell is the shell that runs a task's shell parameter.

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,13 +139,17 @@ func TestPolicyConfigurationErrors(t *testing.T) {
 		`{"user": "1000:x"}`:                                    "uid:gid (two numbers)",
 		`{"user": 1000}`:                                        "cannot unmarshal",
 		`{"user_optional": "yes"}`:                              "cannot unmarshal",
+		`{"cpu": -1}`:                                           "command.cpu -1 must be 0 (no limit) or 0.01 to 8192 cores",
+		`{"cpu": 0.001}`:                                        "command.cpu 0.001 must be 0",
+		`{"cpu": 8193}`:                                         "command.cpu 8193 must be 0",
+		`{"cpu": "1"}`:                                          "cannot unmarshal",
 	} {
 		if _, err := ParsePolicy([]byte(raw)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", raw, err, want)
 		}
 	}
-	p, err := ParsePolicy([]byte(`{"enabled": true, "allow": ["/usr/bin/"], "env_allow": ["LANG", "LC_*", "MYAPP_", "DENTIST"], "landlock": "optional", "user": "nobody"}`))
-	if err != nil || !p.Enabled || p.Landlock != LandlockOptional || p.User != "nobody" {
+	p, err := ParsePolicy([]byte(`{"enabled": true, "allow": ["/usr/bin/"], "env_allow": ["LANG", "LC_*", "MYAPP_", "DENTIST"], "landlock": "optional", "user": "nobody", "cpu": 1.5}`))
+	if err != nil || !p.Enabled || p.Landlock != LandlockOptional || p.User != "nobody" || p.CPU != 1.5 {
 		t.Fatalf("valid policy: %+v, %v", p, err)
 	}
 }
@@ -197,6 +202,27 @@ func TestLogBoundarySaysWhatIsNotEnforced(t *testing.T) {
 		all := logs.All()
 		if len(all) != 1 || all[0].Level != tc.level || !strings.Contains(all[0].Message, tc.has) {
 			t.Errorf("landlock %s, ABI %d: logged %v", tc.landlock, tc.abi, all)
+		}
+	}
+}
+
+// The node's start line says what bounds a task's CPU: its cpu cgroup's
+// quota, or, where there is none, nothing (SCHED_IDLE), in capitals.
+func TestLogBoundarySaysWhatBoundsCPU(t *testing.T) {
+	for _, tc := range []struct {
+		cpu     float64
+		cgroups bool
+		has     string
+	}{
+		{1.5, true, "1.5 cores per task, in a cgroup v1 cpu cgroup of its own"},
+		{1, false, "NOT bounded (command.cpu: 1, but no cpu cgroup for tasks here): tasks run under SCHED_IDLE"},
+		{0, true, "no limit (command.cpu: 0)"},
+	} {
+		core, logs := observer.New(zapcore.DebugLevel)
+		Policy{Enabled: true, User: "nobody", Allow: []string{"/usr/bin/true"}, CPU: tc.cpu}.LogBoundary(zap.New(core), Machine{LandlockABI: 7, SetUser: true, Namespaces: true, CPUCgroups: tc.cgroups})
+		all := logs.All()
+		if len(all) != 1 || !strings.Contains(fmt.Sprint(all[0].ContextMap()["task_cpu"]), tc.has) {
+			t.Errorf("cpu %g, cgroups %v: logged %v, want task_cpu saying %q", tc.cpu, tc.cgroups, all, tc.has)
 		}
 	}
 }

@@ -25,6 +25,11 @@ func DetectPidsV1() (string, error) { return detectV1("pids", "pids.max") }
 // memory.limit_in_bytes bounds its memory (den/sandbox).
 func DetectMemoryV1() (string, error) { return detectV1("memory", "memory.limit_in_bytes") }
 
+// DetectCPUV1 is DetectPidsV1 for the cpu controller: where a command
+// task's program gets a cgroup of its own whose CFS quota
+// (cpu.cfs_quota_us) bounds its CPU time (den/sandbox).
+func DetectCPUV1() (string, error) { return detectV1("cpu", "cpu.cfs_quota_us") }
+
 // detectV1 finds this process's cgroup in the v1 hierarchy of controller,
 // and checks that it may create a cgroup there that has file.
 func detectV1(controller, file string) (string, error) {

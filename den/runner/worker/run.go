@@ -520,6 +520,7 @@ func (t *taskRun) runPlugin(ctx context.Context, p plugins.Plugin) int {
 	env := plugins.NewEnv(plugins.Env{
 		Stdout: t.out.stdout, Stderr: t.out.stderr, DB: t.DB, Log: t.log, Grace: t.opts.MaxTermination,
 		MaxProcesses: t.maxProcesses, PidsCgroup: t.pidsCgroup, MemoryRequest: int64(math.Ceil(t.opts.Requested.MemoryMB * (1 << 20))),
+		CPURequest: t.opts.Requested.CPUs,
 	}, t.Spec.Plugin, t.Spec.PluginConfig, t.record1)
 	go func() {
 		defer func() {

@@ -14,6 +14,12 @@
 //	tfo:IP:PORT         TCP Fast Open: sendto(MSG_FASTOPEN) on a TCP
 //	                    socket never connected, which connects it
 //	tfo-sendmsg:IP:PORT the same with sendmsg(MSG_FASTOPEN)
+//	smc:IP:PORT         connect over SMC (AF_SMC, which falls back to TCP
+//	                    where the server has no SMC)
+//	inet-smc:IP:PORT    the same with an AF_INET socket of IPPROTO_SMC
+//	socket:F:T:P        make a socket of family F, type T, protocol P
+//	                    (numbers), and close it
+//	socketpair:F:T:P    make a pair of sockets, and close them
 //	addkey:DESC         add a key DESC to the user's keyring (it expires
 //	                    after a minute)
 //	findkey:DESC        search the user's keyring for the key DESC
@@ -34,6 +40,12 @@
 // Resources:
 //
 //	alloc:BYTES         allocate BYTES of memory, touching every page
+//	spin:N:MS           run N processes (this program again, as busy)
+//	                    that spin for MS milliseconds, then kill them and
+//	                    print the CPU time they took and the wall time
+//	cpucgroup:FILE      write the name of this process's cgroup in the
+//	                    cgroup v1 cpu hierarchy into FILE
+//	waitfor:FILE        wait until FILE exists
 //
 // What a task leaves behind:
 //
@@ -51,6 +63,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,7 +75,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const ipprotoMPTCP = 262
+const (
+	ipprotoMPTCP = 262
+	ipprotoSMC   = 256
+	afSMC        = 43
+)
 
 func main() {
 	for _, arg := range os.Args[1:] {
@@ -82,6 +101,16 @@ func main() {
 		case "alloc":
 			n, _ := strconv.ParseInt(target, 10, 64)
 			err = alloc(n)
+		case "busy":
+			for {
+				busy++
+			}
+		case "spin":
+			err = spin(target)
+		case "cpucgroup":
+			err = cpuCgroup(target)
+		case "waitfor":
+			waitFor(target)
 		case "prlimit":
 			pid, _ := strconv.Atoi(target)
 			err = unix.Prlimit(pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: 1, Max: 1}, nil)
@@ -116,10 +145,17 @@ func main() {
 			err = makeIPC(kind, target)
 		case "abstract":
 			err = connect(syscall.AF_UNIX, 0, &syscall.SockaddrUnix{Name: "@" + target})
-		case "tcp", "mptcp", "uring-tcp", "uring-mptcp", "tfo", "tfo-sendmsg":
-			proto := 0
-			if strings.HasSuffix(kind, "mptcp") {
+		case "socket", "socketpair":
+			err = makeSocket(kind == "socketpair", target)
+		case "tcp", "mptcp", "uring-tcp", "uring-mptcp", "tfo", "tfo-sendmsg", "smc", "inet-smc":
+			family, proto := syscall.AF_INET, 0
+			switch {
+			case strings.HasSuffix(kind, "mptcp"):
 				proto = ipprotoMPTCP
+			case kind == "smc":
+				family = afSMC
+			case kind == "inet-smc":
+				proto = ipprotoSMC
 			}
 			ap, perr := netip.ParseAddrPort(target)
 			if perr != nil {
@@ -133,7 +169,7 @@ func main() {
 			case "tfo", "tfo-sendmsg":
 				err = fastOpen(sa, kind == "tfo-sendmsg")
 			default:
-				err = connect(syscall.AF_INET, proto, sa)
+				err = connect(family, proto, sa)
 			}
 		default:
 			err = fmt.Errorf("unknown attempt %q", kind)
@@ -143,6 +179,73 @@ func main() {
 		} else {
 			fmt.Printf("%s: ok\n", arg)
 		}
+	}
+}
+
+// busy is what a busy process counts.
+var busy uint64
+
+// spin runs "N:MS": N busy processes for MS milliseconds, and prints the
+// CPU time they took (theirs alone, reaped) and how long they ran.
+func spin(target string) error {
+	n, ms, _ := strings.Cut(target, ":")
+	procs, _ := strconv.Atoi(n)
+	wait, _ := strconv.Atoi(ms)
+	start := time.Now()
+	var running []*exec.Cmd
+	defer func() {
+		for _, c := range running {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	for range procs {
+		c := exec.Command("/proc/self/exe", "busy")
+		if err := c.Start(); err != nil {
+			return err
+		}
+		running = append(running, c)
+	}
+	time.Sleep(time.Duration(wait) * time.Millisecond)
+	for _, c := range running {
+		c.Process.Kill()
+		c.Wait()
+	}
+	wall := time.Since(start)
+	running = nil
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return err
+	}
+	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	fmt.Printf("spin: %d processes used %d ms of CPU in %d ms\n", procs, cpu.Milliseconds(), wall.Milliseconds())
+	return nil
+}
+
+// cpuCgroup writes the name of this process's cgroup in the cgroup v1
+// hierarchy of the cpu controller (the last element of its path) into
+// file.
+func cpuCgroup(file string) error {
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(own), "\n") {
+		parts := strings.SplitN(line, ":", 3) // id:controllers:path
+		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "cpu") {
+			return os.WriteFile(file, []byte(filepath.Base(parts[2])), 0o644)
+		}
+	}
+	return errors.New("no cgroup v1 cpu hierarchy holds this process")
+}
+
+// waitFor waits until file exists.
+func waitFor(file string) {
+	for {
+		if _, err := os.Stat(file); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -250,6 +353,28 @@ func makeIPC(kind, target string) error {
 		}
 	}
 	return nil
+}
+
+// makeSocket makes a socket, or a pair, of "family:type:protocol"
+// (numbers), and closes it.
+func makeSocket(pair bool, spec string) error {
+	var n [3]int
+	for i, f := range strings.SplitN(spec, ":", 3) {
+		n[i], _ = strconv.Atoi(f)
+	}
+	if pair {
+		fds, err := syscall.Socketpair(n[0], n[1], n[2])
+		if err == nil {
+			syscall.Close(fds[0])
+			syscall.Close(fds[1])
+		}
+		return err
+	}
+	fd, err := syscall.Socket(n[0], n[1], n[2])
+	if err == nil {
+		syscall.Close(fd)
+	}
+	return err
 }
 
 func connect(family, proto int, sa syscall.Sockaddr) error {
