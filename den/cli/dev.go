@@ -25,7 +25,10 @@ func newDevCmd() *cobra.Command {
 		Short: "Run a node on an embedded development database (no MongoDB needed)",
 		Long: `Start the embedded development database (data kept in --data between runs),
 print its mongodb:// URI, create a demo queue when there is no queue, and run
-a node on it until Ctrl-C. Insert tasks with mongosh or any driver. One
+a node on it until Ctrl-C. Insert tasks with mongosh or any driver. Its
+port asks for no credentials: every local user can connect to it, as to a
+default MongoDB; nothing else of it listens on a port, and its PostgreSQL
+runs as your user, or as den-devdb for root (never root or nobody). One
 process at a time serves a data directory: a second den dev (or den devdb)
 on the same --data says which process holds it and exits 1. On Ctrl-C, den
 dev waits up to 10 seconds for running tasks to finish, stops the rest (they
