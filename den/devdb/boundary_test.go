@@ -779,3 +779,74 @@ func earlierCluster(t *testing.T, dir, bin string, u pgUser) {
 		t.Fatal(err)
 	}
 }
+
+// The cluster's user is never root, nobody, or a user tasks run as
+// (command.user, by name or uid:gid) when it is an account of its own;
+// den's own user is left to the command plugin, which refuses it as a
+// task user unless told to run tasks as den's.
+func TestClusterUserNeverShared(t *testing.T) {
+	t.Parallel()
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	nobodyUID, _ := strconv.Atoi(nobody.Uid)
+	dedicated := func(uid int) pgUser {
+		return pgUser{cred: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}, uid: uid, name: "account"}
+	}
+	for _, tc := range []struct {
+		name      string
+		u         pgUser
+		taskUsers []string
+		refused   bool
+	}{
+		{"root", pgUser{uid: 0, name: "root"}, nil, true},
+		{"nobody as den's user", pgUser{uid: nobodyUID, name: "nobody"}, nil, true},
+		{"nobody as the account", dedicated(nobodyUID), nil, true},
+		{"the account, tasks as nobody", dedicated(4242), []string{"nobody", ""}, false},
+		{"the account named as the task user by uid:gid", dedicated(4242), []string{"4242:4242"}, true},
+		{"den's own user, tasks as den's (user_optional)", pgUser{uid: 4242, name: "me"}, []string{"4242:4242"}, false},
+	} {
+		err := tc.u.refuseShared(tc.taskUsers)
+		if (err != nil) != tc.refused {
+			t.Errorf("%s: %v, want refused %v", tc.name, err, tc.refused)
+		}
+	}
+	if daemon, err := user.Lookup("daemon"); err == nil {
+		uid, _ := strconv.Atoi(daemon.Uid)
+		if err := dedicated(uid).refuseShared([]string{"daemon"}); err == nil {
+			t.Error("the account named by name as the task user: not refused")
+		}
+	}
+}
+
+// A data directory whose password file was removed gets a new password
+// at its next start, and the old one no longer lets anyone in.
+func TestRemovedPasswordReplaced(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, stop := startPG(t, Config{Dir: dir})
+	oldURL := first.pg.url("postgres")
+	stop()
+	if err := os.Remove(filepath.Join(dir, pgPasswordFile)); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := startPG(t, Config{Dir: dir})
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
+	defer cancel()
+	oldURL = strings.Replace(oldURL, first.pg.sock, srv.pg.sock, 1)
+	if conn, err := pgx.Connect(ctx, oldURL); err == nil || !isAuthError(err) {
+		if conn != nil {
+			conn.Close(ctx)
+		}
+		t.Errorf("the old password still lets den's role in (%v)", err)
+	}
+	conn, err := pgx.Connect(ctx, srv.pg.url("postgres"))
+	if err != nil {
+		t.Fatalf("the new password: %v", err)
+	}
+	conn.Close(ctx)
+	if first.pg.password == srv.pg.password {
+		t.Error("the password was not made anew")
+	}
+}
