@@ -25,7 +25,10 @@ func newDevCmd() *cobra.Command {
 		Short: "Run a node on an embedded development database (no MongoDB needed)",
 		Long: `Start the embedded development database (data kept in --data between runs),
 print its mongodb:// URI, create a demo queue when there is no queue, and run
-a node on it until Ctrl-C. Insert tasks with mongosh or any driver. One
+a node on it until Ctrl-C. Insert tasks with mongosh or any driver. Its
+port asks for no credentials: every local user can connect to it, as to a
+default MongoDB; nothing else of it listens on a port, and its PostgreSQL
+runs as your user, or as den-devdb for root (never root or nobody). One
 process at a time serves a data directory: a second den dev (or den devdb)
 on the same --data says which process holds it and exits 1. On Ctrl-C, den
 dev waits up to 10 seconds for running tasks to finish, stops the rest (they
@@ -47,11 +50,17 @@ Landlock enforces it where the kernel has it. den dev creates a queue
 			defer stop()
 			dbCtx, stopDB := context.WithCancel(context.Background())
 			defer stopDB()
-			srv, err := devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: listen, Log: os.Stderr, Engine: engine})
+			// The database's PostgreSQL never runs as a user tasks may run as.
+			dbCfg := devdb.Config{Dir: dir, Listen: listen, Log: os.Stderr, Engine: engine, TaskUsers: []string{cfg.Command.User}}
+			if tryCommand {
+				dbCfg.TaskUsers = append(dbCfg.TaskUsers, devCommandUser)
+			}
+			srv, err := devdb.Start(dbCtx, dbCfg)
 			var inUse *devdb.LockedError
 			if err != nil && !errors.As(err, &inUse) && !cmd.Flags().Changed("listen") {
 				// The default port is taken (a real mongod?): use any free one.
-				srv, err = devdb.Start(dbCtx, devdb.Config{Dir: dir, Listen: "127.0.0.1:0", Log: os.Stderr, Engine: engine})
+				dbCfg.Listen = "127.0.0.1:0"
+				srv, err = devdb.Start(dbCtx, dbCfg)
 			}
 			if err != nil {
 				return err
@@ -60,6 +69,18 @@ Landlock enforces it where the kernel has it. den dev creates a queue
 			// processes with it: a script that removes --data after den dev
 			// exits, or starts it again, finds nothing of it still running.
 			defer func() { stopDB(); <-srv.Done() }()
+			// A database that stops on its own (its PostgreSQL died and
+			// could not be started again) stops the node, and den dev
+			// exits 1 saying why.
+			ctx, stopNode := context.WithCancel(ctx)
+			defer stopNode()
+			go func() {
+				select {
+				case <-srv.Done():
+					stopNode()
+				case <-ctx.Done():
+				}
+			}()
 			cfg.MongoURI, cfg.URI = srv.URI(), srv.URI()
 			qid, created, err := ensureDemoQueue(ctx, srv.URI(), cfg.Database)
 			if err != nil {
@@ -73,7 +94,11 @@ Landlock enforces it where the kernel has it. den dev creates a queue
 			}
 			// The database stops with den dev: its runners get 10 seconds to
 			// finish, then are stopped and record that, before it does.
-			return runNode(ctx, cfg, devDrain, srv.Collector())
+			err = runNode(ctx, cfg, devDrain, srv.Collector())
+			if dbErr := srv.Err(); dbErr != nil {
+				return fmt.Errorf("den dev: the database stopped: %w", dbErr)
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&dir, "data", defaultDataDir(), "directory for the database files (kept between runs)")
@@ -116,6 +141,7 @@ func ensureDemoQueue(ctx context.Context, uri, database string) (id string, crea
 func printDevBanner(srv *devdb.Server, dir, database, qid string, created bool) {
 	uri := srv.URI()
 	fmt.Printf("\nden dev: database %s at %s (data in %s, %s)\n", database, uri, dir, srv.Engine())
+	fmt.Printf("den dev: %s\n", reachNote(srv.Addr()))
 	if srv.Note() != "" {
 		fmt.Printf("den dev: %s\n", srv.Note())
 	}

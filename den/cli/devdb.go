@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -35,6 +36,13 @@ func newDevDBCmd() *cobra.Command {
 PostgreSQL, or SQLite where PostgreSQL is not installed, made atomic by a
 proxy running one command at a time per database) without a node. The
 first line on stdout is its mongodb:// URI. It is what the test suite runs.
+Its port asks for no credentials: every local user can connect to it, as to
+a default MongoDB (every host that reaches it, with a --listen address other
+than loopback). Nothing else of it listens on a port: FerretDB and its
+PostgreSQL (run as a user of its own, never root or nobody, with a password
+kept in --data) only on unix sockets in directories of mode 0700. A
+PostgreSQL that dies is started again; one that cannot be for 5 minutes
+stops den devdb with exit status 1, saying why.
 It locks its --data directory: a second den devdb (or den dev) on the same
 directory says which process holds it and exits 1.`,
 		Args: cobra.NoArgs,
@@ -55,11 +63,12 @@ directory says which process holds it and exits 1.`,
 				return err
 			}
 			fmt.Println(srv.URI())
+			fmt.Fprintln(os.Stderr, "den devdb:", reachNote(srv.Addr()))
 			if srv.Note() != "" {
 				fmt.Fprintln(os.Stderr, "den devdb:", srv.Note())
 			}
 			<-srv.Done()
-			return nil
+			return srv.Err() // nil when stopped by a signal or stdin's end
 		},
 	}
 	cmd.Flags().StringVar(&dir, "data", defaultDataDir(), "directory for the database files")
@@ -67,6 +76,15 @@ directory says which process holds it and exits 1.`,
 	addEngineFlag(cmd, &engine)
 	cmd.Flags().BoolVar(&eof, "exit-on-stdin-eof", false, "stop when stdin is closed (for test harnesses)")
 	return cmd
+}
+
+// reachNote says who can connect to the development database listening
+// at addr: its port asks for no credentials, as a default MongoDB's.
+func reachNote(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		return fmt.Sprintf("%s asks for no credentials: every local user can connect to it, as to a default MongoDB; nothing else of the database listens on a port", addr)
+	}
+	return fmt.Sprintf("%s asks for no credentials: every local user, and every host that reaches it, can connect to it; nothing else of the database listens on a port", addr)
 }
 
 // addEngineFlag adds --engine, the development database's storage engine.

@@ -22,6 +22,15 @@
 // database, not a production one: a few queries (the sweep's search for
 // malformed tasks) decode a whole collection, and den paces them.
 //
+// The PostgreSQL cluster answers den alone: it runs as a user of its own
+// (den's, or for root the system user den-devdb; pguser.go) with no
+// capability, listens only on a unix socket in a directory of mode 0700,
+// and asks every connection for a password den keeps in the data
+// directory (pgauth.go); FerretDB listens only on a unix socket of den's,
+// so the proxy's port is the only one. A cluster that dies is started
+// again, and while it is down the proxy drops its clients' connections,
+// so that they see an unreachable database (pgsupervise.go).
+//
 // A PostgreSQL string cannot hold the character U+0000, so on the
 // PostgreSQL engine a write of a string with one is refused
 // (InternalError), where MongoDB and the SQLite engine store it.

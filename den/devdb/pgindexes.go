@@ -9,6 +9,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -257,8 +258,9 @@ const twinLockWait = 2 * time.Second
 
 // twinKeeper keeps the GIN twins up to date while the server runs.
 type twinKeeper struct {
-	mu      sync.Mutex // commands of several databases may call update at once
-	conn    *pgx.Conn  // under mu
+	mu      sync.Mutex      // commands of several databases may call update at once
+	conn    *pgx.Conn       // under mu; made again when closed (a PostgreSQL restarted)
+	config  *pgx.ConnConfig // what conn is made from
 	logOut  io.Writer
 	lastErr string // under mu
 	done    chan struct{}
@@ -269,20 +271,21 @@ type twinKeeper struct {
 // p forwards in it (under its lock, so the next command finds them), and
 // every twinInterval those that lack some (sweep), until ctx is done.
 func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*twinKeeper, error) {
-	conn, err := pgx.Connect(ctx, url)
+	config, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("devdb: connect to PostgreSQL for its indexes: %w", err)
+		return nil, fmt.Errorf("devdb: PostgreSQL indexes: %w", err)
 	}
 	// Index upkeep runs under a database's proxy lock, so it must never
 	// wait on a PostgreSQL lock for long: a table lock held by another
 	// connection (a FerretDB statement, or anyone's) would otherwise
 	// stop every command of that database for as long as it is held.
 	// Past twinLockWait the statement fails and the next sweep tries again.
-	if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", twinLockWait.Milliseconds())); err != nil {
-		conn.Close(context.Background())
-		return nil, fmt.Errorf("devdb: PostgreSQL indexes: set lock_timeout: %w", err)
+	config.RuntimeParams["lock_timeout"] = strconv.FormatInt(twinLockWait.Milliseconds(), 10)
+	k := &twinKeeper{config: config, logOut: logOut, done: make(chan struct{})}
+	conn, err := k.connection(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("devdb: connect to PostgreSQL for its indexes: %w", err)
 	}
-	k := &twinKeeper{conn: conn, logOut: logOut, done: make(chan struct{})}
 	if _, _, err := ensureTwins(ctx, conn, ""); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("devdb: PostgreSQL indexes: %w", err)
@@ -297,7 +300,9 @@ func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*t
 		defer func() {
 			k.mu.Lock()
 			defer k.mu.Unlock()
-			conn.Close(context.Background())
+			if k.conn != nil {
+				k.conn.Close(context.Background())
+			}
 		}()
 		t := time.NewTicker(twinInterval)
 		defer t.Stop()
@@ -306,11 +311,45 @@ func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*t
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				k.sweep(ctx, p)
+				if p.backend == nil || !p.backend.isDown() {
+					k.sweep(ctx, p)
+				}
 			}
 		}
 	}()
 	return k, nil
+}
+
+// connection returns the keeper's connection, made again if the last one
+// was closed (its server died); k.mu is held, or the keeper not yet
+// started.
+func (k *twinKeeper) connection(ctx context.Context) (*pgx.Conn, error) {
+	if k.conn != nil && !k.conn.IsClosed() {
+		return k.conn, nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, k.config.Copy())
+	if err != nil {
+		return nil, err
+	}
+	k.conn = conn
+	return conn, nil
+}
+
+// withConn runs fn on the keeper's connection, and once more on a new one
+// when the connection broke under it (its server was restarted since it
+// was made); k.mu is held.
+func (k *twinKeeper) withConn(ctx context.Context, fn func(*pgx.Conn) error) error {
+	conn, err := k.connection(ctx)
+	if err != nil {
+		return err
+	}
+	err = fn(conn)
+	if err != nil && conn.IsClosed() && ctx.Err() == nil {
+		if conn, err2 := k.connection(ctx); err2 == nil {
+			err = fn(conn)
+		}
+	}
+	return err
 }
 
 // sweep brings up to date the twins of every database that needs it: it
@@ -324,7 +363,10 @@ func (k *twinKeeper) sweep(ctx context.Context, p *proxy) {
 	var plan map[string]*twinWork
 	err := ctx.Err()
 	if err == nil {
-		plan, err = planTwins(ctx, k.conn, "")
+		err = k.withConn(ctx, func(conn *pgx.Conn) (err error) {
+			plan, err = planTwins(ctx, conn, "")
+			return err
+		})
 	}
 	if err != nil || len(plan) == 0 {
 		k.report(ctx, err)
@@ -343,7 +385,10 @@ func (k *twinKeeper) update(ctx context.Context, db string) {
 	if ctx.Err() != nil {
 		return // stopping: conn may be closed
 	}
-	_, _, err := ensureTwins(ctx, k.conn, db)
+	err := k.withConn(ctx, func(conn *pgx.Conn) error {
+		_, _, err := ensureTwins(ctx, conn, db)
+		return err
+	})
 	k.report(ctx, err)
 }
 

@@ -2,6 +2,7 @@ package devdb
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,8 +222,18 @@ func processAlive(pid int) bool {
 }
 
 // TestMain serves a data directory in a process of its own for
-// TestPostgresDiesWithItsServer, which kills it.
+// TestPostgresDiesWithItsServer, which kills it, and runs the attacker of
+// TestNobodyCannotReachTheCluster.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv("DEN_DEVDB_TEST_ATTACK"); spec != "" {
+		var a attack
+		if err := json.Unmarshal([]byte(spec), &a); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(2)
+		}
+		runAttack(a)
+		os.Exit(0)
+	}
 	if dir := os.Getenv("DEN_DEVDB_TEST_SERVE"); dir != "" {
 		srv, err := Start(context.Background(), Config{Dir: dir, Engine: EnginePostgreSQL})
 		if err != nil {

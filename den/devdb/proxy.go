@@ -34,12 +34,19 @@ const (
 // on beside it.
 type proxy struct {
 	ln       net.Listener
+	network  string // upstream's: "unix" (FerretDB's socket) or "tcp"
 	upstream string
-	serial   bool  // run one command at a time per database upstream
-	locks    locks // the databases' locks
-	wg       sync.WaitGroup
-	connsMu  sync.Mutex
-	conns    map[net.Conn]struct{}
+	// backend, when set, says when the engine under the upstream server
+	// is down (its PostgreSQL died and is being restarted): the proxy
+	// then drops the connection of each command instead of forwarding
+	// it, so that clients see the database unreachable, as a MongoDB
+	// that went away, and retry (not an error of the command itself).
+	backend interface{ isDown() bool }
+	serial  bool  // run one command at a time per database upstream
+	locks   locks // the databases' locks
+	wg      sync.WaitGroup
+	connsMu sync.Mutex
+	conns   map[net.Conn]struct{}
 
 	statsMu sync.Mutex
 	stats   Stats
@@ -220,8 +227,8 @@ func (p *proxy) snapshot() Stats {
 	return out
 }
 
-func newProxy(ln net.Listener, upstream string) *proxy {
-	return &proxy{ln: ln, upstream: upstream, serial: true, conns: map[net.Conn]struct{}{}}
+func newProxy(ln net.Listener, network, upstream string) *proxy {
+	return &proxy{ln: ln, network: network, upstream: upstream, serial: true, conns: map[net.Conn]struct{}{}}
 }
 
 // serve accepts connections until ctx is done, then closes them all.
@@ -270,7 +277,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 	p.track(client, true)
 	defer p.track(client, false)
 	var d net.Dialer
-	up, err := d.DialContext(ctx, "tcp", p.upstream)
+	up, err := d.DialContext(ctx, p.network, p.upstream)
 	if err != nil {
 		return
 	}
@@ -313,6 +320,9 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 				fmt.Fprintf(p.logOut, "devdb: %s %s waited %s for database %s's lock\n", name, coll, waited.Round(time.Second), db)
 			}
 		}
+		if p.backend != nil && p.backend.isDown() {
+			return nil, errBackendDown
+		}
 		start := time.Now()
 		defer func() { p.busy(strings.TrimSpace(name+" "+coll), time.Since(start)) }()
 	}
@@ -344,6 +354,9 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 	}
 }
 
+// errBackendDown ends a client's connection while the engine is down.
+var errBackendDown = errors.New("devdb: the database's engine is down")
+
 // handshake reports whether a command is a hello/isMaster, which changes
 // nothing.
 func handshake(name string) bool {
@@ -370,7 +383,7 @@ func Count(ctx context.Context, upstream string) (*Counter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devdb: counting proxy: %w", err)
 	}
-	p := newProxy(ln, upstream)
+	p := newProxy(ln, "tcp", upstream)
 	p.serial = false
 	c := &Counter{p: p, done: make(chan struct{})}
 	go func() { defer close(c.done); p.serve(ctx) }()

@@ -127,7 +127,7 @@ func TestProxyRunsOneCommandAtATimePerDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := newProxy(ln, up.ln.Addr().String())
+	p := newProxy(ln, "tcp", up.ln.Addr().String())
 	served := make(chan struct{})
 	go func() { defer close(served); p.serve(ctx) }()
 	t.Cleanup(func() { cancel(); <-served })

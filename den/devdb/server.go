@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
 )
@@ -47,29 +49,57 @@ type Config struct {
 	// NoTwins leaves out the PostgreSQL engine's GIN indexes (pgindexes.go),
 	// for measuring what they do (BenchmarkEngines in queue).
 	NoTwins bool
+	// TaskUsers are the users tasks of a node on this database may run
+	// as (command.user): the PostgreSQL cluster never runs as one of
+	// them (Start fails saying so), nor as root or nobody.
+	TaskUsers []string
 	// pgSettings are more -c settings for PostgreSQL (tests: auto_explain).
 	pgSettings []string
+	// pgRestartFor is how long a PostgreSQL server that died is started
+	// again before the server gives up (Err); default pgRestartFor.
+	pgRestartFor time.Duration
 }
 
-// Server is a running embedded database.
+// Server is a running embedded database. Clients reach it on one TCP
+// port, the proxy's (URI); FerretDB listens only on a unix socket in a
+// directory of mode 0700, den's user's (DirectURI), and PostgreSQL only
+// on one in a directory of its own user's.
 type Server struct {
 	uri    string
 	direct string
 	engine string
 	note   string
+	addr   net.Addr
 	pg     *cluster // the PostgreSQL engine's cluster; nil for SQLite
 	proxy  *proxy
 	done   chan struct{}
+	err    error // why it stopped on its own; set before done is closed
 }
 
 // URI is the mongodb:// URI clients use.
 func (s *Server) URI() string { return s.uri }
 
-// DirectURI reaches FerretDB without the proxy: its commands are not
+// DirectURI reaches FerretDB without the proxy, on its unix socket, which
+// only den's user (and root) may connect to: its commands are not
 // counted in Stats, and are not serialized with the others, so it is only
 // for inserts and reads that need no atomicity (a benchmark's own
 // bookkeeping).
 func (s *Server) DirectURI() string { return s.direct }
+
+// Addr is the address clients connect to (URI's host and port).
+func (s *Server) Addr() net.Addr { return s.addr }
+
+// Err says why the server stopped on its own (its PostgreSQL died and
+// could not be started again), once Done is closed; nil when it stopped
+// because its context ended.
+func (s *Server) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
 
 // Engine is the engine serving the data: EnginePostgreSQL or EngineSQLite.
 func (s *Server) Engine() string { return s.engine }
@@ -92,46 +122,49 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var undo []func() // what to release, last first, when Start fails
+	fail := func(err error) (*Server, error) {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		return nil, err
+	}
+	undo = append(undo, unlock)
 	listen := listenAddress(cfg.Listen)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		unlock()
-		return nil, fmt.Errorf("devdb: listen on %s: %w", listen, err)
+		return fail(fmt.Errorf("devdb: listen on %s: %w", listen, err))
 	}
+	undo = append(undo, func() { ln.Close() })
 	logOut := cfg.Log
 	if logOut == nil {
 		logOut = io.Discard
 	}
 	engine, bin, note, err := chooseEngine(dir, cfg)
 	if err != nil {
-		ln.Close()
-		unlock()
-		return nil, err
+		return fail(err)
 	}
-	s := &Server{done: make(chan struct{}), engine: engine, note: note}
+	sockDir, err := os.MkdirTemp("", "den-ferretdb-")
+	if err != nil {
+		return fail(fmt.Errorf("devdb: make FerretDB's socket directory: %w", err))
+	}
+	undo = append(undo, func() { os.RemoveAll(sockDir) })
+	s := &Server{done: make(chan struct{}), engine: engine, note: note, addr: ln.Addr()}
 	fcfg := &ferretdb.Config{
-		Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
+		Listener: ferretdb.ListenerConfig{Unix: filepath.Join(sockDir, "ferretdb.sock")},
 		Handler:  engine,
 		Logger:   slog.New(newServerLog(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError}))),
 	}
-	var twins *twinKeeper
-	pg, err := startBackend(ctx, engine, dir, bin, cfg, fcfg)
+	pg, err := startBackend(ctx, engine, dir, bin, cfg, logOut, fcfg)
 	if err != nil {
-		ln.Close()
-		unlock()
-		return nil, err
+		return fail(err)
 	}
-	stopEngine := func() {
-		if pg != nil {
-			pg.stop()
-		}
+	if pg != nil {
+		undo = append(undo, func() { pg.stop() })
 	}
 	f, err := ferretdb.New(fcfg)
 	if err != nil {
-		ln.Close()
-		stopEngine()
-		unlock()
-		return nil, fmt.Errorf("devdb: start FerretDB: %w", err)
+		return fail(fmt.Errorf("devdb: start FerretDB: %w", err))
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	ferretDone := make(chan struct{})
@@ -139,35 +172,60 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		defer close(ferretDone)
 		f.Run(ctx)
 	}()
-	upstream := strings.TrimSuffix(strings.TrimPrefix(f.MongoDBURI(), "mongodb://"), "/")
-	host := ln.Addr().String()
-	s.uri = "mongodb://" + host + "/"
-	p := newProxy(ln, upstream)
+	undo = append(undo, func() { cancel(); <-ferretDone })
+	s.uri = "mongodb://" + ln.Addr().String() + "/"
+	s.direct = "mongodb://" + url.PathEscape(fcfg.Listener.Unix) + "/"
+	p := newProxy(ln, "unix", fcfg.Listener.Unix)
 	p.logOut = logOut
-	s.proxy, s.direct, s.pg = p, "mongodb://"+upstream+"/", pg
-	if pg != nil && !cfg.NoTwins {
-		twins, err = startTwins(ctx, pg.url(pgDatabase), p, logOut)
-		if err != nil {
-			cancel()
-			<-ferretDone
-			ln.Close()
-			stopEngine()
-			unlock()
-			return nil, err
+	s.proxy, s.pg = p, pg
+	var twins *twinKeeper
+	if pg != nil {
+		p.backend = pg
+		if !cfg.NoTwins {
+			if twins, err = startTwins(ctx, pg.url(pgDatabase), p, logOut); err != nil {
+				return fail(err)
+			}
 		}
 	}
-	go func() {
-		defer close(s.done)
-		defer unlock() // after the engine has closed its files
-		defer stopEngine()
-		defer cancel()
-		p.serve(ctx)
-		if twins != nil {
-			twins.wait()
+	go s.serve(ctx, cancel, p, twins, ferretDone, func() {
+		if pg != nil {
+			pg.stop()
 		}
-		<-ferretDone
-	}()
+		os.RemoveAll(sockDir)
+		unlock() // after the engine has closed its files
+	})
 	return s, nil
+}
+
+// serve runs the proxy until ctx is done, or the engine fails for good
+// (then Err says why), and then stops the rest, release last.
+func (s *Server) serve(ctx context.Context, cancel context.CancelFunc, p *proxy, twins *twinKeeper, ferretDone <-chan struct{}, release func()) {
+	defer close(s.done)
+	defer func() {
+		release()
+		if s.pg != nil {
+			select {
+			case <-s.pg.failed: // written before failed was closed
+				s.err = s.pg.err
+			default:
+			}
+		}
+	}()
+	defer cancel()
+	if s.pg != nil {
+		go func() {
+			select {
+			case <-s.pg.failed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	p.serve(ctx)
+	if twins != nil {
+		twins.wait()
+	}
+	<-ferretDone
 }
 
 // openDir creates the data directory dir when it is missing and locks
@@ -210,12 +268,12 @@ func sqliteURL(dir string) string {
 
 // startBackend points fcfg at the engine's storage: a PostgreSQL cluster
 // it starts in dir (returned, for stopping), or SQLite files in dir.
-func startBackend(ctx context.Context, engine, dir, bin string, cfg Config, fcfg *ferretdb.Config) (*cluster, error) {
+func startBackend(ctx context.Context, engine, dir, bin string, cfg Config, log io.Writer, fcfg *ferretdb.Config) (*cluster, error) {
 	if engine != EnginePostgreSQL {
 		fcfg.SQLiteURL = sqliteURL(dir)
 		return nil, nil
 	}
-	pg, err := startCluster(ctx, dir, bin, cfg.pgSettings...)
+	pg, err := startCluster(ctx, dir, bin, clusterOptions{settings: cfg.pgSettings, taskUsers: cfg.TaskUsers, log: log, restartFor: cfg.pgRestartFor})
 	if err != nil {
 		return nil, err
 	}
