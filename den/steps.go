@@ -186,7 +186,7 @@ func (s countRunning) due(p *fullPass) bool {
 
 func (s countRunning) do(ctx context.Context, p *fullPass) error {
 	p.counted = true
-	return s.ps.claimer.countRunning(ctx, p.queues, p.serve, p.at)
+	return s.ps.claimer.countRunning(ctx, p.serve, p.at)
 }
 
 // writeNodeDocument writes the node document (the heartbeat), every

@@ -58,14 +58,35 @@ func (s *conn) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running, 
 	return out, nil
 }
 
-// countRunning adds to out the tasks of the given queues whose status
-// meets cond, by queue and node.
+// RunningAll counts the claimed and running tasks of every queue, grouped
+// by queue and node: one aggregation by status (two on FerretDB:
+// statusConditions), which MongoDB answers from the {status, _id} index
+// and the development server from its status index, whatever the number
+// of queues. What it costs follows the tasks claimed and running, not the
+// queues nor the tasks kept.
+func (s *conn) RunningAll(ctx context.Context) (Running, error) {
+	out := Running{}
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
+	if err != nil {
+		return nil, fmt.Errorf("count running tasks: %w", err)
+	}
+	for _, st := range conds {
+		if err := s.countRunning(ctx, nil, st, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// countRunning adds to out the tasks of the given queues (nil: of every
+// queue) whose status meets cond, by queue and node.
 func (s *conn) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond any, out Running) error {
+	match := bson.D{{Key: "status", Value: cond}}
+	if queueIDs != nil {
+		match = append(bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}}, match...)
+	}
 	cur, err := s.tasks.Aggregate(ctx, bson.A{
-		bson.D{{Key: "$match", Value: bson.D{
-			{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
-			{Key: "status", Value: cond},
-		}}},
+		bson.D{{Key: "$match", Value: match}},
 		bson.D{{Key: "$group", Value: bson.D{
 			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "node", Value: "$node"}}},
 			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},

@@ -380,7 +380,6 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 				}
 			}
 		}},
-		{"EndedSince", func(t *testing.T) { val(h.store.Operator.EndedSince(h.ctx, time.Time{}))(t) }},
 		{"ListTasks", func(t *testing.T) {
 			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{h.qid}}, {Statuses: []int{-2, -1, 0}}, {Node: h.node}, {Outcomes: []string{"malformed"}}, {Since: h.now.Add(-time.Hour)},
 				{After: bson.NilObjectID, Before: bson.NewObjectID(), Limit: 5000}, {ParamKey: "a", ParamValue: "b"}, {ParamKey: "a.b", ParamValue: "c"}} {
@@ -400,7 +399,15 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 				val(h.store.Operator.CountTasks(h.ctx, f))(t)
 			}
 		}},
-		{"RecentFailures", func(t *testing.T) { val(h.store.Operator.RecentFailures(h.ctx, 1000))(t) }},
+		{"TasksByID", func(t *testing.T) { val(h.store.Operator.TasksByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t) }},
+		{"RunningAll", func(t *testing.T) { val(h.store.Operator.RunningAll(h.ctx))(t) }},
+		{"ReadCensus", func(t *testing.T) { val(h.store.Operator.ReadCensus(h.ctx))(t) }},
+		{"MakeCensus", func(t *testing.T) {
+			c := val(h.store.Operator.MakeCensus(h.ctx, "test", time.Now))(t)
+			if c.Total() == 0 {
+				t.Error("the census counts no task")
+			}
+		}},
 		{"LastEnded", func(t *testing.T) { val(h.store.Operator.LastEnded(h.ctx, h.qid, 1000))(t) }},
 		{"RetryCandidates", func(t *testing.T) { val(h.store.Operator.RetryCandidates(h.ctx, queue.TaskFilter{}))(t) }},
 	}

@@ -51,6 +51,13 @@ type Index struct {
 //     without a priority cost it nothing.
 //   - tasks (den's own): {unique_key, queue}, unique, partial: holds
 //     unique tasks (UniqueKeyIndex).
+//   - tasks (den's own): {queue, _id desc} and {status, _id desc}, the
+//     views' pages: a queue's tasks, and the tasks of some statuses, the
+//     newest first (ListTasks, LastEnded, the census's last failures),
+//     and the claimed and running tasks of every queue (RunningAll): each
+//     a walk of an index that stops at the page's end, whatever the tasks
+//     kept. _id and queue never change, so {queue, _id} costs a write
+//     nothing but its insert.
 var Indexes = []Index{
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}}},
 	{Collection: TasksCollection, Keys: bson.D{{Key: "node", Value: 1}, {Key: "status", Value: 1}, {Key: "queue", Value: 1}, {Key: "_id", Value: 1}}},
@@ -71,6 +78,9 @@ var Indexes = []Index{
 		Partial: bson.D{{Key: "status", Value: StatusQueued}, {Key: FieldPriority, Value: bson.D{{Key: "$exists", Value: true}}}}},
 	// den's own: holds unique tasks (unique.go).
 	UniqueKeyIndex,
+	// den's own: the views' pages (see above).
+	{Collection: TasksCollection, Keys: bson.D{{Key: "queue", Value: 1}, {Key: "_id", Value: -1}}},
+	{Collection: TasksCollection, Keys: bson.D{{Key: "status", Value: 1}, {Key: "_id", Value: -1}}},
 }
 
 // Name is the index's default name, as MongoDB (and the Perl node) makes it.

@@ -59,6 +59,11 @@ func (s *NodeStore) Running(ctx context.Context, queueIDs []bson.ObjectID) (Runn
 	return (*conn)(s).Running(ctx, queueIDs)
 }
 
+// RunningAll counts the claimed and running tasks of every queue, by queue and node, whatever the number of queues (one aggregation by status).
+func (s *NodeStore) RunningAll(ctx context.Context) (Running, error) {
+	return (*conn)(s).RunningAll(ctx)
+}
+
 // DecrementTodo counts one task of a queue as done.
 func (s *NodeStore) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error {
 	return (*conn)(s).DecrementTodo(ctx, queueID)

@@ -52,6 +52,11 @@ func (s *OperatorStore) Running(ctx context.Context, queueIDs []bson.ObjectID) (
 	return (*conn)(s).Running(ctx, queueIDs)
 }
 
+// RunningAll counts the claimed and running tasks of every queue, by queue and node, whatever the number of queues (one aggregation by status).
+func (s *OperatorStore) RunningAll(ctx context.Context) (Running, error) {
+	return (*conn)(s).RunningAll(ctx)
+}
+
 // Statuses returns the status of each of the given tasks that exists (a status that is not a number counts as 0: not ended).
 func (s *OperatorStore) Statuses(ctx context.Context, ids []bson.ObjectID) (map[bson.ObjectID]int, error) {
 	return (*conn)(s).Statuses(ctx, ids)

@@ -59,7 +59,7 @@ func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error)
 		ids = append(ids, q.ID)
 		names[q.ID] = q.Name
 	}
-	running, err := d.store.Running(cmd.Context(), ids)
+	running, err := d.store.RunningAll(cmd.Context())
 	if err != nil {
 		return nil, err
 	}

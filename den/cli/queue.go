@@ -192,13 +192,13 @@ func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.MalformedQu
 	if err != nil {
 		return nil, nil, err
 	}
-	counts, err := d.store.TaskCounts(cmd.Context())
+	census, err := takeCensus(cmd, d)
 	if err != nil {
 		return nil, nil, err
 	}
 	rows := []queueRow{}
 	for _, q := range queues {
-		rows = append(rows, newQueueRow(q, counts[q.ID]))
+		rows = append(rows, newQueueRow(q, census.Queues[q.ID]))
 	}
 	slices.SortStableFunc(rows, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
 	return rows, bad, nil
@@ -225,11 +225,11 @@ func newQueueShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			counts, err := d.store.TaskCounts(cmd.Context(), q.ID)
+			census, err := takeCensus(cmd, d, q.ID)
 			if err != nil {
 				return err
 			}
-			c := counts[q.ID]
+			c := census.Queues[q.ID]
 			byStatus := map[string]int64{}
 			for st, n := range c.ByStatus {
 				byStatus[strconv.Itoa(st)] = n

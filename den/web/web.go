@@ -64,6 +64,11 @@ type Options struct {
 	// ProbeEvery until it ends (see outage.go). Without it an outage is
 	// noticed by the reads of the pages themselves.
 	Watch context.Context
+	// CountsAge is how old the task counts a page shows may be (the
+	// census: queue.CensusTaker): a page that finds them older counts
+	// every task again, once for every viewer. Default
+	// queue.DefaultCountsAge; negative: every page counts.
+	CountsAge time.Duration
 }
 
 // DefaultRefresh is how often pages reload themselves unless configured.
@@ -98,6 +103,9 @@ type handler struct {
 	hosts    *hostNames
 	sessions *sessions
 	limit    *limiter
+	// census makes the task counts the pages show, at most countsAge old.
+	census    *queue.CensusTaker
+	countsAge time.Duration
 }
 
 // New returns the status page's handler.
@@ -122,6 +130,11 @@ func New(o Options) (http.Handler, error) {
 	if h.refresh <= 0 {
 		h.refresh = DefaultRefresh
 	}
+	h.countsAge = max(o.CountsAge, 0)
+	if o.CountsAge == 0 {
+		h.countsAge = queue.DefaultCountsAge
+	}
+	h.census = &queue.CensusTaker{Store: h.store, By: "den web", Now: h.now}
 	var err error
 	if h.hosts, err = hostsFor(o.Listen, o.Addr, o.Hosts); err != nil {
 		return nil, err

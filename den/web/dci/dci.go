@@ -39,6 +39,10 @@ type Options struct {
 	// Batch is how many tasks one insert carries (default 1000), each
 	// batch counted in its queue's count_todo and count_total.
 	Batch int
+	// CountsAge is how old the task counts GET /queues answers with may
+	// be (the census, shared with den web's pages: queue.CensusTaker).
+	// Default queue.DefaultCountsAge; negative: every request counts.
+	CountsAge time.Duration
 }
 
 // DefaultBatch is how many tasks one insert carries unless configured.
@@ -57,6 +61,10 @@ type handler struct {
 	plugins []string
 	dead    time.Duration
 	batch   int
+	// census makes the counts GET /queues answers with, at most
+	// countsAge old.
+	census    *queue.CensusTaker
+	countsAge time.Duration
 }
 
 // New returns the Disbatch web API's handler.
@@ -78,6 +86,11 @@ func New(o Options) (http.Handler, error) {
 	if h.dead <= 0 {
 		h.dead = queue.DefaultDeadNodeAfter
 	}
+	h.countsAge = max(o.CountsAge, 0)
+	if o.CountsAge == 0 {
+		h.countsAge = queue.DefaultCountsAge
+	}
+	h.census = &queue.CensusTaker{Store: h.store, By: "den web (DCI)", Now: h.now}
 	if h.batch <= 0 {
 		h.batch = DefaultBatch
 	}

@@ -59,10 +59,11 @@ func (h *handler) queueEntries(ctx context.Context) ([]any, []queue.Queue, error
 		return nil, nil, err
 	}
 	slices.SortStableFunc(queues, func(a, b queue.Queue) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-	counts, err := h.store.TaskCounts(ctx)
+	census, err := h.census.Take(ctx, h.countsAge)
 	if err != nil {
 		return nil, nil, err
 	}
+	counts := census.Queues
 	out := []any{}
 	for _, q := range queues {
 		out = append(out, queueEntry(q.Raw, q.ID, counts[q.ID]))
