@@ -126,7 +126,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 		Name: cfg.Name, URI: cfg.URI, Database: cfg.Database, DeadNodeAfter: cfg.DeadNodeAfter,
 		MaxTermination: cfg.MaxTermination, MaxOutput: cfg.MaxOutput, PluginConfig: cfg.PluginConfig, Runner: cfg.Runner,
 	}, rel, cgroup, pids, read)
-	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
+	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
 		n.pool, cfg.Resources, &progress{})
 	n.beat = &heartbeat{
 		env: e, params: heartbeatParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
