@@ -672,6 +672,20 @@ func (h *hostileDB) uniqueKeyQueries() []hostileCall {
 				t.Fatal(err)
 			}
 		}},
+		{"TakeOutOversized", func(t *testing.T) {
+			before := map[bson.ObjectID]string{}
+			for _, id := range h.good {
+				before[id] = dentest.Task(t, h.db, id).String()
+			}
+			if _, err := keys.TakeOutOversized(h.ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range h.good { // they have no key
+				if after := dentest.Task(t, h.db, id).String(); after != before[id] {
+					t.Errorf("good task %s changed by TakeOutOversized: %s, was %s", id.Hex(), after, before[id])
+				}
+			}
+		}},
 		{"FreeEnded", func(t *testing.T) {
 			for _, key := range []string{"", "k"} {
 				if _, err := keys.FreeEnded(h.ctx, h.qid, key); err != nil {
