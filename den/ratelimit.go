@@ -69,7 +69,7 @@ func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectI
 	defer cancel()
 	g, err := cl.rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.now())
 	for _, r := range g.Repaired {
-		cl.log.Warn("rate_limits: a document den did not write as it is was put right", zap.String("queue", queue.NodeQueueName(q.Name)),
+		cl.log.Warn("rate_limits: a document den did not write as it is was put right", queueField(q.Name),
 			zap.String("repair", r))
 	}
 	if err != nil {
@@ -77,7 +77,7 @@ func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectI
 	}
 	if !g.OK {
 		cl.rateWait[q.ID] = g.Next
-		cl.log.Debug("queue at its rate limit; its tasks wait", zap.String("queue", q.Name),
+		cl.log.Debug("queue at its rate limit; its tasks wait", queueField(q.Name),
 			zap.Stringer("rate_limit", q.RateLimit), zap.Time("until", g.Next))
 	}
 	return g.OK, nil
