@@ -200,7 +200,7 @@ func countedDB(t *testing.T) (db, counted *mongo.Database, commands func() map[s
 // rate_limit {starts: 1, per: 5} and the documents a writer forged before
 // the node started (the issue's {queue, slot: -1, at: 9999-01-01}, and
 // the queue's own slot 0 dated 9999), a node starts both of its tasks
-// within 20 s, about 5 s apart.
+// within 20 s (the second about 5 s after the first).
 func TestForgedRateLimitDocumentsDoNotStopAQueue(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
@@ -220,11 +220,13 @@ func TestForgedRateLimitDocumentsDoNotStopAQueue(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// The limit still holds: the runs' own starts follow the starts the
-	// limit granted (5 s apart) by a runner's start-up time.
+	// That the limit still holds (no more starts than it grants) is
+	// TestRateLimitForgedSlots's to show: the runs' own starts follow the
+	// starts the limit granted by a runner's start-up time, which under
+	// load varies by seconds (3.2 s apart was seen).
 	starts := runStarts(t, db)
-	if len(starts) != 2 || starts[1].Sub(starts[0]) < 4*time.Second {
-		t.Errorf("runs started at %v; want 2, about 5 s apart", starts)
+	if len(starts) != 2 {
+		t.Fatalf("%d runs, want 2", len(starts))
 	}
 	t.Logf("both ended %s after the node listed the queue; runs %s apart", time.Since(opened).Round(100*time.Millisecond), starts[1].Sub(starts[0]).Round(time.Millisecond))
 }
