@@ -224,6 +224,9 @@ func (s claims) do(ctx context.Context, p *fullPass) error {
 	cl.settle(ctx)
 	cl.newPass()
 	cl.readPass(p.serve, p.limit, p.gfs, p.byID)
+	if err := cl.recheckRates(ctx, p.at); err != nil {
+		return err
+	}
 	cl.prio.due = true
 	if cl.paused() {
 		return nil

@@ -399,7 +399,9 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 				val(h.store.Operator.CountTasks(h.ctx, f))(t)
 			}
 		}},
-		{"TasksByID", func(t *testing.T) { val(h.store.Operator.TasksByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t) }},
+		{"TasksByID", func(t *testing.T) {
+			val(h.store.Operator.TasksByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t)
+		}},
 		{"RunningAll", func(t *testing.T) { val(h.store.Operator.RunningAll(h.ctx))(t) }},
 		{"ReadCensus", func(t *testing.T) { val(h.store.Operator.ReadCensus(h.ctx))(t) }},
 		{"MakeCensus", func(t *testing.T) {
@@ -695,6 +697,20 @@ func (h *hostileDB) uniqueKeyQueries() []hostileCall {
 		{"Ensure", func(t *testing.T) {
 			if err := keys.Ensure(h.ctx); err != nil {
 				t.Fatal(err)
+			}
+		}},
+		{"TakeOutOversized", func(t *testing.T) {
+			before := map[bson.ObjectID]string{}
+			for _, id := range h.good {
+				before[id] = dentest.Task(t, h.db, id).String()
+			}
+			if _, err := keys.TakeOutOversized(h.ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range h.good { // they have no key
+				if after := dentest.Task(t, h.db, id).String(); after != before[id] {
+					t.Errorf("good task %s changed by TakeOutOversized: %s, was %s", id.Hex(), after, before[id])
+				}
 			}
 		}},
 		{"FreeEnded", func(t *testing.T) {

@@ -237,4 +237,3 @@ func (s *conn) collect(ctx context.Context, what string, filter bson.D, opts *op
 	}
 	return out, nil
 }
-

@@ -103,7 +103,7 @@ func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
 		}
 		var per []string
 		for q, c := range r.PerQueue {
-			per = append(per, fmt.Sprintf("%s:%d", q, c))
+			per = append(per, fmt.Sprintf("%s:%d", queue.ShownName(q), c))
 		}
 		sort.Strings(per)
 		pq := strings.Join(per, " ")

@@ -101,7 +101,7 @@ than any live den node offers, with why (their unfit field).`,
 				fmt.Fprintln(w, "\nWAITING: MORE REQUESTED THAN ANY LIVE DEN NODE OFFERS")
 				t := newTable(w, "ID", "QUEUE", "WHY")
 				for _, r := range wr {
-					t.row(r.ID, r.QueueName, r.Unfit)
+					t.row(r.ID, queue.ShownName(r.QueueName), r.Unfit)
 				}
 				t.flush()
 			}
@@ -116,7 +116,7 @@ than any live den node offers, with why (their unfit field).`,
 				if node == "" {
 					node = "-"
 				}
-				t.row(f.ID.Hex(), fr[i].QueueName, statusText(f), node, ago(now, f.Mtime), fr[i].Reason)
+				t.row(f.ID.Hex(), queue.ShownName(fr[i].QueueName), statusText(f), node, ago(now, f.Mtime), fr[i].Reason)
 			}
 			t.flush()
 			return nil

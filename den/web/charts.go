@@ -276,10 +276,11 @@ func overviewCharts(r chartRange, now time.Time, queues []queue.Queue, points []
 			v = newQueueSeries(len(times))
 		}
 		v.openStep(r)
-		d.Queues = append(d.Queues, queueCharts{Name: q.Name,
-			Finished: newChart(q.Name+": finished "+r.Label, r, times,
+		name := queue.ShownName(q.Name)
+		d.Queues = append(d.Queues, queueCharts{Name: name,
+			Finished: newChart(name+": finished "+r.Label, r, times,
 				series{Name: "succeeded", Color: colorOK, Values: v.ok}, series{Name: "failed", Color: colorBad, Values: v.bad}),
-			Backlog: newChart(q.Name+": backlog", r, times,
+			Backlog: newChart(name+": backlog", r, times,
 				// count_todo under its own name: Disbatch's bookkeeping
 				// counts cancelled and orphaned tasks too, never "queued".
 				series{Name: "count_todo", Color: colorTodo, Values: v.todo}, series{Name: "running", Color: colorRun, Values: v.run}),

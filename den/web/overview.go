@@ -159,7 +159,7 @@ func finishedLately(points []queue.StatPoint) map[bson.ObjectID]queue.StatusCoun
 func buildOverview(in overviewReads, database string, now time.Time, dead time.Duration, rng chartRange) overviewData {
 	names := map[bson.ObjectID]string{}
 	for _, q := range in.queues {
-		names[q.ID] = q.Name
+		names[q.ID] = queue.ShownName(q.Name)
 	}
 	facts := &queue.Facts{Now: now, DeadAfter: dead, Nodes: in.nodes, Running: in.running}
 	d := overviewData{Database: database, Window: "15m", Counted: countedText(in.census, now)}
@@ -184,7 +184,7 @@ func buildOverview(in overviewReads, database string, now time.Time, dead time.D
 // queueViewOf is one queue's row: its counts, its limit as the page says
 // it, and why no node serves it when none does.
 func queueViewOf(q queue.Queue, c, rc queue.StatusCounts, reasons []queue.Reason) queueView {
-	v := queueView{ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Sort: q.Sort, Problem: q.MaxThreadsProblem,
+	v := queueView{ID: q.ID.Hex(), Name: queue.ShownName(q.Name), Plugin: q.Plugin, Sort: q.Sort, Problem: q.MaxThreadsProblem,
 		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
 		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
 		RecentDone: rc.Group(queue.GroupDone), RecentFailed: rc.Group(queue.GroupFailed),

@@ -2,10 +2,13 @@ package dci
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/den-project/den/queue"
 )
 
 // The older routes, which Disbatch 3's page called and 4.0 kept: answers
@@ -70,8 +73,12 @@ func (h *handler) startQueueJSON(w http.ResponseWriter, r *http.Request, p param
 		return
 	}
 	id, dup, msg, err := h.createQueue(r.Context(), n, t)
+	if errors.Is(err, queue.ErrQueueName) {
+		sendJSON(w, http.StatusBadRequest, []any{int64(0), err.Error()})
+		return
+	}
 	if err != nil {
-		h.dbError(w, "Could not create queue "+n, err)
+		h.dbError(w, "Could not create queue "+queue.ShownName(n), err)
 		return
 	}
 	if dup != nil {

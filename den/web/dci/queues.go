@@ -144,7 +144,8 @@ func (h *handler) duplicateName(name, plugin string) (obj, string) {
 // createQueue creates a queue {name, plugin} with both counts at 0 and
 // no limit (threads, as later Disbatch names it: it runs nothing until
 // one is set), as den queue create does. It returns the new id, or the
-// answer's error part for a taken name (dup), or an error.
+// answer's error part for a taken name (dup), or an error (a name den
+// does not give a queue: queue.ErrQueueName).
 func (h *handler) createQueue(ctx context.Context, name, plugin string) (bson.ObjectID, obj, string, error) {
 	var s queue.QueueSettings
 	s.Set = bson.D{{Key: queue.SettingName, Value: name}, {Key: queue.SettingPluginLater, Value: plugin}}
@@ -190,8 +191,12 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 		return
 	}
 	id, dup, msg, err := h.createQueue(r.Context(), n, plugin.(string))
+	if errors.Is(err, queue.ErrQueueName) {
+		sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
+		return
+	}
 	if err != nil {
-		h.dbError(w, "Could not create queue "+n, err)
+		h.dbError(w, "Could not create queue "+queue.ShownName(n), err)
 		return
 	}
 	if dup != nil {
