@@ -93,7 +93,12 @@ func (w *watchRun) once() {
 	for _, v := range w.views() {
 		fmt.Printf("  %-48s %s\n", v.name, w.time(v))
 	}
-	fmt.Printf("\nidle, %d tasks kept, nothing queued: den dev used %.1f%% of a core over %s\n", w.finished, 100*w.cpu(w.idle), w.idle)
+	srv := devdbSeconds(b, w.nodeHTTP)
+	cmds := devdbCommands(b, w.nodeHTTP)
+	share := w.cpu(w.idle)
+	fmt.Printf("\nidle, %d tasks kept, nothing queued: den dev used %.1f%% of a core over %s\n", w.finished, 100*share, w.idle)
+	fmt.Printf("  the database's time: %s\n  its commands: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, w.idle),
+		perSecond(devdbCommands(b, w.nodeHTTP), cmds, w.idle))
 	unwatched := w.drain(nil)
 	fmt.Printf("\ndrain of %d tasks, unwatched: %.1fs (%.1f tasks/s)\n", w.tasks, unwatched.Seconds(), float64(w.tasks)/unwatched.Seconds())
 	watchers := w.watchers()
@@ -341,4 +346,35 @@ func (w *watchRun) drain(watchers []*watcher) time.Duration {
 			w.b.Fatalf("%d tasks still to do after an hour", doc.Todo)
 		}
 	}
+}
+
+// perSecondMS says how many milliseconds of the database's time a second
+// each command took between two reads of devdbSeconds, largest first.
+func perSecondMS(now, before map[string]float64, over time.Duration) string {
+	type c struct {
+		key string
+		ms  float64
+	}
+	var cs []c
+	var sum float64
+	for k, v := range now {
+		if d := (v - before[k]) * 1000 / over.Seconds(); d >= 0.1 {
+			cs = append(cs, c{k, d})
+			sum += d
+		}
+	}
+	slices.SortFunc(cs, func(a, b c) int {
+		switch {
+		case a.ms > b.ms:
+			return -1
+		case a.ms < b.ms:
+			return 1
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	parts := make([]string, 0, len(cs))
+	for _, x := range cs {
+		parts = append(parts, fmt.Sprintf("%.1f %s", x.ms, x.key))
+	}
+	return fmt.Sprintf("%.1f ms/s: %s", sum, strings.Join(parts, ", "))
 }

@@ -117,11 +117,6 @@ func (h *handler) readOverview(ctx context.Context, now time.Time, rng chartRang
 	if in.census, err = h.census.Take(ctx, h.countsAge); err != nil {
 		return in, err
 	}
-	lately, err := h.store.Stats(ctx, queue.StatsQuery{Step: time.Minute, Since: now.Add(-throughputWindow), Kind: queue.StatQueue})
-	if err != nil {
-		return in, err
-	}
-	in.recent = finishedLately(lately)
 	if in.running, err = h.store.RunningAll(ctx); err != nil {
 		return in, err
 	}
@@ -131,17 +126,28 @@ func (h *handler) readOverview(ctx context.Context, now time.Time, rng chartRang
 	if in.failures, err = h.store.TasksByID(ctx, in.census.Failures); err != nil {
 		return in, err
 	}
-	in.points, err = h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(now)[0]})
-	return in, err
+	if in.points, err = h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(now)[0]}); err != nil {
+		return in, err
+	}
+	// What finished lately is in the charts' points when they are by the
+	// minute (the default range, an hour); else in a read of its own.
+	lately := in.points
+	if rng.Step != time.Minute || rng.buckets(now)[0].After(now.Add(-throughputWindow)) {
+		if lately, err = h.store.Stats(ctx, queue.StatsQuery{Step: time.Minute, Since: now.Add(-throughputWindow), Kind: queue.StatQueue}); err != nil {
+			return in, err
+		}
+	}
+	in.recent = finishedLately(lately, now.Add(-throughputWindow))
+	return in, nil
 }
 
 // finishedLately adds up, by queue, the tasks den nodes finished in the
-// given stats points (succeeded as status 1, failed as 2), for the
-// "finished lately" column.
-func finishedLately(points []queue.StatPoint) map[bson.ObjectID]queue.StatusCounts {
+// given stats points by the minute from since on (succeeded as status 1,
+// failed as 2), for the "finished lately" column.
+func finishedLately(points []queue.StatPoint, since time.Time) map[bson.ObjectID]queue.StatusCounts {
 	out := map[bson.ObjectID]queue.StatusCounts{}
 	for _, p := range points {
-		if p.Queue.IsZero() {
+		if p.Kind != queue.StatQueue || p.Queue.IsZero() || p.T.Before(since.Truncate(time.Minute)) {
 			continue
 		}
 		c, ok := out[p.Queue]
