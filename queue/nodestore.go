@@ -54,7 +54,6 @@ func (s *NodeStore) RetireTasks(ctx context.Context, tasks []Task, mode RetireMo
 	return (*conn)(s).RetireTasks(ctx, tasks, mode)
 }
 
-
 // RunningAll counts the claimed and running tasks of every queue, by queue and node, whatever the number of queues (one aggregation by status).
 func (s *NodeStore) RunningAll(ctx context.Context) (Running, error) {
 	return (*conn)(s).RunningAll(ctx)

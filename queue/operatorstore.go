@@ -47,7 +47,6 @@ func (s *OperatorStore) TaskCounts(ctx context.Context, only ...bson.ObjectID) (
 	return (*conn)(s).TaskCounts(ctx, only...)
 }
 
-
 // RunningAll counts the claimed and running tasks of every queue, by queue and node, whatever the number of queues (one aggregation by status).
 func (s *OperatorStore) RunningAll(ctx context.Context) (Running, error) {
 	return (*conn)(s).RunningAll(ctx)
