@@ -213,10 +213,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
-		// A read has no body: the server's read deadline would only end
-		// a long download by canceling its context (net/http's
-		// background read); the context's deadline bounds it instead.
-		http.NewResponseController(w).SetReadDeadline(time.Time{})
+		// The context's deadline bounds the read. The connection's read
+		// deadline (the server's ReadTimeout) must not end first: net/http's
+		// background read would cancel the context of a long download.
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(limit + time.Second))
 	} else {
 		// An action's body (a form) arrives within BodyTimeout.
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyTimeout))

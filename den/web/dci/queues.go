@@ -78,7 +78,7 @@ func (h *handler) queueEntries(ctx context.Context) ([]any, []queue.Queue, error
 func (h *handler) getQueues(w http.ResponseWriter, r *http.Request, _ params, _ ...string) {
 	list, _, err := h.queueEntries(r.Context())
 	if err != nil {
-		h.dbError(w, "Could not get current queues", err)
+		h.dbError(w, r, "Could not get current queues", err)
 		return
 	}
 	sendJSON(w, http.StatusOK, list)
@@ -91,7 +91,7 @@ func (h *handler) getQueues(w http.ResponseWriter, r *http.Request, _ params, _ 
 func (h *handler) getQueue(w http.ResponseWriter, r *http.Request, _ params, args ...string) {
 	list, _, err := h.queueEntries(r.Context())
 	if err != nil {
-		h.dbError(w, "Could not get current queues", err)
+		h.dbError(w, r, "Could not get current queues", err)
 		return
 	}
 	key := "name"
@@ -176,7 +176,7 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 	}
 	known, err := h.knownPlugin(r, plugin)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	if !known {
@@ -190,7 +190,7 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 	}
 	id, dup, msg, err := h.createQueue(r.Context(), n, plugin.(string))
 	if err != nil {
-		h.dbError(w, "Could not create queue "+n, err)
+		h.dbError(w, r, "Could not create queue "+n, err)
 		return
 	}
 	if dup != nil {
@@ -278,7 +278,7 @@ func (h *handler) postQueue(w http.ResponseWriter, r *http.Request, p params, ar
 	}
 	s, refusal, err := h.queueSettings(r, o)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	if refusal != nil {
