@@ -226,10 +226,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, limit)
 		defer cancel()
-		// The context's deadline bounds the read. The connection's read
-		// deadline (the server's ReadTimeout) must not end first: net/http's
-		// background read would cancel the context of a long download.
-		http.NewResponseController(w).SetReadDeadline(time.Now().Add(limit + time.Second))
+		// The context's deadline bounds the read. A read has no body, so
+		// the connection gets no read deadline while it runs: net/http's
+		// background read, timing out, would cancel the connection's
+		// context, and with it every later request on that keep-alive
+		// connection.
+		http.NewResponseController(w).SetReadDeadline(time.Time{})
 	} else {
 		// An action's body (a form) arrives within BodyTimeout.
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyTimeout))

@@ -253,17 +253,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
 		return
 	}
+	// The body is read: from now on the context's deadline bounds the
+	// request. The connection keeps no read deadline, which would have
+	// net/http's background read, timing out, cancel the connection's
+	// context and every later request on that keep-alive connection.
+	rc.SetReadDeadline(time.Time{})
 	if rt.write {
 		h.log.Info("dci: write", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
 		rt.fn(w, r, p, rt.args...)
 		return
 	}
-	// From now on the context's deadline bounds the read. The
-	// connection's read deadline must not end first: net/http's
-	// background read would cancel the context.
 	ctx, cancel := context.WithTimeout(r.Context(), h.readTimeout)
 	defer cancel()
-	rc.SetReadDeadline(time.Now().Add(h.readTimeout + time.Second))
 	sw := &statusWriter{ResponseWriter: w}
 	rt.fn(sw, r.WithContext(ctx), p, rt.args...)
 	if sw.status < 500 && h.failing.CompareAndSwap(true, false) {
