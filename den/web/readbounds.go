@@ -209,6 +209,11 @@ func DBFailureOf(ctx context.Context, err error) DBFailure {
 	if errors.As(err, &sel) {
 		return DBDown
 	}
+	// A connection the server dropped is an outage even when the
+	// request's time ran out meanwhile (the driver retried the read).
+	if mongo.IsNetworkError(err) && !mongo.IsTimeout(err) {
+		return DBDown
+	}
 	if ctx.Err() != nil || mongo.IsTimeout(err) {
 		return DBSlow
 	}
