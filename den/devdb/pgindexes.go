@@ -75,11 +75,19 @@ const twinSuffix = "_dentwin"
 const twinOptions = "fastupdate='off'"
 
 // twinWork is what one MongoDB database (one PostgreSQL schema) needs for
-// its twins to be current.
+// its twins, and the fast paths' indexes and tallies (pgfast.go), to be
+// current.
 type twinWork struct {
 	drop []string   // twins of an earlier den, and of fields no longer wanted
 	make []twinSpec // missing twins
+
+	listDrop []string    // list indexes no longer wanted
+	listMake []listIndex // missing list indexes
+	tally    []string    // tables whose tally is missing
 }
+
+// pgTable is a table of a schema.
+type pgTable struct{ schema, name string }
 
 // twinSpec is one twin: a table's field.
 type twinSpec struct{ table, field string }
@@ -90,8 +98,9 @@ type twinSpec struct{ table, field string }
 // work are in the result. It only reads, so it may run while commands
 // run; a database dropped meanwhile is left out.
 func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twinWork, error) {
-	type table struct{ schema, name string }
+	type table = pgTable
 	want := map[table]map[string]bool{}
+	colls := map[table]string{}
 	schemas, err := collectStrings(ctx, conn, `SELECT table_schema FROM information_schema.tables WHERE table_name = '_ferretdb_database_metadata' AND ($1 = '' OR table_schema = $1)`, db)
 	if err != nil {
 		return nil, fmt.Errorf("list FerretDB's databases: %w", err)
@@ -115,6 +124,7 @@ func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twin
 				fields[f] = true
 			}
 			want[table{schema, tbl}] = fields
+			colls[table{schema, tbl}] = coll
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -173,6 +183,9 @@ func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twin
 			}
 		}
 	}
+	if err := planFast(ctx, conn, db, colls, work); err != nil {
+		return nil, err
+	}
 	return plan, nil
 }
 
@@ -198,6 +211,9 @@ func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (ma
 			return made, dropped, fmt.Errorf("index %s.%s on %q: %w", schema, t.table, t.field, err)
 		}
 		made++
+	}
+	if err := w.applyFast(ctx, conn, schema); err != nil {
+		return made, dropped, err
 	}
 	return made, dropped, nil
 }
@@ -367,6 +383,9 @@ func (k *twinKeeper) sweep(ctx context.Context, p *proxy) {
 			plan, err = planTwins(ctx, conn, "")
 			return err
 		})
+	}
+	if err == nil {
+		err = k.withConn(ctx, func(conn *pgx.Conn) error { return dropOrphanTallies(ctx, conn) })
 	}
 	if err != nil || len(plan) == 0 {
 		k.report(ctx, err)
