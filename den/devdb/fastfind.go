@@ -33,11 +33,17 @@ import (
 //
 // PostgreSQL lists the candidates' _ids in order from the list indexes
 // (those of ObjectIds only: a collection whose documents of other _id
-// types could match has the command forwarded); FerretDB reads each, by
-// its _id with the whole filter and the projection, and the matches make
-// the answer, all in the first batch (cursor id 0), as FerretDB's would
-// be. When more candidates are rejected than maxRejected allows (a filter
-// the SQL narrows poorly), the command is forwarded.
+// types could match has the command forwarded), with a WHERE that holds
+// for every document the filter matches (superset, fastsql.go), and says
+// of each whether it surely matches (exactSQL): a scalar of the filter's
+// value's type bracket, compared in SQL. Those the proxy reads from their
+// _jsonb as FerretDB does (sjson.go), projecting them as FerretDB does;
+// the others FerretDB reads, each by its _id with the whole filter and
+// the projection, so that it decides what they match (null, $ne, $nin,
+// $exists, arrays, paths through arrays, projections of paths). The
+// matches make the answer, all in the first batch (cursor id 0), as
+// FerretDB's would be. When more candidates are rejected than maxRejected
+// allows (a filter the SQL narrows poorly), the command is forwarded.
 
 const (
 	// maxFindLimit is the most documents (skip and limit) a find on the
@@ -238,6 +244,11 @@ type findQuery struct {
 	oddSQL  string // whether a document whose _id is no ObjectId passes the superset
 	oddArgs []any
 	idTyped bool // the filter requires an ObjectId _id
+	// decode: the candidates SQL decides exactly are read from _jsonb
+	// (sjson.go) and projected with proj; false for a projection of
+	// paths, which FerretDB applies.
+	decode bool
+	proj   topProjection
 }
 
 // planFind prepares the SQL of a find's candidates in table.
@@ -248,9 +259,11 @@ func planFind(fc findCmd, table string, spec fastSpec) (findQuery, error) {
 		return findQuery{}, err
 	}
 	ident := pgx.Identifier{fc.db, table}.Sanitize()
-	return findQuery{fc: fc, table: ident, spec: spec, idTyped: typed,
+	q := findQuery{fc: fc, table: ident, spec: spec, idTyped: typed,
 		oddSQL:  "SELECT EXISTS (SELECT 1 FROM " + ident + " WHERE " + andSQL(sqlOddID, whole) + ")",
-		oddArgs: a.args}, nil
+		oddArgs: a.args}
+	q.proj, q.decode = newTopProjection(fc.projection)
+	return q, nil
 }
 
 // statement is the SQL of up to n candidates after the _id after (jsonb;
@@ -258,7 +271,9 @@ func planFind(fc findCmd, table string, spec fastSpec) (findQuery, error) {
 // the expansions' values, each read in _id order from a list index, and
 // one for the documents where a field of the list indexes holds an array,
 // merged in _id order. It selects each candidate's _id as text (an
-// ObjectId's hex), its type, and its jsonb (to go on from).
+// ObjectId's hex), its type, its jsonb (to go on from), whether SQL
+// decides it matches (exactSQL), and then (when the path decodes) its
+// document's text.
 func (q findQuery) statement(after string, n int64) (string, []any, error) {
 	picked, rest, err := expansions(q.fc.filter, q.spec)
 	if err != nil {
@@ -283,7 +298,7 @@ func (q findQuery) statement(after string, n int64) (string, []any, error) {
 		from = sqlID + " " + cmp + " " + a.add(after) + "::jsonb"
 	}
 	branch := func(cond string) string {
-		return "(SELECT _jsonb ->> '_id' AS id, " + sqlIDType + " AS t, " + sqlID + " AS k FROM " + q.table +
+		return "(SELECT _jsonb, _jsonb ->> '_id' AS id, " + sqlIDType + " AS t, " + sqlID + " AS k FROM " + q.table +
 			" WHERE " + andSQL(cond, from) + " ORDER BY " + sqlID + " " + dir + " LIMIT " + limit + ")"
 	}
 	var branches []string
@@ -301,7 +316,12 @@ func (q findQuery) statement(after string, n int64) (string, []any, error) {
 		}
 		branches = append(branches, branch(andSQL(sqlArrays(q.spec.fields), whole)))
 	}
-	return "SELECT id, t, k::text FROM (" + strings.Join(branches, " UNION ALL ") + ") AS u ORDER BY k " + dir + " LIMIT " + limit, a.args, nil
+	exact, doc := "FALSE", "NULL"
+	if q.decode {
+		exact = "COALESCE(" + exactSQL(q.fc.filter) + ", FALSE)"
+		doc = "CASE WHEN " + exact + " THEN _jsonb::text END"
+	}
+	return "SELECT id, t, k::text, " + exact + ", " + doc + " FROM (" + strings.Join(branches, " UNION ALL ") + ") AS u ORDER BY k " + dir + " LIMIT " + limit, a.args, nil
 }
 
 // docOf is a document of the given elements.
@@ -317,19 +337,26 @@ func docOf(elems []bson.RawElement) (bson.Raw, error) {
 	return b, nil
 }
 
-// collect reads candidates in order, and FerretDB's answer for each, until
-// want documents matched or the candidates ran out.
+// candidate is a document the candidates' SQL lists.
+type candidate struct {
+	id  bson.ObjectID
+	doc *string // its _jsonb's text, when SQL decides it matches
+}
+
+// collect reads candidates in order, and FerretDB's answer for each SQL
+// does not decide (the others it decodes itself), until want documents
+// matched or the candidates ran out.
 func (f *fastPaths) collect(ctx context.Context, up net.Conn, q findQuery, want int64) ([]bson.Raw, error) {
 	var docs []bson.Raw
 	var after string // the last candidate's _id, as jsonb
 	var rejected, size int64
 	batch := want
 	for {
-		ids, last, more, err := f.candidates(ctx, q, after, batch)
+		cands, last, more, err := f.candidates(ctx, q, after, batch)
 		if err != nil {
 			return nil, err
 		}
-		got, err := f.fetch(up, q.fc, ids)
+		got, err := f.judge(up, q, cands)
 		if err != nil {
 			return nil, err
 		}
@@ -357,10 +384,53 @@ func (f *fastPaths) collect(ctx context.Context, up net.Conn, q findQuery, want 
 	}
 }
 
+// judge returns each candidate's document as FerretDB would return it, in
+// order, or nil when it does not match: decoded from its _jsonb where SQL
+// decided it matches, else from FerretDB, which reads it by its _id with
+// the whole filter and the projection.
+func (f *fastPaths) judge(up net.Conn, q findQuery, cands []candidate) ([]bson.Raw, error) {
+	out := make([]bson.Raw, len(cands))
+	var ask []bson.ObjectID
+	var at []int
+	for i, c := range cands {
+		if c.doc != nil {
+			if d, err := decodeCandidate(*c.doc, q.proj); err == nil {
+				out[i] = d
+				continue
+			}
+		}
+		ask = append(ask, c.id)
+		at = append(at, i)
+	}
+	f.decoded.Add(int64(len(cands) - len(ask)))
+	f.asked.Add(int64(len(ask)))
+	got, err := f.fetch(up, q.fc, ask)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = got[j]
+	}
+	return out, nil
+}
+
+// decodeCandidate is a matching document's BSON, projected, from its
+// _jsonb's text.
+func decodeCandidate(text string, proj topProjection) (bson.Raw, error) {
+	doc, err := sjsonDecode([]byte(text))
+	if err != nil {
+		return nil, err
+	}
+	if doc, err = proj.apply(doc); err != nil {
+		return nil, err
+	}
+	return bson.Marshal(doc)
+}
+
 // candidates reads up to n candidates after the _id after ("": from the
-// first): their ObjectIds, skipping those of another _id type and
-// repeats, the last _id read (jsonb), and whether more may follow.
-func (f *fastPaths) candidates(ctx context.Context, q findQuery, after string, n int64) (ids []bson.ObjectID, last string, more bool, err error) {
+// first): those whose _id is an ObjectId, each document once; the last
+// _id read (jsonb), and whether more may follow.
+func (f *fastPaths) candidates(ctx context.Context, q findQuery, after string, n int64) (cands []candidate, last string, more bool, err error) {
 	sql, args, err := q.statement(after, n)
 	if err != nil {
 		return nil, "", false, err
@@ -373,9 +443,10 @@ func (f *fastPaths) candidates(ctx context.Context, q findQuery, after string, n
 	var count int64
 	var prev string
 	for rows.Next() {
-		var id, typ *string
+		var id, typ, doc *string
 		var k string
-		if err := rows.Scan(&id, &typ, &k); err != nil {
+		var exact bool
+		if err := rows.Scan(&id, &typ, &k, &exact, &doc); err != nil {
 			return nil, "", false, err
 		}
 		count++
@@ -388,12 +459,12 @@ func (f *fastPaths) candidates(ctx context.Context, q findQuery, after string, n
 		if err != nil {
 			return nil, "", false, fmt.Errorf("candidate _id %q: %w", *id, err)
 		}
-		ids = append(ids, oid)
+		cands = append(cands, candidate{id: oid, doc: doc})
 	}
 	if err := rows.Err(); err != nil {
 		return nil, "", false, err
 	}
-	return ids, last, count == n, nil
+	return cands, last, count == n, nil
 }
 
 // fetch asks FerretDB, on up, for each candidate with the whole filter and

@@ -25,10 +25,11 @@ import (
 //
 //   - a page of a list (fastfind.go): a find sorted on _id (or not
 //     sorted), limited, whose filter the list indexes (pgfast.go) narrow.
-//     PostgreSQL lists the _ids of the candidates in order, a superset of
-//     what the filter matches; FerretDB then reads each by its _id with
-//     the whole filter and the projection, so it still decides what
-//     matches and what is returned;
+//     PostgreSQL lists the candidates in order, a superset of what the
+//     filter matches, and says which surely match; those the proxy reads
+//     from PostgreSQL as FerretDB would (sjson.go), the others FerretDB
+//     reads by their _id with the whole filter and the projection, so
+//     that what it alone decides stays its decision;
 //   - counts by group (fastcount.go): count, and an aggregate that groups
 //     by some of a task's queue, status and node and counts, whose filter
 //     is on those fields only, answered from the tally (pgfast.go).
@@ -49,6 +50,9 @@ type fastPaths struct {
 	statsMu   sync.Mutex
 	answered  map[string]int64 // by command
 	forwarded map[string]int64 // by command and reason
+
+	// The find path's candidates: read from _jsonb, or asked of FerretDB.
+	decoded, asked atomic.Int64
 }
 
 // fastPool is how many PostgreSQL connections the fast paths use at most.

@@ -445,3 +445,156 @@ func andSQL(parts ...string) string {
 	}
 	return strings.Join(keep, " AND ")
 }
+
+// Which candidates SQL decides exactly. A condition on a path holds
+// exactly where the path's value is a scalar of the condition's value's
+// type bracket (FerretDB's schema says the type) and the jsonb comparison
+// holds: then the document matches, and the find path reads it from
+// _jsonb itself (sjson.go) instead of asking FerretDB. exactSQL is that
+// condition for a filter ("FALSE" where it has none, as for null, $ne,
+// $nin, $exists and values SQL does not compare): a document it holds for
+// matches; one it does not hold for, among the superset, FerretDB decides.
+
+// sqlType is the SQL expression of the BSON type FerretDB's schema gives a
+// path's value (null for an array's element, or a missing field).
+func sqlType(path []string) string {
+	parts := []string{"'$s'", "'p'"}
+	for i, p := range path {
+		if i > 0 {
+			parts = append(parts, "'$s'", "'p'")
+		}
+		parts = append(parts, quoteLiteral(p))
+	}
+	return "(_jsonb #>> ARRAY[" + strings.Join(append(parts, "'t'"), ", ") + "])"
+}
+
+// bracket is the SQL list of FerretDB's types a value compares with: its
+// BSON type bracket.
+func bracket(v bson.RawValue) string {
+	switch v.Type {
+	case bson.TypeObjectID:
+		return "('objectId')"
+	case bson.TypeString:
+		return "('string')"
+	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble:
+		return "('int', 'long', 'double')"
+	case bson.TypeBoolean:
+		return "('bool')"
+	case bson.TypeDateTime:
+		return "('date')"
+	}
+	return ""
+}
+
+// andOf and orOf join exact conditions, "TRUE" and "FALSE" folded.
+func andOf(parts []string) string { return joinFolded(parts, " AND ", "TRUE", "FALSE") }
+func orOf(parts []string) string  { return joinFolded(parts, " OR ", "FALSE", "TRUE") }
+
+func joinFolded(parts []string, sep, unit, zero string) string {
+	var keep []string
+	for _, p := range parts {
+		switch p {
+		case zero:
+			return zero
+		case unit:
+		default:
+			keep = append(keep, "("+p+")")
+		}
+	}
+	if len(keep) == 0 {
+		return unit
+	}
+	return strings.Join(keep, sep)
+}
+
+// exactSQL is the condition under which a candidate of filter (checked by
+// superset) surely matches. Its values are literals (quoted), not
+// parameters: a part folded away leaves nothing unused.
+func exactSQL(filter bson.Raw) string {
+	elems, _ := filter.Elements()
+	var parts []string
+	for _, e := range elems {
+		switch key := e.Key(); key {
+		case "$and", "$or":
+			vals, _ := e.Value().Array().Values()
+			var subs []string
+			for _, v := range vals {
+				subs = append(subs, exactSQL(v.Document()))
+			}
+			if key == "$and" {
+				parts = append(parts, andOf(subs))
+			} else {
+				parts = append(parts, orOf(subs))
+			}
+		default:
+			path, _ := fieldPath(key)
+			conds, _ := pathConditions(e.Value())
+			parts = append(parts, exactConditions(path, conds))
+		}
+	}
+	return andOf(parts)
+}
+
+// exactConditions is exactSQL's for the conditions on one path.
+func exactConditions(path []string, conds []condition) string {
+	if slices.ContainsFunc(path, numeric) {
+		return "FALSE"
+	}
+	expr, _ := sqlPath(path)
+	typ := sqlType(path)
+	if len(path) == 1 && path[0] == "_id" {
+		typ = "" // the candidates are the ObjectIds
+	}
+	is := func(v bson.RawValue) string {
+		if typ == "" {
+			return ""
+		}
+		return " AND " + typ + " IN " + bracket(v)
+	}
+	var parts []string
+	for _, c := range conds {
+		switch c.op {
+		case "$eq", "$gt", "$gte", "$lt", "$lte":
+			lit, ok := jsonbLiteral(c.v)
+			if !ok {
+				return "FALSE"
+			}
+			op := sqlOps[c.op]
+			if op == "" {
+				op = "="
+			}
+			parts = append(parts, expr+" "+op+" "+quoteLiteral(lit)+"::jsonb"+is(c.v))
+		case "$in":
+			vals, _ := c.v.Array().Values()
+			byBracket := map[string][]string{}
+			var brackets []string
+			for _, v := range vals {
+				lit, ok := jsonbLiteral(v)
+				if !ok {
+					return "FALSE"
+				}
+				b := bracket(v)
+				if byBracket[b] == nil {
+					brackets = append(brackets, b)
+				}
+				byBracket[b] = append(byBracket[b], lit)
+			}
+			var alts []string
+			for _, b := range brackets {
+				quoted := make([]string, len(byBracket[b]))
+				for i, lit := range byBracket[b] {
+					quoted[i] = quoteLiteral(lit)
+				}
+				cond := expr + " = ANY(ARRAY[" + strings.Join(quoted, ", ") + "]::jsonb[])"
+				if typ != "" {
+					cond += " AND " + typ + " IN " + b
+				}
+				alts = append(alts, cond)
+			}
+			parts = append(parts, orOf(alts))
+		default:
+			return "FALSE"
+		}
+	}
+	return andOf(parts)
+}
