@@ -83,6 +83,8 @@ type twinWork struct {
 
 	listDrop []string    // list indexes no longer wanted
 	listMake []listIndex // missing list indexes
+	statDrop []string    // statistics objects no longer wanted
+	statMake []pgStat    // missing statistics objects
 	tally    []string    // tables whose tally is missing
 }
 
@@ -196,8 +198,9 @@ func gone(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000")
 }
 
-// apply makes and drops the twins of schema that w says.
-func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (made, dropped int, err error) {
+// apply makes and drops the twins of schema that w says (and the fast
+// paths' indexes and tallies, telling log when that takes a while).
+func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string, log io.Writer) (made, dropped int, err error) {
 	for _, name := range w.drop {
 		if _, err := conn.Exec(ctx, `DROP INDEX IF EXISTS `+pgx.Identifier{schema, name}.Sanitize()); err != nil {
 			return made, dropped, fmt.Errorf("drop index %s.%s: %w", schema, name, err)
@@ -212,7 +215,7 @@ func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (ma
 		}
 		made++
 	}
-	if err := w.applyFast(ctx, conn, schema); err != nil {
+	if err := w.applyFast(ctx, conn, schema, log); err != nil {
 		return made, dropped, err
 	}
 	return made, dropped, nil
@@ -223,13 +226,13 @@ func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (ma
 // MongoDB database db only, or of all of them when db is "". It returns
 // how many it made and dropped. No command may run meanwhile in the
 // databases it changes (a collection dropped under it fails it).
-func ensureTwins(ctx context.Context, conn *pgx.Conn, db string) (made, dropped int, err error) {
+func ensureTwins(ctx context.Context, conn *pgx.Conn, db string, log io.Writer) (made, dropped int, err error) {
 	plan, err := planTwins(ctx, conn, db)
 	if err != nil {
 		return 0, 0, err
 	}
 	for schema, w := range plan {
-		m, d, err := w.apply(ctx, conn, schema)
+		m, d, err := w.apply(ctx, conn, schema, log)
 		made, dropped = made+m, dropped+d
 		if err != nil {
 			return made, dropped, err
@@ -302,7 +305,7 @@ func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*t
 	if err != nil {
 		return nil, fmt.Errorf("devdb: connect to PostgreSQL for its indexes: %w", err)
 	}
-	if _, _, err := ensureTwins(ctx, conn, ""); err != nil {
+	if _, _, err := ensureTwins(ctx, conn, "", logOut); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("devdb: PostgreSQL indexes: %w", err)
 	}
@@ -405,7 +408,7 @@ func (k *twinKeeper) update(ctx context.Context, db string) {
 		return // stopping: conn may be closed
 	}
 	err := k.withConn(ctx, func(conn *pgx.Conn) error {
-		_, _, err := ensureTwins(ctx, conn, db)
+		_, _, err := ensureTwins(ctx, conn, db, k.logOut)
 		return err
 	})
 	k.report(ctx, err)
