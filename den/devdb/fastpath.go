@@ -42,9 +42,6 @@ import (
 type fastPaths struct {
 	pool *pgxpool.Pool
 
-	tablesMu sync.Mutex
-	tables   map[string]string // "db.coll": FerretDB's table for it
-
 	requestID atomic.Int32 // for the requests the proxy makes itself
 
 	statsMu   sync.Mutex
@@ -73,7 +70,7 @@ func newFastPaths(ctx context.Context, url string) (*fastPaths, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devdb: fast paths: %w", err)
 	}
-	f := &fastPaths{pool: pool, tables: map[string]string{}, answered: map[string]int64{}, forwarded: map[string]int64{}}
+	f := &fastPaths{pool: pool, answered: map[string]int64{}, forwarded: map[string]int64{}}
 	f.requestID.Store(1 << 30)
 	return f, nil
 }
@@ -122,7 +119,6 @@ func (f *fastPaths) answer(ctx context.Context, up net.Conn, req []byte) (reply 
 	if err != nil {
 		// PostgreSQL failed (a collection dropped meanwhile, the server
 		// restarting): FerretDB answers as it would have.
-		f.forgetTables()
 		f.note(f.forwarded, name+": "+err.Error())
 		return nil, false, nil
 	}
@@ -207,35 +203,18 @@ func cursorReply(ns string, docs []bson.Raw) (bson.Raw, error) {
 	})
 }
 
-// table returns FerretDB's table of collection coll of database db
-// (its schema), "" when the collection does not exist.
+// table returns FerretDB's table of collection coll of database db (its
+// schema), "" when the collection does not exist. It is looked up each
+// time (an index lookup): a collection renamed keeps its table, and one
+// made again under the old name gets another.
 func (f *fastPaths) table(ctx context.Context, db, coll string) (string, error) {
-	key := db + "." + coll
-	f.tablesMu.Lock()
-	t, ok := f.tables[key]
-	f.tablesMu.Unlock()
-	if ok {
-		return t, nil
-	}
+	var t string
 	q := fmt.Sprintf(`SELECT _jsonb->>'table' FROM %s WHERE _jsonb->'_id' = to_jsonb($1::text)`, pgx.Identifier{db, "_ferretdb_database_metadata"}.Sanitize())
 	err := f.pool.QueryRow(ctx, q, coll).Scan(&t)
 	if errors.Is(err, pgx.ErrNoRows) || gone(err) {
 		return "", nil
 	}
-	if err != nil {
-		return "", err
-	}
-	f.tablesMu.Lock()
-	f.tables[key] = t
-	f.tablesMu.Unlock()
-	return t, nil
-}
-
-// forgetTables forgets the tables looked up: one was dropped.
-func (f *fastPaths) forgetTables() {
-	f.tablesMu.Lock()
-	defer f.tablesMu.Unlock()
-	clear(f.tables)
+	return t, err
 }
 
 // commandOf reads what a fast path needs of every command: its

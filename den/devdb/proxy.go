@@ -43,7 +43,7 @@ type proxy struct {
 	// it, so that clients see the database unreachable, as a MongoDB
 	// that went away, and retry (not an error of the command itself).
 	backend interface{ isDown() bool }
-	serial  bool  // run one command at a time per database upstream
+	serial  bool  // run one write at a time per database upstream
 	locks   locks // the databases' locks
 	wg      sync.WaitGroup
 	connsMu sync.Mutex
