@@ -711,12 +711,12 @@ func (cl *claimer) globalInPlay(serve []queue.Queue) bool {
 }
 
 // countRunning counts the claimed and running tasks of every node in
-// queues (tasks_doing in the node document), every RefreshEvery, and every
+// every queue (tasks_doing in the node document), every RefreshEvery, and every
 // pass while a queue-wide threads limit is in play: claims in such a queue
 // need the other nodes' counts fresh.
-func (cl *claimer) countRunning(ctx context.Context, queues, serve []queue.Queue, now time.Time) error {
+func (cl *claimer) countRunning(ctx context.Context, serve []queue.Queue, now time.Time) error {
 	if cl.running == nil || now.Sub(cl.runningAt) >= cl.params.RefreshEvery || cl.globalInPlay(serve) {
-		running, err := cl.store.Running(ctx, queueIDs(queues))
+		running, err := cl.store.RunningAll(ctx)
 		if err != nil {
 			return err
 		}

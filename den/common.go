@@ -46,6 +46,7 @@ type passesParams struct {
 // claimerParams is what the claimer reads of the configuration.
 type claimerParams struct {
 	Name         string
+	Interval     time.Duration
 	RefreshEvery time.Duration
 	Arrivals     ArrivalSource
 	// hooks calls Config.BeforeHandOver.

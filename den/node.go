@@ -126,7 +126,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 		Name: cfg.Name, URI: cfg.URI, Database: cfg.Database, DeadNodeAfter: cfg.DeadNodeAfter,
 		MaxTermination: cfg.MaxTermination, MaxOutput: cfg.MaxOutput, PluginConfig: cfg.PluginConfig, Runner: cfg.Runner,
 	}, rel, cgroup, pids, read)
-	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
+	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
 		n.pool, cfg.Resources, &progress{})
 	n.beat = &heartbeat{
 		env: e, params: heartbeatParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
@@ -241,6 +241,28 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
+// logIndexes logs, once, what the indexes' set-up could not do as asked:
+// each index made without (the server refused it) with what goes without
+// it, each that exists otherwise, and the tasks whose unique_key was too
+// long for its index.
+func (n *Node) logIndexes(r queue.IndexReport) {
+	for _, c := range r.Conflicts {
+		n.log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
+	}
+	for _, f := range r.Failed {
+		n.log.Error("could not create an index; running without it", zap.String("index", f.Index),
+			zap.String("without_it", f.Without), zap.Error(f.Err))
+	}
+	if k := r.Keys; k.Any() {
+		var ids []string
+		for _, id := range k.Failed[:min(10, len(k.Failed))] {
+			ids = append(ids, id.Hex())
+		}
+		n.log.Warn("tasks had a unique_key longer than its index holds: those not yet claimed failed (reason in their stderr), the others' keys moved to unique_key_freed",
+			zap.Int("max_bytes", queue.MaxUniqueKey), zap.Int("failed", len(k.Failed)), zap.Int("moved", len(k.Moved)), zap.Strings("failed_first", ids))
+	}
+}
+
 // start waits for MongoDB and ensures the protocol's indexes, retrying with
 // backoff and logging the outage once.
 func (n *Node) start(ctx context.Context) error {
@@ -248,18 +270,18 @@ func (n *Node) start(ctx context.Context) error {
 	err := n.cfg.Retry.Retry(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		conflicts, err := queue.EnsureIndexes(cctx, n.store)
-		for _, c := range conflicts {
-			n.log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
+		report, err := queue.EnsureIndexes(cctx, n.store)
+		if err != nil && (mongo.IsNetworkError(err) || mongo.IsTimeout(err)) {
+			return err // tried again: what this attempt found is logged by the last
 		}
-		if err != nil && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err) {
-			// MongoDB answered, but refused (no privilege to create
-			// indexes, duplicates under a unique key): the node can work
-			// without the index, so say so and go on.
+		n.logIndexes(report)
+		if err != nil {
+			// MongoDB answered, but refused to list the indexes (no
+			// privilege): the node can work without them, so say so
+			// and go on.
 			n.log.Error("could not create the protocol's indexes; running without them", zap.Error(err))
-			return nil
 		}
-		return err
+		return nil
 	}, func(attempt int, err error) {
 		if attempt == 1 {
 			waited = true

@@ -29,6 +29,13 @@ import (
 //
 // What counts as a start is that moment, before the hand-over: the
 // runner's own start follows it by the runner's start-up time.
+//
+// The wait a refusal named is read again every full pass while it lasts
+// past the next one (recheckRates): a slot deleted or repaired meanwhile,
+// or a limit changed, matters within a pass, not when the wait ends. What
+// the rate_limits collection holds is untrusted input (queue.RateLimits):
+// a document den did not write neither stops a queue nor lets more of its
+// tasks start; each one a take put right is logged once, as a warning.
 
 // rateLimited is why a claimed task is put back when its queue's rate
 // limit refused its start.
@@ -60,14 +67,59 @@ func (cl *claimer) rateWaiting(q queue.Queue) bool {
 func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	ok, next, err := cl.rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.now())
+	g, err := cl.rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.now())
+	for _, r := range g.Repaired {
+		cl.log.Warn("rate_limits: a document den did not write as it is was put right", queueField(q.Name),
+			zap.String("repair", r))
+	}
 	if err != nil {
 		return false, err
 	}
-	if !ok {
-		cl.rateWait[q.ID] = next
-		cl.log.Debug("queue at its rate limit; its tasks wait", zap.String("queue", q.Name),
-			zap.Stringer("rate_limit", q.RateLimit), zap.Time("until", next))
+	if !g.OK {
+		cl.rateWait[q.ID] = g.Next
+		cl.log.Debug("queue at its rate limit; its tasks wait", queueField(q.Name),
+			zap.Stringer("rate_limit", q.RateLimit), zap.Time("until", g.Next))
 	}
-	return ok, nil
+	return g.OK, nil
+}
+
+// recheckRates reads again, with one query, the slots of the queues whose
+// rate limit refused a start and whose wait lasts past the next full pass
+// (at is this pass's start): a queue no longer at its limit (a slot
+// deleted, a limit raised or removed) is claimed from in this pass, and a
+// wait that moved is kept as the slots now say. A queue no longer served,
+// or no longer limited, waits no more. It costs nothing while no queue
+// waits that long.
+func (cl *claimer) recheckRates(ctx context.Context, at time.Time) error {
+	if len(cl.rateWait) == 0 {
+		return nil
+	}
+	limits := map[bson.ObjectID]queue.RateLimit{}
+	served := map[bson.ObjectID]bool{}
+	for _, q := range cl.serve {
+		served[q.ID] = q.RateLimit != nil
+		if until, ok := cl.rateWait[q.ID]; ok && q.RateLimit != nil && until.After(at.Add(cl.params.Interval)) {
+			limits[q.ID] = *q.RateLimit
+		}
+	}
+	for id := range cl.rateWait {
+		if !served[id] {
+			delete(cl.rateWait, id)
+		}
+	}
+	if len(limits) == 0 {
+		return nil
+	}
+	next, err := cl.rates.NextStarts(ctx, limits, cl.now())
+	if err != nil {
+		return err
+	}
+	for id := range limits {
+		if until, ok := next[id]; ok {
+			cl.rateWait[id] = until
+		} else {
+			delete(cl.rateWait, id)
+		}
+	}
+	return nil
 }

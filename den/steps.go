@@ -186,7 +186,7 @@ func (s countRunning) due(p *fullPass) bool {
 
 func (s countRunning) do(ctx context.Context, p *fullPass) error {
 	p.counted = true
-	return s.ps.claimer.countRunning(ctx, p.queues, p.serve, p.at)
+	return s.ps.claimer.countRunning(ctx, p.serve, p.at)
 }
 
 // writeNodeDocument writes the node document (the heartbeat), every
@@ -224,6 +224,9 @@ func (s claims) do(ctx context.Context, p *fullPass) error {
 	cl.settle(ctx)
 	cl.newPass()
 	cl.readPass(p.serve, p.limit, p.gfs, p.byID)
+	if err := cl.recheckRates(ctx, p.at); err != nil {
+		return err
+	}
 	cl.prio.due = true
 	if cl.paused() {
 		return nil

@@ -1,10 +1,14 @@
 package den_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/queue"
@@ -57,4 +61,57 @@ func TestNodeFreesUniqueKeys(t *testing.T) {
 	if _, err := db.Collection("tasks").InsertOne(ctx, doc("perl")); err != nil {
 		t.Errorf("insert of a freed key: %v", err)
 	}
+}
+
+// A node that starts on a database where a writer inserted a task with an
+// 8 KiB unique_key before den's indexes existed (issue 41, finding 7: the
+// index that holds keys could not be made, and every den task add
+// --unique-key failed) fails that task with the reason in its stderr
+// before it makes the index, and makes every index; a unique task added
+// then goes in.
+func TestNodeTakesOversizedUniqueKeysOut(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", sleepPlugin, 1, "fifo")
+	key := make([]byte, 4<<10)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	long := dentest.TaskWith(t, db, qid, bson.D{{Key: "ms", Value: 0}}, bson.E{Key: queue.FieldUniqueKey, Value: hex.EncodeToString(key)})
+	startNode(t, db, "n")
+	doc := waitFor(t, db, long, queue.StatusFailed)
+	if stderr, _ := doc.Lookup("stderr").StringValueOK(); !strings.Contains(stderr, "unique_key is 8192 bytes, at most 512") {
+		t.Errorf("stderr %q; want the reason", stderr)
+	}
+	// The node makes the indexes after the task is failed, then works.
+	dentest.Eventually(t, time.Minute, "every index of tasks made", func() bool { return len(missingTaskIndexes(t, db)) == 0 })
+	params, err := bson.Marshal(bson.D{{Key: "ms", Value: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := queue.NewStores(db).Operator.InsertTasks(dentest.Context(t), qid, []bson.Raw{params}, time.Now(),
+		queue.InsertOptions{UniqueKey: "k"}); err != nil {
+		t.Errorf("den task add --unique-key k: %v", err)
+	}
+}
+
+// missingTaskIndexes are the indexes of tasks that queue.Indexes has (but
+// the partial one a server may go without) and the database does not.
+func missingTaskIndexes(t *testing.T, db *mongo.Database) []string {
+	t.Helper()
+	cur, err := db.Collection("tasks").Indexes().List(dentest.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for cur.Next(dentest.Context(t)) {
+		names[cur.Current.Lookup("name").StringValue()] = true
+	}
+	var missing []string
+	for _, ix := range queue.Indexes {
+		if ix.Collection == queue.TasksCollection && (len(ix.Partial) == 0 || ix.Unique) && !names[ix.Name()] {
+			missing = append(missing, ix.Name())
+		}
+	}
+	return missing
 }

@@ -352,8 +352,8 @@ func TestEnsureIndexesIsIdempotent(t *testing.T) {
 	db := dentest.DB(t)
 	store := queue.NewStores(db)
 	for i := range 3 {
-		if conflicts, err := queue.EnsureIndexes(dentest.Context(t), store.Node); err != nil || len(conflicts) > 0 {
-			t.Fatalf("start %d: %v %v", i, conflicts, err)
+		if r, err := queue.EnsureIndexes(dentest.Context(t), store.Node); err != nil || len(r.Conflicts)+len(r.Failed) > 0 || r.Keys.Any() {
+			t.Fatalf("start %d: %+v %v", i, r, err)
 		}
 	}
 	cur, err := db.Collection("tasks").Indexes().List(dentest.Context(t))

@@ -35,37 +35,35 @@ func (r Running) NodeTotal(node string) int {
 	return n
 }
 
-// Running counts the claimed and running tasks of the given queues, grouped
-// by queue and node, in one aggregation that the {queue, status} index
-// serves (two on FerretDB: statusConditions).
-//
-// The grouping is on plain fields, not expressions: FerretDB (the embedded
-// development server) does not implement $cond inside $group.
-func (s *conn) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running, error) {
+// RunningAll counts the claimed and running tasks of every queue, grouped
+// by queue and node: one aggregation by status (two on FerretDB:
+// statusConditions), which MongoDB answers from the {status, _id} index
+// and the development server from its status index, whatever the number
+// of queues. What it costs follows the tasks claimed and running, not the
+// queues nor the tasks kept.
+func (s *conn) RunningAll(ctx context.Context) (Running, error) {
 	out := Running{}
-	if len(queueIDs) == 0 {
-		return out, nil
-	}
 	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return nil, fmt.Errorf("count running tasks: %w", err)
 	}
 	for _, st := range conds {
-		if err := s.countRunning(ctx, queueIDs, st, out); err != nil {
+		if err := s.countRunning(ctx, nil, st, out); err != nil {
 			return nil, err
 		}
 	}
 	return out, nil
 }
 
-// countRunning adds to out the tasks of the given queues whose status
-// meets cond, by queue and node.
+// countRunning adds to out the tasks of the given queues (nil: of every
+// queue) whose status meets cond, by queue and node.
 func (s *conn) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond any, out Running) error {
+	match := bson.D{{Key: "status", Value: cond}}
+	if queueIDs != nil {
+		match = append(bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}}, match...)
+	}
 	cur, err := s.tasks.Aggregate(ctx, bson.A{
-		bson.D{{Key: "$match", Value: bson.D{
-			{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}},
-			{Key: "status", Value: cond},
-		}}},
+		bson.D{{Key: "$match", Value: match}},
 		bson.D{{Key: "$group", Value: bson.D{
 			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "node", Value: "$node"}}},
 			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}},

@@ -380,7 +380,6 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 				}
 			}
 		}},
-		{"EndedSince", func(t *testing.T) { val(h.store.Operator.EndedSince(h.ctx, time.Time{}))(t) }},
 		{"ListTasks", func(t *testing.T) {
 			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{h.qid}}, {Statuses: []int{-2, -1, 0}}, {Node: h.node}, {Outcomes: []string{"malformed"}}, {Since: h.now.Add(-time.Hour)},
 				{After: bson.NilObjectID, Before: bson.NewObjectID(), Limit: 5000}, {ParamKey: "a", ParamValue: "b"}, {ParamKey: "a.b", ParamValue: "c"}} {
@@ -400,7 +399,16 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 				val(h.store.Operator.CountTasks(h.ctx, f))(t)
 			}
 		}},
-		{"RecentFailures", func(t *testing.T) { val(h.store.Operator.RecentFailures(h.ctx, 1000))(t) }},
+		{"TasksByID", func(t *testing.T) {
+			val(h.store.Operator.TasksByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t)
+		}},
+		{"ReadCensus", func(t *testing.T) { val(h.store.Operator.ReadCensus(h.ctx))(t) }},
+		{"MakeCensus", func(t *testing.T) {
+			c := val(h.store.Operator.MakeCensus(h.ctx, "test", time.Now))(t)
+			if c.Total() == 0 {
+				t.Error("the census counts no task")
+			}
+		}},
 		{"LastEnded", func(t *testing.T) { val(h.store.Operator.LastEnded(h.ctx, h.qid, 1000))(t) }},
 		{"RetryCandidates", func(t *testing.T) { val(h.store.Operator.RetryCandidates(h.ctx, queue.TaskFilter{}))(t) }},
 	}
@@ -458,7 +466,7 @@ func (h *hostileDB) retireScheduleAndTaskQueries() []hostileCall {
 			}
 		}},
 		{"ClaimingNodes", func(t *testing.T) { val(h.store.Node.ClaimingNodes(h.ctx))(t) }},
-		{"Running", func(t *testing.T) { val(h.store.Node.Running(h.ctx, []bson.ObjectID{h.qid}))(t) }},
+		{"RunningAll", func(t *testing.T) { val(h.store.Node.RunningAll(h.ctx))(t) }},
 		{"RunningInQueue", func(t *testing.T) { val(h.store.Node.RunningInQueue(h.ctx, h.qid))(t) }},
 		{"BlockedTasks", func(t *testing.T) { val(h.store.Node.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) }},
 		{"Probe", func(t *testing.T) {
@@ -688,6 +696,20 @@ func (h *hostileDB) uniqueKeyQueries() []hostileCall {
 		{"Ensure", func(t *testing.T) {
 			if err := keys.Ensure(h.ctx); err != nil {
 				t.Fatal(err)
+			}
+		}},
+		{"TakeOutOversized", func(t *testing.T) {
+			before := map[bson.ObjectID]string{}
+			for _, id := range h.good {
+				before[id] = dentest.Task(t, h.db, id).String()
+			}
+			if _, err := keys.TakeOutOversized(h.ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range h.good { // they have no key
+				if after := dentest.Task(t, h.db, id).String(); after != before[id] {
+					t.Errorf("good task %s changed by TakeOutOversized: %s, was %s", id.Hex(), after, before[id])
+				}
 			}
 		}},
 		{"FreeEnded", func(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -34,16 +33,7 @@ const NodeQueueNameMax = 1024
 
 // NodeQueueName is a queue's name as a node document's entry has it: cut
 // to NodeQueueNameMax bytes, with "…".
-func NodeQueueName(name string) string {
-	if len(name) <= NodeQueueNameMax {
-		return name
-	}
-	cut := NodeQueueNameMax - len("…")
-	for cut > 0 && !utf8.RuneStart(name[cut]) {
-		cut--
-	}
-	return name[:cut] + "…"
-}
+func NodeQueueName(name string) string { return cutName(name, NodeQueueNameMax) }
 
 // NewNodeQueue fills a node document's queue entry the way the protocol
 // defines it: tasks_todo is count_todo minus the running tasks, tasks_done

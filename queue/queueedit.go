@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -66,16 +68,76 @@ func (e *AmbiguousQueueError) Error() string {
 // ErrQueueExists is returned when a queue of the name given exists.
 var ErrQueueExists = errors.New("a queue of that name exists")
 
-// FindQueue returns the queue whose _id (as hex) or name is ref. The
-// document is returned even when it cannot be used (problem says why), so
-// that an operator can fix or delete it. Two queues of that name are an
-// error naming their ids.
-func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, problem, err error) {
-	filter := bson.D{{Key: "name", Value: ref}}
-	if id, err := bson.ObjectIDFromHex(ref); err == nil {
-		filter = bson.D{{Key: "$or", Value: bson.A{bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "name", Value: ref}}}}}
+// MaxQueueName is the longest name den gives a queue (den queue create
+// and set, the Disbatch web API), in bytes. A name a writer put in the
+// database may be longer: tables and pages show it cut (ShownName).
+const MaxQueueName = 200
+
+// ErrQueueName is the refusal of a name den does not give a queue
+// (CheckQueueName).
+var ErrQueueName = errors.New("refused queue name")
+
+// CheckQueueName says why den does not give a queue this name, or nil:
+// it is empty, longer than MaxQueueName bytes, not UTF-8, or 24
+// hexadecimal digits. The last is how den, its web page and the Disbatch
+// web API name a queue by its id: such a name, when it is another queue's
+// id, would stand beside that queue wherever it is named, so den refuses
+// every one, whether or not it is some queue's id now (a queue created
+// later may get it).
+func CheckQueueName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: a queue needs a name", ErrQueueName)
+	case len(name) > MaxQueueName:
+		return fmt.Errorf("%w: %d bytes; a queue's name is at most %d", ErrQueueName, len(name), MaxQueueName)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w %q: not UTF-8", ErrQueueName, name)
 	}
-	cur, err := s.queues.Find(ctx, filter, options.Find().SetLimit(3))
+	if _, err := bson.ObjectIDFromHex(name); err == nil {
+		return fmt.Errorf("%w %q: 24 hexadecimal digits are how den and the Disbatch API name a queue by its id; choose another name", ErrQueueName, name)
+	}
+	return nil
+}
+
+// ShownName is a queue's name as tables and pages show it: whatever a
+// writer put in the database, cut to MaxQueueName bytes (at a character's
+// start), ending with "…" when cut. JSON answers (--json, the Disbatch
+// web API) give the name whole.
+func ShownName(name string) string { return cutName(name, MaxQueueName) }
+
+// cutName is name cut to at most max bytes, at a character's start, with
+// "…" at the end when it was cut.
+func cutName(name string, max int) string {
+	if len(name) <= max {
+		return name
+	}
+	cut := max - len("…")
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…"
+}
+
+// FindQueue returns the queue whose _id (as hex) or name is ref: a ref of
+// 24 hexadecimal digits is the queue with that _id when there is one (so
+// that no name a writer gives another queue hides a queue from its id),
+// else the queue of that name. The document is returned even when it
+// cannot be used (problem says why), so that an operator can fix or
+// delete it. Two queues of that name are an error naming their ids.
+func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, problem, err error) {
+	if id, err := bson.ObjectIDFromHex(ref); err == nil {
+		raw, err := s.queues.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+		switch {
+		case err == nil:
+			if q, problem = ParseQueue(raw); q.ID.IsZero() {
+				return q, nil, fmt.Errorf("queue %q: %w", ref, problem)
+			}
+			return q, problem, nil
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return q, nil, fmt.Errorf("find queue %q: %w", ref, err)
+		}
+	}
+	cur, err := s.queues.Find(ctx, bson.D{{Key: "name", Value: ref}}, options.Find().SetLimit(3))
 	if err != nil {
 		return q, nil, fmt.Errorf("find queue %q: %w", ref, err)
 	}
@@ -112,9 +174,10 @@ func (s *OperatorStore) CreateQueueWith(ctx context.Context, settings QueueSetti
 			name, _ = e.Value.(string)
 		}
 	}
+	if err := CheckQueueName(name); err != nil {
+		return id, err
+	}
 	switch {
-	case name == "":
-		return id, errors.New("a queue needs a name")
 	case !settings.has(SettingPlugin) && !settings.has(SettingPluginLater):
 		return id, errors.New("a queue needs a plugin (constructor)")
 	case settings.has(SettingMaxThreads) && settings.has(SettingThreads):
@@ -199,6 +262,9 @@ func (s *OperatorStore) UpdateQueueResult(ctx context.Context, id bson.ObjectID,
 		return UpdateResult{}, errors.New("nothing to set")
 	}
 	if name, ok := settingString(settings, SettingName); ok {
+		if err := CheckQueueName(name); err != nil {
+			return UpdateResult{}, err
+		}
 		n, err := s.queues.CountDocuments(ctx, bson.D{{Key: "name", Value: name}, {Key: "_id", Value: bson.D{{Key: "$ne", Value: id}}}})
 		if err != nil {
 			return UpdateResult{}, fmt.Errorf("update queue %s: %w", id.Hex(), err)

@@ -122,6 +122,9 @@ func QueuesWithWorkFilter(r WorkRead) bson.D {
 // both counts at zero, and returns its _id.
 func (s *OperatorStore) CreateQueue(ctx context.Context, name, plugin string, maxThreads int, sort string) (bson.ObjectID, error) {
 	id := bson.NewObjectID()
+	if err := CheckQueueName(name); err != nil {
+		return id, err
+	}
 	_, err := s.queues.InsertOne(ctx, bson.D{
 		{Key: "_id", Value: id},
 		{Key: "name", Value: name},

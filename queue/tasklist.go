@@ -237,15 +237,3 @@ func (s *conn) collect(ctx context.Context, what string, filter bson.D, opts *op
 	}
 	return out, nil
 }
-
-// RecentFailures returns the last n tasks that failed (status 2 and up) or
-// were orphaned (-6), most recently changed first.
-func (s *OperatorStore) RecentFailures(ctx context.Context, n int64) ([]Task, error) {
-	filter := bson.D{{Key: "$or", Value: bson.A{
-		bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: StatusFailed}}}},
-		bson.D{{Key: "status", Value: StatusOrphaned}},
-	}}}
-	opts := options.Find().SetSort(bson.D{{Key: "mtime", Value: -1}, {Key: "_id", Value: -1}}).SetLimit(n).SetProjection(bson.D{
-		{Key: "parameters", Value: 0}, {Key: "params", Value: 0}, {Key: "stdout", Value: 0}, {Key: FieldHistory, Value: 0}})
-	return (*conn)(s).collect(ctx, "find failed tasks", filter, opts)
-}

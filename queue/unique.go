@@ -45,8 +45,12 @@ const (
 	FieldUniqueKeyFreed = "unique_key_freed"
 )
 
-// MaxUniqueKey is the longest unique_key den inserts, in bytes: an index
-// key must stay well under MongoDB's limits.
+// MaxUniqueKey is the longest unique_key den inserts, and the longest the
+// index that holds keys is made over, in bytes: an index key must stay well
+// under the servers' limits (PostgreSQL, under the development server,
+// refuses an index row over 8 KiB; MongoDB before 4.2 a key over 1 KiB).
+// A task a writer inserted with a longer key is taken out of the index's
+// way before the index is made (TakeOutOversized).
 const MaxUniqueKey = 512
 
 // UniqueKeyIndex is the index that holds the unique keys.
@@ -55,6 +59,7 @@ var UniqueKeyIndex = Index{
 	Keys:       bson.D{{Key: FieldUniqueKey, Value: 1}, {Key: "queue", Value: 1}},
 	Unique:     true,
 	Partial:    bson.D{{Key: FieldUniqueKey, Value: bson.D{{Key: "$exists", Value: true}}}},
+	Without:    "unique keys are not held: a second unfinished task with a key its queue's holds is not refused, and den task add --unique-key is refused until the index exists",
 }
 
 // CheckUniqueKey says what is wrong with a unique key given by a user, or
@@ -169,7 +174,8 @@ func (s *UniqueKeys) Holder(ctx context.Context, queueID bson.ObjectID, key stri
 
 // Ensure creates UniqueKeyIndex when it is not there yet (a den node
 // creates it when it starts, with the others; an insert with a key makes
-// sure of it, since the key holds only by it).
+// sure of it, since the key holds only by it), after taking the keys too
+// long for it out of its way (TakeOutOversized).
 func (s *UniqueKeys) Ensure(ctx context.Context) error {
 	names, err := indexNames(ctx, s.tasks)
 	if err != nil {
@@ -177,6 +183,9 @@ func (s *UniqueKeys) Ensure(ctx context.Context) error {
 	}
 	if names[UniqueKeyIndex.Name()] {
 		return nil
+	}
+	if _, err := s.TakeOutOversized(ctx); err != nil {
+		return err
 	}
 	if err := createIndexFreeing(ctx, s.db, UniqueKeyIndex); err != nil {
 		return fmt.Errorf("create index %s on %s: %w", UniqueKeyIndex.Name(), TasksCollection, err)
@@ -199,4 +208,131 @@ func (s *UniqueKeys) prepare(ctx context.Context, queueID bson.ObjectID, key str
 	}
 	_, err := s.FreeEnded(ctx, queueID, key)
 	return err
+}
+
+// OversizedKeys are the tasks TakeOutOversized took out of the way of the
+// index that holds keys.
+type OversizedKeys struct {
+	// Failed are unfinished tasks not yet claimed, failed (status 2) with
+	// the reason in their stderr; Moved are tasks that had ended, or were
+	// claimed or running, whose key went to unique_key_freed.
+	Failed, Moved []bson.ObjectID
+}
+
+// Any reports whether any task was taken out of the index's way.
+func (o OversizedKeys) Any() bool { return len(o.Failed)+len(o.Moved) > 0 }
+
+// oversizedBatch is how many tasks with an oversized key one query of
+// TakeOutOversized reads.
+const oversizedBatch = 1000
+
+// oversizedFilter matches the tasks whose unique_key may be longer than
+// MaxUniqueKey: a string of more than MaxUniqueKey/4 characters (a
+// character is at most 4 bytes in UTF-8), or a value of another type.
+// keyTooLong decides.
+var oversizedFilter = bson.D{{Key: "$or", Value: bson.A{
+	bson.D{{Key: FieldUniqueKey, Value: bson.D{{Key: "$regex", Value: fmt.Sprintf(`^[\s\S]{%d,}`, MaxUniqueKey/4+1)}}}},
+	bson.D{{Key: FieldUniqueKey, Value: bson.D{{Key: "$exists", Value: true}, {Key: "$not", Value: bson.D{{Key: "$type", Value: "string"}}}}}},
+}}}
+
+// keyTooLong says why a task's unique_key v is too long for the index, or
+// "" when it is not: a string's bytes, or another value's BSON, longer
+// than MaxUniqueKey.
+func keyTooLong(v bson.RawValue) string {
+	if str, ok := v.StringValueOK(); ok {
+		if len(str) > MaxUniqueKey {
+			return fmt.Sprintf("its unique_key is %d bytes, at most %d: no index holds a longer key", len(str), MaxUniqueKey)
+		}
+		return ""
+	}
+	if len(v.Value) > MaxUniqueKey {
+		return fmt.Sprintf("its unique_key is a %s of %d bytes, at most %d: no index holds a longer key", v.Type, len(v.Value), MaxUniqueKey)
+	}
+	return ""
+}
+
+// TakeOutOversized takes the tasks whose unique_key is longer than
+// MaxUniqueKey (keyTooLong: inserted by a writer before the index that
+// holds keys existed) out of that index's way, so that it can be made: an
+// unfinished task not yet claimed (queued, held, blocked) fails, with the
+// reason in its stderr and its queue's count_todo lowered by one (it
+// would otherwise run without the uniqueness it asked for); a task that
+// ended, or is claimed or running, keeps its status, and its key goes to
+// unique_key_freed. Each write is conditional on the task being as read;
+// the time written is the server's ($currentDate).
+func (s *UniqueKeys) TakeOutOversized(ctx context.Context) (OversizedKeys, error) {
+	var out OversizedKeys
+	for {
+		cur, err := s.tasks.Find(ctx, oversizedFilter, options.Find().SetLimit(oversizedBatch).
+			SetProjection(bson.D{{Key: "queue", Value: 1}, {Key: "status", Value: 1}, {Key: "node", Value: 1}, {Key: FieldUniqueKey, Value: 1}}))
+		if err != nil {
+			return out, fmt.Errorf("find tasks whose unique_key is too long for its index: %w", err)
+		}
+		var docs []bson.Raw
+		if err := cur.All(ctx, &docs); err != nil {
+			return out, fmt.Errorf("find tasks whose unique_key is too long for its index: %w", err)
+		}
+		changed := 0
+		for _, d := range docs {
+			reason := keyTooLong(d.Lookup(FieldUniqueKey))
+			if reason == "" {
+				continue
+			}
+			failed, ok, err := s.takeOut(ctx, d, reason)
+			if err != nil {
+				return out, err
+			}
+			if ok {
+				changed++
+				id, _ := d.Lookup("_id").ObjectIDOK()
+				if failed {
+					out.Failed = append(out.Failed, id)
+				} else {
+					out.Moved = append(out.Moved, id)
+				}
+			}
+		}
+		if len(docs) < oversizedBatch || changed == 0 {
+			return out, nil
+		}
+	}
+}
+
+// takeOut takes one task d (as read) whose key is too long out of the
+// index's way (TakeOutOversized): failed says which way, ok whether the
+// task was still as read.
+func (s *UniqueKeys) takeOut(ctx context.Context, d bson.Raw, reason string) (failed, ok bool, err error) {
+	filter := bson.D{{Key: "_id", Value: d.Lookup("_id")}, asRead(d, "status"), asRead(d, "node")}
+	update := bson.D{{Key: "$rename", Value: bson.D{{Key: FieldUniqueKey, Value: FieldUniqueKeyFreed}}}}
+	st, isNumber := intValue(d.Lookup("status"))
+	failed = isNumber && !Ended(int(st)) && st != StatusClaimed && st != StatusRunning
+	if failed {
+		update = append(update,
+			bson.E{Key: "$set", Value: bson.D{{Key: "status", Value: StatusFailed}, {Key: "stdout", Value: ""},
+				{Key: "stderr", Value: "den: task not run: " + reason + "\n"},
+				{Key: FieldOutcome, Value: OutcomeMalformed}, {Key: FieldOutcomeReason, Value: reason}}},
+			bson.E{Key: "$currentDate", Value: bson.D{{Key: "mtime", Value: true}}})
+	}
+	res, err := s.tasks.UpdateOne(ctx, filter, update)
+	if err != nil {
+		return failed, false, fmt.Errorf("take task %s's unique_key out of its index's way: %w", describe(d.Lookup("_id")), err)
+	}
+	if res.ModifiedCount == 0 {
+		return failed, false, nil
+	}
+	if q, isID := d.Lookup("queue").ObjectIDOK(); failed && isID && st <= 0 {
+		if err := (*conn)(s).DecrementTodo(ctx, q); err != nil {
+			return failed, true, err
+		}
+	}
+	return failed, true, nil
+}
+
+// asRead is a filter's condition that field key of a document is as it was
+// read in d: the value, or missing.
+func asRead(d bson.Raw, key string) bson.E {
+	if v := d.Lookup(key); v.Type != 0 {
+		return bson.E{Key: key, Value: v}
+	}
+	return bson.E{Key: key, Value: bson.D{{Key: "$exists", Value: false}}}
 }

@@ -1,13 +1,19 @@
 package queue_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/queue"
@@ -232,8 +238,187 @@ func TestUniqueKeyIndexOverTasksInsertedBefore(t *testing.T) {
 	db = dentest.DB(t)
 	qid = dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	dentest.Insert(t, db.Collection("tasks"), task(qid, -2, "twice"), task(qid, 0, "twice"))
-	conflicts, err := queue.EnsureIndexes(ctx, queue.NewStores(db).Node)
-	if err != nil || len(conflicts) != 1 || !strings.Contains(conflicts[0], queue.UniqueKeyIndex.Name()) {
-		t.Fatalf("EnsureIndexes = %v, %v; want the unique key index reported as a conflict", conflicts, err)
+	r, err := queue.EnsureIndexes(ctx, queue.NewStores(db).Node)
+	if err != nil || len(r.Conflicts) != 1 || !strings.Contains(r.Conflicts[0], queue.UniqueKeyIndex.Name()) {
+		t.Fatalf("EnsureIndexes = %+v, %v; want the unique key index reported as a conflict", r, err)
 	}
+}
+
+// randomKey is a key of n bytes that does not compress (an index row on
+// PostgreSQL, the development server's engine, is compressed first).
+func randomKey(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, (n+1)/2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)[:n]
+}
+
+// indexNames are the names of the indexes of every collection Indexes
+// makes indexes on.
+func indexNames(t *testing.T, db *mongo.Database) map[string]bool {
+	t.Helper()
+	ctx := dentest.Context(t)
+	names := map[string]bool{}
+	for _, ix := range queue.Indexes {
+		cur, err := db.Collection(ix.Collection).Indexes().List(ctx)
+		if err != nil {
+			t.Fatalf("list the indexes of %s: %v", ix.Collection, err)
+		}
+		for cur.Next(ctx) {
+			names[ix.Collection+"."+cur.Current.Lookup("name").StringValue()] = true
+		}
+		cur.Close(ctx)
+	}
+	return names
+}
+
+// cleanIndexes are the indexes EnsureIndexes makes in an empty database
+// of this server.
+func cleanIndexes(t *testing.T) map[string]bool {
+	t.Helper()
+	db := dentest.DB(t)
+	if _, err := queue.EnsureIndexes(dentest.Context(t), queue.NewStores(db).Node); err != nil {
+		t.Fatal(err)
+	}
+	return indexNames(t, db)
+}
+
+// A unique_key longer than queue.MaxUniqueKey (or a key that is no string
+// and as long), in tasks a writer inserted before den's indexes existed,
+// is taken out of the index's way before the index is made (issue 41,
+// finding 7: an 8 KiB key made the index fail, and with it every den task
+// add --unique-key of the database): an unfinished task not yet claimed
+// fails with the reason in its stderr (and its queue's count_todo goes
+// down), one that ended, or is claimed or running, has its key moved to
+// unique_key_freed. Keys within the bound are left alone, and every index
+// is made.
+func TestOversizedUniqueKeysTakenOutBeforeTheIndex(t *testing.T) {
+	t.Parallel()
+	want := cleanIndexes(t)
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	store := queue.NewStores(db)
+	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
+	long := randomKey(t, 8<<10)
+	task := func(status int, node any, key any) bson.ObjectID {
+		id := bson.NewObjectID()
+		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}, {Key: "queue", Value: qid}, {Key: "status", Value: status},
+			{Key: "node", Value: node}, {Key: "parameters", Value: bson.D{}}, {Key: "unique_key", Value: key}})
+		if status <= 0 {
+			dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: 1}}}})
+		}
+		return id
+	}
+	queued := task(queue.StatusQueued, -1, long)
+	blocked := task(queue.StatusBlocked, -1, randomKey(t, queue.MaxUniqueKey+1))
+	document := task(queue.StatusQueued, -1, bson.D{{Key: "k", Value: long}})
+	ended := task(queue.StatusSucceeded, "n1", long)
+	running := task(queue.StatusRunning, "n1", long)
+	atBound := task(queue.StatusQueued, -1, randomKey(t, queue.MaxUniqueKey))
+	number := task(queue.StatusQueued, -1, 7)
+
+	if _, err := queue.EnsureIndexes(ctx, store.Node); err != nil {
+		t.Fatalf("EnsureIndexes: %v", err)
+	}
+	if got := indexNames(t, db); !maps.Equal(got, want) {
+		t.Errorf("indexes %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+	for _, id := range []bson.ObjectID{queued, blocked, document} {
+		doc := dentest.Task(t, db, id)
+		stderr, _ := doc.Lookup("stderr").StringValueOK()
+		if doc.Lookup("status").AsInt64() != queue.StatusFailed || !strings.Contains(stderr, "unique_key") || !strings.Contains(stderr, strconv.Itoa(queue.MaxUniqueKey)) {
+			t.Errorf("task %s with an oversized key: status %v, stderr %q; want failed (2) with the reason", id.Hex(), doc.Lookup("status"), stderr)
+		}
+		if doc.Lookup(queue.FieldUniqueKey).Type != 0 {
+			t.Errorf("failed task %s still holds its key", id.Hex())
+		}
+	}
+	for _, c := range []struct {
+		id     bson.ObjectID
+		status int64
+	}{{ended, queue.StatusSucceeded}, {running, queue.StatusRunning}} {
+		doc := dentest.Task(t, db, c.id)
+		if doc.Lookup("status").AsInt64() != c.status || doc.Lookup(queue.FieldUniqueKey).Type != 0 || doc.Lookup(queue.FieldUniqueKeyFreed).StringValue() != long {
+			t.Errorf("task %s (status %d) with an oversized key: %v; want its status kept and its key in %s", c.id.Hex(), c.status, doc.Lookup("status"), queue.FieldUniqueKeyFreed)
+		}
+	}
+	for _, id := range []bson.ObjectID{atBound, number} {
+		if doc := dentest.Task(t, db, id); doc.Lookup("status").AsInt64() != queue.StatusQueued || doc.Lookup(queue.FieldUniqueKey).Type == 0 {
+			t.Errorf("task %s with a key within the bound was changed: %v", id.Hex(), doc)
+		}
+	}
+	if todo := queueDocCount(t, db, qid); todo != 3 { // atBound, number, running
+		t.Errorf("count_todo %d after 3 of 6 unfinished tasks failed, want 3", todo)
+	}
+	if _, err := insertKeyed(t, store.Operator, qid, "after"); err != nil {
+		t.Errorf("a task with a key after: %v", err)
+	}
+}
+
+// den task add --unique-key on a database without the index (a node never
+// started there) makes it, after the same repair: the task goes in, and
+// the task a writer inserted with an 8 KiB key is failed with the reason.
+func TestUniqueKeyAddTakesOversizedKeysOut(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	store := queue.NewStores(db)
+	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
+	long := dentest.TaskWith(t, db, qid, bson.D{}, bson.E{Key: queue.FieldUniqueKey, Value: randomKey(t, 8<<10)})
+	if _, err := insertKeyed(t, store.Operator, qid, "k"); err != nil {
+		t.Fatalf("den task add --unique-key k: %v", err)
+	}
+	doc := dentest.Task(t, db, long)
+	if stderr, _ := doc.Lookup("stderr").StringValueOK(); doc.Lookup("status").AsInt64() != queue.StatusFailed || !strings.Contains(stderr, "unique_key") {
+		t.Errorf("the task with an 8 KiB key: %v, stderr %q; want failed with the reason", doc.Lookup("status"), stderr)
+	}
+}
+
+// Indexes are made one by one: one the server refuses (here a task whose
+// node is 8 KiB, which an index row on PostgreSQL cannot hold) leaves
+// every other index made, and the refusal is reported with what goes
+// without it. Where the server takes such a key (MongoDB, SQLite), all
+// are made.
+func TestIndexesMadeOneByOne(t *testing.T) {
+	t.Parallel()
+	want := cleanIndexes(t)
+	db := dentest.DB(t)
+	dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: bson.NewObjectID()}, {Key: "status", Value: queue.StatusSucceeded},
+		{Key: "node", Value: randomKey(t, 8<<10)}})
+	r, err := queue.EnsureIndexes(dentest.Context(t), queue.NewStores(db).Node)
+	if err != nil {
+		t.Fatalf("EnsureIndexes: %v", err)
+	}
+	failed := map[string]bool{}
+	for _, f := range r.Failed {
+		failed[f.Index] = true
+		if !strings.HasPrefix(f.Index, "tasks.node_") || f.Without == "" || f.Err == nil {
+			t.Errorf("failure %+v; want only the indexes over node, each with what goes without it", f)
+		}
+	}
+	got := indexNames(t, db)
+	for name := range want {
+		if !got[name] && !failed[name] {
+			t.Errorf("index %s missing, and not reported as failed", name)
+		}
+		if !got[name] && !strings.HasPrefix(name, "tasks.node_") {
+			t.Errorf("index %s missing, though only the node indexes could fail", name)
+		}
+	}
+	if len(r.Failed) == 0 {
+		t.Logf("this server took an 8 KiB key in an index: nothing failed, every index made")
+	} else {
+		t.Logf("refused, and reported: %v; every other index made", slices.Sorted(maps.Keys(failed)))
+	}
+}
+
+func queueDocCount(t *testing.T, db *mongo.Database, qid bson.ObjectID) int64 {
+	t.Helper()
+	raw, err := db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: qid}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := raw.Lookup("count_todo").AsInt64OK()
+	return n
 }

@@ -72,10 +72,8 @@ func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter 
 		return nil, err
 	}
 	f := &Facts{Now: now, DeadAfter: deadAfter, Queues: map[bson.ObjectID]Queue{}, Bad: map[bson.ObjectID]string{}}
-	ids := make([]bson.ObjectID, 0, len(queues))
 	for _, q := range queues {
 		f.Queues[q.ID] = q
-		ids = append(ids, q.ID)
 	}
 	for _, b := range bad {
 		if id, ok := b.ID.(bson.ObjectID); ok {
@@ -85,7 +83,7 @@ func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter 
 	if f.Nodes, err = s.Nodes(ctx); err != nil {
 		return nil, err
 	}
-	if f.Running, err = (*conn)(s).Running(ctx, ids); err != nil {
+	if f.Running, err = (*conn)(s).RunningAll(ctx); err != nil {
 		return nil, err
 	}
 	limits := map[bson.ObjectID]RateLimit{}
@@ -112,15 +110,15 @@ func (f *Facts) QueueReasons(q Queue) []Reason {
 	var out []Reason
 	switch {
 	case q.Paused != nil:
-		out = append(out, Reason{WhyPaused, fmt.Sprintf("queue %s is paused%s (den queue resume %s)", q.Name, pausedSince(*q.Paused), q.Name)})
+		out = append(out, Reason{WhyPaused, fmt.Sprintf("queue %s is paused%s (den queue resume %s)", ShownName(q.Name), pausedSince(*q.Paused), commandRef(q))})
 	case q.MaxThreads == 0 && q.Global:
-		out = append(out, Reason{WhyMaxThreadsZero, fmt.Sprintf("queue %s has threads 0: no task of it runs (den queue set %s threads=N)", q.Name, q.Name)})
+		out = append(out, Reason{WhyMaxThreadsZero, fmt.Sprintf("queue %s has threads 0: no task of it runs (den queue set %s threads=N)", ShownName(q.Name), commandRef(q))})
 	case q.MaxThreads == 0:
 		why := "maxthreads 0"
 		if q.MaxThreadsProblem != "" {
 			why = q.MaxThreadsProblem
 		}
-		out = append(out, Reason{WhyMaxThreadsZero, fmt.Sprintf("queue %s has %s: no task of it runs (den queue set %s maxthreads=N)", q.Name, why, q.Name)})
+		out = append(out, Reason{WhyMaxThreadsZero, fmt.Sprintf("queue %s has %s: no task of it runs (den queue set %s maxthreads=N)", ShownName(q.Name), why, commandRef(q))})
 	}
 	var live, serving []NodeDoc
 	unsure := false // a live node left queues out of its document
@@ -139,13 +137,13 @@ func (f *Facts) QueueReasons(q Queue) []Reason {
 	case len(live) == 0:
 		out = append(out, Reason{WhyNoLiveNode, fmt.Sprintf("no node is alive: none wrote its node document in the last %s", f.DeadAfter)})
 	case len(serving) == 0 && !unsure:
-		out = append(out, Reason{WhyNoNodeServes, fmt.Sprintf("none of the %d live nodes serves queue %s: none has its plugin %s, or activequeues/ignorequeues leave it out", len(live), q.Name, q.Plugin)})
+		out = append(out, Reason{WhyNoNodeServes, fmt.Sprintf("none of the %d live nodes serves queue %s: none has its plugin %s, or activequeues/ignorequeues leave it out", len(live), ShownName(q.Name), q.Plugin)})
 	case len(serving) > 0 && q.MaxThreads > 0 && f.full(q, serving):
 		out = append(out, Reason{WhyFull, f.fullText(q, serving)})
 	}
 	if next, full := f.RateFull[q.ID]; full && q.RateLimit != nil && next.After(f.Now) {
 		out = append(out, Reason{WhyRateLimit, fmt.Sprintf("queue %s is at its rate limit (%d starts in any %s, on all den nodes): the next start may come at %s, %s from now",
-			q.Name, q.RateLimit.Starts, q.RateLimit.Per, next.UTC().Format("2006-01-02T15:04:05.000Z07:00"), next.Sub(f.Now).Round(100*time.Millisecond))})
+			ShownName(q.Name), q.RateLimit.Starts, q.RateLimit.Per, next.UTC().Format("2006-01-02T15:04:05.000Z07:00"), next.Sub(f.Now).Round(100*time.Millisecond))})
 	}
 	return out
 }
@@ -172,14 +170,24 @@ func (f *Facts) full(q Queue, serving []NodeDoc) bool {
 func (f *Facts) fullText(q Queue, serving []NodeDoc) string {
 	running := f.Running.Queue(q.ID)
 	if q.Global && running >= q.MaxThreads {
-		return fmt.Sprintf("queue %s is full: %d of its tasks are claimed or running, its threads limit on all nodes is %d", q.Name, running, q.MaxThreads)
+		return fmt.Sprintf("queue %s is full: %d of its tasks are claimed or running, its threads limit on all nodes is %d", ShownName(q.Name), running, q.MaxThreads)
 	}
 	names := make([]string, len(serving))
 	for i, n := range serving {
 		names[i] = n.Name
 	}
 	return fmt.Sprintf("queue %s is full on every live node that serves it (%s): %d of its tasks are claimed or running; each node runs at most %d of them (maxthreads) and no more than its own node maxthreads",
-		q.Name, strings.Join(names, ", "), running, q.MaxThreads)
+		ShownName(q.Name), strings.Join(names, ", "), running, q.MaxThreads)
+}
+
+// commandRef is how a reason's den command names queue q: by its name,
+// or by its id when the name is not one den takes (too long, 24
+// hexadecimal digits: CheckQueueName).
+func commandRef(q Queue) string {
+	if CheckQueueName(q.Name) != nil {
+		return q.ID.Hex()
+	}
+	return q.Name
 }
 
 func pausedSince(p Pause) string {

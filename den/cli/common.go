@@ -202,3 +202,12 @@ func parseTaskID(s string) (bson.ObjectID, error) {
 	}
 	return id, nil
 }
+
+// takeCensus returns the task counts by status (the census, of only the
+// given queues when some are given), at most web.counts_age old: a command
+// that finds them older counts every task again, once for every command
+// and page that looks meanwhile (queue.CensusTaker).
+func takeCensus(cmd *cobra.Command, d *database, only ...bson.ObjectID) (*queue.Census, error) {
+	ct := &queue.CensusTaker{Store: d.store, By: "den " + cmd.Name()}
+	return ct.Take(cmd.Context(), d.cfg.WebCountsAge, only...)
+}

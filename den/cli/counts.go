@@ -56,7 +56,7 @@ func printDrift(cmd *cobra.Command, rows []driftRow) {
 				state = "changed meanwhile: run again"
 			}
 		}
-		t.row(r.Name, r.ID, countText(r.StoredTodo), itoa(r.Todo), countText(r.StoredTotal), itoa(r.Total), state)
+		t.row(queue.ShownName(r.Name), r.ID, countText(r.StoredTodo), itoa(r.Todo), countText(r.StoredTotal), itoa(r.Total), state)
 	}
 	t.flush()
 }

@@ -33,7 +33,8 @@ func newDCIServer(d *database, addr string, limiter *web.Limiter, log *zap.Logge
 		ln.Close()
 		return nil, err
 	}
-	h, err := dci.New(dci.Options{DB: d.db, Guard: guard, Log: log, Plugins: d.cfg.WebDCIPlugins, DeadNodeAfter: d.cfg.DeadNodeAfter})
+	h, err := dci.New(dci.Options{DB: d.db, Guard: guard, Log: log, Plugins: d.cfg.WebDCIPlugins, DeadNodeAfter: d.cfg.DeadNodeAfter,
+		CountsAge: webCountsAge(d.cfg.WebCountsAge)})
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,13 @@ import (
 	_ "github.com/den-project/den/plugins/demo"
 )
 
-func TestMain(m *testing.M) { dentest.Main(m, nil) }
+func TestMain(m *testing.M) {
+	// Every command counts the tasks afresh, as before the census: the
+	// tests check counts right after they change them. The census's own
+	// age is tested where it matters (TestCountsAgeSharedByCommands).
+	os.Setenv("DEN_WEB_COUNTS_AGE", "0")
+	dentest.Main(m, nil)
+}
 
 // result is what one in-process den command line did.
 type result struct {

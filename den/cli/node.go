@@ -53,13 +53,11 @@ func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]bson.ObjectID, 0, len(queues))
 	names := map[bson.ObjectID]string{}
 	for _, q := range queues {
-		ids = append(ids, q.ID)
 		names[q.ID] = q.Name
 	}
-	running, err := d.store.Running(cmd.Context(), ids)
+	running, err := d.store.RunningAll(cmd.Context())
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +101,7 @@ func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
 		}
 		var per []string
 		for q, c := range r.PerQueue {
-			per = append(per, fmt.Sprintf("%s:%d", q, c))
+			per = append(per, fmt.Sprintf("%s:%d", queue.ShownName(q), c))
 		}
 		sort.Strings(per)
 		pq := strings.Join(per, " ")

@@ -91,7 +91,7 @@ func printPaused(cmd *cobra.Command, d *database, was queue.Queue, changed bool,
 	if !changed {
 		did = nothing
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "queue %s (%s) %s; limit: %s\n", human.Escape(q.Name), q.ID.Hex(), did, row.limit())
+	fmt.Fprintf(cmd.OutOrStdout(), "queue %s (%s) %s; limit: %s\n", human.Escape(queue.ShownName(q.Name)), q.ID.Hex(), did, row.limit())
 	return nil
 }
 

@@ -192,13 +192,13 @@ func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.MalformedQu
 	if err != nil {
 		return nil, nil, err
 	}
-	counts, err := d.store.TaskCounts(cmd.Context())
+	census, err := takeCensus(cmd, d)
 	if err != nil {
 		return nil, nil, err
 	}
 	rows := []queueRow{}
 	for _, q := range queues {
-		rows = append(rows, newQueueRow(q, counts[q.ID]))
+		rows = append(rows, newQueueRow(q, census.Queues[q.ID]))
 	}
 	slices.SortStableFunc(rows, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
 	return rows, bad, nil
@@ -207,7 +207,7 @@ func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.MalformedQu
 func printQueueTable(cmd *cobra.Command, rows []queueRow) {
 	t := newTable(cmd.OutOrStdout(), "NAME", "ID", "PLUGIN", "LIMIT", "SORT", "TODO", "RUNNING", "DONE", "FAILED", "CANCELLED", "COUNT_TODO/TOTAL")
 	for _, r := range rows {
-		t.row(r.Name, r.ID, r.Plugin, r.limit(), r.Sort, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled),
+		t.row(queue.ShownName(r.Name), r.ID, r.Plugin, r.limit(), r.Sort, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled),
 			countText(r.CountTodo)+"/"+countText(r.CountTotal))
 	}
 	t.flush()
@@ -225,11 +225,11 @@ func newQueueShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			counts, err := d.store.TaskCounts(cmd.Context(), q.ID)
+			census, err := takeCensus(cmd, d, q.ID)
 			if err != nil {
 				return err
 			}
-			c := counts[q.ID]
+			c := census.Queues[q.ID]
 			byStatus := map[string]int64{}
 			for st, n := range c.ByStatus {
 				byStatus[strconv.Itoa(st)] = n
@@ -300,7 +300,7 @@ paused queue, maxthreads and threads set the limit it resumes with.`,
 			if wantJSON(cmd) {
 				return printJSON(cmd.OutOrStdout(), map[string]string{"id": q.ID.Hex(), "name": q.Name})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s (%s)\n", human.Escape(q.Name), q.ID.Hex())
+			fmt.Fprintf(cmd.OutOrStdout(), "updated queue %s (%s)\n", human.Escape(queue.ShownName(q.Name)), q.ID.Hex())
 			if q.Paused != nil {
 				fmt.Fprintln(cmd.OutOrStdout(), "the queue is paused: a limit set now applies when it is resumed (den queue resume)")
 			}
@@ -331,9 +331,9 @@ stdin is not a terminal).`,
 			c := counts[q.ID]
 			force, _ := cmd.Flags().GetBool("force")
 			if n := c.Group(queue.GroupTodo) + c.Group(queue.GroupRunning); n > 0 && !force {
-				return fmt.Errorf("queue %s (%s) has %d unfinished tasks (queued, held, claimed or running); cancel them, or give --force", q.Name, q.ID.Hex(), n)
+				return fmt.Errorf("queue %s (%s) has %d unfinished tasks (queued, held, claimed or running); cancel them, or give --force", queue.ShownName(q.Name), q.ID.Hex(), n)
 			}
-			if err := confirm(cmd, fmt.Sprintf("delete queue %s (%s), which has %d tasks?", q.Name, q.ID.Hex(), c.Total())); err != nil {
+			if err := confirm(cmd, fmt.Sprintf("delete queue %s (%s), which has %d tasks?", queue.ShownName(q.Name), q.ID.Hex(), c.Total())); err != nil {
 				return err
 			}
 			if err := d.store.DeleteQueue(cmd.Context(), q.ID); err != nil {
@@ -342,7 +342,7 @@ stdin is not a terminal).`,
 			if wantJSON(cmd) {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"id": q.ID.Hex(), "name": q.Name, "deleted": true, "tasks_left": c.Total()})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted queue %s (%s); its %d tasks are left in tasks\n", human.Escape(q.Name), q.ID.Hex(), c.Total())
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted queue %s (%s); its %d tasks are left in tasks\n", human.Escape(queue.ShownName(q.Name)), q.ID.Hex(), c.Total())
 			return nil
 		}),
 	}

@@ -102,7 +102,8 @@ func runNode(ctx context.Context, cfg config.Config, drainOnStop time.Duration, 
 		// cannot know); everything else is the page's, which answers only
 		// its own host names.
 		page, err := web.New(web.Options{DB: client.Database(cfg.Database), Log: log.With(zap.String("component", "web")),
-			Token: cfg.WebToken, DeadNodeAfter: cfg.DeadNodeAfter, Listen: cfg.HTTPListen, Addr: httpLn.Addr(), Hosts: cfg.WebHosts})
+			Token: cfg.WebToken, DeadNodeAfter: cfg.DeadNodeAfter, Listen: cfg.HTTPListen, Addr: httpLn.Addr(), Hosts: cfg.WebHosts,
+			CountsAge: webCountsAge(cfg.WebCountsAge)})
 		if err != nil {
 			return err
 		}

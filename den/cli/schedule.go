@@ -195,7 +195,7 @@ func newScheduleListCmd() *cobra.Command {
 				case r.Paused:
 					state = "paused"
 				}
-				t.row(r.Name, r.Queue, r.When, next, lastAt, lastTask, r.Missed+"/"+r.Overlap, state)
+				t.row(r.Name, queue.ShownName(r.Queue), r.When, next, lastAt, lastTask, r.Missed+"/"+r.Overlap, state)
 			}
 			t.flush()
 			return nil

@@ -10,16 +10,17 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// failuresShown is how many recent failures den status lists.
-const failuresShown = 10
+// unfitShown is how many queued tasks no node can run den status lists.
+const unfitShown = 10
 
 func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "One screen: queues, nodes, and the last failures",
 		Long: `Print the queues (as den queue list), the nodes (as den node list) and the
-last 10 tasks that failed (status 2 and up) or were orphaned (-6), most
-recently changed first, with the last line of their stderr; and, when
+last 10 tasks that failed (status 2 and up) or were orphaned (-6), the
+newest first (as the census found them: the counts, at most web.counts_age
+old), with the last line of their stderr; and, when
 there are any, the queues whose waiting tasks none starts, with why (den
 task why says it of one task), and up to 10 queued tasks that request more
 than any live den node offers, with why (their unfit field).`,
@@ -34,11 +35,15 @@ than any live den node offers, with why (their unfit field).`,
 			if err != nil {
 				return err
 			}
-			failures, err := d.store.RecentFailures(cmd.Context(), failuresShown)
+			census, err := takeCensus(cmd, d)
 			if err != nil {
 				return err
 			}
-			unfit, err := d.store.UnfitTasks(cmd.Context(), failuresShown)
+			failures, err := d.store.TasksByID(cmd.Context(), census.Failures)
+			if err != nil {
+				return err
+			}
+			unfit, err := d.store.UnfitTasks(cmd.Context(), unfitShown)
 			if err != nil {
 				return err
 			}
@@ -96,7 +101,7 @@ than any live den node offers, with why (their unfit field).`,
 				fmt.Fprintln(w, "\nWAITING: MORE REQUESTED THAN ANY LIVE DEN NODE OFFERS")
 				t := newTable(w, "ID", "QUEUE", "WHY")
 				for _, r := range wr {
-					t.row(r.ID, r.QueueName, r.Unfit)
+					t.row(r.ID, queue.ShownName(r.QueueName), r.Unfit)
 				}
 				t.flush()
 			}
@@ -111,7 +116,7 @@ than any live den node offers, with why (their unfit field).`,
 				if node == "" {
 					node = "-"
 				}
-				t.row(f.ID.Hex(), fr[i].QueueName, statusText(f), node, ago(now, f.Mtime), fr[i].Reason)
+				t.row(f.ID.Hex(), queue.ShownName(fr[i].QueueName), statusText(f), node, ago(now, f.Mtime), fr[i].Reason)
 			}
 			t.flush()
 			return nil

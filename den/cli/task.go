@@ -92,7 +92,7 @@ and terminated tasks still hold it. See docs/task-control.md.`,
 				return err
 			}
 			if problem != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "den: note: queue %s has a problem nodes will skip it for: %s\n", human.Escape(q.Name), human.Escape(problem.Error()))
+				fmt.Fprintf(cmd.ErrOrStderr(), "den: note: queue %s has a problem nodes will skip it for: %s\n", human.Escape(queue.ShownName(q.Name)), human.Escape(problem.Error()))
 			}
 			in := cmd.InOrStdin()
 			name := "stdin"
@@ -135,7 +135,7 @@ and terminated tasks still hold it. See docs/task-control.md.`,
 						fmt.Fprintln(cmd.ErrOrStderr())
 					}
 					return fmt.Errorf("inserted %d of %d tasks into queue %s (counted in count_todo/count_total); lines %d and on were not inserted: %w",
-						done, len(params), q.Name, start+n+1, err)
+						done, len(params), queue.ShownName(q.Name), start+n+1, err)
 				}
 				if progress {
 					fmt.Fprintf(cmd.ErrOrStderr(), "\r%s %d/%d tasks", bar(done, len(params), 30), done, len(params))
@@ -148,9 +148,9 @@ and terminated tasks still hold it. See docs/task-control.md.`,
 				return printJSON(cmd.OutOrStdout(), map[string]any{"queue": q.ID.Hex(), "name": q.Name, "inserted": done, "ids": added})
 			}
 			if done == 1 {
-				fmt.Fprintf(cmd.OutOrStdout(), "added task %s to queue %s (%s)\n", added[0], human.Escape(q.Name), q.ID.Hex())
+				fmt.Fprintf(cmd.OutOrStdout(), "added task %s to queue %s (%s)\n", added[0], human.Escape(queue.ShownName(q.Name)), q.ID.Hex())
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "added %d tasks to queue %s (%s)\n", done, human.Escape(q.Name), q.ID.Hex())
+				fmt.Fprintf(cmd.OutOrStdout(), "added %d tasks to queue %s (%s)\n", done, human.Escape(queue.ShownName(q.Name)), q.ID.Hex())
 			}
 			if len(opts.Waiting) > 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "waiting (status -4) for %d task(s) to succeed: %s\n", len(opts.Waiting), strings.Join(hexIDs(opts.Waiting), ", "))
@@ -193,7 +193,7 @@ func keyHeld(cmd *cobra.Command, q *queue.Queue, held *queue.KeyHeldError) error
 			return err
 		}
 	}
-	return exitError{ExitHeld, fmt.Errorf("not added to queue %s: %w", human.Escape(q.Name), held)}
+	return exitError{ExitHeld, fmt.Errorf("not added to queue %s: %w", human.Escape(queue.ShownName(q.Name)), held)}
 }
 
 // bar draws a progress bar of width characters.
@@ -331,7 +331,7 @@ func newTaskListCmd() *cobra.Command {
 				if rows[i].Priority != nil {
 					prio = human.Escape(string(rows[i].Priority))
 				}
-				tb.row(t.ID.Hex(), rows[i].QueueName, statusText(t), prio, outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), string(params))
+				tb.row(t.ID.Hex(), queue.ShownName(rows[i].QueueName), statusText(t), prio, outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), string(params))
 			}
 			tb.flush()
 			if len(tasks) == int(f.Limit) && f.Limit > 0 {

@@ -91,7 +91,7 @@ with status 503, and it pings the database every 2 s until it answers.`,
 			// The page answers only the names of this address, localhost
 			// and web.hosts (421 to any other Host: DNS rebinding).
 			h, err := web.New(web.Options{DB: d.db, Log: log, Token: d.cfg.WebToken, DeadNodeAfter: d.cfg.DeadNodeAfter,
-				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts, Watch: cmd.Context(), Limiter: limiter})
+				Listen: listen, Addr: ln.Addr(), Hosts: d.cfg.WebHosts, Watch: cmd.Context(), Limiter: limiter, CountsAge: webCountsAge(d.cfg.WebCountsAge)})
 			if err != nil {
 				ln.Close()
 				return err
@@ -168,4 +168,13 @@ func serveWeb(ctx context.Context, h http.Handler, ln net.Listener, actions bool
 func loopback(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
 	return ok && tcp.IP.IsLoopback()
+}
+
+// webCountsAge is web.counts_age as den web's Options take it: 0 there
+// is the default, and every view counting is negative.
+func webCountsAge(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

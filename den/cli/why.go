@@ -141,7 +141,7 @@ func printHeldQueues(cmd *cobra.Command, held []heldQueue) {
 	fmt.Fprintln(w, "\nWHY QUEUED TASKS WAIT (den task why ID says it of one task)")
 	t := newTable(w, "QUEUE", "TODO", "CODE", "WHY")
 	for _, h := range held {
-		t.row(h.Name, itoa(h.Todo), h.Code, h.Text)
+		t.row(queue.ShownName(h.Name), itoa(h.Todo), h.Code, h.Text)
 	}
 	t.flush()
 }

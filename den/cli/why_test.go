@@ -162,8 +162,8 @@ func TestTaskWhyRateLimit(t *testing.T) {
 	l := queue.RateLimit{Starts: 2, Per: time.Minute}
 	first := time.Now().Add(-20 * time.Second)
 	for _, at := range []time.Time{first, first.Add(5 * time.Second)} {
-		if ok, _, err := rates.Take(ctx, qid, l, bson.NewObjectID(), "live", at); !ok || err != nil {
-			t.Fatalf("take a start: %v, %v", ok, err)
+		if g, err := rates.Take(ctx, qid, l, bson.NewObjectID(), "live", at); !g.OK || err != nil {
+			t.Fatalf("take a start: %v, %v", g.OK, err)
 		}
 	}
 	if code, _ := why(t, db, task); code != queue.WhyRateLimit {

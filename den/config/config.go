@@ -83,6 +83,11 @@ type Config struct {
 	// Disbatch config.json's plugins).
 	WebDCIListen  string
 	WebDCIPlugins []string
+	// WebCountsAge is how old the task counts den web's pages, the DCI's
+	// queue list, den status and den queue list show may be
+	// (web.counts_age): older, the one that looks counts every task again
+	// (queue.CensusTaker), once for all viewers. 0: every view counts.
+	WebCountsAge time.Duration
 	// Plugins holds the sections of the file's plugins key: each plugin's
 	// settings, as JSON, by plugin name exactly as written (for example
 	// "MyCorp::Plugin::Resize"). Only den's YAML file has them; the
@@ -151,6 +156,7 @@ var defaults = withSettings(map[string]any{
 	"web.hosts":             []string{},
 	"web.dci_listen":        "",
 	"web.dci_plugins":       []string{},
+	"web.counts_age":        "10s",
 	"http.listen":           "",
 	"http.web":              false,
 	"plugins":               map[string]any{}, // read from the file as written, not through viper (see pluginSections)
@@ -180,6 +186,9 @@ func ownBounds() map[string]bound {
 		// NR_CPUS, as resources.cpus (command.Policy.Validate refuses
 		// what is under command.MinCPU but 0).
 		"command.cpu": {kind: kindNumber, min: 0, max: command.MaxCPU, unit: "cores"},
+		// 0 counts at every view; an hour is as stale as counts may
+		// usefully be.
+		"web.counts_age": {kind: kindDuration, min: 0, max: float64(time.Hour)},
 	}
 }
 
@@ -433,6 +442,9 @@ func readServices(v *viper.Viper, c *Config) error {
 		return err
 	}
 	c.WebDCIPlugins = list(v.Get("web.dci_plugins"))
+	if c.WebCountsAge, err = boundedDuration(v, "web.counts_age"); err != nil {
+		return err
+	}
 	if c.HTTPListen, err = listenAddress(v.GetString("http.listen")); err != nil {
 		return err
 	}

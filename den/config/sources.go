@@ -117,6 +117,7 @@ func effective(c Config) map[string]any {
 		"web.hosts":             c.WebHosts,
 		"web.dci_listen":        c.WebDCIListen,
 		"web.dci_plugins":       c.WebDCIPlugins,
+		"web.counts_age":        formatDuration(c.WebCountsAge),
 		"http.listen":           c.HTTPListen,
 		"http.web":              c.HTTPWeb,
 		"plugins":               pluginValues(c.Plugins),

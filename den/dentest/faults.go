@@ -330,7 +330,9 @@ func (p *FaultProxy) decide(cmd command, applied bool) action {
 		return action{refuse: true}
 	}
 	for i, r := range p.rules {
-		if !r.matches(cmd) || len(p.injected) < r.After || (r.Fault == LoseReply) != applied {
+		// Match is asked once a command: before it is forwarded, or, for
+		// LoseReply, once it was applied.
+		if (r.Fault == LoseReply) != applied || !r.matches(cmd) || len(p.injected) < r.After {
 			continue
 		}
 		p.seen[i]++

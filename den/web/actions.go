@@ -178,7 +178,7 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	case o == queue.PauseDone:
-		h.log.Info("web: queue "+strings.TrimPrefix(msg, "queue-"), zap.String("queue", id.Hex()), zap.String("name", q.Name), zap.String("remote", r.RemoteAddr))
+		h.log.Info("web: queue "+strings.TrimPrefix(msg, "queue-"), zap.String("queue", id.Hex()), zap.String("name", queue.ShownName(q.Name)), zap.String("remote", r.RemoteAddr))
 	case pause:
 		msg = "queue-already-paused"
 	default:
@@ -188,7 +188,7 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 	if r.PostFormValue("back") == "queue" { // the queue's own page
 		back = queueURL(id.Hex())
 	}
-	h.answerWith(w, r, back, msg, map[string]any{"queue": map[string]string{"id": id.Hex(), "name": q.Name}})
+	h.answerWith(w, r, back, msg, map[string]any{"queue": map[string]string{"id": id.Hex(), "name": queue.ShownName(q.Name)}})
 }
 
 // actionQueue finds the queue an action's path names ({ref}): by id, or by

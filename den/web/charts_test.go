@@ -28,7 +28,7 @@ var chartAt = time.Date(2026, 1, 5, 12, 30, 30, 0, time.UTC)
 // serveAt starts the status page on db with the clock stopped at now.
 func serveAt(t *testing.T, db *mongo.Database, now time.Time) *httptest.Server {
 	t.Helper()
-	h, err := web.New(web.Options{DB: db, Log: zaptest.NewLogger(t), Now: func() time.Time { return now }})
+	h, err := web.New(web.Options{DB: db, Log: zaptest.NewLogger(t), Now: func() time.Time { return now }, CountsAge: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

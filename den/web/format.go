@@ -42,6 +42,8 @@ var funcs = template.FuncMap{
 		return string(r[:n-1]) + "…"
 	},
 	"bytes": func(n int64) string { return byteSize(n) },
+	// queueName is a queue's name as pages show it (queue.ShownName).
+	"queueName": queue.ShownName,
 }
 
 // when renders a time as a <time> element: UTC on the server, turned into

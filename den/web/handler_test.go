@@ -52,6 +52,11 @@ func newFixture(t *testing.T) fixture {
 	dentest.Update(t, tasks, bson.D{{Key: "_id", Value: f.gfs}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: 2}, {Key: "node", Value: "n1"}, {Key: "mtime", Value: now}, {Key: "stdout", Value: w.ID()},
 		{Key: "outcome", Value: "exit_code"}, {Key: "outcome_reason", Value: "exited with code 3"}}}})
+	// Node n1 counted what it finished in the stats, as a node does: the
+	// overview's "finished lately".
+	if err := queue.NewStores(db).Node.AddStats(dentest.Context(t), []queue.QueueStat{{Queue: f.queue, Name: "resize", At: now, Succeeded: 1, Failed: 1}}, nil); err != nil {
+		t.Fatal(err)
+	}
 	// The running task has published live output: the last bytes of
 	// stdout (offsets 1000 to 1009) and all of stderr.
 	f.liveRun = bson.NewObjectID()

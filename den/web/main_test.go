@@ -31,7 +31,7 @@ func startNode(t *testing.T, db *mongo.Database, name string) {
 // serve starts the status page on db with token (empty: read-only).
 func serve(t *testing.T, db *mongo.Database, token string) *httptest.Server {
 	t.Helper()
-	h, err := web.New(web.Options{DB: db, Log: zaptest.NewLogger(t), Token: token, Refresh: 2 * time.Second})
+	h, err := web.New(web.Options{DB: db, Log: zaptest.NewLogger(t), Token: token, Refresh: 2 * time.Second, CountsAge: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func (h *handler) nodePage(w http.ResponseWriter, r *http.Request) {
 	h.dbOK()
 	names := map[bson.ObjectID]string{}
 	for _, q := range queues {
-		names[q.ID] = q.Name
+		names[q.ID] = queue.ShownName(q.Name)
 	}
 	v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
 		Info: nodeInfoOf(*n), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}

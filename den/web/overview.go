@@ -18,9 +18,6 @@ import (
 // throughputWindow is the window of the queues' "finished lately" column.
 const throughputWindow = 15 * time.Minute
 
-// failuresShown is how many recent failures the overview lists.
-const failuresShown = 10
-
 type queueView struct {
 	ID, Name, Plugin, Limit, Sort   string
 	Todo, Running, Done, Failed     int64
@@ -67,6 +64,9 @@ type failureView struct {
 
 type overviewData struct {
 	Database string
+	// Counted says how old the counts are (the census), Window the
+	// window of the "finished lately" column.
+	Counted  string
 	Window   string
 	Queues   []queueView
 	Bad      []string
@@ -80,7 +80,7 @@ type overviewData struct {
 type overviewReads struct {
 	queues   []queue.Queue
 	bad      []queue.MalformedQueue
-	counts   map[bson.ObjectID]queue.StatusCounts
+	census   *queue.Census
 	recent   map[bson.ObjectID]queue.StatusCounts
 	running  queue.Running
 	nodes    []queue.NodeDoc
@@ -101,49 +101,78 @@ func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "overview", page{Title: "Status", Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
 }
 
-// readOverview makes the overview's reads, in the order the page always
-// made them, stopping at the first that fails.
+// readOverview makes the overview's reads, stopping at the first that
+// fails. Each costs what the queues or the nodes cost, never what the
+// tasks kept cost: the queues; the census (the counts by status, made at
+// most countsAge ago, once for every viewer); the tasks claimed and
+// running; the nodes; the census's last failures, by _id; and the stats
+// (what den nodes finished, by minute: the "finished lately" column, and
+// the charts).
 func (h *handler) readOverview(ctx context.Context, now time.Time, rng chartRange) (overviewReads, error) {
 	var in overviewReads
 	var err error
 	if in.queues, in.bad, err = h.store.Queues(ctx); err != nil {
 		return in, err
 	}
-	if in.counts, err = h.store.TaskCounts(ctx); err != nil {
+	if in.census, err = h.census.Take(ctx, h.countsAge); err != nil {
 		return in, err
 	}
-	if in.recent, err = h.store.EndedSince(ctx, now.Add(-throughputWindow)); err != nil {
-		return in, err
-	}
-	ids := make([]bson.ObjectID, 0, len(in.queues))
-	for _, q := range in.queues {
-		ids = append(ids, q.ID)
-	}
-	if in.running, err = h.store.Running(ctx, ids); err != nil {
+	if in.running, err = h.store.RunningAll(ctx); err != nil {
 		return in, err
 	}
 	if in.nodes, err = h.store.Nodes(ctx); err != nil {
 		return in, err
 	}
-	if in.failures, err = h.store.RecentFailures(ctx, failuresShown); err != nil {
+	if in.failures, err = h.store.TasksByID(ctx, in.census.Failures); err != nil {
 		return in, err
 	}
-	in.points, err = h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(now)[0]})
-	return in, err
+	if in.points, err = h.store.Stats(ctx, queue.StatsQuery{Step: rng.Step, Since: rng.buckets(now)[0]}); err != nil {
+		return in, err
+	}
+	// What finished lately is in the charts' points when they are by the
+	// minute (the default range, an hour); else in a read of its own.
+	lately := in.points
+	if rng.Step != time.Minute || rng.buckets(now)[0].After(now.Add(-throughputWindow)) {
+		if lately, err = h.store.Stats(ctx, queue.StatsQuery{Step: time.Minute, Since: now.Add(-throughputWindow), Kind: queue.StatQueue}); err != nil {
+			return in, err
+		}
+	}
+	in.recent = finishedLately(lately, now.Add(-throughputWindow))
+	return in, nil
+}
+
+// finishedLately adds up, by queue, the tasks den nodes finished in the
+// given stats points by the minute from since on (succeeded as status 1,
+// failed as 2), for the "finished lately" column.
+func finishedLately(points []queue.StatPoint, since time.Time) map[bson.ObjectID]queue.StatusCounts {
+	out := map[bson.ObjectID]queue.StatusCounts{}
+	for _, p := range points {
+		if p.Kind != queue.StatQueue || p.Queue.IsZero() || p.T.Before(since.Truncate(time.Minute)) {
+			continue
+		}
+		c, ok := out[p.Queue]
+		if !ok {
+			c = queue.StatusCounts{ByStatus: map[int]int64{}}
+		}
+		c.ByStatus[queue.StatusSucceeded] += p.Succeeded
+		c.ByStatus[queue.StatusFailed] += p.Failed
+		out[p.Queue] = c
+	}
+	return out
 }
 
 // buildOverview turns the overview's reads into the page's data.
 func buildOverview(in overviewReads, database string, now time.Time, dead time.Duration, rng chartRange) overviewData {
 	names := map[bson.ObjectID]string{}
 	for _, q := range in.queues {
-		names[q.ID] = q.Name
+		names[q.ID] = queue.ShownName(q.Name)
 	}
 	facts := &queue.Facts{Now: now, DeadAfter: dead, Nodes: in.nodes, Running: in.running}
-	d := overviewData{Database: database, Window: "15m"}
+	d := overviewData{Database: database, Window: "15m", Counted: countedText(in.census, now)}
 	queues := in.queues
 	sort.SliceStable(queues, func(i, j int) bool { return queues[i].Name < queues[j].Name })
 	for _, q := range queues {
-		d.Queues = append(d.Queues, queueViewOf(q, in.counts[q.ID], in.recent[q.ID], facts.QueueReasons(q)))
+		d.Queues = append(d.Queues, queueViewOf(q, in.census.Queues[q.ID], in.recent[q.ID], facts.QueueReasons(q)))
 	}
 	d.Charts = overviewCharts(rng, now, queues, in.points)
 	for _, b := range in.bad {
@@ -161,7 +190,7 @@ func buildOverview(in overviewReads, database string, now time.Time, dead time.D
 // queueViewOf is one queue's row: its counts, its limit as the page says
 // it, and why no node serves it when none does.
 func queueViewOf(q queue.Queue, c, rc queue.StatusCounts, reasons []queue.Reason) queueView {
-	v := queueView{ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Sort: q.Sort, Problem: q.MaxThreadsProblem,
+	v := queueView{ID: q.ID.Hex(), Name: queue.ShownName(q.Name), Plugin: q.Plugin, Sort: q.Sort, Problem: q.MaxThreadsProblem,
 		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
 		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
 		RecentDone: rc.Group(queue.GroupDone), RecentFailed: rc.Group(queue.GroupFailed),
@@ -260,4 +289,17 @@ func pausedText(p queue.Pause) string {
 		s += " by " + p.By
 	}
 	return s
+}
+
+// countedText says how old a census is, for the pages: "counted 3s ago
+// (took 40ms)".
+func countedText(c *queue.Census, now time.Time) string {
+	if c == nil || c.At.IsZero() {
+		return "not counted yet"
+	}
+	age := c.Age(now).Round(time.Second)
+	if age < 0 {
+		age = 0
+	}
+	return fmt.Sprintf("counted %s ago (took %s)", age, c.Took.Round(time.Millisecond))
 }

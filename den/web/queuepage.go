@@ -29,6 +29,8 @@ type statusCount struct {
 }
 
 type queuePageData struct {
+	// Counted says how old Counts are (the census).
+	Counted  string
 	Queue    queueView
 	Sort     string
 	Problem  string
@@ -72,7 +74,7 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	counts, err := h.store.TaskCounts(ctx, q.ID)
+	census, err := h.census.Take(ctx, h.countsAge, q.ID)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -99,8 +101,8 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.dbOK()
-	c := counts[q.ID]
-	d := queuePageData{Queue: queueView{ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Problem: q.MaxThreadsProblem,
+	c := census.Queues[q.ID]
+	d := queuePageData{Counted: countedText(census, h.now()), Queue: queueView{ID: q.ID.Hex(), Name: queue.ShownName(q.Name), Plugin: q.Plugin, Problem: q.MaxThreadsProblem,
 		TasksURL: taskListURL(q.ID.Hex(), "", "")}, Sort: q.Sort, Other: c.Other, Total: c.Total(), RecentOf: queueRecentShown}
 	if problem != nil {
 		d.Problem = problem.Error()
@@ -119,7 +121,7 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 	sort.Slice(d.Counts, func(i, j int) bool { return d.Counts[i].Status < d.Counts[j].Status })
 	d.Waiting = c.Group(queue.GroupTodo)
 	for _, t := range recent {
-		d.Recent = append(d.Recent, taskRow{Task: t, QueueName: q.Name})
+		d.Recent = append(d.Recent, taskRow{Task: t, QueueName: queue.ShownName(q.Name)})
 	}
 	for _, t := range ended {
 		d.Sample++
@@ -149,7 +151,7 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	h.render(w, r, "queue", page{Title: "Queue " + q.Name, Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
+	h.render(w, r, "queue", page{Title: "Queue " + queue.ShownName(q.Name), Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})
 }
 
 // queueURL is a queue's page, by its id (a name may be shared or look

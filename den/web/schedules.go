@@ -34,7 +34,7 @@ func (h *handler) schedules(w http.ResponseWriter, r *http.Request) {
 	}
 	names := map[bson.ObjectID]string{}
 	for _, q := range queues {
-		names[q.ID] = q.Name
+		names[q.ID] = queue.ShownName(q.Name)
 	}
 	var last []bson.ObjectID
 	for _, sc := range scs {

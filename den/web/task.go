@@ -128,7 +128,7 @@ func (h *handler) task(w http.ResponseWriter, r *http.Request) {
 	h.dbOK()
 	d := taskData{Task: *t, Params: prettyJSON(t.Parameters), Document: prettyJSON(withoutBulk(t.Raw))}
 	if q != nil {
-		d.QueueName = q.Name
+		d.QueueName = queue.ShownName(q.Name)
 	}
 	d.Outcome = outcomeOf(*t)
 	d.Why = why

@@ -79,7 +79,7 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	d.Queues = queues
 	names := map[bson.ObjectID]string{}
 	for _, qu := range queues {
-		names[qu.ID] = qu.Name
+		names[qu.ID] = queue.ShownName(qu.Name)
 	}
 	f, err := parseFilter(d, queues)
 	if err == nil {

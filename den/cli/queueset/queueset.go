@@ -35,7 +35,12 @@ func Parse(s *queue.QueueSettings, key, value string) error {
 	text := textValue(value)
 	var v any
 	switch key {
-	case queue.SettingName, queue.SettingPlugin:
+	case queue.SettingName:
+		if err := queue.CheckQueueName(value); err != nil {
+			return err
+		}
+		v = value
+	case queue.SettingPlugin:
 		v = value
 	case queue.SettingMaxThreads, queue.SettingThreads:
 		n, err := queue.DecodeCount(text)

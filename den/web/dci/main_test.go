@@ -33,7 +33,7 @@ func serve(t *testing.T, db *mongo.Database, token string, tweak ...func(*dci.Op
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := dci.Options{DB: db, Guard: guard, Log: log, Plugins: []string{"Disbatch::Plugin::Demo"}}
+	o := dci.Options{DB: db, Guard: guard, Log: log, Plugins: []string{"Disbatch::Plugin::Demo"}, CountsAge: -1}
 	for _, f := range tweak {
 		f(&o)
 	}

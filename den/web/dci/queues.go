@@ -59,10 +59,11 @@ func (h *handler) queueEntries(ctx context.Context) ([]any, []queue.Queue, error
 		return nil, nil, err
 	}
 	slices.SortStableFunc(queues, func(a, b queue.Queue) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-	counts, err := h.store.TaskCounts(ctx)
+	census, err := h.census.Take(ctx, h.countsAge)
 	if err != nil {
 		return nil, nil, err
 	}
+	counts := census.Queues
 	out := []any{}
 	for _, q := range queues {
 		out = append(out, queueEntry(q.Raw, q.ID, counts[q.ID]))
@@ -78,7 +79,7 @@ func (h *handler) queueEntries(ctx context.Context) ([]any, []queue.Queue, error
 func (h *handler) getQueues(w http.ResponseWriter, r *http.Request, _ params, _ ...string) {
 	list, _, err := h.queueEntries(r.Context())
 	if err != nil {
-		h.dbError(w, "Could not get current queues", err)
+		h.dbError(w, r, "Could not get current queues", err)
 		return
 	}
 	sendJSON(w, http.StatusOK, list)
@@ -91,7 +92,7 @@ func (h *handler) getQueues(w http.ResponseWriter, r *http.Request, _ params, _ 
 func (h *handler) getQueue(w http.ResponseWriter, r *http.Request, _ params, args ...string) {
 	list, _, err := h.queueEntries(r.Context())
 	if err != nil {
-		h.dbError(w, "Could not get current queues", err)
+		h.dbError(w, r, "Could not get current queues", err)
 		return
 	}
 	key := "name"
@@ -143,7 +144,8 @@ func (h *handler) duplicateName(name, plugin string) (obj, string) {
 // createQueue creates a queue {name, plugin} with both counts at 0 and
 // no limit (threads, as later Disbatch names it: it runs nothing until
 // one is set), as den queue create does. It returns the new id, or the
-// answer's error part for a taken name (dup), or an error.
+// answer's error part for a taken name (dup), or an error (a name den
+// does not give a queue: queue.ErrQueueName).
 func (h *handler) createQueue(ctx context.Context, name, plugin string) (bson.ObjectID, obj, string, error) {
 	var s queue.QueueSettings
 	s.Set = bson.D{{Key: queue.SettingName, Value: name}, {Key: queue.SettingPluginLater, Value: plugin}}
@@ -176,7 +178,7 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 	}
 	known, err := h.knownPlugin(r, plugin)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	if !known {
@@ -189,8 +191,12 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 		return
 	}
 	id, dup, msg, err := h.createQueue(r.Context(), n, plugin.(string))
+	if errors.Is(err, queue.ErrQueueName) {
+		sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
+		return
+	}
 	if err != nil {
-		h.dbError(w, "Could not create queue "+n, err)
+		h.dbError(w, r, "Could not create queue "+queue.ShownName(n), err)
 		return
 	}
 	if dup != nil {
@@ -278,7 +284,7 @@ func (h *handler) postQueue(w http.ResponseWriter, r *http.Request, p params, ar
 	}
 	s, refusal, err := h.queueSettings(r, o)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	if refusal != nil {
