@@ -130,15 +130,31 @@ type queueRow struct {
 	Problem    string `json:"problem,omitempty"`
 	// Paused is set when the queue is paused (Limit is then 0).
 	Paused *pausedRow `json:"paused,omitempty"`
+	// RateLimit is its rate limit as den queue set takes it (2/10s); null:
+	// none.
+	RateLimit *string `json:"rate_limit"`
 }
 
 func newQueueRow(q queue.Queue, c queue.StatusCounts) queueRow {
-	return queueRow{
+	r := queueRow{
 		ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Limit: q.MaxThreads, Global: q.Global, Sort: q.Sort,
 		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
 		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
 		CountTodo: q.CountTodo, CountTotal: q.CountTotal, Problem: q.MaxThreadsProblem, Paused: newPausedRow(q.Paused),
 	}
+	if q.RateLimit != nil {
+		rate := q.RateLimit.String()
+		r.RateLimit = &rate
+	}
+	return r
+}
+
+// rate is the queue's rate limit as the table shows it (- : none).
+func (r queueRow) rate() string {
+	if r.RateLimit == nil {
+		return "-"
+	}
+	return *r.RateLimit
 }
 
 func (r queueRow) limit() string {
@@ -161,9 +177,11 @@ func countText(n *int64) string {
 func newQueueListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List queues with their tasks: todo, running, done, failed, cancelled",
-		Long: `List every queue with its tasks counted by state from the tasks themselves
-(one aggregation): todo (queued or held: -2, -3, -4), running (claimed or
+		Short: "List queues with their limits and tasks: todo, running, done, failed, cancelled",
+		Long: `List every queue with its limit (paused: the one it resumes with), its rate
+limit (RATE: at most STARTS of its tasks start in any PERIOD, on all den
+nodes together; - : none), and its tasks counted by state from the tasks
+themselves (one aggregation): todo (queued or held: -2, -3, -4), running (claimed or
 running: -1, 0), done (1), failed (2 and up, or orphaned -6), cancelled
 (-5); and the queue's stored count_todo/count_total (den counts check
 compares them). count_todo is Disbatch's bookkeeping, under its own name: it
@@ -205,9 +223,9 @@ func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.MalformedQu
 }
 
 func printQueueTable(cmd *cobra.Command, rows []queueRow) {
-	t := newTable(cmd.OutOrStdout(), "NAME", "ID", "PLUGIN", "LIMIT", "SORT", "TODO", "RUNNING", "DONE", "FAILED", "CANCELLED", "COUNT_TODO/TOTAL")
+	t := newTable(cmd.OutOrStdout(), "NAME", "ID", "PLUGIN", "LIMIT", "RATE", "SORT", "TODO", "RUNNING", "DONE", "FAILED", "CANCELLED", "COUNT_TODO/TOTAL")
 	for _, r := range rows {
-		t.row(queue.ShownName(r.Name), r.ID, r.Plugin, r.limit(), r.Sort, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled),
+		t.row(queue.ShownName(r.Name), r.ID, r.Plugin, r.limit(), r.rate(), r.Sort, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled),
 			countText(r.CountTodo)+"/"+countText(r.CountTotal))
 	}
 	t.flush()

@@ -32,6 +32,9 @@ type queueView struct {
 	// Unserved says why no live node can serve the queue (no live node,
 	// or none serves it); empty when one can.
 	Unserved string
+	// RateLimit is its rate limit as den queue set takes it (2/10s), and
+	// RateTitle what it means; empty: none.
+	RateLimit, RateTitle string
 }
 
 type nodeView struct {
@@ -199,6 +202,7 @@ func queueViewOf(q queue.Queue, c, rc queue.StatusCounts, reasons []queue.Reason
 		FailedURL:  taskListURL(q.ID.Hex(), "failed,orphaned", ""),
 	}
 	v.Limit, v.Paused = queueLimit(q)
+	v.RateLimit, v.RateTitle = rateLimitText(q.RateLimit)
 	v.Unserved = unservedText(reasons)
 	v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
 	return v
@@ -214,6 +218,15 @@ func queueLimit(q queue.Queue) (limit, paused string) {
 		return strconv.Itoa(q.MaxThreads) + " on all nodes", ""
 	}
 	return strconv.Itoa(q.MaxThreads) + " per node", ""
+}
+
+// rateLimitText is a queue's rate limit as den queue set takes it
+// (2/10s) and what it means, or empty when it has none.
+func rateLimitText(l *queue.RateLimit) (text, title string) {
+	if l == nil {
+		return "", ""
+	}
+	return l.String(), fmt.Sprintf("rate limit: at most %d of its tasks start in any %s, on all den nodes together", l.Starts, l.Per)
 }
 
 // unservedText is the last reason that says no live node can serve a
