@@ -3,10 +3,12 @@ package web_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/den/dentest"
+	"github.com/den-project/den/queue"
 )
 
 // A queue's rate limit shows beside its limit on the overview, and in its
@@ -45,4 +47,43 @@ func between(t *testing.T, s, from, to string) string {
 		return s[i:]
 	}
 	return s[i : i+j]
+}
+
+// A quiet node shows quiet, with the maxthreads it resumes with, in the
+// maxthreads column of the overview (where the form that sets maxthreads
+// would put it at once out of quiet) and on its page, as den node list
+// shows it; a node whose maxthreads was set since it was quieted claims
+// again and shows that maxthreads.
+func TestQuietNodeShown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	srv := serve(t, f.db, testToken)
+	jar, _ := loggedIn(t, srv.URL)
+	c := client(jar)
+	cell := func() (overview, page string) {
+		_, body := get(t, c, srv.URL+"/")
+		row := between(t, body, `data-node="n1"`, "</tr>")
+		_, body = get(t, c, srv.URL+"/nodes/n1")
+		return between(t, row, `data-label="Maxthreads"`, "</td>"), between(t, body, `id="maxthreads"`, "</td>")
+	}
+	overview, page := cell()
+	if strings.Contains(overview+page, "quiet") || !strings.Contains(overview, `name="maxthreads"`) {
+		t.Errorf("a node that is not quiet: overview %q, page %q", overview, page)
+	}
+	if _, err := queue.NewNodeQuiet(f.db).Quiet(dentest.Context(t), "n1", "den node quiet (test)", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	overview, page = cell()
+	if !strings.Contains(overview, `<a class="status paused quiet" href="/nodes/n1" title="quiet since `) || !strings.Contains(overview, "by den node quiet (test); resumes with maxthreads none") ||
+		!strings.Contains(overview, "<small>resumes: none</small>") || strings.Contains(overview, `name="maxthreads"`) {
+		t.Errorf("the overview's maxthreads of a quiet node: %q", overview)
+	}
+	if !strings.Contains(page, `<span class="status paused quiet">quiet</span> <small>resumes: none</small>`) {
+		t.Errorf("the node page's maxthreads of a quiet node: %q", page)
+	}
+	dentest.Update(t, f.db.Collection("nodes"), bson.D{{Key: "node", Value: "n1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 3}}}})
+	overview, page = cell()
+	if strings.Contains(overview+page, "quiet") || !strings.Contains(overview, `value="3"`) || !strings.Contains(page, ">3") {
+		t.Errorf("a quiet node given maxthreads 3 since: overview %q, page %q", overview, page)
+	}
 }

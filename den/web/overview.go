@@ -42,16 +42,21 @@ type nodeView struct {
 	Heartbeat time.Time
 	Dead      bool
 	// State is running, stopped or dead (queue.NodeDoc.State).
-	State      string
-	Quiet      bool // den node quiet: it claims nothing new (nodeactions.go)
-	MaxThreads string
-	Limit      string // the form's current value: a number, or empty
-	Problem    string
-	Running    int
-	PerQueue   []perQueue
-	Version    string
-	Info       nodeInfo
-	TasksURL   string
+	State string
+	// Quiet is set for a quiet node (den node quiet: it claims nothing
+	// new; nodeactions.go, queue.NodeDoc.Quiet), with the maxthreads it
+	// resumes with and since when and by whom (QuietTitle); MaxThreads
+	// is then 0.
+	Quiet               bool
+	Resumes, QuietTitle string
+	MaxThreads          string
+	Limit               string // the form's current value: a number, or empty
+	Problem             string
+	Running             int
+	PerQueue            []perQueue
+	Version             string
+	Info                nodeInfo
+	TasksURL            string
 }
 
 type perQueue struct {
@@ -248,7 +253,9 @@ func nodeViewOf(n queue.NodeDoc, now time.Time, dead time.Duration, running queu
 		Info: nodeInfoOf(n), TasksURL: taskListURL("", "claimed,running", n.Name)}
 	v.State = n.State(now, dead)
 	v.Dead = v.State == queue.NodeDead
-	v.Quiet = queue.QuietOf(n.Raw) != nil
+	if q := n.Quiet(); q != nil {
+		v.Quiet, v.Resumes, v.QuietTitle = true, q.Limit(), quietText(*q)
+	}
 	v.MaxThreads, v.Limit = nodeLimit(n.MaxThreads, n.MaxThreadsProblem)
 	for qid, byNode := range running {
 		if c := byNode[n.Name]; c > 0 {
