@@ -1,6 +1,8 @@
 package web_test
 
 import (
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +87,66 @@ func TestQuietNodeShown(t *testing.T) {
 	overview, page = cell()
 	if strings.Contains(overview+page, "quiet") || !strings.Contains(overview, `value="3"`) || !strings.Contains(page, ">3") {
 		t.Errorf("a quiet node given maxthreads 3 since: overview %q, page %q", overview, page)
+	}
+}
+
+// A force-deleted queue's tasks are found on the pages: the overview
+// counts them under "Deleted queues" (from the census), linking to the
+// task list by the queue's id; that list shows them, names the queue in
+// its filter, says what to do, and offers archive and purge but not
+// retry; the archive takes the ended one.
+func TestDeletedQueueOnThePages(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	gone := dentest.Queue(t, f.db, "gone", "Disbatch::Plugin::Command", 1, "fifo")
+	ids := dentest.Tasks(t, f.db, gone, bson.D{{Key: "n", Value: 1}}, bson.D{{Key: "n", Value: 2}})
+	dentest.Update(t, f.db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: queue.StatusSucceeded}}}})
+	dentest.Delete(t, f.db.Collection("queues"), bson.D{{Key: "_id", Value: gone}}) // as den queue delete --force does
+	ref := gone.Hex()
+	srv := serve(t, f.db, testToken)
+	jar, _ := loggedIn(t, srv.URL)
+	c := client(jar)
+
+	_, overview := get(t, c, srv.URL+"/")
+	section := between(t, overview, `id="deleted-queues"`, "</table>")
+	row := between(t, section, `data-queue-id="`+ref+`"`, "</tr>")
+	for _, want := range []string{`href="/tasks?queue=` + ref + `"`, `data-label="Todo" class="num">1<`, `data-label="Done" class="num">1<`, `data-label="Running" class="num">0<`} {
+		if !strings.Contains(row, want) {
+			t.Errorf("the overview's deleted queue lacks %q:\n%s", want, row)
+		}
+	}
+	if strings.Contains(section, f.queue.Hex()) {
+		t.Errorf("the overview counts a queue that has its document as deleted:\n%s", section)
+	}
+
+	_, list := get(t, c, srv.URL+"/tasks?queue="+ref)
+	for _, want := range []string{`id="deleted-queue"`, `<option value="` + ref + `" selected>deleted queue ` + ref + `</option>`,
+		`data-task="` + ids[0].Hex() + `"`, `data-task="` + ids[1].Hex() + `"`, `id="bulk-archive"`, `id="bulk-purge"`} {
+		if !strings.Contains(list, want) {
+			t.Errorf("the task list of the deleted queue lacks %q:\n%s", want, list)
+		}
+	}
+	if n := strings.Count(list, `<span class="muted deleted-queue"`); n != 2 || strings.Contains(list, `id="bulk-retry"`) {
+		t.Errorf("the task list of the deleted queue: %d tasks marked, retry offered %v", n, strings.Contains(list, `id="bulk-retry"`))
+	}
+	_, list = get(t, c, srv.URL+"/tasks?queue="+f.queue.Hex())
+	if strings.Contains(list, "deleted") || !strings.Contains(list, `id="bulk-retry"`) {
+		t.Errorf("the task list of a queue that has its document speaks of a deleted one, or offers no retry")
+	}
+
+	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
+	if code, body := bulkPost(t, srv.URL, url.Values{"action": {"retry"}, "queue": {ref}}, bearer); code != 400 || !strings.Contains(body, "cannot run again") {
+		t.Errorf("bulk retry of a deleted queue's tasks: %d %s", code, body)
+	}
+	form := url.Values{"action": {"archive"}, "queue": {ref}}
+	_, body := bulkPost(t, srv.URL, form, bearer)
+	first := decodeBulk(t, body)
+	form.Set("upto", first.Upto)
+	form.Set("confirm", "1")
+	if code, body := bulkPost(t, srv.URL, form, bearer); code != 200 || first.Matched != 1 || decodeBulk(t, body).Done != 1 {
+		t.Fatalf("archive of the deleted queue's ended task: first %s, then %d %s", first.Upto, code, body)
+	}
+	if dentest.Count(t, f.db.Collection(queue.ArchiveCollection), bson.D{{Key: "_id", Value: ids[0]}}) != 1 {
+		t.Error("the deleted queue's ended task is not in tasks_archive")
 	}
 }

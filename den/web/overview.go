@@ -37,6 +37,20 @@ type queueView struct {
 	RateLimit, RateTitle string
 }
 
+// deletedShown is how many deleted queues the overview lists (den status
+// lists them all).
+const deletedShown = 20
+
+// deletedView is a deleted queue's row: tasks name its id, no queue
+// document has it. TasksURL lists its tasks, where the ended ones are
+// archived or purged (the task list's bulk actions).
+type deletedView struct {
+	ID                          string
+	Todo, Running, Done, Failed int64
+	Cancelled                   int64
+	TasksURL                    string
+}
+
 type nodeView struct {
 	Name      string
 	Heartbeat time.Time
@@ -74,13 +88,17 @@ type overviewData struct {
 	Database string
 	// Counted says how old the counts are (the census), Window the
 	// window of the "finished lately" column.
-	Counted  string
-	Window   string
-	Queues   []queueView
-	Bad      []string
-	Nodes    []nodeView
-	Failures []failureView
-	Charts   chartsData
+	Counted string
+	Window  string
+	Queues  []queueView
+	// Deleted are the deleted queues (queue.Census.Deleted), at most
+	// deletedShown, and DeletedMore how many more there are.
+	Deleted     []deletedView
+	DeletedMore int
+	Bad         []string
+	Nodes       []nodeView
+	Failures    []failureView
+	Charts      chartsData
 }
 
 // overviewReads is what the overview page reads from the database, in one
@@ -183,6 +201,7 @@ func buildOverview(in overviewReads, database string, now time.Time, dead time.D
 		d.Queues = append(d.Queues, queueViewOf(q, in.census.Queues[q.ID], in.recent[q.ID], facts.QueueReasons(q)))
 	}
 	d.Charts = overviewCharts(rng, now, queues, in.points)
+	d.Deleted, d.DeletedMore = deletedViews(in.census.Deleted(in.queues, in.bad))
 	for _, b := range in.bad {
 		d.Bad = append(d.Bad, fmt.Sprintf("queue %v cannot be used: %v", b.ID, b.Reason))
 	}
@@ -193,6 +212,19 @@ func buildOverview(in overviewReads, database string, now time.Time, dead time.D
 		d.Failures = append(d.Failures, failureView{Task: t, QueueName: names[t.Queue], Reason: human.LastLine(t, 100, "(in GridFS)")})
 	}
 	return d
+}
+
+// deletedViews are the deleted queues' rows, the newest deletedShown, and
+// how many more there are.
+func deletedViews(deleted []queue.DeletedQueue) ([]deletedView, int) {
+	var out []deletedView
+	for _, q := range deleted[:min(len(deleted), deletedShown)] {
+		c := q.Counts
+		out = append(out, deletedView{ID: q.ID.Hex(), Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning),
+			Done: c.Group(queue.GroupDone), Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
+			TasksURL: taskListURL(q.ID.Hex(), "", "")})
+	}
+	return out, len(deleted) - len(out)
 }
 
 // queueViewOf is one queue's row: its counts, its limit as the page says
