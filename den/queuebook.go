@@ -96,7 +96,7 @@ func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFil
 		queues, serve, byID = b.current()
 		return queues, serve, byID, true, nil
 	}
-	queues, _, byID = b.current()
+	queues, _, _ = b.current()
 	var had []bson.ObjectID
 	for i := range queues {
 		if q := &queues[i]; q.CountTodo != nil && *q.CountTodo > 0 {

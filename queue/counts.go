@@ -35,29 +35,6 @@ func (r Running) NodeTotal(node string) int {
 	return n
 }
 
-// Running counts the claimed and running tasks of the given queues, grouped
-// by queue and node, in one aggregation that the {queue, status} index
-// serves (two on FerretDB: statusConditions).
-//
-// The grouping is on plain fields, not expressions: FerretDB (the embedded
-// development server) does not implement $cond inside $group.
-func (s *conn) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running, error) {
-	out := Running{}
-	if len(queueIDs) == 0 {
-		return out, nil
-	}
-	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
-	if err != nil {
-		return nil, fmt.Errorf("count running tasks: %w", err)
-	}
-	for _, st := range conds {
-		if err := s.countRunning(ctx, queueIDs, st, out); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 // RunningAll counts the claimed and running tasks of every queue, grouped
 // by queue and node: one aggregation by status (two on FerretDB:
 // statusConditions), which MongoDB answers from the {status, _id} index

@@ -402,7 +402,6 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 		{"TasksByID", func(t *testing.T) {
 			val(h.store.Operator.TasksByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t)
 		}},
-		{"RunningAll", func(t *testing.T) { val(h.store.Operator.RunningAll(h.ctx))(t) }},
 		{"ReadCensus", func(t *testing.T) { val(h.store.Operator.ReadCensus(h.ctx))(t) }},
 		{"MakeCensus", func(t *testing.T) {
 			c := val(h.store.Operator.MakeCensus(h.ctx, "test", time.Now))(t)
@@ -467,7 +466,7 @@ func (h *hostileDB) retireScheduleAndTaskQueries() []hostileCall {
 			}
 		}},
 		{"ClaimingNodes", func(t *testing.T) { val(h.store.Node.ClaimingNodes(h.ctx))(t) }},
-		{"Running", func(t *testing.T) { val(h.store.Node.Running(h.ctx, []bson.ObjectID{h.qid}))(t) }},
+		{"RunningAll", func(t *testing.T) { val(h.store.Node.RunningAll(h.ctx))(t) }},
 		{"RunningInQueue", func(t *testing.T) { val(h.store.Node.RunningInQueue(h.ctx, h.qid))(t) }},
 		{"BlockedTasks", func(t *testing.T) { val(h.store.Node.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) }},
 		{"Probe", func(t *testing.T) {

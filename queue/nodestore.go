@@ -54,11 +54,6 @@ func (s *NodeStore) RetireTasks(ctx context.Context, tasks []Task, mode RetireMo
 	return (*conn)(s).RetireTasks(ctx, tasks, mode)
 }
 
-// Running counts the claimed and running tasks of the given queues, grouped by queue and node, in one aggregation that the {queue, status} index serves (two on FerretDB: statusConditions).  The grouping is on plain fields, not expressions: FerretDB (the embedded development server) does not implement $cond inside $group.
-func (s *NodeStore) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running, error) {
-	return (*conn)(s).Running(ctx, queueIDs)
-}
-
 // RunningAll counts the claimed and running tasks of every queue, by queue and node, whatever the number of queues (one aggregation by status).
 func (s *NodeStore) RunningAll(ctx context.Context) (Running, error) {
 	return (*conn)(s).RunningAll(ctx)

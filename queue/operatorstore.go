@@ -47,11 +47,6 @@ func (s *OperatorStore) TaskCounts(ctx context.Context, only ...bson.ObjectID) (
 	return (*conn)(s).TaskCounts(ctx, only...)
 }
 
-// Running counts the claimed and running tasks of the given queues, grouped by queue and node, in one aggregation that the {queue, status} index serves (two on FerretDB: statusConditions).  The grouping is on plain fields, not expressions: FerretDB (the embedded development server) does not implement $cond inside $group.
-func (s *OperatorStore) Running(ctx context.Context, queueIDs []bson.ObjectID) (Running, error) {
-	return (*conn)(s).Running(ctx, queueIDs)
-}
-
 // RunningAll counts the claimed and running tasks of every queue, by queue and node, whatever the number of queues (one aggregation by status).
 func (s *OperatorStore) RunningAll(ctx context.Context) (Running, error) {
 	return (*conn)(s).RunningAll(ctx)

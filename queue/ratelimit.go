@@ -134,9 +134,11 @@ type RateLimits struct {
 // (or written by a clock that is not the server's), and the slot is free.
 const SlotAhead = time.Minute
 
-// maxTakeTries bounds the documents one take deletes on its way (forged
-// slots it found instead of the queue's own): past it, the take is
-// refused until the next claim round, which goes on with the rest.
+// maxTakeTries bounds the tries of one take: the documents it deletes on
+// its way (forged slots it found instead of the queue's own), and the
+// free slots its read found that another taker took first. Past it, the
+// take is refused until the next claim round, which goes on with the
+// rest.
 const maxTakeTries = 16
 
 // NewRateLimits returns the rate limits of a database.
@@ -178,9 +180,12 @@ func takeFilter(q bson.ObjectID, l RateLimit, now time.Time) bson.D {
 // (the server's time as the node estimates it: Clock). It is granted when
 // one of the queue's l.Starts slots is free (takeFilter), and the start is
 // written into that slot in the same command. Refused, Next is when the
-// oldest start in the window leaves it (one more read, only then). The
-// first time a queue is limited, or its limit raised, its new slots are
-// made then (one more write, once).
+// oldest start in the window leaves it (one more read, only then). When
+// that read finds a slot free after all (made or freed by another taker
+// between the two commands), the take tries again: a start is refused
+// only when the read found no slot free. The first time a queue is
+// limited, or its limit raised, its new slots are made then (one more
+// write, once).
 func (r *RateLimits) Take(ctx context.Context, q bson.ObjectID, l RateLimit, task bson.ObjectID, node string, now time.Time) (Grant, error) {
 	now = now.Truncate(time.Millisecond) // a BSON date holds milliseconds
 	var g Grant
@@ -205,12 +210,17 @@ func (r *RateLimits) Take(ctx context.Context, q bson.ObjectID, l RateLimit, tas
 		if !errors.Is(err, mongo.ErrNoDocuments) {
 			return g, fmt.Errorf("take a start of queue %s (rate limit %s): %w", q.Hex(), l, err)
 		}
-		// No slot free: the window is full, or the slots are not made yet.
+		// No slot was free: the window is full, or the slots are not
+		// made yet, or were made or freed since (by another taker,
+		// between the take and this read).
 		slots, err := r.read(ctx, []bson.ObjectID{q}, now)
 		if err != nil {
 			return g, err
 		}
 		s := slots[q]
+		if s.free(l, now) {
+			continue // made or freed since the take looked: take it
+		}
 		if s.count(l) < l.Starts && !made {
 			made = true
 			notes, err := r.makeSlots(ctx, q, l, s)
@@ -221,11 +231,14 @@ func (r *RateLimits) Take(ctx context.Context, q bson.ObjectID, l RateLimit, tas
 			continue
 		}
 		if g.Next = s.next(l); !g.Next.After(now) {
-			g.Next = now // freed meanwhile: the next claim round tries again
+			g.Next = now // slots missing still: the next claim round makes them
 		}
 		return g, nil
 	}
-	g.Next = now // forged documents took every try: the next claim round goes on
+	// Every try found a slot that was gone by the next command (forged
+	// documents deleted, or other takers first): the next claim round
+	// goes on.
+	g.Next = now
 	return g, nil
 }
 
@@ -308,6 +321,18 @@ func (s queueSlots) count(l RateLimit) int {
 		}
 	}
 	return n
+}
+
+// free says whether one of the slots of limit l is free at now: its start
+// has left the window, or it holds none (read maps a start that cannot be
+// one to the zero time). The take's filter (takeFilter) matches it.
+func (s queueSlots) free(l RateLimit, now time.Time) bool {
+	for i, at := range s {
+		if i < l.Starts && !at.After(now.Add(-l.Per)) {
+			return true
+		}
+	}
+	return false
 }
 
 // next is when a queue with these slots may start a task under l: when

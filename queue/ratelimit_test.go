@@ -75,30 +75,40 @@ func TestRateLimitTake(t *testing.T) {
 		t.Errorf("a limit of 3 with 3 starts in the window: granted %v, next +%s", ok, next.Sub(t0))
 	}
 
-	// Many takers at once, for a fresh queue: exactly Starts granted.
-	q2 := bson.NewObjectID()
+	// Many takers at once, for a fresh queue: exactly Starts granted,
+	// and each refusal names a time the window frees, not now (a
+	// refusal while a slot was free). A taker whose take found no slot
+	// (none made yet) may read them after another made them, free: it
+	// must take one then. Several fresh queues, each a new race.
 	l2 := queue.RateLimit{Starts: 3, Per: time.Minute}
-	var mu sync.Mutex
-	granted := 0
-	var wg sync.WaitGroup
-	for i := range 12 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			g, err := rates.Take(ctx, q2, l2, bson.NewObjectID(), "n"+string(rune('a'+i%4)), t0.Add(time.Duration(i)*time.Millisecond))
-			if err != nil {
-				t.Errorf("take: %v", err)
-			}
-			if g.OK {
-				mu.Lock()
-				granted++
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if granted != l2.Starts {
-		t.Errorf("%d takers at once were granted %d starts, limit %d", 12, granted, l2.Starts)
+	for round := range 4 {
+		q2 := bson.NewObjectID()
+		var mu sync.Mutex
+		granted := 0
+		var wg sync.WaitGroup
+		for i := range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at := t0.Add(time.Duration(i) * time.Millisecond)
+				g, err := rates.Take(ctx, q2, l2, bson.NewObjectID(), "n"+string(rune('a'+i%4)), at)
+				if err != nil {
+					t.Errorf("round %d: take: %v", round, err)
+				}
+				if !g.OK && err == nil && !g.Next.After(at) {
+					t.Errorf("round %d: take at +%s refused with the next start at +%s, not after it", round, at.Sub(t0), g.Next.Sub(t0))
+				}
+				if g.OK {
+					mu.Lock()
+					granted++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if granted != l2.Starts {
+			t.Errorf("round %d: %d takers at once were granted %d starts, limit %d", round, 12, granted, l2.Starts)
+		}
 	}
 }
 

@@ -72,10 +72,8 @@ func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter 
 		return nil, err
 	}
 	f := &Facts{Now: now, DeadAfter: deadAfter, Queues: map[bson.ObjectID]Queue{}, Bad: map[bson.ObjectID]string{}}
-	ids := make([]bson.ObjectID, 0, len(queues))
 	for _, q := range queues {
 		f.Queues[q.ID] = q
-		ids = append(ids, q.ID)
 	}
 	for _, b := range bad {
 		if id, ok := b.ID.(bson.ObjectID); ok {
@@ -85,7 +83,7 @@ func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter 
 	if f.Nodes, err = s.Nodes(ctx); err != nil {
 		return nil, err
 	}
-	if f.Running, err = (*conn)(s).Running(ctx, ids); err != nil {
+	if f.Running, err = (*conn)(s).RunningAll(ctx); err != nil {
 		return nil, err
 	}
 	limits := map[bson.ObjectID]RateLimit{}

@@ -3,21 +3,30 @@
 # disbatch and den-task users; nothing started until configured) with nfpm,
 # taken from the Go module proxy at a pinned version, so that no packager
 # needs installing and a new nfpm cannot change the package unseen.
-#   scripts/package-deb.sh [OUTDIR]      # default: dist/
+#   scripts/package-deb.sh [OUTDIR [ARCH]]   # default: dist/, the host's GOARCH
 #   dpkg -i dist/den_*.deb
+# DEN_DEB_BINARY names a den already built for ARCH (scripts/release.sh
+# passes its own); else den is built here, static (CGO_ENABLED=0), with the
+# version stamped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-dist}
+arch=${2:-$(go env GOARCH)}
 mkdir -p "$out"
 nfpm=github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
-arch=$(go env GOARCH)
-# The version: the nearest tag if there is one, else 0.0.0 and the commit.
-version=$(git describe --tags --abbrev=0 2>/dev/null | sed 's/^v//' || true)
-version=${version:-0.0.0}+git$(git log -1 --format=%cd.%h --date=format:%Y%m%d 2>/dev/null || echo unknown)
-mkdir -p dist
-# den version says the package's version (Go's own build information says
-# "(devel)" for a build from a checkout).
-CGO_ENABLED=0 go build -trimpath -ldflags "-X github.com/den-project/den/den/cli.stampedVersion=$version" -o dist/den ./cmd/den
+version=$(bash scripts/version.sh)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+bin=${DEN_DEB_BINARY:-}
+if [ -z "$bin" ]; then
+  # den version says the package's version (Go's own build information says
+  # "(devel)" for a build from a checkout without its VCS stamp).
+  bin=$work/den
+  CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+    -ldflags "-s -w -X github.com/den-project/den/den/cli.stampedVersion=$version" -o "$bin" ./cmd/den
+fi
+# nfpm expands no variables in a file's path: the binary's goes in here.
+sed "s|DEN_BINARY|$bin|" scripts/nfpm.yaml >"$work/nfpm.yaml"
 DEN_DEB_ARCH=$arch DEN_DEB_VERSION=$version \
-  go run "$nfpm" package --config scripts/nfpm.yaml --packager deb --target "$out"
-ls "$out"/den_*"$arch".deb
+  go run "$nfpm" package --config "$work/nfpm.yaml" --packager deb --target "$out" >/dev/null
+ls "$out/den_${version}_$arch.deb"

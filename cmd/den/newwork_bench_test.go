@@ -42,12 +42,11 @@ func BenchmarkNewWork(b *testing.B) {
 
 // newWorkRun is one den dev and a client of its database.
 type newWorkRun struct {
-	b      *testing.B
-	db     *mongo.Database
-	uri    string
-	demo   bson.ObjectID
-	worst  time.Duration
-	counts int
+	b     *testing.B
+	db    *mongo.Database
+	uri   string
+	demo  bson.ObjectID
+	worst time.Duration
 }
 
 func newWorkOnce(b *testing.B, queues, rounds int, idle time.Duration) {

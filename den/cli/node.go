@@ -57,10 +57,8 @@ func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error)
 	if err != nil {
 		return nil, err
 	}
-	ids := make([]bson.ObjectID, 0, len(queues))
 	names := map[bson.ObjectID]string{}
 	for _, q := range queues {
-		ids = append(ids, q.ID)
 		names[q.ID] = q.Name
 	}
 	running, err := d.store.RunningAll(cmd.Context())

@@ -97,7 +97,10 @@ func run(m *testing.M) int {
 func DenBinary() string { return denBinary }
 
 // BuildDen returns a den binary, building it (without -race) into dir if
-// the harness has none yet.
+// the harness has none yet. It is built as scripts/release.sh and the .deb
+// build it, without cgo (CGO_ENABLED=0: a static binary, whose user
+// lookups read /etc/passwd and /etc/group and whose Landlock calls go
+// through Go's own all-threads syscall), so that the tests run what ships.
 func BuildDen(dir string) (string, error) {
 	if denBinary != "" {
 		return denBinary, nil
@@ -117,6 +120,7 @@ func BuildDen(dir string) (string, error) {
 	out := filepath.Join(dir, "den")
 	cmd := exec.Command(goTool, "build", "-o", out, "./cmd/den")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/den: %v\n%s", err, b)
 	}

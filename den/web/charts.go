@@ -89,10 +89,34 @@ func (r chartRange) buckets(now time.Time) []time.Time {
 // none (drawn as a gap).
 type series struct {
 	Name   string
-	Color  string
+	Color  chartColor
 	Values []float64
 	Dashed bool
 }
+
+// chartColor is a line's colour by name. The SVG carries it twice: as the
+// class c-NAME, which style.css colours from the page's scheme (light or
+// dark: CSS wins over an SVG attribute), and as its light colour in the
+// stroke and fill attributes, for an SVG read without the stylesheet.
+type chartColor string
+
+const (
+	colorOK, colorBad      chartColor = "ok", "bad"
+	colorTodo, colorRun    chartColor = "todo", "run"
+	colorLoad, colorAccent chartColor = "load", "accent"
+	colorP50, colorP95     chartColor = "run", "p95" // the quantiles' lines
+)
+
+// lightColors are the colours of style.css's light scheme (its :root
+// variables --ok, --bad, ...).
+var lightColors = map[chartColor]string{colorOK: "#1a7f37", colorBad: "#c62828", colorTodo: "#8a6d00",
+	colorRun: "#0b63c5", colorLoad: "#667085", colorAccent: "#2f4f8f", colorP95: "#8a3ffc"}
+
+// Hex is c's colour in the light scheme.
+func (c chartColor) Hex() string { return lightColors[c] }
+
+// Class is the CSS class that gives c's colour in the page's scheme.
+func (c chartColor) Class() string { return "c-" + string(c) }
 
 // chartView is one chart as the templates show it.
 type chartView struct {
@@ -103,12 +127,9 @@ type chartView struct {
 
 // Chart geometry, in the SVG's own units (it scales to its box).
 const (
-	chartW, chartH         = 360.0, 130.0
-	plotL, plotR           = 34.0, 352.0
-	plotT, plotB           = 8.0, 108.0
-	colorOK, colorBad      = "#1a7f37", "#c62828"
-	colorTodo, colorRun    = "#8a6d00", "#0b63c5"
-	colorLoad, colorAccent = "#667085", "#2f4f8f"
+	chartW, chartH = 360.0, 130.0
+	plotL, plotR   = 34.0, 352.0
+	plotT, plotB   = 8.0, 108.0
 )
 
 // newChart draws title's series over the buckets times of r as inline
@@ -131,8 +152,8 @@ func newChart(title string, r chartRange, times []time.Time, lines ...series) ch
 	// Grid: the base line, the middle and the top, with their values.
 	for _, f := range []float64{0, 0.5, 1} {
 		y := plotB - f*(plotB-plotT)
-		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#e4e7ec" stroke-width="1"/>`, plotL, y, plotR, y)
-		fmt.Fprintf(&b, `<text x="%g" y="%.1f" text-anchor="end" font-size="10" fill="#667085">%s</text>`, plotL-4, y+3.5, axisNumber(f*top))
+		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" class="grid" stroke="#e4e7ec" stroke-width="1"/>`, plotL, y, plotR, y)
+		fmt.Fprintf(&b, `<text x="%g" y="%.1f" class="axis" text-anchor="end" font-size="10" fill="#667085">%s</text>`, plotL-4, y+3.5, axisNumber(f*top))
 	}
 	writeTicks(&b, r.ticks(times), len(times))
 	for _, s := range lines {
@@ -147,15 +168,15 @@ func newChart(title string, r chartRange, times []time.Time, lines ...series) ch
 		if s.Dashed {
 			dash = ` stroke-dasharray="4 3"`
 		}
-		fmt.Fprintf(&b, `<g class="series" data-series="%s" data-values="%s" stroke="%s" fill="none" stroke-width="1.6"%s>`,
-			template.HTMLEscapeString(s.Name), strings.Join(values, ","), s.Color, dash)
+		fmt.Fprintf(&b, `<g class="series %s" data-series="%s" data-values="%s" stroke="%s" fill="none" stroke-width="1.6"%s>`,
+			s.Color.Class(), template.HTMLEscapeString(s.Name), strings.Join(values, ","), s.Color.Hex(), dash)
 		// One polyline per run of values without a gap; a lone value is a dot.
 		var run []string
 		flush := func() {
 			switch {
 			case len(run) == 1:
 				xy := strings.Split(run[0], ",")
-				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.4" fill="%s"/>`, xy[0], xy[1], s.Color)
+				fmt.Fprintf(&b, `<circle cx="%s" cy="%s" r="2.4" fill="%s"/>`, xy[0], xy[1], s.Color.Hex())
 			case len(run) > 1:
 				fmt.Fprintf(&b, `<polyline points="%s"/>`, strings.Join(run, " "))
 			}
@@ -185,7 +206,7 @@ func newChart(title string, r chartRange, times []time.Time, lines ...series) ch
 // label that would run into the one before it or out of the chart is
 // left out; its line stays.
 func writeTicks(b *strings.Builder, ticks []tick, n int) {
-	fmt.Fprintf(b, `<text x="2" y="%g" font-size="8" fill="#98a2b3">UTC</text>`, chartH-6)
+	fmt.Fprintf(b, `<text x="2" y="%g" class="utc" font-size="8" fill="#98a2b3">UTC</text>`, chartH-6)
 	lastEnd := utcEnd
 	for _, tk := range ticks {
 		x := xOf(tk.I, n)

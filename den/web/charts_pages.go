@@ -33,9 +33,6 @@ type rangeSum struct {
 	Timed             int64 // runs counted by time
 }
 
-// Colours of the quantiles' lines.
-const colorP50, colorP95 = "#0b63c5", "#8a3ffc"
-
 // queuePageChartsOf draws queue q's charts over r from its stats
 // documents of r's step (points).
 func queuePageChartsOf(r chartRange, now time.Time, q bson.ObjectID, points []queue.StatPoint) queuePageCharts {
