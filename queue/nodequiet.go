@@ -62,6 +62,18 @@ func QuietOf(raw bson.Raw) *Quiet {
 	return q
 }
 
+// Quiet is the node's quiet mark when it is quiet: marked (QuietOf) with
+// maxthreads 0. A node whose maxthreads was set since it was quieted
+// (den node set) claims again, with that limit: it is not quiet, though
+// its mark stays until it is resumed. nil: not quiet.
+func (n NodeDoc) Quiet() *Quiet {
+	q := QuietOf(n.Raw)
+	if q == nil || n.MaxThreads == nil || *n.MaxThreads != 0 {
+		return nil
+	}
+	return q
+}
+
 // Quiet quiets a node: maxthreads 0, its own kept in quiet with at and
 // by, in one update conditional on the maxthreads read (a limit written
 // meanwhile is not lost). A quiet node is left as it is (PauseAlready).

@@ -42,6 +42,10 @@ type nodeRow struct {
 	// stopped.
 	State   string     `json:"state"`
 	Stopped *time.Time `json:"stopped,omitempty"`
+	// Quiet is set when the node is quiet (den node quiet; MaxThreads is
+	// then 0): the maxthreads it resumes with ("none": no limit), since
+	// when and by whom.
+	Quiet *pausedRow `json:"quiet,omitempty"`
 }
 
 func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error) {
@@ -65,6 +69,9 @@ func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error)
 	for _, n := range nodes {
 		r := nodeRow{Name: n.Name, MaxThreads: n.MaxThreads, Problem: n.MaxThreadsProblem, Version: n.Version, PerQueue: map[string]int{},
 			State: n.State(now, deadAfter(d))}
+		if q := n.Quiet(); q != nil {
+			r.Quiet = newQuietRow(*q)
+		}
 		if n.StoppedCleanly() {
 			at := n.Stopped
 			r.Stopped = &at
@@ -85,6 +92,30 @@ func nodeRows(cmd *cobra.Command, d *database, now time.Time) ([]nodeRow, error)
 	return rows, nil
 }
 
+// newQuietRow is a quiet node's mark as den node list shows it.
+func newQuietRow(q queue.Quiet) *pausedRow {
+	r := &pausedRow{Resumes: q.Limit(), By: q.By}
+	if !q.At.IsZero() {
+		at := q.At
+		r.At = &at
+	}
+	return r
+}
+
+// limit is the node's maxthreads as the table shows it: a number, none,
+// invalid (0), or quiet with the maxthreads it resumes with.
+func (r nodeRow) limit() string {
+	switch {
+	case r.Quiet != nil:
+		return "quiet (resumes: " + r.Quiet.Resumes + ")"
+	case r.Problem != "":
+		return "invalid (0)"
+	case r.MaxThreads != nil:
+		return strconv.Itoa(*r.MaxThreads)
+	}
+	return "none"
+}
+
 func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
 	t := newTable(cmd.OutOrStdout(), "NODE", "STATE", "HEARTBEAT", "MAXTHREADS", "RUNNING", "PER QUEUE", "VERSION")
 	for _, r := range rows {
@@ -92,13 +123,7 @@ func printNodeTable(cmd *cobra.Command, rows []nodeRow, now time.Time) {
 		if r.Heartbeat != nil {
 			hb = ago(now, *r.Heartbeat)
 		}
-		limit := "none"
-		if r.MaxThreads != nil {
-			limit = strconv.Itoa(*r.MaxThreads)
-		}
-		if r.Problem != "" {
-			limit = "invalid (0)"
-		}
+		limit := r.limit()
 		var per []string
 		for q, c := range r.PerQueue {
 			per = append(per, fmt.Sprintf("%s:%d", queue.ShownName(q), c))
@@ -124,7 +149,9 @@ func newNodeListCmd() *cobra.Command {
 		Long: `List the node documents: each node's state (running; stopped, when a den
 node said so as it stopped cleanly; dead, when it has been silent for
 longer than dead_node_after, 1 minute by default, without saying so: the
-others take it for dead), when it last wrote its heartbeat, its node-wide maxthreads (none: no limit), the tasks
+others take it for dead), when it last wrote its heartbeat, its node-wide
+maxthreads (none: no limit; quiet (resumes: N) for a node den node quiet
+quieted, with the maxthreads den node resume gives it back), the tasks
 claimed or running under its name per queue (counted from the tasks), and
 its version when it writes one.`,
 		Args: cobra.NoArgs,

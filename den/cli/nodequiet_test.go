@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/dentest"
 )
@@ -38,6 +39,7 @@ func TestNodeQuietCommand(t *testing.T) {
 	if by, _ := raw.Lookup("quiet", "by").StringValueOK(); !strings.HasPrefix(by, "den node quiet (") {
 		t.Errorf("quiet by %q", by)
 	}
+	shownQuiet(t, db, "quiet (resumes: 6)", "6")
 	if out := denDB(t, db, "", "node", "quiet", "w1").must(t, ExitOK).stdout; !strings.Contains(out, "quiet already") {
 		t.Errorf("quiet twice said %q", out)
 	}
@@ -53,8 +55,42 @@ func TestNodeQuietCommand(t *testing.T) {
 	if mt, _ := raw.Lookup("maxthreads").AsInt64OK(); mt != 6 || raw.Lookup("quiet").Type != 0 {
 		t.Errorf("resumed node: %s", raw)
 	}
+	shownQuiet(t, db, "6", "")
 	if out := denDB(t, db, "", "node", "resume", "w1").must(t, ExitOK).stdout; !strings.Contains(out, "was not quiet") {
 		t.Errorf("resume of a node not quiet said %q", out)
 	}
 	denDB(t, db, "", "node", "quiet", "nosuch").must(t, ExitError)
+}
+
+// shownQuiet checks how den node list and den status show node w1's
+// maxthreads (want), and the maxthreads den node list --json says it
+// resumes with (empty: not quiet).
+func shownQuiet(t *testing.T, db *mongo.Database, want, resumes string) {
+	t.Helper()
+	for _, args := range [][]string{{"node", "list"}, {"status"}} {
+		out := denDB(t, db, "", args...).must(t, ExitOK).stdout
+		if _, nodes, ok := strings.Cut(out, "NODE "); ok {
+			out = "NODE " + nodes // den status: the nodes' table
+		}
+		row := ""
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "w1 ") {
+				row = l
+			}
+		}
+		at := strings.Index(out, "MAXTHREADS")
+		if at < 0 || len(row) < at || !strings.HasPrefix(row[at:], want+" ") {
+			t.Errorf("den %s shows w1's maxthreads as %q, want %q:\n%s", strings.Join(args, " "), row, want, out)
+		}
+	}
+	var rows []nodeRow
+	denDB(t, db, "", "node", "list", "--json").must(t, ExitOK).decode(t, &rows)
+	switch {
+	case len(rows) != 1:
+		t.Errorf("den node list --json: %+v", rows)
+	case resumes == "" && rows[0].Quiet != nil:
+		t.Errorf("den node list --json: w1 is not quiet, but says quiet %+v", *rows[0].Quiet)
+	case resumes != "" && (rows[0].Quiet == nil || rows[0].Quiet.Resumes != resumes || rows[0].Quiet.At == nil || !strings.HasPrefix(rows[0].Quiet.By, "den node quiet")):
+		t.Errorf("den node list --json: w1 quiet %+v, want it resuming with %s, with when and by whom", rows[0].Quiet, resumes)
+	}
 }

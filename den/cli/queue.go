@@ -130,15 +130,42 @@ type queueRow struct {
 	Problem    string `json:"problem,omitempty"`
 	// Paused is set when the queue is paused (Limit is then 0).
 	Paused *pausedRow `json:"paused,omitempty"`
+	// RateLimit is its rate limit as den queue set takes it (2/10s); null:
+	// none.
+	RateLimit *string `json:"rate_limit"`
+	// Deleted is set on a deleted queue's row: tasks name its id, but no
+	// queue document has it (queue.DeletedQueue); only ID and the counts
+	// are set.
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+func newDeletedRow(q queue.DeletedQueue) queueRow {
+	c := q.Counts
+	return queueRow{ID: q.ID.Hex(), Deleted: true,
+		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
+		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled)}
 }
 
 func newQueueRow(q queue.Queue, c queue.StatusCounts) queueRow {
-	return queueRow{
+	r := queueRow{
 		ID: q.ID.Hex(), Name: q.Name, Plugin: q.Plugin, Limit: q.MaxThreads, Global: q.Global, Sort: q.Sort,
 		Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning), Done: c.Group(queue.GroupDone),
 		Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
 		CountTodo: q.CountTodo, CountTotal: q.CountTotal, Problem: q.MaxThreadsProblem, Paused: newPausedRow(q.Paused),
 	}
+	if q.RateLimit != nil {
+		rate := q.RateLimit.String()
+		r.RateLimit = &rate
+	}
+	return r
+}
+
+// rate is the queue's rate limit as the table shows it (- : none).
+func (r queueRow) rate() string {
+	if r.RateLimit == nil {
+		return "-"
+	}
+	return *r.RateLimit
 }
 
 func (r queueRow) limit() string {
@@ -161,25 +188,35 @@ func countText(n *int64) string {
 func newQueueListCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
-		Short: "List queues with their tasks: todo, running, done, failed, cancelled",
-		Long: `List every queue with its tasks counted by state from the tasks themselves
-(one aggregation): todo (queued or held: -2, -3, -4), running (claimed or
+		Short: "List queues with their limits and tasks: todo, running, done, failed, cancelled",
+		Long: `List every queue with its limit (paused: the one it resumes with), its rate
+limit (RATE: at most STARTS of its tasks start in any PERIOD, on all den
+nodes together; - : none), and its tasks counted by state from the tasks
+themselves (one aggregation): todo (queued or held: -2, -3, -4), running (claimed or
 running: -1, 0), done (1), failed (2 and up, or orphaned -6), cancelled
 (-5); and the queue's stored count_todo/count_total (den counts check
 compares them). count_todo is Disbatch's bookkeeping, under its own name: it
 counts every task with status 0 or less, cancelled and orphaned ones too,
-which never run, so it is more than TODO once a task was cancelled.`,
+which never run, so it is more than TODO once a task was cancelled.
+
+Then the deleted queues: ids that tasks name but no queue document has
+(den queue delete --force leaves a queue's tasks), with their tasks
+counted the same way; den task list --queue ID lists them, den task
+archive or purge --queue ID removes the ended ones. --json gives the queue
+documents only, as before; den status --json gives the deleted queues too
+(deleted_queues).`,
 		Args: cobra.NoArgs,
 		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
-			rows, bad, err := queueRows(cmd, d)
+			l, err := queueRows(cmd, d)
 			if err != nil {
 				return err
 			}
 			if wantJSON(cmd) {
-				return printJSON(cmd.OutOrStdout(), rows)
+				return printJSON(cmd.OutOrStdout(), l.rows)
 			}
-			printQueueTable(cmd, rows)
-			for _, b := range bad {
+			printQueueTable(cmd, l.rows)
+			printDeletedQueues(cmd, l.deleted)
+			for _, b := range l.bad {
 				fmt.Fprintf(cmd.ErrOrStderr(), "den: queue %s cannot be used: %s\n", human.Escape(fmt.Sprint(b.ID)), human.Escape(fmt.Sprint(b.Reason)))
 			}
 			return nil
@@ -187,27 +224,55 @@ which never run, so it is more than TODO once a task was cancelled.`,
 	}
 }
 
-func queueRows(cmd *cobra.Command, d *database) ([]queueRow, []queue.MalformedQueue, error) {
+// queueListing is what den queue list and den status show of the queues,
+// from one census: a row per queue document, the documents that cannot be
+// used, and a row per deleted queue (queue.Census.Deleted).
+type queueListing struct {
+	rows, deleted []queueRow
+	bad           []queue.MalformedQueue
+}
+
+func queueRows(cmd *cobra.Command, d *database) (queueListing, error) {
+	l := queueListing{rows: []queueRow{}, deleted: []queueRow{}}
 	queues, bad, err := d.store.Queues(cmd.Context())
 	if err != nil {
-		return nil, nil, err
+		return l, err
 	}
+	l.bad = bad
 	census, err := takeCensus(cmd, d)
 	if err != nil {
-		return nil, nil, err
+		return l, err
 	}
-	rows := []queueRow{}
 	for _, q := range queues {
-		rows = append(rows, newQueueRow(q, census.Queues[q.ID]))
+		l.rows = append(l.rows, newQueueRow(q, census.Queues[q.ID]))
 	}
-	slices.SortStableFunc(rows, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
-	return rows, bad, nil
+	slices.SortStableFunc(l.rows, func(a, b queueRow) int { return strings.Compare(a.Name, b.Name) })
+	for _, q := range census.Deleted(queues, bad) {
+		l.deleted = append(l.deleted, newDeletedRow(q))
+	}
+	return l, nil
+}
+
+// printDeletedQueues prints the deleted queues' table, when there are
+// any, and how to find and remove their tasks.
+func printDeletedQueues(cmd *cobra.Command, rows []queueRow) {
+	if len(rows) == 0 {
+		return
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintln(w, "\nDELETED QUEUES (tasks whose queue document is gone; no node runs them)")
+	t := newTable(w, "ID", "TODO", "RUNNING", "DONE", "FAILED", "CANCELLED")
+	for _, r := range rows {
+		t.row(r.ID, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled))
+	}
+	t.flush()
+	fmt.Fprintln(w, "their tasks: den task list --queue ID; den task archive --queue ID (or purge) removes the ended ones")
 }
 
 func printQueueTable(cmd *cobra.Command, rows []queueRow) {
-	t := newTable(cmd.OutOrStdout(), "NAME", "ID", "PLUGIN", "LIMIT", "SORT", "TODO", "RUNNING", "DONE", "FAILED", "CANCELLED", "COUNT_TODO/TOTAL")
+	t := newTable(cmd.OutOrStdout(), "NAME", "ID", "PLUGIN", "LIMIT", "RATE", "SORT", "TODO", "RUNNING", "DONE", "FAILED", "CANCELLED", "COUNT_TODO/TOTAL")
 	for _, r := range rows {
-		t.row(queue.ShownName(r.Name), r.ID, r.Plugin, r.limit(), r.Sort, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled),
+		t.row(queue.ShownName(r.Name), r.ID, r.Plugin, r.limit(), r.rate(), r.Sort, itoa(r.Todo), itoa(r.Running), itoa(r.Done), itoa(r.Failed), itoa(r.Cancelled),
 			countText(r.CountTodo)+"/"+countText(r.CountTotal))
 	}
 	t.flush()

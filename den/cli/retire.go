@@ -63,7 +63,7 @@ func newRetireCmd(mode queue.RetireMode, use, short, long, example string) *cobr
 			if !filtered {
 				return usagef("give a filter (--queue, --status, --outcome, --node, --older-than, --before): den %s takes no task without one", use)
 			}
-			tf, err := taskFilter(cmd, d)
+			tf, err := taskFilter(cmd, d, true)
 			if err != nil {
 				return err
 			}

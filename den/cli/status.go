@@ -17,7 +17,8 @@ func newStatusCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "One screen: queues, nodes, and the last failures",
-		Long: `Print the queues (as den queue list), the nodes (as den node list) and the
+		Long: `Print the queues (as den queue list, the deleted queues too: ids that tasks
+name but no queue document has, with their tasks counted), the nodes (as den node list) and the
 last 10 tasks that failed (status 2 and up) or were orphaned (-6), the
 newest first (as the census found them: the counts, at most web.counts_age
 old), with the last line of their stderr; and, when
@@ -27,10 +28,11 @@ than any live den node offers, with why (their unfit field).`,
 		Args: cobra.NoArgs,
 		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
 			now := time.Now()
-			queues, bad, err := queueRows(cmd, d)
+			l, err := queueRows(cmd, d)
 			if err != nil {
 				return err
 			}
+			queues := l.rows
 			nodes, err := nodeRows(cmd, d, now)
 			if err != nil {
 				return err
@@ -78,7 +80,8 @@ than any live den node offers, with why (their unfit field).`,
 				fr = append(fr, f)
 			}
 			if wantJSON(cmd) {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "nodes": nodes, "recent_failures": fr, "unfit": wr, "held_queues": held})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"database": d.cfg.Database, "queues": queues, "deleted_queues": l.deleted,
+					"nodes": nodes, "recent_failures": fr, "unfit": wr, "held_queues": held})
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "database %s, %s\n\nQUEUES\n", human.Escape(d.cfg.Database), stamp(now))
@@ -87,9 +90,10 @@ than any live den node offers, with why (their unfit field).`,
 			} else {
 				printQueueTable(cmd, queues)
 			}
-			for _, b := range bad {
+			for _, b := range l.bad {
 				fmt.Fprintf(w, "queue %s cannot be used: %s\n", human.Escape(fmt.Sprint(b.ID)), human.Escape(fmt.Sprint(b.Reason)))
 			}
+			printDeletedQueues(cmd, l.deleted)
 			fmt.Fprintln(w, "\nNODES")
 			if len(nodes) == 0 {
 				fmt.Fprintln(w, "(none has written a heartbeat)")

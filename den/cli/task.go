@@ -246,14 +246,17 @@ func readParams(r io.Reader, name string) ([]bson.Raw, error) {
 
 // taskRow is a task as den task list prints it.
 type taskRow struct {
-	ID         string `json:"id"`
-	Queue      string `json:"queue"`
-	QueueName  string `json:"queue_name"`
-	Status     *int   `json:"status"`
-	StatusName string `json:"status_name"`
-	Node       string `json:"node"`
-	Outcome    string `json:"outcome,omitempty"`
-	Unfit      string `json:"unfit,omitempty"`
+	ID        string `json:"id"`
+	Queue     string `json:"queue"`
+	QueueName string `json:"queue_name"`
+	// QueueDeleted is set when no queue document has the task's queue id
+	// (a deleted queue's task).
+	QueueDeleted bool   `json:"queue_deleted,omitempty"`
+	Status       *int   `json:"status"`
+	StatusName   string `json:"status_name"`
+	Node         string `json:"node"`
+	Outcome      string `json:"outcome,omitempty"`
+	Unfit        string `json:"unfit,omitempty"`
 	// Priority is the task's priority field as stored (omitted: none, the
 	// default 0).
 	Priority   json.RawMessage `json:"priority,omitempty"`
@@ -278,7 +281,7 @@ func newTaskListCmd() *cobra.Command {
   den task list --node worker01 --status running --json`,
 		Args: cobra.NoArgs,
 		RunE: withDB(func(cmd *cobra.Command, _ []string, d *database) error {
-			f, err := taskFilter(cmd, d)
+			f, err := taskFilter(cmd, d, true)
 			if err != nil {
 				return err
 			}
@@ -296,7 +299,8 @@ func newTaskListCmd() *cobra.Command {
 			}
 			rows := []taskRow{}
 			for _, t := range tasks {
-				r := taskRow{ID: t.ID.Hex(), Queue: t.Queue.Hex(), QueueName: names[t.Queue], StatusName: "?", Node: t.Node,
+				_, known := names[t.Queue]
+				r := taskRow{ID: t.ID.Hex(), Queue: t.Queue.Hex(), QueueName: names[t.Queue], QueueDeleted: !known && !t.Queue.IsZero(), StatusName: "?", Node: t.Node,
 					Ctime: timePtr(t.Ctime), Mtime: timePtr(t.Mtime), Parameters: extJSON(t.Parameters)}
 				r.Outcome, _ = t.Raw.Lookup(queue.FieldOutcome).StringValueOK()
 				r.Unfit = human.Waiting(t)
@@ -331,7 +335,11 @@ func newTaskListCmd() *cobra.Command {
 				if rows[i].Priority != nil {
 					prio = human.Escape(string(rows[i].Priority))
 				}
-				tb.row(t.ID.Hex(), queue.ShownName(rows[i].QueueName), statusText(t), prio, outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), string(params))
+				qname := queue.ShownName(rows[i].QueueName)
+				if rows[i].QueueDeleted {
+					qname = "(deleted)"
+				}
+				tb.row(t.ID.Hex(), qname, statusText(t), prio, outcome, node, ago(now, t.Ctime), ago(now, t.Mtime), string(params))
 			}
 			tb.flush()
 			if len(tasks) == int(f.Limit) && f.Limit > 0 {
@@ -353,13 +361,23 @@ func addTaskFilterFlags(cmd *cobra.Command) {
 	cmd.Flags().String("since", "", "only tasks created since: a duration back from now (24h, 30m) or a time (2026-11-23, 2026-11-23T10:00:00Z)")
 }
 
-// taskFilter reads the filter flags.
-func taskFilter(cmd *cobra.Command, d *database) (queue.TaskFilter, error) {
+// taskFilter reads the filter flags. A --queue that no queue document has
+// but that is an id selects the tasks of that deleted queue (den queue
+// delete --force leaves them) when deleted allows it (den task list,
+// archive, purge); else, or when it is no id, it is an error.
+func taskFilter(cmd *cobra.Command, d *database, deleted bool) (queue.TaskFilter, error) {
 	var f queue.TaskFilter
 	qs, _ := cmd.Flags().GetStringSlice("queue")
 	for _, ref := range qs {
 		q, _, err := d.store.FindQueue(cmd.Context(), ref)
-		if err != nil {
+		id, isID := bson.ObjectIDFromHex(ref)
+		switch {
+		case errors.Is(err, queue.ErrNoQueue) && isID == nil && deleted:
+			f.Queues = append(f.Queues, id)
+			continue
+		case errors.Is(err, queue.ErrNoQueue) && isID == nil:
+			return f, fmt.Errorf("%w: a deleted queue's tasks cannot run again (den task list --queue %s lists them; den task archive or purge --queue %s removes the ended ones)", err, ref, ref)
+		case err != nil:
 			return f, err
 		}
 		f.Queues = append(f.Queues, q.ID)
@@ -402,12 +420,18 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("--since %q: want a duration (24h) or a time (2026-11-23, 2026-11-23T10:00:00Z)", s)
 }
 
+// queueNames are the queues' names by id, every queue document's: one
+// that cannot be used has an empty name. An id it lacks is a deleted
+// queue's.
 func queueNames(cmd *cobra.Command, d *database) (map[bson.ObjectID]string, error) {
-	queues, _, err := d.store.Queues(cmd.Context())
+	queues, bad, err := d.store.Queues(cmd.Context())
 	if err != nil {
 		return nil, err
 	}
 	names := map[bson.ObjectID]string{}
+	for id := range queue.QueueIDs(nil, bad) {
+		names[id] = ""
+	}
 	for _, q := range queues {
 		names[q.ID] = q.Name
 	}
@@ -652,7 +676,7 @@ skips it and is required when stdin is not a terminal.`,
 			var tasks []queue.Task
 			skipped := 0
 			if filtered {
-				f, err := taskFilter(cmd, d)
+				f, err := taskFilter(cmd, d, false)
 				if err != nil {
 					return err
 				}

@@ -125,20 +125,55 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("%s: %v", alertRules, err)
 	}
 	names := exported(t)
-	alerts := map[string]bool{}
+	alerts := map[string]string{}
 	for _, g := range file.Groups {
 		for _, r := range g.Rules {
 			if r.Alert == "" || r.Annotations["summary"] == "" || r.Labels["severity"] == "" {
 				t.Errorf("rule %q: an alert needs a name, a severity and a summary", r.Alert)
 			}
-			alerts[r.Alert] = true
+			alerts[r.Alert] = r.Expr
 			checkNames(t, "alert "+r.Alert, r.Expr, names)
 		}
 	}
-	for _, want := range []string{"DenNodeGone", "DenBacklogGrowingWithoutCompletions", "DenTaskFailureRateHigh", "DenRunnerStartFailures", "DenDatabaseUnreachable"} {
-		if !alerts[want] {
+	for _, want := range []string{"DenNodeGone", "DenBacklogGrowingWithoutCompletions", "DenTaskFailureRateHigh", "DenRunnerStartFailures", "DenDatabaseUnreachable",
+		oldestAlert} {
+		if _, ok := alerts[want]; !ok {
 			t.Errorf("no alert %s in %s", want, alertRules)
 		}
+	}
+	checkOldestReadyAlert(t, alerts[oldestAlert])
+}
+
+// oldestAlert is the alert on den's SLO metric, the oldest ready task's
+// age, and operationsDoc the page that explains its threshold.
+const (
+	oldestAlert   = "DenQueueOldestReadyTooOld"
+	operationsDoc = "../../docs/operations.md"
+)
+
+// thresholdOf finds an expression's "> N" threshold.
+var thresholdOf = regexp.MustCompile(`>\s*([0-9][0-9.e+]*)\s*$`)
+
+// checkOldestReadyAlert checks that the alert on the oldest ready task
+// reads den_queue_oldest_ready_seconds, compares it with a threshold, and
+// that docs/operations.md names the alert and that threshold (its
+// explanation).
+func checkOldestReadyAlert(t *testing.T, expr string) {
+	t.Helper()
+	if !slices.Contains(metricNames(expr), "den_queue_oldest_ready_seconds") {
+		t.Errorf("alert %s reads %q, not den_queue_oldest_ready_seconds", oldestAlert, expr)
+	}
+	m := thresholdOf.FindStringSubmatch(strings.TrimSpace(expr))
+	if m == nil {
+		t.Fatalf("alert %s: no threshold (> N seconds) at the end of %q", oldestAlert, expr)
+	}
+	doc, err := os.ReadFile(operationsDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	if !strings.Contains(text, oldestAlert) || !strings.Contains(text, "`> "+m[1]+"`") {
+		t.Errorf("%s does not explain alert %s and its threshold (`> %s`)", operationsDoc, oldestAlert, m[1])
 	}
 }
 

@@ -27,7 +27,7 @@ func TestBrowserNodeActions(t *testing.T) {
 	if q := pageText(t, ctx, "#quiet"); !strings.Contains(q, "by den web") {
 		t.Errorf("the quiet line says %q", q)
 	}
-	if mt := pageText(t, ctx, "#maxthreads"); mt != "0" {
+	if mt := pageText(t, ctx, "#maxthreads"); mt != "quiet resumes: none" {
 		t.Errorf("a quiet node's maxthreads shows %q", mt)
 	}
 	do("resume", chromedp.Click(chromedp.ID("node-resume")), chromedp.WaitVisible(chromedp.ID("node-quiet")))

@@ -60,9 +60,13 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	}
 	d := tasksData{Queue: strings.TrimSpace(r.PostForm.Get("queue")), Status: strings.TrimSpace(r.PostForm.Get("status")),
 		Node: strings.TrimSpace(r.PostForm.Get("node")), Outcome: strings.TrimSpace(r.PostForm.Get("outcome")), Param: r.PostForm.Get("param")}
-	queues, _, err := h.store.Queues(ctx)
+	queues, bad, err := h.store.Queues(ctx)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	if id := deletedQueue(d.Queue, queue.QueueIDs(queues, bad)); id != "" && action == "retry" {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("queue %s was deleted (no queue document has this id): its tasks cannot run again; archive or purge the ended ones", id))
 		return
 	}
 	f, err := parseFilter(d, queues)

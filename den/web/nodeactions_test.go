@@ -119,7 +119,7 @@ func TestNodeForgetAndResumeKeepsMaxThreads(t *testing.T) {
 	if mt, _ := nodeDoc(t, db, "w2").Lookup("quiet", "maxthreads").AsInt64OK(); mt != 3 {
 		t.Errorf("quiet kept maxthreads %d, want 3", mt)
 	}
-	if _, page := get(t, client(nil), srv.URL+"/"); !strings.Contains(page, `<span class="status paused quiet">quiet</span>`) {
+	if _, page := get(t, client(nil), srv.URL+"/"); !strings.Contains(page, `<a class="status paused quiet" href="/nodes/w2"`) || !strings.Contains(page, "<small>resumes: 3</small>") {
 		t.Error("the overview does not show the quiet node as quiet")
 	}
 	post(t, client(nil), srv.URL+"/nodes/w2/resume", nil, bearer)

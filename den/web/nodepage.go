@@ -3,7 +3,6 @@ package web
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -68,17 +67,7 @@ func (h *handler) nodePage(w http.ResponseWriter, r *http.Request) {
 	for _, q := range queues {
 		names[q.ID] = queue.ShownName(q.Name)
 	}
-	v := nodeView{Name: n.Name, Heartbeat: n.Timestamp, Problem: n.MaxThreadsProblem, Version: n.Version,
-		Info: nodeInfoOf(*n), MaxThreads: "none", TasksURL: taskListURL("", "claimed,running", n.Name)}
-	v.State = n.State(h.now(), h.dead)
-	v.Dead = v.State == queue.NodeDead
-	if n.MaxThreads != nil {
-		v.MaxThreads = strconv.Itoa(*n.MaxThreads)
-		v.Limit = v.MaxThreads
-	}
-	if n.MaxThreadsProblem != "" {
-		v.MaxThreads = "invalid (0)"
-	}
+	v := nodeViewOf(*n, h.now(), h.dead, nil, names)
 	d := nodePageData{Node: v, DeadAfter: h.dead.String(), More: len(held) >= queue.NodeTasksLimit}
 	if q := queue.QuietOf(n.Raw); q != nil {
 		d.Quiet = quietText(*q)

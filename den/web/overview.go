@@ -32,6 +32,23 @@ type queueView struct {
 	// Unserved says why no live node can serve the queue (no live node,
 	// or none serves it); empty when one can.
 	Unserved string
+	// RateLimit is its rate limit as den queue set takes it (2/10s), and
+	// RateTitle what it means; empty: none.
+	RateLimit, RateTitle string
+}
+
+// deletedShown is how many deleted queues the overview lists (den status
+// lists them all).
+const deletedShown = 20
+
+// deletedView is a deleted queue's row: tasks name its id, no queue
+// document has it. TasksURL lists its tasks, where the ended ones are
+// archived or purged (the task list's bulk actions).
+type deletedView struct {
+	ID                          string
+	Todo, Running, Done, Failed int64
+	Cancelled                   int64
+	TasksURL                    string
 }
 
 type nodeView struct {
@@ -39,16 +56,21 @@ type nodeView struct {
 	Heartbeat time.Time
 	Dead      bool
 	// State is running, stopped or dead (queue.NodeDoc.State).
-	State      string
-	Quiet      bool // den node quiet: it claims nothing new (nodeactions.go)
-	MaxThreads string
-	Limit      string // the form's current value: a number, or empty
-	Problem    string
-	Running    int
-	PerQueue   []perQueue
-	Version    string
-	Info       nodeInfo
-	TasksURL   string
+	State string
+	// Quiet is set for a quiet node (den node quiet: it claims nothing
+	// new; nodeactions.go, queue.NodeDoc.Quiet), with the maxthreads it
+	// resumes with and since when and by whom (QuietTitle); MaxThreads
+	// is then 0.
+	Quiet               bool
+	Resumes, QuietTitle string
+	MaxThreads          string
+	Limit               string // the form's current value: a number, or empty
+	Problem             string
+	Running             int
+	PerQueue            []perQueue
+	Version             string
+	Info                nodeInfo
+	TasksURL            string
 }
 
 type perQueue struct {
@@ -66,13 +88,17 @@ type overviewData struct {
 	Database string
 	// Counted says how old the counts are (the census), Window the
 	// window of the "finished lately" column.
-	Counted  string
-	Window   string
-	Queues   []queueView
-	Bad      []string
-	Nodes    []nodeView
-	Failures []failureView
-	Charts   chartsData
+	Counted string
+	Window  string
+	Queues  []queueView
+	// Deleted are the deleted queues (queue.Census.Deleted), at most
+	// deletedShown, and DeletedMore how many more there are.
+	Deleted     []deletedView
+	DeletedMore int
+	Bad         []string
+	Nodes       []nodeView
+	Failures    []failureView
+	Charts      chartsData
 }
 
 // overviewReads is what the overview page reads from the database, in one
@@ -175,6 +201,7 @@ func buildOverview(in overviewReads, database string, now time.Time, dead time.D
 		d.Queues = append(d.Queues, queueViewOf(q, in.census.Queues[q.ID], in.recent[q.ID], facts.QueueReasons(q)))
 	}
 	d.Charts = overviewCharts(rng, now, queues, in.points)
+	d.Deleted, d.DeletedMore = deletedViews(in.census.Deleted(in.queues, in.bad))
 	for _, b := range in.bad {
 		d.Bad = append(d.Bad, fmt.Sprintf("queue %v cannot be used: %v", b.ID, b.Reason))
 	}
@@ -185,6 +212,19 @@ func buildOverview(in overviewReads, database string, now time.Time, dead time.D
 		d.Failures = append(d.Failures, failureView{Task: t, QueueName: names[t.Queue], Reason: human.LastLine(t, 100, "(in GridFS)")})
 	}
 	return d
+}
+
+// deletedViews are the deleted queues' rows, the newest deletedShown, and
+// how many more there are.
+func deletedViews(deleted []queue.DeletedQueue) ([]deletedView, int) {
+	var out []deletedView
+	for _, q := range deleted[:min(len(deleted), deletedShown)] {
+		c := q.Counts
+		out = append(out, deletedView{ID: q.ID.Hex(), Todo: c.Group(queue.GroupTodo), Running: c.Group(queue.GroupRunning),
+			Done: c.Group(queue.GroupDone), Failed: c.Group(queue.GroupFailed), Cancelled: c.Group(queue.GroupCancelled),
+			TasksURL: taskListURL(q.ID.Hex(), "", "")})
+	}
+	return out, len(deleted) - len(out)
 }
 
 // queueViewOf is one queue's row: its counts, its limit as the page says
@@ -199,6 +239,7 @@ func queueViewOf(q queue.Queue, c, rc queue.StatusCounts, reasons []queue.Reason
 		FailedURL:  taskListURL(q.ID.Hex(), "failed,orphaned", ""),
 	}
 	v.Limit, v.Paused = queueLimit(q)
+	v.RateLimit, v.RateTitle = rateLimitText(q.RateLimit)
 	v.Unserved = unservedText(reasons)
 	v.PerMinute = fmt.Sprintf("%.1f/min", float64(rc.Total())/throughputWindow.Minutes())
 	return v
@@ -214,6 +255,15 @@ func queueLimit(q queue.Queue) (limit, paused string) {
 		return strconv.Itoa(q.MaxThreads) + " on all nodes", ""
 	}
 	return strconv.Itoa(q.MaxThreads) + " per node", ""
+}
+
+// rateLimitText is a queue's rate limit as den queue set takes it
+// (2/10s) and what it means, or empty when it has none.
+func rateLimitText(l *queue.RateLimit) (text, title string) {
+	if l == nil {
+		return "", ""
+	}
+	return l.String(), fmt.Sprintf("rate limit: at most %d of its tasks start in any %s, on all den nodes together", l.Starts, l.Per)
 }
 
 // unservedText is the last reason that says no live node can serve a
@@ -235,7 +285,9 @@ func nodeViewOf(n queue.NodeDoc, now time.Time, dead time.Duration, running queu
 		Info: nodeInfoOf(n), TasksURL: taskListURL("", "claimed,running", n.Name)}
 	v.State = n.State(now, dead)
 	v.Dead = v.State == queue.NodeDead
-	v.Quiet = queue.QuietOf(n.Raw) != nil
+	if q := n.Quiet(); q != nil {
+		v.Quiet, v.Resumes, v.QuietTitle = true, q.Limit(), quietText(*q)
+	}
 	v.MaxThreads, v.Limit = nodeLimit(n.MaxThreads, n.MaxThreadsProblem)
 	for qid, byNode := range running {
 		if c := byNode[n.Name]; c > 0 {

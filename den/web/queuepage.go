@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"strconv"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -108,13 +107,8 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		d.Problem = problem.Error()
 	}
 	d.Charts = queuePageChartsOf(rng, h.now(), q.ID, points)
-	d.Queue.Limit = strconv.Itoa(q.MaxThreads) + " per node"
-	if q.Global {
-		d.Queue.Limit = strconv.Itoa(q.MaxThreads) + " on all nodes"
-	}
-	if q.Paused != nil {
-		d.Queue.Limit, d.Queue.Paused = q.Paused.Limit(), pausedText(*q.Paused)
-	}
+	d.Queue.Limit, d.Queue.Paused = queueLimit(q)
+	d.Queue.RateLimit, d.Queue.RateTitle = rateLimitText(q.RateLimit)
 	for st, n := range c.ByStatus {
 		d.Counts = append(d.Counts, statusCount{Status: st, Name: queue.StatusName(st), Group: queue.StatusGroup(st), N: n})
 	}

@@ -36,9 +36,12 @@ var statusChoices = []struct{ Value, Label string }{
 type taskRowView struct {
 	Task      queue.Task
 	QueueName string
-	Params    string
-	Outcome   string // who decided how its last run ended (queue.Outcome)
-	Priority  string // its priority (queue.PriorityText; "": none, 0)
+	// QueueDeleted: no queue document has the task's queue id (a deleted
+	// queue's task).
+	QueueDeleted bool
+	Params       string
+	Outcome      string // who decided how its last run ended (queue.Outcome)
+	Priority     string // its priority (queue.PriorityText; "": none, 0)
 }
 
 type tasksData struct {
@@ -53,6 +56,10 @@ type tasksData struct {
 	Rows          []taskRowView
 	Full          bool // the list reached the limit
 	Param         string
+	// DeletedQueue is the queue filter's id when no queue document has it:
+	// a deleted queue's (den queue delete --force leaves its tasks), whose
+	// tasks cannot run again (no retry; archive or purge the ended ones).
+	DeletedQueue string
 	// Archived lists tasks_archive (?archived=1) instead of tasks.
 	Archived bool
 	// Newer and Older link the pages next to this one (empty: none).
@@ -71,7 +78,7 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 			d.Custom = false
 		}
 	}
-	queues, _, err := h.store.Queues(ctx)
+	queues, bad, err := h.store.Queues(ctx)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -81,6 +88,8 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 	for _, qu := range queues {
 		names[qu.ID] = queue.ShownName(qu.Name)
 	}
+	known := queue.QueueIDs(queues, bad)
+	d.DeletedQueue = deletedQueue(d.Queue, known)
 	f, err := parseFilter(d, queues)
 	if err == nil {
 		f.Limit, err = limitOf(strings.TrimSpace(q.Get("limit")))
@@ -116,7 +125,8 @@ func (h *handler) tasks(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, t := range list {
-		d.Rows = append(d.Rows, taskRowView{Task: t, QueueName: names[t.Queue], Params: compactJSON(t.Parameters), Outcome: outcomeOf(t).Kind,
+		d.Rows = append(d.Rows, taskRowView{Task: t, QueueName: names[t.Queue], QueueDeleted: !known[t.Queue] && !t.Queue.IsZero(),
+			Params: compactJSON(t.Parameters), Outcome: outcomeOf(t).Kind,
 			Priority: queue.PriorityText(t.Raw.Lookup(queue.FieldPriority))})
 	}
 	d.Full = more
@@ -129,6 +139,17 @@ func (h *handler) listTasks(ctx context.Context, f queue.TaskFilter, archived bo
 		return h.archive.ListTasks(ctx, f)
 	}
 	return h.store.ListTasks(ctx, f)
+}
+
+// deletedQueue is ref when it is a queue id that no queue document has
+// (known: queue.QueueIDs), a deleted queue's; else "". A name is never a
+// deleted queue's: a deleted queue is found by its id only.
+func deletedQueue(ref string, known map[bson.ObjectID]bool) string {
+	id, err := bson.ObjectIDFromHex(ref)
+	if err != nil || known[id] {
+		return ""
+	}
+	return id.Hex()
 }
 
 // parseFilter reads the list's filters: a queue (id or name), statuses
