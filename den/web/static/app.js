@@ -35,10 +35,22 @@ function liveUpdates() {
     if (a && live.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) return true;
     return Array.prototype.some.call(live.querySelectorAll("input, select, textarea"), function (el) {
       if (el.type === "checkbox" || el.type === "radio") return el.checked !== el.defaultChecked;
-      if (el.tagName === "SELECT") return Array.prototype.some.call(el.options, function (o) { return o.selected !== o.defaultSelected; });
+      if (el.tagName === "SELECT") {
+        if (el.multiple) return Array.prototype.some.call(el.options, function (o) { return o.selected !== o.defaultSelected; });
+        var def = el.options.length ? 0 : -1; // with none marked selected, the first is
+        Array.prototype.forEach.call(el.options, function (o, i) { if (o.defaultSelected) def = i; });
+        return el.selectedIndex !== def;
+      }
       if (el.type === "hidden") return false;
       return el.value !== el.defaultValue;
     });
+  }
+  // hold says, on the page and in data-held, that a change waits for
+  // the form to be left alone.
+  function hold(on) {
+    var label = box.parentNode;
+    if (on) { live.dataset.held = "1"; label.classList.add("held"); label.title = "The page changed; it updates once its form is sent or put back as it was."; }
+    else { delete live.dataset.held; label.classList.remove("held"); label.removeAttribute("title"); }
   }
   function swap(html) {
     var doc = new DOMParser().parseFromString(html, "text/html");
@@ -49,6 +61,7 @@ function liveUpdates() {
     var x = window.scrollX, y = window.scrollY;
     live.innerHTML = fresh.innerHTML;
     live.dataset.live = fresh.dataset.live || "";
+    hold(false);
     live.querySelectorAll("details").forEach(function (d, i) { if (open[d.id || ("#" + i)]) d.open = true; });
     localTimes(live);
     window.scrollTo(x, y);
@@ -68,7 +81,7 @@ function liveUpdates() {
       if (!o || !o.token) return;
       var charts = live.querySelector("svg.chart") !== null;
       if (dataOf(o.token) === dataOf(had) && !charts) { live.dataset.live = o.token; return; }
-      if (touched()) return; // asked again next time, with the old token
+      if (touched()) { hold(true); return; } // asked again next time, with the old token
       return fetch(location.href, { credentials: "same-origin", cache: "no-store" }).then(function (r) {
         if (!r.ok) throw new Error(r.status);
         return r.text();
