@@ -168,7 +168,9 @@ type liveKey struct{}
 // withLive makes the token before the page's reads (a token is at most an
 // interval old then), so that whatever changes after it, the page's reads
 // included, makes the next one differ: the page is fetched once more
-// rather than a change missed. The page carries it (page.Live).
+// rather than a change missed. The page carries it (page.Live). A live
+// fetch by a viewer not logged in gets the page rendered once for that
+// token for all of them (livepages.go).
 func (h *handler) withLive(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h.downSince.Load() != 0 {
@@ -180,6 +182,11 @@ func (h *handler) withLive(next http.HandlerFunc) http.HandlerFunc {
 			next(w, r) // the page shows the database's failure, or works
 			return
 		}
-		next(w, r.WithContext(context.WithValue(r.Context(), liveKey{}, token)))
+		r = r.WithContext(contextWithLive(r.Context(), token))
+		if h.sharable(r) {
+			h.livePages.serve(w, r, token, next)
+			return
+		}
+		next(w, r)
 	}
 }

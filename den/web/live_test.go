@@ -168,3 +168,109 @@ func TestLiveTokenOncePerInterval(t *testing.T) {
 		t.Errorf("20 viewers in an interval that changed cost %d commands %v; want %d", total, by, oneTotal+1)
 	}
 }
+
+// When the token changes, every open copy of a page fetches itself at
+// once: for viewers not logged in (X-Den-Live, as the page's script
+// sends it) the page is read and rendered once for all of them, for that
+// token; a logged-in viewer's page (its own CSRF field) and a reload
+// (no X-Den-Live) are read for each.
+func TestLivePagesRenderedOncePerToken(t *testing.T) {
+	t.Parallel()
+	counter := &commandCounter{by: map[string]int{}}
+	p := dentest.Faults(t, 1, counter.rule())
+	direct := dentest.DB(t)
+	db := p.Client(t).Database(direct.Name())
+	q := dentest.Queue(t, direct, "q", "P", 1, "fifo")
+	dentest.Tasks(t, direct, q, bson.D{}, bson.D{})
+	clk := newClock()
+	srv := serveWith(t, web.Options{DB: db, Log: zaptest.NewLogger(t), Now: clk.now, Token: testToken, Refresh: 10 * time.Second, CountsAge: time.Minute})
+	list := srv.URL + "/tasks?queue=" + q.Hex()
+
+	// fetch gets the list with n viewers at once, with the header given
+	// (a name and a value, or none), and returns the commands the
+	// database got meanwhile, and the pages' tokens.
+	fetch := func(n int, header ...string) (int, map[string]bool) {
+		counter.take()
+		var mu sync.Mutex
+		tokens := map[string]bool{}
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				req, _ := http.NewRequest(http.MethodGet, list, nil)
+				for i := 0; i+1 < len(header); i += 2 {
+					req.Header.Set(header[i], header[i+1])
+				}
+				r, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer r.Body.Close()
+				b, _ := io.ReadAll(r.Body)
+				m := pageToken.FindSubmatch(b)
+				if r.StatusCode != http.StatusOK || m == nil || !strings.Contains(string(b), `id="tasklist"`) {
+					t.Errorf("GET %s %v: %d\n%s", list, header, r.StatusCode, b)
+					return
+				}
+				mu.Lock()
+				tokens[string(m[1])] = true
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		_, total := counter.take()
+		return total, tokens
+	}
+
+	fetch(1) // the token, made
+	one, _ := fetch(1)
+	if one == 0 {
+		t.Fatal("a load of the task list sent the database nothing")
+	}
+	if n, _ := fetch(20); n != 20*one {
+		t.Errorf("20 loads of the task list (no X-Den-Live) sent %d commands; one sends %d: want each read anew", n, one)
+	}
+	shared, tokens := fetch(20, "X-Den-Live", "1")
+	if shared != one || len(tokens) != 1 {
+		t.Errorf("20 live fetches of the task list sent %d commands (one load sends %d), with tokens %v: want one render for all", shared, one, tokens)
+	}
+	if n, _ := fetch(20, "X-Den-Live", "1"); n != 0 {
+		t.Errorf("20 more live fetches with the same token sent %d commands; want none", n)
+	}
+	if n, _ := fetch(20, "X-Den-Live", "1", "Authorization", "Bearer "+testToken); n != 20*one {
+		t.Errorf("20 live fetches of logged-in viewers sent %d commands; want each read (%d)", n, 20*one)
+	}
+	// A new token: the next live fetches render the page once again.
+	clk.add(10 * time.Second)
+	dentest.Tasks(t, direct, q, bson.D{})
+	n, tokens := fetch(20, "X-Den-Live", "1")
+	t.Logf("a load of the task list: %d commands; 20 live fetches after a change: %d, with the token's", one, n)
+	if len(tokens) != 1 || n > one+5 {
+		t.Errorf("20 live fetches after a change sent %d commands (a load %d, a token 5), tokens %v", n, one, tokens)
+	}
+
+	// A logged-in viewer's page (its actions) is never what another gets:
+	// the logged-in fetch comes first with a new token, then a viewer's
+	// who is not logged in.
+	clk.add(10 * time.Second)
+	dentest.Tasks(t, direct, q, bson.D{})
+	body := func(header ...string) string {
+		req, _ := http.NewRequest(http.MethodGet, list, nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		return string(b)
+	}
+	if b := body("X-Den-Live", "1", "Authorization", "Bearer "+testToken); !strings.Contains(b, `id="bulk-cancel"`) {
+		t.Fatalf("the logged-in viewer's task list has no bulk actions:\n%s", b)
+	}
+	if b := body("X-Den-Live", "1"); strings.Contains(b, `id="bulk-cancel"`) {
+		t.Errorf("a viewer not logged in got the logged-in viewer's page, with its actions:\n%s", b)
+	}
+}

@@ -109,6 +109,9 @@ type handler struct {
 	// liveTokens makes the token the pages' script asks whether they
 	// changed by (live.go), once per refresh for all viewers.
 	liveTokens *liveTokens
+	// livePages shares a page's render among the live fetches of
+	// viewers not logged in, once per token (livepages.go).
+	livePages livePages
 }
 
 // New returns the status page's handler.

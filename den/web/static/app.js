@@ -15,8 +15,9 @@ function localTimes(root) {
 // ticked, ask GET /live whether the pages' change token is still the one
 // this page was made after (data-live); the answer is 204 while it is, and
 // costs no database read (the server makes the token once per interval
-// for every viewer). When it changed, fetch this page and put its new
-// <main> in place of the old; the minute alone changing does so only for
+// for every viewer). When it changed, fetch this page (marked X-Den-Live:
+// for viewers not logged in, the server renders it once per token for
+// all of them) and put its new <main> in place of the old; the minute alone changing does so only for
 // a page with charts, whose window moves with the clock. A page where
 // someone is typing, or whose form fields were changed (a ticked box),
 // waits until they are left alone; open <details> stay open, and the
@@ -82,7 +83,7 @@ function liveUpdates() {
       var charts = live.querySelector("svg.chart") !== null;
       if (dataOf(o.token) === dataOf(had) && !charts) { live.dataset.live = o.token; return; }
       if (touched()) { hold(true); return; } // asked again next time, with the old token
-      return fetch(location.href, { credentials: "same-origin", cache: "no-store" }).then(function (r) {
+      return fetch(location.href, { credentials: "same-origin", cache: "no-store", headers: { "X-Den-Live": "1" } }).then(function (r) {
         if (!r.ok) throw new Error(r.status);
         return r.text();
       }).then(swap);
