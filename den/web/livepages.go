@@ -58,17 +58,7 @@ func (lp *livePages) serve(w http.ResponseWriter, r *http.Request, token string,
 	}
 	lp.mu.Unlock()
 	if !found {
-		rec := &recorder{header: http.Header{}, status: http.StatusOK}
-		next(rec, r)
-		p.status, p.header, p.body = rec.status, rec.header, rec.body.Bytes()
-		close(p.ready)
-		if p.status != http.StatusOK {
-			lp.mu.Lock()
-			if lp.pages[key] == p {
-				delete(lp.pages, key)
-			}
-			lp.mu.Unlock()
-		}
+		lp.render(p, key, r, next)
 		p.write(w)
 		return
 	}
@@ -82,6 +72,26 @@ func (lp *livePages) serve(w http.ResponseWriter, r *http.Request, token string,
 		return
 	}
 	p.write(w)
+}
+
+// render renders the page p for key once, for every viewer that asks
+// for it; the viewers waiting are let go however it ends (a panic too),
+// and a render that did not answer 200 is forgotten.
+func (lp *livePages) render(p *livePage, key string, r *http.Request, next http.HandlerFunc) {
+	p.status = http.StatusInternalServerError
+	defer func() {
+		close(p.ready)
+		if p.status != http.StatusOK {
+			lp.mu.Lock()
+			if lp.pages[key] == p {
+				delete(lp.pages, key)
+			}
+			lp.mu.Unlock()
+		}
+	}()
+	rec := &recorder{header: http.Header{}, status: http.StatusOK}
+	next(rec, r)
+	p.status, p.header, p.body = rec.status, rec.header, rec.body.Bytes()
 }
 
 func (p *livePage) write(w http.ResponseWriter) {
