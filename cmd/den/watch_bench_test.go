@@ -99,12 +99,16 @@ func (w *watchRun) once() {
 	fmt.Printf("\nidle, %d tasks kept, nothing queued: den dev used %.1f%% of a core over %s\n", w.finished, 100*share, w.idle)
 	fmt.Printf("  the database's time: %s\n  its commands: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, w.idle),
 		perSecond(devdbCommands(b, w.nodeHTTP), cmds, w.idle))
+	srv = devdbSeconds(b, w.nodeHTTP)
 	unwatched := w.drain(nil)
-	fmt.Printf("\ndrain of %d tasks, unwatched: %.1fs (%.1f tasks/s)\n", w.tasks, unwatched.Seconds(), float64(w.tasks)/unwatched.Seconds())
+	fmt.Printf("\ndrain of %d tasks, unwatched: %.1fs (%.1f tasks/s), load average %s\n", w.tasks, unwatched.Seconds(), float64(w.tasks)/unwatched.Seconds(), loadAverage())
+	fmt.Printf("  the database's time: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, unwatched))
 	watchers := w.watchers()
+	srv = devdbSeconds(b, w.nodeHTTP)
 	watched := w.drain(watchers)
-	fmt.Printf("drain of %d tasks, watched: %.1fs (%.1f tasks/s), %.2fx the unwatched rate\n", w.tasks, watched.Seconds(),
-		float64(w.tasks)/watched.Seconds(), unwatched.Seconds()/watched.Seconds())
+	fmt.Printf("drain of %d tasks, watched: %.1fs (%.1f tasks/s), %.2fx the unwatched rate, load average %s\n", w.tasks, watched.Seconds(),
+		float64(w.tasks)/watched.Seconds(), unwatched.Seconds()/watched.Seconds(), loadAverage())
+	fmt.Printf("  the database's time: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, watched))
 	for _, wt := range watchers {
 		fmt.Printf("  %-30s %d loads, p50 %d ms, p95 %d ms, failed %d\n", wt.name, len(wt.took), pct(wt.took, 50), pct(wt.took, 95), wt.failed)
 	}
@@ -377,4 +381,18 @@ func perSecondMS(now, before map[string]float64, over time.Duration) string {
 		parts = append(parts, fmt.Sprintf("%.1f %s", x.ms, x.key))
 	}
 	return fmt.Sprintf("%.1f ms/s: %s", sum, strings.Join(parts, ", "))
+}
+
+// loadAverage is the machine's load average (1, 5, 15 minutes), as
+// /proc/loadavg says: the figures move with it.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -15,9 +15,16 @@
 // resources) are decoded leniently in nodeinfo.go.
 //
 // Pages are rendered on the server with html/template; the CSS and the
-// little JavaScript (auto-refresh, output polling, local times) are
+// little JavaScript (live updates, output polling, local times) are
 // embedded with embed, with no build step. Without JavaScript every page
-// still works, only without refreshing itself.
+// still works, only without updating itself.
+//
+// Live updates (live.go, livepages.go): a change token, a hash of the
+// census, the newest task, the queues and the nodes, made at most once
+// per refresh interval for every viewer together, served at GET /live
+// (204 while unchanged); a page's script fetches the page again only
+// when it changed, and the fetches of viewers not logged in share one
+// render per page and token.
 //
 // Actions (cancel a task, retry an ended task, pause or resume a queue,
 // set a node's maxthreads) exist only when Options.Token is set, and every
@@ -58,7 +65,8 @@
 // per address), readbounds.go (the reads' bounds, and what a failed read
 // says), outage.go (the database unreachable), hosts.go (the Host check), guard.go (both checks for
 // another handler of the process: the Disbatch web API, den/web/dci), overview.go (/), tasks.go
-// (/tasks), task.go (/tasks/ID), output.go (reading output,
+// (/tasks), task.go (/tasks/ID), live.go (/live, the change token),
+// livepages.go (one render per page and token), output.go (reading output,
 // /tasks/ID/output), actions.go (the POSTs), nodeinfo.go (node
 // resources), format.go (template helpers).
 package web

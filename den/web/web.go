@@ -114,6 +114,12 @@ type handler struct {
 	// deadline (readbounds.go).
 	reads       *ReadGate
 	readTimeout time.Duration
+	// liveTokens makes the token the pages' script asks whether they
+	// changed by (live.go), once per refresh for all viewers.
+	liveTokens *liveTokens
+	// livePages shares a page's render among the live fetches of
+	// viewers not logged in, once per token (livepages.go).
+	livePages livePages
 }
 
 // New returns the status page's handler.
@@ -147,6 +153,7 @@ func New(o Options) (http.Handler, error) {
 	if h.readTimeout <= 0 {
 		h.readTimeout = ReadTimeout
 	}
+	h.liveTokens = newLiveTokens(h)
 	var err error
 	if h.hosts, err = hostsFor(o.Listen, o.Addr, o.Hosts); err != nil {
 		return nil, err
@@ -169,12 +176,13 @@ func New(o Options) (http.Handler, error) {
 	}
 	m := http.NewServeMux()
 	m.Handle("GET /static/", http.StripPrefix("/static/", cacheFor(time.Hour, http.FileServerFS(static))))
-	m.HandleFunc("GET /{$}", h.overview)
-	m.HandleFunc("GET /tasks", h.tasks)
+	m.HandleFunc("GET /{$}", h.withLive(h.overview))
+	m.HandleFunc("GET /tasks", h.withLive(h.tasks))
 	m.HandleFunc("GET /tasks/{id}", h.task)
-	m.HandleFunc("GET /schedules", h.schedules)
-	m.HandleFunc("GET /queues/{ref}", h.queuePage)
-	m.HandleFunc("GET /nodes/{name}", h.nodePage)
+	m.HandleFunc("GET /schedules", h.withLive(h.schedules))
+	m.HandleFunc("GET /queues/{ref}", h.withLive(h.queuePage))
+	m.HandleFunc("GET /nodes/{name}", h.withLive(h.nodePage))
+	m.HandleFunc("GET /live", h.live)
 	m.HandleFunc("GET /tasks/{id}/output", h.output)
 	m.HandleFunc("GET /tasks/{id}/output.txt", h.outputText)
 	m.HandleFunc("POST /tasks/{id}/cancel", h.action(h.cancel))
@@ -274,7 +282,10 @@ type page struct {
 	Title   string
 	Nav     string // which menu entry is current
 	Auth    authView
-	Refresh int // seconds; 0: the page does not reload itself
+	Refresh int // seconds; 0: the page does not update itself
+	// Live is the change token the page was made after (live.go): its
+	// script fetches it anew when GET /live says another.
+	Live    string
 	Message string
 	Outage  string // the banner while the database is unreachable
 	Now     time.Time
@@ -289,6 +300,9 @@ func (h *handler) render(w http.ResponseWriter, r *http.Request, name string, p 
 func (h *handler) renderStatus(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	p.Auth = h.authView(r)
 	p.Now = h.now()
+	if p.Refresh > 0 {
+		p.Live, _ = r.Context().Value(liveKey{}).(string)
+	}
 	if p.Outage = h.outageText(); p.Outage != "" && status < 400 {
 		status = http.StatusServiceUnavailable // a page that reads nothing, during an outage
 	}
