@@ -45,8 +45,11 @@ func (s *OperatorStore) SetNodeLimit(ctx context.Context, id bson.ObjectID, name
 
 // SearchTasks returns the task documents filter matches, whole, in the
 // server's order unless sort says otherwise; skip and limit as find has
-// them (limit 0: no limit), projection nil for whole documents.
+// them (limit 0: no limit), projection nil for whole documents. A
+// condition on the parameters holds under either name (EitherParams);
+// sort and projection name fields as stored.
 func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projection bson.D, skip, limit int64) ([]bson.Raw, error) {
+	filter = EitherParams(filter)
 	opts := options.Find()
 	if sort != nil {
 		opts.SetSort(sort)
@@ -71,9 +74,10 @@ func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projectio
 	return out, nil
 }
 
-// CountTasksMatching counts the tasks filter matches.
+// CountTasksMatching counts the tasks filter matches, a condition on the
+// parameters under either name (EitherParams).
 func (s *OperatorStore) CountTasksMatching(ctx context.Context, filter bson.D) (int64, error) {
-	n, err := s.tasks.CountDocuments(ctx, filter)
+	n, err := s.tasks.CountDocuments(ctx, EitherParams(filter))
 	if err != nil {
 		return 0, fmt.Errorf("count tasks: %w", err)
 	}

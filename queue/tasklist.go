@@ -23,7 +23,8 @@ type InsertOptions struct {
 	After, Waiting []bson.ObjectID
 	// Params writes the parameters as params, the spelling Disbatch 4's
 	// web API writes and its nodes read, instead of the protocol's
-	// parameters (den nodes read both).
+	// parameters (den nodes read both): set it for a queue of that
+	// schema (Queue.ParamsField).
 	Params bool
 	// Priority, when not 0, is written as each task's priority
 	// (FieldPriority); 0, the default, writes no field.
@@ -53,9 +54,9 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 	if len(opts.Waiting) > 0 {
 		status = StatusBlocked
 	}
-	paramsField := "parameters"
+	paramsField := FieldParameters
 	if opts.Params {
-		paramsField = "params"
+		paramsField = FieldParams
 	}
 	docs := make([]any, len(params))
 	ids := make([]bson.ObjectID, len(params))
@@ -134,10 +135,13 @@ type TaskFilter struct {
 	// above them: a page of ListTasks, with After the page just newer.
 	Before, After bson.ObjectID
 	// ParamKey and ParamValue, when ParamKey is set, select tasks whose
-	// parameters.KEY is the string ParamValue. A key that is not
-	// ValidParamKey selects nothing.
-	ParamKey, ParamValue string
-	Limit                int64
+	// parameter KEY, under either name (parameters.KEY or params.KEY,
+	// ParamCondition), equals ParamValue: a string matches a string, a
+	// number a number of any numeric type, a bool a bool (ParseParamValue).
+	// A key that is not ValidParamKey selects nothing.
+	ParamKey   string
+	ParamValue any
+	Limit      int64
 }
 
 // validParamKey is what a parameter search may name: a plain field of
@@ -179,7 +183,7 @@ func (f TaskFilter) bson() bson.D {
 		if !ValidParamKey(f.ParamKey) {
 			return bson.D{{Key: "_id", Value: bson.D{{Key: "$exists", Value: false}}}} // nothing
 		}
-		d = append(d, bson.E{Key: "parameters." + f.ParamKey, Value: f.ParamValue})
+		d = append(d, ParamCondition(f.ParamKey, f.ParamValue))
 	}
 	return d
 }

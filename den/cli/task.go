@@ -113,6 +113,7 @@ and terminated tasks still hold it. See docs/task-control.md.`,
 				return err
 			}
 			opts.Priority, _ = cmd.Flags().GetInt64("priority")
+			opts.Params = q.ParamsField() == queue.FieldParams
 			if opts.UniqueKey, err = uniqueKeyFlag(cmd, len(params)); err != nil {
 				return err
 			}
@@ -272,8 +273,17 @@ func timePtr(t time.Time) *time.Time {
 func newTaskListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List tasks, newest first (filters: --queue, --status, --node, --outcome, --since)",
+		Short: "List tasks, newest first (filters: --queue, --status, --node, --outcome, --since, --param)",
+		Long: `List tasks, newest first, without their output.
+
+--param KEY=VALUE lists the tasks whose parameter KEY equals VALUE, under
+either name a task carries its parameters in (parameters, the protocol's;
+params, later Disbatch 4's). VALUE is read as JSON when it is a JSON
+number, string or boolean, else as text: n=7 finds the number 7 (stored
+as any numeric type), n='"7"' the text 7, user=ann the text ann. KEY is one
+field of the parameters: 1 to 64 of A-Z a-z 0-9 _ (no paths, no $).`,
 		Example: `  den task list --queue demo --status failed,orphaned --since 24h
+  den task list --queue resync --param account=42 --status queued
   den task list --outcome runner_died,node_died --since 24h   # infrastructure, not the task
   den task list --node worker01 --status running --json`,
 		Args: cobra.NoArgs,
@@ -281,6 +291,13 @@ func newTaskListCmd() *cobra.Command {
 			f, err := taskFilter(cmd, d)
 			if err != nil {
 				return err
+			}
+			if p, _ := cmd.Flags().GetString("param"); p != "" {
+				key, value, ok := strings.Cut(p, "=")
+				if !ok || !queue.ValidParamKey(key) {
+					return usagef("--param %q: want KEY=VALUE, KEY 1 to 64 of A-Z, a-z, 0-9 and _ (no dots, no $)", p)
+				}
+				f.ParamKey, f.ParamValue = key, queue.ParseParamValue(value)
 			}
 			f.Limit, _ = cmd.Flags().GetInt64("limit")
 			if f.Limit < 0 {
@@ -342,6 +359,7 @@ func newTaskListCmd() *cobra.Command {
 	}
 	addTaskFilterFlags(cmd)
 	cmd.Flags().Int64("limit", 50, "at most this many tasks (0: all)")
+	cmd.Flags().String("param", "", "only tasks whose parameter KEY equals VALUE (KEY=VALUE; VALUE a JSON number, string or boolean, else text), under parameters or params")
 	return cmd
 }
 
