@@ -34,6 +34,10 @@ type InsertOptions struct {
 	// the error is a *KeyHeldError naming the task that does. Only one
 	// task may be inserted with a key.
 	UniqueKey string
+	// UniqueFor, with UniqueKey, keeps the key held for so long after
+	// the task ended (FieldUniqueFor, uniquefor.go): a twin inserted
+	// meanwhile is refused too. At most MaxUniqueFor.
+	UniqueFor time.Duration
 }
 
 // InsertTasks inserts one queued task per parameters document into a
@@ -46,7 +50,7 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 		return nil, nil
 	}
 	if opts.UniqueKey != "" {
-		if err := (*UniqueKeys)(s).prepare(ctx, queueID, opts.UniqueKey, len(params)); err != nil {
+		if err := (*UniqueKeys)(s).prepare(ctx, queueID, opts.UniqueKey, len(params), now); err != nil {
 			return nil, err
 		}
 	}
@@ -81,6 +85,9 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 		}
 		if opts.UniqueKey != "" {
 			doc = append(doc, bson.E{Key: FieldUniqueKey, Value: opts.UniqueKey})
+			if opts.UniqueFor > 0 {
+				doc = append(doc, bson.E{Key: FieldUniqueFor, Value: min(opts.UniqueFor, MaxUniqueFor).Seconds()})
+			}
 		}
 		docs[i] = doc
 	}
