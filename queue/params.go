@@ -106,18 +106,34 @@ func eitherParams(under bson.D) bson.E {
 }
 
 // ParamCondition is the condition that a task's parameter key (a plain
-// field, ValidParamKey) equals value under either name (EitherParams).
+// field, ValidParamKey) equals value under either name (EitherParams); a
+// []any value (ParseParamValue's) matches any of its values.
 func ParamCondition(key string, value any) bson.E {
+	if list, ok := value.([]any); ok {
+		value = bson.D{{Key: "$in", Value: bson.A(list)}}
+	}
 	return eitherParams(bson.D{{Key: "." + key, Value: value}})
 }
 
 // ParseParamValue reads the value of a parameter search (KEY=VALUE) as a
-// user means it: a JSON number is that number (7, -2.5, 1e3; an integer
-// as an int64, which matches the same number stored as int32, int64 or
-// double), a JSON string is that string ("7" is the text 7), true and
-// false are booleans; anything else is the text itself, a string (ann,
+// user means it, as TaskFilter.ParamValue takes it: a JSON number matches
+// that number (7, -2.5, 1e3; an integer as an int64, which matches the
+// same number stored as int32, int64 or double) or its text as typed (a
+// task written {"n": "7"}), []any{7, "7"}; true and false likewise the
+// boolean or the text; a JSON string only that string ("7" in quotes is
+// the text 7 and not the number); anything else is the text itself (ann,
 // 01234, null, {"$ne": 1}): never an object, so never an operator.
 func ParseParamValue(text string) any {
+	v := parseParamJSON(text)
+	if _, isText := v.(string); isText {
+		return v
+	}
+	return []any{v, strings.TrimSpace(text)}
+}
+
+// parseParamJSON is a parameter search's value as JSON when it is a JSON
+// number, string or boolean, else text.
+func parseParamJSON(text string) any {
 	dec := json.NewDecoder(strings.NewReader(text))
 	dec.UseNumber()
 	var v any

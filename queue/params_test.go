@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"bytes"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -118,9 +119,9 @@ func TestSearchFindsParametersUnderEitherName(t *testing.T) {
 		text string
 		want []bson.ObjectID
 	}{
-		{"7", []bson.ObjectID{p[0], pp[0], pp[1]}},
-		{"7.0", []bson.ObjectID{p[0], pp[0], pp[1]}},
-		{`"7"`, []bson.ObjectID{p[1], pp[2]}},
+		{"7", []bson.ObjectID{p[0], p[1], pp[0], pp[1], pp[2]}}, // the number, or its text
+		{"7.0", []bson.ObjectID{p[0], pp[0], pp[1]}},            // its text is "7.0"
+		{`"7"`, []bson.ObjectID{p[1], pp[2]}},                   // the text only
 		{"9", []bson.ObjectID{both}},
 		{"x7", nil},
 		{`{"$ne":7}`, nil}, // text, never an operator
@@ -149,11 +150,12 @@ func TestParseParamValue(t *testing.T) {
 		text string
 		want any
 	}{
-		{"7", int64(7)}, {"-2.5", -2.5}, {"1e3", 1000.0}, {`"7"`, "7"}, {"true", true}, {"false", false},
+		{"7", []any{int64(7), "7"}}, {"-2.5", []any{-2.5, "-2.5"}}, {"1e3", []any{1000.0, "1e3"}}, {`"7"`, "7"},
+		{"true", []any{true, "true"}}, {"false", []any{false, "false"}},
 		{"ann", "ann"}, {"", ""}, {"01234", "01234"}, {"null", "null"}, {`{"$ne":1}`, `{"$ne":1}`}, {"[1]", "[1]"},
-		{"7 8", "7 8"}, {`"a" x`, `"a" x`}, {"1e999", "1e999"}, {"9223372036854775808", 9223372036854775808.0},
+		{"7 8", "7 8"}, {`"a" x`, `"a" x`}, {"1e999", "1e999"}, {"9223372036854775808", []any{9223372036854775808.0, "9223372036854775808"}},
 	} {
-		if got := queue.ParseParamValue(tc.text); got != tc.want {
+		if got := queue.ParseParamValue(tc.text); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("ParseParamValue(%q) = %#v, want %#v", tc.text, got, tc.want)
 		}
 	}

@@ -143,9 +143,9 @@ type TaskFilter struct {
 	Before, After bson.ObjectID
 	// ParamKey and ParamValue, when ParamKey is set, select tasks whose
 	// parameter KEY, under either name (parameters.KEY or params.KEY,
-	// ParamCondition), equals ParamValue: a string matches a string, a
-	// number a number of any numeric type, a bool a bool (ParseParamValue).
-	// A key that is not ValidParamKey selects nothing.
+	// ParamCondition), equals ParamValue (a string, number or bool), or
+	// one of its values when it is a []any (ParseParamValue's). A key that
+	// is not ValidParamKey selects nothing.
 	ParamKey   string
 	ParamValue any
 	Limit      int64

@@ -44,7 +44,7 @@ func TestTaskAddParamsFollowTheQueue(t *testing.T) {
 		param string
 		want  []string
 	}{
-		{"n=7", []string{perl.Hex(), added.IDs[0]}},
+		{"n=7", []string{text.Hex(), perl.Hex(), added.IDs[0]}},
 		{`n="7"`, []string{text.Hex()}},
 	} {
 		var rows []struct{ ID string }

@@ -314,8 +314,9 @@ func newTaskListCmd() *cobra.Command {
 either name a task carries its parameters in (parameters, the protocol's;
 params, later Disbatch 4's). VALUE is read as JSON when it is a JSON
 number, string or boolean, else as text: n=7 finds the number 7 (stored
-as any numeric type), n='"7"' the text 7, user=ann the text ann. KEY is one
-field of the parameters: 1 to 64 of A-Z a-z 0-9 _ (no paths, no $).`,
+as any numeric type) or the text "7", n='"7"' only the text 7, user=ann the
+text ann. KEY is one field of the parameters: 1 to 64 of A-Z a-z 0-9 _
+(no paths, no $).`,
 		Example: `  den task list --queue demo --status failed,orphaned --since 24h
   den task list --queue resync --param account=42 --status queued
   den task list --outcome runner_died,node_died --since 24h   # infrastructure, not the task
@@ -393,7 +394,7 @@ field of the parameters: 1 to 64 of A-Z a-z 0-9 _ (no paths, no $).`,
 	}
 	addTaskFilterFlags(cmd)
 	cmd.Flags().Int64("limit", 50, "at most this many tasks (0: all)")
-	cmd.Flags().String("param", "", "only tasks whose parameter KEY equals VALUE (KEY=VALUE; VALUE a JSON number, string or boolean, else text), under parameters or params")
+	cmd.Flags().String("param", "", "only tasks whose parameter KEY equals VALUE (KEY=VALUE; VALUE a JSON number, which also matches its text, a JSON string, a boolean, else text), under parameters or params")
 	return cmd
 }
 

@@ -12,7 +12,8 @@ import (
 
 // ?param=KEY=VALUE finds a task under either name of its parameters
 // (params, as Disbatch 4 writes them, and parameters), and matches a
-// number as a number ("7" quoted is the text) and text as text.
+// number as a number of any type, or its text as typed; "7" quoted is the
+// text only.
 func TestTaskListParamSearchEitherName(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
@@ -27,7 +28,7 @@ func TestTaskListParamSearchEitherName(t *testing.T) {
 		param string
 		want  []bson.ObjectID
 	}{
-		{"n=7", []bson.ObjectID{d4, added[0]}},
+		{"n=7", []bson.ObjectID{d4, added[1], added[0]}}, // the number, or its text
 		{`n="7"`, []bson.ObjectID{added[1]}},
 		{"n=7.5", []bson.ObjectID{added[2]}},
 		{"n=x", nil},
