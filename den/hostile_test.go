@@ -210,7 +210,7 @@ func TestHostileQueuesDoNotStallANode(t *testing.T) {
 // both are the housekeeping's first work; and /readyz says the node works
 // although no pass has completed yet. The housekeeping follows. (On a
 // server of the test's own: the development server scans the corpus and
-// the large tasks for every command, one command at a time, and would
+// the large tasks for every command, one write at a time, and would
 // slow every other test.)
 func TestFirstClaimsComeBeforeHousekeeping(t *testing.T) {
 	t.Parallel()

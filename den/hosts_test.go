@@ -453,7 +453,7 @@ func TestTwoHostsFrozenNodesRunnerKeepsItsTask(t *testing.T) {
 	// the lease holds while the runner's beats land, and in CI a beat has
 	// been seen to wait more than 5 s, and once more than 10 s, while
 	// other tests of the package kept the development server (which runs
-	// one command at a time) busy scanning their hostile documents. The
+	// one write at a time) busy scanning their hostile documents. The
 	// task runs for the lease and 35 s more, so that it goes on for
 	// longer than the lease after the freeze even when starting node b
 	// takes a while, and ends within waitFor's two minutes.

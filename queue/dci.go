@@ -48,22 +48,27 @@ func (s *OperatorStore) SetNodeLimit(ctx context.Context, id bson.ObjectID, name
 // them (limit 0: no limit), projection nil for whole documents. A
 // condition on the parameters holds under either name (EitherParams);
 // sort and projection name fields as stored.
+//
+// The filter is whoever searches' own, so the server must stop the find
+// when ctx's deadline passes: it is sent as a command, with which the
+// driver sends what is left of the deadline as maxTimeMS, as it does
+// with CountDocuments. (Collection.Find sends none: the driver leaves
+// maxTimeMS out of the commands that return a cursor, DRIVERS-2722.)
 func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projection bson.D, skip, limit int64) ([]bson.Raw, error) {
-	filter = EitherParams(filter)
-	opts := options.Find()
+	cmd := bson.D{{Key: "find", Value: s.tasks.Name()}, {Key: "filter", Value: EitherParams(filter)}}
 	if sort != nil {
-		opts.SetSort(sort)
+		cmd = append(cmd, bson.E{Key: "sort", Value: sort})
 	}
 	if projection != nil {
-		opts.SetProjection(projection)
+		cmd = append(cmd, bson.E{Key: "projection", Value: projection})
 	}
 	if skip > 0 {
-		opts.SetSkip(skip)
+		cmd = append(cmd, bson.E{Key: "skip", Value: skip})
 	}
 	if limit != 0 {
-		opts.SetLimit(limit)
+		cmd = append(cmd, bson.E{Key: "limit", Value: limit})
 	}
-	cur, err := s.tasks.Find(ctx, filter, opts)
+	cur, err := s.db.RunCommandCursor(ctx, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("search tasks: %w", err)
 	}

@@ -26,7 +26,7 @@ import (
 // handler with and without the GIN twins, with the protocol's sorted claim
 // and with claims by candidates. Each configuration stops after
 // DEN_BENCH_LIMIT (120 s); it prints tasks/s per DEN_BENCH_SLICE (1,000)
-// tasks. The server runs in this process, one command at a time as for
+// tasks. The server runs in this process, one write at a time as for
 // den dev.
 //
 //	go test -run '^$' -bench BenchmarkEngines -benchtime 1x -timeout 2h ./queue

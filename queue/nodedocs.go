@@ -173,7 +173,7 @@ func (s *OperatorStore) SetNodeMaxThreads(ctx context.Context, node string, limi
 		return fmt.Errorf("set maxthreads of node %s: %w", node, err)
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("no node document for node %q", node)
+		return fmt.Errorf("%w for node %q", ErrNoNode, node)
 	}
 	return nil
 }

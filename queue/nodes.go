@@ -253,7 +253,7 @@ func (s *OperatorStore) ForgetNode(ctx context.Context, name string, now time.Ti
 	var n NodeDoc
 	raw, err := s.nodes.FindOne(ctx, bson.D{{Key: "node", Value: name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return n, fmt.Errorf("forget node %s: no node document for node %q", name, name)
+		return n, fmt.Errorf("forget node %s: %w for node %q", name, ErrNoNode, name)
 	}
 	if err != nil {
 		return n, fmt.Errorf("forget node %s: %w", name, err)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Measures den against the Perl Disbatch 4 node on the same server in the
 # same run (issue 8's "15x the Perl node"): one embedded development
-# database (`den devdb`, FerretDB behind den's proxy, one command at a time per database);
+# database (`den devdb`, FerretDB behind den's proxy, one write at a time per database);
 # on it, N Demo tasks through the Perl node (bin/disbatchd and its
 # bin/task_runner) and N Demo tasks through a den node (`den run` with the
 # same kind of Disbatch config.json). Prints tasks/s for each, the ratio and

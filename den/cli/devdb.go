@@ -34,7 +34,7 @@ func newDevDBCmd() *cobra.Command {
 		Short: "Serve only the embedded development database",
 		Long: `Serve the embedded MongoDB-compatible development database (FerretDB on
 PostgreSQL, or SQLite where PostgreSQL is not installed, made atomic by a
-proxy running one command at a time per database) without a node. The
+proxy running one write at a time per database) without a node. The
 first line on stdout is its mongodb:// URI. It is what the test suite runs.
 Its port asks for no credentials: every local user can connect to it, as to
 a default MongoDB (every host that reaches it, with a --listen address other

@@ -96,7 +96,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// database: escaped, lines kept.
 	fmt.Fprintln(stderr, "den:", human.EscapeText(err.Error()))
 	var ue usageError
-	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") {
+	if errors.As(err, &ue) {
 		return ExitUsage
 	}
 	var ee exitError

@@ -5,7 +5,7 @@
 // builds `den` (without -race, so that the server is not slowed down by the
 // race detector's instrumentation) and starts `den devdb` once per test
 // package, on a free loopback port with its data in a temporary directory:
-// FerretDB behind the proxy that runs one command at a time per database,
+// FerretDB behind the proxy that runs one write at a time per database,
 // making its single-document operations atomic. Nothing is mocked.
 //
 // Main also lets a test binary act as another process of the system (a

@@ -15,7 +15,7 @@ import (
 // OwnServer returns the URI of an embedded server of the calling test's
 // own, stopped when the test ends: for a test whose database (hundreds of
 // megabytes, documents of 16 MiB) would slow every other test of the
-// package, since the embedded server runs one command at a time and scans
+// package, since the embedded server runs one write at a time and scans
 // whole collections. Against DEN_TEST_MONGODB_URI it returns that URI:
 // MongoDB runs commands side by side.
 func OwnServer(t testing.TB) string {

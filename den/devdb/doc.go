@@ -1,15 +1,19 @@
 // Package devdb runs the embedded development database of `den dev` and of
 // the test suite: FerretDB 1.24, in process, behind a proxy that forwards
-// one MongoDB wire message at a time in each database (commands of
-// different databases, such as the suite's tests', run side by side), keeping its data either in a
-// PostgreSQL cluster of the data directory's own (postgres.go, with the
-// GIN indexes of pgindexes.go) or in SQLite files (server.go chooses).
+// one write at a time in each database, and every read beside them
+// (commands of different databases, such as the suite's tests', run side
+// by side), keeping its data either in a PostgreSQL cluster of the data
+// directory's own (postgres.go, with the GIN indexes of pgindexes.go) or
+// in SQLite files (server.go chooses).
 //
 // Why the proxy: FerretDB's findAndModify reads and then writes, so two
 // concurrent claims can both "win" the same task (measured: 744 duplicate
-// claims out of 944 with 8 claimers). Forwarding one command at a time in
-// its database makes every single-document operation atomic, as it is on MongoDB, which is all
-// the Disbatch protocol needs.
+// claims out of 944 with 8 claimers). Forwarding one write at a time in its
+// database makes every single-document operation atomic, as it is on
+// MongoDB, which is all the Disbatch protocol needs. A read changes
+// nothing, so it takes no lock (readonly.go): it neither waits behind the
+// writes nor holds them up, and sees each document as some write left it,
+// as a read on MongoDB does.
 //
 // Why PostgreSQL: FerretDB's sqlite handler pushes down to SQLite only a
 // filter that is exactly {_id: ...}, so every other query decodes the whole
@@ -18,9 +22,41 @@
 // indexes serve, and queue.NodeStore asks FerretDB what it can push down
 // (candidates for sorted claims, one status at a time): claims, starts and
 // finishes stay index lookups as finished tasks pile up
-// (docs/performance.md, scripts/scale.sh). It is still a development
-// database, not a production one: a few queries (the sweep's search for
-// malformed tasks) decode a whole collection, and den paces them.
+// (docs/performance.md, scripts/scale.sh).
+//
+// The fast paths (fastpath.go), on the PostgreSQL engine: what FerretDB
+// cannot push down (a sort, a limit with a filter, an $in, a range, a
+// $group) it answers by decoding every document of the collection, so the
+// reads of den's views cost what the tasks kept cost. The proxy answers
+// these itself, for the tasks collection:
+//
+//   - a page of a list (fastfind.go): a find sorted on _id, or unsorted,
+//     with a limit (skip and limit at most 1,000), a filter of paths
+//     compared with scalars or null ($eq, $ne, $gt, $gte, $lt, $lte, $in,
+//     $nin, $exists, $and, $or) and a projection that only includes or
+//     only excludes: PostgreSQL lists the candidates in _id order from
+//     btree indexes on queue, status and node (pgfast.go), with a WHERE
+//     that holds for every match; those it decides match are read from
+//     their _jsonb as FerretDB reads them (sjson.go), the others by
+//     FerretDB itself, by _id with the whole filter;
+//   - counts (fastcount.go): count, and aggregate [$match?, $group by
+//     queue, status and node fields or a constant, {$sum: 1}] (and the
+//     driver's countDocuments), with a filter on those fields only, from a
+//     tally PostgreSQL triggers keep in the same transaction as every write.
+//
+// Their answers are FerretDB's, byte for byte, except for orders no
+// command asks for: an unsorted find's documents come in _id order
+// (FerretDB's in PostgreSQL's physical order: with a limit, which
+// documents may differ; MongoDB promises no order either), and a $group's
+// groups in the order of their keys. Anything they cannot decide exactly
+// (documents of other _id types that may match, values the tally does not
+// keep, a group of equal numbers of different types, a first batch that
+// would be full) goes to FerretDB as it was sent (docs/development.md).
+//
+// It is still a development database, not a production one: the reads
+// the fast paths leave to FerretDB (the sweep's search for malformed
+// tasks, a search on a field no index narrows) decode a whole collection,
+// and den paces them.
 //
 // The PostgreSQL cluster answers den alone: it runs as a user of its own
 // (den's, or for root the system user den-devdb; pguser.go) with no

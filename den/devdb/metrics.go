@@ -14,7 +14,7 @@ var (
 		"Commands the development database ran, by command and collection (handshakes left out).",
 		[]string{"command", "collection"}, nil)
 	secondsDesc = prometheus.NewDesc("den_devdb_command_seconds_total",
-		"Time the development database spent on commands (one at a time per database), by command and collection.",
+		"Time the development database spent on commands (writes one at a time per database, reads beside them), by command and collection.",
 		[]string{"command", "collection"}, nil)
 )
 

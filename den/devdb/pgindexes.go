@@ -75,11 +75,21 @@ const twinSuffix = "_dentwin"
 const twinOptions = "fastupdate='off'"
 
 // twinWork is what one MongoDB database (one PostgreSQL schema) needs for
-// its twins to be current.
+// its twins, and the fast paths' indexes and tallies (pgfast.go), to be
+// current.
 type twinWork struct {
 	drop []string   // twins of an earlier den, and of fields no longer wanted
 	make []twinSpec // missing twins
+
+	listDrop []string    // list indexes no longer wanted
+	listMake []listIndex // missing list indexes
+	statDrop []string    // statistics objects no longer wanted
+	statMake []pgStat    // missing statistics objects
+	tally    []string    // tables whose tally is missing
 }
+
+// pgTable is a table of a schema.
+type pgTable struct{ schema, name string }
 
 // twinSpec is one twin: a table's field.
 type twinSpec struct{ table, field string }
@@ -90,8 +100,9 @@ type twinSpec struct{ table, field string }
 // work are in the result. It only reads, so it may run while commands
 // run; a database dropped meanwhile is left out.
 func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twinWork, error) {
-	type table struct{ schema, name string }
+	type table = pgTable
 	want := map[table]map[string]bool{}
+	colls := map[table]string{}
 	schemas, err := collectStrings(ctx, conn, `SELECT table_schema FROM information_schema.tables WHERE table_name = '_ferretdb_database_metadata' AND ($1 = '' OR table_schema = $1)`, db)
 	if err != nil {
 		return nil, fmt.Errorf("list FerretDB's databases: %w", err)
@@ -115,6 +126,7 @@ func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twin
 				fields[f] = true
 			}
 			want[table{schema, tbl}] = fields
+			colls[table{schema, tbl}] = coll
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -173,6 +185,9 @@ func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twin
 			}
 		}
 	}
+	if err := planFast(ctx, conn, db, colls, work); err != nil {
+		return nil, err
+	}
 	return plan, nil
 }
 
@@ -183,8 +198,9 @@ func gone(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000")
 }
 
-// apply makes and drops the twins of schema that w says.
-func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (made, dropped int, err error) {
+// apply makes and drops the twins of schema that w says (and the fast
+// paths' indexes and tallies, telling log when that takes a while).
+func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string, log io.Writer) (made, dropped int, err error) {
 	for _, name := range w.drop {
 		if _, err := conn.Exec(ctx, `DROP INDEX IF EXISTS `+pgx.Identifier{schema, name}.Sanitize()); err != nil {
 			return made, dropped, fmt.Errorf("drop index %s.%s: %w", schema, name, err)
@@ -199,6 +215,9 @@ func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (ma
 		}
 		made++
 	}
+	if err := w.applyFast(ctx, conn, schema, log); err != nil {
+		return made, dropped, err
+	}
 	return made, dropped, nil
 }
 
@@ -207,13 +226,13 @@ func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string) (ma
 // MongoDB database db only, or of all of them when db is "". It returns
 // how many it made and dropped. No command may run meanwhile in the
 // databases it changes (a collection dropped under it fails it).
-func ensureTwins(ctx context.Context, conn *pgx.Conn, db string) (made, dropped int, err error) {
+func ensureTwins(ctx context.Context, conn *pgx.Conn, db string, log io.Writer) (made, dropped int, err error) {
 	plan, err := planTwins(ctx, conn, db)
 	if err != nil {
 		return 0, 0, err
 	}
 	for schema, w := range plan {
-		m, d, err := w.apply(ctx, conn, schema)
+		m, d, err := w.apply(ctx, conn, schema, log)
 		made, dropped = made+m, dropped+d
 		if err != nil {
 			return made, dropped, err
@@ -286,7 +305,7 @@ func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*t
 	if err != nil {
 		return nil, fmt.Errorf("devdb: connect to PostgreSQL for its indexes: %w", err)
 	}
-	if _, _, err := ensureTwins(ctx, conn, ""); err != nil {
+	if _, _, err := ensureTwins(ctx, conn, "", logOut); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("devdb: PostgreSQL indexes: %w", err)
 	}
@@ -368,6 +387,9 @@ func (k *twinKeeper) sweep(ctx context.Context, p *proxy) {
 			return err
 		})
 	}
+	if err == nil {
+		err = k.withConn(ctx, func(conn *pgx.Conn) error { return dropOrphanTallies(ctx, conn) })
+	}
 	if err != nil || len(plan) == 0 {
 		k.report(ctx, err)
 	}
@@ -386,7 +408,7 @@ func (k *twinKeeper) update(ctx context.Context, db string) {
 		return // stopping: conn may be closed
 	}
 	err := k.withConn(ctx, func(conn *pgx.Conn) error {
-		_, _, err := ensureTwins(ctx, conn, db)
+		_, _, err := ensureTwins(ctx, conn, db, k.logOut)
 		return err
 	})
 	k.report(ctx, err)

@@ -26,7 +26,7 @@ import (
 
 // needPostgres skips a test of the PostgreSQL engine where PostgreSQL's
 // programs are not installed (.ci/run installs them).
-func needPostgres(t *testing.T) {
+func needPostgres(t testing.TB) {
 	t.Helper()
 	if _, err := FindPostgres(""); err != nil {
 		t.Skipf("the PostgreSQL engine cannot be tested here: %v", err)

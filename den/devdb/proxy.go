@@ -26,12 +26,13 @@ const (
 )
 
 // proxy accepts MongoDB client connections and forwards each to its own
-// upstream connection. It holds its database's lock from the moment a
-// request is written upstream until its reply has been read back, so the
-// upstream server runs one command at a time in each database: every
-// single-document operation is atomic, as the Disbatch protocol needs,
-// while commands on other databases (the test suite's, one per test) go
-// on beside it.
+// upstream connection. For a command that may write, it holds its
+// database's lock from the moment the request is written upstream until
+// its reply has been read back, so the upstream server runs one such
+// command at a time in each database: every single-document operation is
+// atomic, as the Disbatch protocol needs, while commands on other
+// databases (the test suite's, one per test) go on beside it. Reads take
+// no lock (readonly.go).
 type proxy struct {
 	ln       net.Listener
 	network  string // upstream's: "unix" (FerretDB's socket) or "tcp"
@@ -42,7 +43,7 @@ type proxy struct {
 	// it, so that clients see the database unreachable, as a MongoDB
 	// that went away, and retry (not an error of the command itself).
 	backend interface{ isDown() bool }
-	serial  bool  // run one command at a time per database upstream
+	serial  bool  // run one write at a time per database upstream
 	locks   locks // the databases' locks
 	wg      sync.WaitGroup
 	connsMu sync.Mutex
@@ -56,6 +57,8 @@ type proxy struct {
 	// once its reply is read, still under the database's lock (the
 	// PostgreSQL engine's index upkeep).
 	after func(db, name string)
+	// fast, when set, answers some reads from PostgreSQL (fastpath.go).
+	fast *fastPaths
 }
 
 // tryLockedDB runs fn while no command runs in database db, if no command
@@ -289,7 +292,7 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 		if err != nil {
 			return
 		}
-		replies, err := p.roundTrip(up, req)
+		replies, err := p.roundTrip(ctx, up, req)
 		if err != nil {
 			return
 		}
@@ -301,16 +304,19 @@ func (p *proxy) handle(ctx context.Context, client net.Conn) {
 	}
 }
 
-// roundTrip sends one request upstream and reads its replies under its
-// database's lock.
-// Handshakes (hello, isMaster) change nothing and skip the lock, so that
-// the driver's monitoring never waits behind a command.
-func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
+// roundTrip sends one request upstream and reads its replies, under its
+// database's lock unless it only reads (readonly.go): handshakes (hello,
+// isMaster), so that the driver's monitoring never waits behind a
+// command, and every read, so that no view waits behind the writes nor
+// holds them up. A read the fast paths answer (fastpath.go) is answered
+// from PostgreSQL instead.
+func (p *proxy) roundTrip(ctx context.Context, up net.Conn, req []byte) ([][]byte, error) {
 	name, coll := wire.Command(req)
 	db := wire.Database(req)
 	p.count(name, false)
 	if !handshake(name) {
-		if p.serial {
+		read := readOnly(name, req)
+		if p.serial && !read {
 			asked := time.Now()
 			defer p.locks.db(db)()
 			if waited := time.Since(asked); waited > commandTimeout && p.logOut != nil {
@@ -325,6 +331,15 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 		}
 		start := time.Now()
 		defer func() { p.busy(strings.TrimSpace(name+" "+coll), time.Since(start)) }()
+		if read && p.fast != nil {
+			reply, ok, err := p.fast.answer(ctx, up, req)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return [][]byte{reply}, nil
+			}
+		}
 	}
 	if _, err := up.Write(req); err != nil {
 		return nil, err
@@ -346,7 +361,7 @@ func (p *proxy) roundTrip(up net.Conn, req []byte) ([][]byte, error) {
 		}
 		replies = append(replies, r)
 		if !wire.MoreToCome(r) {
-			if p.after != nil && !handshake(name) {
+			if p.after != nil && !handshake(name) && !readOnly(name, req) {
 				p.after(db, name)
 			}
 			return replies, nil

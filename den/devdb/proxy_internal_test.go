@@ -99,10 +99,11 @@ func reply(req []byte) []byte {
 	return msg
 }
 
-// command is an OP_MSG find on database db.
+// command is an OP_MSG update (a write, which takes its database's lock)
+// on database db.
 func command(t *testing.T, id uint32, db string) []byte {
 	t.Helper()
-	doc, err := bson.Marshal(bson.D{{Key: "find", Value: "tasks"}, {Key: "$db", Value: db}})
+	doc, err := bson.Marshal(bson.D{{Key: "update", Value: "tasks"}, {Key: "$db", Value: db}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func command(t *testing.T, id uint32, db string) []byte {
 	return msg
 }
 
-// The proxy runs one command at a time in each database, and commands of
+// The proxy runs one write at a time in each database, and commands of
 // other databases beside it: a command of database b reaches the server
 // while one of a is unanswered; a second command of a waits for the
 // first's answer. Red with one lock for every database (b's command never

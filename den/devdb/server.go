@@ -47,7 +47,8 @@ type Config struct {
 	// empty looks in the usual places (FindPostgres).
 	PostgresBin string
 	// NoTwins leaves out the PostgreSQL engine's GIN indexes (pgindexes.go),
-	// for measuring what they do (BenchmarkEngines in queue).
+	// and its fast paths with their indexes and tallies (fastpath.go), for
+	// measuring what they do (BenchmarkEngines in queue).
 	NoTwins bool
 	// TaskUsers are the users tasks of a node on this database may run
 	// as (command.user): the PostgreSQL cluster never runs as one of
@@ -185,6 +186,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			if twins, err = startTwins(ctx, pg.url(pgDatabase), p, logOut); err != nil {
 				return fail(err)
 			}
+			if p.fast, err = newFastPaths(ctx, pg.url(pgDatabase)); err != nil {
+				return fail(err)
+			}
+			undo = append(undo, p.fast.close)
 		}
 	}
 	go s.serve(ctx, cancel, p, twins, ferretDone, func() {
@@ -224,6 +229,9 @@ func (s *Server) serve(ctx context.Context, cancel context.CancelFunc, p *proxy,
 	p.serve(ctx)
 	if twins != nil {
 		twins.wait()
+	}
+	if p.fast != nil {
+		p.fast.close()
 	}
 	<-ferretDone
 }

@@ -204,6 +204,9 @@ func (h *handler) action(f func(http.ResponseWriter, *http.Request)) http.Handle
 			h.fail(w, r, http.StatusBadRequest, errBadRequest)
 			return
 		}
+		// The body is read: the connection's read deadline (BodyTimeout)
+		// must not cancel the action's context while it works.
+		http.NewResponseController(w).SetReadDeadline(time.Time{})
 		if err := h.allowed(r); err != nil {
 			var lim errLimited
 			if errors.As(err, &lim) {

@@ -47,9 +47,16 @@
 // reaches the server by one of those names, which is why den web listens
 // on localhost unless configured otherwise.
 //
+// Every read is bounded (readbounds.go): at most ReadsPerClient at once
+// per client address and Reads in all, each under a deadline that the
+// driver sends as maxTimeMS where it can; a failed read is told apart as
+// the client's leaving (debug, nothing answered), a slow database (503
+// for that request) or an unreachable one (the outage, outage.go).
+//
 // Files: web.go (New, routes, rendering, errors), auth.go (token, CSRF,
 // login, logout), session.go (the session store), limit.go (wrong tokens
-// per address), hosts.go (the Host check), guard.go (both checks for
+// per address), readbounds.go (the reads' bounds, and what a failed read
+// says), outage.go (the database unreachable), hosts.go (the Host check), guard.go (both checks for
 // another handler of the process: the Disbatch web API, den/web/dci), overview.go (/), tasks.go
 // (/tasks), task.go (/tasks/ID), output.go (reading output,
 // /tasks/ID/output), actions.go (the POSTs), nodeinfo.go (node

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"go.uber.org/zap"
 
@@ -57,7 +56,7 @@ func (h nodeActions) forget(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	n, err := h.store.ForgetNode(r.Context(), name, h.now(), h.dead)
 	switch {
-	case err != nil && n.Raw == nil && strings.Contains(err.Error(), "no node document"):
+	case errors.Is(err, queue.ErrNoNode):
 		h.fail(w, r, http.StatusNotFound, err)
 		return
 	case err != nil && n.Raw == nil:

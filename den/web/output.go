@@ -168,12 +168,12 @@ func (h *handler) output(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.wantLive(r.Context(), t); err != nil {
-		jsonError(w, http.StatusInternalServerError, err.Error())
+		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	data, o, err := h.readOutput(r.Context(), t, stream, from, pollLimit)
 	if err != nil {
-		jsonError(w, outputErrorStatus(err), err.Error())
+		h.fail(w, r, outputErrorStatus(err), err)
 		return
 	}
 	rep := outputReply{Data: string(data), Next: o.From + o.Skipped + int64(len(data)), Total: o.Total, Reset: o.Reset, Skipped: o.Skipped,
@@ -274,8 +274,11 @@ func (h *handler) streamRequest(w http.ResponseWriter, r *http.Request) (*queue.
 		return nil, "", false
 	}
 	t, _, err := h.findTask(r.Context(), r.PathValue("id"))
-	if err != nil {
-		jsonError(w, findStatus(err), err.Error())
+	if st := findStatus(err); err != nil && st >= 500 {
+		h.fail(w, r, st, err) // the database's failure: told apart there
+		return nil, "", false
+	} else if err != nil {
+		jsonError(w, st, err.Error())
 		return nil, "", false
 	}
 	return t, stream, true

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +70,9 @@ type Options struct {
 	// every task again, once for every viewer. Default
 	// queue.DefaultCountsAge; negative: every page counts.
 	CountsAge time.Duration
+	// ReadTimeout is each read request's deadline, sent to the database
+	// as maxTimeMS (readbounds.go). Default ReadTimeout.
+	ReadTimeout time.Duration
 }
 
 // DefaultRefresh is how often pages reload themselves unless configured.
@@ -106,6 +110,10 @@ type handler struct {
 	// census makes the task counts the pages show, at most countsAge old.
 	census    *queue.CensusTaker
 	countsAge time.Duration
+	// reads bounds the reads running at once; readTimeout is each one's
+	// deadline (readbounds.go).
+	reads       *ReadGate
+	readTimeout time.Duration
 }
 
 // New returns the status page's handler.
@@ -114,7 +122,8 @@ func New(o Options) (http.Handler, error) {
 		return nil, errors.New("web: no database")
 	}
 	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), quietNodes: queue.NewNodeQuiet(o.DB), retiring: queue.NewRetiring(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
-		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{}}
+		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{},
+		reads: NewReadGate("reads", ReadsPerClient, Reads, GateWait), readTimeout: o.ReadTimeout}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -135,6 +144,9 @@ func New(o Options) (http.Handler, error) {
 		h.countsAge = queue.DefaultCountsAge
 	}
 	h.census = &queue.CensusTaker{Store: h.store, By: "den web", Now: h.now}
+	if h.readTimeout <= 0 {
+		h.readTimeout = ReadTimeout
+	}
 	var err error
 	if h.hosts, err = hostsFor(o.Listen, o.Addr, o.Hosts); err != nil {
 		return nil, err
@@ -200,12 +212,54 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithValue(r.Context(), reqAuthKey{}, &reqAuth{})
+	if isRead(r) {
+		release, err := h.reads.Enter(r)
+		if err != nil {
+			h.refuseRead(w, r, err)
+			return
+		}
+		defer release()
+		limit := h.readTimeout
+		if strings.HasSuffix(r.URL.Path, "/output.txt") {
+			limit = DownloadTimeout
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+		// The context's deadline bounds the read. A read has no body, so
+		// the connection gets no read deadline while it runs: net/http's
+		// background read, timing out, would cancel the connection's
+		// context, and with it every later request on that keep-alive
+		// connection.
+		http.NewResponseController(w).SetReadDeadline(time.Time{})
+	} else {
+		// An action's body (a form) arrives within BodyTimeout.
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(BodyTimeout))
+	}
 	if h.downSince.Load() != 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, outageWait)
 		defer cancel()
 	}
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// isRead reports whether a request is one of the page's reads, which the
+// read gate bounds: a GET or HEAD of anything but the static files.
+func isRead(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.HasPrefix(r.URL.Path, "/static/")
+}
+
+// refuseRead answers a read the gate did not let in: nothing when its
+// client went away, else 429 or 503 with Retry-After.
+func (h *handler) refuseRead(w http.ResponseWriter, r *http.Request, err error) {
+	var busy *BusyError
+	if !errors.As(err, &busy) {
+		h.log.Debug("web: a read's client went away while it waited for its turn", zap.String("path", r.URL.Path), zap.Error(err))
+		return
+	}
+	w.Header().Set("Retry-After", busy.RetryAfter())
+	h.errorPage(w, r, busy.Status(), busy)
 }
 
 func cacheFor(d time.Duration, next http.Handler) http.Handler {
@@ -249,34 +303,71 @@ func (h *handler) renderStatus(w http.ResponseWriter, r *http.Request, status in
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	if status == http.StatusServiceUnavailable {
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
 		w.Header().Set("Retry-After", "5")
 	}
 	w.WriteHeader(status)
 	w.Write(buf.Bytes())
 }
 
-// fail shows an error page. A database error is logged when reads start
-// failing (and dbOK logs when they work again).
+// fail shows an error page. A database error is told apart
+// (DBFailureOf): a request its client abandoned is logged at debug and
+// answered nothing; one that ran out of time gets 503 with Retry-After,
+// for itself alone; a database that cannot be reached starts the outage
+// (outage.go). Failing reads are logged when they start failing (and
+// dbOK logs when they work again).
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
-	if status >= 500 && unreachable(err) {
-		h.markDown(err)
-		err = errors.New("the database does not answer; den web retries, and this page works again once it does")
-		status = http.StatusServiceUnavailable
-		if r.Method == http.MethodPost && wantsJSON(r) {
-			w.Header().Set("Retry-After", "5")
-			jsonError(w, status, h.outageText())
-			return
+	if status >= 500 {
+		kind := DBFailureOf(r.Context(), err)
+		if kind == DBSlow && h.downSince.Load() != 0 {
+			kind = DBDown // an outage's reads are cut short by outageWait
 		}
+		switch kind {
+		case DBAbandoned:
+			h.log.Debug("web: a request's client went away before its answer", zap.String("path", r.URL.Path), zap.Error(err))
+			return
+		case DBSlow:
+			h.failing(err)
+			msg, retry := SlowAnswer(h.readTimeout)
+			w.Header().Set("Retry-After", retry)
+			h.errorPage(w, r, http.StatusServiceUnavailable, errors.New(msg))
+			return
+		case DBDown:
+			h.markDown(err)
+			w.Header().Set("Retry-After", "5")
+			if wantsJSON(r) || isJSONRead(r) {
+				jsonError(w, http.StatusServiceUnavailable, h.outageText())
+				return
+			}
+			err = errors.New("the database does not answer; den web retries, and this page works again once it does")
+			status = http.StatusServiceUnavailable
+		}
+		h.failing(err)
 	}
-	if status >= 500 && h.dbFailing.CompareAndSwap(false, true) {
-		h.log.Warn("web: database reads failing; pages show the error until they work again", zap.Error(err))
-	}
-	if r.Method == http.MethodPost && wantsJSON(r) {
-		jsonError(w, status, err.Error()) // a script's action
+	h.errorPage(w, r, status, err)
+}
+
+// errorPage answers an error: JSON to a script's action and to the
+// output's JSON, else the error page.
+func (h *handler) errorPage(w http.ResponseWriter, r *http.Request, status int, err error) {
+	if (r.Method == http.MethodPost && wantsJSON(r)) || isJSONRead(r) {
+		jsonError(w, status, err.Error())
 		return
 	}
 	h.renderStatus(w, r, status, "error", page{Title: http.StatusText(status), Data: map[string]any{"Status": status, "Error": err.Error()}})
+}
+
+// isJSONRead reports whether a read is of the output's JSON, which the
+// task page polls.
+func isJSONRead(r *http.Request) bool {
+	return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/output")
+}
+
+// failing logs, once until dbOK, that database reads fail.
+func (h *handler) failing(err error) {
+	if h.dbFailing.CompareAndSwap(false, true) {
+		h.log.Warn("web: database reads failing; pages show the error until they work again", zap.Error(err))
+	}
 }
 
 // dbOK records that the database answered.

@@ -3,7 +3,7 @@
 // plugin recorded out.
 //
 // Start starts den's embedded development server (FerretDB behind den's
-// proxy running one command at a time per database, package den/devdb) in the test process, with
+// proxy running one write at a time per database, package den/devdb) in the test process, with
 // its data in a temporary directory, or uses the MongoDB named by
 // DEN_TEST_MONGODB_URI; each Server works in a database of its own, dropped
 // by Close. Run puts a queue and a claimed task in it and runs the task

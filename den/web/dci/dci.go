@@ -1,6 +1,7 @@
 package dci
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -43,6 +45,9 @@ type Options struct {
 	// be (the census, shared with den web's pages: queue.CensusTaker).
 	// Default queue.DefaultCountsAge; negative: every request counts.
 	CountsAge time.Duration
+	// ReadTimeout is a read's deadline, sent to the database as
+	// maxTimeMS (bounds.go). Default ReadTimeout.
+	ReadTimeout time.Duration
 }
 
 // DefaultBatch is how many tasks one insert carries unless configured.
@@ -65,6 +70,12 @@ type handler struct {
 	// countsAge old.
 	census    *queue.CensusTaker
 	countsAge time.Duration
+	// reads and searches bound the reads and the searches running at
+	// once; readTimeout is a read's deadline; failing is set while the
+	// database fails reads (bounds.go).
+	reads, searches *web.ReadGate
+	readTimeout     time.Duration
+	failing         atomic.Bool
 }
 
 // New returns the Disbatch web API's handler.
@@ -76,7 +87,9 @@ func New(o Options) (http.Handler, error) {
 		return nil, errors.New("dci: no guard")
 	}
 	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), guard: o.Guard, log: o.Log, now: o.Now, plugins: o.Plugins,
-		dead: o.DeadNodeAfter, batch: o.Batch}
+		dead: o.DeadNodeAfter, batch: o.Batch, readTimeout: o.ReadTimeout,
+		reads:    web.NewReadGate("reads", web.ReadsPerClient, web.Reads, web.GateWait),
+		searches: web.NewReadGate("searches", SearchesPerClient, Searches, web.GateWait)}
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
@@ -94,16 +107,21 @@ func New(o Options) (http.Handler, error) {
 	if h.batch <= 0 {
 		h.batch = DefaultBatch
 	}
+	if h.readTimeout <= 0 {
+		h.readTimeout = ReadTimeout
+	}
 	return h, nil
 }
 
 // route is one of the Perl web API's routes: a handler, whether it writes
-// (and so needs the token), and its body limit.
+// (and so needs the token) or searches (and so is bounded as a search),
+// and its body limit.
 type route struct {
-	fn    func(w http.ResponseWriter, r *http.Request, p params, args ...string)
-	write bool
-	limit int64
-	args  []string
+	fn     func(w http.ResponseWriter, r *http.Request, p params, args ...string)
+	write  bool
+	search bool
+	limit  int64
+	args   []string
 }
 
 // match finds the route of a request, as Disbatch::Web's routes match the
@@ -117,7 +135,10 @@ func (h *handler) match(method string, u *url.URL) (route, bool) {
 		method = http.MethodGet
 	}
 	read := func(fn func(http.ResponseWriter, *http.Request, params, ...string), args ...string) (route, bool) {
-		return route{fn: fn, limit: MaxBody, args: args}, true
+		return route{fn: fn, limit: MaxReadBody, args: args}, true
+	}
+	search := func(fn func(http.ResponseWriter, *http.Request, params, ...string)) (route, bool) {
+		return route{fn: fn, search: true, limit: MaxReadBody}, true
 	}
 	write := func(fn func(http.ResponseWriter, *http.Request, params, ...string), limit int64, args ...string) (route, bool) {
 		return route{fn: fn, write: true, limit: limit, args: args}, true
@@ -151,7 +172,7 @@ func (h *handler) match(method string, u *url.URL) (route, bool) {
 		case "/queues":
 			return write(h.postQueues, MaxBody)
 		case "/tasks/search":
-			return read(h.searchTasks)
+			return search(h.searchTasks)
 		case "/set-queue-attr-json":
 			return write(h.setQueueAttrJSON, MaxBody)
 		case "/start-queue-json":
@@ -163,7 +184,7 @@ func (h *handler) match(method string, u *url.URL) (route, bool) {
 		case "/queue-create-tasks-from-query-json":
 			return write(h.queueCreateTasksFromQueryJSON, MaxBody)
 		case "/search-tasks-json":
-			return read(h.searchTasksJSON)
+			return search(h.searchTasksJSON)
 		}
 		if node, ok := rest("/nodes/"); ok {
 			return write(h.postNode, MaxBody, node)
@@ -194,6 +215,10 @@ func (h *handler) match(method string, u *url.URL) (route, bool) {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
+	// The body arrives within web.BodyTimeout, or the connection ends; a
+	// write with the token gets WriteBodyTimeout.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(web.BodyTimeout))
 	if !h.guard.Host(w, r) {
 		return
 	}
@@ -202,11 +227,24 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sendJSON(w, http.StatusNotFound, obj{{"error", "not found: " + r.Method + " " + r.URL.Path + " is no route of the Disbatch web API"}})
 		return
 	}
-	if rt.write && !h.allowed(w, r) {
-		return
+	if rt.write {
+		if !h.allowed(w, r) {
+			return
+		}
+		rc.SetReadDeadline(time.Now().Add(WriteBodyTimeout))
+	} else {
+		release, ok := h.enter(w, r, rt)
+		if !ok {
+			return
+		}
+		defer release()
 	}
-	p, err := parseParams(w, r, rt.limit)
-	if err != nil {
+	lim := writeJSON
+	if !rt.write {
+		lim = readJSON
+	}
+	p, err := parseParams(w, r, rt.limit, lim)
+	if err != nil { // what is left of its body is discarded within the same time
 		var tl errTooLarge
 		if errors.As(err, &tl) {
 			sendJSON(w, http.StatusRequestEntityTooLarge, obj{{"error", err.Error()}})
@@ -215,10 +253,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
 		return
 	}
+	// The body is read: from now on the context's deadline bounds the
+	// request. The connection keeps no read deadline, which would have
+	// net/http's background read, timing out, cancel the connection's
+	// context and every later request on that keep-alive connection.
+	rc.SetReadDeadline(time.Time{})
 	if rt.write {
 		h.log.Info("dci: write", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr))
+		rt.fn(w, r, p, rt.args...)
+		return
 	}
-	rt.fn(w, r, p, rt.args...)
+	ctx, cancel := context.WithTimeout(r.Context(), h.readTimeout)
+	defer cancel()
+	sw := &statusWriter{ResponseWriter: w}
+	rt.fn(sw, r.WithContext(ctx), p, rt.args...)
+	if sw.status < 500 && h.failing.CompareAndSwap(true, false) {
+		h.log.Info("dci: database reads work again")
+	}
 }
 
 // allowed checks a write's credentials: the token as the basic-auth
@@ -288,10 +339,14 @@ func sendJSONPretty(w http.ResponseWriter, status int, v any, pretty bool) {
 	w.Write(encodeJSON(v, pretty))
 }
 
-// dbError answers a database error: 503 when the database cannot be
-// reached, else 500 (the Perl web API answered 400 with the driver's
-// message; den logs it and says what failed).
-func (h *handler) dbError(w http.ResponseWriter, what string, err error) {
+// dbError answers a database error: nothing when the request's client
+// went away, 503 with Retry-After when the database did not answer in
+// time or cannot be reached, else 500 (the Perl web API answered 400
+// with the driver's message; den logs it and says what failed).
+func (h *handler) dbError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	if h.dbFailed(w, r, err) {
+		return
+	}
 	h.log.Warn("dci: "+what, zap.Error(err))
 	sendJSON(w, http.StatusInternalServerError, obj{{"error", what + ": " + err.Error()}})
 }

@@ -18,8 +18,10 @@
 // bin/disbatch --username --password sends) or in an Authorization:
 // Bearer header; without it, 401 with WWW-Authenticate. The Host check,
 // the limit on wrong tokens (shared with den web's page) and cross-site
-// refusal are den web's (den/web.Guard); bodies are bounded (MaxBody,
-// MaxTasksBody).
+// refusal are den web's (den/web.Guard); bodies are bounded (MaxReadBody,
+// MaxBody, MaxTasksBody), and every read is (bounds.go): its JSON's depth
+// and size, the reads at once per client address and in all, its time,
+// the tasks it returns.
 //
 // Everything goes through queue.OperatorStore: queues are created, changed and
 // deleted with the command line's methods (checked as den queue create
@@ -27,7 +29,8 @@
 // (counts raised by exactly what landed), with the few queries of their
 // own in queue/dci.go.
 //
-// Files: dci.go (New, routes, credentials), params.go (request
+// Files: dci.go (New, routes, credentials), bounds.go (the reads'
+// bounds, and the answers to a failed read), params.go (request
 // parameters), json.go (the Perl DCI's JSON), nodes.go (/nodes,
 // /plugins), queues.go (/queues), tasks.go (/tasks/:queue and
 // /tasks/:queue/:collection), search.go (/tasks/search), old.go (the

@@ -70,12 +70,34 @@ type perlFloat float64
 // rawJSON is written as it is.
 type rawJSON []byte
 
+// jsonLimits bound what a request's JSON may hold: how deep objects and
+// arrays nest (the outermost counts 1), and how many members one object
+// or array holds (0: any number).
+type jsonLimits struct {
+	depth   int
+	members int
+}
+
+// The limits of a read's JSON (a search: MaxDepth, MaxMembers) and of a
+// write's (MaxWriteDepth, what MongoDB stores; tasks come in arrays of
+// any length).
+var (
+	readJSON  = jsonLimits{depth: MaxDepth, members: MaxMembers}
+	writeJSON = jsonLimits{depth: MaxWriteDepth}
+)
+
+// jsonLimitError is JSON over one of its limits: the message says which.
+type jsonLimitError struct{ msg string }
+
+func (e *jsonLimitError) Error() string { return e.msg }
+
 // decodeJSON reads one JSON value, keeping the order of objects (obj);
-// numbers are json.Number, and the rest as encoding/json has them.
-func decodeJSON(data []byte) (any, error) {
+// numbers are json.Number, and the rest as encoding/json has them. JSON
+// over lim stops the reading at once with a *jsonLimitError.
+func decodeJSON(data []byte, lim jsonLimits) (any, error) {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
-	v, err := decodeValue(d)
+	v, err := decodeValue(d, lim, 1, "")
 	if err != nil {
 		return nil, err
 	}
@@ -85,45 +107,68 @@ func decodeJSON(data []byte) (any, error) {
 	return v, nil
 }
 
-func decodeValue(d *json.Decoder) (any, error) {
+// decodeValue reads a value at depth (1: the outermost), the member key
+// of its object ("" for none), for the limits' messages.
+func decodeValue(d *json.Decoder, lim jsonLimits, depth int, key string) (any, error) {
 	t, err := d.Token()
 	if err != nil {
 		return nil, err
 	}
-	switch t := t.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			o := obj{}
-			for d.More() {
-				k, err := d.Token()
-				if err != nil {
-					return nil, err
-				}
-				v, err := decodeValue(d)
-				if err != nil {
-					return nil, err
-				}
-				o.set(k.(string), v)
-			}
-			_, err := d.Token()
-			return o, err
-		case '[':
-			a := []any{}
-			for d.More() {
-				v, err := decodeValue(d)
-				if err != nil {
-					return nil, err
-				}
-				a = append(a, v)
-			}
-			_, err := d.Token()
-			return a, err
-		}
-		return nil, fmt.Errorf("unexpected %v", t)
-	default:
+	delim, ok := t.(json.Delim)
+	if !ok {
 		return t, nil
 	}
+	if depth > lim.depth {
+		return nil, &jsonLimitError{fmt.Sprintf("the JSON nests objects and arrays more than %d deep (the outermost counts 1): at most %d", lim.depth, lim.depth)}
+	}
+	full := func(n int) error {
+		if lim.members == 0 || n < lim.members {
+			return nil
+		}
+		what := "an array"
+		if delim == '{' {
+			what = "an object"
+		}
+		if key != "" {
+			what = fmt.Sprintf("%s (%s)", strconv.Quote(key), what[3:])
+		}
+		return &jsonLimitError{fmt.Sprintf("%s holds more than %d values: an object or array of a search holds at most %d", what, lim.members, lim.members)}
+	}
+	switch delim {
+	case '{':
+		o := obj{}
+		for d.More() {
+			if err := full(len(o)); err != nil {
+				return nil, err
+			}
+			k, err := d.Token()
+			if err != nil {
+				return nil, err
+			}
+			v, err := decodeValue(d, lim, depth+1, k.(string))
+			if err != nil {
+				return nil, err
+			}
+			o.set(k.(string), v)
+		}
+		_, err := d.Token()
+		return o, err
+	case '[':
+		a := []any{}
+		for d.More() {
+			if err := full(len(a)); err != nil {
+				return nil, err
+			}
+			v, err := decodeValue(d, lim, depth+1, key)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+		}
+		_, err := d.Token()
+		return a, err
+	}
+	return nil, fmt.Errorf("unexpected %v", delim)
 }
 
 // encodeJSON writes v compactly, or, with pretty, as Cpanel::JSON::XS's

@@ -56,7 +56,7 @@ func scalarOf(v any) any {
 func (h *handler) getNodes(w http.ResponseWriter, r *http.Request, _ params, _ ...string) {
 	nodes, err := h.store.Nodes(r.Context())
 	if err != nil {
-		h.dbError(w, "Could not get current nodes", err)
+		h.dbError(w, r, "Could not get current nodes", err)
 		return
 	}
 	out := []any{}
@@ -91,7 +91,7 @@ func (h *handler) findNode(r *http.Request, ref string) (queue.NodeDoc, bool, er
 func (h *handler) getNode(w http.ResponseWriter, r *http.Request, _ params, args ...string) {
 	n, ok, err := h.findNode(r, args[0])
 	if err != nil {
-		h.dbError(w, "Could not get node "+args[0], err)
+		h.dbError(w, r, "Could not get node "+args[0], err)
 		return
 	}
 	if !ok {
@@ -164,7 +164,7 @@ func (h *handler) postNode(w http.ResponseWriter, r *http.Request, p params, arg
 	id, _ := idOf(args[0])
 	res, err := h.store.SetNodeLimit(r.Context(), id, args[0], limit)
 	if err != nil {
-		h.dbError(w, "Could not update node "+args[0], err)
+		h.dbError(w, r, "Could not update node "+args[0], err)
 		return
 	}
 	out := obj{{"MongoDB::UpdateResult", updateResult(res)}}
@@ -220,7 +220,7 @@ func (h *handler) livePlugins(r *http.Request) ([]string, error) {
 func (h *handler) getPlugins(w http.ResponseWriter, r *http.Request, _ params, _ ...string) {
 	list, err := h.livePlugins(r)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	out := make([]any, len(list))

@@ -55,7 +55,7 @@ func (h *handler) startQueueJSON(w http.ResponseWriter, r *http.Request, p param
 	typ, name := vals[0], vals[1]
 	plugins, err := h.livePlugins(r)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	t, isText := typ.(string)
@@ -78,7 +78,7 @@ func (h *handler) startQueueJSON(w http.ResponseWriter, r *http.Request, p param
 		return
 	}
 	if err != nil {
-		h.dbError(w, "Could not create queue "+queue.ShownName(n), err)
+		h.dbError(w, r, "Could not create queue "+queue.ShownName(n), err)
 		return
 	}
 	if dup != nil {
@@ -131,7 +131,7 @@ func (h *handler) setQueueAttrJSON(w http.ResponseWriter, r *http.Request, p par
 	}
 	s, refusal, err := h.queueSettings(r, obj{{"threads", value}})
 	if err != nil {
-		h.dbError(w, "Could not update queue", err)
+		h.dbError(w, r, "Could not update queue", err)
 		return
 	}
 	if refusal != nil {
@@ -174,18 +174,21 @@ func (h *handler) deleteQueueJSON(w http.ResponseWriter, r *http.Request, p para
 }
 
 // jsonParam reads a parameter the older routes take as JSON: a value
-// given in a JSON body as it is, text (a form's field) decoded; msg is
-// the decoder's complaint.
-func jsonParam(v any) (any, string) {
+// given in a JSON body as it is, text (a form's field) decoded within
+// lim; msg is the decoder's complaint, over set when the JSON is over lim.
+func jsonParam(v any, lim jsonLimits) (x any, msg string, over *jsonLimitError) {
 	s, ok := v.(string)
 	if !ok {
-		return v, ""
+		return v, "", nil
 	}
-	x, err := decodeJSON([]byte(s))
+	x, err := decodeJSON([]byte(s), lim)
+	if errors.As(err, &over) {
+		return nil, err.Error(), over
+	}
 	if err != nil {
-		return nil, "not JSON: " + err.Error()
+		return nil, "not JSON: " + err.Error(), nil
 	}
-	return x, ""
+	return x, "", nil
 }
 
 // oldQueue finds the queue the older routes name by id or name: unlike
@@ -207,7 +210,7 @@ func (h *handler) queueCreateTasksJSON(w http.ResponseWriter, r *http.Request, p
 		return
 	}
 	queueID, objectV := vals[0], vals[1]
-	object, msg := jsonParam(objectV)
+	object, msg, _ := jsonParam(objectV, writeJSON)
 	if msg != "" {
 		sendJSON(w, http.StatusOK, []any{int64(0), msg})
 		return
@@ -264,12 +267,12 @@ func (h *handler) queueCreateTasksFromQueryJSON(w http.ResponseWriter, r *http.R
 		return
 	}
 	queueID, collV, filterV, paramsV := vals[0], vals[1], vals[2], vals[3]
-	filterX, msg := jsonParam(filterV)
+	filterX, msg, _ := jsonParam(filterV, writeJSON)
 	if msg != "" {
 		sendJSON(w, http.StatusOK, []any{int64(0), msg})
 		return
 	}
-	templateX, msg := jsonParam(paramsV)
+	templateX, msg, _ := jsonParam(paramsV, writeJSON)
 	if msg != "" {
 		sendJSON(w, http.StatusOK, []any{int64(0), msg})
 		return
@@ -317,7 +320,11 @@ func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p para
 	if !ok {
 		return
 	}
-	filterO, msg := searchFilter(o)
+	filterO, msg, over := searchFilter(o)
+	if over != nil {
+		sendJSON(w, http.StatusBadRequest, obj{{"error", "filter: " + over.Error()}})
+		return
+	}
 	if msg != "" {
 		sendJSON(w, http.StatusOK, []any{int64(0), msg})
 		return
@@ -329,25 +336,30 @@ func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p para
 	}
 	if c, _ := o.get("count"); perlTrue(c) {
 		n, err := h.store.CountTasksMatching(r.Context(), filter)
-		if err != nil {
+		switch {
+		case err == nil:
+			sendJSON(w, http.StatusOK, []any{int64(1), n})
+		case !h.dbFailed(w, r, err):
 			sendJSON(w, http.StatusOK, []any{int64(0), err.Error()})
-			return
 		}
-		sendJSON(w, http.StatusOK, []any{int64(1), n})
 		return
 	}
 	skip, limit := searchPage(o)
 	docs, err := h.store.SearchTasks(r.Context(), filter, nil, nil, skip, limit)
 	if err != nil {
+		if h.dbFailed(w, r, err) {
+			return
+		}
 		h.log.Warn("dci: could not find tasks", errField(err))
 		docs = nil
 	}
 	terseV, _ := o.get("terse")
 	terse := perlTrue(terseV)
 	out := make([]any, 0, len(docs))
+	budget := &outputBudget{left: MaxAnswerOutput}
 	for _, raw := range docs {
 		t := docToObj(raw)
-		h.setOutputs(r.Context(), &t, raw, terse)
+		h.setOutputs(r.Context(), &t, raw, terse, budget)
 		setTimes(&t, raw)
 		out = append(out, t)
 	}
@@ -357,19 +369,23 @@ func (h *handler) searchTasksJSON(w http.ResponseWriter, r *http.Request, p para
 // searchFilter is the task filter of a /search-tasks-json request, as
 // the Perl DCI builds it: the filter parameter (an object, or JSON of one)
 // with queue and id as ObjectIDs and status as a number; or the message
-// the route answers with when there is none.
-func searchFilter(o obj) (obj, string) {
+// the route answers with when there is none; over when the filter's JSON
+// is over a read's limits.
+func searchFilter(o obj) (obj, string, *jsonLimitError) {
 	filterV, _ := o.get("filter")
 	if filterV == nil {
 		filterV = obj{}
 	}
-	filterX, msg := jsonParam(filterV)
+	filterX, msg, over := jsonParam(filterV, readJSON)
+	if over != nil {
+		return nil, "", over
+	}
 	filterO, isObj := filterX.(obj)
 	if !isObj {
 		if wantMsg, _ := o.get("json"); !perlTrue(wantMsg) || msg == "" {
 			msg = "JSON object required for filter"
 		}
-		return nil, msg
+		return nil, msg, nil
 	}
 	filterO = append(obj(nil), filterO...)
 	if q, _ := o.get("queue"); perlTrue(q) {
@@ -385,7 +401,7 @@ func searchFilter(o obj) (obj, string) {
 		n, _ := number(v)
 		filterO.set("status", int64(n))
 	}
-	return filterO, ""
+	return filterO, "", nil
 }
 
 // searchPage is the skip and limit of a /search-tasks-json request: a
@@ -407,13 +423,14 @@ func searchPage(o obj) (skip, limit int64) {
 }
 
 // setOutputs puts a found task's stdout and stderr in t: the text of a
-// GridFS file unless terse, "[terse mode]" for text when terse.
-func (h *handler) setOutputs(ctx context.Context, t *obj, raw bson.Raw, terse bool) {
+// GridFS file unless terse (within the answer's budget), "[terse mode]"
+// for text when terse.
+func (h *handler) setOutputs(ctx context.Context, t *obj, raw bson.Raw, terse bool, budget *outputBudget) {
 	for _, k := range []string{"stdout", "stderr"} {
 		v := raw.Lookup(k)
 		switch {
 		case v.Type == bson.TypeObjectID && !terse:
-			if text, err := h.readOutput(ctx, v.ObjectID()); err == nil {
+			if text, err := h.readOutput(ctx, v.ObjectID(), budget); err == nil {
 				t.set(k, text)
 			} else {
 				h.log.Warn("dci: could not get a task's output", fieldTask(raw), errField(err))

@@ -16,11 +16,19 @@ import (
 // media type without its parameters: "application/json; charset=utf-8" is
 // JSON, where the Perl web API, comparing the whole header, read nothing.
 //
-// Bodies are limited (MaxBody, and MaxTasksBody where a body carries
-// tasks); a larger one is answered 413 and nothing is done.
+// Bodies are limited (MaxReadBody for a read, a search; MaxBody for a
+// write, and MaxTasksBody where it carries tasks); a larger one is
+// answered 413 and nothing is done. A read's JSON nests at most MaxDepth
+// deep, with at most MaxMembers in any one object or array (so at most
+// that many values in an $in, $nin or $all); a write's at most
+// MaxWriteDepth. Over them: 400 saying which, and nothing is read further.
 const (
-	MaxBody      = 1 << 20
-	MaxTasksBody = 64 << 20
+	MaxReadBody   = 256 << 10
+	MaxBody       = 1 << 20
+	MaxTasksBody  = 64 << 20
+	MaxDepth      = 20
+	MaxMembers    = 1000
+	MaxWriteDepth = 100
 )
 
 // params are a request's parameters: obj for an object or a form, []any
@@ -39,9 +47,10 @@ func (e errTooLarge) Error() string {
 	return fmt.Sprintf("the request body is larger than %d bytes", e.limit)
 }
 
-// parseParams reads r's parameters; the error is only for a body that
-// could not be read (too large: errTooLarge).
-func parseParams(w http.ResponseWriter, r *http.Request, limit int64) (params, error) {
+// parseParams reads r's parameters, its JSON within lim; the error is
+// only for a body that could not be read (too large: errTooLarge) or
+// JSON over lim (*jsonLimitError).
+func parseParams(w http.ResponseWriter, r *http.Request, limit int64, lim jsonLimits) (params, error) {
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch mt {
 	case "application/x-www-form-urlencoded", "application/json":
@@ -62,7 +71,11 @@ func parseParams(w http.ResponseWriter, r *http.Request, limit int64) (params, e
 	if mt == "application/x-www-form-urlencoded" {
 		return formParams(string(body)), nil
 	}
-	v, err := decodeJSON(body)
+	v, err := decodeJSON(body, lim)
+	var over *jsonLimitError
+	if errors.As(err, &over) {
+		return params{}, err
+	}
 	if err != nil {
 		return params{bad: fmt.Errorf("the body is not JSON: %v", err)}, nil
 	}

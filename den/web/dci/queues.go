@@ -79,7 +79,7 @@ func (h *handler) queueEntries(ctx context.Context) ([]any, []queue.Queue, error
 func (h *handler) getQueues(w http.ResponseWriter, r *http.Request, _ params, _ ...string) {
 	list, _, err := h.queueEntries(r.Context())
 	if err != nil {
-		h.dbError(w, "Could not get current queues", err)
+		h.dbError(w, r, "Could not get current queues", err)
 		return
 	}
 	sendJSON(w, http.StatusOK, list)
@@ -92,7 +92,7 @@ func (h *handler) getQueues(w http.ResponseWriter, r *http.Request, _ params, _ 
 func (h *handler) getQueue(w http.ResponseWriter, r *http.Request, _ params, args ...string) {
 	list, _, err := h.queueEntries(r.Context())
 	if err != nil {
-		h.dbError(w, "Could not get current queues", err)
+		h.dbError(w, r, "Could not get current queues", err)
 		return
 	}
 	key := "name"
@@ -178,7 +178,7 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 	}
 	known, err := h.knownPlugin(r, plugin)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	if !known {
@@ -196,7 +196,7 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 		return
 	}
 	if err != nil {
-		h.dbError(w, "Could not create queue "+queue.ShownName(n), err)
+		h.dbError(w, r, "Could not create queue "+queue.ShownName(n), err)
 		return
 	}
 	if dup != nil {
@@ -291,7 +291,7 @@ func (h *handler) postQueue(w http.ResponseWriter, r *http.Request, p params, ar
 	}
 	s, refusal, err := h.queueSettings(r, o)
 	if err != nil {
-		h.dbError(w, "Could not get current plugins", err)
+		h.dbError(w, r, "Could not get current plugins", err)
 		return
 	}
 	if refusal != nil {

@@ -19,8 +19,9 @@ import (
 const SearchLimit = 100
 
 // OldSearchLimit bounds POST /search-tasks-json, which the Perl web API
-// left unbounded: at most this many tasks, whatever limit asks.
-const OldSearchLimit = 10000
+// left unbounded: at most this many tasks, whatever limit asks (the
+// 100 of /tasks/search, Disbatch 4's search).
+const OldSearchLimit = SearchLimit
 
 // MaxOutput is the most of a stream a search shows when it reads output
 // from GridFS (terse off); the rest is cut with a note.
@@ -30,24 +31,24 @@ const MaxOutput = 1 << 20
 // a search is a read that needs no token, so it may not ask for them.
 var forbidden = []string{"$where", "$function", "$accumulator"}
 
-// checkOperators refuses a filter that names a forbidden operator at any
-// depth.
-func checkOperators(v any) string {
+// checkOperators refuses a filter, sort or projection (what) that names
+// a forbidden operator at any depth.
+func checkOperators(what string, v any) string {
 	switch v := v.(type) {
 	case obj:
 		for _, f := range v {
 			for _, op := range forbidden {
 				if f.k == op {
-					return "filter: " + op + " is not allowed: it runs code on the database server"
+					return what + ": " + op + " is not allowed: it runs code on the database server"
 				}
 			}
-			if msg := checkOperators(f.v); msg != "" {
+			if msg := checkOperators(what, f.v); msg != "" {
 				return msg
 			}
 		}
 	case []any:
 		for _, x := range v {
-			if msg := checkOperators(x); msg != "" {
+			if msg := checkOperators(what, x); msg != "" {
 				return msg
 			}
 		}
@@ -72,7 +73,7 @@ func millisecondDate(v any) any {
 // ({"ctime": {"$gt": MS}}; the Perl web API took the address of the
 // operator's hash for a number there). msg is the answer's error.
 func queryFilter(f obj) (bson.D, string) {
-	if msg := checkOperators(f); msg != "" {
+	if msg := checkOperators("filter", f); msg != "" {
 		return nil, msg
 	}
 	f = append(obj(nil), f...)
@@ -132,6 +133,9 @@ func findOptions(o obj) (sort, projection bson.D, skip, limit int64, msg string)
 			if !ok {
 				return nil, nil, 0, 0, f.k + " must be a name/value object"
 			}
+			if msg := checkOperators(f.k, spec); msg != "" {
+				return nil, nil, 0, 0, msg
+			}
 			d, err := toBSON(spec)
 			if err != nil {
 				return nil, nil, 0, 0, f.k + ": " + err.Error()
@@ -148,20 +152,31 @@ func findOptions(o obj) (sort, projection bson.D, skip, limit int64, msg string)
 	return sort, projection, skip, limit, ""
 }
 
-// readOutput reads a GridFS file of output, at most MaxOutput of it.
-func (h *handler) readOutput(ctx context.Context, id bson.ObjectID) (string, error) {
+// outputBudget is what one answer may still read of output from GridFS
+// (MaxAnswerOutput in all).
+type outputBudget struct{ left int64 }
+
+// readOutput reads a GridFS file of output, at most MaxOutput of it and
+// what is left of the answer's budget.
+func (h *handler) readOutput(ctx context.Context, id bson.ObjectID, budget *outputBudget) (string, error) {
+	if budget.left <= 0 {
+		return fmt.Sprintf("[den: output not read: this answer holds %d bytes of output already, its most; search fewer tasks, or den output prints it]\n", MaxAnswerOutput), nil
+	}
+	most := min(MaxOutput, budget.left)
 	rd, err := gridfs.NewBucket(h.db, queue.GridFSPrefix).Open(ctx, id)
 	if err != nil {
 		return "", err
 	}
 	defer rd.Close()
-	data, err := io.ReadAll(io.LimitReader(rd, MaxOutput+1))
+	data, err := io.ReadAll(io.LimitReader(rd, most+1))
 	if err != nil {
 		return "", err
 	}
-	if len(data) > MaxOutput {
-		return string(data[:MaxOutput]) + fmt.Sprintf("\n[den: output cut at %d bytes; den output prints it whole]\n", MaxOutput), nil
+	if int64(len(data)) > most {
+		budget.left = 0
+		return string(data[:most]) + fmt.Sprintf("\n[den: output cut at %d bytes; den output prints it whole]\n", most), nil
 	}
+	budget.left -= int64(len(data))
 	return string(data), nil
 }
 
@@ -211,19 +226,23 @@ func (h *handler) searchTasks(w http.ResponseWriter, r *http.Request, p params, 
 	}
 	if perlTrue(count) {
 		n, err := h.store.CountTasksMatching(r.Context(), filter)
-		if err != nil {
+		switch {
+		case err == nil:
+			sendJSON(w, http.StatusOK, obj{{"count", n}})
+		case !h.dbFailed(w, r, err):
 			sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
-			return
 		}
-		sendJSON(w, http.StatusOK, obj{{"count", n}})
 		return
 	}
 	docs, err := h.store.SearchTasks(r.Context(), filter, sort, projection, skip, limit)
 	if err != nil {
-		sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
+		if !h.dbFailed(w, r, err) {
+			sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
+		}
 		return
 	}
 	out := make([]any, 0, len(docs))
+	budget := &outputBudget{left: MaxAnswerOutput}
 	for _, raw := range docs {
 		t := docToObj(raw)
 		for _, k := range []string{"stdout", "stderr"} {
@@ -232,7 +251,7 @@ func (h *handler) searchTasks(w http.ResponseWriter, r *http.Request, p params, 
 			case terse && v.Type == bson.TypeString && v.StringValue() != "":
 				t.set(k, "[terse mode]")
 			case !terse && v.Type == bson.TypeObjectID:
-				if text, err := h.readOutput(r.Context(), v.ObjectID()); err == nil {
+				if text, err := h.readOutput(r.Context(), v.ObjectID(), budget); err == nil {
 					t.set(k, text)
 				} else {
 					h.log.Warn("dci: could not get a task's output", fieldTask(raw), errField(err))
