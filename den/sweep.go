@@ -86,7 +86,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	// After the cancels, so that the keys of the tasks just cancelled are
 	// free in this sweep: the unique keys of every task that ended
 	// without a den node's result (a Perl node's, a cancel, a rescue).
-	if _, err := queue.UniqueKeysOf(sw.store).FreeEnded(ctx, bson.ObjectID{}, ""); err != nil {
+	if _, err := queue.UniqueKeysOf(sw.store).FreeEnded(ctx, bson.ObjectID{}, "", now); err != nil {
 		return err
 	}
 	malformed, err := sw.store.Malformed(ctx, queueIDs(queues))

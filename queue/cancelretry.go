@@ -98,7 +98,8 @@ func (s *OperatorStore) RetryEnded(ctx context.Context, t Task, now time.Time) (
 		{Key: "$set", Value: bson.D{{Key: "status", Value: StatusQueued}, {Key: "node", Value: Unclaimed}, {Key: FieldAttempts, Value: 0}, {Key: "mtime", Value: now}}},
 		{Key: "$unset", Value: bson.D{{Key: FieldStartAfter, Value: ""}, {Key: FieldCancel, Value: ""}, {Key: "timed_out", Value: ""},
 			{Key: "exit_code", Value: ""}, {Key: "signal", Value: ""}, {Key: "orphan_reason", Value: ""}, {Key: "runner", Value: ""}, {Key: FieldTimeouts, Value: ""}, {Key: FieldExpired, Value: ""},
-			{Key: FieldOutcome, Value: ""}, {Key: FieldOutcomeReason, Value: ""}, {Key: "leftover_processes", Value: ""}, unsetLive, {Key: FieldLiveUntil, Value: ""}, {Key: FieldUnfit, Value: ""}}},
+			{Key: FieldOutcome, Value: ""}, {Key: FieldOutcomeReason, Value: ""}, {Key: "leftover_processes", Value: ""}, unsetLive, {Key: FieldLiveUntil, Value: ""}, {Key: FieldUnfit, Value: ""},
+			{Key: FieldUniqueUntil, Value: ""}}},
 	}
 	entry, ran, err := (*conn)(s).endedRun(ctx, *full, now)
 	if err != nil {

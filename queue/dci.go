@@ -45,7 +45,9 @@ func (s *OperatorStore) SetNodeLimit(ctx context.Context, id bson.ObjectID, name
 
 // SearchTasks returns the task documents filter matches, whole, in the
 // server's order unless sort says otherwise; skip and limit as find has
-// them (limit 0: no limit), projection nil for whole documents.
+// them (limit 0: no limit), projection nil for whole documents. A
+// condition on the parameters holds under either name (EitherParams);
+// sort and projection name fields as stored.
 //
 // The filter is whoever searches' own, so the server must stop the find
 // when ctx's deadline passes: it is sent as a command, with which the
@@ -53,7 +55,7 @@ func (s *OperatorStore) SetNodeLimit(ctx context.Context, id bson.ObjectID, name
 // with CountDocuments. (Collection.Find sends none: the driver leaves
 // maxTimeMS out of the commands that return a cursor, DRIVERS-2722.)
 func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projection bson.D, skip, limit int64) ([]bson.Raw, error) {
-	cmd := bson.D{{Key: "find", Value: s.tasks.Name()}, {Key: "filter", Value: filter}}
+	cmd := bson.D{{Key: "find", Value: s.tasks.Name()}, {Key: "filter", Value: EitherParams(filter)}}
 	if sort != nil {
 		cmd = append(cmd, bson.E{Key: "sort", Value: sort})
 	}
@@ -77,9 +79,10 @@ func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projectio
 	return out, nil
 }
 
-// CountTasksMatching counts the tasks filter matches.
+// CountTasksMatching counts the tasks filter matches, a condition on the
+// parameters under either name (EitherParams).
 func (s *OperatorStore) CountTasksMatching(ctx context.Context, filter bson.D) (int64, error) {
-	n, err := s.tasks.CountDocuments(ctx, filter)
+	n, err := s.tasks.CountDocuments(ctx, EitherParams(filter))
 	if err != nil {
 		return 0, fmt.Errorf("count tasks: %w", err)
 	}

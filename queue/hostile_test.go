@@ -714,7 +714,7 @@ func (h *hostileDB) uniqueKeyQueries() []hostileCall {
 		}},
 		{"FreeEnded", func(t *testing.T) {
 			for _, key := range []string{"", "k"} {
-				if _, err := keys.FreeEnded(h.ctx, h.qid, key); err != nil {
+				if _, err := keys.FreeEnded(h.ctx, h.qid, key, time.Now()); err != nil {
 					t.Fatal(err)
 				}
 			}

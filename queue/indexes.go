@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -262,7 +263,7 @@ func createIndexFreeing(ctx context.Context, db *mongo.Database, ix Index) error
 	if !IsDuplicateKey(err) || ix.Name() != UniqueKeyIndex.Name() || ix.Collection != UniqueKeyIndex.Collection {
 		return err
 	}
-	if _, ferr := NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, ""); ferr != nil {
+	if _, ferr := NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); ferr != nil {
 		return err
 	}
 	return createIndex(ctx, db, ix)

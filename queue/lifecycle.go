@@ -131,6 +131,9 @@ type Result struct {
 	Stdout any
 	Stderr any
 	Extra  bson.D
+	// KeyHold is how long the task's unique_key stays held once it ended
+	// (KeyHold of the task: its unique_for); 0 frees it with the result.
+	KeyHold time.Duration
 }
 
 // running matches the task while it is still the given run of node.
@@ -149,8 +152,12 @@ func (s *RunnerStore) Finish(ctx context.Context, taskID bson.ObjectID, node str
 		{Key: "stderr", Value: r.Stderr},
 		{Key: "mtime", Value: now},
 	}
+	hold := Ended(r.Status) && r.KeyHold > 0
+	if hold { // the key stays held a while yet (uniquefor.go)
+		set = append(set, bson.E{Key: FieldUniqueUntil, Value: now.Add(r.KeyHold)})
+	}
 	update := bson.D{{Key: "$set", Value: append(set, r.Extra...)}, {Key: "$unset", Value: bson.D{unsetLive}}}
-	if Ended(r.Status) {
+	if Ended(r.Status) && !hold {
 		update = append(update, freeKey) // the task's unique_key, if any, is free again (unique.go)
 	}
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), update)

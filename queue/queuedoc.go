@@ -72,6 +72,9 @@ type Queue struct {
 	// (timeout, max_retries, ...): the fields den reads (queueFields)
 	// when read by Queues, the whole document otherwise.
 	Raw bson.Raw
+	// pluginLater is set when the plugin came from plugin, later
+	// Disbatch 4's spelling, not the protocol's constructor (ParamsField).
+	pluginLater bool
 }
 
 // queueFields are the fields of a queue document that ParseQueue reads:
@@ -109,6 +112,7 @@ func ParseQueue(raw bson.Raw) (Queue, error) {
 	plugin := raw.Lookup("constructor")
 	if plugin.Type == 0 || plugin.Type == bson.TypeNull {
 		plugin = raw.Lookup("plugin")
+		q.pluginLater = plugin.Type == bson.TypeString
 	}
 	q.Plugin, ok = plugin.StringValueOK()
 	if !ok || strings.TrimSpace(q.Plugin) == "" {

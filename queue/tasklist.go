@@ -23,7 +23,8 @@ type InsertOptions struct {
 	After, Waiting []bson.ObjectID
 	// Params writes the parameters as params, the spelling Disbatch 4's
 	// web API writes and its nodes read, instead of the protocol's
-	// parameters (den nodes read both).
+	// parameters (den nodes read both): set it for a queue of that
+	// schema (Queue.ParamsField).
 	Params bool
 	// Priority, when not 0, is written as each task's priority
 	// (FieldPriority); 0, the default, writes no field.
@@ -33,6 +34,10 @@ type InsertOptions struct {
 	// the error is a *KeyHeldError naming the task that does. Only one
 	// task may be inserted with a key.
 	UniqueKey string
+	// UniqueFor, with UniqueKey, keeps the key held for so long after
+	// the task ended (FieldUniqueFor, uniquefor.go): a twin inserted
+	// meanwhile is refused too. At most MaxUniqueFor.
+	UniqueFor time.Duration
 }
 
 // InsertTasks inserts one queued task per parameters document into a
@@ -45,7 +50,7 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 		return nil, nil
 	}
 	if opts.UniqueKey != "" {
-		if err := (*UniqueKeys)(s).prepare(ctx, queueID, opts.UniqueKey, len(params)); err != nil {
+		if err := (*UniqueKeys)(s).prepare(ctx, queueID, opts.UniqueKey, len(params), now); err != nil {
 			return nil, err
 		}
 	}
@@ -53,9 +58,9 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 	if len(opts.Waiting) > 0 {
 		status = StatusBlocked
 	}
-	paramsField := "parameters"
+	paramsField := FieldParameters
 	if opts.Params {
-		paramsField = "params"
+		paramsField = FieldParams
 	}
 	docs := make([]any, len(params))
 	ids := make([]bson.ObjectID, len(params))
@@ -80,6 +85,9 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 		}
 		if opts.UniqueKey != "" {
 			doc = append(doc, bson.E{Key: FieldUniqueKey, Value: opts.UniqueKey})
+			if opts.UniqueFor > 0 {
+				doc = append(doc, bson.E{Key: FieldUniqueFor, Value: min(opts.UniqueFor, MaxUniqueFor).Seconds()})
+			}
 		}
 		docs[i] = doc
 	}
@@ -134,10 +142,13 @@ type TaskFilter struct {
 	// above them: a page of ListTasks, with After the page just newer.
 	Before, After bson.ObjectID
 	// ParamKey and ParamValue, when ParamKey is set, select tasks whose
-	// parameters.KEY is the string ParamValue. A key that is not
-	// ValidParamKey selects nothing.
-	ParamKey, ParamValue string
-	Limit                int64
+	// parameter KEY, under either name (parameters.KEY or params.KEY,
+	// ParamCondition), equals ParamValue (a string, number or bool), or
+	// one of its values when it is a []any (ParseParamValue's). A key that
+	// is not ValidParamKey selects nothing.
+	ParamKey   string
+	ParamValue any
+	Limit      int64
 }
 
 // validParamKey is what a parameter search may name: a plain field of
@@ -179,7 +190,7 @@ func (f TaskFilter) bson() bson.D {
 		if !ValidParamKey(f.ParamKey) {
 			return bson.D{{Key: "_id", Value: bson.D{{Key: "$exists", Value: false}}}} // nothing
 		}
-		d = append(d, bson.E{Key: "parameters." + f.ParamKey, Value: f.ParamValue})
+		d = append(d, ParamCondition(f.ParamKey, f.ParamValue))
 	}
 	return d
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -85,11 +86,18 @@ type KeyHeldError struct {
 	// when it ended (or went) between the refusal and the look-up.
 	Holder bson.ObjectID
 	Status int
+	// Until is when the key is freed, when the holder has ended and holds
+	// it for a while (unique_until, uniquefor.go); zero otherwise.
+	Until time.Time
 }
 
 func (e *KeyHeldError) Error() string {
 	if e.Holder.IsZero() {
 		return fmt.Sprintf("unique key %q is held in queue %s by a task that has just ended or gone; try again", e.Key, e.Queue.Hex())
+	}
+	if Ended(e.Status) && !e.Until.IsZero() {
+		return fmt.Sprintf("unique key %q is held in queue %s by task %s, which ended (status %d, %s) and holds it until %s (its unique_for)",
+			e.Key, e.Queue.Hex(), e.Holder.Hex(), e.Status, StatusName(e.Status), e.Until.UTC().Format(time.RFC3339))
 	}
 	if Ended(e.Status) { // it ended between the refusal and the look-up
 		return fmt.Sprintf("unique key %q was held in queue %s by task %s, which has just ended (status %d, %s); try again",
@@ -138,13 +146,22 @@ var freeKey = bson.E{Key: "$rename", Value: bson.D{{Key: FieldUniqueKey, Value: 
 
 // FreeEnded frees the keys of the tasks that have ended but still hold
 // one: every such task (the sweep), or, with a key, the one of that key in
-// that queue. It returns how many it freed.
-func (s *UniqueKeys) FreeEnded(ctx context.Context, queueID bson.ObjectID, key string) (int64, error) {
+// that queue. A key held after its task ended (uniquefor.go) is freed
+// only once its unique_until is not after now; a held task that has none
+// yet gets it first (dateHolds). It returns how many it freed.
+func (s *UniqueKeys) FreeEnded(ctx context.Context, queueID bson.ObjectID, key string, now time.Time) (int64, error) {
 	filter := bson.D{{Key: FieldUniqueKey, Value: bson.D{{Key: "$exists", Value: true}}}}
 	if key != "" {
 		filter = bson.D{{Key: FieldUniqueKey, Value: key}, {Key: "queue", Value: queueID}}
 	}
-	res, err := s.tasks.UpdateMany(ctx, append(filter, endedFilter()), bson.D{freeKey})
+	if err := s.dateHolds(ctx, filter, now); err != nil {
+		return 0, err
+	}
+	free := bson.E{Key: "$and", Value: bson.A{bson.D{endedFilter()}, bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: FieldUniqueFor, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 0}}}}}},
+		bson.D{{Key: FieldUniqueUntil, Value: bson.D{{Key: "$lte", Value: now}}}},
+	}}}}}
+	res, err := s.tasks.UpdateMany(ctx, append(filter, free), bson.D{freeKey})
 	if err != nil {
 		return 0, fmt.Errorf("free the unique keys of ended tasks: %w", err)
 	}
@@ -156,7 +173,7 @@ func (s *UniqueKeys) FreeEnded(ctx context.Context, queueID bson.ObjectID, key s
 func (s *UniqueKeys) Holder(ctx context.Context, queueID bson.ObjectID, key string) (*KeyHeldError, error) {
 	held := &KeyHeldError{Queue: queueID, Key: key}
 	raw, err := s.tasks.FindOne(ctx, bson.D{{Key: FieldUniqueKey, Value: key}, {Key: "queue", Value: queueID}},
-		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: 1}})).Raw()
+		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: FieldUniqueUntil, Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return held, nil
 	}
@@ -168,6 +185,9 @@ func (s *UniqueKeys) Holder(ctx context.Context, queueID bson.ObjectID, key stri
 	held.Holder, _ = raw.Lookup("_id").ObjectIDOK()
 	if st, ok := raw.Lookup("status").AsInt64OK(); ok {
 		held.Status = int(st)
+	}
+	if until, ok := raw.Lookup(FieldUniqueUntil).TimeOK(); ok {
+		held.Until = until
 	}
 	return held, nil
 }
@@ -196,7 +216,7 @@ func (s *UniqueKeys) Ensure(ctx context.Context) error {
 // prepare readies the insert of n tasks with a key into a queue: the key
 // is valid, n is 1, the index that holds keys exists, and the key of a
 // task of the queue that has ended is freed.
-func (s *UniqueKeys) prepare(ctx context.Context, queueID bson.ObjectID, key string, n int) error {
+func (s *UniqueKeys) prepare(ctx context.Context, queueID bson.ObjectID, key string, n int, now time.Time) error {
 	if err := CheckUniqueKey(key); err != nil {
 		return err
 	}
@@ -206,7 +226,7 @@ func (s *UniqueKeys) prepare(ctx context.Context, queueID bson.ObjectID, key str
 	if err := s.Ensure(ctx); err != nil {
 		return err
 	}
-	_, err := s.FreeEnded(ctx, queueID, key)
+	_, err := s.FreeEnded(ctx, queueID, key, now)
 	return err
 }
 

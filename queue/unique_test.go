@@ -135,7 +135,7 @@ func TestUniqueKeyHeldUntilTheTaskEnds(t *testing.T) {
 	}
 	held(t, err, "k", third, queue.StatusQueued)
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: third}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -5}}}})
-	if n, err := queue.NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, ""); err != nil || n != 1 {
+	if n, err := queue.NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); err != nil || n != 1 {
 		t.Fatalf("sweep freed %d, %v; want the cancelled task's key", n, err)
 	}
 	firstTask, _ = store.Operator.Task(ctx, first)
@@ -162,7 +162,7 @@ func TestUniqueKeyFreedOnlyByEndedStatuses(t *testing.T) {
 	for _, st := range statuses {
 		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: st}, {Key: "node", Value: "n"}, {Key: "unique_key", Value: "k" + string(rune('a'+st+7))}})
 	}
-	if n, err := queue.NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, ""); err != nil {
+	if n, err := queue.NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); err != nil {
 		t.Fatal(err)
 	} else if n != 5 {
 		t.Errorf("freed %d keys, want 5", n)

@@ -74,12 +74,21 @@ a read before the write); else den names the task that holds it (its id
 and status), inserts nothing and exits 3 (with --json, the holder is
 printed as JSON). A task holds its key until it has ended: succeeded or
 failed (status 1 and up), cancelled (-5) or orphaned (-6); blocked, held
-and terminated tasks still hold it. See docs/task-control.md.`,
+and terminated tasks still hold it. See docs/task-control.md.
+
+With --unique (one task only), the key is made from the queue and the
+task's parameters (sha256: and the SHA-256 of the queue's id and the
+parameters as canonical JSON: keys in any order, 7 and 7.0 the same), so
+that a task with the same parameters is not added twice while one is
+unfinished. --unique-for DURATION (implies --unique unless --unique-key is
+given) also keeps the key held for DURATION after the task ended: a twin
+added within DURATION of its end is refused too (at most 8784h).`,
 		Example: `  printf '{"commands":"ab"}\n{"commands":"a"}\n' | den task add demo
   echo '{"commands":"a"}' | den task add demo --priority 10
   den task add resize --file tasks.jsonl --config /etc/disbatch/config.json
   den task add report --after 6b02ffcf2e2e26d413036425,6b02ffcf2e2e26d413036426 < report.jsonl
-  echo '{"account":"42"}' | den task add resync --unique-key account-42`,
+  echo '{"account":"42"}' | den task add resync --unique-key account-42
+  echo '{"account":"42"}' | den task add resync --unique --unique-for 1h`,
 		Args: cobra.ExactArgs(1),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
 			file, _ := cmd.Flags().GetString("file")
@@ -113,7 +122,8 @@ and terminated tasks still hold it. See docs/task-control.md.`,
 				return err
 			}
 			opts.Priority, _ = cmd.Flags().GetInt64("priority")
-			if opts.UniqueKey, err = uniqueKeyFlag(cmd, len(params)); err != nil {
+			opts.Params = q.ParamsField() == queue.FieldParams
+			if opts.UniqueKey, opts.UniqueFor, err = uniqueFlags(cmd, q.ID, params); err != nil {
 				return err
 			}
 			progress := isTerminalWriter(cmd.ErrOrStderr()) && !wantJSON(cmd)
@@ -161,24 +171,45 @@ and terminated tasks still hold it. See docs/task-control.md.`,
 	cmd.Flags().StringP("file", "f", "", "file of tasks, one JSON object of parameters per line (default stdin)")
 	cmd.Flags().Int("batch", 1000, "tasks per insert")
 	cmd.Flags().String("unique-key", "", "insert the (one) task only if no unfinished task of the queue holds this key")
+	cmd.Flags().Bool("unique", false, "insert the (one) task only if no unfinished task of the queue has the same parameters (the key is made from them)")
+	cmd.Flags().Duration("unique-for", 0, "with the key (--unique, implied, or --unique-key): also refuse a twin for this long after the task ended")
 	cmd.Flags().StringSlice("after", nil, "task ids the new tasks come after: they run once all of these succeeded, and are cancelled if one of them fails for good")
 	cmd.Flags().Int64("priority", 0, "the tasks' priority: den nodes claim the highest first, in the queue's order within one priority (may be negative; 0 writes no field)")
 	return cmd
 }
 
-// uniqueKeyFlag reads --unique-key, for n tasks.
-func uniqueKeyFlag(cmd *cobra.Command, n int) (string, error) {
+// uniqueFlags reads --unique-key, --unique and --unique-for, for the
+// tasks params of a queue: the key and how long it stays held after the
+// task ended.
+func uniqueFlags(cmd *cobra.Command, queueID bson.ObjectID, params []bson.Raw) (string, time.Duration, error) {
 	key, _ := cmd.Flags().GetString("unique-key")
-	if !cmd.Flags().Changed("unique-key") {
-		return "", nil
+	byKey := cmd.Flags().Changed("unique-key")
+	byParams, _ := cmd.Flags().GetBool("unique")
+	hold, _ := cmd.Flags().GetDuration("unique-for")
+	flag := "--unique-key"
+	switch {
+	case cmd.Flags().Changed("unique-for") && (hold <= 0 || hold > queue.MaxUniqueFor):
+		return "", 0, usagef("--unique-for %v: want more than 0 and at most %v", hold, queue.MaxUniqueFor)
+	case byKey && byParams:
+		return "", 0, usagef("--unique makes the key from the parameters: give it or --unique-key, not both")
+	case !byKey && (byParams || hold > 0):
+		flag = "--unique"
+	case !byKey:
+		return "", 0, nil
+	}
+	if len(params) != 1 {
+		return "", 0, usagef("%s is for one task, and %d were given", flag, len(params))
+	}
+	if !byKey {
+		var err error
+		if key, err = queue.ParamsKey(queueID, params[0]); err != nil {
+			return "", 0, err
+		}
 	}
 	if err := queue.CheckUniqueKey(key); err != nil {
-		return "", usagef("--unique-key: %v", err)
+		return "", 0, usagef("--unique-key: %v", err)
 	}
-	if n != 1 {
-		return "", usagef("--unique-key is for one task, and %d were given", n)
-	}
-	return key, nil
+	return key, hold, nil
 }
 
 // keyHeld reports a task refused for its unique key: exit status 3, and
@@ -187,7 +218,11 @@ func keyHeld(cmd *cobra.Command, q *queue.Queue, held *queue.KeyHeldError) error
 	if wantJSON(cmd) {
 		out := map[string]any{"queue": q.ID.Hex(), "name": q.Name, "inserted": 0, "unique_key": held.Key, "held_by": nil}
 		if !held.Holder.IsZero() {
-			out["held_by"] = map[string]any{"id": held.Holder.Hex(), "status": held.Status, "status_name": queue.StatusName(held.Status)}
+			by := map[string]any{"id": held.Holder.Hex(), "status": held.Status, "status_name": queue.StatusName(held.Status)}
+			if !held.Until.IsZero() {
+				by["held_until"] = held.Until.UTC()
+			}
+			out["held_by"] = by
 		}
 		if err := printJSON(cmd.OutOrStdout(), out); err != nil {
 			return err
@@ -275,8 +310,18 @@ func timePtr(t time.Time) *time.Time {
 func newTaskListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List tasks, newest first (filters: --queue, --status, --node, --outcome, --since)",
+		Short: "List tasks, newest first (filters: --queue, --status, --node, --outcome, --since, --param)",
+		Long: `List tasks, newest first, without their output.
+
+--param KEY=VALUE lists the tasks whose parameter KEY equals VALUE, under
+either name a task carries its parameters in (parameters, the protocol's;
+params, later Disbatch 4's). VALUE is read as JSON when it is a JSON
+number, string or boolean, else as text: n=7 finds the number 7 (stored
+as any numeric type) or the text "7", n='"7"' only the text 7, user=ann the
+text ann. KEY is one field of the parameters: 1 to 64 of A-Z a-z 0-9 _
+(no paths, no $).`,
 		Example: `  den task list --queue demo --status failed,orphaned --since 24h
+  den task list --queue resync --param account=42 --status queued
   den task list --outcome runner_died,node_died --since 24h   # infrastructure, not the task
   den task list --node worker01 --status running --json`,
 		Args: cobra.NoArgs,
@@ -284,6 +329,13 @@ func newTaskListCmd() *cobra.Command {
 			f, err := taskFilter(cmd, d, true)
 			if err != nil {
 				return err
+			}
+			if p, _ := cmd.Flags().GetString("param"); p != "" {
+				key, value, ok := strings.Cut(p, "=")
+				if !ok || !queue.ValidParamKey(key) {
+					return usagef("--param %q: want KEY=VALUE, KEY 1 to 64 of A-Z, a-z, 0-9 and _ (no dots, no $)", p)
+				}
+				f.ParamKey, f.ParamValue = key, queue.ParseParamValue(value)
 			}
 			f.Limit, _ = cmd.Flags().GetInt64("limit")
 			if f.Limit < 0 {
@@ -350,6 +402,7 @@ func newTaskListCmd() *cobra.Command {
 	}
 	addTaskFilterFlags(cmd)
 	cmd.Flags().Int64("limit", 50, "at most this many tasks (0: all)")
+	cmd.Flags().String("param", "", "only tasks whose parameter KEY equals VALUE (KEY=VALUE; VALUE a JSON number, which also matches its text, a JSON string, a boolean, else text), under parameters or params")
 	return cmd
 }
 

@@ -99,7 +99,7 @@ var TaskFields = []string{
 	"after", "waiting", "after_was", "has_dependents", "live_until", "live", "outcome", "outcome_reason",
 	"memory_retry_factor", "requested_resources", "requested_resources.memory_mb", "requested_resources.cpus",
 	"unfit", "usage", "usage_interval", "exit_code", "signal", "timed_out", "orphan_reason", "leftover_processes", "max_processes",
-	"unique_key",
+	"unique_key", "unique_for", "unique_until",
 }
 
 // QueueFields are the fields of a queue document that the protocol or den

@@ -219,7 +219,7 @@ func pageOf(f *queue.TaskFilter, q url.Values) error {
 		if !utf8.ValidString(value) {
 			return fmt.Errorf("param %q: the value is not UTF-8", p)
 		}
-		f.ParamKey, f.ParamValue = key, value
+		f.ParamKey, f.ParamValue = key, queue.ParseParamValue(value)
 	}
 	return nil
 }

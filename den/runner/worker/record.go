@@ -121,7 +121,7 @@ func (t *taskRun) record(storeCtx, runCtx context.Context, status int) error {
 	if v.retry {
 		return t.retry(storeCtx, v.status, stdout, stderr, extra, outcome, next)
 	}
-	return t.finish(storeCtx, queue.Result{Status: v.status, Stdout: stdout, Stderr: stderr, Extra: extra}, outcome)
+	return t.finish(storeCtx, queue.Result{Status: v.status, Stdout: stdout, Stderr: stderr, Extra: extra, KeyHold: queue.KeyHold(t.task)}, outcome)
 }
 
 // verdict finds what happened to the run (reading the task when

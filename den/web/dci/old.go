@@ -193,9 +193,9 @@ func jsonParam(v any, lim jsonLimits) (x any, msg string, over *jsonLimitError) 
 
 // oldQueue finds the queue the older routes name by id or name: unlike
 // the Perl web API, which took any id for a queue, the queue must exist.
-func (h *handler) oldQueue(ctx context.Context, v any) (bson.ObjectID, error) {
+func (h *handler) oldQueue(ctx context.Context, v any) (queue.Queue, error) {
 	s, _ := scalarText(v)
-	return h.findQueue(ctx, s)
+	return h.findQueueDoc(ctx, s)
 }
 
 // queueCreateTasksJSON serves POST /queue-create-tasks-json: queueid and
@@ -220,10 +220,11 @@ func (h *handler) queueCreateTasksJSON(w http.ResponseWriter, r *http.Request, p
 		sendJSON(w, http.StatusOK, []any{int64(0), "object param must be a JSON array"})
 		return
 	}
-	id, ok := h.oldQueueFound(w, r, queueID)
+	q, ok := h.oldQueueFound(w, r, queueID)
 	if !ok {
 		return
 	}
+	id := q.ID
 	var ids []bson.ObjectID
 	var err error
 	if len(list) > 0 {
@@ -232,7 +233,7 @@ func (h *handler) queueCreateTasksJSON(w http.ResponseWriter, r *http.Request, p
 			sendJSON(w, http.StatusBadRequest, []any{int64(0), msg})
 			return
 		}
-		ids, err = h.insertTasks(r.Context(), id, tasks)
+		ids, err = h.insertTasks(r.Context(), q, tasks)
 	}
 	res := insertManyResult(ids)
 	out := []any{int64(1), int64(len(ids))}
@@ -283,10 +284,11 @@ func (h *handler) queueCreateTasksFromQueryJSON(w http.ResponseWriter, r *http.R
 		sendJSON(w, http.StatusBadRequest, []any{int64(0), "jsonfilter and params must be JSON objects, and collection a name"})
 		return
 	}
-	id, ok := h.oldQueueFound(w, r, queueID)
+	q, ok := h.oldQueueFound(w, r, queueID)
 	if !ok {
 		return
 	}
+	id := q.ID
 	filter, msg := queryFilter(filterO)
 	if msg == "" {
 		if err := collectionName(coll); err != nil {
@@ -297,7 +299,7 @@ func (h *handler) queueCreateTasksFromQueryJSON(w http.ResponseWriter, r *http.R
 		sendJSON(w, http.StatusBadRequest, []any{int64(0), msg})
 		return
 	}
-	ids, err := h.fromDocuments(r.Context(), id, coll, filter, template)
+	ids, err := h.fromDocuments(r.Context(), q, coll, filter, template)
 	switch {
 	case err != nil:
 		h.log.Warn("dci: tasks from a collection", bsonID(id), errField(err))
@@ -491,15 +493,15 @@ func oldRequire(w http.ResponseWriter, o obj, missing string, names ...string) (
 // names; else it answers as the Perl DCI does (400 with the reason for a
 // value that is no id, "Queue not found" for no such queue) and returns
 // false.
-func (h *handler) oldQueueFound(w http.ResponseWriter, r *http.Request, queueID any) (bson.ObjectID, bool) {
-	id, err := h.oldQueue(r.Context(), queueID)
+func (h *handler) oldQueueFound(w http.ResponseWriter, r *http.Request, queueID any) (queue.Queue, bool) {
+	q, err := h.oldQueue(r.Context(), queueID)
 	if err != nil {
 		sendJSON(w, http.StatusBadRequest, []any{int64(0), err.Error()})
-		return id, false
+		return q, false
 	}
-	if id.IsZero() {
+	if q.ID.IsZero() {
 		sendJSON(w, http.StatusOK, []any{int64(0), "Queue not found"})
-		return id, false
+		return q, false
 	}
-	return id, true
+	return q, true
 }

@@ -210,17 +210,24 @@ func (h *handler) postQueues(w http.ResponseWriter, r *http.Request, p params, _
 // like one, else its name; zero when there is none. Two queues of the
 // name are an error.
 func (h *handler) findQueue(ctx context.Context, ref string) (bson.ObjectID, error) {
+	q, err := h.findQueueDoc(ctx, ref)
+	return q.ID, err
+}
+
+// findQueueDoc is findQueue's queue, whole (the zero Queue when there is
+// none).
+func (h *handler) findQueueDoc(ctx context.Context, ref string) (queue.Queue, error) {
 	q, _, err := h.store.FindQueue(ctx, ref)
 	if errors.Is(err, queue.ErrNoQueue) {
-		return bson.ObjectID{}, nil
+		return queue.Queue{}, nil
 	}
 	if err != nil {
-		return bson.ObjectID{}, err
+		return queue.Queue{}, err
 	}
 	if id, byID := idOf(ref); byID && q.ID != id {
-		return bson.ObjectID{}, nil // a queue named like an id
+		return queue.Queue{}, nil // a queue named like an id
 	}
-	return q.ID, nil
+	return q, nil
 }
 
 // queueSettings checks POST /queues/:queue's parameters as the Perl web

@@ -15,8 +15,10 @@ import (
 // Creating tasks. The Perl web API inserted each task as {queue, status:
 // -2, stdout: null, stderr: null, node: null, params, ctime, mtime}, all
 // at once, and kept no counts. den inserts what den task add does, with
-// the parameters under params (the spelling Disbatch 4's nodes read, and
-// its clients search: {"params.user": "ashley"}) and node -1 (the
+// the parameters under the name of the queue's schema (Queue.ParamsField:
+// params in a Disbatch 4 queue, whose plugin is named by plugin, as the
+// Perl web API writes them; parameters in a protocol queue, named by
+// constructor; den finds either, queue.EitherParams) and node -1 (the
 // protocol's; both nodes claim either), in batches (Options.Batch), each
 // raising the queue's count_todo and count_total by exactly what landed.
 // Every task's parameters are checked before anything is inserted.
@@ -65,11 +67,12 @@ func taskParams(list []any) ([]bson.Raw, string) {
 
 // insertTasks inserts tasks into a queue in batches; it returns the ids of
 // those that landed (counted in the queue), and the error that stopped it.
-func (h *handler) insertTasks(ctx context.Context, queueID bson.ObjectID, tasks []bson.Raw) ([]bson.ObjectID, error) {
+func (h *handler) insertTasks(ctx context.Context, q queue.Queue, tasks []bson.Raw) ([]bson.ObjectID, error) {
 	var ids []bson.ObjectID
+	opts := queue.InsertOptions{Params: q.ParamsField() == queue.FieldParams}
 	for start := 0; start < len(tasks); start += h.batch {
 		end := min(start+h.batch, len(tasks))
-		landed, err := h.store.InsertTasks(ctx, queueID, tasks[start:end], h.now(), queue.InsertOptions{Params: true})
+		landed, err := h.store.InsertTasks(ctx, q.ID, tasks[start:end], h.now(), opts)
 		ids = append(ids, landed...)
 		if err != nil {
 			return ids, fmt.Errorf("inserted %d of %d tasks (counted in count_todo/count_total); the others were not: %w", len(ids), len(tasks), err)
@@ -89,16 +92,17 @@ func (h *handler) postTasks(w http.ResponseWriter, r *http.Request, p params, ar
 		sendJSON(w, http.StatusBadRequest, obj{{"error", msg}})
 		return
 	}
-	id, err := h.findQueue(r.Context(), args[0])
+	q, err := h.findQueueDoc(r.Context(), args[0])
 	if err != nil {
 		sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
 		return
 	}
+	id := q.ID
 	if id.IsZero() {
 		sendJSON(w, http.StatusBadRequest, obj{{"error", "queue not found"}})
 		return
 	}
-	ids, err := h.insertTasks(r.Context(), id, tasks)
+	ids, err := h.insertTasks(r.Context(), q, tasks)
 	out := obj{{"MongoDB::InsertManyResult", insertManyResult(ids)}}
 	if err != nil {
 		h.log.Warn("dci: insert tasks", bsonID(id), errField(err))
@@ -126,7 +130,7 @@ func collectionName(name string) error {
 // document (null when it has none; a dotted FIELD is a path, where the
 // Perl web API found only top-level fields). Tasks are inserted in
 // batches as documents are read; it returns the ids of those inserted.
-func (h *handler) fromDocuments(ctx context.Context, queueID bson.ObjectID, coll string, filter bson.D, template obj) ([]bson.ObjectID, error) {
+func (h *handler) fromDocuments(ctx context.Context, q queue.Queue, coll string, filter bson.D, template obj) ([]bson.ObjectID, error) {
 	projection := bson.D{}
 	for _, f := range template {
 		if s, ok := f.v.(string); ok && strings.HasPrefix(s, "document.") {
@@ -143,7 +147,7 @@ func (h *handler) fromDocuments(ctx context.Context, queueID bson.ObjectID, coll
 		if len(batch) == 0 {
 			return nil
 		}
-		landed, err := h.insertTasks(ctx, queueID, batch)
+		landed, err := h.insertTasks(ctx, q, batch)
 		ids = append(ids, landed...)
 		batch = batch[:0]
 		return err
@@ -195,11 +199,12 @@ func (h *handler) postTasksFromCollection(w http.ResponseWriter, r *http.Request
 		sendJSON(w, http.StatusBadRequest, obj{{"error", "filter and params required and must be name/value objects"}})
 		return
 	}
-	id, err := h.findQueue(r.Context(), args[0])
+	q, err := h.findQueueDoc(r.Context(), args[0])
 	if err != nil {
 		sendJSON(w, http.StatusBadRequest, obj{{"error", err.Error()}})
 		return
 	}
+	id := q.ID
 	if id.IsZero() {
 		sendJSON(w, http.StatusBadRequest, obj{{"error", "queue not found"}})
 		return
@@ -214,7 +219,7 @@ func (h *handler) postTasksFromCollection(w http.ResponseWriter, r *http.Request
 		sendJSON(w, http.StatusBadRequest, obj{{"error", msg}})
 		return
 	}
-	ids, err := h.fromDocuments(r.Context(), id, args[1], filter, template)
+	ids, err := h.fromDocuments(r.Context(), q, args[1], filter, template)
 	out := obj{{"MongoDB::InsertManyResult", insertManyResult(ids)}}
 	switch {
 	case err != nil:
