@@ -117,7 +117,7 @@ func (h *handler) retry(w http.ResponseWriter, r *http.Request) {
 
 // setMaxThreads serves POST /nodes/maxthreads (fields node, maxthreads),
 // as den node set NODE maxthreads N|none: empty or none removes the limit.
-func (h *handler) setMaxThreads(w http.ResponseWriter, r *http.Request) {
+func (h nodeActions) setMaxThreads(w http.ResponseWriter, r *http.Request) {
 	node := strings.TrimSpace(r.PostForm.Get("node"))
 	value := strings.TrimSpace(r.PostForm.Get("maxthreads"))
 	if node == "" {
@@ -145,17 +145,20 @@ func (h *handler) setMaxThreads(w http.ResponseWriter, r *http.Request) {
 	h.answer(w, r, "/#nodes", "maxthreads-set")
 }
 
+// queueActions are the queue's actions: pause and resume.
+type queueActions struct{ *handler }
+
 // pauseQueue serves POST /queues/ID/pause, as den queue pause, and
 // resumeQueue POST /queues/ID/resume, as den queue resume.
-func (h *handler) pauseQueue(w http.ResponseWriter, r *http.Request) {
+func (h queueActions) pauseQueue(w http.ResponseWriter, r *http.Request) {
 	h.pauseOrResume(w, r, true)
 }
 
-func (h *handler) resumeQueue(w http.ResponseWriter, r *http.Request) {
+func (h queueActions) resumeQueue(w http.ResponseWriter, r *http.Request) {
 	h.pauseOrResume(w, r, false)
 }
 
-func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bool) {
+func (h queueActions) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bool) {
 	q, ok := h.actionQueue(w, r)
 	if !ok {
 		return
@@ -196,7 +199,7 @@ func (h *handler) pauseOrResume(w http.ResponseWriter, r *http.Request, pause bo
 // another queue is named with the same 24 hex digits (reach that one by
 // its own id). A name several queues share is refused (409) with their
 // ids; a ref that names no queue is a 404.
-func (h *handler) actionQueue(w http.ResponseWriter, r *http.Request) (queue.Queue, bool) {
+func (h queueActions) actionQueue(w http.ResponseWriter, r *http.Request) (queue.Queue, bool) {
 	ref := r.PathValue("ref")
 	if id, err := bson.ObjectIDFromHex(ref); err == nil {
 		q, err := h.store.QueueDoc(r.Context(), id)

@@ -188,9 +188,10 @@ func New(o Options) (http.Handler, error) {
 	m.HandleFunc("POST /tasks/{id}/cancel", h.action(h.cancel))
 	m.HandleFunc("POST /tasks/{id}/retry", h.action(h.retry))
 	m.HandleFunc("POST /tasks/bulk", h.action(h.bulk))
-	m.HandleFunc("POST /nodes/maxthreads", h.action(h.setMaxThreads))
-	m.HandleFunc("POST /queues/{ref}/pause", h.action(h.pauseQueue))
-	m.HandleFunc("POST /queues/{ref}/resume", h.action(h.resumeQueue))
+	qa := queueActions{h}
+	m.HandleFunc("POST /nodes/maxthreads", h.action(nodeActions{h}.setMaxThreads))
+	m.HandleFunc("POST /queues/{ref}/pause", h.action(qa.pauseQueue))
+	m.HandleFunc("POST /queues/{ref}/resume", h.action(qa.resumeQueue))
 	sa := scheduleActions{h}
 	m.HandleFunc("POST /schedules/{name}/pause", h.action(sa.pauseSchedule))
 	m.HandleFunc("POST /schedules/{name}/resume", h.action(sa.resumeSchedule))
