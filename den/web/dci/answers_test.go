@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -315,10 +316,41 @@ func replay(t *testing.T, db *mongo.Database, file string) {
 				den = []any{map[string]any{"_id": list[0].(map[string]any)["_id"]}}
 			}
 		}
+		if a.Path == "/tasks/search" && !strings.Contains(a.Body, "sort") && !strings.Contains(a.Body, "limit") && !strings.Contains(a.Body, "skip") {
+			// A search with no sort answers in the server's order, which
+			// MongoDB does not promise (the recording's is its insertion
+			// order; the development server's fast paths give _id order):
+			// the same tasks, in any order.
+			perl, den = anyOrder(perl), anyOrder(den)
+		}
 		if res.StatusCode != a.Status || !reflect.DeepEqual(den, perl) {
 			pj, _ := json.Marshal(perl)
 			dj, _ := json.Marshal(den)
 			t.Errorf("%s: %s %s %s\n Perl DCI: %d %s\n den:      %d %s", a.Name, a.Method, path, body, a.Status, pj, res.StatusCode, dj)
 		}
 	}
+}
+
+// anyOrder puts a list of answers in one order, by their JSON, so that
+// two lists of the same answers in different orders compare equal.
+func anyOrder(v any) any {
+	list, ok := v.([]any)
+	if !ok {
+		return v
+	}
+	type keyed struct {
+		key string
+		v   any
+	}
+	ks := make([]keyed, len(list))
+	for i, x := range list {
+		b, _ := json.Marshal(x)
+		ks[i] = keyed{string(b), x}
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].key < ks[j].key })
+	out := make([]any, len(ks))
+	for i, k := range ks {
+		out[i] = k.v
+	}
+	return out
 }
