@@ -559,7 +559,11 @@ func (f *fastPaths) aggregate(ctx context.Context, cmd bson.Raw) (bson.Raw, erro
 		if n == 0 {
 			continue
 		}
-		doc, err := bson.Marshal(bson.D{{Key: "_id", Value: g.id}, {Key: p.out, Value: p.sum(n)}})
+		group := bson.D{{Key: "_id", Value: g.id}}
+		if p.out != "" {
+			group = append(group, bson.E{Key: p.out, Value: p.sum(n)})
+		}
+		doc, err := bson.Marshal(group)
 		if err != nil {
 			return nil, err
 		}
@@ -593,7 +597,7 @@ type countPipeline struct {
 	filter      bson.Raw
 	skip, limit int64 // before a constant group: the driver's countDocuments
 	key         groupKey
-	out         string        // the count's field
+	out         string        // the count's field; "": none (the distinct keys)
 	one         bson.RawValue // what $sum adds: 1 of some type
 }
 
@@ -656,16 +660,20 @@ func parsePipeline(pipeline bson.RawArray, spec fastSpec) (countPipeline, error)
 	return p, nil
 }
 
-// parseGroup reads {_id: key, out: {$sum: 1}}.
+// parseGroup reads {_id: key, out: {$sum: 1}}, or {_id: key} alone (the
+// distinct keys: out is "").
 func parseGroup(arg bson.RawValue, spec fastSpec) (groupKey, string, bson.RawValue, error) {
 	doc, ok := arg.DocumentOK()
 	elems, err := doc.Elements()
-	if !ok || err != nil || len(elems) != 2 || elems[0].Key() != "_id" {
+	if !ok || err != nil || len(elems) < 1 || len(elems) > 2 || elems[0].Key() != "_id" {
 		return groupKey{}, "", bson.RawValue{}, forward("a $group of other than _id and one count")
 	}
 	key, err := parseGroupKey(elems[0].Value(), spec)
 	if err != nil {
 		return groupKey{}, "", bson.RawValue{}, err
+	}
+	if len(elems) == 1 {
+		return key, "", bson.RawValue{}, nil
 	}
 	out := elems[1].Key()
 	if out == "" || strings.ContainsAny(out, ".$\x00") {

@@ -347,6 +347,8 @@ func (f *fastFixture) countCases() []fastCase {
 		{"the nodes of running tasks", agg(match(bson.D{{Key: "status", Value: int32(0)}}), group("$node")), true},
 		{"queues with queued tasks", agg(match(bson.D{{Key: "status", Value: int32(-2)}}), group("$queue")), true},
 		{"by a one-field document", agg(group(bson.D{{Key: "st", Value: "$status"}})), true},
+		{"the nodes of claimed and running tasks, no count", agg(match(bson.D{{Key: "status", Value: in(0, 1)}}), bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$node"}}}}), true},
+		{"queues with queued tasks, no count", agg(match(bson.D{{Key: "status", Value: int32(-2)}}), bson.D{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$queue"}}}}), true},
 		{"countDocuments", agg(match(bson.D{{Key: "queue", Value: q[2]}, {Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}}), group(int32(1))), true},
 		{"countDocuments skipped and limited", agg(match(bson.D{{Key: "node", Value: "n1"}}), bson.D{{Key: "$skip", Value: int64(5)}}, bson.D{{Key: "$limit", Value: int64(30)}}, group(int32(1))), true},
 		{"countDocuments of nothing", agg(match(bson.D{{Key: "queue", Value: bson.NewObjectID()}}), group(int32(1))), true},
