@@ -22,7 +22,8 @@ import (
 //   - a sort of {_id: 1} or {_id: -1}, or none (then _id ascending, one of
 //     the orders MongoDB may give an unsorted find);
 //   - a limit of 1 to maxFindLimit, and a skip of at most maxFindLimit
-//     less the limit;
+//     less the limit; or no limit nor skip, when fewer than maxFindLimit
+//     documents match;
 //   - a filter of the elements superset (fastsql.go) reads: paths, each
 //     with a value (ObjectId, string, number, boolean, date, null) or
 //     operators ($eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $exists) of
@@ -68,6 +69,7 @@ type findCmd struct {
 	projection  bson.Raw // nil: whole documents
 	desc        bool
 	skip, limit int64
+	unbounded   bool // the find named no limit: limit is maxFindLimit
 	batchSize   int64
 	singleBatch bool
 }
@@ -121,6 +123,11 @@ func parseFind(cmd bson.Raw) (findCmd, error) {
 		if !ok {
 			return findCmd{}, forward("%s", e.Key())
 		}
+	}
+	if fc.limit == 0 && fc.skip == 0 {
+		// No limit: answered when fewer than maxFindLimit match (a
+		// node's own claimed tasks), else left to FerretDB.
+		fc.limit, fc.unbounded = maxFindLimit, true
 	}
 	if fc.limit < 1 || fc.skip+fc.limit > maxFindLimit {
 		return findCmd{}, forward("limit %d, skip %d", fc.limit, fc.skip)
@@ -232,6 +239,9 @@ func (f *fastPaths) find(ctx context.Context, up net.Conn, cmd bson.Raw) (bson.R
 	}
 	if !fc.singleBatch && int64(len(docs)) == fc.batchSize {
 		return nil, forward("a whole batch matches")
+	}
+	if fc.unbounded && int64(len(docs)) == fc.limit {
+		return nil, forward("%d or more match a find without a limit", fc.limit)
 	}
 	return cursorReply(fc.db+"."+fc.coll, docs)
 }

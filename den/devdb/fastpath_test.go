@@ -312,7 +312,9 @@ func (f *fastFixture) findCases() []fastCase {
 		// Left to FerretDB.
 		{"a batch smaller than the matches", find(bson.D{{Key: "status", Value: int32(1)}}, desc, limit(20), bson.E{Key: "batchSize", Value: int32(10)}), false},
 		{"sorted on another field", find(bson.D{{Key: "queue", Value: q[0]}}, bson.E{Key: "sort", Value: bson.D{{Key: "ctime", Value: -1}}}, limit(10)), false},
-		{"no limit", find(bson.D{{Key: "queue", Value: q[0]}}, desc), false},
+		{"no limit, a queue's", find(bson.D{{Key: "queue", Value: q[0]}}, desc), true},
+		{"no limit, a node's claimed tasks", find(bson.D{{Key: "node", Value: bson.D{{Key: "$eq", Value: "n1"}}}, {Key: "status", Value: int32(0)}}, bson.E{Key: "batchSize", Value: int32(100000)}), true},
+		{"no limit, every task", find(bson.D{}, bson.E{Key: "batchSize", Value: int32(100000)}), true},
 		{"a limit too large", find(bson.D{}, desc, limit(1001)), false},
 		{"a regular expression", find(bson.D{{Key: "node", Value: bson.Regex{Pattern: "^n"}}}, desc, limit(10)), false},
 		{"$type", find(bson.D{{Key: "status", Value: bson.D{{Key: "$type", Value: "int"}}}}, desc, limit(10)), false},
