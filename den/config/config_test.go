@@ -685,6 +685,9 @@ func TestBoundsRefused(t *testing.T) {
 		{"command.cpu", "", "0.001", "", "command.cpu 0.001 must be 0 (no limit) or 0.01 to 8192 cores"},
 		{"command.cpu", "command:\n  cpu: 1.5\n", "", "", ""},
 		{"command.cpu", "", "0", "", ""},
+		{"web.counts_age", "web:\n  counts_age: -1s\n", "", "", "web.counts_age: -1s is below the minimum 0s"},
+		{"web.counts_age", "", "2h", "", "web.counts_age: 2h is above the maximum 1h (allowed: 0s to 1h)"},
+		{"web.counts_age", "", "30s", "", ""},
 		{"retention.action", "retention:\n  action: shred\n", "", "", "retention.action \"shred\" must be delete or archive"},
 		{"retention.reports", "", "burn", "", "retention.reports \"burn\" must be keep or delete"},
 	}
