@@ -11,7 +11,7 @@ import "github.com/den-project/den/den/internal/wire"
 // write left it, as a read on MongoDB does (MongoDB does not give a find
 // one snapshot either). Holding the lock for reads made every view of a
 // large database stop the node's claims for as long as FerretDB decoded
-// the collection (issue 42: three watchers stopped a drain). So the
+// the collection (three watchers of a page stopped a drain). So the
 // commands below run beside the writes, neither waiting for them nor
 // holding them up; every other command, and any command this list does not
 // know, takes the lock.
