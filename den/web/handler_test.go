@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -443,7 +444,14 @@ func TestSchedulesPage(t *testing.T) {
 	f := newFixture(t)
 	s := queue.NewStores(f.db)
 	now := time.Now()
-	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: "0 2 * * *", TZ: "Europe/Berlin"}, now.Add(-48*time.Hour)); err != nil {
+	// The nightly one fires 12 hours from now, so that it is never due
+	// while the test runs (at 02:00 Berlin it was, and fired a second task).
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nightly := fmt.Sprintf("0 %d * * *", (now.In(berlin).Hour()+12)%24)
+	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: nightly, TZ: "Europe/Berlin"}, now.Add(-48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "poll", Queue: f.queue, Every: time.Minute}, now.Add(-90*time.Second)); err != nil {
@@ -459,7 +467,7 @@ func TestSchedulesPage(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("/schedules: %d", code)
 	}
-	for _, want := range []string{`data-schedule="nightly"`, "0 2 * * * (Europe/Berlin)", `data-schedule="poll"`, "every 1m0s",
+	for _, want := range []string{`data-schedule="nightly"`, nightly + " (Europe/Berlin)", `data-schedule="poll"`, "every 1m0s",
 		`href="/tasks/` + fired.Inserted[0].Hex() + `"`, "cannot fire:", "above maximum", `href="/schedules" aria-current="page"`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the schedules page does not have %q", want)
