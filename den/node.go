@@ -231,6 +231,7 @@ func (n *Node) Run(ctx context.Context) error {
 				n.pool.drain(n.cfg.DrainOnStop)
 			}
 			n.shutdown()
+			n.pool.release()
 			return nil
 		case <-t.C:
 			n.passes.full(ctx)

@@ -191,6 +191,10 @@ type procTable struct {
 	byPID   map[int]*runnerProc
 	idle    map[bson.ObjectID][]*runnerProc
 	stopped bool // the node stops: no more hand-overs
+	// released is set once the node has stopped: the runners still
+	// running are on their own (a later node rescues what they leave),
+	// and their watchers only reap them.
+	released bool
 }
 
 func newProcTable() *procTable {
@@ -218,6 +222,14 @@ func (pool *procTable) removeIdleLocked(p *runnerProc) {
 	if len(pool.idle[p.queue]) == 0 {
 		delete(pool.idle, p.queue)
 	}
+}
+
+// release lets go of the runners still running, as the node's Run
+// returns: their watchers reap them and do nothing else.
+func (rs *pool) release() {
+	rs.procs.mu.Lock()
+	defer rs.procs.mu.Unlock()
+	rs.procs.released = true
 }
 
 // pids lists the runner processes this node started that have not exited.
@@ -418,7 +430,7 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 // (bad credentials, a missing binary) does not spin. A runner that died
 // while running its task gets the task rescued (retried or orphaned). The
 // goroutine lives exactly as long as the runner, or until the node process
-// exits.
+// exits; once the node's Run has returned (release), it only reaps.
 //
 // A runner that serves several tasks says when each of its tasks is done; what it
 // runs when it exits is the task handed to it last, if it has not said so
@@ -434,8 +446,15 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	delete(rs.procs.byPID, pid)
 	rs.procs.removeIdleLocked(p)
 	p.retireLocked()
+	released := rs.procs.released
 	rs.procs.mu.Unlock()
 	rs.running.Add(-1)
+	if released {
+		// The node is gone: neither its logger nor its slots are
+		// there to tell, and what the runner left is a later node's
+		// to rescue.
+		return
+	}
 	if taskID.IsZero() {
 		if err != nil {
 			rs.log.Debug("an idle task runner exited", zap.Int("pid", pid), zap.Error(err))
@@ -637,8 +656,6 @@ func (rs *pool) retireIdle(stopping bool) {
 		}
 	}
 }
-
-// pids lists the runner processes this node started that have not exited.
 
 // count is how many runner processes this process started are still
 // running.

@@ -243,3 +243,42 @@ func TestSIGTERMStopsARunnerWhileTheDatabaseIsGone(t *testing.T) {
 		}
 	}
 }
+
+// A node that has stopped lets go of the runners still running: one that
+// dies afterwards is reaped, and the stopped node neither writes its task
+// nor logs (a later node's rescue deals with it). Before, the watcher of
+// such a runner put the task back and logged through the logger of a node
+// whose Run had returned (in tests, after the test had ended: a panic).
+func TestStoppedNodeLetsGoOfItsRunners(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	qid := dentest.Queue(t, db, "q", sleepPlugin, 1, "fifo")
+	id := dentest.Tasks(t, db, qid, sleepTasks(1, 120_000)...)[0]
+	node := startNode(t, db, "n")
+	waitFor(t, db, id, 0)
+	procs := runnerOf(t, db, id)
+	node.Stop()
+	logged := node.Logs.Len()
+	before := dentest.Task(t, db, id)
+	for _, p := range procs {
+		syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	// Reaped, not only dead: the supervisor is the node's child, and
+	// its pid leaves /proc once the watcher's Wait has returned.
+	dentest.Eventually(t, time.Minute, "the runner reaped", func() bool {
+		f := statFields(procs[0].pid)
+		return allGone(procs) && (len(f) <= 19 || f[19] != procs[0].start)
+	})
+	// The watcher runs once the runner is reaped; what it would have
+	// done (a write, a log line) takes well under this.
+	time.Sleep(2 * time.Second)
+	if n := node.Logs.Len(); n != logged {
+		t.Errorf("the stopped node logged %d lines after its Run returned: %v", n-logged, node.Logs.All()[logged:])
+	}
+	after := dentest.Task(t, db, id)
+	for _, k := range []string{"status", "node", "mtime"} {
+		if b, a := before.Lookup(k), after.Lookup(k); !b.Equal(a) {
+			t.Errorf("the stopped node changed its task's %s: %v, then %v", k, b, a)
+		}
+	}
+}

@@ -66,8 +66,18 @@ func start(t testing.TB, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		// As an operator stops it: den devdb stops its PostgreSQL and
+		// waits for it, so that nothing writes to a data directory the
+		// test's TempDir cleanup removes next. Killed if it takes long.
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { defer close(done); cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
 		if t.Failed() {
 			t.Logf("den %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout, stderr)
 		}

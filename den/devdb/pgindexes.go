@@ -191,6 +191,16 @@ func planTwins(ctx context.Context, conn *pgx.Conn, db string) (map[string]*twin
 	return plan, nil
 }
 
+// catalogRace reports whether err is PostgreSQL's "cache lookup failed":
+// pg_indexes' definitions are read from the catalog's caches, not the
+// query's snapshot, so an index or table made or dropped while the list
+// is read (a collection dropped, a twin being made by another connection)
+// fails the read. Reading again sees the catalog settled.
+func catalogRace(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "XX000" && strings.Contains(pe.Message, "cache lookup failed")
+}
+
 // gone reports whether err is PostgreSQL's for a table or schema that does
 // not exist.
 func gone(err error) bool {
@@ -228,6 +238,9 @@ func (w *twinWork) apply(ctx context.Context, conn *pgx.Conn, schema string, log
 // databases it changes (a collection dropped under it fails it).
 func ensureTwins(ctx context.Context, conn *pgx.Conn, db string, log io.Writer) (made, dropped int, err error) {
 	plan, err := planTwins(ctx, conn, db)
+	for try := 1; try < 3 && catalogRace(err); try++ {
+		plan, err = planTwins(ctx, conn, db)
+	}
 	if err != nil {
 		return 0, 0, err
 	}
