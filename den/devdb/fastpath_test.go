@@ -320,6 +320,8 @@ func (f *fastFixture) findCases() []fastCase {
 		{"$type", find(bson.D{{Key: "status", Value: bson.D{{Key: "$type", Value: "int"}}}}, desc, limit(10)), false},
 		{"a mixed projection", find(bson.D{}, desc, limit(10), bson.E{Key: "projection", Value: bson.D{{Key: "status", Value: 1}, {Key: "node", Value: 0}}}), false},
 		{"rejects past the bound", find(bson.D{{Key: "stderr", Value: bson.D{{Key: "$ne", Value: nil}}}}, desc, limit(1)), false},
+		{"an $or any document may pass beside conditions SQL compares", find(bson.D{{Key: "status", Value: int32(-2)},
+			{Key: "$or", Value: bson.A{bson.D{{Key: "node", Value: nil}}, bson.D{{Key: "node", Value: bson.D{{Key: "$lte", Value: "n9"}}}}}}}, limit(5)), true},
 		{"another collection", bson.D{{Key: "find", Value: "queues"}, {Key: "filter", Value: bson.D{}}, limit(5)}, false},
 	}
 }

@@ -259,6 +259,7 @@ func clauseSQL(e bson.RawElement, a *sqlArgs) (string, bool, error) {
 		}
 		var parts []string
 		typed, all := key == "$or", false
+		mark := len(a.args)
 		for _, v := range vals {
 			sub, ok := v.DocumentOK()
 			if !ok {
@@ -282,6 +283,10 @@ func clauseSQL(e bson.RawElement, a *sqlArgs) (string, bool, error) {
 			parts = append(parts, "("+s+")")
 		}
 		if all || len(parts) == 0 {
+			// Nothing of it goes into the SQL: neither do its parameters
+			// (an $or of {f: null} and {f: {$lte: d}} left d's, and PostgreSQL
+			// refused the statement: "expected 2 arguments, got 3").
+			a.args = a.args[:mark]
 			return "", typed, nil
 		}
 		sep := " AND "
