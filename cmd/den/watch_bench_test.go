@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -151,15 +152,22 @@ func (w *watchRun) views() []view {
 	}
 }
 
-// nodeName is den dev's node's name, from its node document.
+// nodeName is den dev's node's name, from its node document (written by
+// the node's first pass, which a small database reaches after the views
+// are first asked for).
 func (w *watchRun) nodeName() string {
 	var n struct {
 		Node string `bson:"node"`
 	}
-	if err := w.db.Collection("nodes").FindOne(context.Background(), bson.D{}).Decode(&n); err != nil {
-		w.b.Fatalf("den dev's node document: %v", err)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		err := w.db.Collection("nodes").FindOne(context.Background(), bson.D{}).Decode(&n)
+		if err == nil {
+			return n.Node
+		}
+		if !errors.Is(err, mongo.ErrNoDocuments) || time.Now().After(deadline) {
+			w.b.Fatalf("den dev's node document: %v", err)
+		}
 	}
-	return n.Node
 }
 
 // load loads a view once and returns how long it took.

@@ -3,10 +3,12 @@ package devdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"math/big"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,7 +37,9 @@ import (
 // does not keep (an array, a document, a long string) in a field the
 // command reads, a group whose documents hold the same number as
 // different types (FerretDB would name the group after whichever it
-// read first), and anything else, is forwarded.
+// read first), and anything else, is forwarded. An aggregate of these
+// shapes whose filter the tally cannot decide is answered from its
+// matches when they are few (fastgroup.go).
 
 // tallyValue is a field's value in one combination of the tally.
 type tallyValue struct {
@@ -230,6 +234,12 @@ func (f *fastPaths) tallyGroups(ctx context.Context, db, coll string, filter bso
 	if !ok {
 		return nil, forward("no tally of %s.%s yet", db, coll)
 	}
+	return groupRows(rows, key, func(row tallyRow) (bool, error) { return rowMatches(filter, spec, row) })
+}
+
+// groupRows groups the rows match says are in by key, in the order of
+// their keys, as FerretDB's $group does.
+func groupRows(rows []tallyRow, key groupKey, match func(tallyRow) (bool, error)) ([]group, error) {
 	type acc struct {
 		exact string // the key's BSON, which every combination of the group must share
 		id    bson.RawValue
@@ -237,11 +247,11 @@ func (f *fastPaths) tallyGroups(ctx context.Context, db, coll string, filter bso
 	}
 	byKey := map[string]*acc{}
 	for _, row := range rows {
-		match, err := rowMatches(filter, spec, row)
+		in, err := match(row)
 		if err != nil {
 			return nil, err
 		}
-		if !match {
+		if !in {
 			continue
 		}
 		id, canon, err := key.of(row)
@@ -378,6 +388,9 @@ func checkTallyFilter(filter bson.Raw, spec fastSpec) error {
 				if sqlOps[c.op] != "" && c.v.Type == bson.TypeNull {
 					return forward("%s null", c.op)
 				}
+				if c.op == "$type" {
+					return forward("$type") // the find path's
+				}
 			}
 		}
 	}
@@ -512,7 +525,7 @@ func compare(a, b bson.RawValue) (int, bool) {
 var aggregateFields = map[string]bool{"pipeline": true, "cursor": true, "allowDiskUse": true, "hint": true, "comment": true}
 
 // aggregate answers an aggregate that counts by group from the tally.
-func (f *fastPaths) aggregate(ctx context.Context, cmd bson.Raw) (bson.Raw, error) {
+func (f *fastPaths) aggregate(ctx context.Context, up net.Conn, cmd bson.Raw) (bson.Raw, error) {
 	db, coll, err := commandOf(cmd, aggregateFields)
 	if err != nil {
 		return nil, err
@@ -547,6 +560,11 @@ func (f *fastPaths) aggregate(ctx context.Context, cmd bson.Raw) (bson.Raw, erro
 		return nil, err
 	}
 	groups, err := f.tallyGroups(ctx, db, coll, p.filter, p.key)
+	if errors.As(err, new(errForward)) {
+		// A filter or a value the tally does not decide: its matches,
+		// when they are few.
+		groups, err = f.matchGroups(ctx, up, db, coll, p)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,8 @@ import (
 //   - a filter of the elements superset (fastsql.go) reads: paths, each
 //     with a value (ObjectId, string, number, boolean, date, null) or
 //     operators ($eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $exists) of
-//     such values, and $and and $or of such filters;
+//     such values, $type of such a type's alias, and $and and $or of
+//     such filters;
 //   - a projection that only includes or only excludes fields;
 //   - no other field but batchSize, singleBatch, comment, hint,
 //     allowDiskUse and those any read carries.
@@ -216,14 +217,8 @@ func (f *fastPaths) find(ctx context.Context, up net.Conn, cmd bson.Raw) (bson.R
 	if err != nil {
 		return nil, err
 	}
-	if !q.idTyped {
-		var odd bool
-		if err := f.pool.QueryRow(ctx, q.oddSQL, q.oddArgs...).Scan(&odd); err != nil {
-			return nil, err
-		}
-		if odd {
-			return nil, forward("documents with an _id that is no ObjectId may match")
-		}
+	if err := f.checkIDs(ctx, q); err != nil {
+		return nil, err
 	}
 	// The first batch is at most batchSize documents: when that many
 	// match, FerretDB keeps a cursor open, which is left to it.
@@ -244,6 +239,22 @@ func (f *fastPaths) find(ctx context.Context, up net.Conn, cmd bson.Raw) (bson.R
 		return nil, forward("%d or more match a find without a limit", fc.limit)
 	}
 	return cursorReply(fc.db+"."+fc.coll, docs)
+}
+
+// checkIDs forwards a query whose matches may include documents whose
+// _id is no ObjectId (the list indexes hold ObjectIds only).
+func (f *fastPaths) checkIDs(ctx context.Context, q findQuery) error {
+	if q.idTyped {
+		return nil
+	}
+	var odd bool
+	if err := f.pool.QueryRow(ctx, q.oddSQL, q.oddArgs...).Scan(&odd); err != nil {
+		return err
+	}
+	if odd {
+		return forward("documents with an _id that is no ObjectId may match")
+	}
+	return nil
 }
 
 // findQuery is how a find's candidates are read.

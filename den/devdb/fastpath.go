@@ -103,7 +103,7 @@ func (f *fastPaths) answer(ctx context.Context, up net.Conn, req []byte) (reply 
 	case "count":
 		doc, err = f.count(ctx, cmd)
 	case "aggregate":
-		doc, err = f.aggregate(ctx, cmd)
+		doc, err = f.aggregate(ctx, up, cmd)
 	default:
 		return nil, false, nil
 	}

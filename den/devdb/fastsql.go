@@ -129,7 +129,7 @@ func sqlPath(path []string) (expr, arrays string) {
 
 // condition is one operator of a filter on a path, with its operand.
 type condition struct {
-	op string // $eq, $in, $gt, $gte, $lt, $lte, $ne, $nin, $exists
+	op string // $eq, $in, $gt, $gte, $lt, $lte, $ne, $nin, $exists, $type
 	v  bson.RawValue
 }
 
@@ -173,6 +173,11 @@ func pathConditions(v bson.RawValue) ([]condition, error) {
 			if arg.Type != bson.TypeBoolean {
 				return nil, forward("$exists of type %s", arg.Type)
 			}
+		case "$type":
+			alias, _ := arg.StringValueOK()
+			if _, ok := jsonbTypes[alias]; !ok {
+				return nil, forward("$type %s", arg)
+			}
 		default:
 			return nil, forward("operator %s", op)
 		}
@@ -196,6 +201,15 @@ func inLiterals(v bson.RawValue) ([]string, bool) {
 	return out, true
 }
 
+// jsonbTypes are the $type aliases the fast paths read, and the jsonb
+// type FerretDB keeps each in (an ObjectId as its hex string, a date as
+// its milliseconds): a superset, which FerretDB narrows.
+var jsonbTypes = map[string]string{
+	"string": "string", "objectId": "string",
+	"number": "number", "int": "number", "long": "number", "double": "number", "date": "number",
+	"bool": "boolean", "null": "null",
+}
+
 // sqlOps are the SQL operators of the ranges.
 var sqlOps = map[string]string{"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
@@ -217,6 +231,8 @@ func conditionSQL(expr string, conds []condition, a *sqlArgs) string {
 			if lit, ok := jsonbLiteral(c.v); ok {
 				parts = append(parts, expr+" "+sqlOps[c.op]+" "+a.add(lit)+"::jsonb")
 			}
+		case "$type":
+			parts = append(parts, "jsonb_typeof("+expr+") = "+quoteLiteral(jsonbTypes[c.v.StringValue()]))
 		}
 	}
 	return strings.Join(parts, " AND ")
