@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -581,4 +582,20 @@ func errorReply(req []byte, c command, f Fault) []byte {
 	out = append(out, body...)
 	binary.LittleEndian.PutUint32(out[0:], uint32(len(out)))
 	return out
+}
+
+// CountCommands starts a proxy that faults nothing and counts the commands of
+// the given name on the given collection whose documents mention text
+// (a field, an operator, "$status" for a grouping by status), so that a
+// test can tell how often a read reached the server.
+func CountCommands(t testing.TB, command, collection, text string) (*FaultProxy, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	p := Faults(t, 1, Rule{Command: command, Collection: collection, Match: func(docs []bson.Raw) bool {
+		if strings.Contains(docs[0].String(), text) {
+			n.Add(1)
+		}
+		return false
+	}})
+	return p, &n
 }

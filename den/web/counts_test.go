@@ -22,15 +22,9 @@ import (
 // shows what changed meanwhile.
 func TestPagesCountOncePerCountsAge(t *testing.T) {
 	t.Parallel()
-	var counts atomic.Int64
 	// Counts the census's counts (an aggregate of tasks grouping them by
-	// status), and faults none.
-	p := dentest.Faults(t, 1, dentest.Rule{Command: "aggregate", Collection: "tasks", Match: func(docs []bson.Raw) bool {
-		if strings.Contains(docs[0].Lookup("pipeline").String(), `$status`) {
-			counts.Add(1)
-		}
-		return false
-	}})
+	// status).
+	p, counts := dentest.CountCommands(t, "aggregate", "tasks", "$status")
 	direct := dentest.DB(t)
 	db := p.Client(t).Database(direct.Name())
 	q := dentest.Queue(t, direct, "q", "P", 1, "fifo")
