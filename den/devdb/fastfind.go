@@ -270,6 +270,9 @@ type findQuery struct {
 	// paths, which FerretDB applies.
 	decode bool
 	proj   topProjection
+	// rejectAt, when set, is how many candidates may be read in vain
+	// (else maxRejected of the documents asked for).
+	rejectAt int64
 }
 
 // planFind prepares the SQL of a find's candidates in table.
@@ -391,7 +394,11 @@ func (f *fastPaths) collect(ctx context.Context, up net.Conn, q findQuery, want 
 				size += int64(len(d))
 			}
 		}
-		if rejected > maxRejected(want) {
+		bound := maxRejected(want)
+		if q.rejectAt > 0 {
+			bound = q.rejectAt
+		}
+		if rejected > bound {
 			return nil, forward("%d candidates rejected", rejected)
 		}
 		if size > maxReply {

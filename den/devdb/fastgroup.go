@@ -16,6 +16,10 @@ import (
 // combinations are. More matches, and whatever the find path leaves, go
 // to FerretDB as before.
 
+// maxGroupRejected is how many candidates an aggregate's matches may be
+// read in vain before FerretDB is left to answer it.
+const maxGroupRejected = 100
+
 // matchGroups groups by p's key the documents of db.coll that p's filter
 // matches.
 func (f *fastPaths) matchGroups(ctx context.Context, up net.Conn, db, coll string, p countPipeline) ([]group, error) {
@@ -49,6 +53,10 @@ func (f *fastPaths) matchGroups(ctx context.Context, up net.Conn, db, coll strin
 	if err != nil {
 		return nil, err
 	}
+	// Every match is read, so a filter the SQL narrows poorly would
+	// have FerretDB judge every candidate by its _id: past a few, it
+	// answers the aggregate itself.
+	q.rejectAt = maxGroupRejected
 	if err := f.checkIDs(ctx, q); err != nil {
 		return nil, err
 	}

@@ -33,9 +33,11 @@ import (
 // Numbers are compared in SQL only when below 2^53 in magnitude, where
 // jsonb's exact decimals order them as BSON does (FerretDB writes a
 // double in its shortest decimal form, which keeps its order among
-// doubles). Anything else a filter may hold that the path accepts
-// (null, $ne, $nin, $exists, larger numbers) adds nothing to the SQL:
-// FerretDB alone decides it.
+// doubles). $exists is whether the path's key is there (SQL NULL from ->
+// where it is not), $type the jsonb type FerretDB keeps the alias in.
+// Anything else a filter may hold that the path accepts (null, $ne,
+// $nin, larger numbers) adds nothing to the SQL: FerretDB alone decides
+// it.
 
 // maxSafe is 2^53: integers below it in magnitude are exact doubles.
 const maxSafe = 1 << 53
@@ -233,6 +235,14 @@ func conditionSQL(expr string, conds []condition, a *sqlArgs) string {
 			}
 		case "$type":
 			parts = append(parts, "jsonb_typeof("+expr+") = "+quoteLiteral(jsonbTypes[c.v.StringValue()]))
+		case "$exists":
+			// -> gives SQL NULL where the key is missing, and where what
+			// holds it is no document (an array: the caller's arrays).
+			if c.v.Boolean() {
+				parts = append(parts, expr+" IS NOT NULL")
+			} else {
+				parts = append(parts, expr+" IS NULL")
+			}
 		}
 	}
 	return strings.Join(parts, " AND ")
@@ -613,6 +623,15 @@ func exactConditions(path []string, conds []condition) string {
 				alts = append(alts, cond)
 			}
 			parts = append(parts, orOf(alts))
+		case "$exists":
+			if len(path) != 1 {
+				return "FALSE" // a path through an array may hold it
+			}
+			if c.v.Boolean() {
+				parts = append(parts, expr+" IS NOT NULL")
+			} else {
+				parts = append(parts, expr+" IS NULL")
+			}
 		default:
 			return "FALSE"
 		}
