@@ -44,7 +44,9 @@ import (
 // the projection, so that it decides what they match (null, $ne, $nin,
 // $exists, arrays, paths through arrays, projections of paths). The
 // matches make the answer, all in the first batch (cursor id 0), as
-// FerretDB's would be. When more candidates are rejected than maxRejected
+// FerretDB's would be; a first batch that holds the whole limit closes
+// the cursor, as MongoDB's does (FerretDB leaves it open, for a getMore
+// that finds nothing). When more candidates are rejected than maxRejected
 // allows (a filter the SQL narrows poorly), the command is forwarded.
 
 const (
@@ -232,7 +234,9 @@ func (f *fastPaths) find(ctx context.Context, up net.Conn, cmd bson.Raw) (bson.R
 	} else {
 		docs = nil
 	}
-	if !fc.singleBatch && int64(len(docs)) == fc.batchSize {
+	// A batch as long as the limit ends the cursor (a claim's candidates
+	// ask for as many as they list); a shorter one may leave more.
+	if !fc.singleBatch && int64(len(docs)) == fc.batchSize && (fc.unbounded || fc.batchSize < fc.limit) {
 		return nil, forward("a whole batch matches")
 	}
 	if fc.unbounded && int64(len(docs)) == fc.limit {

@@ -207,6 +207,12 @@ func (f *fastFixture) compare(t *testing.T, db string, cmd bson.D) bool {
 		}
 		return fast
 	}
+	if spent(cmd, want) {
+		// FerretDB leaves a cursor open when its first batch holds the
+		// whole limit; its getMore finds nothing. MongoDB closes it,
+		// and so does the fast path.
+		want = closedCursor(want)
+	}
 	if !bytes.Equal(openCursor(got), openCursor(want)) {
 		t.Errorf("%s (fast path: %v): answer\n%s\nfrom FerretDB\n%s", db, fast, got, want)
 	}
@@ -220,6 +226,11 @@ func openCursor(reply bson.Raw) bson.Raw {
 	if !ok || id == 0 {
 		return reply
 	}
+	return withCursorID(reply, 1)
+}
+
+// withCursorID is a reply with its cursor's id made id.
+func withCursorID(reply bson.Raw, id int64) bson.Raw {
 	var d bson.D
 	if bson.Unmarshal(reply, &d) != nil || len(d) == 0 || d[0].Key != "cursor" {
 		return reply
@@ -227,11 +238,34 @@ func openCursor(reply bson.Raw) bson.Raw {
 	c := d[0].Value.(bson.D)
 	for i := range c {
 		if c[i].Key == "id" {
-			c[i].Value = int64(1)
+			c[i].Value = id
 		}
 	}
 	out, _ := bson.Marshal(d)
 	return out
+}
+
+// spent reports whether a find's reply holds as many documents as its
+// limit asks for: its cursor has nothing more to give.
+func spent(cmd bson.D, reply bson.Raw) bool {
+	var limit int64
+	for _, e := range cmd {
+		if e.Key == "limit" {
+			limit, _ = e.Value.(int64)
+		}
+	}
+	batch, err := reply.LookupErr("cursor", "firstBatch")
+	arr, ok := batch.ArrayOK()
+	if err != nil || !ok || limit <= 0 {
+		return false
+	}
+	docs, err := arr.Values()
+	return err == nil && int64(len(docs)) == limit
+}
+
+// closedCursor is a reply with its cursor's id made 0.
+func closedCursor(reply bson.Raw) bson.Raw {
+	return withCursorID(reply, 0)
 }
 
 // groupsOf is an aggregate's reply with its groups in order.
@@ -321,6 +355,8 @@ func (f *fastFixture) findCases() []fastCase {
 		{"$type string among queued tasks", find(bson.D{{Key: "node", Value: bson.D{{Key: "$in", Value: bson.A{-1, nil}}}}, {Key: "status", Value: int32(-2)},
 			{Key: "parameters.name", Value: bson.D{{Key: "$type", Value: "string"}}}}, limit(10)), true},
 		{"$type objectId, date", find(bson.D{{Key: "queue", Value: bson.D{{Key: "$type", Value: "objectId"}}}, {Key: "mtime", Value: bson.D{{Key: "$type", Value: "date"}}}}, desc, limit(20)), true},
+		{"a batch as long as the limit", find(bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}}, limit(20), bson.E{Key: "batchSize", Value: int32(20)}), true},
+		{"a batch shorter than the limit", find(bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}}, limit(40), bson.E{Key: "batchSize", Value: int32(20)}), false},
 		{"$exists", find(bson.D{{Key: "node", Value: bson.D{{Key: "$exists", Value: true}}}, {Key: "status", Value: bson.D{{Key: "$exists", Value: true}}}}, desc, limit(30)), true},
 		{"$exists false", find(bson.D{{Key: "node", Value: bson.D{{Key: "$exists", Value: false}}}}, limit(30)), true},
 		{"$exists on a path", find(bson.D{{Key: "parameters.name", Value: bson.D{{Key: "$exists", Value: true}}}}, desc, limit(30)), true},
