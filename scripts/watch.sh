@@ -6,7 +6,8 @@
 # DEN_WATCH_IDLE (60) seconds with nothing queued, and a drain of
 # DEN_WATCH_TASKS (3000) Demo tasks unwatched, then watched by three
 # watchers (the overview every 2 s, a queue's page every 5 s, den status
-# every 5 s), with the watchers' p50 and p95.
+# every 5 s), then unwatched again, with the watchers' p50 and p95 and the
+# watched rate against the mean of the two unwatched ones.
 #   DEN_WATCH_FINISHED=1000000 scripts/watch.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
