@@ -33,7 +33,7 @@
 //   - a page of a list (fastfind.go): a find sorted on _id, or unsorted,
 //     with a limit (skip and limit at most 1,000), a filter of paths
 //     compared with scalars or null ($eq, $ne, $gt, $gte, $lt, $lte, $in,
-//     $nin, $exists, $and, $or) and a projection that only includes or
+//     $nin, $exists, $type, $and, $or) and a projection that only includes or
 //     only excludes: PostgreSQL lists the candidates in _id order from
 //     btree indexes on queue, status and node (pgfast.go), with a WHERE
 //     that holds for every match; those it decides match are read from
@@ -42,7 +42,9 @@
 //   - counts (fastcount.go): count, and aggregate [$match?, $group by
 //     queue, status and node fields or a constant, {$sum: 1}] (and the
 //     driver's countDocuments), with a filter on those fields only, from a
-//     tally PostgreSQL triggers keep in the same transaction as every write.
+//     tally PostgreSQL triggers keep in the same transaction as every write;
+//     the same aggregates with a filter on other fields are grouped from
+//     their matches, read as a page is, when they are few (fastgroup.go).
 //
 // Their answers are FerretDB's, byte for byte, except for orders no
 // command asks for: an unsorted find's documents come in _id order
@@ -51,7 +53,9 @@
 // groups in the order of their keys. Anything they cannot decide exactly
 // (documents of other _id types that may match, values the tally does not
 // keep, a group of equal numbers of different types, a first batch that
-// would be full) goes to FerretDB as it was sent (docs/development.md).
+// would be full short of its limit) goes to FerretDB as it was sent
+// (docs/development.md). A first batch that holds its whole limit
+// closes its cursor, as MongoDB does (FerretDB leaves it open).
 //
 // It is still a development database, not a production one: the reads
 // the fast paths leave to FerretDB (the sweep's search for malformed
