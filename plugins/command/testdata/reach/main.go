@@ -233,7 +233,12 @@ func cpuCgroup(file string) error {
 	for _, line := range strings.Split(string(own), "\n") {
 		parts := strings.SplitN(line, ":", 3) // id:controllers:path
 		if len(parts) == 3 && slices.Contains(strings.Split(parts[1], ","), "cpu") {
-			return os.WriteFile(file, []byte(filepath.Base(parts[2])), 0o644)
+			// Whole or not at all: the test reads the file once it
+			// exists (a file written in place was read empty).
+			if err := os.WriteFile(file+".part", []byte(filepath.Base(parts[2])), 0o644); err != nil {
+				return err
+			}
+			return os.Rename(file+".part", file)
 		}
 	}
 	return errors.New("no cgroup v1 cpu hierarchy holds this process")
