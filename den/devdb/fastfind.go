@@ -379,6 +379,11 @@ func (f *fastPaths) collect(ctx context.Context, up net.Conn, q findQuery, want 
 	var after string // the last candidate's _id, as jsonb
 	var rejected, size int64
 	batch := want
+	if q.rejectAt > 0 {
+		// A bound on what is read in vain: no read lists more
+		// candidates than twice those it lets be rejected.
+		batch = min(want, 2*q.rejectAt)
+	}
 	for {
 		cands, last, more, err := f.candidates(ctx, q, after, batch)
 		if err != nil {
@@ -413,6 +418,9 @@ func (f *fastPaths) collect(ctx context.Context, up net.Conn, q findQuery, want 
 		}
 		after = last
 		batch = min(2*(want-int64(len(docs))), maxFindLimit)
+		if q.rejectAt > 0 {
+			batch = min(batch, 2*q.rejectAt)
+		}
 	}
 }
 
