@@ -361,6 +361,7 @@ func (f *fastFixture) findCases() []fastCase {
 		{"$exists false", find(bson.D{{Key: "node", Value: bson.D{{Key: "$exists", Value: false}}}}, limit(30)), true},
 		{"$exists on a path", find(bson.D{{Key: "parameters.name", Value: bson.D{{Key: "$exists", Value: true}}}}, desc, limit(30)), true},
 		{"$exists false on a path", find(bson.D{{Key: "parameters.name", Value: bson.D{{Key: "$exists", Value: false}}}}, limit(30)), true},
+		{"$type double", find(bson.D{{Key: "status", Value: bson.D{{Key: "$type", Value: "double"}}}}, desc, limit(10)), false},
 		{"$type of a number code", find(bson.D{{Key: "status", Value: bson.D{{Key: "$type", Value: 16}}}}, desc, limit(10)), false},
 		{"a mixed projection", find(bson.D{}, desc, limit(10), bson.E{Key: "projection", Value: bson.D{{Key: "status", Value: 1}, {Key: "node", Value: 0}}}), false},
 		{"rejects past the bound", find(bson.D{{Key: "stderr", Value: bson.D{{Key: "$ne", Value: nil}}}}, desc, limit(1)), false},

@@ -205,10 +205,11 @@ func inLiterals(v bson.RawValue) ([]string, bool) {
 
 // jsonbTypes are the $type aliases the fast paths read, and the jsonb
 // type FerretDB keeps each in (an ObjectId as its hex string, a date as
-// its milliseconds): a superset, which FerretDB narrows.
+// its milliseconds): a superset, which FerretDB narrows. Not "double"
+// nor "number": an infinite double has no jsonb number to be kept as.
 var jsonbTypes = map[string]string{
 	"string": "string", "objectId": "string",
-	"number": "number", "int": "number", "long": "number", "double": "number", "date": "number",
+	"int": "number", "long": "number", "date": "number",
 	"bool": "boolean", "null": "null",
 }
 

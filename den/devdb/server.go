@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
@@ -112,6 +113,18 @@ func (s *Server) Note() string { return s.note }
 // Stats returns what clients have sent through URI so far.
 func (s *Server) Stats() Stats { return s.proxy.snapshot() }
 
+// ferretNew serializes ferretdb.New, which writes a package variable of
+// FerretDB's (its version's package name) each time: two servers of one
+// process starting at once raced on it.
+var ferretNew sync.Mutex
+
+// newFerretDB is ferretdb.New, one at a time.
+func newFerretDB(cfg *ferretdb.Config) (*ferretdb.FerretDB, error) {
+	ferretNew.Lock()
+	defer ferretNew.Unlock()
+	return ferretdb.New(cfg)
+}
+
 // Done is closed when the server has stopped.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
@@ -163,7 +176,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if pg != nil {
 		undo = append(undo, func() { pg.stop() })
 	}
-	f, err := ferretdb.New(fcfg)
+	f, err := newFerretDB(fcfg)
 	if err != nil {
 		return fail(fmt.Errorf("devdb: start FerretDB: %w", err))
 	}
