@@ -221,9 +221,6 @@ func (f *fastPaths) tallyGroups(ctx context.Context, db, coll string, filter bso
 	if err != nil {
 		return nil, err
 	}
-	if table == "" {
-		return nil, forward("no collection %s.%s", db, coll)
-	}
 	if err := checkTallyFilter(filter, spec); err != nil {
 		return nil, err
 	}

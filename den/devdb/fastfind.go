@@ -212,9 +212,6 @@ func (f *fastPaths) find(ctx context.Context, up net.Conn, cmd bson.Raw) (bson.R
 	if err != nil {
 		return nil, err
 	}
-	if table == "" {
-		return nil, forward("no collection %s.%s", fc.db, fc.coll)
-	}
 	q, err := planFind(fc, table, fastSpecs[fc.coll])
 	if err != nil {
 		return nil, err

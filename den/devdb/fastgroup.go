@@ -28,9 +28,6 @@ func (f *fastPaths) matchGroups(ctx context.Context, up net.Conn, db, coll strin
 	if err != nil {
 		return nil, err
 	}
-	if table == "" {
-		return nil, forward("no collection %s.%s", db, coll)
-	}
 	// Only what the key reads: the documents' other fields are neither
 	// decoded nor fetched.
 	proj := bson.D{{Key: "_id", Value: 1}}

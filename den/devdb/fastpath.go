@@ -204,15 +204,15 @@ func cursorReply(ns string, docs []bson.Raw) (bson.Raw, error) {
 }
 
 // table returns FerretDB's table of collection coll of database db (its
-// schema), "" when the collection does not exist. It is looked up each
+// schema); a collection that does not exist is forwarded. It is looked up each
 // time (an index lookup): a collection renamed keeps its table, and one
 // made again under the old name gets another.
 func (f *fastPaths) table(ctx context.Context, db, coll string) (string, error) {
 	var t string
 	q := fmt.Sprintf(`SELECT _jsonb->>'table' FROM %s WHERE _jsonb->'_id' = to_jsonb($1::text)`, pgx.Identifier{db, "_ferretdb_database_metadata"}.Sanitize())
 	err := f.pool.QueryRow(ctx, q, coll).Scan(&t)
-	if errors.Is(err, pgx.ErrNoRows) || gone(err) {
-		return "", nil
+	if errors.Is(err, pgx.ErrNoRows) || gone(err) || (err == nil && t == "") {
+		return "", forward("no collection %s.%s", db, coll)
 	}
 	return t, err
 }
