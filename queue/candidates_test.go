@@ -66,11 +66,22 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 				}
 				*prev = id
 			}
+			// The Perl node starts once den has claimed a task: started
+			// together, its one command a claim can take every task
+			// while den's first list of candidates is read (seen in CI
+			// on a loaded machine), and the test would check no claim
+			// of den's.
 			var wg sync.WaitGroup
 			wg.Add(2)
+			denFirst := make(chan struct{})
 			go func() { // den
 				defer wg.Done()
 				var prev bson.ObjectID
+				defer func() {
+					if prev.IsZero() {
+						close(denFirst)
+					}
+				}()
 				for {
 					c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "den", At: time.Now()})
 					if err != nil {
@@ -80,11 +91,16 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 					if !ok {
 						return
 					}
+					first := prev.IsZero()
 					take("den", c.ID, &prev)
+					if first {
+						close(denFirst)
+					}
 				}
 			}()
 			go func() { // a Perl node: the protocol's claim
 				defer wg.Done()
+				<-denFirst
 				var prev bson.ObjectID
 				for {
 					var got struct {
