@@ -68,6 +68,35 @@ func (n NodeDoc) StoppedCleanly() bool {
 	return !n.Stopped.IsZero() && !n.Stopped.Before(n.Timestamp)
 }
 
+// ID is the node document's _id as stored: an ObjectId for every node
+// den or Disbatch writes, any value for one a client wrote.
+func (n NodeDoc) ID() bson.RawValue { return n.Raw.Lookup("_id") }
+
+// TimestampMillis is the node's timestamp in milliseconds since the
+// epoch, when it is stored as a date (Disbatch's web API answers it so).
+func (n NodeDoc) TimestampMillis() (int64, bool) {
+	return n.Raw.Lookup("timestamp").DateTimeOK()
+}
+
+// NamedAs reports whether the node's name, stored as text, is name.
+func (n NodeDoc) NamedAs(name string) bool {
+	got, ok := n.Raw.Lookup("node").StringValueOK()
+	return ok && got == name
+}
+
+// DocID is a document's _id as text, for a log line or an error message
+// ("" when it has none).
+func DocID(raw bson.Raw) string {
+	v := raw.Lookup("_id")
+	if v.Type == 0 {
+		return ""
+	}
+	if id, ok := v.ObjectIDOK(); ok {
+		return id.Hex()
+	}
+	return v.String()
+}
+
 // Nodes returns every node document, by name.
 func (s *OperatorStore) Nodes(ctx context.Context) ([]NodeDoc, error) {
 	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "node", Value: 1}}))

@@ -29,10 +29,10 @@ func idOf(ref string) (bson.ObjectID, bool) {
 // id, its _id as text, and timestamp in milliseconds since the epoch.
 func nodeObj(n queue.NodeDoc) obj {
 	o := docToObj(n.Raw)
-	if ts := n.Raw.Lookup("timestamp"); ts.Type == bson.TypeDateTime {
-		o.set("timestamp", ts.DateTime()) // milliseconds since the epoch
+	if ms, ok := n.TimestampMillis(); ok {
+		o.set("timestamp", ms)
 	}
-	id := n.Raw.Lookup("_id")
+	id := n.ID()
 	if oid, ok := id.ObjectIDOK(); ok {
 		o.set("id", oid.Hex())
 	} else {
@@ -76,10 +76,10 @@ func (h *handler) findNode(r *http.Request, ref string) (queue.NodeDoc, bool, er
 	id, byID := idOf(ref)
 	for _, n := range nodes {
 		if byID {
-			if got, ok := n.Raw.Lookup("_id").ObjectIDOK(); ok && got == id {
+			if got, ok := n.ID().ObjectIDOK(); ok && got == id {
 				return n, true, nil
 			}
-		} else if name, ok := n.Raw.Lookup("node").StringValueOK(); ok && name == ref {
+		} else if n.NamedAs(ref) {
 			return n, true, nil
 		}
 	}

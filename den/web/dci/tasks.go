@@ -173,7 +173,7 @@ func (h *handler) fromDocuments(ctx context.Context, q queue.Queue, coll string,
 		}
 		raw, err := bson.Marshal(task)
 		if err != nil {
-			return fmt.Errorf("make a task of document %s: %w", doc.Lookup("_id"), err)
+			return fmt.Errorf("make a task of document %s: %w", queue.DocID(doc), err)
 		}
 		if batch = append(batch, raw); len(batch) >= h.batch {
 			return flush()
