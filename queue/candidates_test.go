@@ -52,75 +52,7 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 			}
 			dentest.Insert(t, db.Collection("tasks"), docs...)
 
-			var mu sync.Mutex
-			seen := map[bson.ObjectID]string{}
-			take := func(who string, id bson.ObjectID, prev *bson.ObjectID) {
-				mu.Lock()
-				defer mu.Unlock()
-				if other, dup := seen[id]; dup {
-					t.Errorf("task %s claimed by %s and %s", id.Hex(), other, who)
-				}
-				seen[id] = who
-				if !prev.IsZero() && !tc.less(*prev, id) {
-					t.Errorf("%s claimed %s after %s: not in %s order", who, id.Hex(), prev.Hex(), tc.sort)
-				}
-				*prev = id
-			}
-			// The Perl node starts once den has claimed a task: started
-			// together, its one command a claim can take every task
-			// while den's first list of candidates is read (seen in CI
-			// on a loaded machine), and the test would check no claim
-			// of den's.
-			var wg sync.WaitGroup
-			wg.Add(2)
-			denFirst := make(chan struct{})
-			go func() { // den
-				defer wg.Done()
-				var prev bson.ObjectID
-				defer func() {
-					if prev.IsZero() {
-						close(denFirst)
-					}
-				}()
-				for {
-					c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "den", At: time.Now()})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if !ok {
-						return
-					}
-					first := prev.IsZero()
-					take("den", c.ID, &prev)
-					if first {
-						close(denFirst)
-					}
-				}
-			}()
-			go func() { // a Perl node: the protocol's claim
-				defer wg.Done()
-				<-denFirst
-				var prev bson.ObjectID
-				for {
-					var got struct {
-						ID bson.ObjectID `bson:"_id"`
-					}
-					err := db.Collection("tasks").FindOneAndUpdate(ctx,
-						bson.D{{Key: "node", Value: -1}, {Key: "status", Value: -2}, {Key: "queue", Value: qid}},
-						bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "perl"}, {Key: "status", Value: -1}, {Key: "mtime", Value: time.Now()}}}},
-						options.FindOneAndUpdate().SetSort(queue.ClaimSort(tc.sort)).SetReturnDocument(options.After)).Decode(&got)
-					if errors.Is(err, mongo.ErrNoDocuments) {
-						return
-					}
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					take("perl", got.ID, &prev)
-				}
-			}()
-			wg.Wait()
+			seen := claimBeside(t, db, store, qid, tc.sort, tc.less)
 			if len(seen) != n {
 				t.Fatalf("%d tasks claimed, want all %d", len(seen), n)
 			}
@@ -133,6 +65,84 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 			}
 		})
 	}
+}
+
+// claimBeside claims every task of queue qid with store and, once den has
+// claimed one, with the protocol's own sorted findOneAndUpdate (a Perl
+// node) beside it, checking that no task is claimed twice and that each
+// claimer takes its tasks in order (less); it returns who claimed each.
+//
+// The Perl node starts once den has claimed a task: started together,
+// its one command a claim can take every task while den's first list of
+// candidates is read (seen in CI on a loaded machine), and the test
+// would check no claim of den's.
+func claimBeside(t *testing.T, db *mongo.Database, store queue.Stores, qid bson.ObjectID, sort string, less func(a, b bson.ObjectID) bool) map[bson.ObjectID]string {
+	ctx := dentest.Context(t)
+	var mu sync.Mutex
+	seen := map[bson.ObjectID]string{}
+	take := func(who string, id bson.ObjectID, prev *bson.ObjectID) {
+		mu.Lock()
+		defer mu.Unlock()
+		if other, dup := seen[id]; dup {
+			t.Errorf("task %s claimed by %s and %s", id.Hex(), other, who)
+		}
+		seen[id] = who
+		if !prev.IsZero() && !less(*prev, id) {
+			t.Errorf("%s claimed %s after %s: not in %s order", who, id.Hex(), prev.Hex(), sort)
+		}
+		*prev = id
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	denFirst := make(chan struct{})
+	go func() { // den
+		defer wg.Done()
+		var prev bson.ObjectID
+		defer func() {
+			if prev.IsZero() {
+				close(denFirst)
+			}
+		}()
+		for {
+			c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: sort, Node: "den", At: time.Now()})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if !ok {
+				return
+			}
+			first := prev.IsZero()
+			take("den", c.ID, &prev)
+			if first {
+				close(denFirst)
+			}
+		}
+	}()
+	go func() { // a Perl node: the protocol's claim
+		defer wg.Done()
+		<-denFirst
+		var prev bson.ObjectID
+		for {
+			var got struct {
+				ID bson.ObjectID `bson:"_id"`
+			}
+			err := db.Collection("tasks").FindOneAndUpdate(ctx,
+				bson.D{{Key: "node", Value: -1}, {Key: "status", Value: -2}, {Key: "queue", Value: qid}},
+				bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: "perl"}, {Key: "status", Value: -1}, {Key: "mtime", Value: time.Now()}}}},
+				options.FindOneAndUpdate().SetSort(queue.ClaimSort(sort)).SetReturnDocument(options.After)).Decode(&got)
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				return
+			}
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			take("perl", got.ID, &prev)
+		}
+	}()
+	wg.Wait()
+	return seen
 }
 
 // A task put back in its queue by this store (a released claim) comes
