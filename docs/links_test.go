@@ -87,3 +87,26 @@ func TestLinksLeadSomewhere(t *testing.T) {
 		t.Errorf("only %d links checked: the pattern finds nothing", checked)
 	}
 }
+
+// conflictMarker is a line a merge leaves where it could not join two
+// sides.
+var conflictMarker = regexp.MustCompile(`(?m)^(<<<<<<<|>>>>>>>) `)
+
+// No document of README.md and docs/*.md holds a merge's conflict
+// markers (one did: a table row of both sides, and the markers, was read
+// as prose).
+func TestNoConflictMarkers(t *testing.T) {
+	files, err := filepath.Glob("*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range append(files, "../README.md") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := conflictMarker.FindIndex(b); m != nil {
+			t.Errorf("%s: a merge's conflict marker at line %d", f, 1+strings.Count(string(b[:m[0]]), "\n"))
+		}
+	}
+}
