@@ -155,8 +155,8 @@ func TestNodeTimestampAndState(t *testing.T) {
 	if _, ok := odd.TimestampMillis(); ok {
 		t.Error("TimestampMillis of a timestamp that is no date: ok")
 	}
-	if odd.NamedAs("7") {
-		t.Error("a node named 7 as a number is NamedAs the text 7")
+	if odd.NamedAs("7") || odd.NamedAs("") {
+		t.Error("a node named 7 as a number is NamedAs the text 7, or no name")
 	}
 	if got := queue.DocID(mustRaw(t, bson.D{{Key: "node", Value: "x"}})); got != "" {
 		t.Errorf("DocID of a document without _id: %q", got)
