@@ -152,7 +152,7 @@ func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, pro
 	default:
 		var ids []string
 		for _, d := range docs {
-			ids = append(ids, d.Lookup("_id").String())
+			ids = append(ids, DocID(d)) // hex: the ref FindQueue takes
 		}
 		return q, nil, &AmbiguousQueueError{Ref: ref, IDs: ids}
 	}
