@@ -273,7 +273,7 @@ func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, er
 	}
 	q := f.Queues[t.Queue]
 	prio := PriorityOf(t.Raw.Lookup(FieldPriority))
-	higher, err := s.tasks.CountDocuments(ctx, append(ClaimFilter(f.Now, nil, q.ID), higherPriority(prio)))
+	higher, err := s.countUpTo(ctx, append(ClaimFilter(f.Now, nil, q.ID), higherPriority(prio)))
 	if err != nil {
 		return nil, fmt.Errorf("count the tasks of higher priority than %s: %w", t.ID.Hex(), err)
 	}
@@ -281,7 +281,7 @@ func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, er
 	text := "nothing holds it: a live node serving queue " + q.Name + " takes it"
 	ofPrio, andPrio := "", ""
 	if higher > 0 || prio != 0 {
-		text += fmt.Sprintf(" after the %d queued tasks of higher priority than its %s, then", higher, strconv.FormatFloat(prio, 'f', -1, 64))
+		text += fmt.Sprintf(" after the %s queued tasks of higher priority than its %s, then", countedUpTo(higher), strconv.FormatFloat(prio, 'f', -1, 64))
 		ofPrio, andPrio = " of its priority", " and of its priority"
 	}
 	switch q.Sort {
@@ -291,19 +291,38 @@ func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, er
 			op = "$gt"
 		}
 		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: op, Value: t.ID}}})
-		n, err := s.tasks.CountDocuments(ctx, filter)
+		n, err := s.countUpTo(ctx, filter)
 		if err != nil {
 			return nil, fmt.Errorf("count the tasks before %s: %w", t.ID.Hex(), err)
 		}
-		text += fmt.Sprintf(" after the %d%s queued before it (%s)", n, ofPrio, q.Sort)
+		text += fmt.Sprintf(" after the %s%s queued before it (%s)", countedUpTo(n), ofPrio, q.Sort)
 	default:
-		n, err := s.tasks.CountDocuments(ctx, filter)
+		n, err := s.countUpTo(ctx, filter)
 		if err != nil {
 			return nil, fmt.Errorf("count the tasks of queue %s: %w", q.Name, err)
 		}
-		text += fmt.Sprintf("; %d tasks of the queue%s can start now, taken in the server's order", n, andPrio)
+		text += fmt.Sprintf("; %s tasks of the queue%s can start now, taken in the server's order", countedUpTo(n), andPrio)
 	}
 	return []Reason{{WhyReady, text}}, nil
+}
+
+// WhyCounted is the most tasks Why counts ahead of a task: past it, it
+// says "1000 or more". The count is a read any viewer of a queue's page
+// starts; on the development server, where no index serves the claim's
+// whole filter, it reads each task it counts.
+const WhyCounted = 1000
+
+// countUpTo counts the tasks filter matches, up to WhyCounted+1.
+func (s *OperatorStore) countUpTo(ctx context.Context, filter bson.D) (int64, error) {
+	return s.tasks.CountDocuments(ctx, filter, options.Count().SetLimit(WhyCounted+1))
+}
+
+// countedUpTo is a count of countUpTo as Why says it.
+func countedUpTo(n int64) string {
+	if n > WhyCounted {
+		return fmt.Sprintf("%d or more", WhyCounted)
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // Serves reports whether a node document lists queue id among the queues

@@ -1,6 +1,7 @@
 package queue_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,46 @@ func TestWhyReadyCountsTheTasksBeforeIt(t *testing.T) {
 	}
 	if task, err := runner.Task(ctx, bson.NewObjectID()); task != nil || err != nil {
 		t.Errorf("a task that does not exist reads as %v, %v; want nil, nil", task, err)
+	}
+}
+
+// Why counts at most queue.WhyCounted tasks ahead of a task, and says
+// "or more" past it: the count is a read every viewer of a queue's page
+// starts, and on the development server it reads each task it counts.
+func TestWhyCountsUpToItsBound(t *testing.T) {
+	t.Parallel()
+	db := dentest.DB(t)
+	ctx := dentest.Context(t)
+	s := queue.NewStores(db)
+	qid := dentest.Queue(t, db, "q", "P", 4, queue.SortFIFO)
+	for _, n := range []int{queue.WhyCounted, queue.WhyCounted + 5} {
+		docs := make([]any, n-1)
+		for i := range docs {
+			docs[i] = bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: queue.StatusQueued}, {Key: "node", Value: queue.Unclaimed}, {Key: "parameters", Value: bson.D{}}}
+		}
+		if n > queue.WhyCounted {
+			docs = docs[:n-queue.WhyCounted] // the rest are there from the round before
+		}
+		dentest.Insert(t, db.Collection("tasks"), docs...)
+		last := dentest.TaskWith(t, db, qid, bson.D{})
+		task, err := queue.NewRunnerStore(db).Task(ctx, last)
+		if err != nil || task == nil {
+			t.Fatalf("read task %s: %v, %v", last.Hex(), task, err)
+		}
+		now := time.Now()
+		f := &queue.Facts{Now: now, DeadAfter: time.Minute, Queues: map[bson.ObjectID]queue.Queue{qid: mustQueue(t, s, qid)},
+			Nodes: []queue.NodeDoc{{Name: "a", Timestamp: now, Queues: []queue.NodeQueue{{ID: qid.Hex()}}}}}
+		reasons, err := s.Operator.Why(ctx, f, *task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("after the %d queued before it (fifo)", n-1)
+		if n-1 > queue.WhyCounted {
+			want = fmt.Sprintf("after the %d or more queued before it (fifo)", queue.WhyCounted)
+		}
+		if len(reasons) != 1 || !strings.HasSuffix(reasons[0].Text, want) {
+			t.Errorf("%d tasks before it: reasons %v, want one ending %q", n-1, reasons, want)
+		}
 	}
 }
 

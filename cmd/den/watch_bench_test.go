@@ -55,7 +55,7 @@ type watchRun struct {
 	idle                   time.Duration
 	dir, uri, web, dci     string
 	nodeHTTP               string
-	dev                    *exec.Cmd
+	dev, webCmd            *exec.Cmd
 	db                     *mongo.Database
 	demo                   bson.ObjectID
 }
@@ -86,7 +86,7 @@ func (w *watchRun) once() {
 	insertFinished(b, w.db, q.ID, w.finished)
 	fmt.Printf("%d finished tasks inserted in %.1fs\n", w.finished, time.Since(began).Seconds())
 	w.web, w.dci = freeAddr(b), freeAddr(b)
-	start(b, "web", "--mongo-uri", w.uri, "--listen", w.web, "--dci-listen", w.dci)
+	w.webCmd, _, _ = start(b, "web", "--mongo-uri", w.uri, "--listen", w.web, "--dci-listen", w.dci)
 	w.waitHTTP("http://" + w.web + "/")
 	w.waitHTTP("http://" + w.dci + "/queues")
 	b.ResetTimer()
@@ -101,15 +101,19 @@ func (w *watchRun) once() {
 	fmt.Printf("  the database's time: %s\n  its commands: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, w.idle),
 		perSecond(devdbCommands(b, w.nodeHTTP), cmds, w.idle))
 	srv = devdbSeconds(b, w.nodeHTTP)
+	use := w.cpuUse()
 	unwatched := w.drain(nil)
 	fmt.Printf("\ndrain of %d tasks, unwatched: %.1fs (%.1f tasks/s), load average %s\n", w.tasks, unwatched.Seconds(), float64(w.tasks)/unwatched.Seconds(), loadAverage())
 	fmt.Printf("  the database's time: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, unwatched))
+	fmt.Printf("  CPU per task: %s\n", w.cpuUse().perTask(use, w.tasks))
 	watchers := w.watchers()
 	srv = devdbSeconds(b, w.nodeHTTP)
+	use = w.cpuUse()
 	watched := w.drain(watchers)
 	fmt.Printf("drain of %d tasks, watched: %.1fs (%.1f tasks/s), load average %s\n", w.tasks, watched.Seconds(),
 		float64(w.tasks)/watched.Seconds(), loadAverage())
 	fmt.Printf("  the database's time: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, watched))
+	fmt.Printf("  CPU per task: %s\n", w.cpuUse().perTask(use, w.tasks))
 	for _, wt := range watchers {
 		fmt.Printf("  %-30s %d loads, p50 %d ms, p95 %d ms, failed %d\n", wt.name, len(wt.took), pct(wt.took, 50), pct(wt.took, 95), wt.failed)
 	}
@@ -255,35 +259,97 @@ func (w *watchRun) cpu(d time.Duration) float64 {
 	return float64(after-before) / 100 / d.Seconds() // USER_HZ is 100 on Linux
 }
 
+// cpuUse is the CPU used so far, in clock ticks, by each part of a run:
+// den dev's own process (the node, the proxy, FerretDB), its PostgreSQL,
+// its runners, den web, the commands this benchmark ran and reaped (den
+// task add, den status), and the whole machine (busy and all).
+type cpuUse struct {
+	dev, postgres, runners, web, commands int64
+	busy, all                             int64
+}
+
+func (w *watchRun) cpuUse() cpuUse {
+	var u cpuUse
+	for _, p := range descendants(w.dev.Process.Pid) {
+		n := procTicks(p)
+		switch comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); {
+		case p == w.dev.Process.Pid:
+			u.dev += n
+		case strings.HasPrefix(string(comm), "postgres"):
+			u.postgres += n
+		default:
+			u.runners += n
+		}
+	}
+	u.web = treeTicks(w.webCmd.Process.Pid)
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		u.commands = (ru.Utime.Nano() + ru.Stime.Nano()) / 1e7
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		for i, f := range strings.Fields(line)[1:] {
+			n, _ := strconv.ParseInt(f, 10, 64)
+			u.all += n
+			if i != 3 && i != 4 { // idle, iowait
+				u.busy += n
+			}
+		}
+	}
+	return u
+}
+
+// perTask says how many milliseconds of CPU each part took per task
+// between before and u, and how busy the machine was.
+func (u cpuUse) perTask(before cpuUse, tasks int) string {
+	ms := func(a, b int64) float64 { return float64(a-b) * 10 / float64(tasks) }
+	return fmt.Sprintf("den dev %.1f ms, its PostgreSQL %.1f ms, its runners %.1f ms, den web %.1f ms, commands run %.1f ms; the machine %.0f%% busy",
+		ms(u.dev, before.dev), ms(u.postgres, before.postgres), ms(u.runners, before.runners), ms(u.web, before.web),
+		ms(u.commands, before.commands), 100*float64(u.busy-before.busy)/float64(max(u.all-before.all, 1)))
+}
+
+// procTicks is the user and system CPU time, in clock ticks, of one
+// process and of the children it reaped.
+func procTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	var total int64
+	for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		total += n
+	}
+	return total
+}
+
 // treeTicks is the user and system CPU time, in clock ticks, of pid and
 // its descendants that are alive (and of the children they reaped).
 func treeTicks(pid int) int64 {
 	var total int64
 	for _, p := range descendants(pid) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime
-			n, _ := strconv.ParseInt(f[i], 10, 64)
-			total += n
-		}
+		total += procTicks(p)
 	}
 	return total
 }
 
-// descendants is pid and every process below it.
+// descendants is pid and every process below it. A process's children
+// are listed under the thread that started each (Go starts them from
+// any of its threads), so every thread's list is read.
 func descendants(pid int) []int {
 	out := []int{pid}
 	for i := 0; i < len(out); i++ {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", out[i], out[i]))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				out = append(out, n)
+		threads, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
+		for _, file := range threads {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if n, err := strconv.Atoi(f); err == nil {
+					out = append(out, n)
+				}
 			}
 		}
 	}

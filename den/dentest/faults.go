@@ -591,11 +591,17 @@ func errorReply(req []byte, c command, f Fault) []byte {
 func CountCommands(t testing.TB, command, collection, text string) (*FaultProxy, *atomic.Int64) {
 	t.Helper()
 	var n atomic.Int64
-	p := Faults(t, 1, Rule{Command: command, Collection: collection, Match: func(docs []bson.Raw) bool {
+	return Faults(t, 1, Counting(command, collection, text, &n)), &n
+}
+
+// Counting is a rule of a fault proxy that injects nothing and adds one
+// to n for each command named command on collection whose body holds
+// text (as CountCommands counts): a proxy given several counts each.
+func Counting(command, collection, text string, n *atomic.Int64) Rule {
+	return Rule{Command: command, Collection: collection, Match: func(docs []bson.Raw) bool {
 		if strings.Contains(docs[0].String(), text) {
 			n.Add(1)
 		}
 		return false
-	}})
-	return p, &n
+	}}
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/human"
 	"github.com/den-project/den/queue"
 )
 
@@ -47,6 +48,9 @@ type queuePageData struct {
 	Why     []queue.Reason
 	WhyTask string
 	Waiting int64
+	// ReadAgo says how old the why of WhyTask and the failure rate are
+	// (queueReadsAge: read once for every viewer).
+	ReadAgo string
 	// Charts are its throughput, backlog, wait and run times over the
 	// range asked for (?range=).
 	Charts queuePageCharts
@@ -83,12 +87,15 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	ended, err := h.store.LastEnded(ctx, q.ID, queueRateOf)
+	facts, err := h.store.ReadFacts(ctx, h.now(), h.dead)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	facts, err := h.store.ReadFacts(ctx, h.now(), h.dead)
+	c := census.Queues[q.ID]
+	waiting := c.Group(queue.GroupTodo)
+	reasons := facts.QueueReasons(q)
+	shared, err := h.queueReadsOf(ctx, q, facts, waiting > 0 && len(reasons) == 0)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, err)
 		return
@@ -100,7 +107,6 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.dbOK()
-	c := census.Queues[q.ID]
 	d := queuePageData{Counted: countedText(census, h.now()), Queue: queueView{ID: q.ID.Hex(), Name: queue.ShownName(q.Name), Plugin: q.Plugin, Problem: q.MaxThreadsProblem,
 		TasksURL: taskListURL(q.ID.Hex(), "", "")}, Sort: q.Sort, Other: c.Other, Total: c.Total(), RecentOf: queueRecentShown}
 	if problem != nil {
@@ -113,11 +119,12 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		d.Counts = append(d.Counts, statusCount{Status: st, Name: queue.StatusName(st), Group: queue.StatusGroup(st), N: n})
 	}
 	sort.Slice(d.Counts, func(i, j int) bool { return d.Counts[i].Status < d.Counts[j].Status })
-	d.Waiting = c.Group(queue.GroupTodo)
+	d.Waiting = waiting
+	d.ReadAgo = human.Ago(h.now(), shared.at)
 	for _, t := range recent {
 		d.Recent = append(d.Recent, taskRow{Task: t, QueueName: queue.ShownName(q.Name)})
 	}
-	for _, t := range ended {
+	for _, t := range shared.ended {
 		d.Sample++
 		if queue.StatusGroup(t.Status) == queue.GroupFailed {
 			d.Failed++
@@ -127,22 +134,9 @@ func (h *handler) queuePage(w http.ResponseWriter, r *http.Request) {
 		d.Rate = fmt.Sprintf("%.0f%%", 100*float64(d.Failed)/float64(d.Sample))
 	}
 	if d.Waiting > 0 {
-		d.Why = facts.QueueReasons(q)
-		if len(d.Why) == 0 {
-			// Nothing in the queue holds its tasks: ask the newest
-			// waiting one, as den task why does.
-			waiting, err := h.store.ListTasks(ctx, queue.TaskFilter{Queues: []bson.ObjectID{q.ID}, Statuses: []int{queue.StatusQueued, queue.StatusTerminated, queue.StatusBlocked}, Limit: 1})
-			if err != nil {
-				h.fail(w, r, http.StatusInternalServerError, err)
-				return
-			}
-			if len(waiting) > 0 {
-				if d.Why, err = h.store.Why(ctx, facts, waiting[0]); err != nil {
-					h.fail(w, r, http.StatusInternalServerError, err)
-					return
-				}
-				d.WhyTask = waiting[0].ID.Hex()
-			}
+		d.Why = reasons
+		if len(reasons) == 0 {
+			d.Why, d.WhyTask = shared.why, shared.whyTask
 		}
 	}
 	h.render(w, r, "queue", page{Title: "Queue " + queue.ShownName(q.Name), Nav: "overview", Refresh: int(h.refresh.Seconds()), Data: d})

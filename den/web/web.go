@@ -120,6 +120,9 @@ type handler struct {
 	// livePages shares a page's render among the live fetches of
 	// viewers not logged in, once per token (livepages.go).
 	livePages livePages
+	// queueReads keeps what a queue's page reads that grows with its
+	// tasks, for every viewer (queuereads.go).
+	queueReads queueReadsCache
 }
 
 // New returns the status page's handler.
@@ -150,6 +153,7 @@ func New(o Options) (http.Handler, error) {
 		h.countsAge = queue.DefaultCountsAge
 	}
 	h.census = &queue.CensusTaker{Store: h.store, By: "den web", Now: h.now}
+	h.queueReads.age = queueReadsAges * h.countsAge
 	if h.readTimeout <= 0 {
 		h.readTimeout = ReadTimeout
 	}
