@@ -94,13 +94,9 @@ func (w *watchRun) once() {
 	for _, v := range w.views() {
 		fmt.Printf("  %-48s %s\n", v.name, w.time(v))
 	}
+	fmt.Println()
+	w.idleFor("idle")
 	srv := devdbSeconds(b, w.nodeHTTP)
-	cmds := devdbCommands(b, w.nodeHTTP)
-	share := w.cpu(w.idle)
-	fmt.Printf("\nidle, %d tasks kept, nothing queued: den dev used %.1f%% of a core over %s\n", w.finished, 100*share, w.idle)
-	fmt.Printf("  the database's time: %s\n  its commands: %s\n", perSecondMS(devdbSeconds(b, w.nodeHTTP), srv, w.idle),
-		perSecond(devdbCommands(b, w.nodeHTTP), cmds, w.idle))
-	srv = devdbSeconds(b, w.nodeHTTP)
 	use := w.cpuUse()
 	unwatched := w.drain(nil)
 	fmt.Printf("\ndrain of %d tasks, unwatched: %.1fs (%.1f tasks/s), load average %s\n", w.tasks, unwatched.Seconds(), float64(w.tasks)/unwatched.Seconds(), loadAverage())
@@ -124,10 +120,16 @@ func (w *watchRun) once() {
 	unwatched = (unwatched + again) / 2
 	fmt.Printf("drain of %d tasks, unwatched again: %.1fs (%.1f tasks/s), load average %s\n", w.tasks, again.Seconds(), float64(w.tasks)/again.Seconds(), loadAverage())
 	fmt.Printf("watched: %.2fx the unwatched rate (the mean of the two unwatched drains)\n", unwatched.Seconds()/watched.Seconds())
+	w.idleFor("idle again, after the drains")
 	b.StopTimer()
 	b.ReportMetric(unwatched.Seconds()/watched.Seconds(), "watched/unwatched")
 	if w.dev.ProcessState != nil {
 		b.Fatalf("den dev exited: %s", stderr)
+	}
+	for _, line := range strings.Split(stdout.String()+stderr.String(), "\n") {
+		if strings.Contains(line, "devdb:") {
+			fmt.Println("den dev said:", line)
+		}
 	}
 	stopAndWait(b, w.dev, syscall.SIGINT)
 }
@@ -250,13 +252,33 @@ func (w *watchRun) waitHTTP(url string) {
 	}
 }
 
-// cpu is the share of a core den dev and its descendants (the database's
-// PostgreSQL) used over d.
-func (w *watchRun) cpu(d time.Duration) float64 {
-	before := treeTicks(w.dev.Process.Pid)
-	time.Sleep(d)
-	after := treeTicks(w.dev.Process.Pid)
-	return float64(after-before) / 100 / d.Seconds() // USER_HZ is 100 on Linux
+// idleFor prints what den dev and its descendants (the database's
+// PostgreSQL, the runners) used of a core over w.idle with nothing
+// queued, each part's share, and the database's commands meanwhile.
+func (w *watchRun) idleFor(what string) {
+	srv, cmds := devdbSeconds(w.b, w.nodeHTTP), devdbCommands(w.b, w.nodeHTTP)
+	before := w.cpuUse()
+	procsBefore := w.pgTicks()
+	time.Sleep(w.idle)
+	u := w.cpuUse()
+	type proc struct {
+		title string
+		ticks int64
+	}
+	var busiest []proc
+	for pid, now := range w.pgTicks() {
+		busiest = append(busiest, proc{now.title, now.ticks - procsBefore[pid].ticks})
+	}
+	slices.SortFunc(busiest, func(a, b proc) int { return int(b.ticks - a.ticks) })
+	for _, p := range busiest[:min(3, len(busiest))] {
+		fmt.Printf("  PostgreSQL's busiest: %.1f%% %s\n", float64(p.ticks)/w.idle.Seconds(), p.title)
+	}
+	share := func(a, b int64) float64 { return float64(a-b) / w.idle.Seconds() } // USER_HZ 100: ticks/s is a percentage
+	fmt.Printf("%s, %d tasks kept, nothing queued: den dev used %.1f%% of a core over %s (its own process %.1f%%, its PostgreSQL %.1f%%, its runners %.1f%%)\n",
+		what, w.finished, share(u.dev+u.postgres+u.runners, before.dev+before.postgres+before.runners), w.idle,
+		share(u.dev, before.dev), share(u.postgres, before.postgres), share(u.runners, before.runners))
+	fmt.Printf("  the database's time: %s\n  its commands: %s\n", perSecondMS(devdbSeconds(w.b, w.nodeHTTP), srv, w.idle),
+		perSecond(devdbCommands(w.b, w.nodeHTTP), cmds, w.idle))
 }
 
 // cpuUse is the CPU used so far, in clock ticks, by each part of a run:
@@ -306,6 +328,31 @@ func (u cpuUse) perTask(before cpuUse, tasks int) string {
 	return fmt.Sprintf("den dev %.1f ms, its PostgreSQL %.1f ms, its runners %.1f ms, den web %.1f ms, commands run %.1f ms; the machine %.0f%% busy",
 		ms(u.dev, before.dev), ms(u.postgres, before.postgres), ms(u.runners, before.runners), ms(u.web, before.web),
 		ms(u.commands, before.commands), 100*float64(u.busy-before.busy)/float64(max(u.all-before.all, 1)))
+}
+
+// pgTicks is the CPU ticks of each PostgreSQL process of den dev, with
+// its title (what the process does: a backend's user, database and
+// state, the autovacuum launcher, the checkpointer).
+func (w *watchRun) pgTicks() map[int]struct {
+	title string
+	ticks int64
+} {
+	out := map[int]struct {
+		title string
+		ticks int64
+	}{}
+	for _, p := range descendants(w.dev.Process.Pid) {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		if !strings.HasPrefix(string(comm), "postgres") {
+			continue
+		}
+		title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		out[p] = struct {
+			title string
+			ticks int64
+		}{strings.TrimSpace(strings.ReplaceAll(string(title), "\x00", " ")), procTicks(p)}
+	}
+	return out
 }
 
 // procTicks is the user and system CPU time, in clock ticks, of one
