@@ -300,8 +300,14 @@ func (s *NodeStore) Rescue(ctx context.Context, task Task, q *Queue, why Outcome
 // and returns how many. Any node may do it: the update is conditional on
 // the task still being queued.
 func (s *NodeStore) CancelQueued(ctx context.Context, now time.Time) (int64, error) {
-	res, err := s.tasks.UpdateMany(ctx,
-		bson.D{{Key: FieldCancel, Value: true}, {Key: "status", Value: StatusQueued}},
+	filter := bson.D{{Key: FieldCancel, Value: true}, {Key: "status", Value: StatusQueued}}
+	if some, err := anyTask(ctx, s.tasks, filter); err != nil || !some {
+		if err != nil {
+			return 0, fmt.Errorf("cancel queued tasks: %w", err)
+		}
+		return 0, nil
+	}
+	res, err := s.tasks.UpdateMany(ctx, filter,
 		bson.D{{Key: "$set", Value: bson.D{
 			{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now},
 			{Key: "stdout", Value: ""}, {Key: "stderr", Value: "den: cancelled before it started\n"},

@@ -161,7 +161,14 @@ func (s *UniqueKeys) FreeEnded(ctx context.Context, queueID bson.ObjectID, key s
 		bson.D{{Key: FieldUniqueFor, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$gt", Value: 0}}}}}},
 		bson.D{{Key: FieldUniqueUntil, Value: bson.D{{Key: "$lte", Value: now}}}},
 	}}}}}
-	res, err := s.tasks.UpdateMany(ctx, append(filter, free), bson.D{freeKey})
+	filter = append(filter, free)
+	if some, err := anyTask(ctx, s.tasks, filter); err != nil || !some {
+		if err != nil {
+			return 0, fmt.Errorf("free the unique keys of ended tasks: %w", err)
+		}
+		return 0, nil
+	}
+	res, err := s.tasks.UpdateMany(ctx, filter, bson.D{freeKey})
 	if err != nil {
 		return 0, fmt.Errorf("free the unique keys of ended tasks: %w", err)
 	}

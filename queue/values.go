@@ -1,11 +1,15 @@
 package queue
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
 // intValue reads a BSON number that must be a whole number: int32, int64, or
@@ -51,4 +55,19 @@ func describe(v bson.RawValue) string {
 		s = s[:57] + "..."
 	}
 	return fmt.Sprintf("%s (%s)", s, v.Type)
+}
+
+// anyTask reports whether filter matches a document of tasks: one find
+// of an _id. A sweep's update of many tasks asks it first and writes
+// only when something matches: the development server reads every task
+// for an update it cannot push down, and answers such a find from
+// PostgreSQL (den/devdb's find path); on MongoDB the find takes the
+// index the update would. A document that comes to match between the
+// two is the next sweep's.
+func anyTask(ctx context.Context, tasks *mongo.Collection, filter bson.D) (bool, error) {
+	err := tasks.FindOne(ctx, filter, options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}})).Err()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return false, nil
+	}
+	return err == nil, err
 }

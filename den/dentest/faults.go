@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -595,11 +596,12 @@ func CountCommands(t testing.TB, command, collection, text string) (*FaultProxy,
 }
 
 // Counting is a rule of a fault proxy that injects nothing and adds one
-// to n for each command named command on collection whose body holds
-// text (as CountCommands counts): a proxy given several counts each.
+// to n for each command named command on collection whose body, or one
+// of its documents sent apart (an update's statements), holds text (as
+// CountCommands counts): a proxy given several counts each.
 func Counting(command, collection, text string, n *atomic.Int64) Rule {
 	return Rule{Command: command, Collection: collection, Match: func(docs []bson.Raw) bool {
-		if strings.Contains(docs[0].String(), text) {
+		if slices.ContainsFunc(docs, func(d bson.Raw) bool { return strings.Contains(d.String(), text) }) {
 			n.Add(1)
 		}
 		return false

@@ -27,7 +27,8 @@ import (
 //   - a filter of the elements superset (fastsql.go) reads: paths, each
 //     with a value (ObjectId, string, number, boolean, date, null) or
 //     operators ($eq, $ne, $gt, $gte, $lt, $lte, $in, $nin, $exists) of
-//     such values, $type of such a type's alias, and $and and $or of
+//     such values, $type of such a type's alias, $not of operators or
+//     of a regular expression (left to FerretDB), and $and and $or of
 //     such filters;
 //   - a projection that only includes or only excludes fields;
 //   - no other field but batchSize, singleBatch, comment, hint,

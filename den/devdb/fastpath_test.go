@@ -368,6 +368,22 @@ func (f *fastFixture) findCases() []fastCase {
 		{"an $or any document may pass beside conditions SQL compares", find(bson.D{{Key: "status", Value: int32(-2)},
 			{Key: "$or", Value: bson.A{bson.D{{Key: "node", Value: nil}}, bson.D{{Key: "node", Value: bson.D{{Key: "$lte", Value: "n9"}}}}}}}, limit(5)), true},
 		{"another collection", bson.D{{Key: "find", Value: "queues"}, {Key: "filter", Value: bson.D{}}, limit(5)}, false},
+		// The sweep's (queue.NodeStore's Irregular and FreeEnded): a
+		// null equality and a $not, which FerretDB decides on the
+		// candidates the rest of the SQL leaves.
+		{"null at the top level", find(bson.D{{Key: "status", Value: nil}}, desc, limit(10)), true},
+		{"null at the top level, every match", find(bson.D{{Key: "status", Value: nil}}, append(all, desc)...), true},
+		{"null on a path", find(bson.D{{Key: "parameters.name", Value: nil}, {Key: "status", Value: int32(-2)}}, append(all, asc)...), true},
+		{"the sweep's irregular tasks", find(bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: "queue", Value: in(q[0].Hex(), q[1].Hex())}, {Key: "status", Value: int32(-2)}},
+			bson.D{{Key: "queue", Value: in(q[0], q[1])}, {Key: "status", Value: bson.D{{Key: "$type", Value: "string"}}}},
+			bson.D{{Key: "queue", Value: in(q[0], q[1])}, {Key: "status", Value: nil}},
+		}}}, limit(100)), true},
+		{"$not", find(bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}, {Key: "ctime", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}}, append(all, desc)...), true},
+		{"the sweep's ended unique keys", find(bson.D{{Key: "parameters.name", Value: "task-3"},
+			{Key: "$or", Value: bson.A{bson.D{{Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}}, bson.D{{Key: "status", Value: in(-5, -6)}}}},
+			{Key: "parameters.n", Value: bson.D{{Key: "$gt", Value: -1}}}, {Key: "mtime", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "string"}}}}}}, limit(1000)), true},
+		{"$not of a regular expression", find(bson.D{{Key: "status", Value: int32(1)}, {Key: "node", Value: bson.D{{Key: "$not", Value: bson.Regex{Pattern: "^n1"}}}}}, desc, limit(20)), true},
 	}
 }
 

@@ -35,9 +35,10 @@ import (
 // double in its shortest decimal form, which keeps its order among
 // doubles). $exists is whether the path's key is there (SQL NULL from ->
 // where it is not), $type the jsonb type FerretDB keeps the alias in.
-// Anything else a filter may hold that the path accepts (null, $ne,
-// $nin, larger numbers) adds nothing to the SQL: FerretDB alone decides
-// it.
+// An equality to null matches where the path's key is missing (SQL NULL
+// from ->) or holds null, or goes through an array. Anything else a
+// filter may hold that the path accepts ($ne, $nin, $not, larger
+// numbers) adds nothing to the SQL: FerretDB alone decides it.
 
 // maxSafe is 2^53: integers below it in magnitude are exact doubles.
 const maxSafe = 1 << 53
@@ -180,6 +181,12 @@ func pathConditions(v bson.RawValue) ([]condition, error) {
 			if _, ok := jsonbTypes[alias]; !ok {
 				return nil, forward("$type %s", arg)
 			}
+		case "$not":
+			// Adds nothing to the SQL: FerretDB decides it on the
+			// candidates the other conditions leave.
+			if arg.Type != bson.TypeEmbeddedDocument && arg.Type != bson.TypeRegex {
+				return nil, forward("$not of type %s", arg.Type)
+			}
 		default:
 			return nil, forward("operator %s", op)
 		}
@@ -223,7 +230,12 @@ func conditionSQL(expr string, conds []condition, a *sqlArgs) string {
 	for _, c := range conds {
 		switch c.op {
 		case "$eq":
-			if lit, ok := jsonbLiteral(c.v); ok {
+			if c.v.Type == bson.TypeNull {
+				// Missing (SQL NULL from ->, also where what would hold
+				// it is no document) or null; an array holding null is
+				// the caller's arrays.
+				parts = append(parts, "("+expr+" IS NULL OR "+expr+" = 'null'::jsonb)")
+			} else if lit, ok := jsonbLiteral(c.v); ok {
 				parts = append(parts, expr+" = "+a.add(lit)+"::jsonb")
 			}
 		case "$in":
