@@ -273,7 +273,7 @@ func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, er
 	}
 	q := f.Queues[t.Queue]
 	prio := PriorityOf(t.Raw.Lookup(FieldPriority))
-	higher, err := s.countUpTo(ctx, append(ClaimFilter(f.Now, nil, q.ID), higherPriority(prio)))
+	higher, err := countUpTo(ctx, s.tasks, append(ClaimFilter(f.Now, nil, q.ID), higherPriority(prio)))
 	if err != nil {
 		return nil, fmt.Errorf("count the tasks of higher priority than %s: %w", t.ID.Hex(), err)
 	}
@@ -291,13 +291,13 @@ func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, er
 			op = "$gt"
 		}
 		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: op, Value: t.ID}}})
-		n, err := s.countUpTo(ctx, filter)
+		n, err := countUpTo(ctx, s.tasks, filter)
 		if err != nil {
 			return nil, fmt.Errorf("count the tasks before %s: %w", t.ID.Hex(), err)
 		}
 		text += fmt.Sprintf(" after the %s%s queued before it (%s)", countedUpTo(n), ofPrio, q.Sort)
 	default:
-		n, err := s.countUpTo(ctx, filter)
+		n, err := countUpTo(ctx, s.tasks, filter)
 		if err != nil {
 			return nil, fmt.Errorf("count the tasks of queue %s: %w", q.Name, err)
 		}
@@ -313,8 +313,8 @@ func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, er
 const WhyCounted = 1000
 
 // countUpTo counts the tasks filter matches, up to WhyCounted+1.
-func (s *OperatorStore) countUpTo(ctx context.Context, filter bson.D) (int64, error) {
-	return s.tasks.CountDocuments(ctx, filter, options.Count().SetLimit(WhyCounted+1))
+func countUpTo(ctx context.Context, tasks *mongo.Collection, filter bson.D) (int64, error) {
+	return tasks.CountDocuments(ctx, filter, options.Count().SetLimit(WhyCounted+1))
 }
 
 // countedUpTo is a count of countUpTo as Why says it.
