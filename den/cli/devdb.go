@@ -54,7 +54,11 @@ directory says which process holds it and exits 1.`,
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithCancel(ctx)
 				go func() {
-					io.Copy(io.Discard, os.Stdin)
+					_, err := io.Copy(io.Discard, os.Stdin)
+					if err == nil {
+						err = io.EOF
+					}
+					fmt.Fprintf(os.Stderr, "den devdb: stopping: reading stdin ended (%v)\n", err)
 					cancel()
 				}()
 			}

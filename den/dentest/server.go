@@ -1,15 +1,11 @@
 package dentest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -145,57 +141,19 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// startServer starts `den devdb` and returns a function that stops it.
+// startServer starts the package's shared `den devdb` and returns a
+// function that stops it.
 func startServer(tmp string) (func(), error) {
 	bin, err := BuildDen(tmp)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "devdb", "--data", filepath.Join(tmp, "db"), "--listen", "127.0.0.1:0", "--exit-on-stdin-eof")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	p, err := startDevdb(bin, filepath.Join(tmp, "db"), "the embedded server", GiveUp())
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	line := make(chan string, 1)
-	go func() {
-		s := bufio.NewScanner(stdout)
-		if s.Scan() {
-			line <- s.Text()
-		}
-		close(line)
-		io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case l, ok := <-line:
-		if !ok || !strings.HasPrefix(l, "mongodb://") {
-			cmd.Process.Kill()
-			return nil, fmt.Errorf("den devdb printed %q, not a URI", l)
-		}
-		serverURI = l
-	case <-GiveUp():
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("den devdb had not started by the test binary's deadline")
-	}
-	return func() {
-		stdin.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}, nil
+	serverURI = p.uri
+	return p.stop, nil
 }
 
 // EmbeddedServer reports whether the tests run against the embedded
