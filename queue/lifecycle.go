@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 )
 
 // RunnerInfo identifies the task runner working on a task; it is stored in
@@ -177,8 +177,13 @@ func (s *RunnerStore) Finish(ctx context.Context, taskID bson.ObjectID, node str
 }
 
 // TooLarge reports whether err says a document would exceed MongoDB's
-// size limit (the result does not fit in the task document).
+// size limit (the result does not fit in the task document): the
+// server's codes for it, or the driver's own refusal to send one. By
+// identity, never by text.
 func TooLarge(err error) bool {
+	if errors.Is(err, driver.ErrDocumentTooLarge) {
+		return true
+	}
 	var se mongo.ServerError
 	if errors.As(err, &se) {
 		for _, code := range []int{10334, 17419, 17420} {
@@ -187,7 +192,7 @@ func TooLarge(err error) bool {
 			}
 		}
 	}
-	return err != nil && strings.Contains(strings.ToLower(err.Error()), "too large")
+	return false
 }
 
 // Task returns a task, or nil when there is none.

@@ -10,6 +10,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver"
 
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/queue"
@@ -148,6 +149,8 @@ func TestTooLargeRecognizesSizeErrors(t *testing.T) {
 		{"an invalid BSONObj size (10334)", mongo.CommandError{Code: 10334, Message: "BSONObj size: 16777300 (0x1000054) is invalid"}, true},
 		{"an insert over the limit (17420)", mongo.CommandError{Code: 17420, Message: "Document to upsert is larger than 16777216"}, true},
 		{"wrapped", fmt.Errorf("record the result: %w", mongo.CommandError{Code: 10334, Message: "BSONObj size is invalid"}), true},
+		{"the driver's refusal to send one", fmt.Errorf("insert: %w", driver.ErrDocumentTooLarge), true},
+		{"a text that only says so", errors.New("document too large"), false},
 		{"no error", nil, false},
 		{"a cancelled write", cancelErr, false},
 		{"a duplicate key", dupErr, false},
