@@ -34,7 +34,7 @@ type ArrivalSource interface {
 }
 
 // changeStream is the default ArrivalSource: a change stream on tasks.
-type changeStream struct{ store *queue.NodeStore }
+type changeStream struct{ store queue.NodeStore }
 
 func (c changeStream) Watch(ctx context.Context, arrived func(bson.ObjectID)) error {
 	stream, err := c.store.WatchArrivals(ctx)

@@ -17,7 +17,7 @@ import (
 // to it. What each component reads of the node's configuration is in its
 // own params struct (below), which New fills from Config.
 type env struct {
-	store *queue.NodeStore
+	store queue.NodeStore
 	// rates are the queues' rate limits, on the same database.
 	rates *queue.RateLimits
 	log   *zap.Logger

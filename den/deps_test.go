@@ -44,23 +44,23 @@ func str(raw bson.Raw, key ...string) string {
 func TestDependencies(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", demo.Name, 4, "fifo")
 
 	// Registered at insert, as den task add --after does: b after a, c
 	// after b.
 	a := dentest.Tasks(t, db, qid, bson.D{{Key: "commands", Value: "a"}})[0]
-	if err := store.Node.MarkDependents(ctx, []bson.ObjectID{a}); err != nil {
+	if err := store.MarkDependents(ctx, []bson.ObjectID{a}); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := bson.Marshal(bson.D{{Key: "commands", Value: "a"}})
-	b, err := store.Operator.InsertTasks(ctx, qid, []bson.Raw{raw}, time.Now(), queue.InsertOptions{After: []bson.ObjectID{a}, Waiting: []bson.ObjectID{a}})
+	b, err := store.InsertTasks(ctx, qid, []bson.Raw{raw}, time.Now(), queue.InsertOptions{After: []bson.ObjectID{a}, Waiting: []bson.ObjectID{a}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store.Node.MarkDependents(ctx, b)
-	c, err := store.Operator.InsertTasks(ctx, qid, []bson.Raw{raw}, time.Now(), queue.InsertOptions{After: b, Waiting: b})
+	store.MarkDependents(ctx, b)
+	c, err := store.InsertTasks(ctx, qid, []bson.Raw{raw}, time.Now(), queue.InsertOptions{After: b, Waiting: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestDependencies(t *testing.T) {
 	// Counts stay right: failed tasks left count_todo, cancelled ones did not.
 	var drift []queue.CountDrift
 	dentest.Eventually(t, time.Minute, "counts settle", func() bool {
-		drift, err = store.Operator.CheckCounts(ctx)
+		drift, err = store.CheckCounts(ctx)
 		ok := err == nil
 		for _, d := range drift {
 			ok = ok && !d.Drifted()

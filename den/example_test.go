@@ -44,13 +44,13 @@ func Example() {
 	defer drop()
 	ctx := context.Background()
 
-	store := queue.NewStores(db)
-	qid, err := store.Operator.CreateQueue(ctx, "shout", upperPlugin, 1, queue.SortFIFO)
+	store := queue.NewStore(db)
+	qid, err := store.CreateQueue(ctx, "shout", upperPlugin, 1, queue.SortFIFO)
 	if err != nil {
 		log.Fatal(err)
 	}
 	params, _ := bson.Marshal(bson.D{{Key: "text", Value: "hello from den"}})
-	ids, err := store.Operator.InsertTasks(ctx, qid, []bson.Raw{params}, time.Now(), queue.InsertOptions{})
+	ids, err := store.InsertTasks(ctx, qid, []bson.Raw{params}, time.Now(), queue.InsertOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func Example() {
 	// not measure speed.
 	var task *queue.Task
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if task, err = store.Node.Task(ctx, ids[0]); err != nil {
+		if task, err = store.Task(ctx, ids[0]); err != nil {
 			log.Fatal(err)
 		}
 		if task.StatusOK && queue.Finished(task.Status) {

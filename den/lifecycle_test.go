@@ -16,9 +16,9 @@ import (
 func TestStoppedNodeSaysSo(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	state := func() (string, bson.Raw) {
-		nodes, err := store.Operator.Nodes(dentest.Context(t))
+		nodes, err := store.Nodes(dentest.Context(t))
 		if err != nil {
 			t.Fatal(err)
 		}

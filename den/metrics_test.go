@@ -376,7 +376,7 @@ func TestNodeDocumentCarriesResources(t *testing.T) {
 	}
 	// What the node offers requests: its configured memory, the machine's
 	// cores; other nodes read it with Offers.
-	offers, err := queue.NewStores(db).Runner.Offers(dentest.Context(t), before.Add(-time.Minute))
+	offers, err := queue.NewStore(db).Offers(dentest.Context(t), before.Add(-time.Minute))
 	if o, ok := offers["n"]; err != nil || !ok || o.MemoryMB != 777 || o.CPUs != float64(runtime.NumCPU()) {
 		t.Errorf("offers %v (%v), want n: 777 MiB, %d cpus; resources %s", offers, err, runtime.NumCPU(), res)
 	}

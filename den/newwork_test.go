@@ -122,7 +122,7 @@ func TestNewWorkSeenAtOnce(t *testing.T) {
 		check(t, "a task in a queue a driver inserted (plugin, threads)", driverTask(t, db, q, 0))
 	})
 	t.Run("den queue create", func(t *testing.T) {
-		q, err := queue.NewStores(db).Operator.CreateQueue(dentest.Context(t), "created", sleepPlugin, 2, "fifo")
+		q, err := queue.NewStore(db).CreateQueue(dentest.Context(t), "created", sleepPlugin, 2, "fifo")
 		if err != nil {
 			t.Fatal(err)
 		}

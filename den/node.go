@@ -94,7 +94,7 @@ func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Log
 		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
 	}
 	clock := queue.NewClock(now)
-	e := &env{store: queue.NewNodeStore(db), rates: queue.NewRateLimits(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
+	e := &env{store: queue.NewStore(db), rates: queue.NewRateLimits(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
 	n := &Node{env: e, cfg: cfg, plugins: reg}
 	pid, started := thisProcess(now)
 	n.wire(rel, cgroup, pids, pid, started)
@@ -271,7 +271,7 @@ func (n *Node) start(ctx context.Context) error {
 	err := n.cfg.Retry.Retry(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		report, err := queue.EnsureIndexes(cctx, n.store)
+		report, err := n.store.EnsureIndexes(cctx)
 		if err != nil && (mongo.IsNetworkError(err) || mongo.IsTimeout(err)) {
 			return err // tried again: what this attempt found is logged by the last
 		}

@@ -75,7 +75,7 @@ func TestEveryEndedRunHasAnOutcome(t *testing.T) {
 		}
 	}
 	// The outcome is what den task list filters on.
-	tasks, err := queue.NewStores(db).Operator.ListTasks(dentest.Context(t), queue.TaskFilter{Outcomes: []string{queue.OutcomeTimeout, queue.OutcomeSignal}})
+	tasks, err := queue.NewStore(db).ListTasks(dentest.Context(t), queue.TaskFilter{Outcomes: []string{queue.OutcomeTimeout, queue.OutcomeSignal}})
 	if err != nil || len(tasks) != 2 {
 		t.Fatalf("ListTasks by outcome = %d tasks, %v; want the timeout and the killed one", len(tasks), err)
 	}

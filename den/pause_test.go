@@ -17,10 +17,10 @@ import (
 func TestPausedQueueIsNotClaimed(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	paused := dentest.Queue(t, db, "paused", demo.Name, 2, "fifo")
 	other := dentest.Queue(t, db, "other", demo.Name, 2, "fifo")
-	if o, err := store.Operator.PauseQueue(dentest.Context(t), paused, "test", time.Now()); err != nil || o != queue.PauseDone {
+	if o, err := store.PauseQueue(dentest.Context(t), paused, "test", time.Now()); err != nil || o != queue.PauseDone {
 		t.Fatalf("pause: %v, %v", o, err)
 	}
 	// Someone writes a limit over the pause by hand: the mark still holds.
@@ -36,7 +36,7 @@ func TestPausedQueueIsNotClaimed(t *testing.T) {
 	if st, _ := dentest.Task(t, db, held).Lookup("status").AsInt64OK(); st != -2 {
 		t.Fatalf("the paused queue's task has status %d, want -2 (queued)", st)
 	}
-	if o, err := store.Operator.ResumeQueue(dentest.Context(t), paused); err != nil || o != queue.PauseDone {
+	if o, err := store.ResumeQueue(dentest.Context(t), paused); err != nil || o != queue.PauseDone {
 		t.Fatalf("resume: %v, %v", o, err)
 	}
 	waitFor(t, db, held, 1)

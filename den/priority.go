@@ -30,7 +30,7 @@ type priorityBook struct {
 
 // learn asks, when due, which of the queues about to be claimed from have
 // queued tasks with a priority.
-func (p *priorityBook) learn(ctx context.Context, store *queue.NodeStore, groups ...[]queue.Queue) error {
+func (p *priorityBook) learn(ctx context.Context, store queue.NodeStore, groups ...[]queue.Queue) error {
 	if !p.due {
 		return nil
 	}
@@ -41,7 +41,7 @@ func (p *priorityBook) learn(ctx context.Context, store *queue.NodeStore, groups
 	if len(ids) == 0 {
 		return nil
 	}
-	has, err := queue.PrioritiesOf(store).Queues(ctx, ids)
+	has, err := store.QueuesWithPriority(ctx, ids)
 	if err != nil {
 		return err
 	}

@@ -37,9 +37,9 @@ func runsInOrder(t *testing.T, db *mongo.Database, n int) []bson.Raw {
 // sleeping ms.
 func pausedWithPriorities(t *testing.T, db *mongo.Database, low, high, ms int) (qid bson.ObjectID, lows, highs []bson.ObjectID) {
 	t.Helper()
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid = dentest.Queue(t, db, "prio", sleepPlugin, 1, "fifo")
-	if o, err := store.Operator.PauseQueue(dentest.Context(t), qid, "test", time.Now()); err != nil || o != queue.PauseDone {
+	if o, err := store.PauseQueue(dentest.Context(t), qid, "test", time.Now()); err != nil || o != queue.PauseDone {
 		t.Fatalf("pause: %v, %v", o, err)
 	}
 	lows = dentest.Tasks(t, db, qid, sleepTasks(low, ms)...)
@@ -59,7 +59,7 @@ func TestPriorityRunsFirst(t *testing.T) {
 	startNode(t, db, "n")
 	// The node has seen the queue paused before it is resumed.
 	dentest.Eventually(t, time.Minute, "node document", func() bool { return dentest.Count(t, db.Collection("nodes"), bson.D{}) == 1 })
-	if o, err := queue.NewStores(db).Operator.ResumeQueue(dentest.Context(t), qid); err != nil || o != queue.PauseDone {
+	if o, err := queue.NewStore(db).ResumeQueue(dentest.Context(t), qid); err != nil || o != queue.PauseDone {
 		t.Fatalf("resume: %v, %v", o, err)
 	}
 	want := append(slices.Clone(highs), lows...)
@@ -87,7 +87,7 @@ func TestPriorityWithTwoNodes(t *testing.T) {
 	startNode(t, db, "a")
 	startNode(t, db, "b")
 	dentest.Eventually(t, time.Minute, "node documents", func() bool { return dentest.Count(t, db.Collection("nodes"), bson.D{}) == 2 })
-	if o, err := queue.NewStores(db).Operator.ResumeQueue(dentest.Context(t), qid); err != nil || o != queue.PauseDone {
+	if o, err := queue.NewStore(db).ResumeQueue(dentest.Context(t), qid); err != nil || o != queue.PauseDone {
 		t.Fatalf("resume: %v, %v", o, err)
 	}
 	runs := runsInOrder(t, db, len(lows)+len(highs))

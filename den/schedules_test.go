@@ -18,9 +18,9 @@ func TestNodesFireSchedules(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "demo", demo.Name, 4, "fifo")
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	params, _ := bson.Marshal(bson.D{{Key: "commands", Value: "a"}})
-	if _, err := store.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "often", Queue: qid, Every: time.Second, Overlap: queue.OverlapAllow, Parameters: params}, time.Now()); err != nil {
+	if _, err := store.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "often", Queue: qid, Every: time.Second, Overlap: queue.OverlapAllow, Parameters: params}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	dentest.Insert(t, db.Collection("schedules"),
@@ -48,7 +48,7 @@ func TestNodesFireSchedules(t *testing.T) {
 		}
 		cur.Close(dentest.Context(t))
 	}
-	sc, err := store.Operator.Schedule(dentest.Context(t), "broken")
+	sc, err := store.Schedule(dentest.Context(t), "broken")
 	if err != nil || sc == nil || sc.Raw.Lookup("problem").Type == 0 {
 		t.Errorf("the broken schedule does not say why it cannot fire: %v", sc)
 	}

@@ -66,10 +66,10 @@ func TestNodesWriteStats(t *testing.T) {
 	a.Stop() // each writes what it has not written yet as it stops
 	b.Stop()
 
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ranByA := dentest.CountTasks(t, db, bson.D{{Key: "node", Value: "stats-a"}, {Key: "status", Value: bson.D{{Key: "$gte", Value: 1}}}})
 	for _, step := range queue.StatsSteps {
-		points, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: qid})
+		points, err := store.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: qid})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestNodesWriteStats(t *testing.T) {
 		if runTimes.Total() != 12 || waits.Total() != 12 || !ok || p95 <= 0 || p95 > 120 {
 			t.Errorf("step %s: %d runs and %d waits counted by time (wait p95 %.3fs), want 12 and 12", step, runTimes.Total(), waits.Total(), p95)
 		}
-		backlog, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: idle})
+		backlog, err := store.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatQueue, Queue: idle})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,10 +116,10 @@ func TestNodesWriteStats(t *testing.T) {
 // checkNodeStats checks the node documents of step: both nodes wrote
 // their sample, and they counted the 12 tasks they finished between them,
 // stats-a ranByA of them.
-func checkNodeStats(t *testing.T, store queue.Stores, step time.Duration, ranByA int64) {
+func checkNodeStats(t *testing.T, store *queue.Store, step time.Duration, ranByA int64) {
 	t.Helper()
 	ctx := dentest.Context(t)
-	nodes, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatNode})
+	nodes, err := store.Stats(ctx, queue.StatsQuery{Step: step, Since: time.Now().Add(-2 * time.Hour), Kind: queue.StatNode})
 	if err != nil {
 		t.Fatal(err)
 	}

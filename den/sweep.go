@@ -25,7 +25,7 @@ type waker interface {
 // sweeper carries out what tasks' own fields ask of the node, apart from
 // claims: every pass, the cancel flags of the tasks this node holds
 // (cancel); every SweepEvery, the sweep: queued tasks whose cancel is
-// set, unique keys of ended tasks (queue.UniqueKeys), malformed tasks,
+// set, unique keys of ended tasks (queue.NodeStore.FreeEnded), malformed tasks,
 // values rewritten as the queries match them, notes
 // on tasks no node can run (noteUnfit), and dependencies between tasks
 // (sweepDependencies). Its writes count against the pass's budget of housekeeping
@@ -86,7 +86,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	// After the cancels, so that the keys of the tasks just cancelled are
 	// free in this sweep: the unique keys of every task that ended
 	// without a den node's result (a Perl node's, a cancel, a rescue).
-	if _, err := queue.UniqueKeysOf(sw.store).FreeEnded(ctx, bson.ObjectID{}, "", now); err != nil {
+	if _, err := sw.store.FreeEnded(ctx, bson.ObjectID{}, "", now); err != nil {
 		return err
 	}
 	malformed, err := sw.store.Malformed(ctx, queueIDs(queues))

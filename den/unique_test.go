@@ -89,7 +89,7 @@ func TestNodeTakesOversizedUniqueKeysOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := queue.NewStores(db).Operator.InsertTasks(dentest.Context(t), qid, []bson.Raw{params}, time.Now(),
+	if _, err := queue.NewStore(db).InsertTasks(dentest.Context(t), qid, []bson.Raw{params}, time.Now(),
 		queue.InsertOptions{UniqueKey: "k"}); err != nil {
 		t.Errorf("den task add --unique-key k: %v", err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestArchiveReadsArchivedTasks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	a := dentest.Queue(t, db, "a", "P", 1, "fifo")
 	b := dentest.Queue(t, db, "b", "P", 1, "fifo")
@@ -27,7 +27,7 @@ func TestArchiveReadsArchivedTasks(t *testing.T) {
 			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1 + i%2}, {Key: "stdout", Value: "output"}}}})
 	}
 	for _, q := range []bson.ObjectID{a, a, b} { // as the runners that ended them do
-		if err := queue.NewStores(db).Node.DecrementTodo(ctx, q); err != nil {
+		if err := queue.NewStore(db).DecrementTodo(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}

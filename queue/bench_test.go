@@ -13,8 +13,8 @@ import (
 // and scans the collection, so numbers there are a floor, not a target.)
 func BenchmarkClaim(b *testing.B) {
 	db := dentest.DB(b)
-	store := queue.NewStores(db)
-	if _, err := queue.EnsureIndexes(dentest.Context(b), store.Node); err != nil {
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(dentest.Context(b)); err != nil {
 		b.Fatal(err)
 	}
 	qid := dentest.Queue(b, db, "bench", "P", 1, "fifo")

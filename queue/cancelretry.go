@@ -26,7 +26,7 @@ const (
 // SetCancel sets cancel: true on a task that has not ended: a queued one never
 // starts, a running one is stopped by its node (see
 // docs/task-control.md). An ended task (finished, cancelled, orphaned) is left alone.
-func (s *OperatorStore) SetCancel(ctx context.Context, id bson.ObjectID) (CancelOutcome, error) {
+func (s *Store) SetCancel(ctx context.Context, id bson.ObjectID) (CancelOutcome, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: id}, {Key: "status", Value: bson.D{{Key: "$lte", Value: 0}, {Key: "$nin", Value: bson.A{StatusCancelled, StatusOrphaned}}}}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: FieldCancel, Value: true}}}})
@@ -54,13 +54,13 @@ func retryable() bson.D {
 
 // RetryCandidates returns the tasks matching f that a retry would put
 // back (not queued, claimed or running), newest first.
-func (s *OperatorStore) RetryCandidates(ctx context.Context, f TaskFilter) ([]Task, error) {
+func (s *Store) RetryCandidates(ctx context.Context, f TaskFilter) ([]Task, error) {
 	filter := append(f.bson(), bson.E{Key: "$and", Value: bson.A{retryable()}})
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: -1}}).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: "status", Value: 1}, {Key: "node", Value: 1}})
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	return (*conn)(s).collect(ctx, "find tasks to retry", filter, opts)
+	return s.collect(ctx, "find tasks to retry", filter, opts)
 }
 
 // RetryEnded puts an ended task back in its queue to run again now: status -2,
@@ -78,12 +78,12 @@ func (s *OperatorStore) RetryCandidates(ctx context.Context, f TaskFilter) ([]Ta
 // written for it then stays, findable by its task_id. A task that had
 // finished (status 1 and up) is counted in its queue's count_todo again;
 // cancelled and orphaned tasks never left it.
-func (s *OperatorStore) RetryEnded(ctx context.Context, t Task, now time.Time) (bool, error) {
+func (s *Store) RetryEnded(ctx context.Context, t Task, now time.Time) (bool, error) {
 	if !t.StatusOK || t.Status == StatusQueued || t.Status == StatusClaimed || t.Status == StatusRunning {
 		return false, nil
 	}
 	// The whole document: t may be a projection (RetryCandidates).
-	full, err := (*conn)(s).Task(ctx, t.ID)
+	full, err := s.Task(ctx, t.ID)
 	if err != nil {
 		return false, fmt.Errorf("retry task %s: %w", t.ID.Hex(), err)
 	}
@@ -101,7 +101,7 @@ func (s *OperatorStore) RetryEnded(ctx context.Context, t Task, now time.Time) (
 			{Key: FieldOutcome, Value: ""}, {Key: FieldOutcomeReason, Value: ""}, {Key: "leftover_processes", Value: ""}, unsetLive, {Key: FieldLiveUntil, Value: ""}, {Key: FieldUnfit, Value: ""},
 			{Key: FieldUniqueUntil, Value: ""}}},
 	}
-	entry, ran, err := (*conn)(s).endedRun(ctx, *full, now)
+	entry, ran, err := s.endedRun(ctx, *full, now)
 	if err != nil {
 		return false, fmt.Errorf("retry task %s: %w", t.ID.Hex(), err)
 	}
@@ -116,7 +116,7 @@ func (s *OperatorStore) RetryEnded(ctx context.Context, t Task, now time.Time) (
 	}
 	res, err := s.tasks.UpdateOne(ctx, filter, update)
 	if key != "" && IsDuplicateKey(err) {
-		held, herr := (*UniqueKeys)(s).Holder(context.WithoutCancel(ctx), full.Queue, key)
+		held, herr := s.KeyHolder(context.WithoutCancel(ctx), full.Queue, key)
 		if herr != nil {
 			return false, fmt.Errorf("retry task %s: %v (%w)", t.ID.Hex(), held, herr)
 		}
@@ -144,7 +144,7 @@ const RetriedByOperator = "operator"
 
 // endedRun is the history entry of the run an ended task records, and
 // whether it ran at all (a node claimed it, or it has output).
-func (s *conn) endedRun(ctx context.Context, t Task, now time.Time) (HistoryEntry, bool, error) {
+func (s *Store) endedRun(ctx context.Context, t Task, now time.Time) (HistoryEntry, bool, error) {
 	stdout, stderr := t.Raw.Lookup(StreamStdout), t.Raw.Lookup(StreamStderr)
 	if t.Node == "" && absent(stdout) && absent(stderr) && t.Runner == nil {
 		return HistoryEntry{}, false, nil
@@ -187,7 +187,7 @@ func (s *conn) endedRun(ctx context.Context, t Task, now time.Time) (HistoryEntr
 // outputFile is where a history entry finds a run's output stream: its
 // GridFS file id, after copying text kept in the task document into a
 // file of its own; nil when the run wrote none.
-func (s *conn) outputFile(ctx context.Context, task bson.ObjectID, stream string, v bson.RawValue) (any, error) {
+func (s *Store) outputFile(ctx context.Context, task bson.ObjectID, stream string, v bson.RawValue) (any, error) {
 	switch v.Type {
 	case bson.TypeObjectID:
 		return v.ObjectID(), nil

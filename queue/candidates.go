@@ -76,7 +76,7 @@ func candidateKey(r ClaimRequest) string {
 // it is used up or too old. ok is false when the group has no claimable
 // task; fresh says the list was read by this call, and last that the
 // candidate was the list's last.
-func (c *candidates) next(ctx context.Context, s *conn, r ClaimRequest) (id bson.RawValue, fresh, last, ok bool, err error) {
+func (c *candidates) next(ctx context.Context, s *Store, r ClaimRequest) (id bson.RawValue, fresh, last, ok bool, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	key := candidateKey(r)
@@ -104,7 +104,7 @@ func (c *candidates) next(ctx context.Context, s *conn, r ClaimRequest) (id bson
 // forgetCandidates drops the lists of candidates when this store has made n
 // tasks claimable again (released, or their dependencies done): they may
 // come before the listed ones.
-func (s *conn) forgetCandidates(n int64) {
+func (s *Store) forgetCandidates(n int64) {
 	if n > 0 {
 		s.candidates.forget()
 	}
@@ -120,7 +120,7 @@ func (c *candidates) forget() {
 // readCandidates lists the _ids of the first candidateBatch claimable tasks
 // of r's queues in claim order, whatever their type (a document whose _id
 // is not an ObjectId is claimed like any, then failed as malformed).
-func (s *conn) readCandidates(ctx context.Context, r ClaimRequest) ([]bson.RawValue, error) {
+func (s *Store) readCandidates(ctx context.Context, r ClaimRequest) ([]bson.RawValue, error) {
 	cur, err := s.tasks.Find(ctx, ClaimFilter(r.At, r.Free, r.Queues...), options.Find().
 		SetSort(ClaimSort(r.Sort)).
 		SetLimit(candidateBatch).
@@ -147,7 +147,7 @@ func (s *conn) readCandidates(ctx context.Context, r ClaimRequest) ([]bson.RawVa
 // without a claim (others took them all, or a document's _id is of a kind
 // an equality does not find again), the protocol's own sorted claim
 // decides.
-func (s *conn) claimCandidate(ctx context.Context, r ClaimRequest, claim func(filter bson.D, sorted bool) (bson.Raw, error)) (bson.Raw, error) {
+func (s *Store) claimCandidate(ctx context.Context, r ClaimRequest, claim func(filter bson.D, sorted bool) (bson.Raw, error)) (bson.Raw, error) {
 	reads := 0
 	for {
 		id, fresh, last, ok, err := s.candidates.next(ctx, s, r)

@@ -35,9 +35,9 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 			t.Parallel()
 			db := dentest.DB(t)
 			ctx := dentest.Context(t)
-			store := queue.NewStores(db)
+			store := queue.NewStore(db)
 			if dentest.EmbeddedServer() {
-				by, err := queue.ClaimsByCandidates(ctx, store.Node)
+				by, err := queue.ClaimsByCandidates(ctx, store)
 				if err != nil || !by {
 					t.Fatalf("on the development server, claims by candidates = %v (%v), want true", by, err)
 				}
@@ -76,7 +76,7 @@ func TestClaimsByCandidatesKeepOrderAndAtomicity(t *testing.T) {
 // its one command a claim can take every task while den's first list of
 // candidates is read (seen in CI on a loaded machine), and the test
 // would check no claim of den's.
-func claimBeside(t *testing.T, db *mongo.Database, store queue.Stores, qid bson.ObjectID, sort string, less func(a, b bson.ObjectID) bool) map[bson.ObjectID]string {
+func claimBeside(t *testing.T, db *mongo.Database, store *queue.Store, qid bson.ObjectID, sort string, less func(a, b bson.ObjectID) bool) map[bson.ObjectID]string {
 	ctx := dentest.Context(t)
 	var mu sync.Mutex
 	seen := map[bson.ObjectID]string{}
@@ -104,7 +104,7 @@ func claimBeside(t *testing.T, db *mongo.Database, store queue.Stores, qid bson.
 			}
 		}()
 		for {
-			c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: sort, Node: "den", At: time.Now()})
+			c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: sort, Node: "den", At: time.Now()})
 			if err != nil {
 				t.Error(err)
 				return
@@ -152,12 +152,12 @@ func TestReleasedTaskClaimedFirst(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 10, queue.SortFIFO)
 	ids := dentest.Tasks(t, db, qid, params(5)...)
 	claim := func() bson.ObjectID {
 		t.Helper()
-		c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+		c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
 		}
@@ -167,7 +167,7 @@ func TestReleasedTaskClaimedFirst(t *testing.T) {
 	if first != ids[0] {
 		t.Fatalf("first claim %s, want the oldest %s", first.Hex(), ids[0].Hex())
 	}
-	if ok, err := store.Node.Release(ctx, first, "n", time.Now()); err != nil || !ok {
+	if ok, err := store.Release(ctx, first, "n", time.Now()); err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}
 	if again := claim(); again != first {

@@ -72,7 +72,7 @@ func (c *Census) Age(now time.Time) time.Duration { return now.Sub(c.At) }
 // ReadCensus reads the census as it was last made (At zero: never), the
 // counts of only the given queues when some are given. It costs a read of
 // a document per queue with tasks (of only, with only), never of a task.
-func (s *OperatorStore) ReadCensus(ctx context.Context, only ...bson.ObjectID) (*Census, error) {
+func (s *Store) ReadCensus(ctx context.Context, only ...bson.ObjectID) (*Census, error) {
 	coll := s.db.Collection(CensusCollection)
 	c := &Census{Queues: map[bson.ObjectID]StatusCounts{}}
 	raw, err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: censusID}}).Raw()
@@ -164,7 +164,7 @@ func sameCounts(a, b StatusCounts) bool {
 // waits for its census. By names the process in the census (den web,
 // den status).
 type CensusTaker struct {
-	Store *OperatorStore
+	Store OperatorStore
 	By    string
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
@@ -218,7 +218,7 @@ func (ct *CensusTaker) Take(ctx context.Context, maxAge time.Duration, only ...b
 // making, and returns it.
 func (ct *CensusTaker) count(ctx context.Context, asked time.Time) (*Census, error) {
 	holder := ct.By
-	nodes := (*NodeStore)(ct.Store)
+	nodes := ct.Store
 	for {
 		_, held, err := nodes.TakeLease(ctx, censusLease, holder, ct.now(), time.Minute)
 		if err != nil {
@@ -249,9 +249,9 @@ func (ct *CensusTaker) count(ctx context.Context, asked time.Time) (*Census, err
 // failed ones, and stores the census (only what changed since the one
 // stored: a queue whose counts are the same is not written). now is the
 // clock. Callers hold the census lease (CensusTaker).
-func (s *OperatorStore) MakeCensus(ctx context.Context, by string, now func() time.Time) (*Census, error) {
+func (s *Store) MakeCensus(ctx context.Context, by string, now func() time.Time) (*Census, error) {
 	began := now()
-	counts, err := (*conn)(s).TaskCounts(ctx)
+	counts, err := s.TaskCounts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("make the census: %w", err)
 	}
@@ -297,7 +297,7 @@ func (s *OperatorStore) MakeCensus(ctx context.Context, by string, now func() ti
 
 // lastFailures are the _ids of the last CensusFailures tasks that failed
 // (status 2 and up) or were orphaned (-6), the newest (by _id) first.
-func (s *OperatorStore) lastFailures(ctx context.Context) ([]bson.ObjectID, error) {
+func (s *Store) lastFailures(ctx context.Context) ([]bson.ObjectID, error) {
 	cur, err := s.tasks.Find(ctx, failedFilter(), options.Find().SetSort(bson.D{{Key: "_id", Value: -1}}).
 		SetLimit(CensusFailures).SetProjection(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
@@ -325,11 +325,11 @@ func failedFilter() bson.D {
 // TasksByID reads the tasks ids names, the newest (by _id) first, without
 // their parameters, output and history: the census's last failures, as a
 // view shows them. It is one find by _id; those gone are left out.
-func (s *OperatorStore) TasksByID(ctx context.Context, ids []bson.ObjectID) ([]Task, error) {
+func (s *Store) TasksByID(ctx context.Context, ids []bson.ObjectID) ([]Task, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return (*conn)(s).collect(ctx, "read tasks by id", bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+	return s.collect(ctx, "read tasks by id", bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: -1}}).SetLimit(int64(len(ids))).SetProjection(bson.D{
 			{Key: "parameters", Value: 0}, {Key: "params", Value: 0}, {Key: "stdout", Value: 0}, {Key: FieldHistory, Value: 0}}))
 }

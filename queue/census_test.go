@@ -19,7 +19,7 @@ import (
 func TestCensusCounts(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	a := dentest.Queue(t, db, "a", "P", 1, "fifo")
 	b := dentest.Queue(t, db, "b", "P", 1, "fifo")
@@ -88,7 +88,7 @@ func TestCensusTakenOnceForEveryViewer(t *testing.T) {
 	db := p.Client(t).Database(direct.Name())
 	q := dentest.Queue(t, direct, "q", "P", 1, "fifo")
 	dentest.Tasks(t, direct, q, bson.D{}, bson.D{})
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	ct := &queue.CensusTaker{Store: store, By: "one"}
 	first, err := ct.Take(ctx, time.Minute)
@@ -130,7 +130,7 @@ func TestCensusTakenOnceForEveryViewer(t *testing.T) {
 func TestCensusOldWhenCountingFails(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	q := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	dentest.Tasks(t, db, q, bson.D{})
 	ct := &queue.CensusTaker{Store: store, By: "test"}

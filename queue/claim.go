@@ -123,7 +123,7 @@ type MalformedClaim struct {
 // queues have nothing to claim. A document that the claim takes but that
 // cannot be a task comes back with Claimed.Malformed set: the caller fails
 // it (FailClaimed) and claims again.
-func (s *NodeStore) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bool, err error) {
+func (s *Store) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bool, err error) {
 	if len(r.Queues) == 0 {
 		return c, false, nil
 	}
@@ -162,7 +162,7 @@ func (s *NodeStore) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bo
 		return claimSorted(filter, nil)
 	}
 	var raw bson.Raw
-	byCandidates, err := (*conn)(s).claimsByCandidates(ctx)
+	byCandidates, err := s.claimsByCandidates(ctx)
 	if err != nil {
 		return c, false, fmt.Errorf("claim a task in %d queue(s) starting with %s: %w", len(r.Queues), r.Queues[0].Hex(), err)
 	}
@@ -170,7 +170,7 @@ func (s *NodeStore) Claim(ctx context.Context, r ClaimRequest) (c Claimed, ok bo
 	case r.Priorities:
 		raw, err = claimByPriority(r, claimSorted)
 	case byCandidates && ClaimSort(r.Sort) != nil:
-		raw, err = (*conn)(s).claimCandidate(ctx, r, claim)
+		raw, err = s.claimCandidate(ctx, r, claim)
 	default:
 		raw, err = claim(ClaimFilter(r.At, r.Free, r.Queues...), true)
 	}
@@ -229,7 +229,7 @@ func decodeClaimed(raw bson.Raw, queues []bson.ObjectID) Claimed {
 // (m.Queue). A document so large that the reason does not fit in it is
 // failed without it: it is then given only its status, which a claim never
 // matches again.
-func (s *NodeStore) FailClaimed(ctx context.Context, m MalformedClaim, node string, now time.Time) (bool, error) {
+func (s *Store) FailClaimed(ctx context.Context, m MalformedClaim, node string, now time.Time) (bool, error) {
 	filter := bson.D{{Key: "_id", Value: bson.D{{Key: "$eq", Value: m.ID}}}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}}
 	reason := "den: task not run: " + m.Reason + "\n"
 	res, err := s.tasks.UpdateOne(ctx, filter, bson.D{{Key: "$set", Value: bson.D{
@@ -256,21 +256,21 @@ func (s *NodeStore) FailClaimed(ctx context.Context, m MalformedClaim, node stri
 // ReleaseLost puts back a task this node may have claimed at claimedAt in
 // one of the given queues without hearing the reply (the claim's reply was
 // lost): the claim's mtime tells it apart.
-func (s *NodeStore) ReleaseLost(ctx context.Context, queueIDs []bson.ObjectID, node string, claimedAt time.Time) (int64, error) {
+func (s *Store) ReleaseLost(ctx context.Context, queueIDs []bson.ObjectID, node string, claimedAt time.Time) (int64, error) {
 	res, err := s.tasks.UpdateMany(ctx,
 		bson.D{{Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}, {Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}, {Key: "mtime", Value: claimedAt}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusQueued}}}})
 	if err != nil {
 		return 0, fmt.Errorf("release a lost claim: %w", err)
 	}
-	(*conn)(s).forgetCandidates(res.ModifiedCount)
+	s.forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 
 // Release puts a task this node claimed but never started back in its queue
 // (status -2, node -1). It does nothing if the task is no longer claimed by
 // node, and reports whether it released it.
-func (s *NodeStore) Release(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (bool, error) {
+func (s *Store) Release(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
 		bson.D{{Key: "$set", Value: bson.D{
@@ -281,7 +281,7 @@ func (s *NodeStore) Release(ctx context.Context, taskID bson.ObjectID, node stri
 	if err != nil {
 		return false, fmt.Errorf("release task %s: %w", taskID.Hex(), err)
 	}
-	(*conn)(s).forgetCandidates(res.ModifiedCount)
+	s.forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount == 1, nil
 }
 
@@ -330,7 +330,7 @@ func ProbeFilter(r ProbeRequest) bson.D {
 // does not know yet (with NotIn). It is one indexed query however many
 // queues it names: it has no sort, so the server need not merge the index
 // ranges in order.
-func (s *NodeStore) Probe(ctx context.Context, r ProbeRequest) (queueID bson.ObjectID, ok bool, err error) {
+func (s *Store) Probe(ctx context.Context, r ProbeRequest) (queueID bson.ObjectID, ok bool, err error) {
 	if r.In != nil && len(r.In) == 0 {
 		return queueID, false, nil
 	}

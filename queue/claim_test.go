@@ -22,9 +22,9 @@ func params(n int) []bson.D {
 	return out
 }
 
-func mustQueue(t *testing.T, store queue.Stores, id bson.ObjectID) queue.Queue {
+func mustQueue(t *testing.T, store *queue.Store, id bson.ObjectID) queue.Queue {
 	t.Helper()
-	qs, _, err := store.Node.Queues(dentest.Context(t))
+	qs, _, err := store.Queues(dentest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func mustQueue(t *testing.T, store queue.Stores, id bson.ObjectID) queue.Queue {
 func TestClaimIsAtomic(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
 	const tasks, claimers = 60, 6
 	dentest.Tasks(t, db, qid, params(tasks)...)
@@ -92,7 +92,7 @@ func TestClaimOrder(t *testing.T) {
 		t.Run(tc.sort, func(t *testing.T) {
 			t.Parallel()
 			db := dentest.DB(t)
-			store := queue.NewStores(db)
+			store := queue.NewStore(db)
 			qid := dentest.Queue(t, db, "q", "P", 1, tc.sort)
 			ids := dentest.Tasks(t, db, qid, params(5)...)
 			q := mustQueue(t, store, qid)
@@ -118,7 +118,7 @@ func TestClaimOrder(t *testing.T) {
 func TestClaimFilter(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	other := dentest.Queue(t, db, "other", "P", 1, "fifo")
 	ctx := dentest.Context(t)
@@ -141,10 +141,10 @@ func TestClaimFilter(t *testing.T) {
 		t.Fatal("claimed a task that was not claimable")
 	}
 	// Release puts it back, once.
-	if ok, err := store.Node.Release(ctx, id, "n", time.Now()); err != nil || !ok {
+	if ok, err := store.Release(ctx, id, "n", time.Now()); err != nil || !ok {
 		t.Fatalf("release = %v, %v", ok, err)
 	}
-	if ok, _ := store.Node.Release(ctx, id, "n", time.Now()); ok {
+	if ok, _ := store.Release(ctx, id, "n", time.Now()); ok {
 		t.Fatal("released a task twice")
 	}
 	raw := dentest.Task(t, db, id)
@@ -161,7 +161,7 @@ func TestClaimFilter(t *testing.T) {
 func TestStaleClaimsAreRescued(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	now := time.Now()
 	old, fresh := now.Add(-6*time.Minute), now.Add(-time.Minute)
@@ -192,7 +192,7 @@ func TestStaleClaimsAreRescued(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mine, err := store.Node.Held(ctx, "me", false)
+	mine, err := store.Held(ctx, "me", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestStaleClaimsAreRescued(t *testing.T) {
 	// in history.
 	neverStarted := queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: "never started"}
 	first := got[ids["old date"]]
-	if st, err := store.Node.Rescue(ctx, first, nil, neverStarted, 0, now); err != nil || st != queue.StatusQueued {
+	if st, err := store.Rescue(ctx, first, nil, neverStarted, 0, now); err != nil || st != queue.StatusQueued {
 		t.Fatalf("rescue = %d, %v; want a retry (-2)", st, err)
 	}
 	raw := dentest.Task(t, db, first.ID)
@@ -224,13 +224,13 @@ func TestStaleClaimsAreRescued(t *testing.T) {
 		t.Fatalf("history reason %q, outcome %q", r, o)
 	}
 	// The same state read twice: the second rescue changes nothing.
-	if st, err := store.Node.Rescue(ctx, first, nil, neverStarted, 0, now); err != nil || st != 0 {
+	if st, err := store.Rescue(ctx, first, nil, neverStarted, 0, now); err != nil || st != 0 {
 		t.Fatalf("second rescue of the same state = %d, %v; want 0", st, err)
 	}
 	// No retries left: orphaned.
 	last := got[ids["old epoch int"]]
 	last.Attempts = 1
-	if st, err := store.Node.Rescue(ctx, last, nil, neverStarted, 0, now); err != nil || st != queue.StatusOrphaned {
+	if st, err := store.Rescue(ctx, last, nil, neverStarted, 0, now); err != nil || st != queue.StatusOrphaned {
 		t.Fatalf("rescue without retries left = %d, %v; want -6", st, err)
 	}
 	raw = dentest.Task(t, db, last.ID)
@@ -242,7 +242,7 @@ func TestStaleClaimsAreRescued(t *testing.T) {
 func TestFillAndDecrementCounts(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := bson.NewObjectID()
 	_, err := db.Collection("queues").InsertOne(ctx, bson.D{{Key: "_id", Value: qid}, {Key: "name", Value: "q"},
@@ -257,7 +257,7 @@ func TestFillAndDecrementCounts(t *testing.T) {
 	if q.CountTodo != nil || q.CountTotal != nil {
 		t.Fatal("counts should start unset")
 	}
-	if _, err := store.Node.FillCounts(ctx, []queue.Queue{q}); err != nil {
+	if _, err := store.FillCounts(ctx, []queue.Queue{q}); err != nil {
 		t.Fatal(err)
 	}
 	q = mustQueue(t, store, qid)
@@ -265,7 +265,7 @@ func TestFillAndDecrementCounts(t *testing.T) {
 		t.Fatalf("count_total=%d count_todo=%d, want 7 and 5", *q.CountTotal, *q.CountTodo)
 	}
 	for range 7 {
-		if err := store.Node.DecrementTodo(ctx, qid); err != nil {
+		if err := store.DecrementTodo(ctx, qid); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -277,9 +277,9 @@ func TestFillAndDecrementCounts(t *testing.T) {
 func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
-	limit, problem, err := store.Node.WriteNodeDocument(ctx, "n1", []queue.NodeQueue{}, nil, time.Now())
+	limit, problem, err := store.WriteNodeDocument(ctx, "n1", []queue.NodeQueue{}, nil, time.Now())
 	if err != nil || limit != nil || problem != "" {
 		t.Fatalf("first heartbeat: %v %q %v", limit, problem, err)
 	}
@@ -305,7 +305,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 		{"5", ptr(0), true},
 	} {
 		dentest.Update(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n1"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: tc.set}}}})
-		limit, problem, err := store.Node.WriteNodeDocument(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, nil, time.Now())
+		limit, problem, err := store.WriteNodeDocument(ctx, "n1", []queue.NodeQueue{{Name: "q"}}, nil, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +324,7 @@ func TestHeartbeatKeepsOperatorMaxthreads(t *testing.T) {
 		t.Fatalf("%d node documents, want 1", n)
 	}
 	// Queues nil: the node's queues did not change, and stay as written.
-	if _, _, err := store.Node.WriteNodeDocument(ctx, "n1", nil, nil, time.Now()); err != nil {
+	if _, _, err := store.WriteNodeDocument(ctx, "n1", nil, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if q := queuesOf(); q.Type != bson.TypeArray || len(must(q.Array().Values())) != 1 {
@@ -350,9 +350,9 @@ func deref(p *int) any {
 func TestEnsureIndexesIsIdempotent(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	for i := range 3 {
-		if r, err := queue.EnsureIndexes(dentest.Context(t), store.Node); err != nil || len(r.Conflicts)+len(r.Failed) > 0 || r.Keys.Any() {
+		if r, err := store.EnsureIndexes(dentest.Context(t)); err != nil || len(r.Conflicts)+len(r.Failed) > 0 || r.Keys.Any() {
 			t.Fatalf("start %d: %+v %v", i, r, err)
 		}
 	}
@@ -389,17 +389,17 @@ func TestEnsureIndexesIsIdempotent(t *testing.T) {
 func TestRescueLeavesEndedTasks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{})[0]
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: 1}, {Key: "node", Value: "n"}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 42}}}}}})
-	task, err := store.Node.Task(ctx, id)
+	task, err := store.Task(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := store.Node.Rescue(ctx, *task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "runner exited 1"}, 0, time.Now()); err != nil || st != 0 {
+	if st, err := store.Rescue(ctx, *task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "runner exited 1"}, 0, time.Now()); err != nil || st != 0 {
 		t.Fatalf("Rescue of a succeeded task = %d, %v; want 0", st, err)
 	}
 	if st, _ := dentest.Task(t, db, id).Lookup("status").AsInt64OK(); st != 1 {
@@ -413,7 +413,7 @@ func TestRescueLeavesEndedTasks(t *testing.T) {
 func TestRescueHistoryStartsAtTheRun(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{})[0]
@@ -422,11 +422,11 @@ func TestRescueHistoryStartsAtTheRun(t *testing.T) {
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: 0}, {Key: "node", Value: "n"}, {Key: "max_retries", Value: 1}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()},
 			{Key: "pid", Value: 42}, {Key: "started", Value: processStart.UnixMilli()}, {Key: "at", Value: runStart}}}}}})
-	task, err := store.Node.Task(ctx, id)
+	task, err := store.Task(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := store.Node.Rescue(ctx, *task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "runner exited 1"}, 0, time.Now()); err != nil || st != queue.StatusQueued {
+	if st, err := store.Rescue(ctx, *task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "runner exited 1"}, 0, time.Now()); err != nil || st != queue.StatusQueued {
 		t.Fatalf("Rescue = %d, %v; want the task queued again", st, err)
 	}
 	history, ok := dentest.Task(t, db, id).Lookup("history").ArrayOK()
@@ -445,8 +445,8 @@ func TestRescueHistoryStartsAtTheRun(t *testing.T) {
 
 // claimOne claims one task of q for node, as a node's claim of one queue
 // does.
-func claimOne(ctx context.Context, store queue.Stores, q queue.Queue, node string) (bson.ObjectID, bool, error) {
-	c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{q.ID}, Sort: q.Sort, Node: node, At: time.Now()})
+func claimOne(ctx context.Context, store *queue.Store, q queue.Queue, node string) (bson.ObjectID, bool, error) {
+	c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{q.ID}, Sort: q.Sort, Node: node, At: time.Now()})
 	if c.Malformed != nil {
 		return c.ID, ok, fmt.Errorf("claimed a malformed document: %s", c.Malformed.Reason)
 	}
@@ -463,7 +463,7 @@ func TestClaimTakesMalformedOutOfTheWay(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
 	old := time.Now().Add(-time.Hour)
 	doc := func(id, q any) bson.D {
@@ -486,14 +486,14 @@ func TestClaimTakesMalformedOutOfTheWay(t *testing.T) {
 				t.Fatal(err)
 			}
 			good := dentest.Tasks(t, db, qid, bson.D{{Key: "i", Value: 1}})[0]
-			c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+			c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
 			if err != nil || !ok || c.Malformed == nil {
 				t.Fatalf("claim: %+v, %v, %v; want the malformed document", c, ok, err)
 			}
 			if !strings.Contains(c.Malformed.Reason, tc.want) {
 				t.Errorf("reason %q does not name %s", c.Malformed.Reason, tc.want)
 			}
-			if done, err := store.Node.FailClaimed(ctx, *c.Malformed, "n", time.Now()); err != nil || !done {
+			if done, err := store.FailClaimed(ctx, *c.Malformed, "n", time.Now()); err != nil || !done {
 				t.Fatalf("fail claimed: %v, %v", done, err)
 			}
 			raw, err := db.Collection("tasks").FindOne(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$eq", Value: tc.doc[0].Value}}}}).Raw()
@@ -505,7 +505,7 @@ func TestClaimTakesMalformedOutOfTheWay(t *testing.T) {
 			if st != queue.StatusFailed || !strings.HasPrefix(stderr, "den: task not run: ") {
 				t.Errorf("malformed document: status %d, stderr %q; want failed with the reason", st, stderr)
 			}
-			c, ok, err = store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+			c, ok, err = store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
 			if err != nil || !ok || c.Malformed != nil || c.ID != good {
 				t.Fatalf("next claim: %+v, %v, %v; want the good task %s", c, ok, err, good.Hex())
 			}
@@ -521,7 +521,7 @@ func TestNodeTasksMatchesTheNameAsStored(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
 	live := dentest.Tasks(t, db, qid, bson.D{{Key: "i", Value: 1}})[0]
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: live}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 0}, {Key: "node", Value: "alive"}}}})
@@ -532,7 +532,7 @@ func TestNodeTasksMatchesTheNameAsStored(t *testing.T) {
 			t.Logf("%v: the server refuses it: %v", holder, err)
 			continue
 		}
-		tasks, err := store.Node.NodeTasks(ctx, holder)
+		tasks, err := store.NodeTasks(ctx, holder)
 		if err != nil {
 			t.Fatalf("%v: %v", holder, err)
 		}

@@ -123,4 +123,4 @@ func (c *Clock) Sync(ctx context.Context, db *mongo.Database) error {
 }
 
 // SyncClock syncs c with this store's server (Clock.Sync).
-func (s *NodeStore) SyncClock(ctx context.Context, c *Clock) error { return c.Sync(ctx, s.db) }
+func (s *Store) SyncClock(ctx context.Context, c *Clock) error { return c.Sync(ctx, s.db) }

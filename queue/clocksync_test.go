@@ -51,7 +51,7 @@ func TestSyncTellsTheServersTime(t *testing.T) {
 		t.Fatalf("a failed sync anchored the clock at %s", server)
 	}
 
-	if err := queue.NewStores(db).Node.SyncClock(ctx, c); err != nil {
+	if err := queue.NewStore(db).SyncClock(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	server, mono := c.Anchor()

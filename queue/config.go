@@ -27,7 +27,7 @@ const noQueue = "\x00malformed activequeues"
 
 // ActiveConfig reads the config collection's active document. No document
 // is an empty SharedConfig. The error is only for a failed read.
-func (s *NodeStore) ActiveConfig(ctx context.Context) (SharedConfig, error) {
+func (s *Store) ActiveConfig(ctx context.Context) (SharedConfig, error) {
 	var c SharedConfig
 	doc, err := s.config.FindOne(ctx, bson.D{{Key: "active", Value: true}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {

@@ -220,7 +220,7 @@ func requeue(entry HistoryEntry, startAfter, now time.Time) bson.D {
 // Retry puts a task this run failed back in its queue, to start no earlier
 // than startAfter. It reports false, and writes nothing, when the task is
 // no longer this run's.
-func (s *RunnerStore) Retry(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, entry HistoryEntry, startAfter, now time.Time) (bool, error) {
+func (s *Store) Retry(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, entry HistoryEntry, startAfter, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), requeue(entry, startAfter, now))
 	if err != nil {
 		return false, fmt.Errorf("retry task %s: %w", taskID.Hex(), err)
@@ -237,7 +237,7 @@ func (s *RunnerStore) Retry(ctx context.Context, taskID bson.ObjectID, node stri
 // several live nodes rescue at once, one of them does it and the others
 // change nothing. q is the task's queue (nil: unknown). It returns the
 // status the task now has, or 0 when someone else got there first.
-func (s *NodeStore) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, leftovers int, now time.Time) (int, error) {
+func (s *Store) Rescue(ctx context.Context, task Task, q *Queue, why Outcome, leftovers int, now time.Time) (int, error) {
 	reason := why.Reason
 	if !task.StatusOK {
 		return 0, fmt.Errorf("rescue task %s: its status is not a number", task.ID.Hex())
@@ -299,7 +299,7 @@ func (s *NodeStore) Rescue(ctx context.Context, task Task, q *Queue, why Outcome
 // CancelQueued cancels (-5) every queued task whose cancel field is true,
 // and returns how many. Any node may do it: the update is conditional on
 // the task still being queued.
-func (s *NodeStore) CancelQueued(ctx context.Context, now time.Time) (int64, error) {
+func (s *Store) CancelQueued(ctx context.Context, now time.Time) (int64, error) {
 	filter := bson.D{{Key: FieldCancel, Value: true}, {Key: "status", Value: StatusQueued}}
 	if some, err := anyTask(ctx, s.tasks, filter); err != nil || !some {
 		if err != nil {
@@ -321,8 +321,8 @@ func (s *NodeStore) CancelQueued(ctx context.Context, now time.Time) (int64, err
 
 // Held returns the tasks node holds: its claimed and running tasks, optionally only
 // those with cancel set.
-func (s *NodeStore) Held(ctx context.Context, node string, cancelled bool) ([]Task, error) {
-	conds, err := (*conn)(s).statusConditions(ctx, StatusClaimed, StatusRunning)
+func (s *Store) Held(ctx context.Context, node string, cancelled bool) ([]Task, error) {
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return nil, fmt.Errorf("find tasks: %w", err)
 	}
@@ -332,7 +332,7 @@ func (s *NodeStore) Held(ctx context.Context, node string, cancelled bool) ([]Ta
 		if cancelled {
 			filter = append(filter, bson.E{Key: FieldCancel, Value: true})
 		}
-		tasks, err := (*conn)(s).findTasks(ctx, filter)
+		tasks, err := s.findTasks(ctx, filter)
 		if err != nil {
 			return nil, err
 		}
@@ -349,7 +349,7 @@ const NodeTasksLimit = 1000
 // stored, which need not be a string), at most NodeTasksLimit of them. The
 // name is matched with $eq: a name that is a regular expression matches
 // only itself, not every node's tasks.
-func (s *conn) NodeTasks(ctx context.Context, node any) ([]Task, error) {
+func (s *Store) NodeTasks(ctx context.Context, node any) ([]Task, error) {
 	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return nil, fmt.Errorf("find tasks: %w", err)
@@ -377,13 +377,13 @@ var stateFields = bson.D{{Key: "parameters", Value: 0}, {Key: "params", Value: 0
 // findTasks returns the tasks matching filter without their parameters and
 // output. A document without an ObjectId _id is skipped (nothing can be
 // done to it by _id).
-func (s *conn) findTasks(ctx context.Context, filter bson.D) ([]Task, error) {
+func (s *Store) findTasks(ctx context.Context, filter bson.D) ([]Task, error) {
 	return s.collect(ctx, "find tasks", filter, options.Find().SetProjection(stateFields).SetBatchSize(oneReply))
 }
 
 // CancelUnstarted cancels a task of this node that is claimed but not yet
 // running.
-func (s *NodeStore) CancelUnstarted(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (bool, error) {
+func (s *Store) CancelUnstarted(ctx context.Context, taskID bson.ObjectID, node string, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now},
@@ -398,7 +398,7 @@ func (s *NodeStore) CancelUnstarted(ctx context.Context, taskID bson.ObjectID, n
 // CancelRunning records that a running task was cancelled by its node
 // after its runner had to be killed: status -5, keeping what output there
 // is.
-func (s *NodeStore) CancelRunning(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
+func (s *Store) CancelRunning(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token),
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusCancelled}, {Key: "mtime", Value: now},
 			{Key: FieldOutcome, Value: OutcomeCancelled}, {Key: FieldOutcomeReason, Value: "cancelled; its runner did not stop in time and was killed"}}},
@@ -413,7 +413,7 @@ func (s *NodeStore) CancelRunning(ctx context.Context, taskID bson.ObjectID, nod
 // (zero when its timestamp is not a date) and, in the same read, what each
 // node that writes one offers tasks' requests (resources.offer; Perl nodes
 // and older den nodes write none and are left out).
-func (s *conn) NodesSeenOffers(ctx context.Context) (map[string]time.Time, map[string]Resources, error) {
+func (s *Store) NodesSeenOffers(ctx context.Context) (map[string]time.Time, map[string]Resources, error) {
 	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "node", Value: 1}, {Key: "timestamp", Value: 1}, {Key: "resources.offer", Value: 1}}).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, nil, fmt.Errorf("read node documents: %w", err)
@@ -438,7 +438,7 @@ func (s *conn) NodesSeenOffers(ctx context.Context) (map[string]time.Time, map[s
 
 // QueueDoc returns a queue, or nil when there is none. A queue document
 // that cannot be used is an error.
-func (s *conn) QueueDoc(ctx context.Context, id bson.ObjectID) (*Queue, error) {
+func (s *Store) QueueDoc(ctx context.Context, id bson.ObjectID) (*Queue, error) {
 	raw, err := s.queues.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil

@@ -14,11 +14,11 @@ import (
 
 // startRun claims a task for node and starts a run of it, as a node and
 // its runner do, and returns the run's token.
-func startRun(t *testing.T, db *mongo.Database, store queue.Stores, id bson.ObjectID, node string, now time.Time) bson.ObjectID {
+func startRun(t *testing.T, db *mongo.Database, store *queue.Store, id bson.ObjectID, node string, now time.Time) bson.ObjectID {
 	t.Helper()
 	dentest.Claim(t, db, id, node)
 	run := queue.RunnerInfo{Token: bson.NewObjectID(), PID: 1, Started: now.UnixMilli(), Host: "h"}
-	if _, ok, err := store.Runner.Start(dentest.Context(t), id, node, run, now); err != nil || !ok {
+	if _, ok, err := store.Start(dentest.Context(t), id, node, run, now); err != nil || !ok {
 		t.Fatalf("start task %s: %v %v", id.Hex(), ok, err)
 	}
 	return run.Token
@@ -32,7 +32,7 @@ func startRun(t *testing.T, db *mongo.Database, store queue.Stores, id bson.Obje
 func TestRunnerRetryRequeuesWithHistory(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{})[0]
@@ -46,20 +46,20 @@ func TestRunnerRetryRequeuesWithHistory(t *testing.T) {
 			node  string
 			token bson.ObjectID
 		}{{"n", bson.NewObjectID()}, {"m", token}} {
-			ok, err := store.Runner.Retry(ctx, id, other.node, other.token, entry, now.Add(time.Hour), now)
+			ok, err := store.Retry(ctx, id, other.node, other.token, entry, now.Add(time.Hour), now)
 			if err != nil || ok {
 				t.Fatalf("retry by a run that does not have the task (node %s): %v, %v; want false", other.node, ok, err)
 			}
 		}
-		if task := must(store.Operator.Task(ctx, id)); task.Status != queue.StatusRunning || task.Attempts != i {
+		if task := must(store.Task(ctx, id)); task.Status != queue.StatusRunning || task.Attempts != i {
 			t.Fatalf("a refused retry wrote: %v", task.Raw)
 		}
 		startAfter := now.Add(time.Duration(i+1) * time.Minute)
-		ok, err := store.Runner.Retry(ctx, id, "n", token, entry, startAfter, now)
+		ok, err := store.Retry(ctx, id, "n", token, entry, startAfter, now)
 		if err != nil || !ok {
 			t.Fatalf("retry %d: %v, %v", i+1, ok, err)
 		}
-		task, err := store.Operator.Task(ctx, id)
+		task, err := store.Task(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +132,7 @@ func TestTaskHistoryOfOddDocuments(t *testing.T) {
 func TestNodeCancelsUnstartedTask(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{}, bson.D{})
@@ -151,7 +151,7 @@ func TestNodeCancelsUnstartedTask(t *testing.T) {
 		{"running", running, queue.StatusRunning},
 		{"queued", queued, queue.StatusQueued},
 	} {
-		ok, err := store.Node.CancelUnstarted(ctx, c.id, "n", now)
+		ok, err := store.CancelUnstarted(ctx, c.id, "n", now)
 		if err != nil || ok {
 			t.Errorf("cancel %s task: %v, %v; want false", c.name, ok, err)
 		}
@@ -159,11 +159,11 @@ func TestNodeCancelsUnstartedTask(t *testing.T) {
 			t.Errorf("%s task: status %v, want %d", c.name, raw.Lookup("status"), c.status)
 		}
 	}
-	ok, err := store.Node.CancelUnstarted(ctx, mine, "n", now)
+	ok, err := store.CancelUnstarted(ctx, mine, "n", now)
 	if err != nil || !ok {
 		t.Fatalf("cancel its own claimed task: %v, %v", ok, err)
 	}
-	task, err := store.Operator.Task(ctx, mine)
+	task, err := store.Task(ctx, mine)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestNodeCancelsUnstartedTask(t *testing.T) {
 		task.Raw.Lookup(queue.FieldOutcome).StringValue() != queue.OutcomeCancelled {
 		t.Fatalf("cancelled task: %v", task.Raw)
 	}
-	if ok, err := store.Node.CancelUnstarted(ctx, mine, "n", now); err != nil || ok {
+	if ok, err := store.CancelUnstarted(ctx, mine, "n", now); err != nil || ok {
 		t.Errorf("cancel it again: %v, %v; want false", ok, err)
 	}
 }
@@ -183,7 +183,7 @@ func TestNodeCancelsUnstartedTask(t *testing.T) {
 func TestNodeCancelsRunningTask(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{})[0]
@@ -196,14 +196,14 @@ func TestNodeCancelsRunningTask(t *testing.T) {
 		node  string
 		token bson.ObjectID
 	}{{"n", bson.NewObjectID()}, {"m", token}} {
-		if ok, err := store.Node.CancelRunning(ctx, id, c.node, c.token, now); err != nil || ok {
+		if ok, err := store.CancelRunning(ctx, id, c.node, c.token, now); err != nil || ok {
 			t.Errorf("cancel by node %s with token %s: %v, %v; want false", c.node, c.token.Hex(), ok, err)
 		}
 	}
 	if raw := dentest.Task(t, db, id); raw.Lookup("status").AsInt64() != queue.StatusRunning {
 		t.Fatalf("a refused cancel wrote: %v", raw)
 	}
-	ok, err := store.Node.CancelRunning(ctx, id, "n", token, now.Add(time.Second))
+	ok, err := store.CancelRunning(ctx, id, "n", token, now.Add(time.Second))
 	if err != nil || !ok {
 		t.Fatalf("cancel the run: %v, %v", ok, err)
 	}
@@ -214,7 +214,7 @@ func TestNodeCancelsRunningTask(t *testing.T) {
 		raw.Lookup(queue.FieldLive).Type != 0 || !raw.Lookup("mtime").Time().Equal(now.Add(time.Second)) {
 		t.Fatalf("cancelled run's task: %v", raw)
 	}
-	if ok, err := store.Node.CancelRunning(ctx, id, "n", token, now); err != nil || ok {
+	if ok, err := store.CancelRunning(ctx, id, "n", token, now); err != nil || ok {
 		t.Errorf("cancel it again: %v, %v; want false", ok, err)
 	}
 }
@@ -225,7 +225,7 @@ func TestNodeCancelsRunningTask(t *testing.T) {
 func TestOperatorSetCancel(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	for _, c := range []struct {

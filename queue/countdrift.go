@@ -27,12 +27,12 @@ func (d CountDrift) Drifted() bool {
 // CheckCounts compares every usable queue's count_todo and count_total
 // with its tasks (one aggregation over the tasks), and returns one entry
 // per queue.
-func (s *OperatorStore) CheckCounts(ctx context.Context) ([]CountDrift, error) {
-	queues, _, err := (*conn)(s).Queues(ctx)
+func (s *Store) CheckCounts(ctx context.Context) ([]CountDrift, error) {
+	queues, _, err := s.Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	counts, err := (*conn)(s).TaskCounts(ctx)
+	counts, err := s.TaskCounts(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (s *OperatorStore) CheckCounts(ctx context.Context) ([]CountDrift, error) {
 // condition that the stored counts are still those read: a node or writer
 // that moved them meanwhile (a task finished, tasks were added) makes the
 // fix change nothing (false), and the check should be run again.
-func (s *OperatorStore) FixCounts(ctx context.Context, d CountDrift) (bool, error) {
+func (s *Store) FixCounts(ctx context.Context, d CountDrift) (bool, error) {
 	filter := bson.D{{Key: "_id", Value: d.Queue.ID}}
 	for _, c := range []struct {
 		field string

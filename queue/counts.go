@@ -41,7 +41,7 @@ func (r Running) NodeTotal(node string) int {
 // and the development server from its status index, whatever the number
 // of queues. What it costs follows the tasks claimed and running, not the
 // queues nor the tasks kept.
-func (s *conn) RunningAll(ctx context.Context) (Running, error) {
+func (s *Store) RunningAll(ctx context.Context) (Running, error) {
 	out := Running{}
 	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
@@ -57,7 +57,7 @@ func (s *conn) RunningAll(ctx context.Context) (Running, error) {
 
 // countRunning adds to out the tasks of the given queues (nil: of every
 // queue) whose status meets cond, by queue and node.
-func (s *conn) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond any, out Running) error {
+func (s *Store) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond any, out Running) error {
 	match := bson.D{{Key: "status", Value: cond}}
 	if queueIDs != nil {
 		match = append(bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queueIDs}}}}, match...)
@@ -102,7 +102,7 @@ func (s *conn) countRunning(ctx context.Context, queueIDs []bson.ObjectID, cond 
 // and one bulk write, however many queues it is given; callers bound the
 // number (a node fills at most FillCountsBatch a pass). A count someone
 // else set meanwhile is left as is. It returns how many counts it wrote.
-func (s *NodeStore) FillCounts(ctx context.Context, qs []Queue) (int64, error) {
+func (s *Store) FillCounts(ctx context.Context, qs []Queue) (int64, error) {
 	var ids []bson.ObjectID
 	for _, q := range qs {
 		if q.CountTodo == nil || q.CountTotal == nil {
@@ -112,7 +112,7 @@ func (s *NodeStore) FillCounts(ctx context.Context, qs []Queue) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	counts, err := (*conn)(s).TaskCounts(ctx, ids...)
+	counts, err := s.TaskCounts(ctx, ids...)
 	if err != nil {
 		return 0, fmt.Errorf("fill the counts of %d queues: %w", len(ids), err)
 	}
@@ -150,7 +150,7 @@ const FillCountsBatch = 500
 // DecrementTodo counts one task of a queue as done. It never takes
 // count_todo below zero (tasks inserted without incrementing it would
 // otherwise drive it negative).
-func (s *conn) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error {
+func (s *Store) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error {
 	_, err := s.queues.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: queueID}, {Key: "count_todo", Value: bson.D{{Key: "$gt", Value: 0}}}},
 		bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -1}}}})
@@ -162,8 +162,8 @@ func (s *conn) DecrementTodo(ctx context.Context, queueID bson.ObjectID) error {
 
 // RunningInQueue counts the claimed and running tasks of one queue on all
 // nodes.
-func (s *NodeStore) RunningInQueue(ctx context.Context, queueID bson.ObjectID) (int64, error) {
-	conds, err := (*conn)(s).statusConditions(ctx, StatusClaimed, StatusRunning)
+func (s *Store) RunningInQueue(ctx context.Context, queueID bson.ObjectID) (int64, error) {
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return 0, fmt.Errorf("count running tasks of queue %s: %w", queueID.Hex(), err)
 	}

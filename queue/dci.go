@@ -27,7 +27,7 @@ type UpdateResult struct {
 // SetNodeLimit sets the maxthreads of the node whose _id is id (when not
 // zero) or whose name is name; nil writes null (no limit), as Disbatch's
 // web API does. No match is no error: the result says so.
-func (s *OperatorStore) SetNodeLimit(ctx context.Context, id bson.ObjectID, name string, limit *int) (UpdateResult, error) {
+func (s *Store) SetNodeLimit(ctx context.Context, id bson.ObjectID, name string, limit *int) (UpdateResult, error) {
 	filter := bson.D{{Key: "node", Value: name}}
 	if !id.IsZero() {
 		filter = bson.D{{Key: "_id", Value: id}}
@@ -54,7 +54,7 @@ func (s *OperatorStore) SetNodeLimit(ctx context.Context, id bson.ObjectID, name
 // driver sends what is left of the deadline as maxTimeMS, as it does
 // with CountDocuments. (Collection.Find sends none: the driver leaves
 // maxTimeMS out of the commands that return a cursor, DRIVERS-2722.)
-func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projection bson.D, skip, limit int64) ([]bson.Raw, error) {
+func (s *Store) SearchTasks(ctx context.Context, filter, sort, projection bson.D, skip, limit int64) ([]bson.Raw, error) {
 	cmd := bson.D{{Key: "find", Value: s.tasks.Name()}, {Key: "filter", Value: EitherParams(filter)}}
 	if sort != nil {
 		cmd = append(cmd, bson.E{Key: "sort", Value: sort})
@@ -81,7 +81,7 @@ func (s *OperatorStore) SearchTasks(ctx context.Context, filter, sort, projectio
 
 // CountTasksMatching counts the tasks filter matches, a condition on the
 // parameters under either name (EitherParams).
-func (s *OperatorStore) CountTasksMatching(ctx context.Context, filter bson.D) (int64, error) {
+func (s *Store) CountTasksMatching(ctx context.Context, filter bson.D) (int64, error) {
 	n, err := s.tasks.CountDocuments(ctx, EitherParams(filter))
 	if err != nil {
 		return 0, fmt.Errorf("count tasks: %w", err)
@@ -92,7 +92,7 @@ func (s *OperatorStore) CountTasksMatching(ctx context.Context, filter bson.D) (
 // EachDocument calls fn with each document of the database's collection
 // coll that filter matches, with only the fields of projection (and _id),
 // in the server's order, until fn returns an error.
-func (s *OperatorStore) EachDocument(ctx context.Context, coll string, filter, projection bson.D, fn func(bson.Raw) error) error {
+func (s *Store) EachDocument(ctx context.Context, coll string, filter, projection bson.D, fn func(bson.Raw) error) error {
 	opts := options.Find()
 	if projection != nil {
 		opts.SetProjection(projection)

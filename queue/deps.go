@@ -52,7 +52,7 @@ type Blocked struct {
 // for others (status -4 with after). The claim index {node, status, queue}
 // serves it. A queued task (-2) with after is not looked at: any node may
 // have claimed it already, and looking would scan a queue's whole backlog.
-func (s *NodeStore) BlockedTasks(ctx context.Context, queueIDs []bson.ObjectID, limit int64) ([]Blocked, error) {
+func (s *Store) BlockedTasks(ctx context.Context, queueIDs []bson.ObjectID, limit int64) ([]Blocked, error) {
 	if len(queueIDs) == 0 {
 		return nil, nil
 	}
@@ -114,7 +114,7 @@ func idList(v bson.RawValue) ([]bson.ObjectID, string) {
 
 // Statuses returns the status of each of the given tasks that exists (a
 // status that is not a number counts as 0: not ended).
-func (s *conn) Statuses(ctx context.Context, ids []bson.ObjectID) (map[bson.ObjectID]int, error) {
+func (s *Store) Statuses(ctx context.Context, ids []bson.ObjectID) (map[bson.ObjectID]int, error) {
 	out := map[bson.ObjectID]int{}
 	for len(ids) > 0 {
 		n := min(len(ids), 10000)
@@ -150,7 +150,7 @@ func EndedBadly(status int) bool {
 // MarkWaiting records that b waits for waiting (those of its after not yet
 // succeeded): status -4, waiting, after_was. It is conditional on b still
 // being unclaimed, in the status read, and not yet registered.
-func (s *NodeStore) MarkWaiting(ctx context.Context, b Blocked, waiting []bson.ObjectID) (bool, error) {
+func (s *Store) MarkWaiting(ctx context.Context, b Blocked, waiting []bson.ObjectID) (bool, error) {
 	if waiting == nil {
 		waiting = []bson.ObjectID{}
 	}
@@ -166,7 +166,7 @@ func (s *NodeStore) MarkWaiting(ctx context.Context, b Blocked, waiting []bson.O
 
 // MarkDependents sets has_dependents on the given tasks, so that their
 // runners release what comes after them as soon as they end.
-func (s *conn) MarkDependents(ctx context.Context, ids []bson.ObjectID) error {
+func (s *Store) MarkDependents(ctx context.Context, ids []bson.ObjectID) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -193,7 +193,7 @@ type EndedTask struct {
 // neither (still running, queued) settles nothing. The task runner calls
 // it for its task at the end of a run, and the nodes' sweep for whatever
 // a runner missed; doing it twice changes nothing more.
-func (s *conn) SettleDependents(ctx context.Context, ended []EndedTask, now time.Time) (released int64, cancelled []bson.ObjectID, err error) {
+func (s *Store) SettleDependents(ctx context.Context, ended []EndedTask, now time.Time) (released int64, cancelled []bson.ObjectID, err error) {
 	var succeeded []bson.ObjectID
 	for _, e := range ended {
 		switch {
@@ -220,7 +220,7 @@ func DependencyEndedReason(id bson.ObjectID, status int) string {
 // releaseDependents removes tasks that succeeded from the waiting lists of the
 // tasks that come after them, and queues (-2) each task that then waits
 // for nothing. Doing it twice changes nothing more.
-func (s *conn) releaseDependents(ctx context.Context, ids []bson.ObjectID, now time.Time) (released int64, err error) {
+func (s *Store) releaseDependents(ctx context.Context, ids []bson.ObjectID, now time.Time) (released int64, err error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -235,7 +235,7 @@ func (s *conn) releaseDependents(ctx context.Context, ids []bson.ObjectID, now t
 
 // releaseReady queues (-2) every registered blocked task that waits for
 // nothing.
-func (s *conn) releaseReady(ctx context.Context, now time.Time) (int64, error) {
+func (s *Store) releaseReady(ctx context.Context, now time.Time) (int64, error) {
 	res, err := s.tasks.UpdateMany(ctx,
 		bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusBlocked}, {Key: FieldWaiting, Value: bson.D{{Key: "$size", Value: 0}}},
 			{Key: FieldAfterWas, Value: bson.D{{Key: "$exists", Value: true}}}},
@@ -251,7 +251,7 @@ func (s *conn) releaseReady(ctx context.Context, now time.Time) (int64, error) {
 // ids, which ended for good without succeeding (why says how), and then
 // the tasks that wait for those, and so on. It returns the ids it
 // cancelled.
-func (s *conn) CancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
+func (s *Store) CancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
 	var all []bson.ObjectID
 	for len(ids) > 0 {
 		filter := bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusBlocked}, {Key: FieldWaiting, Value: bson.D{{Key: "$in", Value: ids}}}}
@@ -293,7 +293,7 @@ func (s *conn) CancelDependents(ctx context.Context, ids []bson.ObjectID, why st
 // changed after den registered it, or closes a cycle. The reason goes to
 // its stderr; it is conditional on the task being unclaimed in the status
 // read.
-func (s *NodeStore) FailBlocked(ctx context.Context, b Blocked, reason string, now time.Time) (bool, error) {
+func (s *Store) FailBlocked(ctx context.Context, b Blocked, reason string, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: b.ID}, {Key: "node", Value: Unclaimed}, {Key: "status", Value: b.Status}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: StatusFailed}, {Key: "mtime", Value: now},

@@ -20,7 +20,7 @@ import (
 func TestBlockedTasksRegister(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Node
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	d1, d2 := bson.NewObjectID(), bson.NewObjectID()
@@ -119,7 +119,7 @@ func TestBlockedTasksRegister(t *testing.T) {
 func TestFailBlocked(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Node
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{})
@@ -162,7 +162,7 @@ func TestFailBlocked(t *testing.T) {
 func TestMarkDependentsAndStatuses(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	stores := queue.NewStores(db)
+	stores := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{}, bson.D{})
@@ -178,8 +178,8 @@ func TestMarkDependentsAndStatuses(t *testing.T) {
 		return out
 	}
 	for _, mark := range []func([]bson.ObjectID) error{
-		func(ids []bson.ObjectID) error { return stores.Node.MarkDependents(ctx, ids) },
-		func(ids []bson.ObjectID) error { return stores.Operator.MarkDependents(ctx, ids) },
+		func(ids []bson.ObjectID) error { return stores.MarkDependents(ctx, ids) },
+		func(ids []bson.ObjectID) error { return stores.MarkDependents(ctx, ids) },
 	} {
 		if err := mark(nil); err != nil {
 			t.Fatal(err)
@@ -188,10 +188,10 @@ func TestMarkDependentsAndStatuses(t *testing.T) {
 	if got := marked(); got != nil {
 		t.Fatalf("marking none marked %v", got)
 	}
-	if err := stores.Node.MarkDependents(ctx, []bson.ObjectID{ids[0], bson.NewObjectID()}); err != nil {
+	if err := stores.MarkDependents(ctx, []bson.ObjectID{ids[0], bson.NewObjectID()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := stores.Operator.MarkDependents(ctx, []bson.ObjectID{ids[2]}); err != nil {
+	if err := stores.MarkDependents(ctx, []bson.ObjectID{ids[2]}); err != nil {
 		t.Fatal(err)
 	}
 	if got := marked(); !slices.Equal(got, []bson.ObjectID{ids[0], ids[2]}) {
@@ -204,8 +204,8 @@ func TestMarkDependentsAndStatuses(t *testing.T) {
 	gone := bson.NewObjectID()
 	want := map[bson.ObjectID]int{ids[0]: queue.StatusQueued, ids[1]: queue.StatusSucceeded, ids[2]: 0}
 	for _, statuses := range []func([]bson.ObjectID) (map[bson.ObjectID]int, error){
-		func(ids []bson.ObjectID) (map[bson.ObjectID]int, error) { return stores.Node.Statuses(ctx, ids) },
-		func(ids []bson.ObjectID) (map[bson.ObjectID]int, error) { return stores.Operator.Statuses(ctx, ids) },
+		func(ids []bson.ObjectID) (map[bson.ObjectID]int, error) { return stores.Statuses(ctx, ids) },
+		func(ids []bson.ObjectID) (map[bson.ObjectID]int, error) { return stores.Statuses(ctx, ids) },
 	} {
 		got, err := statuses([]bson.ObjectID{ids[0], ids[1], ids[2], gone})
 		if err != nil || len(got) != len(want) {

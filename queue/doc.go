@@ -15,11 +15,12 @@
 // starts of rate-limited queues, RateLimits in ratelimit.go: a small type
 // of its own over the same database).
 //
-// The queries are split by who makes them, each role holding a store of
-// its own over the same connection (NewStores builds all three from one):
-// NodeStore is the node's (nodestore.go lists what it shares), RunnerStore
-// the runner of one task's, OperatorStore the command line's, the web
-// page's and the Disbatch web API's. What more than one role uses is
-// written once, on the unexported conn. Files are by subject, not by role:
+// Every query is a method of one type, Store (store.go), over one
+// connection. Its callers hold it as the role they play, each declared
+// once as an interface in roles.go, as asynq's base.Broker is: NodeStore
+// the node's, RunnerStore the runner of one task's, OperatorStore the
+// command line's, the web page's and the Disbatch web API's, and
+// ArchiveReader the archive's reader (NewArchive). A method two roles use
+// is written once and listed in both. Files are by subject, not by role:
 // claim.go, lifecycle.go, deps.go, queueedit.go, tasklist.go, ...
 package queue

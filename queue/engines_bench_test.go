@@ -86,11 +86,11 @@ func engineRun(b *testing.B, cfg devdb.Config, protocol bool, finished, queued, 
 	}
 	defer client.Disconnect(context.Background())
 	db := client.Database("engines")
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	if protocol {
-		queue.ClaimProtocol(store.Node)
+		queue.ClaimProtocol(store)
 	}
-	if _, err := queue.EnsureIndexes(ctx, store.Node); err != nil {
+	if _, err := store.EnsureIndexes(ctx); err != nil {
 		b.Fatal(err)
 	}
 	qid := bson.NewObjectID()
@@ -169,22 +169,22 @@ func engineFill(b *testing.B, ctx context.Context, db *mongo.Database, qid bson.
 
 // engineWorkers starts four workers that claim, start and finish tasks of
 // qid until ctx ends or nothing is left to claim, counting each in done.
-func engineWorkers(ctx context.Context, store queue.Stores, qid bson.ObjectID, done *atomic.Int64, wg *sync.WaitGroup) {
+func engineWorkers(ctx context.Context, store *queue.Store, qid bson.ObjectID, done *atomic.Int64, wg *sync.WaitGroup) {
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			node := fmt.Sprintf("w%d", w)
 			for ctx.Err() == nil {
-				c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: node, At: time.Now()})
+				c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: node, At: time.Now()})
 				if err != nil || !ok {
 					return
 				}
 				token := bson.NewObjectID()
-				if _, ok, err := store.Runner.Start(ctx, c.ID, node, queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
+				if _, ok, err := store.Start(ctx, c.ID, node, queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
 					return
 				}
-				if ok, err := store.Runner.Finish(ctx, c.ID, node, token, queue.Result{Status: 1, Stdout: "a", Stderr: "b"}, time.Now()); err != nil || !ok {
+				if ok, err := store.Finish(ctx, c.ID, node, token, queue.Result{Status: 1, Stdout: "a", Stderr: "b"}, time.Now()); err != nil || !ok {
 					return
 				}
 				done.Add(1)

@@ -22,8 +22,8 @@ func ExampleNodeStore_Claim() {
 	db, drop := dentest.ExampleDB("ExampleNodeStore_Claim")
 	defer drop()
 	ctx := context.Background()
-	ops := queue.NewOperatorStore(db)
-	node := queue.NewNodeStore(db)
+	ops := queue.NewStore(db)
+	node := queue.NewStore(db)
 
 	qid, err := ops.CreateQueue(ctx, "resize", "MyCorp::Plugin::Resize", 2, queue.SortFIFO)
 	if err != nil {

@@ -30,8 +30,8 @@ func TestClaimUsesIndex(t *testing.T) {
 
 func explainClaim(t *testing.T, queues int) {
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
-	if _, err := queue.EnsureIndexes(dentest.Context(t), store.Node); err != nil {
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	var qids []bson.ObjectID
@@ -70,8 +70,8 @@ func explainClaim(t *testing.T, queues int) {
 func TestQueuesWithWorkUsesIndexes(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
-	if _, err := queue.EnsureIndexes(dentest.Context(t), store.Node); err != nil {
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	var had []bson.ObjectID
@@ -109,8 +109,8 @@ func TestPriorityClaimUsesIndex(t *testing.T) {
 		t.Run(fmt.Sprintf("queues=%d", queues), func(t *testing.T) {
 			t.Parallel()
 			db := dentest.DB(t)
-			store := queue.NewStores(db)
-			if _, err := queue.EnsureIndexes(dentest.Context(t), store.Node); err != nil {
+			store := queue.NewStore(db)
+			if _, err := store.EnsureIndexes(dentest.Context(t)); err != nil {
 				t.Fatal(err)
 			}
 			var qids []bson.ObjectID

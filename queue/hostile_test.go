@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -56,6 +57,7 @@ var storeWrites = map[string]string{
 	"SyncClock":          "asks the server its time (hello): reads no document",
 	"PauseSchedule":      "updates a schedule by name (reading it with Schedule, tried below)",
 	"DeleteSchedule":     "deletes a schedule by name",
+	"RunScheduleNow":     "inserts a schedule's task (reading the schedule with Schedule, tried below)",
 	"WatchArrivals":      "a change stream: events with a queue that is not an ObjectId are skipped (Arrivals.Next); the development server has no change streams",
 }
 
@@ -151,7 +153,7 @@ func tryEveryQuery(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues,
 type hostileDB struct {
 	db           *mongo.Database
 	ctx          context.Context
-	store        queue.Stores
+	store        *queue.Store
 	qid          bson.ObjectID
 	node         string
 	good         []bson.ObjectID // the good tasks
@@ -171,8 +173,8 @@ type hostileCall struct {
 func newHostileDB(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues, hostileNodes, hostileSchedules []dentest.Hostile) *hostileDB {
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
-	if _, err := queue.EnsureIndexes(ctx, store.Node); err != nil {
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Collection("queues").InsertOne(ctx, bson.D{{Key: "_id", Value: qid}, {Key: "name", Value: "good"}, {Key: "constructor", Value: "P"}, {Key: "maxthreads", Value: int32(1000)}, {Key: "sort", Value: "fifo"}}); err != nil {
@@ -200,11 +202,11 @@ func newHostileDB(t *testing.T, qid bson.ObjectID, hostileTasks, hostileQueues, 
 }
 
 // storeFuncs are tried as the methods are, but are functions of the
-// package: EnsureIndexes sets the database up, and ReleaseReady (what
-// SettleDependents does after a success) is reached from the tests only.
-var storeFuncs = map[string]bool{"EnsureIndexes": true, "ReleaseReady": true}
+// package: ReleaseReady (what SettleDependents does after a success) is
+// reached from the tests only.
+var storeFuncs = map[string]bool{"ReleaseReady": true}
 
-// checkEveryMethodTried fails t when a method of a store is neither tried
+// checkEveryMethodTried fails t when a method of the Store is neither tried
 // nor listed in storeWrites, or a call tries what is no method.
 func checkEveryMethodTried(t *testing.T, calls []hostileCall) {
 	t.Helper()
@@ -212,7 +214,7 @@ func checkEveryMethodTried(t *testing.T, calls []hostileCall) {
 	for _, c := range calls {
 		tried[c.method] = true
 	}
-	types := []reflect.Type{reflect.TypeFor[*queue.NodeStore](), reflect.TypeFor[*queue.RunnerStore](), reflect.TypeFor[*queue.OperatorStore](), reflect.TypeFor[*queue.UniqueKeys]()}
+	types := []reflect.Type{reflect.TypeFor[*queue.Store]()}
 	methods := map[string]bool{}
 	var missing []string
 	for _, typ := range types {
@@ -239,14 +241,14 @@ func checkEveryMethodTried(t *testing.T, calls []hostileCall) {
 func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 	return []hostileCall{
 		{"EnsureIndexes", func(t *testing.T) {
-			if _, err := queue.EnsureIndexes(h.ctx, h.store.Node); err != nil {
+			if _, err := h.store.EnsureIndexes(h.ctx); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"Queues", func(t *testing.T) {
 			var bad []queue.MalformedQueue
 			var err error
-			h.queues, bad, err = h.store.Node.Queues(h.ctx)
+			h.queues, bad, err = h.store.Queues(h.ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,7 +258,7 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 			t.Logf("%d queues usable, %d skipped", len(h.queues), len(bad))
 		}},
 		{"QueuesWithWork", func(t *testing.T) {
-			withWork, err := h.store.Node.QueuesWithWork(h.ctx, queue.WorkRead{IDs: []bson.ObjectID{h.qid}, Since: h.now.Add(-time.Hour)})
+			withWork, err := h.store.QueuesWithWork(h.ctx, queue.WorkRead{IDs: []bson.ObjectID{h.qid}, Since: h.now.Add(-time.Hour)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -265,7 +267,7 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 			}
 		}},
 		{"QueuesByID", func(t *testing.T) {
-			got, err := h.store.Node.QueuesByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()})
+			got, err := h.store.QueuesByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,15 +275,15 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 				t.Errorf("read %d queues by id, want the good one only", len(got))
 			}
 		}},
-		{"CountQueues", func(t *testing.T) { val(h.store.Operator.CountQueues(h.ctx))(t) }},
+		{"CountQueues", func(t *testing.T) { val(h.store.CountQueues(h.ctx))(t) }},
 		{"QueueDoc", func(t *testing.T) {
-			q, err := h.store.Node.QueueDoc(h.ctx, h.qid)
+			q, err := h.store.QueueDoc(h.ctx, h.qid)
 			if err != nil || q == nil {
 				t.Fatalf("%v, %v", q, err)
 			}
 		}},
 		{"FindQueue", func(t *testing.T) {
-			if _, _, err := h.store.Operator.FindQueue(h.ctx, "good"); err != nil {
+			if _, _, err := h.store.FindQueue(h.ctx, "good"); err != nil {
 				t.Fatal(err)
 			}
 			// Every tenth queue: each lookup scans them all on the
@@ -290,7 +292,7 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 				if i%10 != 0 {
 					continue
 				}
-				if _, _, err := h.store.Operator.FindQueue(h.ctx, q.ID.Hex()); err != nil {
+				if _, _, err := h.store.FindQueue(h.ctx, q.ID.Hex()); err != nil {
 					t.Errorf("queue %s: %v", q.ID.Hex(), err)
 				}
 			}
@@ -305,7 +307,7 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 					if _, err := h.db.Collection("config").InsertOne(h.ctx, doc); err != nil {
 						t.Fatalf("%s %s: %v", field, v.Name, err)
 					}
-					if _, err := h.store.Node.ActiveConfig(h.ctx); err != nil {
+					if _, err := h.store.ActiveConfig(h.ctx); err != nil {
 						t.Errorf("%s %s: %v", field, v.Name, err)
 					}
 					if _, err := h.db.Collection("config").DeleteMany(h.ctx, bson.D{}); err != nil {
@@ -314,13 +316,13 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 				}
 			}
 		}},
-		{"Nodes", func(t *testing.T) { val(h.store.Operator.Nodes(h.ctx))(t) }},
+		{"Nodes", func(t *testing.T) { val(h.store.Nodes(h.ctx))(t) }},
 		{"NodesSeenOffers", func(t *testing.T) {
-			if _, _, err := h.store.Node.NodesSeenOffers(h.ctx); err != nil {
+			if _, _, err := h.store.NodesSeenOffers(h.ctx); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"Offers", func(t *testing.T) { val(h.store.Runner.Offers(h.ctx, h.now.Add(-time.Hour)))(t) }},
+		{"Offers", func(t *testing.T) { val(h.store.Offers(h.ctx, h.now.Add(-time.Hour)))(t) }},
 	}
 }
 
@@ -328,18 +330,18 @@ func (h *hostileDB) queueAndNodeQueries() []hostileCall {
 func (h *hostileDB) countAndListQueries() []hostileCall {
 	return []hostileCall{
 		{"TaskCounts", func(t *testing.T) {
-			counts := val(h.store.Operator.TaskCounts(h.ctx))(t)
+			counts := val(h.store.TaskCounts(h.ctx))(t)
 			if got := counts[h.qid].ByStatus[queue.StatusQueued]; got < 3 {
 				t.Errorf("%d queued tasks counted in the good queue, want at least its 3 good ones", got)
 			}
-			val(h.store.Operator.TaskCounts(h.ctx, h.qid))(t)
+			val(h.store.TaskCounts(h.ctx, h.qid))(t)
 		}},
-		{"CheckCounts", func(t *testing.T) { val(h.store.Operator.CheckCounts(h.ctx))(t) }},
+		{"CheckCounts", func(t *testing.T) { val(h.store.CheckCounts(h.ctx))(t) }},
 		// What Disbatch's web API reads (den/web/dci): a search, a
 		// count and another collection read by a filter its client
 		// wrote, here every task of the good queue and every document.
 		{"SearchTasks", func(t *testing.T) {
-			docs := val(h.store.Operator.SearchTasks(h.ctx, bson.D{{Key: "queue", Value: h.qid}}, bson.D{{Key: "_id", Value: 1}}, nil, 0, 0))(t)
+			docs := val(h.store.SearchTasks(h.ctx, bson.D{{Key: "queue", Value: h.qid}}, bson.D{{Key: "_id", Value: 1}}, nil, 0, 0))(t)
 			found := map[bson.ObjectID]bool{}
 			for _, d := range docs {
 				if id, ok := d.Lookup("_id").ObjectIDOK(); ok {
@@ -353,14 +355,14 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 			}
 		}},
 		{"CountTasksMatching", func(t *testing.T) {
-			if n := val(h.store.Operator.CountTasksMatching(h.ctx, bson.D{{Key: "queue", Value: h.qid}}))(t); n < int64(len(h.good)) {
+			if n := val(h.store.CountTasksMatching(h.ctx, bson.D{{Key: "queue", Value: h.qid}}))(t); n < int64(len(h.good)) {
 				t.Errorf("%d tasks counted in the good queue, want at least its %d good ones", n, len(h.good))
 			}
 		}},
 		{"EachDocument", func(t *testing.T) {
 			for _, coll := range []string{"tasks", "queues", "nodes"} {
 				n := 0
-				if err := h.store.Operator.EachDocument(h.ctx, coll, bson.D{}, nil, func(bson.Raw) error { n++; return nil }); err != nil {
+				if err := h.store.EachDocument(h.ctx, coll, bson.D{}, nil, func(bson.Raw) error { n++; return nil }); err != nil {
 					t.Errorf("read %s: %v", coll, err)
 				}
 				if coll == "tasks" && n < len(h.good) {
@@ -374,16 +376,27 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 				for _, q := range []bson.ObjectID{h.qid, bson.NewObjectID()} {
 					f := queue.ClassFilter(q, class, h.now.Add(time.Hour))
 					f.Limit = 100
-					if _, _, _, err := h.store.Node.RetirePage(h.ctx, f); err != nil {
+					if _, _, _, err := h.store.RetirePage(h.ctx, f); err != nil {
 						t.Errorf("retire page of %s: %v", class, err)
 					}
 				}
 			}
 		}},
+		{"RetireCount", func(t *testing.T) {
+			// The page's bulk purge: counted, bounded by the newest.
+			for _, f := range []queue.RetireFilter{{}, {EndedBefore: h.now}, {TaskFilter: queue.TaskFilter{Queues: []bson.ObjectID{h.qid}}}} {
+				val(h.store.RetireCount(h.ctx, f))(t)
+				val(h.store.RetireNewest(h.ctx, f))(t)
+			}
+		}},
+		{"RetireNewest", func(t *testing.T) {}}, // above
+		{"QueuesWithPriority", func(t *testing.T) {
+			val(h.store.QueuesWithPriority(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t)
+		}},
 		{"ListTasks", func(t *testing.T) {
 			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{h.qid}}, {Statuses: []int{-2, -1, 0}}, {Node: h.node}, {Outcomes: []string{"malformed"}}, {Since: h.now.Add(-time.Hour)},
 				{After: bson.NilObjectID, Before: bson.NewObjectID(), Limit: 5000}, {ParamKey: "a", ParamValue: "b"}, {ParamKey: "a.b", ParamValue: "c"}} {
-				listed := val(h.store.Operator.ListTasks(h.ctx, f))(t)
+				listed := val(h.store.ListTasks(h.ctx, f))(t)
 				if f.Node == "" && len(f.Outcomes) == 0 && f.ParamKey == "" {
 					for _, id := range h.good {
 						if !slices.ContainsFunc(listed, func(x queue.Task) bool { return x.ID == id }) {
@@ -396,21 +409,21 @@ func (h *hostileDB) countAndListQueries() []hostileCall {
 		{"CountTasks", func(t *testing.T) {
 			for _, f := range []queue.TaskFilter{{}, {Queues: []bson.ObjectID{h.qid}}, {ParamKey: "shell", ParamValue: "x"}, {ParamKey: "$where", ParamValue: "1"},
 				{Before: bson.NewObjectID(), Statuses: []int{-2}}} {
-				val(h.store.Operator.CountTasks(h.ctx, f))(t)
+				val(h.store.CountTasks(h.ctx, f))(t)
 			}
 		}},
 		{"TasksByID", func(t *testing.T) {
-			val(h.store.Operator.TasksByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t)
+			val(h.store.TasksByID(h.ctx, []bson.ObjectID{h.qid, bson.NewObjectID()}))(t)
 		}},
-		{"ReadCensus", func(t *testing.T) { val(h.store.Operator.ReadCensus(h.ctx))(t) }},
+		{"ReadCensus", func(t *testing.T) { val(h.store.ReadCensus(h.ctx))(t) }},
 		{"MakeCensus", func(t *testing.T) {
-			c := val(h.store.Operator.MakeCensus(h.ctx, "test", time.Now))(t)
+			c := val(h.store.MakeCensus(h.ctx, "test", time.Now))(t)
 			if c.Total() == 0 {
 				t.Error("the census counts no task")
 			}
 		}},
-		{"LastEnded", func(t *testing.T) { val(h.store.Operator.LastEnded(h.ctx, h.qid, 1000))(t) }},
-		{"RetryCandidates", func(t *testing.T) { val(h.store.Operator.RetryCandidates(h.ctx, queue.TaskFilter{}))(t) }},
+		{"LastEnded", func(t *testing.T) { val(h.store.LastEnded(h.ctx, h.qid, 1000))(t) }},
+		{"RetryCandidates", func(t *testing.T) { val(h.store.RetryCandidates(h.ctx, queue.TaskFilter{}))(t) }},
 	}
 }
 
@@ -420,7 +433,7 @@ func (h *hostileDB) retireScheduleAndTaskQueries() []hostileCall {
 		{"RetireCandidates", func(t *testing.T) {
 			// Archived, not deleted: the corpus stays for the calls after.
 			for _, f := range []queue.RetireFilter{{}, {EndedBefore: h.now}, {TaskFilter: queue.TaskFilter{Queues: []bson.ObjectID{h.qid}, Limit: 100}}} {
-				if _, err := h.store.Node.RetireTasks(h.ctx, val(h.store.Operator.RetireCandidates(h.ctx, f))(t), queue.RetireArchive); err != nil {
+				if _, err := h.store.RetireTasks(h.ctx, val(h.store.RetireCandidates(h.ctx, f))(t), queue.RetireArchive); err != nil {
 					t.Errorf("archive %+v: %v", f, err)
 				}
 			}
@@ -428,15 +441,15 @@ func (h *hostileDB) retireScheduleAndTaskQueries() []hostileCall {
 		{"RetireTasks", func(t *testing.T) {}}, // above
 		{"ArchivedTask", func(t *testing.T) {
 			for _, id := range append(slices.Clone(h.good), h.hostileIDs...) {
-				if _, err := h.store.Operator.ArchivedTask(h.ctx, id); err != nil {
+				if _, err := h.store.ArchivedTask(h.ctx, id); err != nil {
 					t.Errorf("archived task %s: %v", id.Hex(), err)
 				}
 			}
 		}},
 		{"Schedules", func(t *testing.T) {
-			for _, sc := range val(h.store.Operator.Schedules(h.ctx))(t) {
+			for _, sc := range val(h.store.Schedules(h.ctx))(t) {
 				if name, ok := sc.Raw.Lookup("_id").StringValueOK(); ok {
-					if _, err := h.store.Operator.Schedule(h.ctx, name); err != nil {
+					if _, err := h.store.Schedule(h.ctx, name); err != nil {
 						t.Errorf("schedule %q: %v", name, err)
 					}
 				}
@@ -446,37 +459,37 @@ func (h *hostileDB) retireScheduleAndTaskQueries() []hostileCall {
 		{"FireDue", func(t *testing.T) {
 			// Twice: the second finds the first's notes and next times.
 			for range 2 {
-				val(h.store.Node.FireDue(h.ctx, time.Now()))(t)
+				val(h.store.FireDue(h.ctx, time.Now()))(t)
 			}
 		}},
-		{"UnfitTasks", func(t *testing.T) { val(h.store.Operator.UnfitTasks(h.ctx, 1000))(t) }},
+		{"UnfitTasks", func(t *testing.T) { val(h.store.UnfitTasks(h.ctx, 1000))(t) }},
 		{"Task", func(t *testing.T) {
 			for _, id := range append(slices.Clone(h.good), h.hostileIDs...) {
-				if _, err := h.store.Node.Task(h.ctx, id); err != nil {
+				if _, err := h.store.Task(h.ctx, id); err != nil {
 					t.Errorf("task %s: %v", id.Hex(), err)
 				}
 			}
 		}},
 		{"Statuses", func(t *testing.T) {
-			st := val(h.store.Node.Statuses(h.ctx, append(slices.Clone(h.good), h.hostileIDs...)))(t)
+			st := val(h.store.Statuses(h.ctx, append(slices.Clone(h.good), h.hostileIDs...)))(t)
 			for _, id := range h.good {
 				if st[id] != queue.StatusQueued {
 					t.Errorf("good task %s: status %d", id.Hex(), st[id])
 				}
 			}
 		}},
-		{"ClaimingNodes", func(t *testing.T) { val(h.store.Node.ClaimingNodes(h.ctx))(t) }},
-		{"RunningAll", func(t *testing.T) { val(h.store.Node.RunningAll(h.ctx))(t) }},
-		{"RunningInQueue", func(t *testing.T) { val(h.store.Node.RunningInQueue(h.ctx, h.qid))(t) }},
-		{"BlockedTasks", func(t *testing.T) { val(h.store.Node.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) }},
+		{"ClaimingNodes", func(t *testing.T) { val(h.store.ClaimingNodes(h.ctx))(t) }},
+		{"RunningAll", func(t *testing.T) { val(h.store.RunningAll(h.ctx))(t) }},
+		{"RunningInQueue", func(t *testing.T) { val(h.store.RunningInQueue(h.ctx, h.qid))(t) }},
+		{"BlockedTasks", func(t *testing.T) { val(h.store.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) }},
 		{"Probe", func(t *testing.T) {
-			got, ok, err := h.store.Node.Probe(h.ctx, queue.ProbeRequest{In: []bson.ObjectID{h.qid}, At: h.now})
+			got, ok, err := h.store.Probe(h.ctx, queue.ProbeRequest{In: []bson.ObjectID{h.qid}, At: h.now})
 			if err != nil || !ok || got != h.qid {
 				t.Fatalf("probe: %s, %v, %v; want the good queue", got.Hex(), ok, err)
 			}
 			// Every queue but the good one: the corpus's tasks name
 			// queues of every kind; what comes back is an ObjectId.
-			got, ok, err = h.store.Node.Probe(h.ctx, queue.ProbeRequest{NotIn: []bson.ObjectID{h.qid}, At: h.now})
+			got, ok, err = h.store.Probe(h.ctx, queue.ProbeRequest{NotIn: []bson.ObjectID{h.qid}, At: h.now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -485,22 +498,22 @@ func (h *hostileDB) retireScheduleAndTaskQueries() []hostileCall {
 			}
 		}},
 		{"Malformed", func(t *testing.T) {
-			for _, m := range val(h.store.Node.Malformed(h.ctx, []bson.ObjectID{h.qid}))(t) {
-				if _, err := h.store.Node.FailMalformed(h.ctx, m, h.node, h.now); err != nil {
+			for _, m := range val(h.store.Malformed(h.ctx, []bson.ObjectID{h.qid}))(t) {
+				if _, err := h.store.FailMalformed(h.ctx, m, h.node, h.now); err != nil {
 					t.Errorf("fail malformed task %s: %v", m.ID.Hex(), err)
 				}
 			}
 		}},
 		{"FailMalformed", func(t *testing.T) {}}, // above
 		{"Irregular", func(t *testing.T) {
-			for _, task := range val(h.store.Node.Irregular(h.ctx, []bson.ObjectID{h.qid}, nil))(t) {
+			for _, task := range val(h.store.Irregular(h.ctx, []bson.ObjectID{h.qid}, nil))(t) {
 				if len(task.Malformed()) > 0 {
-					if _, err := h.store.Node.FailQueued(h.ctx, task, h.node, "unreadable", h.now); err != nil {
+					if _, err := h.store.FailQueued(h.ctx, task, h.node, "unreadable", h.now); err != nil {
 						t.Errorf("fail task %s: %v", task.ID.Hex(), err)
 					}
 					continue
 				}
-				if _, err := h.store.Node.Normalize(h.ctx, task); err != nil {
+				if _, err := h.store.Normalize(h.ctx, task); err != nil {
 					t.Errorf("normalize task %s: %v", task.ID.Hex(), err)
 				}
 			}
@@ -514,75 +527,75 @@ func (h *hostileDB) rescueAndDependencyQueries() []hostileCall {
 	return []hostileCall{
 		{"FailQueued", func(t *testing.T) {}}, // above
 		{"FillCounts", func(t *testing.T) {
-			if _, err := h.store.Node.FillCounts(h.ctx, h.queues); err != nil {
+			if _, err := h.store.FillCounts(h.ctx, h.queues); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"CancelQueued", func(t *testing.T) { val(h.store.Node.CancelQueued(h.ctx, h.now))(t) }},
+		{"CancelQueued", func(t *testing.T) { val(h.store.CancelQueued(h.ctx, h.now))(t) }},
 		{"Held", func(t *testing.T) {
-			mine := val(h.store.Node.Held(h.ctx, h.node, false))(t)
-			val(h.store.Node.Held(h.ctx, h.node, true))(t)
+			mine := val(h.store.Held(h.ctx, h.node, false))(t)
+			val(h.store.Held(h.ctx, h.node, true))(t)
 			for _, task := range mine {
-				if _, err := h.store.Node.Rescue(h.ctx, task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "test"}, 0, h.now); err != nil {
+				if _, err := h.store.Rescue(h.ctx, task, nil, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: "test"}, 0, h.now); err != nil {
 					t.Errorf("rescue task %s: %v", task.ID.Hex(), err)
 				}
 			}
 		}},
 		{"Rescue", func(t *testing.T) {}}, // above
-		{"NodeTasks", func(t *testing.T) { val(h.store.Node.NodeTasks(h.ctx, h.node))(t) }},
-		{"ReleaseClaims", func(t *testing.T) { val(h.store.Node.ReleaseClaims(h.ctx, "nobody-claims", h.now))(t) }},
-		{"ReleaseReady", func(t *testing.T) { val(queue.ReleaseReady(h.ctx, h.store.Node, h.now))(t) }},
+		{"NodeTasks", func(t *testing.T) { val(h.store.NodeTasks(h.ctx, h.node))(t) }},
+		{"ReleaseClaims", func(t *testing.T) { val(h.store.ReleaseClaims(h.ctx, "nobody-claims", h.now))(t) }},
+		{"ReleaseReady", func(t *testing.T) { val(queue.ReleaseReady(h.ctx, h.store, h.now))(t) }},
 		{"MarkWaiting", func(t *testing.T) {
-			for _, b := range val(h.store.Node.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) {
+			for _, b := range val(h.store.BlockedTasks(h.ctx, []bson.ObjectID{h.qid}, 1000))(t) {
 				if b.Problem != "" {
-					if _, err := h.store.Node.FailBlocked(h.ctx, b, b.Problem, h.now); err != nil {
+					if _, err := h.store.FailBlocked(h.ctx, b, b.Problem, h.now); err != nil {
 						t.Errorf("fail blocked %s: %v", b.ID.Hex(), err)
 					}
 					continue
 				}
-				if _, err := h.store.Node.MarkWaiting(h.ctx, b, b.After); err != nil {
+				if _, err := h.store.MarkWaiting(h.ctx, b, b.After); err != nil {
 					t.Errorf("register %s: %v", b.ID.Hex(), err)
 				}
 			}
 		}},
 		{"FailBlocked", func(t *testing.T) {}}, // above
-		{"CancelDependents", func(t *testing.T) { val(h.store.Node.CancelDependents(h.ctx, h.hostileIDs, "test", h.now))(t) }},
+		{"CancelDependents", func(t *testing.T) { val(h.store.CancelDependents(h.ctx, h.hostileIDs, "test", h.now))(t) }},
 		{"SettleDependents", func(t *testing.T) {
 			var ended []queue.EndedTask
 			for i, id := range h.hostileIDs {
 				ended = append(ended, queue.EndedTask{ID: id, Status: []int{queue.StatusSucceeded, queue.StatusFailed, queue.StatusCancelled}[i%3]})
 			}
-			if _, _, err := h.store.Node.SettleDependents(h.ctx, ended, h.now); err != nil {
+			if _, _, err := h.store.SettleDependents(h.ctx, ended, h.now); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"RetryEnded", func(t *testing.T) {
-			for _, task := range val(h.store.Operator.RetryCandidates(h.ctx, queue.TaskFilter{Queues: []bson.ObjectID{h.qid}, Limit: 50}))(t) {
-				if _, err := h.store.Operator.RetryEnded(h.ctx, task, h.now); err != nil {
+			for _, task := range val(h.store.RetryCandidates(h.ctx, queue.TaskFilter{Queues: []bson.ObjectID{h.qid}, Limit: 50}))(t) {
+				if _, err := h.store.RetryEnded(h.ctx, task, h.now); err != nil {
 					t.Errorf("retry %s: %v", task.ID.Hex(), err)
 				}
 			}
 		}},
 		{"WriteNodeDocument", func(t *testing.T) {
-			if _, _, err := h.store.Node.WriteNodeDocument(h.ctx, h.node, []queue.NodeQueue{}, nil, h.now); err != nil {
+			if _, _, err := h.store.WriteNodeDocument(h.ctx, h.node, []queue.NodeQueue{}, nil, h.now); err != nil {
 				t.Fatal(err)
 			}
 		}},
 		{"ReadFacts", func(t *testing.T) {
-			facts := val(h.store.Operator.ReadFacts(h.ctx, h.now, time.Minute))(t)
+			facts := val(h.store.ReadFacts(h.ctx, h.now, time.Minute))(t)
 			for _, id := range append(slices.Clone(h.good), h.hostileIDs...) {
-				task, err := h.store.Node.Task(h.ctx, id)
+				task, err := h.store.Task(h.ctx, id)
 				if err != nil || task == nil {
 					continue
 				}
-				if r, err := h.store.Operator.Why(h.ctx, facts, *task); err != nil || len(r) == 0 {
+				if r, err := h.store.Why(h.ctx, facts, *task); err != nil || len(r) == 0 {
 					t.Errorf("why %s: %v, %v", id.Hex(), r, err)
 				}
 			}
 		}},
 		{"Why", func(t *testing.T) {}}, // above
 		{"OldestReady", func(t *testing.T) {
-			if _, _, err := h.store.Node.OldestReady(h.ctx, h.qid, h.now); err != nil {
+			if _, _, err := h.store.OldestReady(h.ctx, h.qid, h.now); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -593,31 +606,45 @@ func (h *hostileDB) rescueAndDependencyQueries() []hostileCall {
 func (h *hostileDB) changeAndClaimQueries() []hostileCall {
 	return []hostileCall{
 		{"PauseQueue", func(t *testing.T) {
-			qs, _, err := h.store.Node.Queues(h.ctx)
+			qs, _, err := h.store.Queues(h.ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, q := range qs {
-				if _, err := h.store.Operator.PauseQueue(h.ctx, q.ID, "test", h.now); err != nil {
+				if _, err := h.store.PauseQueue(h.ctx, q.ID, "test", h.now); err != nil {
 					t.Errorf("pause %s: %v", q.ID.Hex(), err)
 				}
-				if _, err := h.store.Operator.ResumeQueue(h.ctx, q.ID); err != nil {
+				if _, err := h.store.ResumeQueue(h.ctx, q.ID); err != nil {
 					t.Errorf("resume %s: %v", q.ID.Hex(), err)
 				}
 			}
 		}},
 		{"ResumeQueue", func(t *testing.T) {}}, // above
+		{"QuietNode", func(t *testing.T) {
+			// Each node document, whatever it holds, is read and quieted
+			// and resumed, or refused with an answer: one whose node is
+			// not a string has no name to be reached by (ErrNoNode).
+			for _, n := range val(h.store.Nodes(h.ctx))(t) {
+				if _, err := h.store.QuietNode(h.ctx, n.Name, "test", h.now); err != nil && !errors.Is(err, queue.ErrNoNode) {
+					t.Errorf("quiet node %q: %v", n.Name, err)
+				}
+				if _, err := h.store.ResumeNode(h.ctx, n.Name); err != nil && !errors.Is(err, queue.ErrNoNode) {
+					t.Errorf("resume node %q: %v", n.Name, err)
+				}
+			}
+		}},
+		{"ResumeNode", func(t *testing.T) {}}, // above
 		{"ForgetNode", func(t *testing.T) {
 			// Refusals are answers: what is tried is that no document
 			// breaks the reads.
-			for _, n := range val(h.store.Operator.Nodes(h.ctx))(t) {
-				_, _ = h.store.Operator.ForgetNode(h.ctx, n.Name, h.now, time.Minute)
+			for _, n := range val(h.store.Nodes(h.ctx))(t) {
+				_, _ = h.store.ForgetNode(h.ctx, n.Name, h.now, time.Minute)
 			}
 		}},
 		{"FixCounts", func(t *testing.T) {
-			for _, d := range val(h.store.Operator.CheckCounts(h.ctx))(t) {
+			for _, d := range val(h.store.CheckCounts(h.ctx))(t) {
 				if d.Drifted() {
-					if _, err := h.store.Operator.FixCounts(h.ctx, d); err != nil {
+					if _, err := h.store.FixCounts(h.ctx, d); err != nil {
 						t.Errorf("fix counts of %s: %v", d.Queue.ID.Hex(), err)
 					}
 				}
@@ -632,7 +659,7 @@ func (h *hostileDB) changeAndClaimQueries() []hostileCall {
 				if i > 2*len(h.tasks)+10 {
 					t.Fatal("claims go on for ever: something is claimed again and again")
 				}
-				c, ok, err := h.store.Node.Claim(h.ctx, queue.ClaimRequest{Queues: []bson.ObjectID{h.qid}, Sort: queue.SortFIFO, Node: h.node, At: time.Now()})
+				c, ok, err := h.store.Claim(h.ctx, queue.ClaimRequest{Queues: []bson.ObjectID{h.qid}, Sort: queue.SortFIFO, Node: h.node, At: time.Now()})
 				if err != nil {
 					t.Fatalf("claim %d: %v", i, err)
 				}
@@ -641,7 +668,7 @@ func (h *hostileDB) changeAndClaimQueries() []hostileCall {
 				}
 				if c.Malformed != nil {
 					malformed++
-					if _, err := h.store.Node.FailClaimed(h.ctx, *c.Malformed, h.node, time.Now()); err != nil {
+					if _, err := h.store.FailClaimed(h.ctx, *c.Malformed, h.node, time.Now()); err != nil {
 						t.Errorf("fail claimed %s: %v", c.Malformed.ID, err)
 					}
 					continue
@@ -649,7 +676,7 @@ func (h *hostileDB) changeAndClaimQueries() []hostileCall {
 				claimed[c.ID] = true
 				// What a runner reads when it starts the task.
 				runner := queue.RunnerInfo{Token: bson.NewObjectID(), PID: 1, Started: 1, Host: "h"}
-				if _, ok, err := h.store.Runner.Start(h.ctx, c.ID, h.node, runner, time.Now()); err != nil || !ok {
+				if _, ok, err := h.store.Start(h.ctx, c.ID, h.node, runner, time.Now()); err != nil || !ok {
 					t.Errorf("start %s: %v, %v", c.ID.Hex(), ok, err)
 				}
 			}
@@ -670,15 +697,15 @@ func (h *hostileDB) changeAndClaimQueries() []hostileCall {
 		}},
 		{"FailClaimed", func(t *testing.T) {}}, // above
 		{"Start", func(t *testing.T) {}},       // above
-		{"ReleaseLost", func(t *testing.T) { val(h.store.Node.ReleaseLost(h.ctx, []bson.ObjectID{h.qid}, h.node, h.now))(t) }},
+		{"ReleaseLost", func(t *testing.T) { val(h.store.ReleaseLost(h.ctx, []bson.ObjectID{h.qid}, h.node, h.now))(t) }},
 		{"Stats", func(t *testing.T) {
-			val(h.store.Operator.Stats(h.ctx, queue.StatsQuery{Step: time.Minute, Since: h.now.Add(-time.Hour), Queue: h.qid}))(t)
+			val(h.store.Stats(h.ctx, queue.StatsQuery{Step: time.Minute, Since: h.now.Add(-time.Hour), Queue: h.qid}))(t)
 		}},
 	}
 }
 
 // val returns a function that fails t on err and returns v:
-// val(store.Node.Query(ctx))(t).
+// val(store.Query(ctx))(t).
 func val[T any](v T, err error) func(t *testing.T) T {
 	return func(t *testing.T) T {
 		t.Helper()
@@ -689,12 +716,12 @@ func val[T any](v T, err error) func(t *testing.T) T {
 	}
 }
 
-// uniqueKeyQueries are the queries of unique tasks (queue.UniqueKeys).
+// uniqueKeyQueries are the queries of unique tasks (queue.NodeStore: EnsureUniqueKeys, TakeOutOversized, FreeEnded, KeyHolder).
 func (h *hostileDB) uniqueKeyQueries() []hostileCall {
-	keys := queue.NewUniqueKeys(h.db)
+	keys := queue.NewStore(h.db)
 	return []hostileCall{
-		{"Ensure", func(t *testing.T) {
-			if err := keys.Ensure(h.ctx); err != nil {
+		{"EnsureUniqueKeys", func(t *testing.T) {
+			if err := keys.EnsureUniqueKeys(h.ctx); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -719,9 +746,9 @@ func (h *hostileDB) uniqueKeyQueries() []hostileCall {
 				}
 			}
 		}},
-		{"Holder", func(t *testing.T) {
-			if held, err := keys.Holder(h.ctx, h.qid, "k"); err != nil || !held.Holder.IsZero() {
-				t.Fatalf("Holder = %v, %v; want no holder", held, err)
+		{"KeyHolder", func(t *testing.T) {
+			if held, err := keys.KeyHolder(h.ctx, h.qid, "k"); err != nil || !held.Holder.IsZero() {
+				t.Fatalf("KeyHolder = %v, %v; want no holder", held, err)
 			}
 		}},
 	}

@@ -150,7 +150,7 @@ type IndexFailure struct {
 // error is for what stops the whole: the indexes cannot be listed, or the
 // server cannot be reached (network error, timeout: the caller tries
 // again).
-func EnsureIndexes(ctx context.Context, s *NodeStore) (IndexReport, error) {
+func (s *Store) EnsureIndexes(ctx context.Context) (IndexReport, error) {
 	var r IndexReport
 	existing := map[string]map[string]bool{}
 	names := func(coll string) (map[string]bool, error) {
@@ -166,7 +166,7 @@ func EnsureIndexes(ctx context.Context, s *NodeStore) (IndexReport, error) {
 		return r, err
 	}
 	if !tasks[UniqueKeyIndex.Name()] {
-		if r.Keys, err = UniqueKeysOf(s).TakeOutOversized(ctx); err != nil {
+		if r.Keys, err = s.TakeOutOversized(ctx); err != nil {
 			if unreachable(ctx, err) {
 				return r, err
 			}
@@ -263,7 +263,7 @@ func createIndexFreeing(ctx context.Context, db *mongo.Database, ix Index) error
 	if !IsDuplicateKey(err) || ix.Name() != UniqueKeyIndex.Name() || ix.Collection != UniqueKeyIndex.Collection {
 		return err
 	}
-	if _, ferr := NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); ferr != nil {
+	if _, ferr := newStore(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); ferr != nil {
 		return err
 	}
 	return createIndex(ctx, db, ix)

@@ -20,7 +20,7 @@ const LeasesCollection = "leases"
 // holder's time ran out (a node that stopped without releasing it). It
 // reports whether holder holds it now, and until when. The times are
 // the nodes' clocks: they must agree within far less than ttl.
-func (s *NodeStore) TakeLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (until time.Time, held bool, err error) {
+func (s *Store) TakeLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (until time.Time, held bool, err error) {
 	until = now.Add(ttl).Truncate(time.Millisecond)
 	coll := s.db.Collection(LeasesCollection)
 	filter := bson.D{{Key: "_id", Value: name}, {Key: "$or", Value: bson.A{
@@ -40,7 +40,7 @@ func (s *NodeStore) TakeLease(ctx context.Context, name, holder string, now time
 
 // ReleaseLease gives the lease name up, if holder holds it: another node
 // may take it at once.
-func (s *NodeStore) ReleaseLease(ctx context.Context, name, holder string, now time.Time) error {
+func (s *Store) ReleaseLease(ctx context.Context, name, holder string, now time.Time) error {
 	_, err := s.db.Collection(LeasesCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: name}, {Key: "holder", Value: holder}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: now.Add(-time.Millisecond)}, {Key: "released", Value: now}}}})
 	if err != nil {

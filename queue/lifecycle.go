@@ -69,7 +69,7 @@ const (
 // by the runner's clock) and says whether it still holds its task. One
 // update while it does; one more read when it does not, to tell a cancel
 // apart from a loss.
-func (s *RunnerStore) WriteBeat(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (Lease, error) {
+func (s *Store) WriteBeat(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, now time.Time) (Lease, error) {
 	held := append(running(taskID, node, token), bson.E{Key: FieldCancel, Value: bson.D{{Key: "$ne", Value: true}}})
 	res, err := s.tasks.UpdateOne(ctx, held, bson.D{{Key: "$set", Value: bson.D{{Key: "runner.beat", Value: now}}}})
 	if err != nil {
@@ -92,7 +92,7 @@ func (s *RunnerStore) WriteBeat(ctx context.Context, taskID bson.ObjectID, node 
 // the runner, and returns the task as it now stands. It returns ok false,
 // and changes nothing, when the task is gone or no longer claimed by node
 // (reaped, released, deleted): a runner must then not run it.
-func (s *RunnerStore) Start(ctx context.Context, taskID bson.ObjectID, node string, runner RunnerInfo, now time.Time) (task *Task, ok bool, err error) {
+func (s *Store) Start(ctx context.Context, taskID bson.ObjectID, node string, runner RunnerInfo, now time.Time) (task *Task, ok bool, err error) {
 	res := s.tasks.FindOneAndUpdate(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
 		// A run's usage is its own: an earlier run's (kept in history)
@@ -103,7 +103,7 @@ func (s *RunnerStore) Start(ctx context.Context, taskID bson.ObjectID, node stri
 	doc, err := res.Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		// An earlier attempt may have landed with its reply lost.
-		t, err := (*conn)(s).Task(ctx, taskID)
+		t, err := s.Task(ctx, taskID)
 		if err != nil || t == nil {
 			return nil, false, err
 		}
@@ -145,7 +145,7 @@ func running(taskID bson.ObjectID, node string, token bson.ObjectID) bson.D {
 // Result.Status). It reports false, and writes nothing, when the task is no
 // longer this run's: it was reaped, rescued, retried or cancelled meanwhile,
 // and the state someone else gave it wins.
-func (s *RunnerStore) Finish(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, r Result, now time.Time) (bool, error) {
+func (s *Store) Finish(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, r Result, now time.Time) (bool, error) {
 	set := bson.D{
 		{Key: "status", Value: r.Status},
 		{Key: "stdout", Value: r.Stdout},
@@ -169,7 +169,7 @@ func (s *RunnerStore) Finish(ctx context.Context, taskID bson.ObjectID, node str
 	}
 	// An earlier attempt may have landed with its reply lost: the task then
 	// has this run's token and the result's status.
-	t, err := (*conn)(s).Task(ctx, taskID)
+	t, err := s.Task(ctx, taskID)
 	if err != nil || t == nil {
 		return false, err
 	}
@@ -196,7 +196,7 @@ func TooLarge(err error) bool {
 }
 
 // Task returns a task, or nil when there is none.
-func (s *conn) Task(ctx context.Context, taskID bson.ObjectID) (*Task, error) {
+func (s *Store) Task(ctx context.Context, taskID bson.ObjectID) (*Task, error) {
 	doc, err := s.tasks.FindOne(ctx, bson.D{{Key: "_id", Value: taskID}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil

@@ -24,7 +24,7 @@ import (
 func TestRunnerBeatSaysWhetherItHoldsItsTask(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{})
@@ -32,18 +32,18 @@ func TestRunnerBeatSaysWhetherItHoldsItsTask(t *testing.T) {
 	start := time.Now().Truncate(time.Millisecond)
 	token := startRun(t, db, store, id, "n", start)
 	endedToken := startRun(t, db, store, ended, "n", start)
-	if ok, err := store.Runner.Finish(ctx, ended, "n", endedToken, queue.Result{Status: queue.StatusSucceeded, Stdout: "", Stderr: ""}, start); err != nil || !ok {
+	if ok, err := store.Finish(ctx, ended, "n", endedToken, queue.Result{Status: queue.StatusSucceeded, Stdout: "", Stderr: ""}, start); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 
-	if task := must(store.Operator.Task(ctx, id)); !task.Runner.LastSign().Equal(start) {
+	if task := must(store.Task(ctx, id)); !task.Runner.LastSign().Equal(start) {
 		t.Fatalf("before any beat, LastSign %v, want the run's start %v", task.Runner.LastSign(), start)
 	}
 	beat := start.Add(time.Minute)
-	if lease, err := store.Runner.WriteBeat(ctx, id, "n", token, beat); err != nil || lease != queue.LeaseHeld {
+	if lease, err := store.WriteBeat(ctx, id, "n", token, beat); err != nil || lease != queue.LeaseHeld {
 		t.Fatalf("beat of the run that has the task: %v, %v; want LeaseHeld", lease, err)
 	}
-	if task := must(store.Operator.Task(ctx, id)); !task.Runner.Beat.Equal(beat) || !task.Runner.LastSign().Equal(beat) {
+	if task := must(store.Task(ctx, id)); !task.Runner.Beat.Equal(beat) || !task.Runner.LastSign().Equal(beat) {
 		t.Fatalf("after a beat, runner %+v, LastSign %v; want the beat %v", task.Runner, task.Runner.LastSign(), beat)
 	}
 
@@ -58,21 +58,21 @@ func TestRunnerBeatSaysWhetherItHoldsItsTask(t *testing.T) {
 		{"an ended task", ended, "n", endedToken},
 		{"a deleted task", bson.NewObjectID(), "n", token},
 	} {
-		if lease, err := store.Runner.WriteBeat(ctx, c.id, c.node, c.token, beat.Add(time.Minute)); err != nil || lease != queue.LeaseLost {
+		if lease, err := store.WriteBeat(ctx, c.id, c.node, c.token, beat.Add(time.Minute)); err != nil || lease != queue.LeaseLost {
 			t.Errorf("beat of %s: %v, %v; want LeaseLost", c.name, lease, err)
 		}
 	}
-	if task := must(store.Operator.Task(ctx, id)); !task.Runner.Beat.Equal(beat) {
+	if task := must(store.Task(ctx, id)); !task.Runner.Beat.Equal(beat) {
 		t.Fatalf("a beat without the task wrote runner.beat %v", task.Runner.Beat)
 	}
 
-	if got, err := store.Operator.SetCancel(ctx, id); err != nil || got != queue.CancelSet {
+	if got, err := store.SetCancel(ctx, id); err != nil || got != queue.CancelSet {
 		t.Fatalf("cancel: %v %v", got, err)
 	}
-	if lease, err := store.Runner.WriteBeat(ctx, id, "n", token, beat.Add(time.Minute)); err != nil || lease != queue.LeaseCancelled {
+	if lease, err := store.WriteBeat(ctx, id, "n", token, beat.Add(time.Minute)); err != nil || lease != queue.LeaseCancelled {
 		t.Fatalf("beat of a cancelled run: %v, %v; want LeaseCancelled", lease, err)
 	}
-	if task := must(store.Operator.Task(ctx, id)); !task.Runner.Beat.Equal(beat) {
+	if task := must(store.Task(ctx, id)); !task.Runner.Beat.Equal(beat) {
 		t.Fatalf("a cancelled run's beat wrote runner.beat %v", task.Runner.Beat)
 	}
 }
@@ -109,21 +109,21 @@ func TestTooLargeResult(t *testing.T) {
 		t.Skip("the development server stores a task document over 16 MiB: no write fails for being too large")
 	}
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{})[0]
 	token := startRun(t, db, store, id, "n", time.Now())
 
 	huge := strings.Repeat("x", 16<<20+1)
-	ok, err := store.Runner.Finish(ctx, id, "n", token, queue.Result{Status: queue.StatusSucceeded, Stdout: huge, Stderr: ""}, time.Now())
+	ok, err := store.Finish(ctx, id, "n", token, queue.Result{Status: queue.StatusSucceeded, Stdout: huge, Stderr: ""}, time.Now())
 	if err == nil || ok {
 		t.Fatalf("finish with 16 MiB of stdout: %v, %v; want an error", ok, err)
 	}
 	if !queue.TooLarge(err) || !queue.TooLarge(fmt.Errorf("record: %w", err)) {
 		t.Errorf("TooLarge(%v) = false, want true", err)
 	}
-	if task := must(store.Operator.Task(ctx, id)); task.Status != queue.StatusRunning {
+	if task := must(store.Task(ctx, id)); task.Status != queue.StatusRunning {
 		t.Errorf("after a result too large, status %d, want still running", task.Status)
 	}
 }

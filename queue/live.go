@@ -100,7 +100,7 @@ func (t Task) LiveOutput() (live Live, ok bool) {
 // while it reads). Only a task that has not ended is changed, and live_until
 // only moves forward. It reports whether the task is still claimed or
 // running.
-func (s *OperatorStore) SetLiveUntil(ctx context.Context, taskID bson.ObjectID, until time.Time) (bool, error) {
+func (s *Store) SetLiveUntil(ctx context.Context, taskID bson.ObjectID, until time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: taskID}, {Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{StatusClaimed, StatusRunning}}}}},
 		bson.D{{Key: "$max", Value: bson.D{{Key: FieldLiveUntil, Value: until}}}})
@@ -112,7 +112,7 @@ func (s *OperatorStore) SetLiveUntil(ctx context.Context, taskID bson.ObjectID, 
 
 // PublishLive writes a run's live output into its task. It reports false,
 // and writes nothing, when the task is no longer that run's.
-func (s *RunnerStore) PublishLive(ctx context.Context, taskID bson.ObjectID, node string, live Live) (bool, error) {
+func (s *Store) PublishLive(ctx context.Context, taskID bson.ObjectID, node string, live Live) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, live.Token),
 		bson.D{{Key: "$set", Value: bson.D{{Key: FieldLive, Value: live}}}})
 	if err != nil {

@@ -41,7 +41,7 @@ func TestLiveStreamAfter(t *testing.T) {
 func TestLiveOutputLifecycle(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{})
@@ -49,22 +49,22 @@ func TestLiveOutputLifecycle(t *testing.T) {
 	dentest.Claim(t, db, running, "n")
 	now := time.Now().Truncate(time.Millisecond)
 	run := queue.RunnerInfo{Token: bson.NewObjectID(), PID: 1, Host: "h"}
-	if _, ok, err := store.Runner.Start(ctx, running, "n", run, now); err != nil || !ok {
+	if _, ok, err := store.Start(ctx, running, "n", run, now); err != nil || !ok {
 		t.Fatalf("start: %v %v", ok, err)
 	}
 
-	if ok, err := store.Operator.SetLiveUntil(ctx, queued, now.Add(time.Minute)); err != nil || ok {
+	if ok, err := store.SetLiveUntil(ctx, queued, now.Add(time.Minute)); err != nil || ok {
 		t.Fatalf("SetLiveUntil on a queued task = %v, %v; want false", ok, err)
 	}
 	if raw := dentest.Task(t, db, queued); raw.Lookup(queue.FieldLiveUntil).Type != 0 {
 		t.Fatal("live_until set on a queued task")
 	}
 	for _, until := range []time.Time{now.Add(time.Minute), now.Add(time.Second)} {
-		if ok, err := store.Operator.SetLiveUntil(ctx, running, until); err != nil || !ok {
+		if ok, err := store.SetLiveUntil(ctx, running, until); err != nil || !ok {
 			t.Fatalf("SetLiveUntil = %v, %v", ok, err)
 		}
 	}
-	task, err := store.Node.Task(ctx, running)
+	task, err := store.Task(ctx, running)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,35 +77,35 @@ func TestLiveOutputLifecycle(t *testing.T) {
 
 	// Another run (an earlier one, say) cannot publish; this one can.
 	other := queue.Live{Token: bson.NewObjectID(), Stdout: queue.LiveStream{Data: []byte("not mine")}}
-	if ok, err := store.Runner.PublishLive(ctx, running, "n", other); err != nil || ok {
+	if ok, err := store.PublishLive(ctx, running, "n", other); err != nil || ok {
 		t.Fatalf("PublishLive by another run = %v, %v", ok, err)
 	}
 	live := queue.Live{Token: run.Token, At: now, Stdout: queue.LiveStream{From: 3, Data: []byte("out\x00\xff")}, Stderr: queue.LiveStream{Data: []byte("err")}}
-	if ok, err := store.Runner.PublishLive(ctx, running, "n", live); err != nil || !ok {
+	if ok, err := store.PublishLive(ctx, running, "n", live); err != nil || !ok {
 		t.Fatalf("PublishLive = %v, %v", ok, err)
 	}
-	task, _ = store.Node.Task(ctx, running)
+	task, _ = store.Task(ctx, running)
 	got, ok := task.LiveOutput()
 	if !ok || got.Stdout.From != 3 || !bytes.Equal(got.Stdout.Data, []byte("out\x00\xff")) || string(got.Stream(queue.StreamStderr).Data) != "err" {
 		t.Fatalf("LiveOutput = %+v, %v", got, ok)
 	}
 	// The node's reads of its tasks leave live output out.
-	mine, err := store.Node.Held(ctx, "n", false)
+	mine, err := store.Held(ctx, "n", false)
 	if err != nil || len(mine) != 1 || mine[0].Raw.Lookup(queue.FieldLive).Type != 0 || !mine[0].LiveUntil.Equal(now.Add(time.Minute)) {
 		t.Fatalf("Mine = %v, %v", mine, err)
 	}
 
-	if ok, err := store.Runner.Finish(ctx, running, "n", run.Token, queue.Result{Status: 1, Stdout: "out", Stderr: "err"}, now); err != nil || !ok {
+	if ok, err := store.Finish(ctx, running, "n", run.Token, queue.Result{Status: 1, Stdout: "out", Stderr: "err"}, now); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	raw := dentest.Task(t, db, running)
 	if raw.Lookup(queue.FieldLive).Type != 0 {
 		t.Fatal("the final write left live output")
 	}
-	if ok, err := store.Runner.PublishLive(ctx, running, "n", live); err != nil || ok {
+	if ok, err := store.PublishLive(ctx, running, "n", live); err != nil || ok {
 		t.Fatalf("PublishLive after the end = %v, %v", ok, err)
 	}
-	if ok, err := store.Operator.SetLiveUntil(ctx, running, now.Add(time.Hour)); err != nil || ok {
+	if ok, err := store.SetLiveUntil(ctx, running, now.Add(time.Hour)); err != nil || ok {
 		t.Fatalf("SetLiveUntil after the end = %v, %v", ok, err)
 	}
 }

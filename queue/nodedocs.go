@@ -98,7 +98,7 @@ func DocID(raw bson.Raw) string {
 }
 
 // Nodes returns every node document, by name.
-func (s *OperatorStore) Nodes(ctx context.Context) ([]NodeDoc, error) {
+func (s *Store) Nodes(ctx context.Context) ([]NodeDoc, error) {
 	cur, err := s.nodes.Find(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "node", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("read node documents: %w", err)
@@ -192,7 +192,7 @@ func dateOf(v bson.RawValue) time.Time {
 // SetNodeMaxThreads sets a node's node-wide limit (nil removes it: no
 // limit). The node must have a document: a typo is an error, not a new
 // node.
-func (s *OperatorStore) SetNodeMaxThreads(ctx context.Context, node string, limit *int) error {
+func (s *Store) SetNodeMaxThreads(ctx context.Context, node string, limit *int) error {
 	update := bson.D{{Key: "$unset", Value: bson.D{{Key: "maxthreads", Value: ""}}}}
 	if limit != nil {
 		update = bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: int32(*limit)}}}}

@@ -16,15 +16,10 @@ import (
 // node document, and what it had is kept beside it in quiet: {maxthreads
 // (only when it had one), at, by}; resuming puts it back. Node maxthreads
 // is Disbatch's own field, which every node honours, a Perl Disbatch node
-// too, so quiet works on any node of the database. A type of its own on
-// the same connection, so that the operator store keeps its size.
-type NodeQuiet conn
+// too, so quiet works on any node of the database.
 
 // FieldQuiet marks a quiet node's document and keeps its maxthreads.
 const FieldQuiet = "quiet"
-
-// NewNodeQuiet returns what quiets and resumes the nodes of a database.
-func NewNodeQuiet(db *mongo.Database) *NodeQuiet { return (*NodeQuiet)(newConn(db)) }
 
 // ErrNoNode is the answer for a name no node document has.
 var ErrNoNode = errors.New("no node document")
@@ -74,11 +69,11 @@ func (n NodeDoc) Quiet() *Quiet {
 	return q
 }
 
-// Quiet quiets a node: maxthreads 0, its own kept in quiet with at and
+// QuietNode quiets a node: maxthreads 0, its own kept in quiet with at and
 // by, in one update conditional on the maxthreads read (a limit written
 // meanwhile is not lost). A quiet node is left as it is (PauseAlready).
-func (s *NodeQuiet) Quiet(ctx context.Context, name, by string, now time.Time) (PauseOutcome, error) {
-	return s.change(ctx, name, "quiet", func(raw bson.Raw) (bson.D, bool) {
+func (s *Store) QuietNode(ctx context.Context, name, by string, now time.Time) (PauseOutcome, error) {
+	return s.quietChange(ctx, name, "quiet", func(raw bson.Raw) (bson.D, bool) {
 		if QuietOf(raw) != nil {
 			return nil, false
 		}
@@ -91,11 +86,11 @@ func (s *NodeQuiet) Quiet(ctx context.Context, name, by string, now time.Time) (
 	})
 }
 
-// Resume ends a node's quiet: its maxthreads becomes what it was (none
+// ResumeNode ends a node's quiet: its maxthreads becomes what it was (none
 // when it had none), and the mark goes. A node that is not quiet is left
 // as it is (PauseAlready).
-func (s *NodeQuiet) Resume(ctx context.Context, name string) (PauseOutcome, error) {
-	return s.change(ctx, name, "resume", func(raw bson.Raw) (bson.D, bool) {
+func (s *Store) ResumeNode(ctx context.Context, name string) (PauseOutcome, error) {
+	return s.quietChange(ctx, name, "resume", func(raw bson.Raw) (bson.D, bool) {
 		q := QuietOf(raw)
 		if q == nil {
 			return nil, false
@@ -112,7 +107,7 @@ func (s *NodeQuiet) Resume(ctx context.Context, name string) (PauseOutcome, erro
 // change reads the node's document, asks edit for the update (false:
 // nothing to do), and writes it on condition that maxthreads and quiet
 // are still as read.
-func (s *NodeQuiet) change(ctx context.Context, name, what string, edit func(bson.Raw) (bson.D, bool)) (PauseOutcome, error) {
+func (s *Store) quietChange(ctx context.Context, name, what string, edit func(bson.Raw) (bson.D, bool)) (PauseOutcome, error) {
 	raw, err := s.nodes.FindOne(ctx, bson.D{{Key: "node", Value: name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return PauseAlready, fmt.Errorf("%s node %s: %w for node %q", what, name, ErrNoNode, name)

@@ -19,9 +19,9 @@ import (
 func TestNodeQuietAndResume(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	stores := queue.NewStores(db)
+	stores := queue.NewStore(db)
 	ctx := dentest.Context(t)
-	quiet := queue.NewNodeQuiet(db)
+	quiet := queue.NewStore(db)
 	now := time.Now().Truncate(time.Millisecond)
 	for _, c := range []struct {
 		name  string
@@ -32,11 +32,11 @@ func TestNodeQuietAndResume(t *testing.T) {
 		{"zero", ptr(0)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if err := stores.Node.WriteNodeTimestamp(ctx, c.name, now); err != nil {
+			if err := stores.WriteNodeTimestamp(ctx, c.name, now); err != nil {
 				t.Fatal(err)
 			}
 			if c.limit != nil {
-				if err := stores.Operator.SetNodeMaxThreads(ctx, c.name, c.limit); err != nil {
+				if err := stores.SetNodeMaxThreads(ctx, c.name, c.limit); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -44,11 +44,11 @@ func TestNodeQuietAndResume(t *testing.T) {
 				t.Helper()
 				return must(db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: c.name}}).Raw())
 			}
-			if got, err := quiet.Resume(ctx, c.name); err != nil || got != queue.PauseAlready {
+			if got, err := quiet.ResumeNode(ctx, c.name); err != nil || got != queue.PauseAlready {
 				t.Errorf("resume a node that is not quiet: %v, %v; want PauseAlready", got, err)
 			}
 
-			if got, err := quiet.Quiet(ctx, c.name, "den node quiet (me)", now); err != nil || got != queue.PauseDone {
+			if got, err := quiet.QuietNode(ctx, c.name, "den node quiet (me)", now); err != nil || got != queue.PauseDone {
 				t.Fatalf("quiet: %v, %v", got, err)
 			}
 			raw := doc()
@@ -66,21 +66,21 @@ func TestNodeQuietAndResume(t *testing.T) {
 			if mark.Limit() != want {
 				t.Errorf("the mark keeps maxthreads %s, want %s", mark.Limit(), want)
 			}
-			nodes := must(stores.Operator.Nodes(ctx))
+			nodes := must(stores.Nodes(ctx))
 			for _, n := range nodes {
 				if n.Name == c.name && n.Quiet() == nil {
 					t.Errorf("the node read by operators is not quiet: %v", n.Raw)
 				}
 			}
 
-			if got, err := quiet.Quiet(ctx, c.name, "someone else", now.Add(time.Minute)); err != nil || got != queue.PauseAlready {
+			if got, err := quiet.QuietNode(ctx, c.name, "someone else", now.Add(time.Minute)); err != nil || got != queue.PauseAlready {
 				t.Errorf("quiet a quiet node: %v, %v; want PauseAlready", got, err)
 			}
 			if m := queue.QuietOf(doc()); m == nil || m.By != "den node quiet (me)" || m.Limit() != want {
 				t.Errorf("quieting again changed the mark: %+v", m)
 			}
 
-			if got, err := quiet.Resume(ctx, c.name); err != nil || got != queue.PauseDone {
+			if got, err := quiet.ResumeNode(ctx, c.name); err != nil || got != queue.PauseDone {
 				t.Fatalf("resume: %v, %v", got, err)
 			}
 			raw = doc()
@@ -98,8 +98,8 @@ func TestNodeQuietAndResume(t *testing.T) {
 	}
 
 	for _, do := range []func() (queue.PauseOutcome, error){
-		func() (queue.PauseOutcome, error) { return quiet.Quiet(ctx, "nobody", "me", now) },
-		func() (queue.PauseOutcome, error) { return quiet.Resume(ctx, "nobody") },
+		func() (queue.PauseOutcome, error) { return quiet.QuietNode(ctx, "nobody", "me", now) },
+		func() (queue.PauseOutcome, error) { return quiet.ResumeNode(ctx, "nobody") },
 	} {
 		if got, err := do(); !errors.Is(err, queue.ErrNoNode) || got != queue.PauseAlready {
 			t.Errorf("quiet or resume a node there is not: %v, %v; want ErrNoNode", got, err)

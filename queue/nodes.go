@@ -173,7 +173,7 @@ func (ns *NodeSelf) fields() bson.D {
 // operator set there. It removes stopped unless self sets it: the node
 // runs. Problem is non-empty when that value is not a
 // non-negative whole number (it then counts as 0).
-func (s *NodeStore) WriteNodeDocument(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
+func (s *Store) WriteNodeDocument(ctx context.Context, node string, queues []NodeQueue, self *NodeSelf, now time.Time) (limit NodeLimit, problem string, err error) {
 	set := bson.D{{Key: "timestamp", Value: now}}
 	if queues != nil {
 		set = append(set, bson.E{Key: "queues", Value: queues})
@@ -207,7 +207,7 @@ func (s *NodeStore) WriteNodeDocument(ctx context.Context, node string, queues [
 
 // WriteNodeTimestamp writes only the timestamp of the node document: the node is alive
 // while a slow pass has not yet written the whole document.
-func (s *NodeStore) WriteNodeTimestamp(ctx context.Context, node string, now time.Time) error {
+func (s *Store) WriteNodeTimestamp(ctx context.Context, node string, now time.Time) error {
 	_, err := s.nodes.UpdateOne(ctx, bson.D{{Key: "node", Value: node}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "timestamp", Value: now}}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
@@ -219,8 +219,8 @@ func (s *NodeStore) WriteNodeTimestamp(ctx context.Context, node string, now tim
 // Offers returns what each node that wrote its document at or after since
 // offers tasks' requested_resources (resources.offer), by node name. Nodes
 // that write none (Perl nodes, older den nodes) are left out.
-func (s *RunnerStore) Offers(ctx context.Context, since time.Time) (map[string]Resources, error) {
-	seen, offers, err := (*conn)(s).NodesSeenOffers(ctx)
+func (s *Store) Offers(ctx context.Context, since time.Time) (map[string]Resources, error) {
+	seen, offers, err := s.NodesSeenOffers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read what nodes offer: %w", err)
 	}
@@ -249,7 +249,7 @@ var ErrNodeLive = errors.New("the node is alive")
 // needs nothing of its document, but an operator should see them first).
 // The delete is conditional on the timestamp read, so a node that writes
 // its document meanwhile keeps it.
-func (s *OperatorStore) ForgetNode(ctx context.Context, name string, now time.Time, deadAfter time.Duration) (NodeDoc, error) {
+func (s *Store) ForgetNode(ctx context.Context, name string, now time.Time, deadAfter time.Duration) (NodeDoc, error) {
 	var n NodeDoc
 	raw, err := s.nodes.FindOne(ctx, bson.D{{Key: "node", Value: name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -263,7 +263,7 @@ func (s *OperatorStore) ForgetNode(ctx context.Context, name string, now time.Ti
 		return n, fmt.Errorf("forget node %s: %w: it wrote its node document %s ago; stop it first (a node silent for %s is dead)",
 			name, ErrNodeLive, now.Sub(n.Timestamp).Round(time.Second), deadAfter)
 	}
-	tasks, err := (*conn)(s).NodeTasks(ctx, name)
+	tasks, err := s.NodeTasks(ctx, name)
 	if err != nil {
 		return n, fmt.Errorf("forget node %s: count its tasks: %w", name, err)
 	}

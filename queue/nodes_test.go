@@ -74,28 +74,28 @@ func TestNewNodeQueue(t *testing.T) {
 func TestNodeTimestampAndState(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	stores := queue.NewStores(db)
+	stores := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	now := time.Now().Truncate(time.Millisecond)
 	qid := dentest.Queue(t, db, "q", "P", 2, "fifo")
 	entry := queue.NewNodeQueue(queue.Queue{ID: qid, Name: "q", Plugin: "P", MaxThreads: 2}, 0)
-	if _, _, err := stores.Node.WriteNodeDocument(ctx, "old", []queue.NodeQueue{entry}, nil, now.Add(-time.Hour)); err != nil {
+	if _, _, err := stores.WriteNodeDocument(ctx, "old", []queue.NodeQueue{entry}, nil, now.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if err := stores.Operator.SetNodeMaxThreads(ctx, "old", ptr(3)); err != nil {
+	if err := stores.SetNodeMaxThreads(ctx, "old", ptr(3)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := stores.Node.WriteNodeDocument(ctx, "stopped", nil, &queue.NodeSelf{Stopped: now.Add(-time.Minute)}, now.Add(-time.Minute)); err != nil {
+	if _, _, err := stores.WriteNodeDocument(ctx, "stopped", nil, &queue.NodeSelf{Stopped: now.Add(-time.Minute)}, now.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"old", "new"} {
-		if err := stores.Node.WriteNodeTimestamp(ctx, name, now); err != nil {
+		if err := stores.WriteNodeTimestamp(ctx, name, now); err != nil {
 			t.Fatalf("timestamp of %s: %v", name, err)
 		}
 	}
 	dentest.Insert(t, db.Collection("nodes"), bson.D{{Key: "_id", Value: "by hand"}, {Key: "node", Value: 7}, {Key: "timestamp", Value: "yesterday"}})
 
-	nodes, err := stores.Operator.Nodes(ctx)
+	nodes, err := stores.Nodes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,11 +171,11 @@ func TestNodeTimestampAndState(t *testing.T) {
 func TestOperatorSetsNodeLimits(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	stores := queue.NewStores(db)
-	store := stores.Operator
+	stores := queue.NewStore(db)
+	store := stores
 	ctx := dentest.Context(t)
 	for _, name := range []string{"w1", "w2"} {
-		if err := stores.Node.WriteNodeTimestamp(ctx, name, time.Now()); err != nil {
+		if err := stores.WriteNodeTimestamp(ctx, name, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}

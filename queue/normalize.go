@@ -79,11 +79,11 @@ func isNumber(v bson.RawValue) bool {
 // requested_resources has a number written as a string (IsIrregular), and,
 // with unfit, in the same query, those the unfit step of the sweep looks
 // at (UnfitQuery); at most 1000, without their parameters and output.
-func (s *NodeStore) Irregular(ctx context.Context, queueIDs []bson.ObjectID, unfit *UnfitQuery) ([]Task, error) {
+func (s *Store) Irregular(ctx context.Context, queueIDs []bson.ObjectID, unfit *UnfitQuery) ([]Task, error) {
 	if len(queueIDs) == 0 {
 		return nil, nil
 	}
-	conds, err := (*conn)(s).statusConditions(ctx, StatusQueued, StatusClaimed, StatusRunning)
+	conds, err := s.statusConditions(ctx, StatusQueued, StatusClaimed, StatusRunning)
 	if err != nil {
 		return nil, fmt.Errorf("find tasks with irregular fields: %w", err)
 	}
@@ -130,7 +130,7 @@ func (t Task) Malformed() []string {
 // boolean, and numbers of its requested_resources and its priority written
 // as strings as numbers, the values they were read as, conditional on all being still
 // as read. It reports whether it did.
-func (s *NodeStore) Normalize(ctx context.Context, t Task) (bool, error) {
+func (s *Store) Normalize(ctx context.Context, t Task) (bool, error) {
 	filter := bson.D{{Key: "_id", Value: t.ID}}
 	var set bson.D
 	if v := t.Raw.Lookup(FieldStartAfter); !absent(v) && v.Type != bson.TypeDateTime {
@@ -172,7 +172,7 @@ func (s *NodeStore) Normalize(ctx context.Context, t Task) (bool, error) {
 // FailQueued fails (status 2) a queued task that can never run as it is,
 // with the reason as its stderr, conditional on its still being queued. It
 // reports whether it did; the caller counts it as done in its queue.
-func (s *NodeStore) FailQueued(ctx context.Context, t Task, node, reason string, now time.Time) (bool, error) {
+func (s *Store) FailQueued(ctx context.Context, t Task, node, reason string, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx,
 		bson.D{{Key: "_id", Value: t.ID}, {Key: "status", Value: StatusQueued}, {Key: "node", Value: unclaimed}},
 		bson.D{{Key: "$set", Value: bson.D{

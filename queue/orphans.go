@@ -32,22 +32,22 @@ func StaleClaims(mine []Task, cutoff time.Time) []Task {
 // earlier life were never handed to a runner that still exists, or that
 // runner's start fails now (it requires the claim), so each task runs
 // once.
-func (s *NodeStore) ReleaseClaims(ctx context.Context, node string, now time.Time) (int64, error) {
+func (s *Store) ReleaseClaims(ctx context.Context, node string, now time.Time) (int64, error) {
 	res, err := s.tasks.UpdateMany(ctx,
 		bson.D{{Key: "node", Value: node}, {Key: "status", Value: StatusClaimed}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "node", Value: Unclaimed}, {Key: "status", Value: StatusQueued}, {Key: "mtime", Value: now}}}})
 	if err != nil {
 		return 0, fmt.Errorf("release claims of an earlier run of node %s: %w", node, err)
 	}
-	(*conn)(s).forgetCandidates(res.ModifiedCount)
+	s.forgetCandidates(res.ModifiedCount)
 	return res.ModifiedCount, nil
 }
 
 // ClaimingNodes returns the node values (as stored: a name, or anything a
 // writer put there) of all claimed and running tasks. It is an aggregation,
 // not distinct: the development server refuses distinct with a time limit.
-func (s *NodeStore) ClaimingNodes(ctx context.Context) ([]bson.RawValue, error) {
-	conds, err := (*conn)(s).statusConditions(ctx, StatusClaimed, StatusRunning)
+func (s *Store) ClaimingNodes(ctx context.Context) ([]bson.RawValue, error) {
+	conds, err := s.statusConditions(ctx, StatusClaimed, StatusRunning)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes of running tasks: %w", err)
 	}
@@ -92,7 +92,7 @@ type MalformedTask struct {
 // a queue field that is the queue's _id as a string, and a status that is
 // a string or missing. Each branch starts with the queue so that the
 // {queue, status} index serves it. At most 1000 are returned a time.
-func (s *NodeStore) Malformed(ctx context.Context, queueIDs []bson.ObjectID) ([]MalformedTask, error) {
+func (s *Store) Malformed(ctx context.Context, queueIDs []bson.ObjectID) ([]MalformedTask, error) {
 	if len(queueIDs) == 0 {
 		return nil, nil
 	}
@@ -150,7 +150,7 @@ func (s *NodeStore) Malformed(ctx context.Context, queueIDs []bson.ObjectID) ([]
 
 // FailMalformed fails a malformed task, if it is still as it was read, and
 // reports whether it did.
-func (s *NodeStore) FailMalformed(ctx context.Context, m MalformedTask, node string, now time.Time) (bool, error) {
+func (s *Store) FailMalformed(ctx context.Context, m MalformedTask, node string, now time.Time) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, m.match, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "status", Value: StatusFailed},
 		{Key: "node", Value: node},

@@ -43,7 +43,7 @@ func TestParamsFieldFollowsTheQueue(t *testing.T) {
 
 // paramTasks inserts into a queue one task per parameters document, under
 // the field named, and returns their ids.
-func paramTasks(t *testing.T, qid bson.ObjectID, store *queue.OperatorStore, field string, params ...bson.D) []bson.ObjectID {
+func paramTasks(t *testing.T, qid bson.ObjectID, store queue.OperatorStore, field string, params ...bson.D) []bson.ObjectID {
 	t.Helper()
 	raws := make([]bson.Raw, len(params))
 	for i, p := range params {
@@ -65,7 +65,7 @@ func TestSearchFindsParametersUnderEitherName(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	n := func(v any) bson.D { return bson.D{{Key: "n", Value: v}} }
 	p := paramTasks(t, qid, store, "params", n(int32(7)), n("7"), n(int32(8)))

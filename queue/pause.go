@@ -82,8 +82,8 @@ var errChanged = errors.New("the queue changed while it was being paused or resu
 // and sets both limits to 0. One update, conditional on the limits read,
 // so a limit written meanwhile is not lost; a queue already paused is left
 // as it is (PauseAlready).
-func (s *OperatorStore) PauseQueue(ctx context.Context, id bson.ObjectID, by string, now time.Time) (PauseOutcome, error) {
-	return (*conn)(s).pauseOrResume(ctx, id, "pause", func(raw bson.Raw) (bson.D, bson.D, bool) {
+func (s *Store) PauseQueue(ctx context.Context, id bson.ObjectID, by string, now time.Time) (PauseOutcome, error) {
+	return s.pauseOrResume(ctx, id, "pause", func(raw bson.Raw) (bson.D, bson.D, bool) {
 		if parsePause(raw) != nil {
 			return nil, nil, false
 		}
@@ -103,8 +103,8 @@ func (s *OperatorStore) PauseQueue(ctx context.Context, id bson.ObjectID, by str
 // kept values since), a limit it did not have is removed, and so is the
 // paused field. A queue that is not paused is left as it is
 // (PauseAlready).
-func (s *OperatorStore) ResumeQueue(ctx context.Context, id bson.ObjectID) (PauseOutcome, error) {
-	return (*conn)(s).pauseOrResume(ctx, id, "resume", func(raw bson.Raw) (bson.D, bson.D, bool) {
+func (s *Store) ResumeQueue(ctx context.Context, id bson.ObjectID) (PauseOutcome, error) {
+	return s.pauseOrResume(ctx, id, "resume", func(raw bson.Raw) (bson.D, bson.D, bool) {
 		p := parsePause(raw)
 		if p == nil {
 			return nil, nil, false
@@ -127,7 +127,7 @@ func (s *OperatorStore) ResumeQueue(ctx context.Context, id bson.ObjectID) (Paus
 // pauseOrResume reads the queue, asks change what to write, and writes it
 // on condition that the fields it reads (limits and mark) are as read;
 // when they changed meanwhile it reads again, a few times.
-func (s *conn) pauseOrResume(ctx context.Context, id bson.ObjectID, what string, change func(bson.Raw) (set, unset bson.D, ok bool)) (PauseOutcome, error) {
+func (s *Store) pauseOrResume(ctx context.Context, id bson.ObjectID, what string, change func(bson.Raw) (set, unset bson.D, ok bool)) (PauseOutcome, error) {
 	for range 5 {
 		raw, err := s.queues.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 		if errors.Is(err, mongo.ErrNoDocuments) {

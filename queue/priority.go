@@ -33,22 +33,16 @@ import (
 // A queue none of whose queued tasks has a priority field costs one
 // command a claim, the protocol's claim, as before: a node learns which
 // queues have queued tasks with a priority with one query a full pass that
-// claims (Priorities.Queues), not one a task.
+// claims (QueuesWithPriority), not one a task.
 
 // FieldPriority is a task's priority.
 const FieldPriority = "priority"
 
-// Priorities is what a node asks of the database about task priorities.
-type Priorities conn
-
-// PrioritiesOf returns the priorities' queries of a node's store.
-func PrioritiesOf(s *NodeStore) *Priorities { return (*Priorities)(s) }
-
-// Queues returns which of the given queues have a queued task with a
+// QueuesWithPriority returns which of the given queues have a queued task with a
 // priority field (of any value), in one aggregation. The priority index
 // (Indexes) holds exactly those tasks on MongoDB; the development server
 // scans.
-func (p *Priorities) Queues(ctx context.Context, queueIDs []bson.ObjectID) (map[bson.ObjectID]bool, error) {
+func (p *Store) QueuesWithPriority(ctx context.Context, queueIDs []bson.ObjectID) (map[bson.ObjectID]bool, error) {
 	out := map[bson.ObjectID]bool{}
 	if len(queueIDs) == 0 {
 		return out, nil

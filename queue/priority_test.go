@@ -25,7 +25,7 @@ func TestClaimByPriority(t *testing.T) {
 			t.Parallel()
 			db := dentest.DB(t)
 			ctx := dentest.Context(t)
-			store := queue.NewStores(db)
+			store := queue.NewStore(db)
 			qid := dentest.Queue(t, db, "q", "P", 1, tc.sort)
 			other := dentest.Queue(t, db, "other", "P", 1, tc.sort)
 			dentest.Tasks(t, db, other, params(2)...)
@@ -64,12 +64,12 @@ func TestClaimByPriority(t *testing.T) {
 			want = append(want, zeros...)
 			want = append(want, neg1, neg5)
 
-			has, err := queue.PrioritiesOf(store.Node).Queues(ctx, []bson.ObjectID{qid, other})
+			has, err := store.QueuesWithPriority(ctx, []bson.ObjectID{qid, other})
 			if err != nil || !has[qid] || has[other] {
 				t.Fatalf("queues with priorities: %v %v, want only %s", has, err, qid.Hex())
 			}
 			for i, w := range want {
-				c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "n", At: time.Now(), Priorities: true})
+				c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "n", At: time.Now(), Priorities: true})
 				if err != nil || !ok {
 					t.Fatalf("claim %d: ok=%v err=%v", i, ok, err)
 				}
@@ -77,7 +77,7 @@ func TestClaimByPriority(t *testing.T) {
 					t.Fatalf("claim %d took %s, want %s (order %v)", i, c.ID.Hex(), w.Hex(), want)
 				}
 			}
-			if _, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "n", At: time.Now(), Priorities: true}); ok || err != nil {
+			if _, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: tc.sort, Node: "n", At: time.Now(), Priorities: true}); ok || err != nil {
 				t.Fatalf("claim of an empty queue: ok=%v err=%v", ok, err)
 			}
 		})
@@ -129,7 +129,7 @@ func TestPriorityProblem(t *testing.T) {
 func TestSweepFindsPrioritiesThatAreNotNumbers(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
 	ids := map[string]bson.ObjectID{}
@@ -139,7 +139,7 @@ func TestSweepFindsPrioritiesThatAreNotNumbers(t *testing.T) {
 	} {
 		ids[name] = dentest.TaskWith(t, db, qid, bson.D{}, bson.E{Key: queue.FieldPriority, Value: p})
 	}
-	tasks, err := store.Node.Irregular(ctx, []bson.ObjectID{qid}, nil)
+	tasks, err := store.Irregular(ctx, []bson.ObjectID{qid}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestSweepFindsPrioritiesThatAreNotNumbers(t *testing.T) {
 	if m := found[ids["word"]].Malformed(); len(m) != 1 || m[0] != `priority is "urgent" (string); it must be an integer, default 0 (a higher one runs first)` {
 		t.Errorf("the reason for priority \"urgent\" is %q", m)
 	}
-	if ok, err := store.Node.Normalize(ctx, found[ids["string"]]); !ok || err != nil {
+	if ok, err := store.Normalize(ctx, found[ids["string"]]); !ok || err != nil {
 		t.Fatalf("normalize: %v %v", ok, err)
 	}
 	if v := dentest.Task(t, db, ids["string"]).Lookup(queue.FieldPriority); v.Type != bson.TypeInt64 || v.Int64() != 10 {

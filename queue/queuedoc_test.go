@@ -99,12 +99,12 @@ func TestTaskCounts(t *testing.T) {
 	dentest.Tasks(t, db, a, bson.D{}, bson.D{})
 	dentest.Tasks(t, db, b, bson.D{})
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: b}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1}}}})
-	store := queue.NewStores(db)
-	all, err := store.Operator.TaskCounts(dentest.Context(t))
+	store := queue.NewStore(db)
+	all, err := store.TaskCounts(dentest.Context(t))
 	if err != nil || len(all) != 2 || all[a].ByStatus[queue.StatusQueued] != 2 || all[b].ByStatus[1] != 1 {
 		t.Errorf("all queues: %v, %v", all, err)
 	}
-	only, err := store.Operator.TaskCounts(dentest.Context(t), b)
+	only, err := store.TaskCounts(dentest.Context(t), b)
 	if err != nil || len(only) != 1 || only[b].ByStatus[1] != 1 || only[b].Total() != 1 {
 		t.Errorf("queue b only: %v, %v", only, err)
 	}

@@ -124,7 +124,7 @@ func cutName(name string, max int) string {
 // else the queue of that name. The document is returned even when it
 // cannot be used (problem says why), so that an operator can fix or
 // delete it. Two queues of that name are an error naming their ids.
-func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, problem, err error) {
+func (s *Store) FindQueue(ctx context.Context, ref string) (q Queue, problem, err error) {
 	if id, err := bson.ObjectIDFromHex(ref); err == nil {
 		raw, err := s.queues.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 		switch {
@@ -166,7 +166,7 @@ func (s *OperatorStore) FindQueue(ctx context.Context, ref string) (q Queue, pro
 // CreateQueueWith inserts a queue document with the given settings (name
 // and plugin required; one of maxthreads or threads) and both counts at
 // zero. A second queue of the same name is refused.
-func (s *OperatorStore) CreateQueueWith(ctx context.Context, settings QueueSettings) (bson.ObjectID, error) {
+func (s *Store) CreateQueueWith(ctx context.Context, settings QueueSettings) (bson.ObjectID, error) {
 	var id bson.ObjectID
 	var name string
 	for _, e := range settings.Set {
@@ -204,7 +204,7 @@ func (s *OperatorStore) CreateQueueWith(ctx context.Context, settings QueueSetti
 // limit the operator asked for. On a paused queue the limits go into what
 // it keeps for its resume (paused.maxthreads, paused.threads): it stays
 // paused, and resumes with them.
-func (s *OperatorStore) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
+func (s *Store) UpdateQueue(ctx context.Context, id bson.ObjectID, settings QueueSettings) error {
 	_, err := s.UpdateQueueResult(ctx, id, settings)
 	return err
 }
@@ -213,7 +213,7 @@ func (s *OperatorStore) UpdateQueue(ctx context.Context, id bson.ObjectID, setti
 // changed (the Disbatch web API answers with both). A plugin given as
 // SettingPluginLater is written as plugin, and constructor (which would
 // shadow it) removed.
-func (s *OperatorStore) UpdateQueueResult(ctx context.Context, id bson.ObjectID, settings QueueSettings) (UpdateResult, error) {
+func (s *Store) UpdateQueueResult(ctx context.Context, id bson.ObjectID, settings QueueSettings) (UpdateResult, error) {
 	if settings.has(SettingMaxThreads) && settings.has(SettingThreads) {
 		return UpdateResult{}, errors.New("give maxthreads (per node) or threads (on all nodes together), not both")
 	}
@@ -307,7 +307,7 @@ func settingString(s QueueSettings, key string) (string, bool) {
 
 // DeleteQueue removes a queue document. Its tasks stay (with their output
 // and history), as Disbatch's own deleteQueue leaves them.
-func (s *OperatorStore) DeleteQueue(ctx context.Context, id bson.ObjectID) error {
+func (s *Store) DeleteQueue(ctx context.Context, id bson.ObjectID) error {
 	res, err := s.queues.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}})
 	if err != nil {
 		return fmt.Errorf("delete queue %s: %w", id.Hex(), err)

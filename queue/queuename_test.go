@@ -19,7 +19,7 @@ func TestQueueNamesRefused(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db).Operator
+	s := queue.NewStore(db)
 	create := func(name string) error {
 		_, err := s.CreateQueueWith(ctx, queue.QueueSettings{Set: bson.D{{Key: queue.SettingName, Value: name}, {Key: queue.SettingPlugin, Value: "P"}}})
 		return err
@@ -71,7 +71,7 @@ func TestFindQueueByIDFirst(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db).Operator
+	s := queue.NewStore(db)
 	a := dentest.Queue(t, db, "a", "P", 1, "fifo")
 	forged := dentest.Queue(t, db, a.Hex(), "P", 1, "fifo")
 	hexName := dentest.Queue(t, db, "0123456789abcdef01234567", "P", 1, "fifo")

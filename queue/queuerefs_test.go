@@ -20,11 +20,11 @@ func TestAmbiguousQueueNameAsksForAnIdThatWorks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	a := dentest.Queue(t, db, "twin", "P", 1, queue.SortFIFO)
 	b := dentest.Queue(t, db, "twin", "P", 2, queue.SortFIFO)
 
-	_, _, err := s.Operator.FindQueue(ctx, "twin")
+	_, _, err := s.FindQueue(ctx, "twin")
 	var amb *queue.AmbiguousQueueError
 	if !errors.As(err, &amb) {
 		t.Fatalf("FindQueue(twin) = %v, want an AmbiguousQueueError", err)
@@ -37,7 +37,7 @@ func TestAmbiguousQueueNameAsksForAnIdThatWorks(t *testing.T) {
 	}
 	found := map[bson.ObjectID]bool{}
 	for _, ref := range amb.IDs {
-		q, problem, err := s.Operator.FindQueue(ctx, ref)
+		q, problem, err := s.FindQueue(ctx, ref)
 		if err != nil || problem != nil {
 			t.Fatalf("FindQueue(%q), an id the error gave: %v, %v", ref, err, problem)
 		}
@@ -56,9 +56,9 @@ func TestSetLimitOfAPausedQueueKeepsItForTheResume(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 4, queue.SortFIFO)
-	if out, err := s.Operator.PauseQueue(ctx, qid, "alice", time.Now()); err != nil || out != queue.PauseDone {
+	if out, err := s.PauseQueue(ctx, qid, "alice", time.Now()); err != nil || out != queue.PauseDone {
 		t.Fatalf("pause: %v, %v", out, err)
 	}
 	doc := func() bson.Raw {
@@ -75,7 +75,7 @@ func TestSetLimitOfAPausedQueueKeepsItForTheResume(t *testing.T) {
 		return v.Type
 	}
 
-	if err := s.Operator.UpdateQueue(ctx, qid, queue.QueueSettings{Set: bson.D{{Key: queue.SettingMaxThreads, Value: 8}}}); err != nil {
+	if err := s.UpdateQueue(ctx, qid, queue.QueueSettings{Set: bson.D{{Key: queue.SettingMaxThreads, Value: 8}}}); err != nil {
 		t.Fatal(err)
 	}
 	d := doc()
@@ -89,14 +89,14 @@ func TestSetLimitOfAPausedQueueKeepsItForTheResume(t *testing.T) {
 		t.Errorf("the queue reads as paused %+v, maxthreads %d; want paused, resuming with 8 per node", q.Paused, q.MaxThreads)
 	}
 
-	if err := s.Operator.UpdateQueue(ctx, qid, queue.QueueSettings{Set: bson.D{{Key: queue.SettingThreads, Value: 3}}}); err != nil {
+	if err := s.UpdateQueue(ctx, qid, queue.QueueSettings{Set: bson.D{{Key: queue.SettingThreads, Value: 3}}}); err != nil {
 		t.Fatal(err)
 	}
 	if q := mustQueue(t, s, qid); q.Paused == nil || q.Paused.Limit() != "3 on all nodes" {
 		t.Errorf("after threads=3 the queue resumes with %q, want 3 on all nodes", q.Paused.Limit())
 	}
 
-	if out, err := s.Operator.ResumeQueue(ctx, qid); err != nil || out != queue.PauseDone {
+	if out, err := s.ResumeQueue(ctx, qid); err != nil || out != queue.PauseDone {
 		t.Fatalf("resume: %v, %v", out, err)
 	}
 	d = doc()

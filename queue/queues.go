@@ -20,7 +20,7 @@ type MalformedQueue struct {
 // may hold anything else, up to 16 MiB. Documents that cannot be used at
 // all are returned apart, with the reason, so the caller can warn once and
 // skip them.
-func (s *conn) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
+func (s *Store) Queues(ctx context.Context) ([]Queue, []MalformedQueue, error) {
 	cur, err := s.queues.Find(ctx, bson.D{}, options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, nil, fmt.Errorf("list queues: %w", err)
@@ -67,23 +67,23 @@ type WorkRead struct {
 // have work, 20 documents come back, not 80,000). MongoDB answers each
 // clause from an index ({count_todo}, and _id for the other two). A
 // document that cannot be a queue is left out: Queues reports those.
-func (s *NodeStore) QueuesWithWork(ctx context.Context, r WorkRead) ([]Queue, error) {
-	return (*conn)(s).findQueues(ctx, QueuesWithWorkFilter(r), "list queues with work")
+func (s *Store) QueuesWithWork(ctx context.Context, r WorkRead) ([]Queue, error) {
+	return s.findQueues(ctx, QueuesWithWorkFilter(r), "list queues with work")
 }
 
 // QueuesByID reads the queues named by ids, as Queues reads them: those
 // that are gone, or cannot be queues, are not returned.
-func (s *NodeStore) QueuesByID(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
+func (s *Store) QueuesByID(ctx context.Context, ids []bson.ObjectID) ([]Queue, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return (*conn)(s).findQueues(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, fmt.Sprintf("read %d queue(s)", len(ids)))
+	return s.findQueues(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, fmt.Sprintf("read %d queue(s)", len(ids)))
 }
 
 // findQueues reads the queues filter matches, the fields den reads,
 // leaving out the documents that cannot be queues; doing names the read
 // in its error.
-func (s *conn) findQueues(ctx context.Context, filter bson.D, doing string) ([]Queue, error) {
+func (s *Store) findQueues(ctx context.Context, filter bson.D, doing string) ([]Queue, error) {
 	cur, err := s.queues.Find(ctx, filter, options.Find().SetProjection(queueProjection).SetBatchSize(oneReply))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", doing, err)
@@ -120,7 +120,7 @@ func QueuesWithWorkFilter(r WorkRead) bson.D {
 
 // CreateQueue inserts a queue document as the protocol defines it, with
 // both counts at zero, and returns its _id.
-func (s *OperatorStore) CreateQueue(ctx context.Context, name, plugin string, maxThreads int, sort string) (bson.ObjectID, error) {
+func (s *Store) CreateQueue(ctx context.Context, name, plugin string, maxThreads int, sort string) (bson.ObjectID, error) {
 	id := bson.NewObjectID()
 	if err := CheckQueueName(name); err != nil {
 		return id, err
@@ -141,7 +141,7 @@ func (s *OperatorStore) CreateQueue(ctx context.Context, name, plugin string, ma
 }
 
 // CountQueues returns how many queue documents there are.
-func (s *OperatorStore) CountQueues(ctx context.Context) (int64, error) {
+func (s *Store) CountQueues(ctx context.Context) (int64, error) {
 	n, err := s.queues.CountDocuments(ctx, bson.D{})
 	if err != nil {
 		return 0, fmt.Errorf("count queues: %w", err)

@@ -59,7 +59,7 @@ func TestQueuesReadOnlyWhatANodeUses(t *testing.T) {
 		}
 		want[q.ID] = q
 	}
-	got, bad, err := queue.NewStores(db).Node.Queues(ctx)
+	got, bad, err := queue.NewStore(db).Queues(ctx)
 	if err != nil || len(bad) != 0 || len(got) != len(docs) {
 		t.Fatalf("Queues: %d queues, %v malformed, %v; want %d, none", len(got), bad, err, len(docs))
 	}

@@ -19,13 +19,13 @@ func TestDeleteQueueLeavesItsTasks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	gone := dentest.Queue(t, db, "gone", "P", 1, queue.SortFIFO)
 	kept := dentest.Queue(t, db, "kept", "P", 1, queue.SortFIFO)
 	dentest.Tasks(t, db, gone, bson.D{}, bson.D{})
 	dentest.Tasks(t, db, kept, bson.D{})
 
-	if err := s.Operator.DeleteQueue(ctx, gone); err != nil {
+	if err := s.DeleteQueue(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
 	if n := dentest.Count(t, db.Collection(queue.QueuesCollection), bson.D{{Key: "_id", Value: gone}}); n != 0 {
@@ -37,7 +37,7 @@ func TestDeleteQueueLeavesItsTasks(t *testing.T) {
 	if n := dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: gone}}); n != 2 {
 		t.Fatalf("the deleted queue's tasks: %d left, want its 2", n)
 	}
-	if err := s.Operator.DeleteQueue(ctx, gone); !errors.Is(err, queue.ErrNoQueue) {
+	if err := s.DeleteQueue(ctx, gone); !errors.Is(err, queue.ErrNoQueue) {
 		t.Fatalf("deleting it again: %v, want ErrNoQueue", err)
 	}
 }
@@ -48,26 +48,26 @@ func TestDeleteScheduleLeavesItsTasks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, queue.SortFIFO)
 	now := time.Now()
-	if _, err := s.Operator.AddSchedule(ctx, queue.ScheduleSpec{Name: "hourly", Queue: qid, Every: time.Hour}, now); err != nil {
+	if _, err := s.AddSchedule(ctx, queue.ScheduleSpec{Name: "hourly", Queue: qid, Every: time.Hour}, now); err != nil {
 		t.Fatal(err)
 	}
-	task, inserted, err := queue.NewScheduleRuns(db).RunNow(ctx, "hourly", now)
+	task, inserted, err := queue.NewStore(db).RunScheduleNow(ctx, "hourly", now)
 	if err != nil || !inserted {
 		t.Fatalf("run the schedule now: %v, %v", inserted, err)
 	}
-	if deleted, err := s.Operator.DeleteSchedule(ctx, "hourly"); err != nil || !deleted {
+	if deleted, err := s.DeleteSchedule(ctx, "hourly"); err != nil || !deleted {
 		t.Fatalf("DeleteSchedule = %v, %v; want true", deleted, err)
 	}
-	if sc, err := s.Operator.Schedule(ctx, "hourly"); err != nil || sc != nil {
+	if sc, err := s.Schedule(ctx, "hourly"); err != nil || sc != nil {
 		t.Fatalf("the schedule after its delete: %v, %v; want none", sc, err)
 	}
 	if n := dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: task}}); n != 1 {
 		t.Fatalf("the task it inserted: %d, want it kept", n)
 	}
-	if deleted, err := s.Operator.DeleteSchedule(ctx, "hourly"); err != nil || deleted {
+	if deleted, err := s.DeleteSchedule(ctx, "hourly"); err != nil || deleted {
 		t.Fatalf("deleting it again: %v, %v; want false, nil", deleted, err)
 	}
 }
@@ -78,12 +78,12 @@ func TestDeleteReportsOfTasks(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	a, b, c := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
 	reports := db.Collection(queue.ReportsCollection)
 	dentest.Insert(t, reports, bson.D{{Key: "task_id", Value: a}}, bson.D{{Key: "task_id", Value: a}},
 		bson.D{{Key: "task_id", Value: b}}, bson.D{{Key: "task_id", Value: c}}, bson.D{{Key: "task_id", Value: a.Hex()}})
-	n, err := s.Node.DeleteReports(ctx, []bson.ObjectID{a, b})
+	n, err := s.DeleteReports(ctx, []bson.ObjectID{a, b})
 	if err != nil || n != 3 {
 		t.Fatalf("DeleteReports(a, b) = %d, %v; want 3", n, err)
 	}
@@ -93,7 +93,7 @@ func TestDeleteReportsOfTasks(t *testing.T) {
 	if left := dentest.Count(t, reports, bson.D{{Key: "task_id", Value: c}}); left != 1 {
 		t.Fatalf("c's report: %d, want kept", left)
 	}
-	if n, err := s.Node.DeleteReports(ctx, nil); n != 0 || err != nil {
+	if n, err := s.DeleteReports(ctx, nil); n != 0 || err != nil {
 		t.Fatalf("DeleteReports(none) = %d, %v", n, err)
 	}
 }
@@ -105,7 +105,7 @@ func TestTrimStatsInBatches(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	cut := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	stats := db.Collection(queue.StatsCollection)
 	var docs []any
@@ -114,7 +114,7 @@ func TestTrimStatsInBatches(t *testing.T) {
 	}
 	dentest.Insert(t, stats, docs...)
 	for _, want := range []int64{2, 1, 0} {
-		n, err := s.Node.TrimStats(ctx, cut, 2)
+		n, err := s.TrimStats(ctx, cut, 2)
 		if err != nil || n != want {
 			t.Fatalf("TrimStats = %d, %v; want %d", n, err, want)
 		}
@@ -136,20 +136,20 @@ func TestRunNow(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
-	runs := queue.NewScheduleRuns(db)
+	s := queue.NewStore(db)
+	runs := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, queue.SortFIFO)
 	now := time.Now()
 	params := mustRaw(t, bson.D{{Key: "n", Value: int32(1)}})
-	sc, err := s.Operator.AddSchedule(ctx, queue.ScheduleSpec{Name: "daily", Queue: qid, Every: 24 * time.Hour, Parameters: params}, now)
+	sc, err := s.AddSchedule(ctx, queue.ScheduleSpec{Name: "daily", Queue: qid, Every: 24 * time.Hour, Parameters: params}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Operator.PauseSchedule(ctx, "daily", true, now); err != nil || !ok {
+	if ok, err := s.PauseSchedule(ctx, "daily", true, now); err != nil || !ok {
 		t.Fatalf("pause: %v, %v", ok, err)
 	}
 
-	id, inserted, err := runs.RunNow(ctx, "daily", now)
+	id, inserted, err := runs.RunScheduleNow(ctx, "daily", now)
 	if err != nil || !inserted || id.IsZero() {
 		t.Fatalf("RunNow = %s, %v, %v; want a task inserted", id.Hex(), inserted, err)
 	}
@@ -167,7 +167,7 @@ func TestRunNow(t *testing.T) {
 	if q.CountTodo == nil || *q.CountTodo != 1 || q.CountTotal == nil || *q.CountTotal != 1 {
 		t.Errorf("the queue counts %s todo, %s in all; want 1 and 1", count(q.CountTodo), count(q.CountTotal))
 	}
-	after, err := s.Operator.Schedule(ctx, "daily")
+	after, err := s.Schedule(ctx, "daily")
 	if err != nil || after == nil {
 		t.Fatalf("read the schedule: %v, %v", after, err)
 	}
@@ -176,7 +176,7 @@ func TestRunNow(t *testing.T) {
 			after.LastTask.Hex(), after.Next, after.Paused, id.Hex(), sc.Next)
 	}
 
-	again, inserted, err := runs.RunNow(ctx, "daily", now.Truncate(time.Second).Add(time.Second-1))
+	again, inserted, err := runs.RunScheduleNow(ctx, "daily", now.Truncate(time.Second).Add(time.Second-1))
 	if err != nil || inserted || again != id {
 		t.Fatalf("the same second again: %s, %v, %v; want %s, not inserted", again.Hex(), inserted, err, id.Hex())
 	}
@@ -184,11 +184,11 @@ func TestRunNow(t *testing.T) {
 		t.Fatalf("%d tasks of the schedule, want 1", n)
 	}
 
-	if _, _, err := runs.RunNow(ctx, "nightly", now); !errors.Is(err, queue.ErrNoSchedule) {
+	if _, _, err := runs.RunScheduleNow(ctx, "nightly", now); !errors.Is(err, queue.ErrNoSchedule) {
 		t.Fatalf("RunNow of no schedule: %v, want ErrNoSchedule", err)
 	}
 	dentest.Insert(t, db.Collection(queue.SchedulesCollection), bson.D{{Key: "_id", Value: "broken"}, {Key: "queue", Value: "q"}, {Key: "every", Value: 60}})
-	if _, inserted, err := runs.RunNow(ctx, "broken", now); err == nil || inserted {
+	if _, inserted, err := runs.RunScheduleNow(ctx, "broken", now); err == nil || inserted {
 		t.Fatalf("RunNow of a schedule whose queue is a string: %v, %v; want an error", inserted, err)
 	} else if want := `schedule "broken" cannot fire: queue is not an ObjectId`; err.Error() != want {
 		t.Fatalf("RunNow of a schedule whose queue is a string: %q, want %q", err, want)

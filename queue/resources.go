@@ -206,7 +206,7 @@ func isUnclaimed(v bson.RawValue) bool {
 // queued. It reports whether it changed it. It
 // does not touch mtime: the note is den's annotation, not a change of the
 // task.
-func (s *NodeStore) SetUnfit(ctx context.Context, id bson.ObjectID, was, reason string) (bool, error) {
+func (s *Store) SetUnfit(ctx context.Context, id bson.ObjectID, was, reason string) (bool, error) {
 	filter := bson.D{{Key: "_id", Value: id}, {Key: FieldUnfit, Value: was}}
 	if was == "" { // none, or a value that is not a note
 		filter[1] = bson.E{Key: FieldUnfit, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "string"}}}}}
@@ -228,10 +228,10 @@ func (s *NodeStore) SetUnfit(ctx context.Context, id bson.ObjectID, was, reason 
 
 // UnfitTasks returns up to n queued (unclaimed) tasks with an unfit note,
 // oldest first, without their parameters, output and history (for den status).
-func (s *OperatorStore) UnfitTasks(ctx context.Context, n int64) ([]Task, error) {
+func (s *Store) UnfitTasks(ctx context.Context, n int64) ([]Task, error) {
 	// node and status first: the claim's index {node, status, queue, _id}
 	// finds the queued tasks, and only they are looked at.
 	filter := bson.D{{Key: "node", Value: unclaimed}, {Key: "status", Value: StatusQueued}, {Key: FieldUnfit, Value: bson.D{{Key: "$type", Value: "string"}}}}
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(n).SetProjection(stateFields)
-	return (*conn)(s).collect(ctx, "find tasks no node can run", filter, opts)
+	return s.collect(ctx, "find tasks no node can run", filter, opts)
 }

@@ -40,7 +40,7 @@ func TestUnfitReason(t *testing.T) {
 func TestClaimTakesOnlyRequestsItCanCompare(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
 	task := func(req any) bson.ObjectID {
@@ -61,7 +61,7 @@ func TestClaimTakesOnlyRequestsItCanCompare(t *testing.T) {
 	free := queue.Resources{MemoryMB: 1000, CPUs: 4}
 	var got []bson.ObjectID
 	for {
-		c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now(), Free: &free})
+		c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now(), Free: &free})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestClaimTakesOnlyRequestsItCanCompare(t *testing.T) {
 func TestSweepFindsRequestsThatAreNotNumbers(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "q", "P", 10, "fifo")
 	ids := map[string]bson.ObjectID{}
@@ -97,7 +97,7 @@ func TestSweepFindsRequestsThatAreNotNumbers(t *testing.T) {
 			{Key: "node", Value: -1}, {Key: "parameters", Value: bson.D{}}, {Key: "requested_resources", Value: req}})
 	}
 	found := map[bson.ObjectID]queue.Task{}
-	tasks, err := store.Node.Irregular(ctx, []bson.ObjectID{qid}, nil)
+	tasks, err := store.Irregular(ctx, []bson.ObjectID{qid}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

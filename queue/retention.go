@@ -273,7 +273,7 @@ func DecodeRetentionSetting(sub string, v bson.RawValue) error {
 }
 
 // DeleteReports deletes the Demo plugin's reports of tasks.
-func (s *NodeStore) DeleteReports(ctx context.Context, tasks []bson.ObjectID) (int64, error) {
+func (s *Store) DeleteReports(ctx context.Context, tasks []bson.ObjectID) (int64, error) {
 	if len(tasks) == 0 {
 		return 0, nil
 	}

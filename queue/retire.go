@@ -89,8 +89,8 @@ var retireFields = bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key
 
 // RetireCandidates returns up to f.Limit ended tasks matching f, oldest
 // first, without those an unended task comes after.
-func (s *OperatorStore) RetireCandidates(ctx context.Context, f RetireFilter) ([]Task, error) {
-	tasks, _, _, err := (*conn)(s).RetirePage(ctx, f)
+func (s *Store) RetireCandidates(ctx context.Context, f RetireFilter) ([]Task, error) {
+	tasks, _, _, err := s.RetirePage(ctx, f)
 	return tasks, err
 }
 
@@ -98,12 +98,12 @@ func (s *OperatorStore) RetireCandidates(ctx context.Context, f RetireFilter) ([
 // read, and the _id of the last (zero when none), those left out
 // included: the next page starts after last (AfterID), and a page that
 // read fewer than f.Limit was the last.
-func (s *conn) RetirePage(ctx context.Context, f RetireFilter) (tasks []Task, read int, last bson.ObjectID, err error) {
+func (s *Store) RetirePage(ctx context.Context, f RetireFilter) (tasks []Task, read int, last bson.ObjectID, err error) {
 	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetProjection(retireFields)
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	tasks, err = (*conn)(s).collect(ctx, "find tasks to retire", f.bson(), opts)
+	tasks, err = s.collect(ctx, "find tasks to retire", f.bson(), opts)
 	if err != nil {
 		return nil, 0, last, err
 	}
@@ -111,7 +111,7 @@ func (s *conn) RetirePage(ctx context.Context, f RetireFilter) (tasks []Task, re
 	if read > 0 {
 		last = tasks[read-1].ID
 	}
-	needed, err := (*conn)(s).neededByDependents(ctx, tasks)
+	needed, err := s.neededByDependents(ctx, tasks)
 	if err != nil {
 		return nil, read, last, err
 	}
@@ -126,7 +126,7 @@ func (s *conn) RetirePage(ctx context.Context, f RetireFilter) (tasks []Task, re
 
 // neededByDependents returns which of tasks an unended task comes after.
 // Only tasks marked has_dependents are looked up.
-func (s *conn) neededByDependents(ctx context.Context, tasks []Task) (map[bson.ObjectID]bool, error) {
+func (s *Store) neededByDependents(ctx context.Context, tasks []Task) (map[bson.ObjectID]bool, error) {
 	var ids []bson.ObjectID
 	for _, t := range tasks {
 		if b, ok := t.Raw.Lookup(FieldHasDependents).BooleanOK(); ok && b {
@@ -166,7 +166,7 @@ type Retired struct {
 // and lowers their queues' counts. A task whose status changed since it
 // was read stays. The tasks go in one delete per queue and status they
 // were read with: a batch of any size costs a few commands.
-func (s *conn) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) (Retired, error) {
+func (s *Store) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) (Retired, error) {
 	var done Retired
 	if len(tasks) == 0 {
 		return done, nil
@@ -250,7 +250,7 @@ func (s *conn) RetireTasks(ctx context.Context, tasks []Task, mode RetireMode) (
 // archive copies the whole documents of tasks into tasks_archive. A task
 // already there (an archive interrupted after its copy) is not copied
 // twice.
-func (s *conn) archive(ctx context.Context, tasks []Task) error {
+func (s *Store) archive(ctx context.Context, tasks []Task) error {
 	ids := make([]bson.ObjectID, 0, len(tasks))
 	for _, t := range tasks {
 		ids = append(ids, t.ID)
@@ -288,7 +288,7 @@ func (s *conn) archive(ctx context.Context, tasks []Task) error {
 }
 
 // ArchivedTask reads a task from tasks_archive; nil when it is not there.
-func (s *OperatorStore) ArchivedTask(ctx context.Context, id bson.ObjectID) (*Task, error) {
+func (s *Store) ArchivedTask(ctx context.Context, id bson.ObjectID) (*Task, error) {
 	doc, err := s.db.Collection(ArchiveCollection).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil

@@ -20,8 +20,8 @@ func TestRetiringCountsPagesAndRemoves(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
-	r := queue.NewRetiring(db)
+	s := queue.NewStore(db)
+	r := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, queue.SortFIFO)
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{}, bson.D{}, bson.D{}, bson.D{})
 	succeeded, failed, needed, cancelled, queued, waits := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5]
@@ -35,37 +35,37 @@ func TestRetiringCountsPagesAndRemoves(t *testing.T) {
 	set(waits, bson.D{{Key: "status", Value: queue.StatusBlocked}, {Key: queue.FieldAfter, Value: bson.A{needed}}})
 
 	all := queue.RetireFilter{}
-	if n, err := r.Count(ctx, all); err != nil || n != 4 {
+	if n, err := r.RetireCount(ctx, all); err != nil || n != 4 {
 		t.Fatalf("Count = %d, %v; want the 4 ended tasks", n, err)
 	}
-	if newest, err := r.Newest(ctx, all); err != nil || newest != cancelled {
+	if newest, err := r.RetireNewest(ctx, all); err != nil || newest != cancelled {
 		t.Fatalf("Newest = %s, %v; want %s", newest.Hex(), err, cancelled.Hex())
 	}
 	none := queue.RetireFilter{TaskFilter: queue.TaskFilter{Queues: []bson.ObjectID{bson.NewObjectID()}}}
-	if newest, err := r.Newest(ctx, none); err != nil || !newest.IsZero() {
+	if newest, err := r.RetireNewest(ctx, none); err != nil || !newest.IsZero() {
 		t.Fatalf("Newest of nothing = %s, %v; want zero", newest.Hex(), err)
 	}
-	if n, err := r.Count(ctx, none); err != nil || n != 0 {
+	if n, err := r.RetireCount(ctx, none); err != nil || n != 0 {
 		t.Fatalf("Count of nothing = %d, %v", n, err)
 	}
 
 	page := all
 	page.Limit = 3
-	tasks, read, last, err := r.Page(ctx, page)
+	tasks, read, last, err := r.RetirePage(ctx, page)
 	if err != nil || read != 3 || last != needed || !slices.Equal(taskIDs(tasks), []bson.ObjectID{succeeded, failed}) {
 		t.Fatalf("first page: %v, read %d, last %s, %v; want the first two (the third is needed), 3 read, last %s",
 			taskIDs(tasks), read, last.Hex(), err, needed.Hex())
 	}
-	retired, err := r.Retire(ctx, tasks, queue.RetireDelete)
+	retired, err := r.RetireTasks(ctx, tasks, queue.RetireDelete)
 	if err != nil || retired.Tasks != 2 {
 		t.Fatalf("Retire = %+v, %v; want 2 tasks", retired, err)
 	}
 	page.AfterID = last
-	tasks, read, last, err = r.Page(ctx, page)
+	tasks, read, last, err = r.RetirePage(ctx, page)
 	if err != nil || read != 1 || last != cancelled || !slices.Equal(taskIDs(tasks), []bson.ObjectID{cancelled}) {
 		t.Fatalf("next page: %v, read %d, last %s, %v; want the cancelled one", taskIDs(tasks), read, last.Hex(), err)
 	}
-	if n, err := r.Count(ctx, all); err != nil || n != 2 {
+	if n, err := r.RetireCount(ctx, all); err != nil || n != 2 {
 		t.Fatalf("Count after the first page = %d, %v; want 2", n, err)
 	}
 	if n := dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{succeeded, failed}}}}}); n != 0 {
@@ -96,7 +96,7 @@ func TestRunnerStoreReadsCountsAndSettles(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	rs := queue.NewRunnerStore(db)
+	rs := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, queue.SortFIFO)
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{}, bson.D{}, bson.D{}, bson.D{})
 	ok, bad, released, stillWaits, cancelled, cancelledToo := ids[0], ids[1], ids[2], ids[3], ids[4], ids[5]
@@ -157,7 +157,7 @@ func TestSetUsageOnlyOnItsOwnRun(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	rs := queue.NewRunnerStore(db)
+	rs := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, queue.SortFIFO)
 	id := dentest.Tasks(t, db, qid, bson.D{})[0]
 	token := bson.NewObjectID()

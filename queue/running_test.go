@@ -18,8 +18,8 @@ import (
 func TestRunningByQueueAndNode(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	stores := queue.NewStores(db)
-	store := stores.Operator
+	stores := queue.NewStore(db)
+	store := stores
 	ctx := dentest.Context(t)
 	a := dentest.Queue(t, db, "a", "P", 5, "fifo")
 	b := dentest.Queue(t, db, "b", "P", 5, "fifo")
@@ -101,7 +101,7 @@ func TestRunningByQueueAndNode(t *testing.T) {
 func TestOperatorReadsQueues(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	a := dentest.Queue(t, db, "a", "P", 2, "lifo")
 	dentest.Insert(t, db.Collection("queues"), bson.D{{Key: "_id", Value: "by hand"}, {Key: "name", Value: "odd"}, {Key: "constructor", Value: "P"}})
@@ -124,7 +124,7 @@ func TestOperatorReadsQueues(t *testing.T) {
 func TestCensusAge(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db).Operator
+	store := queue.NewStore(db)
 	ctx := dentest.Context(t)
 	made := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	if _, err := store.MakeCensus(ctx, "test", func() time.Time { return made }); err != nil {

@@ -271,7 +271,7 @@ func scheduledTaskID(name string, at time.Time) bson.ObjectID {
 
 // AddSchedule inserts a schedule; its first time is the first after now.
 // A schedule of that name already there is an error.
-func (s *OperatorStore) AddSchedule(ctx context.Context, spec ScheduleSpec, now time.Time) (Schedule, error) {
+func (s *Store) AddSchedule(ctx context.Context, spec ScheduleSpec, now time.Time) (Schedule, error) {
 	if spec.Missed == "" {
 		spec.Missed = MissedSkip
 	}
@@ -369,11 +369,11 @@ func decodeSchedule(raw bson.Raw) Schedule {
 }
 
 // Schedules returns every schedule, by name.
-func (s *OperatorStore) Schedules(ctx context.Context) ([]Schedule, error) {
-	return (*conn)(s).findSchedules(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+func (s *Store) Schedules(ctx context.Context) ([]Schedule, error) {
+	return s.findSchedules(ctx, bson.D{}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 }
 
-func (s *conn) findSchedules(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]Schedule, error) {
+func (s *Store) findSchedules(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]Schedule, error) {
 	cur, err := s.db.Collection(SchedulesCollection).Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("read schedules: %w", err)
@@ -390,7 +390,7 @@ func (s *conn) findSchedules(ctx context.Context, filter bson.D, opts *options.F
 }
 
 // Schedule reads one schedule by name; nil when there is none.
-func (s *OperatorStore) Schedule(ctx context.Context, name string) (*Schedule, error) {
+func (s *Store) Schedule(ctx context.Context, name string) (*Schedule, error) {
 	raw, err := s.db.Collection(SchedulesCollection).FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
@@ -405,7 +405,7 @@ func (s *OperatorStore) Schedule(ctx context.Context, name string) (*Schedule, e
 // PauseSchedule pauses (or resumes) a schedule; false when there is none.
 // Resuming starts from the first time after now: the times passed while
 // it was paused are not runs.
-func (s *OperatorStore) PauseSchedule(ctx context.Context, name string, paused bool, now time.Time) (bool, error) {
+func (s *Store) PauseSchedule(ctx context.Context, name string, paused bool, now time.Time) (bool, error) {
 	set := bson.D{{Key: "paused", Value: paused}, {Key: "mtime", Value: now}}
 	if !paused {
 		sc, err := s.Schedule(ctx, name)
@@ -427,7 +427,7 @@ func (s *OperatorStore) PauseSchedule(ctx context.Context, name string, paused b
 
 // DeleteSchedule deletes a schedule; false when there is none. The tasks
 // it inserted stay.
-func (s *OperatorStore) DeleteSchedule(ctx context.Context, name string) (bool, error) {
+func (s *Store) DeleteSchedule(ctx context.Context, name string) (bool, error) {
 	res, err := s.db.Collection(SchedulesCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: name}})
 	if err != nil {
 		return false, fmt.Errorf("delete schedule %q: %w", name, err)
@@ -450,11 +450,11 @@ type Fired struct {
 // by its missed and overlap rules, and moves each schedule's next on. Any
 // number of nodes may call it at once. It also returns the earliest next
 // time, for the caller to know when to call again.
-func (s *NodeStore) FireDue(ctx context.Context, now time.Time) (Fired, error) {
+func (s *Store) FireDue(ctx context.Context, now time.Time) (Fired, error) {
 	fired := Fired{Problems: map[string]string{}}
 	// Due: next has come, or is not a date (a schedule written by hand
 	// without one gets its first).
-	due, err := (*conn)(s).findSchedules(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}, {Key: "$or", Value: bson.A{
+	due, err := s.findSchedules(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "next", Value: bson.D{{Key: "$lte", Value: now}}}},
 		bson.D{{Key: "next", Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}}},
 	}}}, options.Find().SetSort(bson.D{{Key: "next", Value: 1}}).SetLimit(100))
@@ -464,14 +464,14 @@ func (s *NodeStore) FireDue(ctx context.Context, now time.Time) (Fired, error) {
 	for _, sc := range due {
 		if sc.Problem != "" {
 			fired.Problems[sc.Name] = sc.Problem
-			(*conn)(s).noteScheduleProblem(ctx, sc)
+			s.noteScheduleProblem(ctx, sc)
 			continue
 		}
-		if err := (*conn)(s).fire(ctx, sc, now, &fired); err != nil {
+		if err := s.fire(ctx, sc, now, &fired); err != nil {
 			return fired, fmt.Errorf("fire schedule %q: %w", sc.Name, err)
 		}
 	}
-	next, err := (*conn)(s).findSchedules(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}},
+	next, err := s.findSchedules(ctx, bson.D{{Key: "paused", Value: bson.D{{Key: "$ne", Value: true}}},
 		{Key: "next", Value: bson.D{{Key: "$gt", Value: now}}}},
 		options.Find().SetSort(bson.D{{Key: "next", Value: 1}}).SetLimit(1).SetProjection(bson.D{{Key: "next", Value: 1}}))
 	if err != nil {
@@ -486,7 +486,7 @@ func (s *NodeStore) FireDue(ctx context.Context, now time.Time) (Fired, error) {
 // noteScheduleProblem writes why a schedule cannot fire into it, once
 // (for people: den schedule list, the page; what den reads is the
 // schedule itself).
-func (s *conn) noteScheduleProblem(ctx context.Context, sc Schedule) {
+func (s *Store) noteScheduleProblem(ctx context.Context, sc Schedule) {
 	if p, _ := sc.Raw.Lookup("problem").StringValueOK(); p == sc.Problem {
 		return
 	}
@@ -496,7 +496,7 @@ func (s *conn) noteScheduleProblem(ctx context.Context, sc Schedule) {
 
 // fire fires one due schedule, time after time, until its next is in the
 // future, another node moved it on, or maxFiresPerSchedule.
-func (s *conn) fire(ctx context.Context, sc Schedule, now time.Time, fired *Fired) error {
+func (s *Store) fire(ctx context.Context, sc Schedule, now time.Time, fired *Fired) error {
 	tm, _ := sc.timing()
 	at := sc.Next
 	lastTask := sc.LastTask
@@ -590,7 +590,7 @@ func (s *conn) fire(ctx context.Context, sc Schedule, now time.Time, fired *Fire
 // notEnded reports whether a task is still queued, claimed, running or
 // held (not finished, cancelled or orphaned). A task that is gone has
 // ended.
-func (s *conn) notEnded(ctx context.Context, id bson.ObjectID) (bool, error) {
+func (s *Store) notEnded(ctx context.Context, id bson.ObjectID) (bool, error) {
 	st, err := s.Statuses(ctx, []bson.ObjectID{id})
 	if err != nil {
 		return false, err

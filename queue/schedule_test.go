@@ -20,7 +20,7 @@ import (
 func TestScheduleTimesAcrossDaylightSaving(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
@@ -42,7 +42,7 @@ func TestScheduleTimesAcrossDaylightSaving(t *testing.T) {
 			"2026-10-26T01:30:00Z", // 02:30 CET
 		}},
 	} {
-		sc, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly-" + tc.name, Queue: qid, Cron: "30 2 * * *", TZ: "Europe/Berlin", Overlap: queue.OverlapAllow, Missed: queue.MissedEach}, tc.from)
+		sc, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly-" + tc.name, Queue: qid, Cron: "30 2 * * *", TZ: "Europe/Berlin", Overlap: queue.OverlapAllow, Missed: queue.MissedEach}, tc.from)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,10 +51,10 @@ func TestScheduleTimesAcrossDaylightSaving(t *testing.T) {
 		for range tc.times {
 			got = append(got, at.UTC().Format(time.RFC3339))
 			// Fire it, a second late, and read the next time it set.
-			if _, err := s.Node.FireDue(dentest.Context(t), at.Add(time.Second)); err != nil {
+			if _, err := s.FireDue(dentest.Context(t), at.Add(time.Second)); err != nil {
 				t.Fatal(err)
 			}
-			sc2, err := s.Operator.Schedule(dentest.Context(t), sc.Name)
+			sc2, err := s.Schedule(dentest.Context(t), sc.Name)
 			if err != nil || sc2 == nil {
 				t.Fatal(err)
 			}
@@ -76,8 +76,8 @@ func TestScheduleFiresOncePerTimeAcrossNodes(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	nodes := []queue.Stores{queue.NewStores(db), queue.NewStores(db), queue.NewStores(db)}
-	if _, err := nodes[0].Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "every-second", Queue: qid, Every: time.Second,
+	nodes := []*queue.Store{queue.NewStore(db), queue.NewStore(db), queue.NewStore(db)}
+	if _, err := nodes[0].AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "every-second", Queue: qid, Every: time.Second,
 		Overlap: queue.OverlapAllow, Parameters: mustRaw(t, bson.D{{Key: "x", Value: 1}})}, t0); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestScheduleFiresOncePerTimeAcrossNodes(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, s := range nodes {
 			wg.Go(func() {
-				if _, err := s.Node.FireDue(dentest.Context(t), now); err != nil {
+				if _, err := s.FireDue(dentest.Context(t), now); err != nil {
 					t.Error(err)
 				}
 			})
@@ -101,7 +101,7 @@ func TestScheduleFiresOncePerTimeAcrossNodes(t *testing.T) {
 	if task.Lookup("parameters", "x").AsInt64() != 1 || task.Lookup("status").AsInt64() != -2 || task.Lookup("node").AsInt64() != -1 {
 		t.Errorf("scheduled task: %s", task)
 	}
-	drift, err := nodes[0].Operator.CheckCounts(dentest.Context(t))
+	drift, err := nodes[0].CheckCounts(dentest.Context(t))
 	if err != nil || len(drift) != 1 || drift[0].Drifted() || drift[0].Total != ticks {
 		t.Errorf("counts after scheduling: %+v %v", drift, err)
 	}
@@ -132,7 +132,7 @@ func mustRaw(t *testing.T, d bson.D) bson.Raw {
 func TestScheduleMissedTimes(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Every 100 s; the nodes come back 90 s after the tenth time.
@@ -142,22 +142,22 @@ func TestScheduleMissedTimes(t *testing.T) {
 		want   int64
 	}{{queue.MissedSkip, 0}, {queue.MissedOnce, 1}, {queue.MissedEach, 10}} {
 		name := "missed-" + tc.missed
-		if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: name, Queue: qid, Every: 100 * time.Second, Missed: tc.missed, Overlap: queue.OverlapAllow}, t0); err != nil {
+		if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: name, Queue: qid, Every: 100 * time.Second, Missed: tc.missed, Overlap: queue.OverlapAllow}, t0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Node.FireDue(dentest.Context(t), back); err != nil {
+		if _, err := s.FireDue(dentest.Context(t), back); err != nil {
 			t.Fatal(err)
 		}
 		if n := dentest.CountTasks(t, db, bson.D{{Key: "schedule", Value: name}}); n != tc.want {
 			t.Errorf("missed %s: %d tasks, want %d", tc.missed, n, tc.want)
 		}
-		sc, _ := s.Operator.Schedule(dentest.Context(t), name)
+		sc, _ := s.Schedule(dentest.Context(t), name)
 		if want := t0.Add(1100 * time.Second); !sc.Next.Equal(want) {
 			t.Errorf("missed %s: next %v, want %v", tc.missed, sc.Next, want)
 		}
 	}
 	// Each time on time: skip fires it.
-	if _, err := s.Node.FireDue(dentest.Context(t), t0.Add(1101*time.Second)); err != nil {
+	if _, err := s.FireDue(dentest.Context(t), t0.Add(1101*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if n := dentest.CountTasks(t, db, bson.D{{Key: "schedule", Value: "missed-skip"}}); n != 1 {
@@ -166,23 +166,23 @@ func TestScheduleMissedTimes(t *testing.T) {
 
 	// The task of 1200 s is there already (its node died before it moved
 	// next on): firing finds it, inserts no second, and moves on.
-	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "crash", Queue: qid, Every: 100 * time.Second, Overlap: queue.OverlapAllow}, t0.Add(1100*time.Second)); err != nil {
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "crash", Queue: qid, Every: 100 * time.Second, Overlap: queue.OverlapAllow}, t0.Add(1100*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	s2 := queue.NewStores(db)
-	if _, err := s2.Node.FireDue(dentest.Context(t), t0.Add(1201*time.Second)); err != nil {
+	s2 := queue.NewStore(db)
+	if _, err := s2.FireDue(dentest.Context(t), t0.Add(1201*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	id := firstOf(t, db, "crash")
 	// Undo the move on, as if the node had died before it.
 	dentest.Update(t, db.Collection("schedules"), bson.D{{Key: "_id", Value: "crash"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "next", Value: t0.Add(1200 * time.Second)}}}})
-	if _, err := s.Node.FireDue(dentest.Context(t), t0.Add(1202*time.Second)); err != nil {
+	if _, err := s.FireDue(dentest.Context(t), t0.Add(1202*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if n := dentest.CountTasks(t, db, bson.D{{Key: "schedule", Value: "crash"}}); n != 1 {
 		t.Errorf("a time fired again after a crash: %d tasks, want 1", n)
 	}
-	if sc, _ := s.Operator.Schedule(dentest.Context(t), "crash"); !sc.Next.Equal(t0.Add(1300*time.Second)) || sc.LastTask != id {
+	if sc, _ := s.Schedule(dentest.Context(t), "crash"); !sc.Next.Equal(t0.Add(1300*time.Second)) || sc.LastTask != id {
 		t.Errorf("after the crash: next %v, last task %v (want %v)", sc.Next, sc.LastTask, id)
 	}
 }
@@ -201,15 +201,15 @@ func firstOf(t *testing.T, db *mongo.Database, schedule string) bson.ObjectID {
 func TestScheduleOverlapAndPause(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "o", Queue: qid, Every: 10 * time.Second}, t0); err != nil {
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "o", Queue: qid, Every: 10 * time.Second}, t0); err != nil {
 		t.Fatal(err)
 	}
 	fire := func(sec int) queue.Fired {
 		t.Helper()
-		f, err := s.Node.FireDue(dentest.Context(t), t0.Add(time.Duration(sec)*time.Second))
+		f, err := s.FireDue(dentest.Context(t), t0.Add(time.Duration(sec)*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,17 +227,17 @@ func TestScheduleOverlapAndPause(t *testing.T) {
 	if f := fire(30); len(f.Inserted) != 1 || count() != 2 {
 		t.Fatalf("after the first ended: %+v, %d tasks", f, count())
 	}
-	if ok, err := s.Operator.PauseSchedule(dentest.Context(t), "o", true, t0.Add(31*time.Second)); !ok || err != nil {
+	if ok, err := s.PauseSchedule(dentest.Context(t), "o", true, t0.Add(31*time.Second)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "schedule", Value: "o"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 1}}}})
 	if f := fire(100); len(f.Inserted) != 0 || count() != 2 || !f.Next.IsZero() {
 		t.Fatalf("paused: %+v, %d tasks", f, count())
 	}
-	if ok, err := s.Operator.PauseSchedule(dentest.Context(t), "o", false, t0.Add(105*time.Second)); !ok || err != nil {
+	if ok, err := s.PauseSchedule(dentest.Context(t), "o", false, t0.Add(105*time.Second)); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	if sc, _ := s.Operator.Schedule(dentest.Context(t), "o"); sc.Paused || !sc.Next.Equal(t0.Add(115*time.Second)) {
+	if sc, _ := s.Schedule(dentest.Context(t), "o"); sc.Paused || !sc.Next.Equal(t0.Add(115*time.Second)) {
 		t.Fatalf("resumed: paused %v, next %v", sc.Paused, sc.Next)
 	}
 }
@@ -248,7 +248,7 @@ func TestScheduleOverlapAndPause(t *testing.T) {
 func TestScheduleBadInput(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, "fifo")
 	now := time.Now()
 	for _, tc := range []struct {
@@ -268,15 +268,15 @@ func TestScheduleBadInput(t *testing.T) {
 		{queue.ScheduleSpec{Name: "a", Queue: qid, Every: time.Minute, Task: mustRaw(t, bson.D{{Key: "timeout", Value: "soon"}})}, "timeout"},
 		{queue.ScheduleSpec{Queue: qid, Every: time.Minute}, "needs a name"},
 	} {
-		_, err := s.Operator.AddSchedule(dentest.Context(t), tc.spec, now)
+		_, err := s.AddSchedule(dentest.Context(t), tc.spec, now)
 		if err == nil || !strings.Contains(err.Error(), tc.say) {
 			t.Errorf("%+v: %v, want an error saying %q", tc.spec, err, tc.say)
 		}
 	}
-	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "dup", Queue: qid, Every: time.Minute}, now); err != nil {
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "dup", Queue: qid, Every: time.Minute}, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "dup", Queue: qid, Every: time.Minute}, now); err == nil || !strings.Contains(err.Error(), "exists already") {
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "dup", Queue: qid, Every: time.Minute}, now); err == nil || !strings.Contains(err.Error(), "exists already") {
 		t.Errorf("a second schedule of the same name: %v", err)
 	}
 	// Written by hand: parameters not a document, a cron that cannot be read.
@@ -284,7 +284,7 @@ func TestScheduleBadInput(t *testing.T) {
 		bson.D{{Key: "_id", Value: "by-hand"}, {Key: "queue", Value: qid}, {Key: "parameters", Value: "x"}, {Key: "every", Value: 60}, {Key: "next", Value: now.Add(-time.Second)}},
 		bson.D{{Key: "_id", Value: "bad-cron"}, {Key: "queue", Value: qid}, {Key: "cron", Value: "99 * * * *"}, {Key: "next", Value: now.Add(-time.Second)}},
 		bson.D{{Key: "_id", Value: "zero-every"}, {Key: "queue", Value: qid}, {Key: "every", Value: 0}, {Key: "next", Value: now.Add(-time.Second)}})
-	f, err := s.Node.FireDue(dentest.Context(t), now)
+	f, err := s.FireDue(dentest.Context(t), now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestScheduleBadInput(t *testing.T) {
 		!strings.Contains(f.Problems["zero-every"], "every 0: an interval must be a positive number of seconds") || len(f.Inserted) != 0 {
 		t.Errorf("schedules written by hand: %+v", f)
 	}
-	if sc, _ := s.Operator.Schedule(dentest.Context(t), "by-hand"); !strings.Contains(sc.Raw.Lookup("problem").StringValue(), "parameters") {
+	if sc, _ := s.Schedule(dentest.Context(t), "by-hand"); !strings.Contains(sc.Raw.Lookup("problem").StringValue(), "parameters") {
 		t.Errorf("the problem is not written into the schedule: %s", sc.Raw)
 	}
 }

@@ -11,26 +11,21 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-// ScheduleRuns runs a schedule now, outside its times, on an operator's
-// word (the page's Run now). A type of its own on the same connection, so
-// that the operator store keeps its size.
-type ScheduleRuns conn
+// Running a schedule now, outside its times, on an operator's word (the
+// page's Run now).
 
-// NewScheduleRuns returns the schedule runner of a database.
-func NewScheduleRuns(db *mongo.Database) *ScheduleRuns { return (*ScheduleRuns)(newConn(db)) }
-
-// ErrNoSchedule is RunNow's answer for a name no schedule has.
+// ErrNoSchedule is RunScheduleNow's answer for a name no schedule has.
 var ErrNoSchedule = errors.New("no such schedule")
 
-// RunNow inserts the schedule's task now, as it would at one of its times,
+// RunScheduleNow inserts the schedule's task now, as it would at one of its times,
 // paused or not, and counts it in its queue. The schedule's next time is
 // left as it is; the task becomes its last_task, so that its overlap rule
 // (skip while the last task has not ended) counts it. The task's _id is
 // derived from the name and the second, so that a form sent twice in one
 // second inserts one task (inserted is then false). A schedule that
 // cannot fire (its problem) inserts nothing.
-func (s *ScheduleRuns) RunNow(ctx context.Context, name string, now time.Time) (id bson.ObjectID, inserted bool, err error) {
-	c := (*conn)(s)
+func (s *Store) RunScheduleNow(ctx context.Context, name string, now time.Time) (id bson.ObjectID, inserted bool, err error) {
+	c := s
 	found, err := c.findSchedules(ctx, bson.D{{Key: "_id", Value: name}}, options.Find().SetLimit(1))
 	if err != nil {
 		return id, false, err

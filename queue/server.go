@@ -21,7 +21,7 @@ const (
 
 // claimsByCandidates reports whether fifo and lifo claims go by candidates:
 // on FerretDB, whose sort is not served by an index.
-func (s *conn) claimsByCandidates(ctx context.Context) (bool, error) {
+func (s *Store) claimsByCandidates(ctx context.Context) (bool, error) {
 	switch s.server.Load() {
 	case serverMongoDB:
 		return false, nil
@@ -53,7 +53,7 @@ func (s *conn) claimsByCandidates(ctx context.Context) (bool, error) {
 // equality its postgresql handler pushes down to an index (it pushes
 // down no $in, and would decode every task the rest of the filter leaves,
 // finished ones included, for each query of a pass).
-func (s *conn) statusConditions(ctx context.Context, statuses ...int) ([]any, error) {
+func (s *Store) statusConditions(ctx context.Context, statuses ...int) ([]any, error) {
 	ferret, err := s.claimsByCandidates(ctx)
 	if err != nil {
 		return nil, err

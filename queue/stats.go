@@ -122,7 +122,7 @@ const (
 // several nodes add up and a document is made by whichever writes first.
 // Each entry is one update per step, whatever it counts: the time
 // buckets are $inc'ed in it (only those not zero), never one per task.
-func (s *NodeStore) AddStats(ctx context.Context, qs []QueueStat, ns []NodeStat) error {
+func (s *Store) AddStats(ctx context.Context, qs []QueueStat, ns []NodeStat) error {
 	if len(qs) == 0 && len(ns) == 0 {
 		return nil
 	}
@@ -191,7 +191,7 @@ type StatsQuery struct {
 // Stats returns the stats documents q selects, in time order: one query,
 // in one reply (the index on step and t finds them). A document it cannot
 // decode is left out.
-func (s *OperatorStore) Stats(ctx context.Context, q StatsQuery) ([]StatPoint, error) {
+func (s *Store) Stats(ctx context.Context, q StatsQuery) ([]StatPoint, error) {
 	filter := bson.D{{Key: "step", Value: int64(q.Step / time.Second)}, {Key: "t", Value: bson.D{{Key: "$gte", Value: q.Since}}}}
 	if q.Kind != "" {
 		filter = append(filter, bson.E{Key: "kind", Value: q.Kind})
@@ -225,7 +225,7 @@ func (s *OperatorStore) Stats(ctx context.Context, q StatsQuery) ([]StatPoint, e
 // the start of their step): one query for their _ids (the index on t
 // finds them) and one delete. It returns how many it deleted; fewer than
 // limit means none older are left.
-func (s *NodeStore) TrimStats(ctx context.Context, before time.Time, limit int64) (int64, error) {
+func (s *Store) TrimStats(ctx context.Context, before time.Time, limit int64) (int64, error) {
 	coll := s.db.Collection(StatsCollection)
 	cur, err := coll.Find(ctx, bson.D{{Key: "t", Value: bson.D{{Key: "$lt", Value: before}}}},
 		options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetLimit(limit).SetBatchSize(int32(min(limit, oneReply))))

@@ -35,7 +35,7 @@ func TestStatsTimeBucketsStayBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Disconnect(context.Background()) })
-	store := queue.NewStores(cl.Database(db.Name()))
+	store := queue.NewStore(cl.Database(db.Name()))
 	qid := bson.NewObjectID()
 	at := time.Date(2026, 1, 5, 12, 20, 10, 0, time.UTC)
 	for node := range 2 {
@@ -47,7 +47,7 @@ func TestStatsTimeBucketsStayBounded(t *testing.T) {
 		mu.Lock()
 		commands = nil
 		mu.Unlock()
-		if err := store.Node.AddStats(ctx, []queue.QueueStat{{Queue: qid, Name: "q", At: at, Succeeded: 10_000, RunTimes: runs, WaitTimes: waits}}, nil); err != nil {
+		if err := store.AddStats(ctx, []queue.QueueStat{{Queue: qid, Name: "q", At: at, Succeeded: 10_000, RunTimes: runs, WaitTimes: waits}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -56,7 +56,7 @@ func TestStatsTimeBucketsStayBounded(t *testing.T) {
 		}
 		mu.Unlock()
 	}
-	points, err := store.Operator.Stats(ctx, queue.StatsQuery{Step: time.Minute, Since: at.Add(-time.Hour), Queue: qid})
+	points, err := store.Stats(ctx, queue.StatsQuery{Step: time.Minute, Since: at.Add(-time.Hour), Queue: qid})
 	if err != nil || len(points) != 1 {
 		t.Fatalf("%d points, %v", len(points), err)
 	}

@@ -6,12 +6,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// conn is the Disbatch 4 database: the protocol's collections in one
-// MongoDB database, and what a store learns of its server. Each role's
-// store (NodeStore, RunnerStore, OperatorStore) is a conn seen through the
-// methods that role uses; what more than one role uses is written once
-// here, and each role's method calls it.
-type conn struct {
+// Store is den's one store of a Disbatch 4 database: the protocol's
+// collections in one MongoDB database, and what it learns of its server
+// (its kind, whether it takes a projection on findAndModify, the claim
+// candidates it lists). Every query den makes is a method of it; each
+// caller holds it as the role it plays (roles.go), so that what a node,
+// a runner or an operator's tool can do is read from one interface.
+type Store struct {
 	db     *mongo.Database
 	tasks  *mongo.Collection
 	queues *mongo.Collection
@@ -26,8 +27,13 @@ type conn struct {
 	candidates candidates
 }
 
-func newConn(db *mongo.Database) *conn {
-	return &conn{
+// NewStore returns the store of a database. A process that plays several
+// roles (a node that also hands its runners a store, a test) shares one:
+// what one role learns of the server, the others use.
+func NewStore(db *mongo.Database) *Store { return newStore(db) }
+
+func newStore(db *mongo.Database) *Store {
+	return &Store{
 		db:     db,
 		tasks:  db.Collection(TasksCollection),
 		queues: db.Collection(QueuesCollection),
@@ -41,20 +47,3 @@ func newConn(db *mongo.Database) *conn {
 // reply, without getMore, even for hundreds of queues or nodes. The
 // server still caps a reply at 16 MiB.
 const oneReply = 100000
-
-// Stores is each role's store of one database, all three built from one
-// connection: what one learns of the server (its kind, whether it takes a
-// projection on findAndModify) and the claim candidates it lists, the
-// others share. A process that plays several roles (a test, the
-// development server) takes them from here.
-type Stores struct {
-	Node     *NodeStore
-	Runner   *RunnerStore
-	Operator *OperatorStore
-}
-
-// NewStores returns each role's store of a database, from one connection.
-func NewStores(db *mongo.Database) Stores {
-	c := newConn(db)
-	return Stores{Node: (*NodeStore)(c), Runner: (*RunnerStore)(c), Operator: (*OperatorStore)(c)}
-}

@@ -26,8 +26,8 @@ func TestSweepUpdatesOnlyWhatMatches(t *testing.T) {
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, direct, "q", "P", 1, queue.SortFIFO)
 	dentest.Tasks(t, direct, qid, bson.D{}, bson.D{})
-	node := queue.NewStores(db).Node
-	keys := queue.NewUniqueKeys(db)
+	node := queue.NewStore(db)
+	keys := queue.NewStore(db)
 	for range 3 {
 		if n, err := node.CancelQueued(ctx, time.Now()); err != nil || n != 0 {
 			t.Fatalf("cancel queued: %d, %v; want 0", n, err)

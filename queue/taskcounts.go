@@ -84,7 +84,7 @@ func Finished(status int) bool { return status >= StatusSucceeded }
 //
 // The grouping is on plain fields: FerretDB (the embedded development
 // server) does not implement $cond inside $group.
-func (s *conn) TaskCounts(ctx context.Context, only ...bson.ObjectID) (map[bson.ObjectID]StatusCounts, error) {
+func (s *Store) TaskCounts(ctx context.Context, only ...bson.ObjectID) (map[bson.ObjectID]StatusCounts, error) {
 	var pipeline bson.A
 	if len(only) > 0 {
 		// The queues' tasks only, found by the {queue, status} index.

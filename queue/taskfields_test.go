@@ -123,7 +123,7 @@ func TestSetUnfitWritesOverWhatItRead(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 1, queue.SortFIFO)
 	ids := dentest.Tasks(t, db, qid, bson.D{}, bson.D{}, bson.D{})
 	queued, claimed, odd := ids[0], ids[1], ids[2]
@@ -148,7 +148,7 @@ func TestSetUnfitWritesOverWhatItRead(t *testing.T) {
 		{"a note on a claimed task", claimed, "", "too big", false, ""},
 		{"a note over one that is not text", odd, "", "too big", true, "too big"},
 	} {
-		changed, err := s.Node.SetUnfit(ctx, step.id, step.was, step.reason)
+		changed, err := s.SetUnfit(ctx, step.id, step.was, step.reason)
 		if err != nil || changed != step.changed {
 			t.Fatalf("%s: SetUnfit = %v, %v; want %v", step.name, changed, err, step.changed)
 		}

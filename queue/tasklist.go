@@ -45,12 +45,12 @@ type InsertOptions struct {
 // by exactly the number inserted. It returns the ids of the tasks it
 // inserted; when the insert fails part way, the error, and the ids of
 // those that did land (counted).
-func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time, opts InsertOptions) ([]bson.ObjectID, error) {
+func (s *Store) InsertTasks(ctx context.Context, queueID bson.ObjectID, params []bson.Raw, now time.Time, opts InsertOptions) ([]bson.ObjectID, error) {
 	if len(params) == 0 {
 		return nil, nil
 	}
 	if opts.UniqueKey != "" {
-		if err := (*UniqueKeys)(s).prepare(ctx, queueID, opts.UniqueKey, len(params), now); err != nil {
+		if err := s.prepare(ctx, queueID, opts.UniqueKey, len(params), now); err != nil {
 			return nil, err
 		}
 	}
@@ -94,7 +94,7 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 	landed := ids
 	_, insertErr := s.tasks.InsertMany(ctx, docs)
 	if opts.UniqueKey != "" && IsDuplicateKey(insertErr) {
-		held, err := (*UniqueKeys)(s).Holder(context.WithoutCancel(ctx), queueID, opts.UniqueKey)
+		held, err := s.KeyHolder(context.WithoutCancel(ctx), queueID, opts.UniqueKey)
 		if err != nil {
 			return nil, fmt.Errorf("%v (%w)", held, err)
 		}
@@ -103,7 +103,7 @@ func (s *OperatorStore) InsertTasks(ctx context.Context, queueID bson.ObjectID, 
 	if insertErr != nil {
 		// What landed is not known from the error (a network failure says
 		// nothing): ask.
-		found, err := (*conn)(s).Statuses(context.WithoutCancel(ctx), ids)
+		found, err := s.Statuses(context.WithoutCancel(ctx), ids)
 		if err != nil {
 			return nil, fmt.Errorf("insert tasks: %w (and finding what was inserted: %v; run den counts fix)", insertErr, err)
 		}
@@ -202,7 +202,7 @@ var listFields = bson.D{{Key: "stdout", Value: 0}, {Key: "stderr", Value: 0}, {K
 // output and history. Documents without an ObjectId _id are skipped. With
 // After and a limit, they are the Limit tasks just above After (still
 // listed newest first).
-func (s *OperatorStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
+func (s *Store) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	order := -1
 	if !f.After.IsZero() {
 		order = 1
@@ -211,7 +211,7 @@ func (s *OperatorStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, er
 	if f.Limit > 0 {
 		opts.SetLimit(f.Limit)
 	}
-	list, err := (*conn)(s).collect(ctx, "list tasks", f.bson(), opts)
+	list, err := s.collect(ctx, "list tasks", f.bson(), opts)
 	if order == 1 {
 		slices.Reverse(list)
 	}
@@ -219,7 +219,7 @@ func (s *OperatorStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, er
 }
 
 // CountTasks counts the tasks matching f (its Limit aside).
-func (s *OperatorStore) CountTasks(ctx context.Context, f TaskFilter) (int64, error) {
+func (s *Store) CountTasks(ctx context.Context, f TaskFilter) (int64, error) {
 	n, err := s.tasks.CountDocuments(ctx, f.bson())
 	if err != nil {
 		return 0, fmt.Errorf("count tasks: %w", err)
@@ -229,7 +229,7 @@ func (s *OperatorStore) CountTasks(ctx context.Context, f TaskFilter) (int64, er
 
 // collect runs a find on tasks and decodes what it returns; a document
 // without an ObjectId _id is skipped (nothing can be done to it by _id).
-func (s *conn) collect(ctx context.Context, what string, filter bson.D, opts *options.FindOptionsBuilder) ([]Task, error) {
+func (s *Store) collect(ctx context.Context, what string, filter bson.D, opts *options.FindOptionsBuilder) ([]Task, error) {
 	cur, err := s.tasks.Find(ctx, filter, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)

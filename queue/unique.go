@@ -123,16 +123,6 @@ func IsDuplicateKey(err error) bool {
 	return strings.Contains(msg, "SQLSTATE 23505") || strings.Contains(msg, "UNIQUE constraint failed")
 }
 
-// UniqueKeys frees and looks up unique keys. It is its own small store,
-// from the same connection as the role stores.
-type UniqueKeys conn
-
-// NewUniqueKeys returns the unique keys of a database.
-func NewUniqueKeys(db *mongo.Database) *UniqueKeys { return (*UniqueKeys)(newConn(db)) }
-
-// UniqueKeysOf returns the unique keys of a node's store, on its connection.
-func UniqueKeysOf(s *NodeStore) *UniqueKeys { return (*UniqueKeys)(s) }
-
 // endedFilter selects the tasks that have ended (Ended).
 func endedFilter() bson.E {
 	return bson.E{Key: "$or", Value: bson.A{
@@ -149,7 +139,7 @@ var freeKey = bson.E{Key: "$rename", Value: bson.D{{Key: FieldUniqueKey, Value: 
 // that queue. A key held after its task ended (uniquefor.go) is freed
 // only once its unique_until is not after now; a held task that has none
 // yet gets it first (dateHolds). It returns how many it freed.
-func (s *UniqueKeys) FreeEnded(ctx context.Context, queueID bson.ObjectID, key string, now time.Time) (int64, error) {
+func (s *Store) FreeEnded(ctx context.Context, queueID bson.ObjectID, key string, now time.Time) (int64, error) {
 	filter := bson.D{{Key: FieldUniqueKey, Value: bson.D{{Key: "$exists", Value: true}}}}
 	if key != "" {
 		filter = bson.D{{Key: FieldUniqueKey, Value: key}, {Key: "queue", Value: queueID}}
@@ -175,9 +165,9 @@ func (s *UniqueKeys) FreeEnded(ctx context.Context, queueID bson.ObjectID, key s
 	return res.ModifiedCount, nil
 }
 
-// Holder returns the refusal of key in a queue, naming the unfinished
+// KeyHolder returns the refusal of key in a queue, naming the unfinished
 // task that holds it.
-func (s *UniqueKeys) Holder(ctx context.Context, queueID bson.ObjectID, key string) (*KeyHeldError, error) {
+func (s *Store) KeyHolder(ctx context.Context, queueID bson.ObjectID, key string) (*KeyHeldError, error) {
 	held := &KeyHeldError{Queue: queueID, Key: key}
 	raw, err := s.tasks.FindOne(ctx, bson.D{{Key: FieldUniqueKey, Value: key}, {Key: "queue", Value: queueID}},
 		options.FindOne().SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "status", Value: 1}, {Key: FieldUniqueUntil, Value: 1}})).Raw()
@@ -199,11 +189,11 @@ func (s *UniqueKeys) Holder(ctx context.Context, queueID bson.ObjectID, key stri
 	return held, nil
 }
 
-// Ensure creates UniqueKeyIndex when it is not there yet (a den node
+// EnsureUniqueKeys creates UniqueKeyIndex when it is not there yet (a den node
 // creates it when it starts, with the others; an insert with a key makes
 // sure of it, since the key holds only by it), after taking the keys too
 // long for it out of its way (TakeOutOversized).
-func (s *UniqueKeys) Ensure(ctx context.Context) error {
+func (s *Store) EnsureUniqueKeys(ctx context.Context) error {
 	names, err := indexNames(ctx, s.tasks)
 	if err != nil {
 		return err
@@ -223,14 +213,14 @@ func (s *UniqueKeys) Ensure(ctx context.Context) error {
 // prepare readies the insert of n tasks with a key into a queue: the key
 // is valid, n is 1, the index that holds keys exists, and the key of a
 // task of the queue that has ended is freed.
-func (s *UniqueKeys) prepare(ctx context.Context, queueID bson.ObjectID, key string, n int, now time.Time) error {
+func (s *Store) prepare(ctx context.Context, queueID bson.ObjectID, key string, n int, now time.Time) error {
 	if err := CheckUniqueKey(key); err != nil {
 		return err
 	}
 	if n != 1 {
 		return fmt.Errorf("unique key %q: %d tasks, but a unique key is for one task", key, n)
 	}
-	if err := s.Ensure(ctx); err != nil {
+	if err := s.EnsureUniqueKeys(ctx); err != nil {
 		return err
 	}
 	_, err := s.FreeEnded(ctx, queueID, key, now)
@@ -287,7 +277,7 @@ func keyTooLong(v bson.RawValue) string {
 // ended, or is claimed or running, keeps its status, and its key goes to
 // unique_key_freed. Each write is conditional on the task being as read;
 // the time written is the server's ($currentDate).
-func (s *UniqueKeys) TakeOutOversized(ctx context.Context) (OversizedKeys, error) {
+func (s *Store) TakeOutOversized(ctx context.Context) (OversizedKeys, error) {
 	var out OversizedKeys
 	for {
 		cur, err := s.tasks.Find(ctx, oversizedFilter, options.Find().SetLimit(oversizedBatch).
@@ -328,7 +318,7 @@ func (s *UniqueKeys) TakeOutOversized(ctx context.Context) (OversizedKeys, error
 // takeOut takes one task d (as read) whose key is too long out of the
 // index's way (TakeOutOversized): failed says which way, ok whether the
 // task was still as read.
-func (s *UniqueKeys) takeOut(ctx context.Context, d bson.Raw, reason string) (failed, ok bool, err error) {
+func (s *Store) takeOut(ctx context.Context, d bson.Raw, reason string) (failed, ok bool, err error) {
 	filter := bson.D{{Key: "_id", Value: d.Lookup("_id")}, asRead(d, "status"), asRead(d, "node")}
 	update := bson.D{{Key: "$rename", Value: bson.D{{Key: FieldUniqueKey, Value: FieldUniqueKeyFreed}}}}
 	st, isNumber := intValue(d.Lookup("status"))
@@ -348,7 +338,7 @@ func (s *UniqueKeys) takeOut(ctx context.Context, d bson.Raw, reason string) (fa
 		return failed, false, nil
 	}
 	if q, isID := d.Lookup("queue").ObjectIDOK(); failed && isID && st <= 0 {
-		if err := (*conn)(s).DecrementTodo(ctx, q); err != nil {
+		if err := s.DecrementTodo(ctx, q); err != nil {
 			return failed, true, err
 		}
 	}

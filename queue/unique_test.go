@@ -20,7 +20,7 @@ import (
 )
 
 // insertKeyed inserts one task with a unique key, as den task add does.
-func insertKeyed(t *testing.T, s *queue.OperatorStore, qid bson.ObjectID, key string) (bson.ObjectID, error) {
+func insertKeyed(t *testing.T, s queue.OperatorStore, qid bson.ObjectID, key string) (bson.ObjectID, error) {
 	t.Helper()
 	ids, err := s.InsertTasks(dentest.Context(t), qid, []bson.Raw{bson.Raw(bsonDoc(t, bson.D{{Key: "commands", Value: "a"}}))}, time.Now(), queue.InsertOptions{UniqueKey: key})
 	if err != nil {
@@ -63,17 +63,17 @@ func TestUniqueKeyHeldUntilTheTaskEnds(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	other := dentest.Queue(t, db, "other", "Any", 1, "fifo")
 
-	first, err := insertKeyed(t, store.Operator, qid, "k")
+	first, err := insertKeyed(t, store, qid, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = insertKeyed(t, store.Operator, qid, "k")
+	_, err = insertKeyed(t, store, qid, "k")
 	held(t, err, "k", first, queue.StatusQueued)
-	if _, err := insertKeyed(t, store.Operator, other, "k"); err != nil {
+	if _, err := insertKeyed(t, store, other, "k"); err != nil {
 		t.Fatalf("the same key in another queue: %v", err)
 	}
 	// A user's own insert (mongosh) meets the index too.
@@ -93,12 +93,12 @@ func TestUniqueKeyHeldUntilTheTaskEnds(t *testing.T) {
 	// A den run ends it: its result frees the key, no command more.
 	dentest.Claim(t, db, first, "n")
 	run := queue.RunnerInfo{Token: bson.NewObjectID(), PID: 1, Host: "h"}
-	if _, ok, err := store.Runner.Start(ctx, first, "n", run, time.Now()); err != nil || !ok {
+	if _, ok, err := store.Start(ctx, first, "n", run, time.Now()); err != nil || !ok {
 		t.Fatalf("start: %v %v", ok, err)
 	}
-	_, err = insertKeyed(t, store.Operator, qid, "k")
+	_, err = insertKeyed(t, store, qid, "k")
 	held(t, err, "k", first, queue.StatusRunning)
-	if ok, err := store.Runner.Finish(ctx, first, "n", run.Token, queue.Result{Status: 1}, time.Now()); err != nil || !ok {
+	if ok, err := store.Finish(ctx, first, "n", run.Token, queue.Result{Status: 1}, time.Now()); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	if doc := dentest.Task(t, db, first); doc.Lookup("unique_key").Type != 0 || doc.Lookup("unique_key_freed").StringValue() != "k" {
@@ -118,34 +118,34 @@ func TestUniqueKeyHeldUntilTheTaskEnds(t *testing.T) {
 	// Someone else ends it (a Perl node, status 2): den's next insert of
 	// the key frees it first.
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: second}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: 2}, {Key: "node", Value: "perl"}}}})
-	third, err := insertKeyed(t, store.Operator, qid, "k")
+	third, err := insertKeyed(t, store, qid, "k")
 	if err != nil {
 		t.Fatalf("the key once its task failed: %v", err)
 	}
 
 	// An operator's retry of a task whose key another holds is refused,
 	// and takes the key back once that one has ended.
-	firstTask, err := store.Operator.Task(ctx, first)
+	firstTask, err := store.Task(ctx, first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, err := store.Operator.RetryEnded(ctx, *firstTask, time.Now())
+	ok, err := store.RetryEnded(ctx, *firstTask, time.Now())
 	if ok {
 		t.Fatal("a retry took a key another task holds")
 	}
 	held(t, err, "k", third, queue.StatusQueued)
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: third}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -5}}}})
-	if n, err := queue.NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); err != nil || n != 1 {
+	if n, err := queue.NewStore(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); err != nil || n != 1 {
 		t.Fatalf("sweep freed %d, %v; want the cancelled task's key", n, err)
 	}
-	firstTask, _ = store.Operator.Task(ctx, first)
-	if ok, err := store.Operator.RetryEnded(ctx, *firstTask, time.Now()); err != nil || !ok {
+	firstTask, _ = store.Task(ctx, first)
+	if ok, err := store.RetryEnded(ctx, *firstTask, time.Now()); err != nil || !ok {
 		t.Fatalf("retry once the key is free: %v %v", ok, err)
 	}
 	if doc := dentest.Task(t, db, first); doc.Lookup("unique_key").StringValue() != "k" {
 		t.Fatalf("retried task %v: want its unique_key back", doc)
 	}
-	_, err = insertKeyed(t, store.Operator, qid, "k")
+	_, err = insertKeyed(t, store, qid, "k")
 	held(t, err, "k", first, queue.StatusQueued)
 }
 
@@ -162,7 +162,7 @@ func TestUniqueKeyFreedOnlyByEndedStatuses(t *testing.T) {
 	for _, st := range statuses {
 		dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: st}, {Key: "node", Value: "n"}, {Key: "unique_key", Value: "k" + string(rune('a'+st+7))}})
 	}
-	if n, err := queue.NewUniqueKeys(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); err != nil {
+	if n, err := queue.NewStore(db).FreeEnded(ctx, bson.ObjectID{}, "", time.Now()); err != nil {
 		t.Fatal(err)
 	} else if n != 5 {
 		t.Errorf("freed %d keys, want 5", n)
@@ -191,7 +191,7 @@ func TestUniqueKeyConcurrentInserts(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s := queue.NewOperatorStore(db)
+			s := queue.NewStore(db)
 			_, err := insertKeyed(t, s, qid, "race")
 			mu.Lock()
 			defer mu.Unlock()
@@ -228,7 +228,7 @@ func TestUniqueKeyIndexOverTasksInsertedBefore(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	dentest.Insert(t, db.Collection("tasks"), task(qid, 1, "old"), task(qid, 2, "old"), task(qid, -2, "old"))
-	if err := queue.NewUniqueKeys(db).Ensure(ctx); err != nil {
+	if err := queue.NewStore(db).EnsureUniqueKeys(ctx); err != nil {
 		t.Fatalf("index over ended tasks sharing a key: %v", err)
 	}
 	if n := dentest.Count(t, db.Collection("tasks"), bson.D{{Key: "unique_key", Value: "old"}}); n != 1 {
@@ -238,7 +238,7 @@ func TestUniqueKeyIndexOverTasksInsertedBefore(t *testing.T) {
 	db = dentest.DB(t)
 	qid = dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	dentest.Insert(t, db.Collection("tasks"), task(qid, -2, "twice"), task(qid, 0, "twice"))
-	r, err := queue.EnsureIndexes(ctx, queue.NewStores(db).Node)
+	r, err := queue.NewStore(db).EnsureIndexes(ctx)
 	if err != nil || len(r.Conflicts) != 1 || !strings.Contains(r.Conflicts[0], queue.UniqueKeyIndex.Name()) {
 		t.Fatalf("EnsureIndexes = %+v, %v; want the unique key index reported as a conflict", r, err)
 	}
@@ -279,7 +279,7 @@ func indexNames(t *testing.T, db *mongo.Database) map[string]bool {
 func cleanIndexes(t *testing.T) map[string]bool {
 	t.Helper()
 	db := dentest.DB(t)
-	if _, err := queue.EnsureIndexes(dentest.Context(t), queue.NewStores(db).Node); err != nil {
+	if _, err := queue.NewStore(db).EnsureIndexes(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	return indexNames(t, db)
@@ -299,7 +299,7 @@ func TestOversizedUniqueKeysTakenOutBeforeTheIndex(t *testing.T) {
 	want := cleanIndexes(t)
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	long := randomKey(t, 8<<10)
 	task := func(status int, node any, key any) bson.ObjectID {
@@ -319,7 +319,7 @@ func TestOversizedUniqueKeysTakenOutBeforeTheIndex(t *testing.T) {
 	atBound := task(queue.StatusQueued, -1, randomKey(t, queue.MaxUniqueKey))
 	number := task(queue.StatusQueued, -1, 7)
 
-	if _, err := queue.EnsureIndexes(ctx, store.Node); err != nil {
+	if _, err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatalf("EnsureIndexes: %v", err)
 	}
 	if got := indexNames(t, db); !maps.Equal(got, want) {
@@ -352,7 +352,7 @@ func TestOversizedUniqueKeysTakenOutBeforeTheIndex(t *testing.T) {
 	if todo := queueDocCount(t, db, qid); todo != 3 { // atBound, number, running
 		t.Errorf("count_todo %d after 3 of 6 unfinished tasks failed, want 3", todo)
 	}
-	if _, err := insertKeyed(t, store.Operator, qid, "after"); err != nil {
+	if _, err := insertKeyed(t, store, qid, "after"); err != nil {
 		t.Errorf("a task with a key after: %v", err)
 	}
 }
@@ -363,10 +363,10 @@ func TestOversizedUniqueKeysTakenOutBeforeTheIndex(t *testing.T) {
 func TestUniqueKeyAddTakesOversizedKeysOut(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	long := dentest.TaskWith(t, db, qid, bson.D{}, bson.E{Key: queue.FieldUniqueKey, Value: randomKey(t, 8<<10)})
-	if _, err := insertKeyed(t, store.Operator, qid, "k"); err != nil {
+	if _, err := insertKeyed(t, store, qid, "k"); err != nil {
 		t.Fatalf("den task add --unique-key k: %v", err)
 	}
 	doc := dentest.Task(t, db, long)
@@ -386,7 +386,7 @@ func TestIndexesMadeOneByOne(t *testing.T) {
 	db := dentest.DB(t)
 	dentest.Insert(t, db.Collection("tasks"), bson.D{{Key: "queue", Value: bson.NewObjectID()}, {Key: "status", Value: queue.StatusSucceeded},
 		{Key: "node", Value: randomKey(t, 8<<10)}})
-	r, err := queue.EnsureIndexes(dentest.Context(t), queue.NewStores(db).Node)
+	r, err := queue.NewStore(db).EnsureIndexes(dentest.Context(t))
 	if err != nil {
 		t.Fatalf("EnsureIndexes: %v", err)
 	}

@@ -74,7 +74,7 @@ const holdBatch = 1000
 // den node's result): their mtime (the time they were found, when it is
 // no date) plus their hold. At most holdBatch per call; each write is
 // conditional on the task still having none.
-func (s *UniqueKeys) dateHolds(ctx context.Context, base bson.D, now time.Time) error {
+func (s *Store) dateHolds(ctx context.Context, base bson.D, now time.Time) error {
 	filter := append(slices.Clone(base), endedFilter(),
 		bson.E{Key: FieldUniqueFor, Value: bson.D{{Key: "$gt", Value: 0}}},
 		bson.E{Key: FieldUniqueUntil, Value: bson.D{{Key: "$not", Value: bson.D{{Key: "$type", Value: "date"}}}}})

@@ -14,7 +14,7 @@ import (
 )
 
 // insertHeld inserts one task with key k held for hold after it ends.
-func insertHeld(t *testing.T, s *queue.OperatorStore, qid bson.ObjectID, key string, hold time.Duration, now time.Time) (bson.ObjectID, error) {
+func insertHeld(t *testing.T, s queue.OperatorStore, qid bson.ObjectID, key string, hold time.Duration, now time.Time) (bson.ObjectID, error) {
 	t.Helper()
 	ids, err := s.InsertTasks(dentest.Context(t), qid, []bson.Raw{bson.Raw(bsonDoc(t, bson.D{{Key: "n", Value: 7}}))}, now,
 		queue.InsertOptions{UniqueKey: key, UniqueFor: hold})
@@ -43,64 +43,64 @@ func TestUniqueForHoldsTheKeyAfterTheEnd(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "Any", 1, "fifo")
 	now := time.Now()
 
-	first, err := insertHeld(t, store.Operator, qid, "k", time.Hour, now)
+	first, err := insertHeld(t, store, qid, "k", time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if doc := dentest.Task(t, db, first); doc.Lookup("unique_for").Double() != 3600 {
 		t.Fatalf("task %v: want unique_for 3600", doc)
 	}
-	_, err = insertHeld(t, store.Operator, qid, "k", time.Hour, now)
+	_, err = insertHeld(t, store, qid, "k", time.Hour, now)
 	held(t, err, "k", first, queue.StatusQueued)
 
 	// A den run ends it: the key stays, unique_until is the end plus 1h.
 	dentest.Claim(t, db, first, "n")
 	run := queue.RunnerInfo{Token: bson.NewObjectID(), PID: 1, Host: "h"}
-	task, ok, err := store.Runner.Start(ctx, first, "n", run, now)
+	task, ok, err := store.Start(ctx, first, "n", run, now)
 	if err != nil || !ok {
 		t.Fatalf("start: %v %v", ok, err)
 	}
 	if hold := queue.KeyHold(task); hold != time.Hour {
 		t.Fatalf("KeyHold %v, want 1h", hold)
 	}
-	if ok, err := store.Runner.Finish(ctx, first, "n", run.Token, queue.Result{Status: 1, KeyHold: queue.KeyHold(task)}, now); err != nil || !ok {
+	if ok, err := store.Finish(ctx, first, "n", run.Token, queue.Result{Status: 1, KeyHold: queue.KeyHold(task)}, now); err != nil || !ok {
 		t.Fatalf("finish: %v %v", ok, err)
 	}
 	doc := dentest.Task(t, db, first)
 	if doc.Lookup("unique_key").StringValue() != "k" || !doc.Lookup("unique_until").Time().Equal(now.Add(time.Hour).Truncate(time.Millisecond)) {
 		t.Fatalf("finished task %v: want unique_key kept and unique_until 1h after its end", doc)
 	}
-	keys := queue.NewUniqueKeys(db)
+	keys := queue.NewStore(db)
 	if n, err := keys.FreeEnded(ctx, bson.ObjectID{}, "", now.Add(59*time.Minute)); err != nil || n != 0 {
 		t.Fatalf("the sweep within the hold freed %d (%v), want 0", n, err)
 	}
-	_, err = insertHeld(t, store.Operator, qid, "k", time.Hour, now.Add(59*time.Minute))
+	_, err = insertHeld(t, store, qid, "k", time.Hour, now.Add(59*time.Minute))
 	heldUntil(t, err, first)
 	_, err = db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: -2}, {Key: "node", Value: -1}, {Key: "unique_key", Value: "k"}})
 	if !queue.IsDuplicateKey(err) {
 		t.Fatalf("a user's insert within the hold: %v, want a duplicate-key error", err)
 	}
 	// Past the hold: eight racing adds, one goes in.
-	second := race(t, store.Operator, qid, now.Add(61*time.Minute), 1)
+	second := race(t, store, qid, now.Add(61*time.Minute), 1)
 
 	// Someone else ends it (a cancel, a Perl node): held until its mtime
 	// plus the hold, eight racing adds refused meanwhile.
 	end := now.Add(2 * time.Hour)
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: second}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: -5}, {Key: "mtime", Value: end}}}})
-	race(t, store.Operator, qid, end.Add(30*time.Minute), 0)
+	race(t, store, qid, end.Add(30*time.Minute), 0)
 	if doc := dentest.Task(t, db, second); !doc.Lookup("unique_until").Time().Equal(end.Add(time.Hour).Truncate(time.Millisecond)) {
 		t.Fatalf("cancelled task %v: want unique_until its mtime plus 1h", doc)
 	}
 	// A retry takes the task back with its key and forgets its end.
-	secondTask, err := store.Operator.Task(ctx, second)
+	secondTask, err := store.Task(ctx, second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := store.Operator.RetryEnded(ctx, *secondTask, end); err != nil || !ok {
+	if ok, err := store.RetryEnded(ctx, *secondTask, end); err != nil || !ok {
 		t.Fatalf("retry: %v %v", ok, err)
 	}
 	if doc := dentest.Task(t, db, second); doc.Lookup("unique_until").Type != 0 || doc.Lookup("unique_key").StringValue() != "k" {
@@ -119,7 +119,7 @@ func TestUniqueForHoldsTheKeyAfterTheEnd(t *testing.T) {
 // race runs eight adds of key k at once at time at, and checks that want
 // of them went in (the others refused for the key); it returns the one
 // that went in.
-func race(t *testing.T, s *queue.OperatorStore, qid bson.ObjectID, at time.Time, want int) bson.ObjectID {
+func race(t *testing.T, s queue.OperatorStore, qid bson.ObjectID, at time.Time, want int) bson.ObjectID {
 	t.Helper()
 	var mu sync.Mutex
 	var in []bson.ObjectID

@@ -62,7 +62,7 @@ func UsageOf(doc bson.Raw) (u Usage, ok bool) {
 
 // SetUsage records the usage of a run while it goes on. It reports false
 // when the task is no longer that run's.
-func (s *RunnerStore) SetUsage(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, u Usage) (bool, error) {
+func (s *Store) SetUsage(ctx context.Context, taskID bson.ObjectID, node string, token bson.ObjectID, u Usage) (bool, error) {
 	res, err := s.tasks.UpdateOne(ctx, running(taskID, node, token), bson.D{{Key: "$set", Value: bson.D{{Key: FieldUsage, Value: u}}}})
 	if err != nil {
 		return false, fmt.Errorf("record usage of task %s: %w", taskID.Hex(), err)

@@ -20,7 +20,7 @@ type Arrivals struct {
 
 // WatchArrivals opens a change stream of task inserts with status -2,
 // each event carrying only the task's queue.
-func (s *NodeStore) WatchArrivals(ctx context.Context) (*Arrivals, error) {
+func (s *Store) WatchArrivals(ctx context.Context) (*Arrivals, error) {
 	pipeline := mongo.Pipeline{
 		{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}, {Key: "fullDocument.status", Value: StatusQueued}}}},
 		{{Key: "$project", Value: bson.D{{Key: "fullDocument.queue", Value: 1}}}},

@@ -34,12 +34,12 @@ func TestWatchArrivals(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	hello, err := db.RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Raw()
 	if err != nil {
 		t.Fatal(err)
 	}
-	arrivals, err := s.Node.WatchArrivals(ctx)
+	arrivals, err := s.WatchArrivals(ctx)
 	if !hasChangeStreams(hello) {
 		if err == nil || arrivals != nil || !strings.HasPrefix(err.Error(), "watch task inserts: ") {
 			t.Fatalf("WatchArrivals without change streams = %v, %v; want no stream and an error saying what failed", arrivals, err)

@@ -66,8 +66,8 @@ type Facts struct {
 
 // ReadFacts reads what the reasons are read from: every queue, every node
 // document, and the tasks claimed or running in each queue by node.
-func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter time.Duration) (*Facts, error) {
-	queues, bad, err := (*conn)(s).Queues(ctx)
+func (s *Store) ReadFacts(ctx context.Context, now time.Time, deadAfter time.Duration) (*Facts, error) {
+	queues, bad, err := s.Queues(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func (s *OperatorStore) ReadFacts(ctx context.Context, now time.Time, deadAfter 
 	if f.Nodes, err = s.Nodes(ctx); err != nil {
 		return nil, err
 	}
-	if f.Running, err = (*conn)(s).RunningAll(ctx); err != nil {
+	if f.Running, err = s.RunningAll(ctx); err != nil {
 		return nil, err
 	}
 	limits := map[bson.ObjectID]RateLimit{}
@@ -267,7 +267,7 @@ func (f *Facts) TaskReasons(t Task) []Reason {
 // holds it, one reason, ready, with how many claimable tasks of its queue
 // a claim takes before it: those of higher priority (when there are, or
 // it has one), then those of its priority before it in the queue's order.
-func (s *OperatorStore) Why(ctx context.Context, f *Facts, t Task) ([]Reason, error) {
+func (s *Store) Why(ctx context.Context, f *Facts, t Task) ([]Reason, error) {
 	if r := f.TaskReasons(t); len(r) > 0 {
 		return r, nil
 	}
@@ -335,7 +335,7 @@ func (n NodeDoc) Serves(id bson.ObjectID) bool {
 // OldestReady returns when the oldest task (by _id) that a claim of queueID
 // could take at now became ready (ReadyAt), and false when there is none.
 // One query, served by the claim's index.
-func (s *NodeStore) OldestReady(ctx context.Context, queueID bson.ObjectID, now time.Time) (time.Time, bool, error) {
+func (s *Store) OldestReady(ctx context.Context, queueID bson.ObjectID, now time.Time) (time.Time, bool, error) {
 	raw, err := s.tasks.FindOne(ctx, ClaimFilter(now, nil, queueID), options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "ctime", Value: 1}, {Key: FieldStartAfter, Value: 1}, {Key: FieldHistory + ".ended", Value: 1}})).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {

@@ -95,8 +95,8 @@ func TestWhyReadyCountsTheTasksBeforeIt(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
-	runner := queue.NewRunnerStore(db)
+	s := queue.NewStore(db)
+	runner := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 4, queue.SortFIFO)
 	prio := func(p int) bson.E { return bson.E{Key: queue.FieldPriority, Value: int32(p)} }
 	high := dentest.TaskWith(t, db, qid, bson.D{}, prio(5))
@@ -123,7 +123,7 @@ func TestWhyReadyCountsTheTasksBeforeIt(t *testing.T) {
 		if err != nil || task == nil {
 			t.Fatalf("read task %s: %v, %v", tc.id.Hex(), task, err)
 		}
-		reasons, err := s.Operator.Why(ctx, f, *task)
+		reasons, err := s.Why(ctx, f, *task)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -143,7 +143,7 @@ func TestWhyCountsUpToItsBound(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	s := queue.NewStores(db)
+	s := queue.NewStore(db)
 	qid := dentest.Queue(t, db, "q", "P", 4, queue.SortFIFO)
 	for _, n := range []int{queue.WhyCounted, queue.WhyCounted + 5} {
 		docs := make([]any, n-1)
@@ -155,14 +155,14 @@ func TestWhyCountsUpToItsBound(t *testing.T) {
 		}
 		dentest.Insert(t, db.Collection("tasks"), docs...)
 		last := dentest.TaskWith(t, db, qid, bson.D{})
-		task, err := queue.NewRunnerStore(db).Task(ctx, last)
+		task, err := queue.NewStore(db).Task(ctx, last)
 		if err != nil || task == nil {
 			t.Fatalf("read task %s: %v, %v", last.Hex(), task, err)
 		}
 		now := time.Now()
 		f := &queue.Facts{Now: now, DeadAfter: time.Minute, Queues: map[bson.ObjectID]queue.Queue{qid: mustQueue(t, s, qid)},
 			Nodes: []queue.NodeDoc{{Name: "a", Timestamp: now, Queues: []queue.NodeQueue{{ID: qid.Hex()}}}}}
-		reasons, err := s.Operator.Why(ctx, f, *task)
+		reasons, err := s.Why(ctx, f, *task)
 		if err != nil {
 			t.Fatal(err)
 		}

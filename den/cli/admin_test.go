@@ -150,14 +150,14 @@ func TestCountsFixIsConditional(t *testing.T) {
 	qid := dentest.Queue(t, db, "q", demo.Name, 1, "fifo")
 	dentest.Tasks(t, db, qid, bson.D{}, bson.D{})
 	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$set", Value: bson.D{{Key: "count_todo", Value: 5}}}})
-	store := queue.NewStores(db)
-	drifts, err := store.Operator.CheckCounts(dentest.Context(t))
+	store := queue.NewStore(db)
+	drifts, err := store.CheckCounts(dentest.Context(t))
 	if err != nil || len(drifts) != 1 || !drifts[0].Drifted() {
 		t.Fatalf("check: %+v %v", drifts, err)
 	}
 	// A runner finishes a task meanwhile.
 	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "count_todo", Value: -1}}}})
-	ok, err := store.Operator.FixCounts(dentest.Context(t), drifts[0])
+	ok, err := store.FixCounts(dentest.Context(t), drifts[0])
 	if err != nil || ok {
 		t.Fatalf("fix over a moved count: %v %v, want false", ok, err)
 	}

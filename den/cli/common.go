@@ -45,7 +45,7 @@ type database struct {
 	cfg    config.Config
 	client *mongo.Client
 	db     *mongo.Database
-	store  *queue.OperatorStore
+	store  queue.OperatorStore
 }
 
 func (d *database) close(ctx context.Context) {
@@ -71,7 +71,7 @@ func openDB(cmd *cobra.Command, ping bool) (*database, error) {
 		return nil, err
 	}
 	db := client.Database(cfg.Database)
-	d := &database{cfg: cfg, client: client, db: db, store: queue.NewOperatorStore(db)}
+	d := &database{cfg: cfg, client: client, db: db, store: queue.NewStore(db)}
 	if !ping {
 		return d, nil
 	}

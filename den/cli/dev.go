@@ -123,7 +123,7 @@ func ensureDemoQueue(ctx context.Context, uri, database string) (id string, crea
 	defer client.Disconnect(context.WithoutCancel(ctx))
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store := queue.NewOperatorStore(client.Database(database))
+	store := queue.NewStore(client.Database(database))
 	n, err := store.CountQueues(cctx)
 	if err != nil {
 		return "", false, fmt.Errorf("dev database: %w", err)

@@ -131,7 +131,7 @@ func ensureCommandQueue(ctx context.Context, uri, database string) (string, erro
 	defer client.Disconnect(context.WithoutCancel(ctx))
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	store := queue.NewOperatorStore(client.Database(database))
+	store := queue.NewStore(client.Database(database))
 	if q, _, err := store.FindQueue(cctx, "command"); err == nil {
 		return q.ID.Hex(), nil
 	}

@@ -248,13 +248,12 @@ Perl Disbatch node is quieted too. A quiet node is left as it is.`
 		Example: "  den node " + use + " worker01",
 		Args:    cobra.ExactArgs(1),
 		RunE: withDB(func(cmd *cobra.Command, args []string, d *database) error {
-			nq := queue.NewNodeQuiet(d.db)
 			var o queue.PauseOutcome
 			var err error
 			if quiet {
-				o, err = nq.Quiet(cmd.Context(), args[0], strings.Replace(operator(), "den queue pause", "den node quiet", 1), time.Now())
+				o, err = d.store.QuietNode(cmd.Context(), args[0], strings.Replace(operator(), "den queue pause", "den node quiet", 1), time.Now())
 			} else {
-				o, err = nq.Resume(cmd.Context(), args[0])
+				o, err = d.store.ResumeNode(cmd.Context(), args[0])
 			}
 			if err != nil {
 				return err

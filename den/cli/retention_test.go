@@ -40,7 +40,7 @@ func TestQueueSetRetention(t *testing.T) {
 	}
 	denDB(t, db, "", "queue", "set", "resize", "retention.succeeded=7d", "retention.failed=36h", "retention.cancelled=keep",
 		"retention.orphaned=2w", "retention.action=Archive", "retention.reports=delete").must(t, ExitOK)
-	q, problem, err := queue.NewStores(db).Operator.FindQueue(dentest.Context(t), "resize")
+	q, problem, err := queue.NewStore(db).FindQueue(dentest.Context(t), "resize")
 	if err != nil || problem != nil || q.RetentionProblem != "" {
 		t.Fatalf("find queue: %v, %v, %q", err, problem, q.RetentionProblem)
 	}
@@ -56,7 +56,7 @@ func TestQueueSetRetention(t *testing.T) {
 		t.Errorf("retention action %q, reports %q", q.Retention.Action, q.Retention.Reports)
 	}
 	denDB(t, db, "", "queue", "set", "resize", "retention.failed=none").must(t, ExitOK)
-	if q, _, err := queue.NewStores(db).Operator.FindQueue(dentest.Context(t), "resize"); err != nil || q.Retention.Keep[queue.RetainFailed] != 0 ||
+	if q, _, err := queue.NewStore(db).FindQueue(dentest.Context(t), "resize"); err != nil || q.Retention.Keep[queue.RetainFailed] != 0 ||
 		q.Retention.Keep[queue.RetainSucceeded] != 7*day {
 		t.Errorf("after retention.failed=none: %v, %v", q.Retention, err)
 	}

@@ -40,15 +40,15 @@ func TestScheduleCommands(t *testing.T) {
 		t.Errorf("den schedule show:\n%s", show.stdout)
 	}
 	denDB(t, db, "", "schedule", "pause", "nightly").must(t, ExitOK)
-	if sc, _ := queue.NewStores(db).Operator.Schedule(dentest.Context(t), "nightly"); !sc.Paused {
+	if sc, _ := queue.NewStore(db).Schedule(dentest.Context(t), "nightly"); !sc.Paused {
 		t.Error("pause did not pause")
 	}
 	denDB(t, db, "", "schedule", "resume", "nightly").must(t, ExitOK)
-	if sc, _ := queue.NewStores(db).Operator.Schedule(dentest.Context(t), "nightly"); sc.Paused {
+	if sc, _ := queue.NewStore(db).Schedule(dentest.Context(t), "nightly"); sc.Paused {
 		t.Error("resume did not resume")
 	}
 	// The task a schedule inserts carries its fields.
-	f, err := queue.NewStores(db).Node.FireDue(dentest.Context(t), time.Now().Add(6*time.Minute))
+	f, err := queue.NewStore(db).FireDue(dentest.Context(t), time.Now().Add(6*time.Minute))
 	if err != nil || len(f.Inserted) != 1 {
 		t.Fatalf("firing poll: %+v %v", f, err)
 	}

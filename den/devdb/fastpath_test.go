@@ -73,7 +73,7 @@ func newFastFixture(t *testing.T, mixed bool) *fastFixture {
 	f.mid = good[len(good)/2][0].Value.(bson.ObjectID)
 	// good: the indexes (and so the tally) first, then every task
 	// through the triggers.
-	if _, err := queue.EnsureIndexes(ctx, queue.NewStores(f.proxied.Database("good")).Node); err != nil {
+	if _, err := queue.NewStore(f.proxied.Database("good")).EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	f.insert(t, "good", good)
@@ -89,7 +89,7 @@ func newFastFixture(t *testing.T, mixed bool) *fastFixture {
 				f.hostile++
 			}
 		}
-		if _, err := queue.EnsureIndexes(ctx, queue.NewStores(f.proxied.Database("mixed")).Node); err != nil {
+		if _, err := queue.NewStore(f.proxied.Database("mixed")).EnsureIndexes(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if f.hostile < len(hostile)/2 {

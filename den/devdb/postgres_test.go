@@ -57,8 +57,8 @@ func TestTwinsServeTheProtocolsQueries(t *testing.T) {
 	}
 	defer client.Disconnect(context.Background())
 	db := client.Database("twins")
-	store := queue.NewStores(db)
-	if _, err := queue.EnsureIndexes(ctx, store.Node); err != nil {
+	store := queue.NewStore(db)
+	if _, err := store.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	qid := bson.NewObjectID()
@@ -93,15 +93,15 @@ func TestTwinsServeTheProtocolsQueries(t *testing.T) {
 	}
 	mark := logSize(t, srv)
 	for range 20 {
-		c, ok, err := store.Node.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
+		c, ok, err := store.Claim(ctx, queue.ClaimRequest{Queues: []bson.ObjectID{qid}, Sort: queue.SortFIFO, Node: "n", At: time.Now()})
 		if err != nil || !ok {
 			t.Fatalf("claim: %v %v", ok, err)
 		}
 		token := bson.NewObjectID()
-		if _, ok, err := store.Runner.Start(ctx, c.ID, "n", queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
+		if _, ok, err := store.Start(ctx, c.ID, "n", queue.RunnerInfo{Token: token}, time.Now()); err != nil || !ok {
 			t.Fatalf("start: %v %v", ok, err)
 		}
-		if ok, err := store.Runner.Finish(ctx, c.ID, "n", token, queue.Result{Status: 1, Stdout: "", Stderr: ""}, time.Now()); err != nil || !ok {
+		if ok, err := store.Finish(ctx, c.ID, "n", token, queue.Result{Status: 1, Stdout: "", Stderr: ""}, time.Now()); err != nil || !ok {
 			t.Fatalf("finish: %v %v", ok, err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestTwinsMadeOnce(t *testing.T) {
 	}
 	defer client.Disconnect(context.Background())
 	db := client.Database("once")
-	if _, err := queue.EnsureIndexes(ctx, queue.NewStores(db).Node); err != nil {
+	if _, err := queue.NewStore(db).EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Collection("tasks").InsertOne(ctx, bson.D{{Key: "status", Value: 1}}); err != nil {

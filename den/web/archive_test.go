@@ -23,7 +23,7 @@ func TestArchivedTaskShown(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := dentest.Context(t)
-	store := queue.NewOperatorStore(f.db)
+	store := queue.NewStore(f.db)
 	ended, err := store.RetireCandidates(ctx, queue.RetireFilter{TaskFilter: queue.TaskFilter{Queues: []bson.ObjectID{f.queue}, Limit: 100}})
 	if err != nil || len(ended) != 2 {
 		t.Fatalf("ended tasks to archive: %d (%v), want 2", len(ended), err)

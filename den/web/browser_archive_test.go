@@ -19,7 +19,7 @@ func TestBrowserArchivedTasks(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx0 := dentest.Context(t)
-	store := queue.NewOperatorStore(f.db)
+	store := queue.NewStore(f.db)
 	ended, err := store.RetireCandidates(ctx0, queue.RetireFilter{TaskFilter: queue.TaskFilter{Queues: []bson.ObjectID{f.queue}, Limit: 100}})
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ import (
 func seedDayOfStats(t *testing.T, db *mongo.Database) {
 	t.Helper()
 	ctx0 := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	now := time.Now()
 	busy := dentest.Queue(t, db, "images", "MyCorp::Plugin::Resize", 4, "fifo")
 	sample := func(at time.Time, per float64) {
@@ -47,7 +47,7 @@ func seedDayOfStats(t *testing.T, db *mongo.Database) {
 			runs.Add((20 + 5*wave) * spread)
 			waits.Add((1 + float64(backlog)/4) * spread)
 		}
-		if err := store.Node.AddStats(ctx0, []queue.QueueStat{
+		if err := store.AddStats(ctx0, []queue.QueueStat{
 			{Queue: busy, Name: "images", At: at, Succeeded: ok, Failed: bad, Runs: ok + bad, RunSeconds: float64(ok+bad) * (20 + 5*wave),
 				RunTimes: runs, WaitTimes: waits, Backlog: true, Queued: backlog, Running: 4 + int64(2*wave)},
 		}, []queue.NodeStat{

@@ -106,7 +106,7 @@ func TestBrowserPageCharts(t *testing.T) {
 		t.Fatal(err)
 	}
 	qid := q.ID
-	if err := queue.NewStores(db).Node.AddStats(dentest.Context(t), []queue.QueueStat{
+	if err := queue.NewStore(db).AddStats(dentest.Context(t), []queue.QueueStat{
 		{Queue: qid, Name: "shell-jobs", At: time.Now().Add(-3 * time.Minute), Succeeded: 40},
 	}, nil); err != nil {
 		t.Fatal(err)

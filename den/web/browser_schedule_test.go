@@ -18,7 +18,7 @@ func TestBrowserScheduleActions(t *testing.T) {
 	bin := chromium(t)
 	t.Parallel()
 	f := newFixture(t)
-	if _, err := queue.NewOperatorStore(f.db).AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: "0 2 * * *"}, time.Now()); err != nil {
+	if _, err := queue.NewStore(f.db).AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: "0 2 * * *"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	srv := serve(t, f.db, testToken)

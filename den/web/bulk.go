@@ -94,7 +94,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	rf := queue.RetireFilter{TaskFilter: f}
 	match := func() (int, error) { return bulkMatch(ctx, h.store, r, &f, &b) }
 	if retire {
-		match = func() (int, error) { return retireMatch(ctx, h.retiring, r, &rf, &b) }
+		match = func() (int, error) { return retireMatch(ctx, h.store, r, &rf, &b) }
 	}
 	if status, err := match(); err != nil {
 		h.fail(w, r, status, err)
@@ -123,7 +123,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 	if b.Matched > 0 {
 		act := func() error { return bulkAct(ctx, h.store, h.now, f, &b) }
 		if retire {
-			act = func() error { return retireAct(ctx, h.retiring, rf, &b) }
+			act = func() error { return retireAct(ctx, h.store, rf, &b) }
 		}
 		if err := act(); err != nil {
 			h.fail(w, r, http.StatusInternalServerError, err)
@@ -142,7 +142,7 @@ func (h *handler) bulk(w http.ResponseWriter, r *http.Request) {
 // bulkMatch fixes upto (the form's, or the newest task the filter f
 // matches) and counts the tasks up to it into b; f then selects them. It
 // returns the status to answer with when it fails.
-func bulkMatch(ctx context.Context, store *queue.OperatorStore, r *http.Request, f *queue.TaskFilter, b *bulkData) (int, error) {
+func bulkMatch(ctx context.Context, store queue.OperatorStore, r *http.Request, f *queue.TaskFilter, b *bulkData) (int, error) {
 	if f.Statuses == nil {
 		return 0, nil
 	}
@@ -175,7 +175,7 @@ func bulkMatch(ctx context.Context, store *queue.OperatorStore, r *http.Request,
 
 // bulkAct cancels or retries (b.Action) at most BulkMax of the tasks f
 // selects, with den/bulk, and counts in b.Done those it changed.
-func bulkAct(ctx context.Context, store *queue.OperatorStore, now func() time.Time, f queue.TaskFilter, b *bulkData) error {
+func bulkAct(ctx context.Context, store queue.OperatorStore, now func() time.Time, f queue.TaskFilter, b *bulkData) error {
 	f.Limit = BulkMax
 	list, err := store.ListTasks(ctx, f)
 	if err != nil {

@@ -21,7 +21,7 @@ var retireModes = map[string]queue.RetireMode{"purge": queue.RetireDelete, "arch
 // retireMatch is bulkMatch for purge and archive: upto is the form's, or
 // the newest ended task f selects; b.Matched counts the ended tasks up to
 // it, and f selects them.
-func retireMatch(ctx context.Context, rt *queue.Retiring, r *http.Request, f *queue.RetireFilter, b *bulkData) (int, error) {
+func retireMatch(ctx context.Context, rt queue.OperatorStore, r *http.Request, f *queue.RetireFilter, b *bulkData) (int, error) {
 	var upto bson.ObjectID
 	if v := r.PostForm.Get("upto"); v != "" {
 		var err error
@@ -30,7 +30,7 @@ func retireMatch(ctx context.Context, rt *queue.Retiring, r *http.Request, f *qu
 		}
 	} else {
 		var err error
-		if upto, err = rt.Newest(ctx, *f); err != nil {
+		if upto, err = rt.RetireNewest(ctx, *f); err != nil {
 			return http.StatusInternalServerError, err
 		}
 	}
@@ -40,7 +40,7 @@ func retireMatch(ctx context.Context, rt *queue.Retiring, r *http.Request, f *qu
 	f.Before = next(upto)
 	b.Upto = upto.Hex()
 	var err error
-	if b.Matched, err = rt.Count(ctx, *f); err != nil {
+	if b.Matched, err = rt.RetireCount(ctx, *f); err != nil {
 		return http.StatusInternalServerError, err
 	}
 	return 0, nil
@@ -50,18 +50,18 @@ func retireMatch(ctx context.Context, rt *queue.Retiring, r *http.Request, f *qu
 // selects, oldest first, a page at a time, and counts in b.Done those it
 // removed: a task whose status changed meanwhile, or that a task not yet
 // ended comes after, stays.
-func retireAct(ctx context.Context, rt *queue.Retiring, f queue.RetireFilter, b *bulkData) error {
+func retireAct(ctx context.Context, rt queue.OperatorStore, f queue.RetireFilter, b *bulkData) error {
 	mode := retireModes[b.Action]
 	read := 0
 	for read < BulkMax {
 		f.Limit = int64(min(retirePage, BulkMax-read))
-		tasks, n, last, err := rt.Page(ctx, f)
+		tasks, n, last, err := rt.RetirePage(ctx, f)
 		if err != nil {
 			return fmt.Errorf("after %d of %d: %w", b.Done, b.Matched, err)
 		}
 		read += n
 		if len(tasks) > 0 {
-			done, err := rt.Retire(ctx, tasks, mode)
+			done, err := rt.RetireTasks(ctx, tasks, mode)
 			b.Done += int(done.Tasks)
 			if err != nil {
 				return fmt.Errorf("after %d of %d: %w", b.Done, b.Matched, err)

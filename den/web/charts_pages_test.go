@@ -29,7 +29,7 @@ func TestQueuePageCharts(t *testing.T) {
 		waits.Add(2)
 	}
 	at := time.Date(2026, 1, 5, 12, 20, 10, 0, time.UTC)
-	if err := queue.NewStores(db).Node.AddStats(ctx, []queue.QueueStat{
+	if err := queue.NewStore(db).AddStats(ctx, []queue.QueueStat{
 		{Queue: qid, Name: "resize", At: at, Succeeded: 9, Failed: 2, RunTimes: runs, WaitTimes: waits, Backlog: true, Queued: 5, Running: 2},
 	}, nil); err != nil {
 		t.Fatal(err)
@@ -68,12 +68,12 @@ func TestNodePageCharts(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	at := func(min int) time.Time { return time.Date(2026, 1, 5, 12, min, 10, 0, time.UTC) }
-	if err := store.Node.AddStats(ctx, nil, []queue.NodeStat{{Node: "n1", At: at(20), Running: 0, Load: 0.5}}); err != nil {
+	if err := store.AddStats(ctx, nil, []queue.NodeStat{{Node: "n1", At: at(20), Running: 0, Load: 0.5}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Node.AddStats(ctx, nil, []queue.NodeStat{
+	if err := store.AddStats(ctx, nil, []queue.NodeStat{
 		{Node: "n1", At: at(20), Succeeded: 97, Failed: 3, NoSample: true},
 		{Node: "n1", At: at(21), Succeeded: 1, NoSample: true},
 		{Node: "n2", At: at(20), Succeeded: 5, NoSample: true},

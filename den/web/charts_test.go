@@ -96,14 +96,14 @@ func countedViews(t *testing.T, db *mongo.Database) (view func(u string) (string
 func seedResize(t *testing.T, db *mongo.Database, qid bson.ObjectID) {
 	t.Helper()
 	ctx := dentest.Context(t)
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	at := func(min int) time.Time { return time.Date(2026, 1, 5, 12, min, 10, 0, time.UTC) }
-	if err := store.Node.AddStats(ctx, []queue.QueueStat{
+	if err := store.AddStats(ctx, []queue.QueueStat{
 		{Queue: qid, Name: "resize", At: at(20), Succeeded: 3, Failed: 1, Backlog: true, Queued: 7, Running: 2},
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Node.AddStats(ctx, []queue.QueueStat{
+	if err := store.AddStats(ctx, []queue.QueueStat{
 		{Queue: qid, Name: "resize", At: at(25), Succeeded: 5},
 		{Queue: qid, Name: "resize", At: at(25), Backlog: true, Queued: 4, Running: 1},
 	}, []queue.NodeStat{{Node: "n1", At: at(25), Running: 4, Load: 1.5}}); err != nil {
@@ -219,8 +219,8 @@ func TestTaskRunTimeChart(t *testing.T) {
 	db := dentest.DB(t)
 	ctx := dentest.Context(t)
 	qid := dentest.Queue(t, db, "resize", "Disbatch::Plugin::Command", 2, "fifo")
-	store := queue.NewStores(db)
-	if err := store.Node.AddStats(ctx, []queue.QueueStat{
+	store := queue.NewStore(db)
+	if err := store.AddStats(ctx, []queue.QueueStat{
 		{Queue: qid, Name: "resize", At: chartAt.Add(-3 * time.Hour), Succeeded: 4, Runs: 4, RunSeconds: 80},
 		{Queue: qid, Name: "resize", At: chartAt, Succeeded: 1, Runs: 2, RunSeconds: 5},
 	}, nil); err != nil {

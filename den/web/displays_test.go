@@ -72,7 +72,7 @@ func TestQuietNodeShown(t *testing.T) {
 	if strings.Contains(overview+page, "quiet") || !strings.Contains(overview, `name="maxthreads"`) {
 		t.Errorf("a node that is not quiet: overview %q, page %q", overview, page)
 	}
-	if _, err := queue.NewNodeQuiet(f.db).Quiet(dentest.Context(t), "n1", "den node quiet (test)", time.Now()); err != nil {
+	if _, err := queue.NewStore(f.db).QuietNode(dentest.Context(t), "n1", "den node quiet (test)", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	overview, page = cell()

@@ -55,7 +55,7 @@ func newFixture(t *testing.T) fixture {
 		{Key: "outcome", Value: "exit_code"}, {Key: "outcome_reason", Value: "exited with code 3"}}}})
 	// Node n1 counted what it finished in the stats, as a node does: the
 	// overview's "finished lately".
-	if err := queue.NewStores(db).Node.AddStats(dentest.Context(t), []queue.QueueStat{{Queue: f.queue, Name: "resize", At: now, Succeeded: 1, Failed: 1}}, nil); err != nil {
+	if err := queue.NewStore(db).AddStats(dentest.Context(t), []queue.QueueStat{{Queue: f.queue, Name: "resize", At: now, Succeeded: 1, Failed: 1}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The running task has published live output: the last bytes of
@@ -442,7 +442,7 @@ func TestEarlierRunsOutput(t *testing.T) {
 func TestSchedulesPage(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	s := queue.NewStores(f.db)
+	s := queue.NewStore(f.db)
 	now := time.Now()
 	// The nightly one fires 12 hours from now, so that it is never due
 	// while the test runs (at 02:00 Berlin it was, and fired a second task).
@@ -451,13 +451,13 @@ func TestSchedulesPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	nightly := fmt.Sprintf("0 %d * * *", (now.In(berlin).Hour()+12)%24)
-	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: nightly, TZ: "Europe/Berlin"}, now.Add(-48*time.Hour)); err != nil {
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "nightly", Queue: f.queue, Cron: nightly, TZ: "Europe/Berlin"}, now.Add(-48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Operator.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "poll", Queue: f.queue, Every: time.Minute}, now.Add(-90*time.Second)); err != nil {
+	if _, err := s.AddSchedule(dentest.Context(t), queue.ScheduleSpec{Name: "poll", Queue: f.queue, Every: time.Minute}, now.Add(-90*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	fired, err := s.Node.FireDue(dentest.Context(t), now.Add(-29*time.Second))
+	fired, err := s.FireDue(dentest.Context(t), now.Add(-29*time.Second))
 	if err != nil || len(fired.Inserted) != 1 {
 		t.Fatalf("fire: %+v %v", fired, err)
 	}

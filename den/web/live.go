@@ -34,7 +34,7 @@ import (
 // "finished lately" column move on with the clock, and a page that has
 // charts fetches itself again when the minute changes.
 type liveTokens struct {
-	store     *queue.OperatorStore
+	store     queue.OperatorStore
 	census    *queue.CensusTaker
 	countsAge time.Duration
 	dead      time.Duration

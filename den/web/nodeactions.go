@@ -27,10 +27,10 @@ func (h nodeActions) quietOrResume(w http.ResponseWriter, r *http.Request, quiet
 	var err error
 	msg := "node-quiet"
 	if quiet {
-		o, err = h.quietNodes.Quiet(r.Context(), name, "den web ("+r.RemoteAddr+")", h.now())
+		o, err = h.store.QuietNode(r.Context(), name, "den web ("+r.RemoteAddr+")", h.now())
 	} else {
 		msg = "node-resumed"
-		o, err = h.quietNodes.Resume(r.Context(), name)
+		o, err = h.store.ResumeNode(r.Context(), name)
 	}
 	switch {
 	case errors.Is(err, queue.ErrNoNode):

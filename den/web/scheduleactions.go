@@ -13,7 +13,7 @@ import (
 
 // Schedule actions: POST /schedules/NAME/pause, /resume, /run and
 // /delete, as den schedule pause, resume and delete do (run: the page's
-// Run now, queue.ScheduleRuns). A schedule's name is its id (its _id).
+// Run now, queue.OperatorStore.RunScheduleNow). A schedule's name is its id (its _id).
 // Each answers a script with {"ok", "result", "message", "schedule"}
 // (run adds "task"); a name no schedule has is a 404.
 
@@ -58,7 +58,7 @@ func (h scheduleActions) pauseOrResumeSchedule(w http.ResponseWriter, r *http.Re
 // runSchedule serves POST /schedules/NAME/run: the schedule's task, now.
 func (h scheduleActions) runSchedule(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	id, inserted, err := h.runs.RunNow(r.Context(), name, h.now())
+	id, inserted, err := h.store.RunScheduleNow(r.Context(), name, h.now())
 	switch {
 	case errors.Is(err, queue.ErrNoSchedule):
 		h.fail(w, r, http.StatusNotFound, err)

@@ -24,7 +24,7 @@ func TestScheduleActions(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := dentest.Context(t)
-	store := queue.NewOperatorStore(f.db)
+	store := queue.NewStore(f.db)
 	clk := newClock()
 	clk.t = time.Now().Truncate(time.Second)
 	if _, err := store.AddSchedule(ctx, queue.ScheduleSpec{Name: "hourly report", Queue: f.queue, Every: time.Hour,

@@ -21,7 +21,7 @@ func TestRetryOfAHeldKeyIsRefused(t *testing.T) {
 	f := newFixture(t)
 	srv := serve(t, f.db, testToken)
 	tasks := f.db.Collection("tasks")
-	if err := queue.NewUniqueKeys(f.db).Ensure(dentest.Context(t)); err != nil {
+	if err := queue.NewStore(f.db).EnsureUniqueKeys(dentest.Context(t)); err != nil {
 		t.Fatal(err)
 	}
 	dentest.Update(t, tasks, bson.D{{Key: "_id", Value: f.done}}, bson.D{{Key: "$set", Value: bson.D{{Key: "unique_key_freed", Value: "k"}}}})

@@ -81,21 +81,16 @@ const DefaultRefresh = 10 * time.Second
 // handler serves the pages.
 type handler struct {
 	db      *mongo.Database
-	store   *queue.OperatorStore
-	archive *queue.Archive // tasks_archive, read only
-	runs    *queue.ScheduleRuns
-	// retiring purges and archives a confirmed selection (bulkretire.go).
-	retiring *queue.Retiring
-	// quietNodes quiets and resumes nodes (their node documents).
-	quietNodes *queue.NodeQuiet
-	log        *zap.Logger
-	now        func() time.Time
-	sleep      func(context.Context, time.Duration)
-	token      string
-	dead       time.Duration
-	refresh    time.Duration
-	pages      map[string]*template.Template
-	mux        *http.ServeMux
+	store   queue.OperatorStore
+	archive queue.ArchiveReader // tasks_archive, read only
+	log     *zap.Logger
+	now     func() time.Time
+	sleep   func(context.Context, time.Duration)
+	token   string
+	dead    time.Duration
+	refresh time.Duration
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
 	// dbFailing is set while database reads fail, so that the failure is
 	// logged when it starts and when it clears, not on every refresh.
 	dbFailing atomic.Bool
@@ -130,7 +125,7 @@ func New(o Options) (http.Handler, error) {
 	if o.DB == nil {
 		return nil, errors.New("web: no database")
 	}
-	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), archive: queue.NewArchive(o.DB), runs: queue.NewScheduleRuns(o.DB), quietNodes: queue.NewNodeQuiet(o.DB), retiring: queue.NewRetiring(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
+	h := &handler{db: o.DB, store: queue.NewStore(o.DB), archive: queue.NewArchive(o.DB), log: o.Log, now: o.Now, sleep: o.Sleep, token: o.Token,
 		dead: o.DeadNodeAfter, refresh: o.Refresh, pages: map[string]*template.Template{},
 		reads: NewReadGate("reads", ReadsPerClient, Reads, GateWait), readTimeout: o.ReadTimeout}
 	if h.log == nil {

@@ -198,7 +198,7 @@ func (s *Server) Run(ctx context.Context, p plugins.Plugin, params any, opts ...
 		}
 		config = b
 	}
-	store := queue.NewOperatorStore(s.db)
+	store := queue.NewStore(s.db)
 	qid, err := store.CreateQueue(ctx, "plugintest-"+bson.NewObjectID().Hex(), st.name, 1, queue.SortFIFO)
 	if err != nil {
 		return Result{}, fmt.Errorf("plugintest: create the queue: %w", err)

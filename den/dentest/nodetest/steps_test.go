@@ -265,14 +265,14 @@ func checkEnded(t *testing.T, db *mongo.Database, dir, name string, id bson.Obje
 // `den counts fix` does.
 func fixCounts(t *testing.T, db *mongo.Database, qid bson.ObjectID) {
 	t.Helper()
-	store := queue.NewStores(db)
+	store := queue.NewStore(db)
 	var d queue.CountDrift
 	// Settled: right or one too low, and the same for 2 s (the retry
 	// comes within the runner's first backoff, well under that).
 	var last int64 = -1 << 62
 	var since time.Time
 	dentest.Eventually(t, time.Minute, "count_todo settled, right or one too low", func() bool {
-		drifts, err := store.Operator.CheckCounts(dentest.Context(t))
+		drifts, err := store.CheckCounts(dentest.Context(t))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,7 +293,7 @@ func fixCounts(t *testing.T, db *mongo.Database, qid bson.ObjectID) {
 		return
 	}
 	t.Logf("count_todo %d, a recount %d: fixed as den counts fix does", *d.StoredTodo, d.Todo)
-	if ok, err := store.Operator.FixCounts(dentest.Context(t), d); err != nil || !ok {
+	if ok, err := store.FixCounts(dentest.Context(t), d); err != nil || !ok {
 		t.Fatalf("fix counts: %v %v", ok, err)
 	}
 }

@@ -126,7 +126,7 @@ func (r *Executor) self(ctx context.Context) (queue.RunnerInfo, string, error) {
 type taskRun struct {
 	*Executor
 	log      *zap.Logger
-	store    *queue.RunnerStore
+	store    queue.RunnerStore
 	taskID   bson.ObjectID
 	info     queue.RunnerInfo
 	task     *queue.Task
@@ -170,7 +170,7 @@ func (r *Executor) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	t := &taskRun{Executor: r, taskID: taskID, info: info, store: queue.NewRunnerStore(r.DB), pidsCgroup: pids,
+	t := &taskRun{Executor: r, taskID: taskID, info: info, store: queue.NewStore(r.DB), pidsCgroup: pids,
 		log: r.Log.With(zap.String("node", r.Spec.Node), zap.String("task_id", r.Spec.Task), zap.String("plugin", r.Spec.Plugin))}
 	stopping := r.Stopping
 	if stopping == nil {

@@ -59,7 +59,7 @@ const Realm = "disbatch"
 
 type handler struct {
 	db      *mongo.Database
-	store   *queue.OperatorStore
+	store   queue.OperatorStore
 	guard   *web.Guard
 	log     *zap.Logger
 	now     func() time.Time
@@ -86,7 +86,7 @@ func New(o Options) (http.Handler, error) {
 	if o.Guard == nil {
 		return nil, errors.New("dci: no guard")
 	}
-	h := &handler{db: o.DB, store: queue.NewOperatorStore(o.DB), guard: o.Guard, log: o.Log, now: o.Now, plugins: o.Plugins,
+	h := &handler{db: o.DB, store: queue.NewStore(o.DB), guard: o.Guard, log: o.Log, now: o.Now, plugins: o.Plugins,
 		dead: o.DeadNodeAfter, batch: o.Batch, readTimeout: o.ReadTimeout,
 		reads:    web.NewReadGate("reads", web.ReadsPerClient, web.Reads, web.GateWait),
 		searches: web.NewReadGate("searches", SearchesPerClient, Searches, web.GateWait)}
