@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -107,21 +106,11 @@ func (e *KeyHeldError) Error() string {
 		e.Key, e.Queue.Hex(), e.Holder.Hex(), e.Status, StatusName(e.Status))
 }
 
-// IsDuplicateKey reports whether err is a unique index's refusal: MongoDB's
-// E11000, or the development server's (FerretDB answers an update that
-// would duplicate a key, and an index that existing documents would
-// break, with an InternalError that quotes PostgreSQL's unique_violation,
-// 23505, or SQLite's).
-func IsDuplicateKey(err error) bool {
-	if err == nil {
-		return false
-	}
-	if mongo.IsDuplicateKeyError(err) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "SQLSTATE 23505") || strings.Contains(msg, "UNIQUE constraint failed")
-}
+// IsDuplicateKey reports whether err is a unique index's refusal,
+// MongoDB's E11000, by its code. The development server answers as
+// MongoDB does: its proxy rewrites FerretDB's refusals, which quote the
+// engine's error in an InternalError, into E11000 (den/devdb/dupkey.go).
+func IsDuplicateKey(err error) bool { return mongo.IsDuplicateKeyError(err) }
 
 // endedFilter selects the tasks that have ended (Ended).
 func endedFilter() bson.E {

@@ -359,6 +359,9 @@ func (p *proxy) roundTrip(ctx context.Context, up net.Conn, req []byte) ([][]byt
 		if err != nil {
 			return nil, err
 		}
+		if !handshake(name) && !readOnly(name, req) {
+			r = mongoDuplicates(r)
+		}
 		replies = append(replies, r)
 		if !wire.MoreToCome(r) {
 			if p.after != nil && !handshake(name) && !readOnly(name, req) {
