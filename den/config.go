@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"reflect"
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -194,8 +192,8 @@ type Setting struct {
 	// Key is the configuration key ("interval", "runner.max_tasks").
 	Key string
 	// Field is the Config field it sets, as Go writes it ("Interval",
-	// "Runner.MaxTasks", `Retention.Keep["failed"]`): Get and Set find the
-	// field by it.
+	// "Runner.MaxTasks", `Retention.Keep["failed"]`), for messages and
+	// docs: Get and Set reach the field through its typed accessor.
 	Field string
 	Kind  SettingKind
 	// Default is the value of a zero field (durations in nanoseconds).
@@ -210,6 +208,10 @@ type Setting struct {
 	Least float64
 	// Unit is what a count or a number counts ("tasks", "MiB").
 	Unit string
+	// get and set are the typed accessor of the field, made by the
+	// constructors below from a function that returns its address.
+	get func(*Config) float64
+	set func(*Config, float64)
 }
 
 // SettingKind is what a Setting holds.
@@ -231,27 +233,27 @@ var settings = []Setting{
 	// At MinInterval an idle node makes ten passes a second; at 30s a live
 	// node still writes its node document twice within the shortest
 	// dead_node_after.
-	durationSetting("interval", "Interval", DefaultInterval, MinInterval, 30*time.Second),
+	durationSetting("interval", "Interval", func(c *Config) *time.Duration { return &c.Interval }, DefaultInterval, MinInterval, 30*time.Second),
 	// A claim's runner must have time to start and connect on a loaded
 	// machine; a lost claim must not wait for days.
-	durationSetting("orphan_age", "OrphanAge", queue.DefaultOrphanAge, 30*time.Second, 24*time.Hour),
+	durationSetting("orphan_age", "OrphanAge", func(c *Config) *time.Duration { return &c.OrphanAge }, queue.DefaultOrphanAge, 30*time.Second, 24*time.Hour),
 	// Tasks and queues may set their own; this is the node's default.
-	durationSetting("max_termination_time", "MaxTermination", queue.DefaultGrace, time.Second, time.Hour),
+	durationSetting("max_termination_time", "MaxTermination", func(c *Config) *time.Duration { return &c.MaxTermination }, queue.DefaultGrace, time.Second, time.Hour),
 	// Far above interval's maximum, so that a live node is never taken for
 	// dead; a dead node's tasks are rescued within a day.
-	durationSetting("dead_node_after", "DeadNodeAfter", queue.DefaultDeadNodeAfter, time.Minute, 24*time.Hour),
-	durationSetting("runner.idle", "Runner.Idle", DefaultRunnerIdle, time.Second, time.Hour),
-	countSetting("runner.max_tasks", "Runner.MaxTasks", DefaultRunnerMaxTasks, 1, 100_000, "tasks"),
+	durationSetting("dead_node_after", "DeadNodeAfter", func(c *Config) *time.Duration { return &c.DeadNodeAfter }, queue.DefaultDeadNodeAfter, time.Minute, 24*time.Hour),
+	durationSetting("runner.idle", "Runner.Idle", func(c *Config) *time.Duration { return &c.Runner.Idle }, DefaultRunnerIdle, time.Second, time.Hour),
+	countSetting("runner.max_tasks", "Runner.MaxTasks", func(c *Config) *int { return &c.Runner.MaxTasks }, DefaultRunnerMaxTasks, 1, 100_000, "tasks"),
 	// A task's processes and threads (pids.max, RLIMIT_NPROC): the
 	// kernel's own pid_max ceiling.
-	countSetting("runner.max_processes", "Runner.MaxProcesses", DefaultRunnerMaxProcesses, 1, 1<<22, "processes"),
+	countSetting("runner.max_processes", "Runner.MaxProcesses", func(c *Config) *int { return &c.Runner.MaxProcesses }, DefaultRunnerMaxProcesses, 1, 1<<22, "processes"),
 	// 1 KiB keeps den's own note of the cut; 1 TiB per stream is far more
 	// than anything read back should be.
-	countSetting("max_output", "MaxOutput", runner.DefaultMaxOutput, 1<<10, 1<<40, "bytes"),
+	countSetting("max_output", "MaxOutput", func(c *Config) *int64 { return &c.MaxOutput }, runner.DefaultMaxOutput, 1<<10, 1<<40, "bytes"),
 	// 0: what the machine has (memory, cpus) or the default 60 (busy).
-	numberSetting("resources.memory_mb", "Resources.MemoryMB", 0, 1<<24, "MiB"), // 16 TiB
-	numberSetting("resources.cpus", "Resources.CPUs", 0, 8192, "cores"),         // Linux's largest NR_CPUS
-	numberSetting("resources.busy_core_percent", "Resources.BusyCorePercent", DefaultBusyCorePercent, 100, "percent"),
+	numberSetting("resources.memory_mb", "Resources.MemoryMB", func(c *Config) *float64 { return &c.Resources.MemoryMB }, 0, 1<<24, "MiB"), // 16 TiB
+	numberSetting("resources.cpus", "Resources.CPUs", func(c *Config) *float64 { return &c.Resources.CPUs }, 0, 8192, "cores"),             // Linux's largest NR_CPUS
+	numberSetting("resources.busy_core_percent", "Resources.BusyCorePercent", func(c *Config) *float64 { return &c.Resources.BusyCorePercent }, DefaultBusyCorePercent, 100, "percent"),
 	// 0 keeps everything (the default); anything else is at least
 	// queue.MinRetention and at most a century.
 	retentionSetting(queue.RetainSucceeded),
@@ -260,77 +262,62 @@ var settings = []Setting{
 	retentionSetting(queue.RetainOrphaned),
 }
 
-func durationSetting(key, field string, def, min, max time.Duration) Setting {
-	return Setting{Key: key, Field: field, Kind: KindDuration, Default: float64(def), Min: float64(min), Max: float64(max)}
+func durationSetting(key, field string, at func(*Config) *time.Duration, def, min, max time.Duration) Setting {
+	return Setting{Key: key, Field: field, Kind: KindDuration, Default: float64(def), Min: float64(min), Max: float64(max),
+		get: func(c *Config) float64 { return float64(*at(c)) },
+		set: func(c *Config, x float64) { *at(c) = time.Duration(x) }}
 }
 
-func countSetting(key, field string, def, min, max int64, unit string) Setting {
-	return Setting{Key: key, Field: field, Kind: KindCount, Default: float64(def), Min: float64(min), Max: float64(max), Unit: unit}
+func countSetting[T int | int64](key, field string, at func(*Config) *T, def, min, max int64, unit string) Setting {
+	return Setting{Key: key, Field: field, Kind: KindCount, Default: float64(def), Min: float64(min), Max: float64(max), Unit: unit,
+		get: func(c *Config) float64 { return float64(*at(c)) },
+		set: func(c *Config, x float64) { *at(c) = T(x) }}
 }
 
 // numberSetting is a number whose range starts at 0.
-func numberSetting(key, field string, def, max float64, unit string) Setting {
-	return Setting{Key: key, Field: field, Kind: KindNumber, Default: def, Max: max, Unit: unit}
+func numberSetting(key, field string, at func(*Config) *float64, def, max float64, unit string) Setting {
+	return Setting{Key: key, Field: field, Kind: KindNumber, Default: def, Max: max, Unit: unit,
+		get: func(c *Config) float64 { return *at(c) },
+		set: func(c *Config, x float64) { *at(c) = x }}
 }
 
 // retentionSetting is retention.CLASS: Retention.Keep[CLASS].
 func retentionSetting(class string) Setting {
 	return Setting{Key: "retention." + class, Field: "Retention.Keep[" + strconv.Quote(class) + "]", Kind: KindDuration,
-		Max: float64(queue.MaxRetention), Least: float64(queue.MinRetention)}
+		Max: float64(queue.MaxRetention), Least: float64(queue.MinRetention),
+		get: func(c *Config) float64 { return float64(c.Retention.Keep[class]) },
+		set: func(c *Config, x float64) {
+			if c.Retention.Keep == nil {
+				c.Retention.Keep = map[string]time.Duration{}
+			}
+			c.Retention.Keep[class] = time.Duration(x)
+		}}
 }
 
 // Get is the setting's value in c (durations in nanoseconds).
-func (s Setting) Get(c *Config) float64 {
-	v, key := s.field(c)
-	if key.IsValid() {
-		if v = v.MapIndex(key); !v.IsValid() {
-			return 0
-		}
-	}
-	if v.CanInt() {
-		return float64(v.Int())
-	}
-	return v.Float()
-}
+func (s Setting) Get(c *Config) float64 { return s.get(c) }
 
 // Set writes x to the setting's field of c (durations in nanoseconds).
-func (s Setting) Set(c *Config, x float64) {
-	v, key := s.field(c)
-	if key.IsValid() {
-		if v.IsNil() {
-			v.Set(reflect.MakeMap(v.Type()))
-		}
-		e := reflect.New(v.Type().Elem()).Elem()
-		e.SetInt(int64(x))
-		v.SetMapIndex(key, e)
-		return
-	}
-	if v.CanInt() {
-		v.SetInt(int64(x))
-		return
-	}
-	v.SetFloat(x)
+func (s Setting) Set(c *Config, x float64) { s.set(c, x) }
+
+// A timer is one of the node's own periods: the pass's interval and the
+// ...Every fields, each with its default. WithDefaults fills them and
+// validate holds them at MinInterval or more, from this one table.
+type timer struct {
+	name string
+	at   func(*Config) *time.Duration
+	def  time.Duration
 }
 
-// field finds the setting's Field in c: the field, or a map and the key
-// of the setting's entry in it.
-func (s Setting) field(c *Config) (v, key reflect.Value) {
-	v = reflect.ValueOf(c).Elem()
-	for _, name := range strings.Split(s.Field, ".") {
-		name, index, isMap := strings.Cut(strings.TrimSuffix(name, "]"), "[")
-		v = v.FieldByName(name)
-		if !v.IsValid() {
-			panic("den: Config has no field " + s.Field) // TestWithDefaults reads every one
-		}
-		if isMap {
-			k, err := strconv.Unquote(index)
-			if err != nil {
-				panic("den: bad map key in " + s.Field)
-			}
-			key = reflect.ValueOf(k)
-		}
-	}
-	return v, key
+var timers = []timer{
+	{"Interval", func(c *Config) *time.Duration { return &c.Interval }, DefaultInterval},
+	{"SweepEvery", func(c *Config) *time.Duration { return &c.SweepEvery }, DefaultSweepEvery},
+	{"RefreshEvery", func(c *Config) *time.Duration { return &c.RefreshEvery }, DefaultRefreshEvery},
+	{"ClockEvery", func(c *Config) *time.Duration { return &c.ClockEvery }, DefaultClockEvery},
+	{"ProbeEvery", func(c *Config) *time.Duration { return &c.ProbeEvery }, DefaultProbeEvery},
+	{"RescueEvery", func(c *Config) *time.Duration { return &c.RescueEvery }, DefaultRescueEvery},
+	{"RetentionEvery", func(c *Config) *time.Duration { return &c.RetentionEvery }, DefaultRetentionEvery},
+	{"ResourcesEvery", func(c *Config) *time.Duration { return &c.ResourcesEvery }, resources.DefaultEvery},
 }
 
 // WithDefaults returns c with every zero field that has a default set to
@@ -345,16 +332,9 @@ func (c Config) WithDefaults() Config {
 			s.Set(&c, s.Default)
 		}
 	}
-	for _, t := range []struct {
-		d   *time.Duration
-		def time.Duration
-	}{
-		{&c.SweepEvery, DefaultSweepEvery}, {&c.RefreshEvery, DefaultRefreshEvery}, {&c.ClockEvery, DefaultClockEvery},
-		{&c.ProbeEvery, DefaultProbeEvery}, {&c.RescueEvery, DefaultRescueEvery}, {&c.RetentionEvery, DefaultRetentionEvery},
-		{&c.ResourcesEvery, resources.DefaultEvery},
-	} {
-		if *t.d == 0 {
-			*t.d = t.def
+	for _, t := range timers {
+		if d := t.at(&c); *d == 0 {
+			*d = t.def
 		}
 	}
 	if c.Metrics == nil {
@@ -380,15 +360,9 @@ func (c *Config) validate() error {
 				s.Field, s.Key, s.format(x), s.format(s.Default))
 		}
 	}
-	for _, t := range []struct {
-		name string
-		d    time.Duration
-	}{
-		{"Interval", c.Interval}, {"SweepEvery", c.SweepEvery}, {"RefreshEvery", c.RefreshEvery}, {"ClockEvery", c.ClockEvery},
-		{"ProbeEvery", c.ProbeEvery}, {"RescueEvery", c.RescueEvery}, {"RetentionEvery", c.RetentionEvery}, {"ResourcesEvery", c.ResourcesEvery},
-	} {
-		if t.d < MinInterval {
-			return fmt.Errorf("node configuration: %s is %s; it must be at least %s (0 means the default)", t.name, t.d, MinInterval)
+	for _, t := range timers {
+		if d := *t.at(c); d < MinInterval {
+			return fmt.Errorf("node configuration: %s is %s; it must be at least %s (0 means the default)", t.name, d, MinInterval)
 		}
 	}
 	if c.GFS != "" {

@@ -2,6 +2,7 @@ package den
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +136,57 @@ func TestDefaultsInsideBounds(t *testing.T) {
 		s.Set(&other, s.Max)
 		if got := s.Get(&other); got != s.Max || reflect.DeepEqual(other, Config{}) {
 			t.Errorf("%s: set %s to %s, read back %s", s.Key, s.Field, s.format(s.Max), s.format(got))
+		}
+	}
+}
+
+// Each Setting's Field, what messages and docs name it by, is the field
+// its typed accessor reaches, and each timer's name is its field: set
+// through the accessor, the value shows at that path of Config and
+// nowhere else. Reflection is the test's, never the node's.
+func TestSettingsNameTheirFields(t *testing.T) {
+	t.Parallel()
+	fieldAt := func(c *Config, path string) reflect.Value {
+		v := reflect.ValueOf(c).Elem()
+		for _, name := range strings.Split(path, ".") {
+			name, index, isMap := strings.Cut(strings.TrimSuffix(name, "]"), "[")
+			if v = v.FieldByName(name); !v.IsValid() {
+				t.Fatalf("Config has no field %s", path)
+			}
+			if isMap {
+				k, _ := strconv.Unquote(index)
+				if v = v.MapIndex(reflect.ValueOf(k)); !v.IsValid() {
+					return reflect.Value{}
+				}
+			}
+		}
+		return v
+	}
+	number := func(v reflect.Value) float64 {
+		if !v.IsValid() {
+			return 0
+		}
+		if v.CanInt() {
+			return float64(v.Int())
+		}
+		return v.Float()
+	}
+	for _, s := range Settings() {
+		var c Config
+		s.Set(&c, 7)
+		if got := number(fieldAt(&c, s.Field)); got != 7 {
+			t.Errorf("%s: set to 7 through its accessor, its field %s holds %v", s.Key, s.Field, got)
+		}
+		s.Set(&c, 0)
+		if !reflect.DeepEqual(c, Config{}) && !(c.Retention.Keep != nil && number(fieldAt(&c, s.Field)) == 0) {
+			t.Errorf("%s: set to 7 and back to 0, Config is %+v: the accessor wrote another field too", s.Key, c)
+		}
+	}
+	for _, tm := range timers {
+		var c Config
+		*tm.at(&c) = 7
+		if got := number(fieldAt(&c, tm.name)); got != 7 {
+			t.Errorf("timer %s: set to 7 through its accessor, the field holds %v", tm.name, got)
 		}
 	}
 }
