@@ -24,7 +24,7 @@ func TestFreedSlotClaimsAtOnce(t *testing.T) {
 	ids := dentest.Tasks(t, db, qid, sleepTasks(4, 10)...)
 	startNode(t, db, "n", func(c *den.Config) { c.Interval = time.Hour })
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 	if p := peak(t, db, "queue:"+qid.Hex()+":n"); p != 1 {
 		t.Fatalf("peak %d tasks at once in a queue of maxthreads 1", p)
@@ -65,7 +65,7 @@ func TestProbeFindsTasksInsertedWithoutCounts(t *testing.T) {
 		ids = append(ids, insertBare(t, db, q), insertBare(t, db, q))
 	}
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 }
 
@@ -100,7 +100,7 @@ func TestArrivalClaimsAtOnce(t *testing.T) {
 	})
 	id := insertBare(t, db, qid)
 	arrivals <- qid
-	waitFor(t, db, id, 1)
+	dentest.WaitStatus(t, db, id, 1)
 }
 
 // Without change streams (the development server), the node says so once
@@ -115,7 +115,7 @@ func TestNoChangeStreamsMeansPolling(t *testing.T) {
 	})
 	ids := dentest.Tasks(t, db, qid, sleepTasks(3, 1)...)
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 }
 
@@ -132,7 +132,7 @@ func TestBatchedClaimsKeepEachQueuesLimit(t *testing.T) {
 	}
 	startNode(t, db, "n")
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 	for i, q := range qids {
 		if p, limit := peak(t, db, "queue:"+q.Hex()+":n"), int64(1+i%2); p > limit || p < 1 {

@@ -233,7 +233,7 @@ func TestContainmentStopsEveryProcessWhenTaskEnds(t *testing.T) {
 				if e.cancel {
 					cancel(t, db, id)
 				}
-				raw := waitFor(t, db, id, e.want)
+				raw := dentest.WaitStatus(t, db, id, e.want)
 				// Checked at once: they were stopped before the result was
 				// recorded, not some time after.
 				for _, p := range pids {
@@ -354,7 +354,7 @@ sleep 1000
 				if err := syscall.Kill(target, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
-				raw := waitFor(t, db, id, 1)
+				raw := dentest.WaitStatus(t, db, id, 1)
 				for _, p := range pids {
 					if p.alive() {
 						t.Errorf("process %d of the killed run survived", p.pid)
@@ -409,7 +409,7 @@ sleep 1000
 	if err := syscall.Kill(runnerPID(t, db, id), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	raw := waitFor(t, db, id, -6)
+	raw := dentest.WaitStatus(t, db, id, -6)
 	for _, p := range pids {
 		if p.alive() {
 			t.Errorf("process %d without the run marker survived its killed runner", p.pid)

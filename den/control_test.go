@@ -24,22 +24,6 @@ func status(t *testing.T, db *mongo.Database, id bson.ObjectID) int64 {
 	return st
 }
 
-// waitFor waits for a task's status to be want, and returns the task. It
-// fails the test, showing the task as it last was, after two minutes.
-func waitFor(t *testing.T, db *mongo.Database, id bson.ObjectID, want int64) bson.Raw {
-	t.Helper()
-	var last bson.Raw
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		last = dentest.Task(t, db, id)
-		if st, _ := last.Lookup("status").AsInt64OK(); st == want {
-			return last
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 2m0s waiting for task %s to have status %d; it is %s", id.Hex(), want, last)
-		}
-	}
-}
-
 func cancel(t *testing.T, db *mongo.Database, id bson.ObjectID) {
 	t.Helper()
 	// Exactly what the README tells users to type.
@@ -75,8 +59,8 @@ func TestCancelQueuedTask(t *testing.T) {
 	ids := dentest.Tasks(t, db, qid, sleepTasks(2, 0)...)
 	cancel(t, db, ids[0])
 	startNode(t, db, "n")
-	waitFor(t, db, ids[1], 1)
-	raw := waitFor(t, db, ids[0], -5)
+	dentest.WaitStatus(t, db, ids[1], 1)
+	raw := dentest.WaitStatus(t, db, ids[0], -5)
 	if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: ids[0]}}); n != 0 {
 		t.Fatal("a cancelled queued task ran")
 	}
@@ -94,7 +78,7 @@ func TestCancelRunningStubbornProgram(t *testing.T) {
 	ready := filepath.Join(t.TempDir(), "ready")
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: `trap "" TERM; echo started; touch ` + ready + `; while true; do sleep 1; done`}})[0]
 	startNode(t, db, "n")
-	waitFor(t, db, id, 0)
+	dentest.WaitStatus(t, db, id, 0)
 	dentest.Eventually(t, time.Minute, "the program printed", func() bool {
 		_, err := os.Stat(ready)
 		return err == nil
@@ -102,7 +86,7 @@ func TestCancelRunningStubbornProgram(t *testing.T) {
 	pid := runnerPID(t, db, id)
 	sent := time.Now()
 	cancel(t, db, id)
-	raw := waitFor(t, db, id, -5)
+	raw := dentest.WaitStatus(t, db, id, -5)
 	t.Logf("cancelled %s after the request", time.Since(sent).Round(time.Millisecond))
 	if raw.Lookup("stdout").StringValue() != "started\n" {
 		t.Errorf("partial output not kept: stdout %s", raw.Lookup("stdout"))
@@ -124,10 +108,10 @@ func TestKilledRunnerIsRescued(t *testing.T) {
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[1]}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "max_retries", Value: 1}, {Key: "retry_delay", Value: 1}}}})
 	startNode(t, db, "n")
-	waitFor(t, db, ids[0], 0)
-	waitFor(t, db, ids[1], 0)
+	dentest.WaitStatus(t, db, ids[0], 0)
+	dentest.WaitStatus(t, db, ids[1], 0)
 	kill(t, runnerPID(t, db, ids[0]), syscall.SIGKILL)
-	raw := waitFor(t, db, ids[0], -6)
+	raw := dentest.WaitStatus(t, db, ids[0], -6)
 	// The node's watch of its child ("died") or its periodic check ("is
 	// gone"), whichever sees it first.
 	if reason := raw.Lookup("orphan_reason").StringValue(); !strings.Contains(reason, "died") && !strings.Contains(reason, "is gone") {
@@ -139,7 +123,7 @@ func TestKilledRunnerIsRescued(t *testing.T) {
 	// The second one had a retry left: it is run again and succeeds.
 	kill(t, runnerPID(t, db, ids[1]), syscall.SIGKILL)
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "parameters.ms", Value: 0}}}})
-	raw = waitFor(t, db, ids[1], 1)
+	raw = dentest.WaitStatus(t, db, ids[1], 1)
 	if a, _ := raw.Lookup("attempts").AsInt64OK(); a != 1 {
 		t.Errorf("attempts %d, want 1", a)
 	}
@@ -164,8 +148,8 @@ func TestRestartedNodeRescuesOnlyDeadRunners(t *testing.T) {
 	}
 	ids := dentest.Tasks(t, db, qid, params...)
 	node, _ := nodeProcess(t, db, "phoenix")
-	waitFor(t, db, ids[0], 0)
-	waitFor(t, db, ids[1], 0)
+	dentest.WaitStatus(t, db, ids[0], 0)
+	dentest.WaitStatus(t, db, ids[1], 0)
 	dentest.Eventually(t, 2*time.Minute, "both runs sleeping", func() bool {
 		entries, _ := os.ReadDir(ready)
 		return len(entries) == 2
@@ -176,8 +160,8 @@ func TestRestartedNodeRescuesOnlyDeadRunners(t *testing.T) {
 	node.Wait()
 	kill(t, runnerPID(t, db, ids[0]), syscall.SIGKILL)
 	nodeProcess(t, db, "phoenix")
-	waitFor(t, db, ids[0], -6)
-	waitFor(t, db, ids[1], 1)
+	dentest.WaitStatus(t, db, ids[0], -6)
+	dentest.WaitStatus(t, db, ids[1], 1)
 	if n := dentest.Count(t, db.Collection("runs"), bson.D{{Key: "task_id", Value: ids[1]}}); n != 1 {
 		t.Fatalf("live task ran %d times", n)
 	}
@@ -252,7 +236,7 @@ func TestRetriesWithHistoryAndBackoff(t *testing.T) {
 	qid := dentest.Queue(t, db, "q", flakyPlugin, 1, "fifo", bson.E{Key: "max_retries", Value: 3}, bson.E{Key: "retry_delay", Value: 1})
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "succeed_on", Value: 3}})[0]
 	startNode(t, db, "n")
-	raw := waitFor(t, db, id, 1)
+	raw := dentest.WaitStatus(t, db, id, 1)
 	if a, _ := raw.Lookup("attempts").AsInt64OK(); a != 2 {
 		t.Errorf("attempts %d, want 2", a)
 	}
@@ -301,11 +285,11 @@ func TestStartAfter(t *testing.T) {
 	due := time.Now().Add(2 * time.Second)
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "start_after", Value: due}}}})
 	startNode(t, db, "n")
-	waitFor(t, db, ids[1], 1)
+	dentest.WaitStatus(t, db, ids[1], 1)
 	if time.Now().Before(due) && status(t, db, ids[0]) != -2 {
 		t.Fatal("claimed before start_after")
 	}
-	waitFor(t, db, ids[0], 1)
+	dentest.WaitStatus(t, db, ids[0], 1)
 	started, err := db.Collection("runs").FindOne(dentest.Context(t), bson.D{{Key: "task_id", Value: ids[0]}}).Raw()
 	if err != nil {
 		t.Fatal(err)
@@ -368,7 +352,7 @@ func TestStoppedNodesBeatingRunnerIsLeftAlone(t *testing.T) {
 		{Key: "parameters", Value: bson.D{}}, {Key: "runner", Value: bson.D{{Key: "token", Value: bson.NewObjectID()}, {Key: "pid", Value: 4243}, {Key: "started", Value: long.UnixMilli()}, {Key: "host", Value: "elsewhere"}, {Key: "at", Value: time.Now()}}}})
 	var rescueEvery time.Duration
 	n := startNode(t, db, "live", func(c *den.Config) { c.DeadNodeAfter = time.Minute; rescueEvery = c.RescueEvery })
-	waitFor(t, db, silent, -6)
+	dentest.WaitStatus(t, db, silent, -6)
 	waitPasses(t, db, []string{"live"}, 2, rescueEvery)
 	if st := status(t, db, beating); st != 0 {
 		t.Fatalf("a task whose runner beats was rescued: status %d", st)
@@ -393,9 +377,9 @@ func TestDrainOnStopWaitsForRunners(t *testing.T) {
 	// A runner of another queue that is idle when the node stops.
 	quick := dentest.Tasks(t, db, dentest.Queue(t, db, "quick", sleepPlugin, 1, "fifo"), sleepTasks(1, 1)[0])[0]
 	node := startNode(t, db, "n", func(c *den.Config) { c.DrainOnStop = 3 * time.Second })
-	waitFor(t, db, ids[0], 0)
-	waitFor(t, db, ids[1], 0)
-	idle, _ := runOf(t, "quick task", waitFor(t, db, quick, 1))
+	dentest.WaitStatus(t, db, ids[0], 0)
+	dentest.WaitStatus(t, db, ids[1], 0)
+	idle, _ := runOf(t, "quick task", dentest.WaitStatus(t, db, quick, 1))
 	node.Stop()
 	// Every runner of the node is gone once it has stopped: the busy ones
 	// drained, the idle one retired.
@@ -427,7 +411,7 @@ func TestOwnRunnerIsNotJudgedByItsStartTime(t *testing.T) {
 	id := dentest.Tasks(t, db, qid, sleepTasks(1, 600000)...)[0]
 	var rescueEvery time.Duration
 	startNode(t, db, "n", func(c *den.Config) { rescueEvery = c.RescueEvery })
-	waitFor(t, db, id, 0)
+	dentest.WaitStatus(t, db, id, 0)
 	r := runnerInfo(t, dentest.Task(t, db, id))
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$inc", Value: bson.D{{Key: "runner.started", Value: 1500}}}})
 	waitPasses(t, db, []string{"n"}, 3, rescueEvery)
@@ -438,5 +422,5 @@ func TestOwnRunnerIsNotJudgedByItsStartTime(t *testing.T) {
 		t.Fatalf("the healthy runner %d was killed", r.PID)
 	}
 	cancel(t, db, id)
-	waitFor(t, db, id, -5)
+	dentest.WaitStatus(t, db, id, -5)
 }

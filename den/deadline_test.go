@@ -37,7 +37,7 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 		bson.D{{Key: "timeout", Value: 2}, {Key: "max_timeouts", Value: 1}, {Key: "max_retries", Value: 1}})
 	startNode(t, db, "n")
 
-	raw := waitFor(t, db, late, 2)
+	raw := dentest.WaitStatus(t, db, late, 2)
 	if exp, _ := raw.Lookup("expired").BooleanOK(); !exp || str(raw, "outcome") != queue.OutcomeExpired ||
 		strings.Contains(str(raw, "stdout"), "ran") || !strings.Contains(str(raw, "stderr"), "not started before its end_before") {
 		t.Errorf("late task: %s", raw)
@@ -51,7 +51,7 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 	stopped := dentest.TaskWith(t, db, qid, bson.D{{Key: "shell", Value: "echo started; sleep 60"}},
 		bson.E{Key: "end_before", Value: time.Now().Add(20 * time.Second)}, bson.E{Key: "timeout", Value: 600}, bson.E{Key: "max_retries", Value: 3})
 	dentest.Eventually(t, 20*time.Second, "the task with an end_before running", func() bool { return status(t, db, stopped) == 0 })
-	raw = waitFor(t, db, stopped, 2)
+	raw = dentest.WaitStatus(t, db, stopped, 2)
 	if exp, _ := raw.Lookup("expired").BooleanOK(); !exp || str(raw, "outcome") != queue.OutcomeExpired ||
 		!strings.Contains(str(raw, "stderr"), "still running at its end_before") {
 		t.Errorf("stopped task: %s", raw)
@@ -61,7 +61,7 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 			t.Errorf("expired task %s was retried (%d attempts)", id.Hex(), a)
 		}
 	}
-	raw = waitFor(t, db, timeouts, 2)
+	raw = dentest.WaitStatus(t, db, timeouts, 2)
 	a, _ := raw.Lookup("attempts").AsInt64OK()
 	n, _ := raw.Lookup("timeouts").AsInt64OK()
 	hist, _ := raw.Lookup("history").ArrayOK()
@@ -69,7 +69,7 @@ func TestDeadlinesAndTimeouts(t *testing.T) {
 	if a != 2 || n != 2 || len(h) != 2 || str(raw, "outcome") != queue.OutcomeTimeout {
 		t.Errorf("max_timeouts 2: attempts %d, timeouts %d, %d history entries, outcome %q; want 2, 2, 2, timeout", a, n, len(h), str(raw, "outcome"))
 	}
-	raw = waitFor(t, db, mixed, 1)
+	raw = dentest.WaitStatus(t, db, mixed, 1)
 	a, _ = raw.Lookup("attempts").AsInt64OK()
 	n, _ = raw.Lookup("timeouts").AsInt64OK()
 	hist, _ = raw.Lookup("history").ArrayOK()

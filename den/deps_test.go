@@ -80,13 +80,13 @@ func TestDependencies(t *testing.T) {
 		{Key: "status", Value: -4}, {Key: "after", Value: bson.A{held, a}}, {Key: "after_was", Value: bson.A{held}}, {Key: "waiting", Value: bson.A{held}}}}})
 
 	startNode(t, db, "n")
-	rawA, rawB, rawC := waitFor(t, db, a, 1), waitFor(t, db, b[0], 1), waitFor(t, db, c[0], 1)
+	rawA, rawB, rawC := dentest.WaitStatus(t, db, a, 1), dentest.WaitStatus(t, db, b[0], 1), dentest.WaitStatus(t, db, c[0], 1)
 	startOf := func(r bson.Raw) time.Time { return r.Lookup("runner", "at").Time() }
 	endOf := func(r bson.Raw) time.Time { return r.Lookup("mtime").Time() }
 	if !startOf(rawB).After(endOf(rawA).Add(-time.Millisecond)) || !startOf(rawC).After(endOf(rawB).Add(-time.Millisecond)) {
 		t.Errorf("chain out of order: a ended %v, b started %v, ended %v, c started %v", endOf(rawA), startOf(rawB), endOf(rawB), startOf(rawC))
 	}
-	waitFor(t, db, x, 2)
+	dentest.WaitStatus(t, db, x, 2)
 	for _, tc := range []struct {
 		id      bson.ObjectID
 		status  int64
@@ -102,7 +102,7 @@ func TestDependencies(t *testing.T) {
 		{h, 2, queue.OutcomeMalformed, "cycle"},
 		{i, 2, queue.OutcomeMalformed, "dependencies can only be given when a task is created"},
 	} {
-		r := waitFor(t, db, tc.id, tc.status)
+		r := dentest.WaitStatus(t, db, tc.id, tc.status)
 		says := func(field string) bool {
 			for _, want := range strings.Split(tc.reason, "|") {
 				if strings.Contains(str(r, field), want) {
@@ -151,6 +151,6 @@ func TestDependentsOfACrashedReleaseRun(t *testing.T) {
 	registered(notPulled, bson.A{done})
 	registered(pulled, bson.A{})
 	startNode(t, db, "n")
-	waitFor(t, db, notPulled, 1)
-	waitFor(t, db, pulled, 1)
+	dentest.WaitStatus(t, db, notPulled, 1)
+	dentest.WaitStatus(t, db, pulled, 1)
 }

@@ -317,5 +317,5 @@ func TestMalformedDocumentsDoNotHoldUpOtherQueues(t *testing.T) {
 	dentest.Eventually(t, 3*time.Minute, "every document that cannot be run failed", func() bool {
 		return dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: badQ}, {Key: "status", Value: 2}}) == bad
 	})
-	waitFor(t, db, good, 1)
+	dentest.WaitStatus(t, db, good, 1)
 }

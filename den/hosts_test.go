@@ -221,7 +221,7 @@ func rescuedByOtherHost(t *testing.T, bSkew, grace time.Duration) {
 	hostProcess(t, d, "b", "den-test-b", lease, envNodeClock+"="+bSkew.String())
 	thaw := freeze(t, a)
 	frozen := uptime(t)
-	raw := waitFor(t, d, id, 1)
+	raw := dentest.WaitStatus(t, d, id, 1)
 	took := uptime(t) - frozen
 	at := attempts(t, stamps)
 	if len(at) != 2 {
@@ -358,7 +358,7 @@ func TestFrozenNodeTaskRunsAgainSoon(t *testing.T) {
 	}
 	t.Logf("node a frozen; attempt 1 got SIGTERM after %.2f s, attempt 2 started on node b after %.2f s (dead_node_after %s)",
 		first.stopAt-frozen, second.start-frozen, lease)
-	raw := waitFor(t, d, id, 1)
+	raw := dentest.WaitStatus(t, d, id, 1)
 	if raw.Lookup("node").StringValue() != "b" {
 		t.Errorf("the task ended on node %s, want b", raw.Lookup("node"))
 	}
@@ -400,7 +400,7 @@ func TestTwoHostsCancelWhileCutOff(t *testing.T) {
 			cut := uptime(t)
 			back := cut + secs(c.outage)
 			cancel(t, d, id)
-			raw := waitFor(t, d, id, -5)
+			raw := dentest.WaitStatus(t, d, id, -5)
 			at := attempts(t, stamps)
 			if len(at) != 1 || !at[0].stop || at[0].end {
 				t.Fatalf("want one attempt, stopped with SIGTERM part way: %+v", at)
@@ -466,7 +466,7 @@ func TestTwoHostsFrozenNodesRunnerKeepsItsTask(t *testing.T) {
 	hostProcess(t, d, "b", "den-test-b", leaseEnv)
 	freeze(t, a)
 	frozen := uptime(t)
-	raw := waitFor(t, d, id, 1)
+	raw := dentest.WaitStatus(t, d, id, 1)
 	at := attempts(t, stamps)
 	if len(at) != 1 || !at[0].end || at[0].stop || at[0].stampLines != ticks+2 {
 		t.Fatalf("want one attempt that ran to its end (%d stamps): %+v", ticks+2, at)

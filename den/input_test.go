@@ -54,7 +54,7 @@ func TestTaskFieldsAsWritersWriteThem(t *testing.T) {
 		if c.want == -2 {
 			continue
 		}
-		raw := waitFor(t, db, ids[i], c.want)
+		raw := dentest.WaitStatus(t, db, ids[i], c.want)
 		if got := raw.Lookup("stderr").StringValue(); !strings.Contains(got, c.stderr) {
 			t.Errorf("%s: stderr %q lacks %q", c.name, got, c.stderr)
 		}
@@ -120,7 +120,7 @@ func TestQueueFieldsAsWritersWriteThem(t *testing.T) {
 	}
 	n := startNode(t, db, "n")
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 	waitPasses(t, db, []string{"n"}, 2, 200*time.Millisecond)
 	for i, id := range held {
@@ -145,7 +145,7 @@ func TestQueueFieldsAsWritersWriteThem(t *testing.T) {
 	if _, err := db.Collection("queues").UpdateOne(ctx, bson.D{{Key: "_id", Value: qids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "gfs", Value: "auto"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, db, held[0], 1)
+	dentest.WaitStatus(t, db, held[0], 1)
 }
 
 // Every document of the fuzz seed corpus (testdata/odd-tasks.jsonl, the

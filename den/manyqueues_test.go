@@ -48,7 +48,7 @@ func TestClaimsFollowTheQueuesWithWork(t *testing.T) {
 	target := dentest.Queue(t, db, "target", sleepPlugin, 1, "fifo")
 	task := dentest.Tasks(t, db, target, sleepTasks(1, 1)...)[0]
 	startNode(t, db, "n", func(c *den.Config) { c.URI = p.URI() })
-	waitFor(t, db, task, 1)
+	dentest.WaitStatus(t, db, task, 1)
 	// Passes enough for the counts of the queues without them to be
 	// filled in and probed: none of that is a reason to claim.
 	waitPasses(t, db, []string{"n"}, 10, 200*time.Millisecond)
@@ -86,20 +86,20 @@ func TestPassesReadTheQueuesWithWork(t *testing.T) {
 	busy := dentest.Queue(t, direct, "busy", sleepPlugin, 1, "fifo")
 	long := dentest.Tasks(t, direct, busy, sleepTasks(2, 600000)...)
 	startNode(t, db, "n", func(c *den.Config) { c.URI = p.URI(); c.RefreshEvery = time.Hour })
-	waitFor(t, direct, long[0], 0)
+	dentest.WaitStatus(t, direct, long[0], 0)
 	t.Cleanup(func() {
 		for _, id := range long {
 			cancel(t, direct, id)
 		}
 		for _, id := range long {
-			waitFor(t, direct, id, -5)
+			dentest.WaitStatus(t, direct, id, -5)
 		}
 	})
 	waitPasses(t, direct, []string{"n"}, 3, 0)
 	fullBefore, partialBefore := full.Load(), partial.Load()
 
 	dentest.Update(t, direct.Collection("queues"), bson.D{{Key: "_id", Value: busy}}, bson.D{{Key: "$set", Value: bson.D{{Key: "maxthreads", Value: 2}}}})
-	waitFor(t, direct, long[1], 0)
+	dentest.WaitStatus(t, direct, long[1], 0)
 	waitPasses(t, direct, []string{"n"}, 5, 0)
 	if n := full.Load() - fullBefore; n != 0 {
 		t.Errorf("%d reads of every queue in passes that had only the busy queue's change to see; want none", n)
@@ -110,6 +110,6 @@ func TestPassesReadTheQueuesWithWork(t *testing.T) {
 
 	fresh := dentest.Queue(t, direct, "fresh", sleepPlugin, 1, "fifo")
 	task := dentest.Tasks(t, direct, fresh, sleepTasks(1, 1)...)[0]
-	waitFor(t, direct, task, 1)
+	dentest.WaitStatus(t, direct, task, 1)
 	t.Logf("%d reads of every queue, %d of the queues with work", full.Load(), partial.Load())
 }

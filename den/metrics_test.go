@@ -143,9 +143,9 @@ func TestMetricsCountWhatTheNodeDid(t *testing.T) {
 	dentest.Eventually(t, 2*time.Minute, "den_tasks_running{queue=longq} 1", func() bool {
 		return value(ep.scrape(t), "den_tasks_running", "queue", "longq") == 1
 	})
-	waitFor(t, db, long, 0)
+	dentest.WaitStatus(t, db, long, 0)
 	cancel(t, db, long)
-	waitFor(t, db, long, -5)
+	dentest.WaitStatus(t, db, long, -5)
 	var fams map[string]*dto.MetricFamily
 	dentest.Eventually(t, 2*time.Minute, "completions of every task counted", func() bool {
 		fams = ep.scrape(t)
@@ -438,13 +438,13 @@ func TestMetricsFollowARenamedQueueInAReusedRunner(t *testing.T) {
 	qid := dentest.Queue(t, db, "before", sleepPlugin, 1, "fifo")
 	first := dentest.Tasks(t, db, qid, sleepTasks(1, 10)...)[0]
 	startNode(t, db, "n", tweak, func(c *den.Config) { c.Runner.Idle = 5 * time.Minute })
-	rawA := waitEnded(t, db, first)
+	rawA := dentest.WaitEnded(t, db, first)
 	dentest.Update(t, db.Collection("queues"), bson.D{{Key: "_id", Value: qid}}, bson.D{{Key: "$set", Value: bson.D{{Key: "name", Value: "after"}}}})
 	dentest.Eventually(t, time.Minute, "a pass has read the new name", func() bool {
 		return value(ep.scrape(t), "den_tasks_running", "queue", "after") >= 0
 	})
 	second := dentest.Tasks(t, db, qid, sleepTasks(1, 10)...)[0]
-	rawB := waitEnded(t, db, second)
+	rawB := dentest.WaitEnded(t, db, second)
 	assertReused(t, runnerInfo(t, rawA), runnerInfo(t, rawB))
 	dentest.Eventually(t, time.Minute, "the second completion counted under the new name", func() bool {
 		fams := ep.scrape(t)

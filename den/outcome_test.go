@@ -52,7 +52,7 @@ func TestEveryEndedRunHasAnOutcome(t *testing.T) {
 	}
 	startNode(t, db, "n")
 	for i, c := range cases {
-		raw := waitFor(t, db, ids[i], c.status)
+		raw := dentest.WaitStatus(t, db, ids[i], c.status)
 		outcome, _ := raw.Lookup("outcome").StringValueOK()
 		reason, _ := raw.Lookup("outcome_reason").StringValueOK()
 		if outcome != c.outcome || !strings.Contains(reason, c.reason) {

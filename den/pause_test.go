@@ -30,14 +30,14 @@ func TestPausedQueueIsNotClaimed(t *testing.T) {
 	// A task of another queue, inserted after the held one, runs: the node
 	// has claimed past the paused queue's task in passes that saw it.
 	first := dentest.Tasks(t, db, other, bson.D{{Key: "commands", Value: "a"}})[0]
-	waitFor(t, db, first, 1)
+	dentest.WaitStatus(t, db, first, 1)
 	later := dentest.Tasks(t, db, other, bson.D{{Key: "commands", Value: "a"}})[0]
-	waitFor(t, db, later, 1)
+	dentest.WaitStatus(t, db, later, 1)
 	if st, _ := dentest.Task(t, db, held).Lookup("status").AsInt64OK(); st != -2 {
 		t.Fatalf("the paused queue's task has status %d, want -2 (queued)", st)
 	}
 	if o, err := store.ResumeQueue(dentest.Context(t), paused); err != nil || o != queue.PauseDone {
 		t.Fatalf("resume: %v, %v", o, err)
 	}
-	waitFor(t, db, held, 1)
+	dentest.WaitStatus(t, db, held, 1)
 }

@@ -251,7 +251,7 @@ func TestNodeResolvesStuckTasks(t *testing.T) {
 		}
 		dentest.Eventually(t, time.Minute, name+" resolved", func() bool { return status(t, db, ids[name]) == c.want })
 	}
-	waitFor(t, db, behind, 1)
+	dentest.WaitStatus(t, db, behind, 1)
 	if st := status(t, db, held); st != -6 {
 		t.Errorf("task held at 0 without a runner has status %d, want -6", st)
 	}
@@ -284,7 +284,7 @@ func TestRestartedNodeReleasesItsClaims(t *testing.T) {
 	}
 	n := startNode(t, db, "n")
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 	if c := n.Logs.FilterMessageSnippet("put back tasks this node had claimed before it restarted").Len(); c != 1 {
 		t.Errorf("release logged %d times, want once", c)

@@ -32,7 +32,7 @@ func TestClaimsGoOnWhileHousekeepingHangs(t *testing.T) {
 	// until the pass's one-minute limit, then started over, and never
 	// claimed.
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 	code, body := ep.get(t, "/readyz")
 	if code != http.StatusOK || !strings.HasPrefix(body, "ready") {
@@ -73,7 +73,7 @@ func TestReadyzTellsWorkingFromStuck(t *testing.T) {
 	})
 	t.Logf("/readyz with slow passes: %d %s", code, body)
 	for _, id := range ids {
-		waitFor(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 	}
 	if code, body := ready(); code != http.StatusOK {
 		t.Errorf("/readyz %d %s while passes are slow and tasks run; want 200", code, body)
@@ -92,5 +92,5 @@ func TestReadyzTellsWorkingFromStuck(t *testing.T) {
 	p.Set()
 	dentest.Eventually(t, 3*time.Minute, "/readyz 200 once the database answers", func() bool { code, _ := ready(); return code == http.StatusOK })
 	more := dentest.Tasks(t, db, qid, bson.D{{Key: "ms", Value: 1}})
-	waitFor(t, db, more[0], 1)
+	dentest.WaitStatus(t, db, more[0], 1)
 }

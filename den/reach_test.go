@@ -54,7 +54,7 @@ func TestTaskGetsNoInheritedDescriptors(t *testing.T) {
 	// $$ is the shell the sandbox executed: the task's program itself (ls
 	// would list its own directory descriptor too).
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: "ls /proc/$$/fd"}})[0]
-	raw := waitFor(t, db, id, 1)
+	raw := dentest.WaitStatus(t, db, id, 1)
 	if got := strings.Fields(raw.Lookup("stdout").StringValue()); strings.Join(got, " ") != "0 1 2" {
 		t.Fatalf("the task's program has descriptors %v open, want 0 1 2 only (stderr %q)", got, raw.Lookup("stderr"))
 	}
@@ -99,7 +99,7 @@ i=0; while [ $i -lt 200 ]; do sleep 60 & echo $! >> %[1]s/pids; i=$((i+1)); done
 		id  bson.ObjectID
 		out string
 	}{{neighbour, "ok\n"}, {ids[1], "again\n"}} {
-		raw := waitFor(t, db, c.id, 1)
+		raw := dentest.WaitStatus(t, db, c.id, 1)
 		if out := raw.Lookup("stdout").StringValue(); out != c.out {
 			t.Errorf("task %s: stdout %q, want %q", c.id.Hex(), out, c.out)
 		}
@@ -124,7 +124,7 @@ echo "$c $(cat "$m$c/pids.max")"`
 	ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: script}}, bson.D{{Key: "shell", Value: script}})
 	startNode(t, db, "n", func(c *den.Config) { c.Runner.MaxProcesses = 77 })
 	for _, id := range ids {
-		raw := waitFor(t, db, id, 1)
+		raw := dentest.WaitStatus(t, db, id, 1)
 		out := strings.Fields(raw.Lookup("stdout").StringValue())
 		token := raw.Lookup("runner", "token").ObjectID().Hex()
 		if len(out) != 2 || !strings.HasSuffix(out[0], "/den-run-"+id.Hex()+"-"+token) || out[1] != "77" {

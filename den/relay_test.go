@@ -117,7 +117,7 @@ func TestTaskProgramsDoNotInheritTheRelay(t *testing.T) {
 	qid := dentest.Queue(t, db, "cmd", command.Name, 1, "fifo")
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: `for fd in 3 4 5 6 7 8 9; do if { true >&$fd; } 2>/dev/null; then echo "open $fd"; fi; done; ls -l /proc/$$/fd`}})[0]
 	startNode(t, db, "n")
-	raw := waitFor(t, db, id, 1)
+	raw := dentest.WaitStatus(t, db, id, 1)
 	out := raw.Lookup("stdout").StringValue()
 	if !strings.Contains(out, "0 ->") {
 		t.Fatalf("the program did not list its descriptors: %q (stderr %q)", out, raw.Lookup("stderr"))
@@ -137,12 +137,12 @@ func TestRelayedTaskOutlivesItsNode(t *testing.T) {
 	id := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: `echo started; while [ ! -e ` + gate + ` ]; do sleep 0.1; done; echo done`}})[0]
 	runnerLog := filepath.Join(t.TempDir(), "runners.log")
 	node := startNode(t, db, "leaver", func(c *den.Config) { c.Runner.Log = runnerLog })
-	waitFor(t, db, id, 0)
+	dentest.WaitStatus(t, db, id, 0)
 	node.Stop() // the relay closes with it
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	raw := waitFor(t, db, id, 1)
+	raw := dentest.WaitStatus(t, db, id, 1)
 	if out := raw.Lookup("stdout").StringValue(); out != "started\ndone\n" {
 		t.Errorf("stdout %q", out)
 	}

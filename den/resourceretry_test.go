@@ -47,7 +47,7 @@ func TestResourceRetries(t *testing.T) {
 		// busy, and the task requests half a core.
 		startNode(t, db, "n", func(c *den.Config) { c.Resources.BusyCorePercent = 100 })
 
-		raw := waitFor(t, db, grows, 1)
+		raw := dentest.WaitStatus(t, db, grows, 1)
 		if mb, _ := raw.Lookup(queue.FieldRequested, queue.FieldMemoryMB).AsFloat64OK(); mb != 180 {
 			t.Errorf("request that worked: memory_mb %v, want 60 x 3 = 180: %s", raw.Lookup(queue.FieldRequested), raw)
 		}
@@ -73,7 +73,7 @@ func TestResourceRetries(t *testing.T) {
 		if kind, _ := raw.Lookup(queue.FieldOutcome).StringValueOK(); kind == queue.OutcomeResourceKilled {
 			t.Errorf("the run that worked has outcome %q", kind)
 		}
-		raw = waitFor(t, db, small, 1)
+		raw = dentest.WaitStatus(t, db, small, 1)
 		if _, ok := raw.Lookup("history").ArrayOK(); ok {
 			t.Errorf("a task within its request was retried: %s", raw)
 		}
@@ -91,7 +91,7 @@ func TestResourceRetries(t *testing.T) {
 		// and is stopped again; a third run would get no more.
 		startNode(t, db, "n", func(c *den.Config) { c.Resources.MemoryMB = 100 })
 
-		raw := waitFor(t, db, id, queue.StatusFailed)
+		raw := dentest.WaitStatus(t, db, id, queue.StatusFailed)
 		task, err := queue.DecodeTask(raw)
 		if err != nil {
 			t.Fatal(err)

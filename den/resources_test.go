@@ -40,7 +40,7 @@ func TestResourceAwareClaiming(t *testing.T) {
 	})
 
 	span := func(id bson.ObjectID) (time.Time, time.Time) {
-		raw := waitFor(t, db, id, 1)
+		raw := dentest.WaitStatus(t, db, id, 1)
 		return raw.Lookup("runner", "at").Time(), raw.Lookup("mtime").Time()
 	}
 	overlap := func(a, b bson.ObjectID) bool {
@@ -60,7 +60,7 @@ func TestResourceAwareClaiming(t *testing.T) {
 	if st := status(t, db, huge); st != -2 {
 		t.Errorf("a task requesting 5000 MiB of a 1000 MiB node has status %d, want -2 (waiting)", st)
 	}
-	raw := waitFor(t, db, bad, 2)
+	raw := dentest.WaitStatus(t, db, bad, 2)
 	if !strings.Contains(raw.Lookup("stderr").StringValue(), "requested_resources memory_mb is") {
 		t.Errorf("bad request: stderr %s", raw.Lookup("stderr"))
 	}
@@ -95,7 +95,7 @@ func TestLargestRequestFirst(t *testing.T) {
 				}
 			})
 			for _, id := range append(smalls, bigs...) {
-				waitFor(t, db, id, 1)
+				dentest.WaitStatus(t, db, id, 1)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -229,7 +229,7 @@ func checkUnfit(t *testing.T, c unfitCase) {
 		t.Errorf("the wait was logged %d times, want once", n)
 	}
 	c.fix(t, db, q, task)
-	waitFor(t, db, task, 1)
+	dentest.WaitStatus(t, db, task, 1)
 	dentest.Eventually(t, time.Minute, "the unfit reason removed", func() bool { return unfit() == "" })
 	dentest.Eventually(t, time.Minute, "the clearing logged", func() bool { return logged("no queued task of the queue") == 1 })
 }

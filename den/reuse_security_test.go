@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
@@ -121,20 +120,6 @@ func field(raw bson.Raw, key string) string {
 	return s
 }
 
-// waitEnded waits for a task to end (succeeded, failed, or another final
-// status), and returns it: a test that wants one outcome fails at once
-// on another.
-func waitEnded(t *testing.T, db *mongo.Database, id bson.ObjectID) bson.Raw {
-	t.Helper()
-	var raw bson.Raw
-	dentest.Eventually(t, 2*time.Minute, "task "+id.Hex()+" ends", func() bool {
-		raw = dentest.Task(t, db, id)
-		st, _ := raw.Lookup("status").AsInt64OK()
-		return st >= 1 || st <= -3
-	})
-	return raw
-}
-
 // waitFile waits for a file a program creates.
 func waitFile(t *testing.T, path string) {
 	t.Helper()
@@ -178,7 +163,7 @@ while [ ! -e %[1]s/go ]; do sleep 0.1; done
 `, dir)
 		ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: first}}, bson.D{{Key: "shell", Value: second}})
 		startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
-		rawA := waitFor(t, db, ids[0], 1)
+		rawA := dentest.WaitStatus(t, db, ids[0], 1)
 		// Checked at once: stopped before the result was recorded.
 		pids := readProcs(t, filepath.Join(dir, "pids"))
 		if len(pids) != 4 {
@@ -223,7 +208,7 @@ while [ ! -e %[1]s/go ]; do sleep 0.1; done
 			t.Errorf("the supervisor proves run %q (held %v), want the second run %q", got, held, markB)
 		}
 		touch(t, filepath.Join(dir, "go"))
-		waitFor(t, db, ids[1], 1)
+		dentest.WaitStatus(t, db, ids[1], 1)
 	})
 }
 
@@ -246,7 +231,7 @@ func testReuseAbandonedProgram(t *testing.T, c containment) {
 		bson.D{{Key: "pidfile", Value: pidfile}},
 		bson.D{{Key: "wait", Value: filepath.Join(dir, "go")}})
 	startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
-	rawA := waitFor(t, db, ids[0], 1)
+	rawA := dentest.WaitStatus(t, db, ids[0], 1)
 	pids := readProcs(t, pidfile) // at once: it must be gone already
 	if len(pids) != 1 {
 		t.Fatalf("pids %v", pids)
@@ -271,7 +256,7 @@ func testReuseAbandonedProgram(t *testing.T, c containment) {
 		t.Errorf("the first task's program %d (%s; the first run is %s) lives on while its runner serves the second task", abandoned.pid, env, markA)
 	}
 	touch(t, filepath.Join(dir, "go"))
-	waitFor(t, db, ids[1], 1)
+	dentest.WaitStatus(t, db, ids[1], 1)
 }
 
 // A reused runner runs no code of an earlier task: a plugin that does not
@@ -291,7 +276,7 @@ func TestReuseRunnerWithAbandonedPluginTakesNoOtherTask(t *testing.T) {
 		bson.D{{Key: "wait", Value: filepath.Join(dir, "go")}})
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "timeout", Value: 1}}}})
 	startNode(t, db, "n")
-	rawA := waitEnded(t, db, ids[0])
+	rawA := dentest.WaitEnded(t, db, ids[0])
 	if !strings.Contains(field(rawA, "stderr"), "recorded without it") {
 		t.Fatalf("the first task's plugin was not abandoned: %s", rawA)
 	}
@@ -311,7 +296,7 @@ func TestReuseRunnerWithAbandonedPluginTakesNoOtherTask(t *testing.T) {
 			got, contain.Marker(ids[1].Hex(), b.Token.Hex()))
 	}
 	touch(t, filepath.Join(dir, "go"))
-	waitFor(t, db, ids[1], 1)
+	dentest.WaitStatus(t, db, ids[1], 1)
 }
 
 // A reused runner cannot be pointed at by a forged document: a forged
@@ -333,7 +318,7 @@ echo finished
 `, dir)
 	ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: "exit 0"}}, bson.D{{Key: "shell", Value: second}})
 	startNode(t, db, "n", func(cfg *den.Config) { cfg.MaxTermination = 100 * time.Millisecond })
-	rawA := waitFor(t, db, ids[0], 1)
+	rawA := dentest.WaitStatus(t, db, ids[0], 1)
 	waitFile(t, filepath.Join(dir, "running"))
 	a, b := runnerInfo(t, rawA), runnerInfo(t, dentest.Task(t, db, ids[1]))
 	assertReused(t, a, b)
@@ -370,7 +355,7 @@ echo finished
 		t.Fatalf("the reused runner %d was killed", b.PID)
 	}
 	touch(t, filepath.Join(dir, "go"))
-	raw := waitFor(t, db, ids[1], 1)
+	raw := dentest.WaitStatus(t, db, ids[1], 1)
 	if out := field(raw, "stdout"); strings.Contains(out, "got TERM") || !strings.Contains(out, "finished") {
 		t.Errorf("the reused runner's task was signalled: stdout %q", out)
 	}
@@ -402,7 +387,7 @@ while :; do sleep 0.1; done
 	probe := dentest.Queue(t, db, "probe", command.Name, 1, "fifo")
 	probeID := dentest.Tasks(t, db, probe, bson.D{{Key: "shell", Value: "exit 0"}})[0]
 	nodeProcess(t, db, "v")
-	waitFor(t, db, probeID, 1)
+	dentest.WaitStatus(t, db, probeID, 1)
 	raw := dentest.Task(t, db, ids[0])
 	if st, _ := raw.Lookup("status").AsInt64OK(); st != 0 {
 		t.Fatalf("the old node's running task has status %d after the restart, want 0 (running): %s", st, raw)
@@ -414,14 +399,14 @@ while :; do sleep 0.1; done
 		t.Fatalf("the second task has status %d while the first runs, want -2 (queued)", st)
 	}
 	cancel(t, db, ids[0])
-	rawA := waitFor(t, db, ids[0], -5)
+	rawA := dentest.WaitStatus(t, db, ids[0], -5)
 	if out := field(rawA, "stdout"); !strings.Contains(out, "got TERM") {
 		t.Errorf("the cancel did not reach the old node's runner by signal: stdout %q, stderr %s", out, rawA.Lookup("stderr"))
 	}
 	if h, err := rawA.LookupErr("history"); err == nil {
 		t.Errorf("the old node's task was rescued: history %s", h)
 	}
-	rawB := waitFor(t, db, ids[1], 1)
+	rawB := dentest.WaitStatus(t, db, ids[1], 1)
 	if b := runnerInfo(t, rawB); b.PID == a.PID && b.Started == a.Started {
 		t.Errorf("the runner of the killed node process (%d) took another task", a.PID)
 	}
@@ -449,7 +434,7 @@ func testReuseUsagePerRun(t *testing.T, c containment) {
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: ids[0]}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "requested_resources", Value: bson.D{{Key: "memory_mb", Value: 20}}}}}})
 	startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
-	rawA, rawB, rawC := waitEnded(t, db, ids[0]), waitEnded(t, db, ids[1]), waitEnded(t, db, ids[2])
+	rawA, rawB, rawC := dentest.WaitEnded(t, db, ids[0]), dentest.WaitEnded(t, db, ids[1]), dentest.WaitEnded(t, db, ids[2])
 	for i, raw := range []bson.Raw{rawA, rawB, rawC} {
 		if st, _ := raw.Lookup("status").AsInt64OK(); st != 1 {
 			t.Errorf("task %d has status %d, want 1: %s", i+1, st, raw)
@@ -496,7 +481,7 @@ func TestReusedRunPeakIsItsOwn(t *testing.T) {
 	big := `head -c 14000000 /dev/zero | tr '\0' a`
 	ids := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: big}}, bson.D{{Key: "shell", Value: "exit 0"}})
 	startNode(t, db, "n", func(cfg *den.Config) { cfg.GFS = "false" })
-	rawA, rawB := waitEnded(t, db, ids[0]), waitEnded(t, db, ids[1])
+	rawA, rawB := dentest.WaitEnded(t, db, ids[0]), dentest.WaitEnded(t, db, ids[1])
 	for i, raw := range []bson.Raw{rawA, rawB} {
 		if st, _ := raw.Lookup("status").AsInt64OK(); st != 1 {
 			t.Fatalf("task %d has status %d, want 1: %.300s", i+1, st, raw)
@@ -508,7 +493,7 @@ func TestReusedRunPeakIsItsOwn(t *testing.T) {
 	fq := dentest.Queue(t, fresh, "cmd", command.Name, 1, "fifo")
 	fid := dentest.Tasks(t, fresh, fq, bson.D{{Key: "shell", Value: "exit 0"}})[0]
 	startNode(t, fresh, "fresh", func(cfg *den.Config) { cfg.GFS = "false"; cfg.Runner.MaxTasks = 1 })
-	rawC := waitEnded(t, fresh, fid)
+	rawC := dentest.WaitEnded(t, fresh, fid)
 	ua, ub, uc := usageOf(t, "large task", rawA), usageOf(t, "small task after it", rawB), usageOf(t, "small task, fresh runner", rawC)
 	if ub.PeakRSSMB > uc.PeakRSSMB+25 {
 		t.Fatalf("a small task after a large one in the same runner peaked at %.1f MB; on a fresh runner %.1f MB (the large one: %.1f MB)",

@@ -56,7 +56,7 @@ func TestRunnerReuse(t *testing.T) {
 		startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = c.cgroups })
 		var docs []bson.Raw
 		for _, id := range ids {
-			docs = append(docs, waitFor(t, db, id, 1))
+			docs = append(docs, dentest.WaitStatus(t, db, id, 1))
 		}
 		pid0, _ := runOf(t, "first task", docs[0])
 		tokens := map[string]bool{}
@@ -136,7 +136,7 @@ func TestRunnerRetires(t *testing.T) {
 			seen := map[int]int{}
 			var last int
 			for i, id := range ids {
-				pid, _ := runOf(t, fmt.Sprintf("task %d", i), waitFor(t, db, id, 1))
+				pid, _ := runOf(t, fmt.Sprintf("task %d", i), dentest.WaitStatus(t, db, id, 1))
 				if _, ok := seen[pid]; !ok {
 					seen[pid] = len(seen)
 				}
@@ -165,15 +165,15 @@ func TestCancelInReusedRunner(t *testing.T) {
 		bson.D{{Key: "shell", Value: `echo started; sleep 300`}},
 	)
 	startNode(t, db, "n")
-	pid0, _ := runOf(t, "first task", waitFor(t, db, ids[0], 1))
-	raw := waitFor(t, db, ids[1], 0)
+	pid0, _ := runOf(t, "first task", dentest.WaitStatus(t, db, ids[0], 1))
+	raw := dentest.WaitStatus(t, db, ids[1], 0)
 	if pid, _ := runOf(t, "second task", raw); pid != pid0 {
 		t.Fatalf("second task runs in runner %d, the first ran in %d: not reused", pid, pid0)
 	}
 	cancelTask(t, db, ids[1])
-	waitFor(t, db, ids[1], -5)
+	dentest.WaitStatus(t, db, ids[1], -5)
 	third := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: `echo three`}})[0]
-	if pid, _ := runOf(t, "third task", waitFor(t, db, third, 1)); pid != pid0 {
+	if pid, _ := runOf(t, "third task", dentest.WaitStatus(t, db, third, 1)); pid != pid0 {
 		t.Errorf("third task ran in runner %d, want the same runner %d after a cancel", pid, pid0)
 	}
 }

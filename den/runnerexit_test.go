@@ -164,7 +164,7 @@ func TestRunnerGivesUpWithoutNodeOrDatabase(t *testing.T) {
 
 	p.Refuse(0)
 	startNode(t, d, "n", func(c *den.Config) { c.DeadNodeAfter = 10 * time.Second; c.MaxTermination = time.Second })
-	raw := waitFor(t, d, id, 1)
+	raw := dentest.WaitStatus(t, d, id, 1)
 	if o, _ := raw.Lookup("history", "0", "outcome").StringValueOK(); o != "runner_died" {
 		t.Errorf("the first attempt's outcome is %q, want runner_died: %s", o, raw)
 	}
@@ -237,7 +237,7 @@ func TestSIGTERMStopsARunnerWhileTheDatabaseIsGone(t *testing.T) {
 
 	p.Refuse(0)
 	for _, id := range ids {
-		raw := waitFor(t, d, id, -6)
+		raw := dentest.WaitStatus(t, d, id, -6)
 		if o, _ := raw.Lookup("outcome").StringValueOK(); o != "runner_died" {
 			t.Errorf("task %s: outcome %q, want runner_died: %s", id.Hex(), o, raw)
 		}
@@ -255,7 +255,7 @@ func TestStoppedNodeLetsGoOfItsRunners(t *testing.T) {
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 1, "fifo")
 	id := dentest.Tasks(t, db, qid, sleepTasks(1, 120_000)...)[0]
 	node := startNode(t, db, "n")
-	waitFor(t, db, id, 0)
+	dentest.WaitStatus(t, db, id, 0)
 	procs := runnerOf(t, db, id)
 	node.Stop()
 	logged := node.Logs.Len()

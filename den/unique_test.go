@@ -40,11 +40,11 @@ func TestNodeFreesUniqueKeys(t *testing.T) {
 			return doc.Lookup(queue.FieldUniqueKey).Type == 0 && doc.Lookup(queue.FieldUniqueKeyFreed).StringValue() == key
 		}
 	}
-	waitFor(t, db, run, 1)
+	dentest.WaitStatus(t, db, run, 1)
 	if !freed(run, "run")() {
 		t.Errorf("the task the node ran still holds its key: %v", dentest.Task(t, db, run))
 	}
-	waitFor(t, db, cancelled, -5)
+	dentest.WaitStatus(t, db, cancelled, -5)
 	dentest.Eventually(t, time.Minute, "the cancelled task's key freed", freed(cancelled, "cancelled"))
 	dentest.Eventually(t, time.Minute, "the key of the task a Perl node finished freed", freed(perl, "perl"))
 	if freed(blocked, "blocked")() {
@@ -79,7 +79,7 @@ func TestNodeTakesOversizedUniqueKeysOut(t *testing.T) {
 	}
 	long := dentest.TaskWith(t, db, qid, bson.D{{Key: "ms", Value: 0}}, bson.E{Key: queue.FieldUniqueKey, Value: hex.EncodeToString(key)})
 	startNode(t, db, "n")
-	doc := waitFor(t, db, long, queue.StatusFailed)
+	doc := dentest.WaitStatus(t, db, long, queue.StatusFailed)
 	if stderr, _ := doc.Lookup("stderr").StringValueOK(); !strings.Contains(stderr, "unique_key is 8192 bytes, at most 512") {
 		t.Errorf("stderr %q; want the reason", stderr)
 	}

@@ -31,10 +31,10 @@ func TestNodeHoldsKeysAfterTheEnd(t *testing.T) {
 			return ok && until.Sub(mtime) == time.Hour && doc.Lookup(queue.FieldUniqueKey).StringValue() == key
 		}
 	}
-	waitFor(t, db, run, 1)
+	dentest.WaitStatus(t, db, run, 1)
 	if !heldAnHour(run, "run")() {
 		t.Errorf("the task the node ran: %v, want its key kept and unique_until its end plus 1h", dentest.Task(t, db, run))
 	}
-	waitFor(t, db, cancelled, -5)
+	dentest.WaitStatus(t, db, cancelled, -5)
 	dentest.Eventually(t, time.Minute, "the cancelled task's key held an hour after its mtime", heldAnHour(cancelled, "cancelled"))
 }

@@ -67,7 +67,7 @@ func testResourceUsage(t *testing.T, cgroups string) {
 	short := task(`echo hi`, nil)
 	startNode(t, db, "n", func(cfg *den.Config) { cfg.Cgroups = cgroups })
 
-	raw := waitFor(t, db, heavy, 1)
+	raw := dentest.WaitStatus(t, db, heavy, 1)
 	u := usageOf(t, "heavy task", raw)
 	t.Logf("heavy task: %+v", u)
 	if u.PeakRSSMB < 100 || u.PeakRSSMB > 4000 {
@@ -85,7 +85,7 @@ func testResourceUsage(t *testing.T, cgroups string) {
 		t.Errorf("heavy task: usage %+v", u)
 	}
 
-	raw = waitFor(t, db, retried, 1)
+	raw = dentest.WaitStatus(t, db, retried, 1)
 	hist, _ := raw.Lookup("history").ArrayOK()
 	entries, _ := hist.Values()
 	if len(entries) != 1 {
@@ -116,12 +116,12 @@ func testResourceUsage(t *testing.T, cgroups string) {
 		return ok && u.At.After(live.At)
 	})
 	touch(t, stopLong)
-	raw = waitFor(t, db, long, 1)
+	raw = dentest.WaitStatus(t, db, long, 1)
 	if u := usageOf(t, "long task", raw); u.Running || u.WallS < live.WallS {
 		t.Errorf("long task: final usage %+v after %+v while running", u, live)
 	}
 
-	raw = waitFor(t, db, short, 1)
+	raw = dentest.WaitStatus(t, db, short, 1)
 	if u := usageOf(t, "short task", raw); u.Running || u.WallS <= 0 || u.PeakRSSMB <= 0 {
 		t.Errorf("short task: usage %+v", u)
 	}

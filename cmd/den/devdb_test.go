@@ -203,7 +203,7 @@ func TestDevRestartsItsPostgreSQL(t *testing.T) {
 	if back > 20*time.Second {
 		t.Errorf("den dev took %s to have its PostgreSQL back; want within 20 s", back)
 	}
-	waitStatus(t, db, id, 1)
+	dentest.WaitStatus(t, db, id, 1)
 	if want := fmt.Sprintf("PostgreSQL (pid %d) exited (signal: killed); restarting it", pg); !strings.Contains(stderr.String(), want) {
 		t.Errorf("den dev's log does not say %q", want)
 	}

@@ -48,8 +48,8 @@ command: {enabled: true, allow: [/bin/, /usr/bin/], shell: true, env: [PATH], la
 			}
 			followed, gateF := task("go-followed")
 			alone, gateA := task("go-alone")
-			waitStatus(t, db, followed, 0)
-			waitStatus(t, db, alone, 0)
+			dentest.WaitStatus(t, db, followed, 0)
+			dentest.WaitStatus(t, db, alone, 0)
 
 			args := []string{"output", followed.Hex(), "--follow", "--mongo-uri", dentest.URI(), "--database", db.Name()}
 			outCmd, out, outErr := start(t, args...)
@@ -83,14 +83,14 @@ command: {enabled: true, allow: [/bin/, /usr/bin/], shell: true, env: [PATH], la
 			if out.String() != "first out\nsecond out\n" || errs.String() != "first err\nsecond err\n" {
 				t.Fatalf("followed stdout %q, stderr %q", out, errs)
 			}
-			raw = waitStatus(t, db, followed, 1)
+			raw = dentest.WaitStatus(t, db, followed, 1)
 			if raw.Lookup("live").Type != 0 {
 				t.Fatalf("live output left in an ended task: %s", raw.Lookup("live"))
 			}
 			if gfs == "true" && raw.Lookup("stdout").Type != bson.TypeObjectID {
 				t.Fatalf("gfs true stored stdout as %s", raw.Lookup("stdout").Type)
 			}
-			waitStatus(t, db, alone, 1)
+			dentest.WaitStatus(t, db, alone, 1)
 		})
 	}
 }

@@ -99,17 +99,6 @@ func demoTask(t *testing.T, db *mongo.Database, qid bson.ObjectID, commands stri
 	return id
 }
 
-func waitStatus(t *testing.T, db *mongo.Database, id bson.ObjectID, want int64) bson.Raw {
-	t.Helper()
-	var raw bson.Raw
-	dentest.Eventually(t, time.Minute, fmt.Sprintf("task status %d", want), func() bool {
-		raw = dentest.Task(t, db, id)
-		st, _ := raw.Lookup("status").AsInt64OK()
-		return st == want
-	})
-	return raw
-}
-
 func stopAndWait(t testing.TB, cmd *exec.Cmd, sig syscall.Signal) time.Duration {
 	t.Helper()
 	sent := time.Now()
@@ -147,12 +136,12 @@ func TestRunWithDisbatchConfig(t *testing.T) {
 	cmd, _, stderr := start(t, "run", "--config", cfg, "--node", "e2e", "--log-format", "json")
 	ok := demoTask(t, db, qid, "ab")
 	fail := demoTask(t, db, qid, "*") // abc: c fails the task
-	raw := waitStatus(t, db, ok, 1)
+	raw := dentest.WaitStatus(t, db, ok, 1)
 	if raw.Lookup("stdout").StringValue() != "This is command 'a' for apple.\n" ||
 		raw.Lookup("stderr").StringValue() != "This is command 'b' for banana.\n" {
 		t.Fatalf("task ab stored %s", raw)
 	}
-	raw = waitStatus(t, db, fail, 2)
+	raw = dentest.WaitStatus(t, db, fail, 2)
 	if raw.Lookup("stderr").StringValue() != "This is command 'b' for banana.\nThis is command 'c' for cry.\n" {
 		t.Fatalf("task * stored %s", raw)
 	}
@@ -236,7 +225,7 @@ func TestDev(t *testing.T) {
 			t.Fatalf("round %d: %d queues", round, n)
 		}
 		id := demoTask(t, db, q["_id"].(bson.ObjectID), "a")
-		waitStatus(t, db, id, 1)
+		dentest.WaitStatus(t, db, id, 1)
 		if n := dentest.Count(t, db.Collection("tasks"), bson.D{{Key: "status", Value: 1}}); n != int64(round+1) {
 			t.Fatalf("round %d: %d finished tasks, want %d (data kept between runs)", round, n, round+1)
 		}
@@ -360,5 +349,5 @@ func TestMongoDBOutageMidRun(t *testing.T) {
 	defer client.Disconnect(context.Background())
 	db := client.Database("d")
 	qid := dentest.Queue(t, db, "demo", demo.Name, 1, "fifo")
-	waitStatus(t, db, demoTask(t, db, qid, "a"), 1)
+	dentest.WaitStatus(t, db, demoTask(t, db, qid, "a"), 1)
 }

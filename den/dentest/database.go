@@ -72,16 +72,22 @@ func Context(t testing.TB) context.Context {
 // the server scans today.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	eventually(t, within, func() string { return what }, cond)
+}
+
+// eventually is Eventually with what it waits for said as it then is.
+func eventually(t testing.TB, within time.Duration, what func() string, cond func() bool) {
+	t.Helper()
 	start := time.Now()
 	slow, end := start.Add(within), Deadline()
 	for !cond() {
 		now := time.Now()
 		if !slow.IsZero() && now.After(slow) {
-			t.Logf("still waiting after %s (expected within %s) for: %s", now.Sub(start).Round(time.Second), within, what)
+			t.Logf("still waiting after %s (expected within %s) for: %s", now.Sub(start).Round(time.Second), within, what())
 			slow = time.Time{}
 		}
 		if now.After(end) {
-			t.Fatalf("gave up at the test binary's deadline, after %s, waiting for: %s", now.Sub(start).Round(time.Second), what)
+			t.Fatalf("gave up at the test binary's deadline, after %s, waiting for: %s", now.Sub(start).Round(time.Second), what())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -29,9 +29,9 @@ func TestBrowserQueuePage(t *testing.T) {
 		bson.D{{Key: "shell", Value: "echo cannot open input.csv >&2; exit 3"}},
 		bson.D{{Key: "shell", Value: "echo started; exec sleep 600"}})
 	startNode(t, db, "web-node")
-	waitStatus(t, db, ids[0], 1)
-	waitStatus(t, db, ids[1], 2)
-	waitStatus(t, db, ids[2], 0)
+	dentest.WaitStatus(t, db, ids[0], 1)
+	dentest.WaitStatus(t, db, ids[1], 2)
+	dentest.WaitStatus(t, db, ids[2], 0)
 	dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: "echo later"}}, bson.D{{Key: "shell", Value: "echo later still"}})
 	srv := serve(t, db, testToken)
 

@@ -148,7 +148,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("cancel the running task: %v", err)
 	}
 	poll("the page to say cancel was requested", `(document.querySelector("p.message") || {}).textContent.includes("Cancel requested")`)
-	waitStatus(t, db, running, -5)
+	dentest.WaitStatus(t, db, running, -5)
 	poll("the page to show the task cancelled", `(document.getElementById("status") || {}).textContent === "-5 cancelled"`)
 	poll("the stored output", `(document.getElementById("stdout") || {}).textContent === "started\n"`)
 	poll("the page to reload once the task ended", `document.getElementById("task") && document.getElementById("task").dataset.live === undefined`)
@@ -194,9 +194,9 @@ func startBrowserNode(t *testing.T, db *mongo.Database) (finished, failed, runni
 	other := dentest.Queue(t, db, "resize", "MyCorp::Plugin::Resize", 4, "fifo")
 	dentest.Tasks(t, db, other, bson.D{{Key: "image", Value: "a.png"}}, bson.D{{Key: "image", Value: "b.png"}}, bson.D{{Key: "image", Value: "c.png"}})
 	startNode(t, db, "web-node")
-	waitStatus(t, db, finished, 1)
-	waitStatus(t, db, failed, 2)
-	waitStatus(t, db, running, 0)
+	dentest.WaitStatus(t, db, finished, 1)
+	dentest.WaitStatus(t, db, failed, 2)
+	dentest.WaitStatus(t, db, running, 0)
 	// The node describes itself and its machine with its heartbeat.
 	dentest.Eventually(t, time.Minute, "the node document has its resources", func() bool {
 		err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "web-node"}}).Decode(&self)

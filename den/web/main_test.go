@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap/zaptest"
 
@@ -38,16 +37,4 @@ func serve(t *testing.T, db *mongo.Database, token string) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
-}
-
-// waitStatus waits until task id has status st and returns it.
-func waitStatus(t *testing.T, db *mongo.Database, id bson.ObjectID, st int) bson.Raw {
-	t.Helper()
-	var raw bson.Raw
-	dentest.Eventually(t, 2*time.Minute, "task "+id.Hex()+" reaching its status", func() bool {
-		raw = dentest.Task(t, db, id)
-		s, ok := raw.Lookup("status").AsInt64OK()
-		return ok && int(s) == st
-	})
-	return raw
 }

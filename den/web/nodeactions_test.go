@@ -45,7 +45,7 @@ func TestNodeQuietAndResume(t *testing.T) {
 	qid := dentest.Queue(t, db, "jobs", command.Name, 2, "fifo")
 	first := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: "sleep 2; echo first"}})[0]
 	startNode(t, db, "quiet-node")
-	waitStatus(t, db, first, 0)
+	dentest.WaitStatus(t, db, first, 0)
 	srv := serve(t, db, testToken)
 	bearer := http.Header{"Authorization": {"Bearer " + testToken}}
 	jar, _ := loggedIn(t, srv.URL)
@@ -70,7 +70,7 @@ func TestNodeQuietAndResume(t *testing.T) {
 	}
 	waitBeats(t, db, "quiet-node", 2) // it has read its maxthreads 0
 	second := dentest.Tasks(t, db, qid, bson.D{{Key: "shell", Value: "echo second"}})[0]
-	waitStatus(t, db, first, 1)
+	dentest.WaitStatus(t, db, first, 1)
 	waitBeats(t, db, "quiet-node", 5)
 	if st, _ := dentest.Task(t, db, second).Lookup("status").AsInt64OK(); st != -2 {
 		t.Fatalf("a quiet node started a task: status %d", st)
@@ -85,7 +85,7 @@ func TestNodeQuietAndResume(t *testing.T) {
 	if raw := nodeDoc(t, db, "quiet-node"); raw.Lookup("maxthreads").Type != 0 || raw.Lookup("quiet").Type != 0 {
 		t.Errorf("resumed node document: %s", raw)
 	}
-	waitStatus(t, db, second, 1)
+	dentest.WaitStatus(t, db, second, 1)
 	for _, act := range []string{"quiet", "resume", "forget"} {
 		if code := post(t, client(nil), srv.URL+"/nodes/nosuch/"+act, url.Values{}, bearer); code != 404 {
 			t.Errorf("%s of no node: %d, want 404", act, code)
