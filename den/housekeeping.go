@@ -46,7 +46,7 @@ type namedStep struct {
 // roundStep runs step s of round r under the pass's deadline, with the
 // budget of writes' time for its step, and counts it.
 func (ps *passes) roundStep(ctx context.Context, s namedStep, r *round) error {
-	ps.houseStep.Store(&s.name)
+	ps.health.houseStep.Store(&s.name)
 	sctx, cancel := context.WithTimeout(ctx, passLimit)
 	defer cancel()
 	ps.chores.step(time.Now())
@@ -56,7 +56,7 @@ func (ps *passes) roundStep(ctx context.Context, s namedStep, r *round) error {
 	if err != nil {
 		return err
 	}
-	ps.house.mark(s.name, ps.now())
+	ps.health.house.mark(s.name, ps.now())
 	return nil
 }
 
@@ -119,8 +119,8 @@ func (ps *passes) housekeep(ctx context.Context) {
 // that starts and when a round succeeds again, and Ready notes it.
 func (ps *passes) round(ctx context.Context, v passView) {
 	started := ps.now()
-	ps.roundStarted.Store(started.UnixNano())
-	defer ps.roundStarted.Store(0)
+	ps.health.roundStarted.Store(started.UnixNano())
+	defer ps.health.roundStarted.Store(0)
 	ps.chores.refill()
 	// Every step goes by the round's start: a step due every d runs in
 	// rounds that start at least d apart.
@@ -142,7 +142,7 @@ func (ps *passes) round(ctx context.Context, v passView) {
 	}
 	if failed != nil {
 		msg := failed.Error()
-		ps.houseProblem.Store(&msg)
+		ps.health.houseProblem.Store(&msg)
 		if ps.notes.set("housekeeping", "") {
 			what := "MongoDB failed a housekeeping step"
 			if queue.IsDocumentError(failed) {
@@ -154,7 +154,7 @@ func (ps *passes) round(ctx context.Context, v passView) {
 		}
 		return
 	}
-	ps.houseProblem.Store(nil)
+	ps.health.houseProblem.Store(nil)
 	if ps.notes.clear("housekeeping") {
 		ps.log.Info("housekeeping completes its rounds again")
 	}

@@ -155,8 +155,9 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
 		},
 		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
-		views: make(chan passView, 1), lastQueues: read, loop: n.claimer.progress, house: &progress{}, probePace: pace{share: probeShare},
+		views: make(chan passView, 1), lastQueues: read, probePace: pace{share: probeShare},
 	}
+	n.passes.health = &health{interval: cfg.Interval, now: e.now, loop: n.claimer.progress, house: &progress{}}
 	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
 	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)
 	n.pool.slots = n.claimer
@@ -204,7 +205,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	n.passes.runningSince.Store(n.now().UnixNano())
+	n.passes.health.runningSince.Store(n.now().UnixNano())
 	n.running.Store(true)
 	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
 	stopAlive := n.beat.keepAlive(ctx)
@@ -356,5 +357,5 @@ func (n *Node) readiness() (string, error) {
 	if !n.running.Load() {
 		return "", errors.New("not running: starting (waiting for MongoDB), or stopped")
 	}
-	return n.passes.health()
+	return n.passes.health.report()
 }

@@ -3,7 +3,6 @@ package den
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -84,26 +83,9 @@ type passes struct {
 	// views hands the housekeeping what the last full pass read.
 	views chan passView
 
-	// What Ready goes by (health). lastPassOK is when a full pass last
-	// succeeded (UnixNano), and lastPassTook how long it took; passStarted
-	// when the full pass under way started (0: none); outage is what
-	// Ready says while passes fail (MongoDB unreachable or failing, or a
-	// document den cannot read: see setOutage), nil while they succeed;
-	// runningSince is when the loop started. loop and house are when the
-	// loop and the housekeeping last completed a step; roundStarted is when
-	// the housekeeping's round under way started (0: none), houseStep its
-	// step under way, houseProblem why its last round failed (nil: it did
-	// not). The times of its last completed round go to the heartbeat
-	// (heartbeat.lastRound), which the node document carries.
-	lastPassOK   atomic.Int64
-	lastPassTook atomic.Int64
-	passStarted  atomic.Int64
-	outage       atomic.Pointer[string]
-	runningSince atomic.Int64
-	loop, house  *progress
-	roundStarted atomic.Int64
-	houseStep    atomic.Pointer[string]
-	houseProblem atomic.Pointer[string]
+	// health is what Ready goes by (progress.go): the loop's and the
+	// housekeeping's progress, written by them, read by any goroutine.
+	health *health
 	// book is what the loop knows of the queues (queuebook.go);
 	// lastQueues are those of its last read of every queue, for metrics
 	// and the pool, read outside the loop (shared with the pool).
@@ -119,9 +101,9 @@ type passes struct {
 func (ps *passes) full(ctx context.Context) {
 	ps.pool.retireIdle(false)
 	started := ps.now()
-	ps.passStarted.Store(started.UnixNano())
+	ps.health.passStarted.Store(started.UnixNano())
 	stopped, slow, err := ps.timed(ctx, "full", ps.read)
-	ps.passStarted.Store(0)
+	ps.health.passStarted.Store(0)
 	if stopped || slow {
 		return
 	}
@@ -133,10 +115,10 @@ func (ps *passes) full(ctx context.Context) {
 		return
 	}
 	now := ps.now()
-	ps.lastPassOK.Store(now.UnixNano())
-	ps.lastPassTook.Store(int64(now.Sub(started)))
-	ps.loop.mark("full pass", now)
-	ps.outage.Store(nil)
+	ps.health.lastPassOK.Store(now.UnixNano())
+	ps.health.lastPassTook.Store(int64(now.Sub(started)))
+	ps.health.loop.mark("full pass", now)
+	ps.health.outage.Store(nil)
 	ps.metrics.Outage.Set(0)
 	if ps.notes.clear("outage") {
 		ps.log.Info("MongoDB reachable again")
@@ -215,14 +197,14 @@ func outOfTime(ctx context.Context, err error, now time.Time) bool {
 func (ps *passes) setOutage(err error) {
 	if queue.IsDocumentError(err) {
 		msg := "a document den cannot read stopped a pass (MongoDB answered): " + err.Error()
-		ps.outage.Store(&msg)
+		ps.health.outage.Store(&msg)
 		if ps.notes.set("document-fault", "") {
 			ps.log.Warn("a document den cannot read stopped a pass; retrying every interval", zap.Error(err))
 		}
 		return
 	}
 	msg := "MongoDB unreachable or failing: " + err.Error()
-	ps.outage.Store(&msg)
+	ps.health.outage.Store(&msg)
 	ps.metrics.Outage.Set(1)
 	if ps.notes.set("outage", "") {
 		ps.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))

@@ -59,25 +59,53 @@ func ago(d time.Duration) string {
 	return d.Round(time.Second).String()
 }
 
-// health is what Ready says of the loops: an error when the node is not
+// health is what Ready goes by: how the claims' loop and the housekeeping
+// get on, which they write as they go and any goroutine reads.
+type health struct {
+	interval time.Duration
+	now      func() time.Time
+	// lastPassOK is when a full pass last succeeded (UnixNano), and
+	// lastPassTook how long it took; passStarted when the full pass under
+	// way started (0: none); outage is what Ready says while passes fail
+	// (MongoDB unreachable or failing, or a document den cannot read: see
+	// passes.setOutage), nil while they succeed; runningSince is when the
+	// loop started.
+	lastPassOK   atomic.Int64
+	lastPassTook atomic.Int64
+	passStarted  atomic.Int64
+	outage       atomic.Pointer[string]
+	runningSince atomic.Int64
+	// loop and house are when the loop and the housekeeping last completed
+	// a step; roundStarted is when the housekeeping's round under way
+	// started (0: none), houseStep its step under way, houseProblem why its
+	// last round failed (nil: it did not). The times of its last completed
+	// round go to the heartbeat (heartbeat.lastRound), which the node
+	// document carries.
+	loop, house  *progress
+	roundStarted atomic.Int64
+	houseStep    atomic.Pointer[string]
+	houseProblem atomic.Pointer[string]
+}
+
+// report is what Ready says of the loops: an error when the node is not
 // ready (MongoDB unreachable or failing, a document den cannot read, or
 // the claims' loop stuck: no step completed for stuckAfter), else a note
 // (empty when all is well) saying that the node works but its passes are
 // slow, or that its housekeeping makes no progress or fails.
-func (ps *passes) health() (string, error) {
-	outage := ps.outage.Load()
-	now := ps.now()
-	bound := stuckAfter(ps.params.Interval)
-	within := max(3*ps.params.Interval, 3*time.Second)
+func (h *health) report() (string, error) {
+	outage := h.outage.Load()
+	now := h.now()
+	bound := stuckAfter(h.interval)
+	within := max(3*h.interval, 3*time.Second)
 	var lastPass string
-	if last := ps.lastPassOK.Load(); last != 0 {
-		lastPass = fmt.Sprintf("the last full pass completed %s ago and took %s", ago(now.Sub(time.Unix(0, last))), ago(time.Duration(ps.lastPassTook.Load())))
+	if last := h.lastPassOK.Load(); last != 0 {
+		lastPass = fmt.Sprintf("the last full pass completed %s ago and took %s", ago(now.Sub(time.Unix(0, last))), ago(time.Duration(h.lastPassTook.Load())))
 	} else {
 		lastPass = "no full pass has completed yet"
 	}
-	age, step, ok := ps.loop.since(now)
+	age, step, ok := h.loop.since(now)
 	if !ok {
-		age, step = now.Sub(time.Unix(0, ps.runningSince.Load())), "start"
+		age, step = now.Sub(time.Unix(0, h.runningSince.Load())), "start"
 	}
 	if age > bound {
 		err := fmt.Errorf("stuck: no progress for %s (more than %s): the loop's last step was %s; %s", ago(age), ago(bound), step, lastPass)
@@ -90,21 +118,21 @@ func (ps *passes) health() (string, error) {
 		return "", fmt.Errorf("%s", *outage)
 	}
 	var note string
-	switch last := ps.lastPassOK.Load(); {
+	switch last := h.lastPassOK.Load(); {
 	case last == 0:
-		since := ps.passStarted.Load()
+		since := h.passStarted.Load()
 		if since == 0 {
-			since = ps.runningSince.Load()
+			since = h.runningSince.Load()
 		}
 		note = fmt.Sprintf("working: the first full pass has been under way for %s; the loop's last step, %s, completed %s ago", ago(now.Sub(time.Unix(0, since))), step, ago(age))
 	case now.Sub(time.Unix(0, last)) > within:
 		note = fmt.Sprintf("working, passes are slow: %s; the loop's last step, %s, completed %s ago", lastPass, step, ago(age))
 	}
-	if h := ps.houseNote(now, houseStall); h != "" {
+	if house := h.houseNote(now, houseStall); house != "" {
 		if note != "" {
 			note += "; "
 		}
-		note += h
+		note += house
 	}
 	return note, nil
 }
@@ -112,21 +140,21 @@ func (ps *passes) health() (string, error) {
 // houseNote says what is wrong with the housekeeping: a round that has
 // made no progress for bound, or the failure of its last round; empty
 // when nothing is.
-func (ps *passes) houseNote(now time.Time, bound time.Duration) string {
-	if started := ps.roundStarted.Load(); started != 0 {
-		age, _, ok := ps.house.since(now)
+func (h *health) houseNote(now time.Time, bound time.Duration) string {
+	if started := h.roundStarted.Load(); started != 0 {
+		age, _, ok := h.house.since(now)
 		if round := now.Sub(time.Unix(0, started)); !ok || round < age {
 			age = round
 		}
 		if age > bound {
 			step := "?"
-			if s := ps.houseStep.Load(); s != nil {
+			if s := h.houseStep.Load(); s != nil {
 				step = *s
 			}
 			return fmt.Sprintf("housekeeping has made no progress for %s (in its %s step); claims and the node document go on", ago(age), step)
 		}
 	}
-	if p := ps.houseProblem.Load(); p != nil {
+	if p := h.houseProblem.Load(); p != nil {
 		return "housekeeping failing, claims go on: " + *p
 	}
 	return ""

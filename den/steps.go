@@ -133,7 +133,7 @@ func (s readQueues) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.queues, p.serve, p.byID = queues, serve, byID
-	ps.loop.mark("queues", ps.now())
+	ps.health.loop.mark("queues", ps.now())
 	if full {
 		ps.lastQueues.Store(&byID)
 	}
@@ -165,7 +165,7 @@ func (s readHeld) do(ctx context.Context, p *fullPass) error {
 	p.held = held
 	ps.held.read(held, sent, p.byID.request)
 	ps.heldRead = true
-	ps.loop.mark("held tasks", ps.now())
+	ps.health.loop.mark("held tasks", ps.now())
 	return nil
 }
 
@@ -202,7 +202,7 @@ func (s writeNodeDocument) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.limit = limit
-	ps.loop.mark("node document", ps.now())
+	ps.health.loop.mark("node document", ps.now())
 	if problem != "" {
 		if ps.notes.set("node-maxthreads", problem) {
 			ps.log.Warn("node document: " + problem)
