@@ -774,7 +774,7 @@ func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs stri
 
 // withWork are the served queues with tasks to do by their counts that
 // claims did not find empty: those whose oldest ready task the
-// housekeeping measures (measureOldest).
+// housekeeping measures (oldestMeter).
 func (cl *claimer) withWork() []queue.Queue {
 	var out []queue.Queue
 	for _, q := range cl.serve {

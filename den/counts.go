@@ -13,26 +13,45 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// fillCounts fills in the counts of queues inserted without them (or with
-// counts that are not numbers) from their tasks, a step of the
-// housekeeping: a batch of them a round (1 to queue.FillCountsBatch, as
-// fast as the server takes them), in one aggregation and one bulk write,
-// so that a round stays short however many such queues there are. Claims
-// do not wait for it: a queue with no counts is left to the probe.
-// It logs when there is such work and when it is done, with the queues
-// whose counts were not numbers (someone wrote them: worth a look).
-//
-// queues are those of the loop's last read of every queue, at read: the
-// queues it filled since are left out until the next.
-func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue, read time.Time) error {
-	if !read.Equal(ps.filledOf) {
-		ps.filled, ps.filledOf = map[bson.ObjectID]bool{}, read
+// countFiller fills in the counts of queues inserted without them (or
+// with counts that are not numbers) from their tasks, a step of the
+// housekeeping (due every round): a batch of them a round (1 to
+// queue.FillCountsBatch, as fast as the server takes them), in one
+// aggregation and one bulk write, so that a round stays short however many
+// such queues there are. Claims do not wait for it: a queue with no counts
+// is left to the probe. It logs when there is such work and when it is
+// done, with the queues whose counts were not numbers (someone wrote them:
+// worth a look). Only the housekeeping's goroutine uses it.
+type countFiller struct {
+	*env
+	interval time.Duration
+	// batch is how many queues' counts the next round fills in, next
+	// when, and filled the queues whose counts it filled in since the read
+	// of every queue at filledOf.
+	batch    int
+	next     time.Time
+	filled   map[bson.ObjectID]bool
+	filledOf time.Time
+}
+
+func (*countFiller) due(*round) bool { return true }
+
+func (f *countFiller) do(ctx context.Context, r *round) error {
+	return f.fill(ctx, r.view.queues, r.view.read)
+}
+
+// fill fills in a batch. queues are those of the loop's last read of
+// every queue, at read: the queues it filled since are left out until the
+// next.
+func (f *countFiller) fill(ctx context.Context, queues []queue.Queue, read time.Time) error {
+	if !read.Equal(f.filledOf) {
+		f.filled, f.filledOf = map[bson.ObjectID]bool{}, read
 	}
-	if time.Now().Before(ps.fillNext) {
+	if time.Now().Before(f.next) {
 		return nil
 	}
-	if ps.fillBatch == 0 {
-		ps.fillBatch = fillBatchMin
+	if f.batch == 0 {
+		f.batch = fillBatchMin
 	}
 	// The batch, and how many there are: not a copy of 80,000 queues.
 	var batch []queue.Queue
@@ -40,9 +59,9 @@ func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue, read tim
 	todo := 0
 	for i := range queues {
 		q := &queues[i]
-		if (q.CountTodo == nil || q.CountTotal == nil) && !ps.filled[q.ID] {
+		if (q.CountTodo == nil || q.CountTotal == nil) && !f.filled[q.ID] {
 			todo++
-			if len(batch) < ps.fillBatch {
+			if len(batch) < f.batch {
 				batch = append(batch, *q)
 			}
 			if len(q.BadCounts) > 0 && len(bad) < 10 {
@@ -51,20 +70,20 @@ func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue, read tim
 		}
 	}
 	if todo == 0 {
-		if ps.notes.clear("fill-counts") {
-			ps.log.Info("every queue's counts are filled in")
+		if f.notes.clear("fill-counts") {
+			f.log.Info("every queue's counts are filled in")
 		}
 		return nil
 	}
-	if ps.notes.set("fill-counts", "") {
-		ps.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
+	if f.notes.set("fill-counts", "") {
+		f.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
 			zap.Int("queues", todo), zap.String("batch", fmt.Sprintf("%d to %d queues a round, as fast as the server takes them", fillBatchMin, queue.FillCountsBatch)), zap.Strings("not_numbers", bad))
 	}
 	start := time.Now()
-	_, err := ps.store.FillCounts(ctx, batch)
+	_, err := f.store.FillCounts(ctx, batch)
 	if err == nil {
 		for _, q := range batch {
-			ps.filled[q.ID] = true
+			f.filled[q.ID] = true
 		}
 	}
 	// The batch follows what the server takes: halved when a batch took
@@ -80,12 +99,12 @@ func (ps *passes) fillCounts(ctx context.Context, queues []queue.Queue, read tim
 	// one-command-at-a-time proxy holds every claim behind them).
 	took := time.Since(start)
 	switch {
-	case took > ps.params.Interval/10:
-		ps.fillBatch = max(ps.fillBatch/2, fillBatchMin)
-	case took < ps.params.Interval/100:
-		ps.fillBatch = min(ps.fillBatch*2, queue.FillCountsBatch)
+	case took > f.interval/10:
+		f.batch = max(f.batch/2, fillBatchMin)
+	case took < f.interval/100:
+		f.batch = min(f.batch*2, queue.FillCountsBatch)
 	}
-	ps.fillNext = time.Now().Add(9 * took)
+	f.next = time.Now().Add(9 * took)
 	return err
 }
 

@@ -86,7 +86,7 @@ func (ps *passes) handOver(v passView) {
 // What a round does (its steps: houseSteps), and how often (see
 // docs/performance.md):
 //   - every round: the counts of queues inserted without them, a batch
-//     at a time (fillCounts);
+//     at a time (countFiller);
 //   - every RefreshEvery: the oldest ready task of each served queue with
 //     tasks to do (at most oldestQueues queues, one query each);
 //   - every RescueEvery (and the first round): the rescues, which read
@@ -167,37 +167,14 @@ func (ps *passes) round(ctx context.Context, v passView) {
 // the component that does the work, which the passes do not hold.
 func houseSteps(ps *passes, rescuer *rescuer, sweeper *sweeper, stats *statsRecorder, schedules *scheduler, retention *retention) []namedStep {
 	return []namedStep{
-		{"counts", fillCounts{ps}},
-		{"oldest", measureOldest{ps}},
+		{"counts", &countFiller{env: ps.env, interval: ps.params.Interval}},
+		{"oldest", &oldestMeter{env: ps.env, every: ps.params.RefreshEvery}},
 		{"rescue", rescue{ps.env, ps.params.Name, ps.held, rescuer, sweeper}},
 		{"sweep", sweep{sweeper}},
 		{"stats", flushStats{ps.held, stats}},
 		{"schedules", fireSchedules{schedules}},
 		{"retention", retire{retention}},
 	}
-}
-
-// fillCounts fills in the counts of queues inserted without them, a
-// batch a round.
-type fillCounts struct{ ps *passes }
-
-func (fillCounts) due(*round) bool { return true }
-
-func (s fillCounts) do(ctx context.Context, r *round) error {
-	return s.ps.fillCounts(ctx, r.view.queues, r.view.read)
-}
-
-// measureOldest measures the oldest ready task of each served queue with
-// work, every RefreshEvery, within its share of the database's time.
-type measureOldest struct{ ps *passes }
-
-func (s measureOldest) due(r *round) bool {
-	return r.at.Sub(s.ps.oldestAt) >= s.ps.params.RefreshEvery && s.ps.oldestPace.ready()
-}
-
-func (s measureOldest) do(ctx context.Context, r *round) error {
-	s.ps.oldestAt = r.at // tried: a metric is not worth a step every round
-	return s.ps.measureOldest(ctx, r.view.measure, r.at)
 }
 
 // rescue reads what this node (name) holds and rescues what needs it

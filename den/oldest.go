@@ -9,7 +9,7 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// oldestQueues is the most queues measureOldest looks at: those with the
+// oldestQueues is the most queues oldestMeter looks at: those with the
 // most tasks to do first; and oldestTime how long it may take at most (on
 // MongoDB, 100 indexed queries take milliseconds; on a server that scans
 // a large collection for each, a minute: a metric is not worth that).
@@ -18,16 +18,35 @@ const (
 	oldestTime   = 5 * time.Second
 )
 
-// measureOldest sets den_queue_oldest_ready_seconds, a step of the
-// housekeeping every RefreshEvery: for each queue of withWork (served,
-// with tasks to do by count_todo, and not found empty by its last claim),
-// how long the oldest task that a claim could take now has been ready
-// (queue.NodeStore.OldestReady). One indexed query per queue, for at most
-// oldestQueues queues and oldestTime; a queue with nothing ready (or not
-// measured) has no series.
-func (ps *passes) measureOldest(ctx context.Context, withWork []queue.Queue, now time.Time) error {
+// oldestMeter sets den_queue_oldest_ready_seconds, a step of the
+// housekeeping every RefreshEvery (every), within its share of the
+// database's time (pace): for each queue the pass found with work
+// (served, with tasks to do by count_todo, and not found empty by its
+// last claim), how long the oldest task that a claim could take now has
+// been ready (queue.NodeStore.OldestReady). One indexed query per queue,
+// for at most oldestQueues queues and oldestTime; a queue with nothing
+// ready (or not measured) has no series. Only the housekeeping's
+// goroutine uses it.
+type oldestMeter struct {
+	*env
+	every time.Duration
+	at    time.Time // when it last measured
+	pace  pace
+}
+
+func (m *oldestMeter) due(r *round) bool {
+	return r.at.Sub(m.at) >= m.every && m.pace.ready()
+}
+
+func (m *oldestMeter) do(ctx context.Context, r *round) error {
+	m.at = r.at // tried: a metric is not worth a step every round
+	return m.measure(ctx, r.view.measure, r.at)
+}
+
+// measure measures the queues of withWork at now.
+func (m *oldestMeter) measure(ctx context.Context, withWork []queue.Queue, now time.Time) error {
 	began := time.Now()
-	defer ps.oldestPace.ran(began)
+	defer m.pace.ran(began)
 	todo := slices.Clone(withWork)
 	slices.SortStableFunc(todo, func(a, b queue.Queue) int {
 		return cmp.Compare(*b.CountTodo, *a.CountTodo)
@@ -38,18 +57,18 @@ func (ps *passes) measureOldest(ctx context.Context, withWork []queue.Queue, now
 		if time.Now().After(until) {
 			break // the rest go without a series until the next time
 		}
-		ready, ok, err := ps.store.OldestReady(ctx, q.ID, now)
+		ready, ok, err := m.store.OldestReady(ctx, q.ID, now)
 		if err != nil {
 			return err
 		}
 		if ok {
-			name := ps.metrics.Queue(q.Name)
+			name := m.metrics.Queue(q.Name)
 			ages[name] = max(ages[name], now.Sub(ready).Seconds(), 0)
 		}
 	}
-	ps.metrics.OldestReady.Reset()
+	m.metrics.OldestReady.Reset()
 	for name, age := range ages {
-		ps.metrics.OldestReady.WithLabelValues(name).Set(age)
+		m.metrics.OldestReady.WithLabelValues(name).Set(age)
 	}
 	return nil
 }

@@ -61,20 +61,6 @@ type passes struct {
 	// node holds tasks (their cancel flags).
 	heldRead bool
 
-	// Only the housekeeping's goroutine uses these. fillBatch is how
-	// many queues' counts the next round fills in, fillNext when, and
-	// filled the queues whose counts it filled in since the read of every
-	// queue at filledOf (fillCounts); oldestAt is when the oldest ready
-	// tasks were last measured (measureOldest).
-	fillBatch int
-	fillNext  time.Time
-	filled    map[bson.ObjectID]bool
-	filledOf  time.Time
-	oldestAt  time.Time
-	// oldestPace keeps measureOldest to its share of the database's
-	// time (pace.go).
-	oldestPace pace
-
 	// passSteps are a full pass's steps (fullPassSteps), and roundSteps
 	// a round's of the housekeeping (houseSteps), in their order.
 	passSteps  []step[fullPass]
