@@ -44,16 +44,8 @@ type claimer struct {
 	held     *heldTasks
 	capacity *capacity
 
-	// ready is set once a full pass has read the queues: serve, the
-	// queues this node serves; limit, its node-wide limit (nil: none); gfs,
-	// its output mode. running are the claimed and running counts of all
-	// nodes, by queue, at runningAt.
-	ready     bool
-	serve     []queue.Queue
-	limit     queue.NodeLimit
-	gfs       string
-	running   queue.Running
-	runningAt time.Time
+	// pass is what the last full pass read that claims go by (readPass).
+	pass passRead
 	// empty holds the queues a claim found nothing in, and those with no
 	// work by their counts (readPass), with their counts then: they are
 	// not claimed from again until their counts say there is work (a
@@ -90,11 +82,8 @@ type claimer struct {
 	wake    chan struct{}
 	arrived arrivals
 
-	// startFailures counts runners in a row that exited before starting
-	// their task; claiming pauses until pausedUntil.
-	startFailures atomic.Int64
-	pauseMu       sync.Mutex
-	pausedUntil   time.Time
+	// pause is claiming's pause after runners fail to start.
+	pause startPause
 
 	// unsettled are the claims this node could not put right yet; each
 	// claim round tries again.
@@ -102,6 +91,29 @@ type claimer struct {
 
 	// progress is marked as each claim is answered (Ready).
 	progress *progress
+}
+
+// passRead is what the last full pass read that claims go by: ready is
+// set once a full pass has read the queues; serve, the queues this node
+// serves; limit, its node-wide limit (nil: none); gfs, its output mode.
+// running are the claimed and running counts of all nodes, by queue, at
+// runningAt.
+type passRead struct {
+	ready     bool
+	serve     []queue.Queue
+	limit     queue.NodeLimit
+	gfs       string
+	running   queue.Running
+	runningAt time.Time
+}
+
+// startPause is claiming's pause after runners fail to start: failures
+// counts runners in a row that exited before starting their task, and
+// claiming pauses until until.
+type startPause struct {
+	failures atomic.Int64
+	mu       sync.Mutex
+	until    time.Time
 }
 
 // unsettled are claims whose outcome the node could not put right when it
@@ -239,7 +251,7 @@ func (cl *claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 // it claims queue by queue, the first queue rotating from pass to pass, so
 // that no queue starves the others.
 func (cl *claimer) claim(ctx context.Context) error {
-	if !cl.ready || len(cl.serve) == 0 {
+	if !cl.pass.ready || len(cl.pass.serve) == 0 {
 		return nil
 	}
 	for q := range cl.arrived.take() {
@@ -253,11 +265,11 @@ func (cl *claimer) claim(ctx context.Context) error {
 	cl.malformed = malformedTally{}
 	defer func() { cl.malformed.report(cl.log) }()
 	holds, total := cl.held.counts()
-	b := &claimBudget{holds: holds, total: total, limit: cl.limit}
+	b := &claimBudget{holds: holds, total: total, limit: cl.pass.limit}
 	// work are the queues to claim from; later those set aside, claimed
 	// from after them.
 	var work, later []queue.Queue
-	for _, q := range cl.serve {
+	for _, q := range cl.pass.serve {
 		if cl.claimable(q) && cl.free(q, holds) > 0 && queueFits(q, fit) && !cl.rateWaiting(q) {
 			if cl.aside[q.ID] {
 				later = append(later, q)
@@ -287,7 +299,7 @@ func (cl *claimer) claim(ctx context.Context) error {
 	}
 	// Then the queues set aside, this round's among them.
 	later = later[:0]
-	for _, q := range cl.serve {
+	for _, q := range cl.pass.serve {
 		if cl.aside[q.ID] && cl.claimable(q) && !cl.rateWaiting(q) {
 			later = append(later, q)
 		}
@@ -554,7 +566,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 			cl.release(c.ID, "node stopping")
 			return false, nil
 		}
-		mode := cl.gfs
+		mode := cl.pass.gfs
 		if q.GFS != "" {
 			mode = q.GFS
 		}
@@ -715,12 +727,12 @@ func (cl *claimer) globalInPlay(serve []queue.Queue) bool {
 // pass while a queue-wide threads limit is in play: claims in such a queue
 // need the other nodes' counts fresh.
 func (cl *claimer) countRunning(ctx context.Context, serve []queue.Queue, now time.Time) error {
-	if cl.running == nil || now.Sub(cl.runningAt) >= cl.params.RefreshEvery || cl.globalInPlay(serve) {
+	if cl.pass.running == nil || now.Sub(cl.pass.runningAt) >= cl.params.RefreshEvery || cl.globalInPlay(serve) {
 		running, err := cl.store.RunningAll(ctx)
 		if err != nil {
 			return err
 		}
-		cl.running, cl.runningAt = running, now
+		cl.pass.running, cl.pass.runningAt = running, now
 	}
 	return nil
 }
@@ -728,7 +740,7 @@ func (cl *claimer) countRunning(ctx context.Context, serve []queue.Queue, now ti
 // othersRunning is how many tasks of queue q the other nodes held when
 // they were last counted.
 func (cl *claimer) othersRunning(q bson.ObjectID) int {
-	return max(cl.running.Queue(q)-cl.running.Node(q, cl.params.Name), 0)
+	return max(cl.pass.running.Queue(q)-cl.pass.running.Node(q, cl.params.Name), 0)
 }
 
 // readPass takes what a full pass read for the claims until the next one:
@@ -743,7 +755,7 @@ func (cl *claimer) othersRunning(q bson.ObjectID) int {
 // came) with one query: thousands of idle queues cost no claims. Queues
 // that are gone (byID holds those read) are forgotten.
 func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queueIndex) {
-	cl.ready, cl.serve, cl.limit, cl.gfs = true, serve, limit, gfs
+	cl.pass.ready, cl.pass.serve, cl.pass.limit, cl.pass.gfs = true, serve, limit, gfs
 	for _, q := range serve {
 		c := countsOf(q)
 		idle := c.todo <= 0
@@ -777,7 +789,7 @@ func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs stri
 // housekeeping measures (oldestMeter).
 func (cl *claimer) withWork() []queue.Queue {
 	var out []queue.Queue
-	for _, q := range cl.serve {
+	for _, q := range cl.pass.serve {
 		if q.CountTodo != nil && *q.CountTodo > 0 && cl.claimable(q) {
 			out = append(out, q)
 		}
@@ -805,7 +817,7 @@ func (cl *claimer) letGo(id bson.ObjectID) {
 // runnerStarted ends the pause after runners that failed to start their
 // task.
 func (cl *claimer) runnerStarted() {
-	cl.startFailures.Store(0)
+	cl.pause.failures.Store(0)
 	if cl.notes.clear("runner-start") {
 		cl.log.Info("task runners start tasks again")
 	}
@@ -816,7 +828,7 @@ func (cl *claimer) runnerStarted() {
 // that a broken runner setup (bad credentials, a missing binary) does not
 // spin.
 func (cl *claimer) runnerStartFailed(taskID bson.ObjectID, exit string) {
-	failures := cl.startFailures.Add(1)
+	failures := cl.pause.failures.Add(1)
 	pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
 	cl.pauseClaims(pause)
 	if cl.notes.set("runner-start", "") {
@@ -826,16 +838,16 @@ func (cl *claimer) runnerStartFailed(taskID bson.ObjectID, exit string) {
 }
 
 func (cl *claimer) pauseClaims(d time.Duration) {
-	cl.pauseMu.Lock()
-	defer cl.pauseMu.Unlock()
-	if until := cl.now().Add(d); until.After(cl.pausedUntil) {
-		cl.pausedUntil = until
+	cl.pause.mu.Lock()
+	defer cl.pause.mu.Unlock()
+	if until := cl.now().Add(d); until.After(cl.pause.until) {
+		cl.pause.until = until
 	}
 }
 
 // paused reports whether claiming is paused after runners failed to start.
 func (cl *claimer) paused() bool {
-	cl.pauseMu.Lock()
-	defer cl.pauseMu.Unlock()
-	return cl.now().Before(cl.pausedUntil)
+	cl.pause.mu.Lock()
+	defer cl.pause.mu.Unlock()
+	return cl.now().Before(cl.pause.until)
 }

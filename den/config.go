@@ -208,10 +208,37 @@ type Setting struct {
 	Least float64
 	// Unit is what a count or a number counts ("tasks", "MiB").
 	Unit string
-	// get and set are the typed accessor of the field, made by the
-	// constructors below from a function that returns its address.
-	get func(*Config) float64
-	set func(*Config, float64)
+	// field is the typed accessor of the field, made by the constructors
+	// below from a function that returns its address.
+	field fieldAccess
+}
+
+// fieldAccess reads and writes one field of a Config as a float64
+// (durations in nanoseconds).
+type fieldAccess interface {
+	get(c *Config) float64
+	set(c *Config, x float64)
+}
+
+// numberAt is the address of a field of a Config that holds a duration
+// or a number.
+type numberAt[T time.Duration | int | int64 | float64] func(*Config) *T
+
+func (at numberAt[T]) get(c *Config) float64    { return float64(*at(c)) }
+func (at numberAt[T]) set(c *Config, x float64) { *at(c) = T(x) }
+
+// retentionOf is the entry of a retention class in Config.Retention.Keep.
+type retentionOf string
+
+func (class retentionOf) get(c *Config) float64 {
+	return float64(c.Retention.Keep[string(class)])
+}
+
+func (class retentionOf) set(c *Config, x float64) {
+	if c.Retention.Keep == nil {
+		c.Retention.Keep = map[string]time.Duration{}
+	}
+	c.Retention.Keep[string(class)] = time.Duration(x)
 }
 
 // SettingKind is what a Setting holds.
@@ -264,60 +291,55 @@ var settings = []Setting{
 
 func durationSetting(key, field string, at func(*Config) *time.Duration, def, min, max time.Duration) Setting {
 	return Setting{Key: key, Field: field, Kind: KindDuration, Default: float64(def), Min: float64(min), Max: float64(max),
-		get: func(c *Config) float64 { return float64(*at(c)) },
-		set: func(c *Config, x float64) { *at(c) = time.Duration(x) }}
+		field: numberAt[time.Duration](at)}
 }
 
 func countSetting[T int | int64](key, field string, at func(*Config) *T, def, min, max int64, unit string) Setting {
 	return Setting{Key: key, Field: field, Kind: KindCount, Default: float64(def), Min: float64(min), Max: float64(max), Unit: unit,
-		get: func(c *Config) float64 { return float64(*at(c)) },
-		set: func(c *Config, x float64) { *at(c) = T(x) }}
+		field: numberAt[T](at)}
 }
 
 // numberSetting is a number whose range starts at 0.
 func numberSetting(key, field string, at func(*Config) *float64, def, max float64, unit string) Setting {
 	return Setting{Key: key, Field: field, Kind: KindNumber, Default: def, Max: max, Unit: unit,
-		get: func(c *Config) float64 { return *at(c) },
-		set: func(c *Config, x float64) { *at(c) = x }}
+		field: numberAt[float64](at)}
 }
 
 // retentionSetting is retention.CLASS: Retention.Keep[CLASS].
 func retentionSetting(class string) Setting {
 	return Setting{Key: "retention." + class, Field: "Retention.Keep[" + strconv.Quote(class) + "]", Kind: KindDuration,
-		Max: float64(queue.MaxRetention), Least: float64(queue.MinRetention),
-		get: func(c *Config) float64 { return float64(c.Retention.Keep[class]) },
-		set: func(c *Config, x float64) {
-			if c.Retention.Keep == nil {
-				c.Retention.Keep = map[string]time.Duration{}
-			}
-			c.Retention.Keep[class] = time.Duration(x)
-		}}
+		Max: float64(queue.MaxRetention), Least: float64(queue.MinRetention), field: retentionOf(class)}
 }
 
 // Get is the setting's value in c (durations in nanoseconds).
-func (s Setting) Get(c *Config) float64 { return s.get(c) }
+func (s Setting) Get(c *Config) float64 { return s.field.get(c) }
 
 // Set writes x to the setting's field of c (durations in nanoseconds).
-func (s Setting) Set(c *Config, x float64) { s.set(c, x) }
+func (s Setting) Set(c *Config, x float64) { s.field.set(c, x) }
 
 // A timer is one of the node's own periods: the pass's interval and the
 // ...Every fields, each with its default. WithDefaults fills them and
 // validate holds them at MinInterval or more, from this one table.
 type timer struct {
 	name string
-	at   func(*Config) *time.Duration
+	at   interface{ of(*Config) *time.Duration }
 	def  time.Duration
 }
 
+// durationAt is the address of a duration field of a Config.
+type durationAt func(*Config) *time.Duration
+
+func (at durationAt) of(c *Config) *time.Duration { return at(c) }
+
 var timers = []timer{
-	{"Interval", func(c *Config) *time.Duration { return &c.Interval }, DefaultInterval},
-	{"SweepEvery", func(c *Config) *time.Duration { return &c.SweepEvery }, DefaultSweepEvery},
-	{"RefreshEvery", func(c *Config) *time.Duration { return &c.RefreshEvery }, DefaultRefreshEvery},
-	{"ClockEvery", func(c *Config) *time.Duration { return &c.ClockEvery }, DefaultClockEvery},
-	{"ProbeEvery", func(c *Config) *time.Duration { return &c.ProbeEvery }, DefaultProbeEvery},
-	{"RescueEvery", func(c *Config) *time.Duration { return &c.RescueEvery }, DefaultRescueEvery},
-	{"RetentionEvery", func(c *Config) *time.Duration { return &c.RetentionEvery }, DefaultRetentionEvery},
-	{"ResourcesEvery", func(c *Config) *time.Duration { return &c.ResourcesEvery }, resources.DefaultEvery},
+	{"Interval", durationAt(func(c *Config) *time.Duration { return &c.Interval }), DefaultInterval},
+	{"SweepEvery", durationAt(func(c *Config) *time.Duration { return &c.SweepEvery }), DefaultSweepEvery},
+	{"RefreshEvery", durationAt(func(c *Config) *time.Duration { return &c.RefreshEvery }), DefaultRefreshEvery},
+	{"ClockEvery", durationAt(func(c *Config) *time.Duration { return &c.ClockEvery }), DefaultClockEvery},
+	{"ProbeEvery", durationAt(func(c *Config) *time.Duration { return &c.ProbeEvery }), DefaultProbeEvery},
+	{"RescueEvery", durationAt(func(c *Config) *time.Duration { return &c.RescueEvery }), DefaultRescueEvery},
+	{"RetentionEvery", durationAt(func(c *Config) *time.Duration { return &c.RetentionEvery }), DefaultRetentionEvery},
+	{"ResourcesEvery", durationAt(func(c *Config) *time.Duration { return &c.ResourcesEvery }), resources.DefaultEvery},
 }
 
 // WithDefaults returns c with every zero field that has a default set to
@@ -333,7 +355,7 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	for _, t := range timers {
-		if d := t.at(&c); *d == 0 {
+		if d := t.at.of(&c); *d == 0 {
 			*d = t.def
 		}
 	}
@@ -361,7 +383,7 @@ func (c *Config) validate() error {
 		}
 	}
 	for _, t := range timers {
-		if d := *t.at(c); d < MinInterval {
+		if d := *t.at.of(c); d < MinInterval {
 			return fmt.Errorf("node configuration: %s is %s; it must be at least %s (0 means the default)", t.name, d, MinInterval)
 		}
 	}

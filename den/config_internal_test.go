@@ -184,7 +184,7 @@ func TestSettingsNameTheirFields(t *testing.T) {
 	}
 	for _, tm := range timers {
 		var c Config
-		*tm.at(&c) = 7
+		*tm.at.of(&c) = 7
 		if got := number(fieldAt(&c, tm.name)); got != 7 {
 			t.Errorf("timer %s: set to 7 through its accessor, the field holds %v", tm.name, got)
 		}

@@ -155,9 +155,9 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
 		},
 		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
-		views: make(chan passView, 1), lastQueues: read, probePace: pace{share: probeShare},
+		views: make(chan passView, 1), lastQueues: read, probed: probeState{pace: pace{share: probeShare}},
 	}
-	n.passes.health = &health{interval: cfg.Interval, now: e.now, loop: n.claimer.progress, house: &progress{}}
+	n.passes.health = &health{interval: cfg.Interval, clock: e.clock, loop: n.claimer.progress, house: &progress{}}
 	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
 	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)
 	n.pool.slots = n.claimer

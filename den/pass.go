@@ -49,13 +49,8 @@ type passes struct {
 	sharedAt time.Time
 	// clockAt is when the clock was last synced with the server.
 	clockAt time.Time
-	// lastProbe is when the probe last ran (probe.go), probePace keeps it
-	// to its share of the database's time, and probeSkip are the queues it
-	// found tasks in that are no queue (gone, or no queue document den can
-	// read), left out of its queries until the next read of every queue.
-	lastProbe time.Time
-	probePace pace
-	probeSkip map[bson.ObjectID]bool
+	// probed is what the probe step keeps between passes (probe.go).
+	probed probeState
 	// heldRead is set once a full pass has read what this node holds:
 	// the first pass reads it before it claims, the others while the
 	// node holds tasks (their cancel flags).
@@ -77,6 +72,17 @@ type passes struct {
 	// and the pool, read outside the loop (shared with the pool).
 	book       queueBook
 	lastQueues *queuesRead
+}
+
+// probeState is what the probe step keeps between passes: when it last
+// ran, the pace that keeps it to its share of the database's time, and
+// the queues it found tasks in that are no queue (gone, or no queue
+// document den can read), left out of its queries until the next read of
+// every queue (skip).
+type probeState struct {
+	last time.Time
+	pace pace
+	skip map[bson.ObjectID]bool
 }
 
 // full is one full pass of the loop: it reads the queues, writes the node

@@ -41,11 +41,11 @@ func (cl *claimer) freeToFit() queue.Resources {
 // nodeFree reports whether the node may take one more task by its
 // node-wide limit (none: always).
 func (cl *claimer) nodeFree() bool {
-	if cl.limit == nil {
+	if cl.pass.limit == nil {
 		return true
 	}
 	_, total := cl.held.counts()
-	return total < *cl.limit
+	return total < *cl.pass.limit
 }
 
 // probe looks for claimable tasks that no count tells of and returns the
@@ -61,7 +61,7 @@ func (cl *claimer) nodeFree() bool {
 func (cl *claimer) probe(ctx context.Context, others []queue.Queue, skip map[bson.ObjectID]bool) ([]bson.ObjectID, error) {
 	idle := []bson.ObjectID{}
 	var elsewhere []bson.ObjectID
-	for _, q := range cl.serve {
+	for _, q := range cl.pass.serve {
 		if cl.claimable(q) {
 			elsewhere = append(elsewhere, q.ID)
 		} else {
@@ -117,19 +117,19 @@ type probe struct{ ps *passes }
 
 func (s probe) due(p *fullPass) bool {
 	ps, cl := s.ps, s.ps.claimer
-	return p.at.Sub(ps.lastProbe) >= ps.params.ProbeEvery && cl.ready && !cl.paused() && cl.nodeFree() && ps.probePace.ready()
+	return p.at.Sub(ps.probed.last) >= ps.params.ProbeEvery && cl.pass.ready && !cl.paused() && cl.nodeFree() && ps.probed.pace.ready()
 }
 
 func (s probe) do(ctx context.Context, p *fullPass) error {
 	ps, cl := s.ps, s.ps.claimer
 	began := time.Now()
 	cl.freeToFit()
-	found, err := cl.probe(ctx, p.queues[len(p.serve):], ps.probeSkip)
-	ps.probePace.ran(began)
+	found, err := cl.probe(ctx, p.queues[len(p.serve):], ps.probed.skip)
+	ps.probed.pace.ran(began)
 	if err != nil {
 		return err
 	}
-	ps.lastProbe = p.at
+	ps.probed.last = p.at
 	if len(found) == 0 {
 		return nil
 	}

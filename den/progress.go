@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/den-project/den/queue"
 )
 
 // progress is when a loop (the claims' or the housekeeping's) last
@@ -63,7 +65,7 @@ func ago(d time.Duration) string {
 // get on, which they write as they go and any goroutine reads.
 type health struct {
 	interval time.Duration
-	now      func() time.Time
+	clock    *queue.Clock
 	// lastPassOK is when a full pass last succeeded (UnixNano), and
 	// lastPassTook how long it took; passStarted when the full pass under
 	// way started (0: none); outage is what Ready says while passes fail
@@ -94,7 +96,7 @@ type health struct {
 // slow, or that its housekeeping makes no progress or fails.
 func (h *health) report() (string, error) {
 	outage := h.outage.Load()
-	now := h.now()
+	now := h.clock.Now()
 	bound := stuckAfter(h.interval)
 	within := max(3*h.interval, 3*time.Second)
 	var lastPass string

@@ -92,7 +92,7 @@ func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFil
 		ps.noteMalformedQueues(malformed)
 		serve := ps.serveable(all, filter)
 		*b = queueBook{full: all, served: len(serve), fullIndex: indexQueues(all), fullAt: now, filter: filter}
-		ps.probeSkip = nil
+		ps.probed.skip = nil
 		queues, serve, byID = b.current()
 		return queues, serve, byID, true, nil
 	}
@@ -209,7 +209,7 @@ func (b *queueBook) rebuild(queues, changed []queue.Queue, gone []bson.ObjectID,
 // read of every queue, or never, and claims go by its settings now. A
 // queue that is gone, or cannot be read as a queue, is left out of the
 // book and of later probes until the next read of every queue
-// (probeSkip). It updates p's queues.
+// (probeState.skip). It updates p's queues.
 func (ps *passes) refreshQueues(ctx context.Context, ids []bson.ObjectID, p *fullPass) error {
 	fresh, err := ps.store.QueuesByID(ctx, ids)
 	if err != nil {
@@ -223,10 +223,10 @@ func (ps *passes) refreshQueues(ctx context.Context, ids []bson.ObjectID, p *ful
 	for _, id := range ids {
 		if !seen[id] {
 			gone = append(gone, id)
-			if ps.probeSkip == nil {
-				ps.probeSkip = map[bson.ObjectID]bool{}
+			if ps.probed.skip == nil {
+				ps.probed.skip = map[bson.ObjectID]bool{}
 			}
-			ps.probeSkip[id] = true
+			ps.probed.skip[id] = true
 		}
 	}
 	ps.book.update(fresh, gone, func(q queue.Queue) bool { return ps.serves(q, p.filter) })

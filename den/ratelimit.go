@@ -96,7 +96,7 @@ func (cl *claimer) recheckRates(ctx context.Context, at time.Time) error {
 	}
 	limits := map[bson.ObjectID]queue.RateLimit{}
 	served := map[bson.ObjectID]bool{}
-	for _, q := range cl.serve {
+	for _, q := range cl.pass.serve {
 		served[q.ID] = q.RateLimit != nil
 		if until, ok := cl.rateWait[q.ID]; ok && q.RateLimit != nil && until.After(at.Add(cl.params.Interval)) {
 			limits[q.ID] = *q.RateLimit

@@ -179,7 +179,7 @@ type countRunning struct {
 
 func (s countRunning) due(p *fullPass) bool {
 	if s.beforeClaims {
-		return s.ps.claimer.running == nil || s.ps.claimer.globalInPlay(p.serve)
+		return s.ps.claimer.pass.running == nil || s.ps.claimer.globalInPlay(p.serve)
 	}
 	return !p.counted
 }
@@ -263,6 +263,6 @@ func (handOver) due(*fullPass) bool { return true }
 func (s handOver) do(_ context.Context, p *fullPass) error {
 	ps := s.ps
 	b := &ps.book
-	ps.handOver(passView{at: p.at, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.running, measure: ps.claimer.withWork()})
+	ps.handOver(passView{at: p.at, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.pass.running, measure: ps.claimer.withWork()})
 	return nil
 }

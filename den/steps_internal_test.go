@@ -55,29 +55,36 @@ func TestFullPassStepsAreDueWhenTheirTimeHasCome(t *testing.T) {
 			func(*passes, *fullPass) {}, true},
 		{"counts before the claims: no queue-wide limit", func(ps *passes) step[fullPass] { return countRunning{ps, true} },
 			func(ps *passes, p *fullPass) {
-				ps.claimer.running = queue.Running{}
+				ps.claimer.pass.running = queue.Running{}
 				p.serve = []queue.Queue{{ID: bson.NewObjectID()}}
 			}, false},
 		{"counts before the claims: a queue-wide limit in play", func(ps *passes) step[fullPass] { return countRunning{ps, true} },
-			func(ps *passes, p *fullPass) { ps.claimer.running = queue.Running{}; p.serve = []queue.Queue{global} }, true},
+			func(ps *passes, p *fullPass) {
+				ps.claimer.pass.running = queue.Running{}
+				p.serve = []queue.Queue{global}
+			}, true},
 		{"counts after the claims: counted before", func(ps *passes) step[fullPass] { return countRunning{ps, false} },
 			func(_ *passes, p *fullPass) { p.counted = true }, false},
 		{"counts after the claims: not counted before", func(ps *passes) step[fullPass] { return countRunning{ps, false} },
 			func(*passes, *fullPass) {}, true},
 		{"probe 0.9s after the last", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.lastProbe = true, now.Add(-900*time.Millisecond) }, false},
+			func(ps *passes, _ *fullPass) {
+				ps.claimer.pass.ready, ps.probed.last = true, now.Add(-900*time.Millisecond)
+			}, false},
 		{"probe a pass after the last", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.lastProbe = true, now.Add(-time.Second) }, true},
+			func(ps *passes, _ *fullPass) { ps.claimer.pass.ready, ps.probed.last = true, now.Add(-time.Second) }, true},
 		{"probe before the claims have read the queues", func(ps *passes) step[fullPass] { return probe{ps} },
 			func(ps *passes, _ *fullPass) {}, false},
 		{"probe while claims are paused", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.claimer.ready, ps.claimer.pausedUntil = true, now.Add(time.Second) }, false},
+			func(ps *passes, _ *fullPass) {
+				ps.claimer.pass.ready, ps.claimer.pause.until = true, now.Add(time.Second)
+			}, false},
 		{"probe while the node is full", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { zero := 0; ps.claimer.ready, ps.claimer.limit = true, &zero }, false},
+			func(ps *passes, _ *fullPass) { zero := 0; ps.claimer.pass.ready, ps.claimer.pass.limit = true, &zero }, false},
 		{"probe put off by its share of the database's time", func(ps *passes) step[fullPass] { return probe{ps} },
 			func(ps *passes, _ *fullPass) {
-				ps.claimer.ready = true
-				ps.probePace.ran(time.Now().Add(-time.Second)) // a probe that took 1 s
+				ps.claimer.pass.ready = true
+				ps.probed.pace.ran(time.Now().Add(-time.Second)) // a probe that took 1 s
 			}, false},
 		{"live output: held not read", func(ps *passes) step[fullPass] { return askLive{ps.pool} },
 			func(*passes, *fullPass) {}, false},
@@ -138,6 +145,6 @@ func stepsNode(now time.Time) *passes {
 	return &passes{
 		env:     e,
 		params:  passesParams{ClockEvery: DefaultClockEvery, RefreshEvery: DefaultRefreshEvery, ProbeEvery: DefaultProbeEvery},
-		claimer: cl, held: cl.held, probePace: pace{share: probeShare},
+		claimer: cl, held: cl.held, probed: probeState{pace: pace{share: probeShare}},
 	}
 }
