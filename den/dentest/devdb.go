@@ -108,7 +108,7 @@ func exitReason(st *os.ProcessState, err error) string {
 		return err.Error()
 	}
 	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return fmt.Sprintf("killed by %v", ws.Signal())
+		return fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
 	}
 	return st.String()
 }
