@@ -53,10 +53,13 @@ func TestRunServesHTTP(t *testing.T) {
 		code, body := get("/metrics")
 		return code == http.StatusOK && strings.Contains(body, `den_mongodb_commands_total{command="findAndModify"}`) && strings.Contains(body, "den_ready 1")
 	})
-	raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "clinode"}}).Raw()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The findAndModify counted may be the node document's own upsert,
+	// counted as it starts: wait for it to land.
+	var raw bson.Raw
+	dentest.Eventually(t, time.Minute, "the node document of clinode", func() bool {
+		raw, err = db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: "clinode"}}).Raw()
+		return err == nil
+	})
 	if v, _ := raw.Lookup("version").StringValueOK(); v != version() {
 		t.Errorf("node document version %q, want %q", v, version())
 	}
