@@ -233,6 +233,18 @@ type Gated interface {
 	Enabled(config json.RawMessage) bool
 }
 
+// Preparer is implemented by plugins that have work of their own to do
+// before a run, work that serves every run and is not the task's: the
+// command plugin makes its list of the library directories' programs
+// there (again after a package was installed, and every ten minutes). The
+// runner calls Prepare with the plugin's section of the node
+// configuration before the run begins, so that this work is never counted
+// in the task's usage (CPU, memory samples) and never in its time limit.
+// Prepare does what it can; what it could not do, Run does.
+type Preparer interface {
+	Prepare(ctx context.Context, config json.RawMessage)
+}
+
 // Func adapts a function to a Plugin.
 type Func func(ctx context.Context, task *queue.Task, env Env) (int, error)
 

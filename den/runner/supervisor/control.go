@@ -228,6 +228,9 @@ func (s *supervisor) begin(task string) (string, error) {
 		s.runs++
 		s.run.begun = true
 		s.idling = false
+		// Measured from here: the worker's start and its plugin's
+		// preparation (plugins.Preparer) are den's, not the task's.
+		s.usage.startNow(context.Background())
 		return s.run.token, nil
 	}
 	if s.broken || s.proof == nil {

@@ -39,10 +39,13 @@ import (
 //     (ru_maxrss of the reaped processes, which the kernel keeps exactly).
 //     With a cgroup, memory.peak is the exact peak of the whole run (page
 //     cache included) and is reported beside it as peak_memory_mb.
-//   - A runner that serves several tasks measures each run from zero: the
-//     CPU seconds counted when the run began (the worker's, and what the
-//     supervisor reaped in earlier runs) are subtracted, the samples start
-//     over, and the run's cgroup is new. The kernel's ru_maxrss cannot be
+//   - Each run is measured from its begin, the worker's request to begin
+//     it: the CPU seconds counted then (the worker's start and its
+//     plugin's preparation, plugins.Preparer, for a runner's first run;
+//     the earlier runs and what the supervisor reaped in them for a later
+//     one; with a cgroup, what the first run's cgroup counted) are
+//     subtracted. A later run's samples also start over, and its cgroup
+//     is new. The kernel's ru_maxrss cannot be
 //     reset: in a later run it counts only when it has grown since the run
 //     began (then it is a process of this run).
 
@@ -67,11 +70,13 @@ type sampler struct {
 	peakTask int64
 	limit    int64
 	killed   *runner.MemoryKill
-	// base is the CPU already counted when the run began (a runner's
-	// later runs): subtracted from what the tree and rusage say;
-	// maxRSSBefore is the supervisor's RUSAGE_CHILDREN ru_maxrss then.
-	base         cpuTimes
-	maxRSSBefore int64
+	// base is the CPU already counted when the run began: subtracted
+	// from what the tree and rusage say, or, with a cgroup, from its
+	// cpu.stat (cgroupBase: what the first run's cgroup, which the worker
+	// started in, counted when the run began); maxRSSBefore is the
+	// supervisor's RUSAGE_CHILDREN ru_maxrss then.
+	base, cgroupBase cpuTimes
+	maxRSSBefore     int64
 	// tree walks the supervisor's tree (nil: contain.Descendants).
 	tree *contain.Tree
 }
@@ -89,6 +94,21 @@ func (s *sampler) cpu(ctx context.Context) cpuTimes {
 		c.system += tvSeconds(ru.Stime)
 	}
 	return c
+}
+
+// startNow makes the first run's measure start now rather than when the
+// worker started (later runs get a sampler of their own, made as they
+// begin): what the worker did until its run began (starting, connecting,
+// its plugin's preparation) is not the task's.
+func (s *sampler) startNow(ctx context.Context) {
+	if s.cgroup != "" {
+		if u, sys, ok := cgroupCPU(s.cgroup); ok {
+			s.cgroupBase = cpuTimes{u, sys}
+		}
+		s.base = s.workerCPU()
+		return
+	}
+	s.base = s.cpu(ctx)
 }
 
 // sample adds one sample of the tree's memory.
@@ -225,7 +245,7 @@ func (s *sampler) measure(ctx context.Context, first, alone bool) runner.Measure
 	m.CPUUser, m.CPUSystem = max(user-s.base.user, 0), max(system-s.base.system, 0)
 	if s.cgroup != "" {
 		if u, sys, ok := cgroupCPU(s.cgroup); ok {
-			m.CPUUser, m.CPUSystem = u, sys
+			m.CPUUser, m.CPUSystem = max(u-s.cgroupBase.user, 0), max(sys-s.cgroupBase.system, 0)
 		}
 		if b, err := os.ReadFile(filepath.Join(s.cgroup, "memory.peak")); err == nil {
 			m.CgroupPeak, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)

@@ -159,6 +159,26 @@ type taskRun struct {
 	gaveUpLogged bool
 }
 
+// prepare lets the task's plugin do its own work before the run begins
+// (plugins.Preparer), where the run's usage is not yet counted. A plugin
+// that panics there is logged and left to Run.
+func (r *Executor) prepare(ctx context.Context) {
+	p, ok := r.Plugins.Lookup(r.Spec.Plugin)
+	if !ok {
+		return
+	}
+	pr, ok := p.(plugins.Preparer)
+	if !ok {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			r.Log.Error("plugin panicked while it prepared a run", zap.String("plugin", r.Spec.Plugin), zap.Any("panic", v))
+		}
+	}()
+	pr.Prepare(ctx, r.Spec.PluginConfig)
+}
+
 // Run runs the task of r.Spec. ctx is cancelled when the runner is asked to
 // stop (SIGTERM): because its task was cancelled, or for any other reason.
 func (r *Executor) Run(ctx context.Context) error {
@@ -166,6 +186,7 @@ func (r *Executor) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("task id %q: %w", r.Spec.Task, err)
 	}
+	r.prepare(ctx)
 	info, pids, err := r.self(ctx)
 	if err != nil {
 		return err
