@@ -63,13 +63,8 @@ type claimer struct {
 	// with when it frees: they are not claimed from until then
 	// (rateWaiting).
 	rateWait map[bson.ObjectID]time.Time
-	// fit is what this claim round has free for tasks that request
-	// resources, less what it claimed so far.
-	fit *queue.Resources
-	// malformed is what this claim round did with documents its claims
-	// took that cannot be tasks (takeMalformed), and malformedSince when
-	// the claims of this full pass first met one.
-	malformed      malformedTally
+	// malformedSince is when the claims of this full pass first met a
+	// document that cannot be a task (takeMalformed).
 	malformedSince time.Time
 	// offset rotates which queue claims first under a node limit.
 	offset int
@@ -261,16 +256,14 @@ func (cl *claimer) claim(ctx context.Context) error {
 	// whose own request does not fit waits this pass. The probe asks the
 	// same (probe.go), so that a task that does not fit does not make its
 	// queue look claimable again and again.
-	fit := cl.freeToFit()
-	cl.malformed = malformedTally{}
-	defer func() { cl.malformed.report(cl.log) }()
 	holds, total := cl.held.counts()
-	b := &claimBudget{holds: holds, total: total, limit: cl.pass.limit}
+	r := &claimRound{holds: holds, total: total, limit: cl.pass.limit, fit: cl.freeToFit()}
+	defer func() { r.malformed.report(cl.log) }()
 	// work are the queues to claim from; later those set aside, claimed
 	// from after them.
 	var work, later []queue.Queue
 	for _, q := range cl.pass.serve {
-		if cl.claimable(q) && cl.free(q, holds) > 0 && queueFits(q, fit) && !cl.rateWaiting(q) {
+		if cl.claimable(q) && cl.free(q, holds) > 0 && queueFits(q, r.fit) && !cl.rateWaiting(q) {
 			if cl.aside[q.ID] {
 				later = append(later, q)
 			} else {
@@ -278,7 +271,7 @@ func (cl *claimer) claim(ctx context.Context) error {
 			}
 		}
 	}
-	way := claimWay(b.nodeFree(), len(work)+len(later))
+	way := claimWay(r.nodeFree(), len(work)+len(later))
 	if way != claimNone {
 		if err := cl.prio.learn(ctx, cl.store, work, later); err != nil {
 			return err
@@ -288,13 +281,13 @@ func (cl *claimer) claim(ctx context.Context) error {
 	case claimNone:
 		return nil
 	case claimAlone:
-		if more, err := cl.claimAlone(ctx, b, work); err != nil || !more {
+		if more, err := cl.claimAlone(ctx, r, work); err != nil || !more {
 			return err
 		}
-		_, err := cl.claimAlone(ctx, b, later)
+		_, err := cl.claimAlone(ctx, r, later)
 		return err
 	}
-	if more, err := cl.claimGrouped(ctx, b, work); err != nil || !more {
+	if more, err := cl.claimGrouped(ctx, r, work); err != nil || !more {
 		return err
 	}
 	// Then the queues set aside, this round's among them.
@@ -304,20 +297,25 @@ func (cl *claimer) claim(ctx context.Context) error {
 			later = append(later, q)
 		}
 	}
-	_, err := cl.claimAlone(ctx, b, later)
+	_, err := cl.claimAlone(ctx, r, later)
 	return err
 }
 
-// claimBudget is what a claim counts as it goes: what the node holds, by
-// queue and in all, against its limit (nil: none).
-type claimBudget struct {
-	holds map[bson.ObjectID]int
-	total int
-	limit queue.NodeLimit
+// claimRound is one claim round's own: what the node holds, by queue and
+// in all, against its limit (nil: none), counted as the round claims;
+// what it has free for tasks that request resources (fit), less what the
+// round claimed; and what it did with documents its claims took that
+// cannot be tasks (takeMalformed).
+type claimRound struct {
+	holds     map[bson.ObjectID]int
+	total     int
+	limit     queue.NodeLimit
+	fit       queue.Resources
+	malformed malformedTally
 }
 
 // nodeFree is how many more tasks the node may hold.
-func (b *claimBudget) nodeFree() int {
+func (b *claimRound) nodeFree() int {
 	if b.limit == nil {
 		return math.MaxInt
 	}
@@ -326,7 +324,7 @@ func (b *claimBudget) nodeFree() int {
 
 // took counts a claim from queue q, and reports whether the node may
 // claim more.
-func (b *claimBudget) took(q bson.ObjectID) bool {
+func (b *claimRound) took(q bson.ObjectID) bool {
 	b.holds[q]++
 	b.total++
 	return b.nodeFree() > 0
@@ -359,17 +357,17 @@ func claimWay(nodeFree, queues int) int {
 
 // claimAlone claims from each of qs on its own, the first rotating from
 // round to round; it reports whether the node may claim more.
-func (cl *claimer) claimAlone(ctx context.Context, b *claimBudget, qs []queue.Queue) (bool, error) {
+func (cl *claimer) claimAlone(ctx context.Context, r *claimRound, qs []queue.Queue) (bool, error) {
 	if len(qs) == 0 {
 		return true, nil
 	}
 	cl.offset = (cl.offset + 1) % len(qs)
 	for i := range qs {
 		q := qs[(cl.offset+i)%len(qs)]
-		if cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || (cl.aside[q.ID] && cl.malformedSpent()) || cl.rateWaiting(q) {
+		if cl.free(q, r.holds) <= 0 || !queueFits(q, r.fit) || (cl.aside[q.ID] && cl.malformedSpent(r)) || cl.rateWaiting(q) {
 			continue
 		}
-		more, err := cl.claimFrom(ctx, []queue.Queue{q}, b.holds, b.took)
+		more, err := cl.claimFrom(ctx, r, []queue.Queue{q})
 		if err != nil || !more {
 			return false, err
 		}
@@ -380,7 +378,7 @@ func (cl *claimer) claimAlone(ctx context.Context, b *claimBudget, qs []queue.Qu
 // claimGrouped claims from the queues of work a group at a time
 // (claimGroups), up to queue.MaxClaimQueues queues a claim; it reports
 // whether the node may claim more.
-func (cl *claimer) claimGrouped(ctx context.Context, b *claimBudget, work []queue.Queue) (bool, error) {
+func (cl *claimer) claimGrouped(ctx context.Context, r *claimRound, work []queue.Queue) (bool, error) {
 	for _, group := range cl.claimGroups(work) {
 		for len(group) > 0 {
 			chunk := group[:min(len(group), queue.MaxClaimQueues)]
@@ -389,12 +387,12 @@ func (cl *claimer) claimGrouped(ctx context.Context, b *claimBudget, work []queu
 			// this chunk's own (a queue without a request always fits);
 			// a queue set aside by a claim of this round waits too.
 			chunk = slices.DeleteFunc(slices.Clone(chunk), func(q queue.Queue) bool {
-				return cl.free(q, b.holds) <= 0 || !queueFits(q, *cl.fit) || cl.aside[q.ID] || cl.rateWaiting(q)
+				return cl.free(q, r.holds) <= 0 || !queueFits(q, r.fit) || cl.aside[q.ID] || cl.rateWaiting(q)
 			})
 			if len(chunk) == 0 {
 				continue
 			}
-			more, err := cl.claimFrom(ctx, chunk, b.holds, b.took)
+			more, err := cl.claimFrom(ctx, r, chunk)
 			if err != nil || !more {
 				return false, err
 			}
@@ -403,11 +401,11 @@ func (cl *claimer) claimGrouped(ctx context.Context, b *claimBudget, work []queu
 	return true, nil
 }
 
-// malformedSpent reports whether this claim round has taken as many
+// malformedSpent reports whether claim round r has taken as many
 // documents that cannot be tasks out of the way as a round may, or this
 // pass spent as long on them.
-func (cl *claimer) malformedSpent() bool {
-	m := cl.malformed
+func (cl *claimer) malformedSpent(r *claimRound) bool {
+	m := r.malformed
 	return m.failed+m.skipped >= malformedPerPass || (!cl.malformedSince.IsZero() && time.Since(cl.malformedSince) > malformedTime)
 }
 
@@ -488,9 +486,10 @@ func share(part, whole float64) float64 {
 	return part / whole
 }
 
-// claimFrom claims from the given queues (one sort order) until they are
-// empty or full, and reports whether the node may claim more.
-func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bson.ObjectID]int, took func(bson.ObjectID) bool) (bool, error) {
+// claimFrom claims from the given queues (one sort order) within round r
+// until they are empty or full, and reports whether the node may claim
+// more.
+func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queue) (bool, error) {
 	byID := make(map[bson.ObjectID]queue.Queue, len(qs))
 	ids := make([]bson.ObjectID, 0, len(qs))
 	for _, q := range qs {
@@ -503,7 +502,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 			// so, rather than passing for a short one.
 			return false, fmt.Errorf("claim in %d queues: %w", len(ids), err)
 		}
-		c, ok, err := cl.claimOne(ctx, ids, qs[0].Sort, cl.prio.any(ids))
+		c, ok, err := cl.claimOne(ctx, ids, qs[0].Sort, cl.prio.any(ids), r.fit)
 		if err != nil {
 			return false, err
 		}
@@ -522,7 +521,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 			// next task. Its queue is set aside: the other queues of
 			// this claim go first, and it comes after every other
 			// queue, on its own, within the round's budget.
-			cl.takeMalformed(ctx, *c.Malformed, &cl.malformed)
+			cl.takeMalformed(ctx, *c.Malformed, &r.malformed)
 			if q := c.Malformed.Queue; !q.IsZero() {
 				cl.aside[q] = true
 				if len(ids) > 1 {
@@ -531,7 +530,7 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 					continue
 				}
 			}
-			if cl.malformedSpent() {
+			if cl.malformedSpent(r) {
 				return true, nil
 			}
 			continue
@@ -547,10 +546,10 @@ func (cl *claimer) claimFrom(ctx context.Context, qs []queue.Queue, holds map[bs
 		if c.Unfit != "" {
 			cl.clearUnfit(ctx, c.ID, c.Unfit)
 		}
-		*cl.fit = cl.fit.Sub(req)
+		r.fit = r.fit.Sub(req)
 		cl.metrics.Claims.WithLabelValues(cl.metrics.Queue(q.Name)).Inc()
-		more := took(q.ID)
-		if cl.free(q, holds) <= 0 || !queueFits(q, *cl.fit) {
+		more := r.took(q.ID)
+		if cl.free(q, r.holds) <= 0 || !queueFits(q, r.fit) {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
 		}
 		if ok, err := cl.mayStart(ctx, q, c.ID); err != nil || !ok {
@@ -622,11 +621,11 @@ func (cl *claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, err
 // claimed that nobody knows about. If the claim's reply is lost, the claim
 // may still have landed: the task is then put back, recognised by the
 // claim's own mtime.
-func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string, prio bool) (queue.Claimed, bool, error) {
+func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string, prio bool, free queue.Resources) (queue.Claimed, bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	at := cl.now().Truncate(time.Millisecond)
-	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.params.Name, At: at, Free: cl.fit, Priorities: prio})
+	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.params.Name, At: at, Free: &free, Priorities: prio})
 	if err != nil {
 		released, rerr := cl.store.ReleaseLost(cctx, ids, cl.params.Name, at)
 		switch {

@@ -30,12 +30,10 @@ const probeShare = 0.25
 // the rest wait for the next probe.
 const probeFinds = 20
 
-// freeToFit sets what this claim round has free for tasks that request
-// resources (cl.fit), and returns it.
+// freeToFit is what the node has free now for tasks that request
+// resources.
 func (cl *claimer) freeToFit() queue.Resources {
-	fit := cl.capacity.free(cl.held.reserved())
-	cl.fit = &fit
-	return fit
+	return cl.capacity.free(cl.held.reserved())
 }
 
 // nodeFree reports whether the node may take one more task by its
@@ -58,7 +56,7 @@ func (cl *claimer) nodeFree() bool {
 // to be no queue (skip). The second also finds the tasks of a queue the
 // node has not read yet; with 80,000 idle queues and a few with work it
 // names a few queues where the first would name 80,000.
-func (cl *claimer) probe(ctx context.Context, others []queue.Queue, skip map[bson.ObjectID]bool) ([]bson.ObjectID, error) {
+func (cl *claimer) probe(ctx context.Context, free queue.Resources, others []queue.Queue, skip map[bson.ObjectID]bool) ([]bson.ObjectID, error) {
 	idle := []bson.ObjectID{}
 	var elsewhere []bson.ObjectID
 	for _, q := range cl.pass.serve {
@@ -74,7 +72,7 @@ func (cl *claimer) probe(ctx context.Context, others []queue.Queue, skip map[bso
 	for id := range skip {
 		elsewhere = append(elsewhere, id)
 	}
-	r := queue.ProbeRequest{At: cl.now(), Free: cl.fit}
+	r := queue.ProbeRequest{At: cl.now(), Free: &free}
 	if len(idle) <= len(elsewhere) {
 		r.In = idle
 	} else {
@@ -123,8 +121,7 @@ func (s probe) due(p *fullPass) bool {
 func (s probe) do(ctx context.Context, p *fullPass) error {
 	ps, cl := s.ps, s.ps.claimer
 	began := time.Now()
-	cl.freeToFit()
-	found, err := cl.probe(ctx, p.queues[len(p.serve):], ps.probed.skip)
+	found, err := cl.probe(ctx, cl.freeToFit(), p.queues[len(p.serve):], ps.probed.skip)
 	ps.probed.pace.ran(began)
 	if err != nil {
 		return err
