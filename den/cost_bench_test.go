@@ -124,10 +124,10 @@ func benchCost(b *testing.B, queues int) {
 	// on the embedded server, which would slow the node it measures (10
 	// polls a second took a sixth of the server's CPU).
 	done := int64(0)
-	for deadline := time.Now().Add(10 * time.Minute); done < int64(tasks) && time.Now().Before(deadline); {
-		time.Sleep(time.Second)
+	dentest.UntilBy(time.Now().Add(10*time.Minute), time.Second, func() bool {
 		done, _ = db.Collection("tasks").CountDocuments(context.Background(), bson.D{{Key: "status", Value: 1}})
-	}
+		return done >= int64(tasks)
+	})
 	if done == 0 {
 		b.Fatal("no task finished in 10 minutes")
 	}

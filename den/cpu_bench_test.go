@@ -99,12 +99,11 @@ func benchCPU(b *testing.B) {
 	start := time.Now()
 	insertTasks(b, db, qid, tasks)
 	done := int64(0)
-	for deadline := time.Now().Add(20 * time.Minute); done < int64(tasks); {
-		if time.Now().After(deadline) {
-			b.Fatalf("only %d of %d tasks finished in 20 minutes", done, tasks)
-		}
-		time.Sleep(time.Second)
+	if !dentest.UntilBy(time.Now().Add(20*time.Minute), time.Second, func() bool {
 		done, _ = db.Collection("tasks").CountDocuments(ctx, bson.D{{Key: "status", Value: 1}})
+		return done >= int64(tasks)
+	}) {
+		b.Fatalf("only %d of %d tasks finished in 20 minutes", done, tasks)
 	}
 	took := time.Since(start)
 	starts := scrapeCounter(b, httpAddr, "den_runner_starts_total")

@@ -55,11 +55,7 @@ func passesUntilClaimed(t *testing.T, db *mongo.Database, node string, ids ...bs
 			passes++
 		}
 		n := dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "status", Value: -2}})
-		if n == 0 {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-		return false
+		return n == 0
 	})
 	return passes, time.Since(start)
 }

@@ -73,7 +73,8 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 	// Progress is logged every half minute, so that a run too slow for
 	// the limit shows whether work stopped or only crawled.
 	done := countDone(t, db)
-	for last := time.Now(); done() != total; time.Sleep(100 * time.Millisecond) {
+	last := time.Now()
+	dentest.Until(100*time.Millisecond, func() bool {
 		if time.Since(last) > 30*time.Second {
 			last = time.Now()
 			t.Logf("%s: %d of %d tasks finished, %d running", time.Since(start).Round(time.Second), done(), total,
@@ -82,7 +83,8 @@ func TestThreeNodesRunEveryTaskOnce(t *testing.T) {
 		if time.Since(start) > 6*time.Minute { // about 85 s under -race on 2 cores
 			t.Fatalf("timed out after 6m0s: %d of %d tasks finished", done(), total)
 		}
-	}
+		return done() == total
+	})
 	t.Logf("%d tasks on 3 nodes in %s", total, time.Since(start))
 	checkOneReportEach(t, db, all)
 	// Status: c fails with 2, a succeeds.

@@ -168,14 +168,12 @@ func recoveryNode(b *testing.B, uri, database, name string, dead time.Duration) 
 // fails the benchmark after limit.
 func waitCount(b *testing.B, db *mongo.Database, filter bson.D, want int, limit time.Duration) {
 	b.Helper()
-	for deadline := time.Now().Add(limit); ; {
-		n, err := db.Collection("tasks").CountDocuments(context.Background(), filter)
-		if err == nil && n >= int64(want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d tasks matched %v after %s", n, want, filter, limit)
-		}
-		time.Sleep(time.Second)
+	var n int64
+	if !dentest.UntilBy(time.Now().Add(limit), time.Second, func() bool {
+		var err error
+		n, err = db.Collection("tasks").CountDocuments(context.Background(), filter)
+		return err == nil && n >= int64(want)
+	}) {
+		b.Fatalf("%d of %d tasks matched %v after %s", n, want, filter, limit)
 	}
 }

@@ -116,14 +116,13 @@ func relayConnections(b *testing.B, relay bool, sleepMS int) {
 		tasks[i] = bson.D{{Key: "ms", Value: sleepMS}, {Key: "i", Value: i}}
 	}
 	dentest.Tasks(b, ownDB, qid, tasks...)
-	for deadline := time.Now().Add(20 * time.Minute); ; time.Sleep(time.Second) {
-		n, err := ownDB.Collection("tasks").CountDocuments(context.Background(), bson.D{{Key: "status", Value: 1}})
-		if err == nil && n == relayRunners {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d tasks done in 20 minutes", n, relayRunners)
-		}
+	var n int64
+	if !dentest.UntilBy(time.Now().Add(20*time.Minute), time.Second, func() bool {
+		var err error
+		n, err = ownDB.Collection("tasks").CountDocuments(context.Background(), bson.D{{Key: "status", Value: 1}})
+		return err == nil && n == relayRunners
+	}) {
+		b.Fatalf("%d of %d tasks done in 20 minutes", n, relayRunners)
 	}
 	took := time.Since(start)
 	close(stopSampling)

@@ -71,9 +71,7 @@ func benchRetention(b *testing.B, keep string) {
 	benchNode(b, srv.uri, srv.database, "bench")
 	var purge time.Duration
 	if keep != "everything" {
-		for deadline := time.Now().Add(30 * time.Minute); old() > 0 && time.Now().Before(deadline); {
-			time.Sleep(time.Second)
-		}
+		dentest.UntilBy(time.Now().Add(30*time.Minute), time.Second, func() bool { return old() == 0 })
 		if n := old(); n > 0 {
 			b.Fatalf("%d old tasks left after 30 minutes", n)
 		}
@@ -91,10 +89,10 @@ func benchRetention(b *testing.B, keep string) {
 	insertTasks(b, db, qid, tasks)
 	done := int64(0)
 	finished := bson.D{{Key: "status", Value: 1}, {Key: "node", Value: bson.D{{Key: "$ne", Value: "old"}}}}
-	for deadline := time.Now().Add(20 * time.Minute); done < int64(tasks) && time.Now().Before(deadline); {
-		time.Sleep(time.Second)
+	dentest.UntilBy(time.Now().Add(20*time.Minute), time.Second, func() bool {
 		done, _ = db.Collection("tasks").CountDocuments(context.Background(), finished)
-	}
+		return done >= int64(tasks)
+	})
 	if done == 0 {
 		b.Fatal("no task finished in 20 minutes")
 	}

@@ -53,12 +53,10 @@ func abandonRun(ctx context.Context, t *queue.Task, env plugins.Env) (int, error
 		return 2, err
 	}
 	if p.Stubborn {
-		for {
-			if _, err := os.Stat(p.Wait); err == nil {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		dentest.Until(50*time.Millisecond, func() bool {
+			_, err := os.Stat(p.Wait)
+			return err == nil
+		})
 		os.WriteFile(p.Leak, []byte(os.Getenv(plugins.EnvRun)), 0o644)
 		return 1, nil
 	}

@@ -100,16 +100,13 @@ func TestRunnerReuse(t *testing.T) {
 		if strings.Contains(string(env), "DEN_RUN=") {
 			t.Errorf("the worker's environment carries a run marker")
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			marker, held := contain.ProvenRun(pid0)
-			if held && marker == "" {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("idle runner proves %q (held %v), want no run", marker, held)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var marker string
+		var held bool
+		if !dentest.Until(50*time.Millisecond, func() bool {
+			marker, held = contain.ProvenRun(pid0)
+			return held && marker == ""
+		}) {
+			t.Fatalf("idle runner proves %q (held %v), want no run", marker, held)
 		}
 	})
 }
@@ -145,11 +142,7 @@ func TestRunnerRetires(t *testing.T) {
 				}
 				last = pid
 			}
-			for deadline := time.Now().Add(30 * time.Second); liveProcess(last); time.Sleep(50 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("runner %d still alive 30s after its last task; runner.idle is 0.5s", last)
-				}
-			}
+			dentest.Eventually(t, 30*time.Second, fmt.Sprintf("runner %d to exit after its last task (runner.idle is 0.5s)", last), func() bool { return !liveProcess(last) })
 		})
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/dentest"
 )
 
 // BenchmarkNewWork is the check of docs/performance.md's "New work is seen
@@ -180,10 +182,7 @@ func (r *newWorkRun) measure(what string, ids ...bson.ObjectID) {
 	filter := func(cond bson.D) bson.D {
 		return bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "status", Value: cond}}
 	}
-	for deadline := time.Now().Add(3 * time.Minute); started == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			r.b.Fatalf("%s: not started within 3 minutes", what)
-		}
+	if !dentest.UntilBy(time.Now().Add(3*time.Minute), 10*time.Millisecond, func() bool {
 		if claimed == 0 {
 			n, err := r.db.Collection("tasks").CountDocuments(ctx, filter(bson.D{{Key: "$eq", Value: -2}}))
 			if err != nil {
@@ -203,6 +202,9 @@ func (r *newWorkRun) measure(what string, ids ...bson.ObjectID) {
 				claimed = started
 			}
 		}
+		return started != 0
+	}) {
+		r.b.Fatalf("%s: not started within 3 minutes", what)
 	}
 	r.worst = max(r.worst, started)
 	fmt.Printf("%-52s %10d %10d\n", what, claimed.Milliseconds(), started.Milliseconds())

@@ -131,6 +131,8 @@ func scaleOnce(b *testing.B, finished, tasks, slice int) {
 	var rates []float64
 	last, lastAt, lastSrv := 0, began, before
 	deadline := began.Add(2 * time.Hour)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
 	for last < tasks {
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d tasks done after %s", last, tasks, time.Since(began))
@@ -138,7 +140,7 @@ func scaleOnce(b *testing.B, finished, tasks, slice int) {
 		if dev.ProcessState != nil {
 			b.Fatalf("den dev exited: %s", stderr)
 		}
-		time.Sleep(200 * time.Millisecond)
+		<-tick.C
 		var doc struct {
 			Todo int `bson:"count_todo"`
 		}

@@ -21,6 +21,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/den-project/den/den/dentest"
 )
 
 // BenchmarkWatch is the check of docs/performance.md's "Watching is
@@ -172,15 +174,14 @@ func (w *watchRun) nodeName() string {
 	var n struct {
 		Node string `bson:"node"`
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		err := w.db.Collection("nodes").FindOne(context.Background(), bson.D{}).Decode(&n)
-		if err == nil {
-			return n.Node
-		}
-		if !errors.Is(err, mongo.ErrNoDocuments) || time.Now().After(deadline) {
-			w.b.Fatalf("den dev's node document: %v", err)
-		}
+	var err error
+	if !dentest.UntilBy(time.Now().Add(time.Minute), 200*time.Millisecond, func() bool {
+		err = w.db.Collection("nodes").FindOne(context.Background(), bson.D{}).Decode(&n)
+		return !errors.Is(err, mongo.ErrNoDocuments)
+	}) || err != nil {
+		w.b.Fatalf("den dev's node document: %v", err)
 	}
+	return n.Node
 }
 
 // load loads a view once and returns how long it took.
@@ -239,16 +240,15 @@ func pct(took []time.Duration, p int) int64 {
 
 // waitHTTP waits until url answers 200.
 func (w *watchRun) waitHTTP(url string) {
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+	if !dentest.UntilBy(time.Now().Add(time.Minute), 200*time.Millisecond, func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			w.b.Fatalf("%s does not answer 200", url)
-		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		w.b.Fatalf("%s does not answer 200", url)
 	}
 }
 
@@ -464,20 +464,18 @@ func (w *watchRun) drain(watchers []*watcher) time.Duration {
 	defer func() { stop(); wg.Wait() }()
 	began := time.Now()
 	denCLI(w.b, w.uri, "task", "add", "demo", "--file", file)
-	for deadline := began.Add(time.Hour); ; time.Sleep(500 * time.Millisecond) {
-		var doc struct {
-			Todo int `bson:"count_todo"`
-		}
+	var doc struct {
+		Todo int `bson:"count_todo"`
+	}
+	if !dentest.UntilBy(began.Add(time.Hour), 500*time.Millisecond, func() bool {
 		if err := w.db.Collection("queues").FindOne(context.Background(), bson.D{{Key: "_id", Value: w.demo}}).Decode(&doc); err != nil {
 			w.b.Fatal(err)
 		}
-		if doc.Todo == 0 {
-			return time.Since(began)
-		}
-		if time.Now().After(deadline) {
-			w.b.Fatalf("%d tasks still to do after an hour", doc.Todo)
-		}
+		return doc.Todo == 0
+	}) {
+		w.b.Fatalf("%d tasks still to do after an hour", doc.Todo)
 	}
+	return time.Since(began)
 }
 
 // perSecondMS says how many milliseconds of the database's time a second

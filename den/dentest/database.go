@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/den-project/den/den/internal/testdeadline"
 )
 
 // URI is the server's mongodb:// URI.
@@ -79,17 +81,19 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 func eventually(t testing.TB, within time.Duration, what func() string, cond func() bool) {
 	t.Helper()
 	start := time.Now()
-	slow, end := start.Add(within), Deadline()
-	for !cond() {
-		now := time.Now()
-		if !slow.IsZero() && now.After(slow) {
+	slow := start.Add(within)
+	ok := testdeadline.Until(50*time.Millisecond, func() bool {
+		if cond() {
+			return true
+		}
+		if now := time.Now(); !slow.IsZero() && now.After(slow) {
 			t.Logf("still waiting after %s (expected within %s) for: %s", now.Sub(start).Round(time.Second), within, what())
 			slow = time.Time{}
 		}
-		if now.After(end) {
-			t.Fatalf("gave up at the test binary's deadline, after %s, waiting for: %s", now.Sub(start).Round(time.Second), what())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	})
+	if !ok {
+		t.Fatalf("gave up at the test binary's deadline, after %s, waiting for: %s", time.Since(start).Round(time.Second), what())
 	}
 }
 

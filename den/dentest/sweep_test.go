@@ -1,8 +1,11 @@
 package dentest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,7 +31,13 @@ func TestSweepStopsMarkedProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Process.Kill()
-	time.Sleep(200 * time.Millisecond) // the shells have exec'd and trapped
+	// The first shell has become sleep, the second ignores SIGTERM.
+	if !Until(10*time.Millisecond, func() bool {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", polite.Process.Pid))
+		return strings.TrimSpace(string(comm)) == "sleep" && ignoresTerm(stubborn.Process.Pid)
+	}) {
+		t.Fatal("the shells did not start")
+	}
 	if n := sweep(token, time.Second); n < 2 {
 		t.Errorf("sweep found %d processes, want at least the 2 marked ones", n)
 	}
@@ -43,14 +52,27 @@ func TestSweepStopsMarkedProcesses(t *testing.T) {
 	}
 	// A killed process is gone from /proc once reaped: its parent (a shell
 	// the sweep also stopped, or init) may take a moment.
-	left := marked(token)
-	for deadline := time.Now().Add(10 * time.Second); len(left) != 0 && time.Now().Before(deadline); left = marked(token) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if len(left) != 0 {
+	var left []int
+	if !Until(50*time.Millisecond, func() bool { left = marked(token); return len(left) == 0 }) {
 		t.Errorf("marked processes left: %v", left)
 	}
 	if err := syscall.Kill(other.Process.Pid, 0); err != nil {
 		t.Errorf("an unmarked process was stopped: %v", err)
 	}
+}
+
+// ignoresTerm reports whether process pid ignores SIGTERM (SigIgn in its
+// /proc status).
+func ignoresTerm(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "SigIgn:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(syscall.SIGTERM-1)) != 0
+		}
+	}
+	return false
 }

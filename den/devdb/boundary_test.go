@@ -451,12 +451,7 @@ func postmasterPID(t *testing.T, dir string) int {
 func waitFor(t *testing.T, what string, ok func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for !ok() {
-		if time.Now().After(testdeadline.Deadline()) {
-			t.Fatalf("%s: not by the test binary's deadline", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testdeadline.Wait(t, 50*time.Millisecond, what, ok)
 	return time.Since(start)
 }
 

@@ -260,13 +260,9 @@ func TestPostgresDiesWithItsServer(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	deadline := testdeadline.Deadline()
-	for processAlive(pg) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pg, syscall.SIGKILL)
-			t.Fatalf("PostgreSQL (pid %d) still runs at the test's deadline, after its server was killed", pg)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testdeadline.Until(50*time.Millisecond, func() bool { return !processAlive(pg) }) {
+		syscall.Kill(pg, syscall.SIGKILL)
+		t.Fatalf("PostgreSQL (pid %d) still runs at the test's deadline, after its server was killed", pg)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
@@ -414,12 +410,8 @@ func TestSweepMakesTwinsBesideABusyDatabase(t *testing.T) {
 	}
 	waitTwins := func(db string, want int) {
 		t.Helper()
-		deadline := testdeadline.Deadline()
-		for twins(db) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s has %d twins at the test's deadline, want %d", db, twins(db), want)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testdeadline.Until(20*time.Millisecond, func() bool { return twins(db) == want }) {
+			t.Fatalf("%s has %d twins at the test's deadline, want %d", db, twins(db), want)
 		}
 	}
 	insert := func(uri, db string) {

@@ -181,17 +181,15 @@ func TestProxyRunsOneCommandAtATimePerDatabase(t *testing.T) {
 	// The second command of a is read and waits for a's lock: the
 	// signal is the lock's count of its users, not a time; its arrival
 	// at the server instead is the failure.
-	deadline := testdeadline.Deadline()
-	for users("a") != 2 {
+	if !testdeadline.Until(time.Millisecond, func() bool {
 		select {
 		case db := <-up.arrived:
 			t.Fatalf("a command of %q reached the server while one of a was unanswered", db)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the second command of a does not wait for a's lock (%d users)", users("a"))
-		}
-		time.Sleep(time.Millisecond)
+		return users("a") == 2
+	}) {
+		t.Fatalf("the second command of a does not wait for a's lock (%d users)", users("a"))
 	}
 	up.let("b")
 	wait(answered, "b")

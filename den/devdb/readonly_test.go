@@ -85,17 +85,15 @@ func TestReadsTakeNoLock(t *testing.T) {
 	}
 	waitUsers := func(n int, what string) {
 		t.Helper()
-		deadline := testdeadline.Deadline()
-		for users() != n {
+		if !testdeadline.Until(time.Millisecond, func() bool {
 			select {
 			case <-up.arrived:
 				t.Fatalf("%s reached the server while a write was unanswered", what)
 			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s does not wait for the database's lock (%d users)", what, users())
-			}
-			time.Sleep(time.Millisecond)
+			return users() == n
+		}) {
+			t.Fatalf("%s does not wait for the database's lock (%d users)", what, users())
 		}
 	}
 	send(1, "find", bson.D{{Key: "find", Value: "tasks"}})

@@ -64,13 +64,9 @@ func TestEveryTaskEndsUnderWriteFaults(t *testing.T) {
 	}
 	// Ended: any status but queued (-2), claimed (-1) and running (0).
 	ended := bson.D{{Key: "status", Value: bson.D{{Key: "$nin", Value: bson.A{-2, -1, 0}}}}}
-	deadline := dentest.Deadline()
-	for dentest.CountTasks(t, db, ended) < int64(len(ids)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("at the test's deadline, %d of %d tasks have not ended (%d faults injected): %s",
-				int64(len(ids))-dentest.CountTasks(t, db, ended), len(ids), len(p.Injected()), unended(t, db))
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !dentest.Until(200*time.Millisecond, func() bool { return dentest.CountTasks(t, db, ended) >= int64(len(ids)) }) {
+		t.Fatalf("at the test's deadline, %d of %d tasks have not ended (%d faults injected): %s",
+			int64(len(ids))-dentest.CountTasks(t, db, ended), len(ids), len(p.Injected()), unended(t, db))
 	}
 	t.Logf("%d tasks ended; %d faults injected", len(ids), len(p.Injected()))
 }
@@ -130,12 +126,10 @@ func TestLostClaimIsNotLeftClaimed(t *testing.T) {
 		t.Fatalf("the task whose claim reply was lost is not claimed by node-0: %s", unended(t, db))
 	}
 	p.Set()
-	deadline := dentest.Deadline()
-	for dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: ids[0]}, {Key: "status", Value: 1}}) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("at the test's deadline, long after the faults ended, the task has not run: %s", unended(t, db))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !dentest.Until(100*time.Millisecond, func() bool {
+		return dentest.CountTasks(t, db, bson.D{{Key: "_id", Value: ids[0]}, {Key: "status", Value: 1}}) == 1
+	}) {
+		t.Fatalf("at the test's deadline, long after the faults ended, the task has not run: %s", unended(t, db))
 	}
 }
 

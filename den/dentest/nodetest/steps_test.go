@@ -199,12 +199,10 @@ func faultAtStep(t *testing.T, st step, f dentest.Fault) {
 	if st.name == "dependency" {
 		want = append(want, child)
 	}
-	deadline := dentest.Deadline()
-	for dentest.CountTasks(t, db, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}}, ended...)) < int64(len(want)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("at the test's deadline, not every task has ended (faults injected: %v): %s", p.Injected(), unended(t, db))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !dentest.Until(100*time.Millisecond, func() bool {
+		return dentest.CountTasks(t, db, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: want}}}}, ended...)) == int64(len(want))
+	}) {
+		t.Fatalf("at the test's deadline, not every task has ended (faults injected: %v): %s", p.Injected(), unended(t, db))
 	}
 	// The counts are written after the task's end: a fault there is
 	// injected then, and they must come right.
@@ -309,19 +307,14 @@ func checkCounts(t *testing.T, db *mongo.Database, qid bson.ObjectID) {
 		Total int64 `bson:"count_total"`
 	}
 	var todo, total int64
-	deadline := dentest.Deadline()
-	for {
+	if !dentest.Until(100*time.Millisecond, func() bool {
 		if err := db.Collection("queues").FindOne(dentest.Context(t), bson.D{{Key: "_id", Value: qid}}).Decode(&q); err != nil {
 			t.Fatal(err)
 		}
 		total = dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: qid}})
 		todo = dentest.CountTasks(t, db, bson.D{{Key: "queue", Value: qid}, {Key: "status", Value: bson.D{{Key: "$lte", Value: 0}}}})
-		if q.Todo == todo && q.Total == total {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("at the test's deadline, long after the tasks ended, the queue's counts are todo %d total %d; a recount says %d and %d", q.Todo, q.Total, todo, total)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return q.Todo == todo && q.Total == total
+	}) {
+		t.Fatalf("at the test's deadline, long after the tasks ended, the queue's counts are todo %d total %d; a recount says %d and %d", q.Todo, q.Total, todo, total)
 	}
 }

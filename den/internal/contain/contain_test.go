@@ -35,14 +35,10 @@ func start(t *testing.T, script string, env ...string) *exec.Cmd {
 // set).
 func waitStarted(t *testing.T, ready string) {
 	t.Helper()
-	for deadline := testdeadline.Deadline(); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(ready); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the script did not start")
-		}
-	}
+	testdeadline.Wait(t, 10*time.Millisecond, "the script to start", func() bool {
+		_, err := os.Stat(ready)
+		return err == nil
+	})
 }
 
 func live(pid int) bool {
@@ -103,14 +99,10 @@ func TestMarkedAndDescendants(t *testing.T) {
 	mine := start(t, "sleep 100 & exec sleep 100", contain.EnvRun+"="+marker)
 	other := start(t, "exec sleep 100", contain.EnvRun+"="+marker+"x")
 	var found []int32
-	deadline := testdeadline.Deadline()
-	for time.Now().Before(deadline) {
-		if found = contain.Marked(context.Background(), marker, 0); len(found) == 2 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if len(found) != 2 {
+	if !testdeadline.Until(50*time.Millisecond, func() bool {
+		found = contain.Marked(context.Background(), marker, 0)
+		return len(found) == 2
+	}) {
 		t.Fatalf("Marked found %v, want the shell and its child", found)
 	}
 	for _, p := range found {
@@ -218,16 +210,13 @@ func TestTreeKeptFilesFollowTheTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	var found []int32
-	for deadline := testdeadline.Deadline(); ; time.Sleep(20 * time.Millisecond) {
+	if !testdeadline.Until(20*time.Millisecond, func() bool {
 		found = tree.Descendants(context.Background(), self)
 		// The shell (now sleep) and its background sleep.
-		if slices.Contains(found, pid) && len(tree.Descendants(context.Background(), pid)) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the kept tree lists %v (below %d: %v), want %d and its child; Descendants lists %v",
-				found, pid, tree.Descendants(context.Background(), pid), pid, contain.Descendants(context.Background(), self))
-		}
+		return slices.Contains(found, pid) && len(tree.Descendants(context.Background(), pid)) == 1
+	}) {
+		t.Fatalf("the kept tree lists %v (below %d: %v), want %d and its child; Descendants lists %v",
+			found, pid, tree.Descendants(context.Background(), pid), pid, contain.Descendants(context.Background(), self))
 	}
 	child := tree.Descendants(context.Background(), pid)[0]
 	if fresh := contain.Descendants(context.Background(), pid); !slices.Equal(fresh, []int32{child}) {
@@ -240,14 +229,11 @@ func TestTreeKeptFilesFollowTheTree(t *testing.T) {
 	tree.Forget(pid)
 	cmd.Process.Kill()
 	cmd.Wait()
-	for deadline := testdeadline.Deadline(); ; time.Sleep(20 * time.Millisecond) {
+	if !testdeadline.Until(20*time.Millisecond, func() bool {
 		found = tree.Descendants(context.Background(), self)
-		if !slices.Contains(found, pid) && !slices.Contains(found, child) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d was reaped the kept tree still lists %v", pid, found)
-		}
+		return !slices.Contains(found, pid) && !slices.Contains(found, child)
+	}) {
+		t.Fatalf("after %d was reaped the kept tree still lists %v", pid, found)
 	}
 }
 
@@ -262,16 +248,14 @@ func TestUnreapedListsZombies(t *testing.T) {
 	tree := contain.NewTree()
 	defer tree.Close()
 	var zombie int32
-	for deadline := testdeadline.Deadline(); zombie == 0; time.Sleep(10 * time.Millisecond) {
+	testdeadline.Wait(t, 10*time.Millisecond, "a zombie under the script", func() bool {
 		for _, p := range tree.Unreaped(context.Background(), root) {
 			if st, ok := contain.ReadStat(p); ok && st.State == 'Z' {
 				zombie = p
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no zombie appeared under the script")
-		}
-	}
+		return zombie != 0
+	})
 	if got := tree.Descendants(context.Background(), root); slices.Contains(got, zombie) {
 		t.Errorf("Descendants lists the zombie %d: %v", zombie, got)
 	}

@@ -13,6 +13,7 @@ package testdeadline
 
 import (
 	"flag"
+	"testing"
 	"time"
 )
 
@@ -44,4 +45,53 @@ func Deadline() time.Time {
 // select that waits for a signal from the code.
 func GiveUp() <-chan time.Time {
 	return time.After(time.Until(Deadline()))
+}
+
+// Until calls cond every interval until it returns true, and reports
+// whether it did before Deadline. It is the one way the suite polls for
+// what no signal reports: a document another process writes, a process
+// that exits, a file a program makes. Where the code under test can say
+// when something happened (a channel it closes, a hook it calls), a test
+// waits for that instead.
+func Until(interval time.Duration, cond func() bool) bool {
+	return UntilBy(Deadline(), interval, cond)
+}
+
+// UntilBy is Until with an earlier end: it gives up at by, or at Deadline
+// if that comes first (a benchmark that reports what it got by then).
+func UntilBy(by time.Time, interval time.Duration, cond func() bool) bool {
+	if cond() {
+		return true
+	}
+	if d := Deadline(); d.Before(by) {
+		by = d
+	}
+	giveUp := time.NewTimer(time.Until(by))
+	defer giveUp.Stop()
+	// interval is the gap between two calls, as a sleep would leave, not
+	// their period: a slow cond (a query on a loaded server) is not called
+	// back to back.
+	next := time.NewTimer(interval)
+	defer next.Stop()
+	for {
+		select {
+		case <-next.C:
+			if cond() {
+				return true
+			}
+			next.Reset(interval)
+		case <-giveUp.C:
+			return cond()
+		}
+	}
+}
+
+// Wait is Until for a test: it fails t, saying what it waited for, when
+// the deadline comes first.
+func Wait(t testing.TB, interval time.Duration, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	if !Until(interval, cond) {
+		t.Fatalf("gave up at the test binary's deadline, after %s, waiting for: %s", time.Since(start).Round(time.Second), what)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/internal/testdeadline"
 )
 
 // envHold makes a re-executed test binary wait a minute and nothing else
@@ -38,20 +39,13 @@ func TestTrampolineIsAnyChildStillDen(t *testing.T) {
 	den := start(exe)
 	other := start("sleep", "60")
 	me := int32(os.Getpid())
-	deadline := time.Now().Add(30 * time.Second)
-	for !trampoline(int32(den.Process.Pid), me) {
-		if time.Now().After(deadline) {
-			t.Fatal("a child of the worker running den's binary, without a sandbox spec, is not taken for den's")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testdeadline.Wait(t, 20*time.Millisecond, "a child of the worker running den's binary, without a sandbox spec, to be taken for den's", func() bool {
+		return trampoline(int32(den.Process.Pid), me)
+	})
 	// Once it has exec'd (before, it is den's binary too).
-	for trampoline(int32(other.Process.Pid), me) {
-		if time.Now().After(deadline) {
-			t.Fatal("a child running another program is taken for den's")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testdeadline.Wait(t, 20*time.Millisecond, "a child running another program to be no longer taken for den's", func() bool {
+		return !trampoline(int32(other.Process.Pid), me)
+	})
 	if trampoline(int32(den.Process.Pid), me+1) {
 		t.Error("a process that is not the worker's child is taken for den's")
 	}
@@ -77,12 +71,7 @@ func TestUsageSampleLeavesOutTrampolines(t *testing.T) {
 	t.Cleanup(func() { syscall.Kill(-worker.Process.Pid, syscall.SIGKILL); worker.Wait() })
 	pid := int32(worker.Process.Pid)
 	var den, program int32
-	deadline := time.Now().Add(30 * time.Second)
-	for den == 0 || program == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker's children did not become a trampoline and a program")
-		}
-		time.Sleep(20 * time.Millisecond)
+	testdeadline.Wait(t, 20*time.Millisecond, "the worker's children to become a trampoline and a program", func() bool {
 		den, program = 0, 0
 		for _, kid := range contain.Descendants(context.Background(), pid) {
 			if trampoline(kid, pid) {
@@ -91,7 +80,8 @@ func TestUsageSampleLeavesOutTrampolines(t *testing.T) {
 				program = kid
 			}
 		}
-	}
+		return den != 0 && program != 0
+	})
 	rss := func(pid int32) int64 {
 		st, ok := contain.ReadStat(pid)
 		if !ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/internal/testdeadline"
 )
 
 // spinTicks is a shell loop that uses 30 clock ticks (0.3 s) of CPU of its
@@ -34,20 +35,13 @@ func TestBaselineCountsAZombiesCPU(t *testing.T) {
 			spin.Wait()
 		}
 	})
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testdeadline.Wait(t, 20*time.Millisecond, "the spin to end", func() bool {
 		st, ok := contain.ReadStat(pid)
 		if !ok {
 			t.Fatalf("the spin (pid %d) is gone before it was reaped", pid)
 		}
-		if st.State == 'Z' {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the spin did not end within a minute")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.State == 'Z'
+	})
 	st, _ := contain.ReadStat(pid)
 	used := float64(st.UTime+st.STime+st.CUTime+st.CSTime) / clockTicks
 
