@@ -559,6 +559,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
 			continue
 		}
+		cl.signals.claimed(c.ID)
 		cl.params.hooks.beforeHandOver(c.ID)
 		if ctx.Err() != nil {
 			// Shutting down between claim and hand-over: put it back.

@@ -91,16 +91,19 @@ func TestArrivalClaimsAtOnce(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 2, "fifo")
 	arrivals := make(arrivalsFrom)
+	var sig den.TestSignals
+	sig.Init()
 	startNode(t, db, "n", func(c *den.Config) {
-		c.Interval, c.ProbeEvery, c.Arrivals = time.Hour, time.Hour, arrivals
+		c.Interval, c.ProbeEvery, c.Arrivals, c.Signals = time.Hour, time.Hour, arrivals, &sig
 	})
 	// The first pass has run, found the queue empty and marked it.
-	dentest.Eventually(t, time.Minute, "the node's first pass", func() bool {
-		return dentest.Count(t, db.Collection("nodes"), bson.D{{Key: "node", Value: "n"}}) == 1
-	})
+	sig.PassDone.Wait(t, "the node's first pass")
 	id := insertBare(t, db, qid)
 	arrivals <- qid
-	dentest.WaitStatus(t, db, id, 1)
+	sig.TaskEnded.WaitFor(t, "the task to end", func(e den.TaskEnd) bool { return e.Task == id })
+	if st, _ := dentest.Task(t, db, id).Lookup("status").AsInt64OK(); st != 1 {
+		t.Fatalf("the task ended with status %d, want 1", st)
+	}
 }
 
 // Without change streams (the development server), the node says so once

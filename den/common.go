@@ -26,6 +26,9 @@ type env struct {
 	clock   *queue.Clock
 	metrics *metrics.Metrics
 	notes   *notices
+	// signals tell a test what the node does (Config.Signals; nil in
+	// production).
+	signals *TestSignals
 }
 
 // now is the database server's time, as this host estimates it.

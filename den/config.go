@@ -149,6 +149,9 @@ type Config struct {
 	// task's runner starts. It exists so tests can stop a node in exactly
 	// that window; production leaves it nil.
 	BeforeHandOver func(taskID bson.ObjectID)
+	// Signals, when set, tells a test what the node does (TestSignals);
+	// production leaves it nil.
+	Signals *TestSignals
 }
 
 // How often a node does what it does, unless its Config says otherwise

@@ -57,6 +57,7 @@ func (ps *passes) roundStep(ctx context.Context, s namedStep, r *round) error {
 		return err
 	}
 	ps.health.house.mark(s.name, ps.now())
+	ps.signals.stepDone(s.name)
 	return nil
 }
 

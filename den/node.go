@@ -94,7 +94,7 @@ func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Log
 		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
 	}
 	clock := queue.NewClock(now)
-	e := &env{store: queue.NewStore(db), rates: queue.NewRateLimits(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}}
+	e := &env{store: queue.NewStore(db), rates: queue.NewRateLimits(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}, signals: cfg.Signals}
 	n := &Node{env: e, cfg: cfg, plugins: reg}
 	pid, started := thisProcess(now)
 	n.wire(rel, cgroup, pids, pid, started)

@@ -110,6 +110,7 @@ func (ps *passes) full(ctx context.Context) {
 	ps.health.lastPassOK.Store(now.UnixNano())
 	ps.health.lastPassTook.Store(int64(now.Sub(started)))
 	ps.health.loop.mark("full pass", now)
+	ps.signals.passDone(started)
 	ps.health.outage.Store(nil)
 	ps.metrics.Outage.Set(0)
 	if ps.notes.clear("outage") {

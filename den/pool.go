@@ -396,6 +396,9 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 		name := rs.queues.name(q.ID, q.Name)
 		rs.receiveReport(name, r)
 		rs.stats.ended(q.ID, name, r, rs.now())
+		if id, err := bson.ObjectIDFromHex(r.Task); err == nil {
+			rs.signals.taskEnded(TaskEnd{Task: id, Status: r.Status, Retry: r.Retry})
+		}
 	}
 	rs.running.Add(1)
 	p := &runnerProc{pid: pid, queue: q.ID, task: taskID, served: 1}

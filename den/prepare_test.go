@@ -89,11 +89,19 @@ func TestPreparationIsNotChargedToTheTask(t *testing.T) {
 		dir := t.TempDir()
 		qid := dentest.Queue(t, db, "prepare", preparePlugin, 1, "fifo")
 		ids := dentest.Tasks(t, db, qid, bson.D{{Key: "i", Value: 1}}, bson.D{{Key: "i", Value: 2}})
+		var sig den.TestSignals
+		sig.Init()
 		startNode(t, db, "n", func(cfg *den.Config) {
-			cfg.Cgroups = c.cgroups
+			cfg.Cgroups, cfg.Signals = c.cgroups, &sig
 			cfg.PluginConfig[preparePlugin] = json.RawMessage(fmt.Sprintf(`{"dir": %q}`, dir))
 		})
-		rawA, rawB := dentest.WaitStatus(t, db, ids[0], 1), dentest.WaitStatus(t, db, ids[1], 1)
+		// One queue with one thread: the first task ends first.
+		for _, id := range ids {
+			if end := sig.TaskEnded.Wait(t, "a task's end"); end.Task != id || end.Status != 1 {
+				t.Fatalf("the node reported the end %+v, want task %s with status 1", end, id.Hex())
+			}
+		}
+		rawA, rawB := dentest.Task(t, db, ids[0]), dentest.Task(t, db, ids[1])
 		assertReused(t, runnerInfo(t, rawA), runnerInfo(t, rawB))
 		prepared, err := filepath.Glob(filepath.Join(dir, "prepared-*"))
 		if err != nil || len(prepared) != 2 {
