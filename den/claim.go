@@ -315,19 +315,19 @@ type claimRound struct {
 }
 
 // nodeFree is how many more tasks the node may hold.
-func (b *claimRound) nodeFree() int {
-	if b.limit == nil {
+func (r *claimRound) nodeFree() int {
+	if r.limit == nil {
 		return math.MaxInt
 	}
-	return *b.limit - b.total
+	return *r.limit - r.total
 }
 
 // took counts a claim from queue q, and reports whether the node may
 // claim more.
-func (b *claimRound) took(q bson.ObjectID) bool {
-	b.holds[q]++
-	b.total++
-	return b.nodeFree() > 0
+func (r *claimRound) took(q bson.ObjectID) bool {
+	r.holds[q]++
+	r.total++
+	return r.nodeFree() > 0
 }
 
 // How a claim goes about the queues with work (claimWay).
