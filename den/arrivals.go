@@ -89,7 +89,7 @@ func (cl *claimer) workIn(q bson.ObjectID) {
 func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {
 	src := cl.params.Arrivals
 	if src == nil {
-		src = changeStream{cl.store}
+		src = changeStream{cl.Store}
 	}
 	done := make(chan struct{})
 	go func() {
@@ -98,7 +98,7 @@ func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {
 		err := backoff.Policy{Initial: time.Second, Max: time.Minute}.Retry(ctx, func(ctx context.Context) error {
 			err := src.Watch(ctx, func(q bson.ObjectID) {
 				if failing.CompareAndSwap(true, false) {
-					cl.log.Info("watching task inserts again")
+					cl.Log.Info("watching task inserts again")
 				}
 				cl.arrived.add(q)
 				cl.wakeUp()
@@ -110,11 +110,11 @@ func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {
 			return err
 		}, func(attempt int, err error) {
 			if failing.CompareAndSwap(false, true) {
-				cl.log.Warn("watching task inserts failed; new tasks are seen by polling until it works again", zap.Error(err))
+				cl.Log.Warn("watching task inserts failed; new tasks are seen by polling until it works again", zap.Error(err))
 			}
 		})
 		if err != nil && ctx.Err() == nil {
-			cl.log.Info("no change streams on this server (a replica set has them): new tasks are seen by polling every interval", zap.Error(err))
+			cl.Log.Info("no change streams on this server (a replica set has them): new tasks are seen by polling every interval", zap.Error(err))
 		}
 	}()
 	return func() { <-done }

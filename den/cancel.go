@@ -20,18 +20,18 @@ import (
 // has not recorded a result by then. (Queued
 // tasks with cancel set are never claimed; the sweep records their -5.)
 func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queueIndex) error {
-	now := sw.now()
+	now := sw.Now()
 	live := map[bson.ObjectID]bool{}
 	for _, task := range held {
 		if !task.Cancel {
 			continue
 		}
 		if task.Status == queue.StatusClaimed {
-			if ok, err := sw.store.CancelUnstarted(ctx, task.ID, sw.params.Name, now); err != nil {
+			if ok, err := sw.Store.CancelUnstarted(ctx, task.ID, sw.params.Name, now); err != nil {
 				return err
 			} else if ok {
-				sw.metrics.Cancellations.WithLabelValues("claimed").Inc()
-				sw.log.Info("cancelled a claimed task before its runner started it", zap.String("task_id", task.ID.Hex()))
+				sw.Metrics.Cancellations.WithLabelValues("claimed").Inc()
+				sw.Log.Info("cancelled a claimed task before its runner started it", zap.String("task_id", task.ID.Hex()))
 			}
 			continue
 		}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -35,7 +37,7 @@ func queueIDs(qs []queue.Queue) []bson.ObjectID {
 // this node serves, its node-wide limit and output mode, and the claimed
 // and running counts of all nodes. Only the loop's goroutine claims.
 type claimer struct {
-	*env
+	*base.Env
 	params claimerParams
 	// pool start the tasks it claims.
 	pool taskStarter
@@ -164,14 +166,14 @@ func (cl *claimer) settle(ctx context.Context) {
 	}
 	failed := false
 	for _, l := range lost {
-		released, err := cl.store.ReleaseLost(ctx, l.queues, cl.params.Name, l.at)
+		released, err := cl.Store.ReleaseLost(ctx, l.queues, cl.params.Name, l.at)
 		if err != nil {
 			cl.unsettled.addLost(l.queues, l.at)
 			failed = true
 			continue
 		}
 		if released > 0 {
-			cl.log.Warn("a claim whose reply was lost had landed; task put back", zap.Int64("tasks", released))
+			cl.Log.Warn("a claim whose reply was lost had landed; task put back", zap.Int64("tasks", released))
 		}
 	}
 	for id, why := range back {
@@ -180,8 +182,8 @@ func (cl *claimer) settle(ctx context.Context) {
 			failed = true
 		}
 	}
-	if !failed && cl.notes.clear("unsettled") {
-		cl.log.Info("the claims that could not be put back are settled")
+	if !failed && cl.Notes.Clear("unsettled") {
+		cl.Log.Info("the claims that could not be put back are settled")
 	}
 }
 
@@ -190,9 +192,9 @@ type taskStarter interface {
 	start(q queue.Queue, taskID bson.ObjectID, gfs string) error
 }
 
-func newClaimer(e *env, params claimerParams, pool taskStarter, limits ResourceLimits, p *progress) *claimer {
+func newClaimer(e *base.Env, params claimerParams, pool taskStarter, limits ResourceLimits, p *progress) *claimer {
 	return &claimer{
-		env: e, params: params, pool: pool, held: newHeldTasks(), capacity: &capacity{limits: limits},
+		Env: e, params: params, pool: pool, held: newHeldTasks(), capacity: &capacity{limits: limits},
 		empty: map[bson.ObjectID]counts{}, seen: map[bson.ObjectID]bool{}, aside: map[bson.ObjectID]bool{},
 		rateWait: map[bson.ObjectID]time.Time{}, wake: make(chan struct{}, 1), progress: p,
 	}
@@ -258,7 +260,7 @@ func (cl *claimer) claim(ctx context.Context) error {
 	// queue look claimable again and again.
 	holds, total := cl.held.counts()
 	r := &claimRound{holds: holds, total: total, limit: cl.pass.limit, fit: cl.freeToFit()}
-	defer func() { r.malformed.report(cl.log) }()
+	defer func() { r.malformed.report(cl.Log) }()
 	// work are the queues to claim from; later those set aside, claimed
 	// from after them.
 	var work, later []queue.Queue
@@ -273,7 +275,7 @@ func (cl *claimer) claim(ctx context.Context) error {
 	}
 	way := claimWay(r.nodeFree(), len(work)+len(later))
 	if way != claimNone {
-		if err := cl.prio.learn(ctx, cl.store, work, later); err != nil {
+		if err := cl.prio.learn(ctx, cl.Store, work, later); err != nil {
 			return err
 		}
 	}
@@ -506,7 +508,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 		if err != nil {
 			return false, err
 		}
-		cl.progress.mark("claims", cl.now())
+		cl.progress.mark("claims", cl.Now())
 		if !ok {
 			for _, id := range ids {
 				if q := byID[id]; cl.claimable(q) {
@@ -547,7 +549,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 			cl.clearUnfit(ctx, c.ID, c.Unfit)
 		}
 		r.fit = r.fit.Sub(req)
-		cl.metrics.Claims.WithLabelValues(cl.metrics.Queue(q.Name)).Inc()
+		cl.Metrics.Claims.WithLabelValues(cl.Metrics.Queue(q.Name)).Inc()
 		more := r.took(q.ID)
 		if cl.free(q, r.holds) <= 0 || !queueFits(q, r.fit) {
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
@@ -559,7 +561,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 			ids = slices.DeleteFunc(ids, func(id bson.ObjectID) bool { return id == q.ID })
 			continue
 		}
-		cl.signals.claimed(c.ID)
+		cl.Signals.NoteClaimed(c.ID)
 		cl.params.hooks.beforeHandOver(c.ID)
 		if ctx.Err() != nil {
 			// Shutting down between claim and hand-over: put it back.
@@ -571,7 +573,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 			mode = q.GFS
 		}
 		if err := cl.pool.start(q, c.ID, mode); err != nil {
-			cl.log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
+			cl.Log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
 			cl.release(c.ID, "runner did not start")
 			return false, nil
 		}
@@ -613,7 +615,7 @@ func (cl *claimer) mayStart(ctx context.Context, q queue.Queue, id bson.ObjectID
 func (cl *claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	count, err := cl.store.RunningInQueue(cctx, q.ID)
+	count, err := cl.Store.RunningInQueue(cctx, q.ID)
 	return count > int64(q.MaxThreads), err
 }
 
@@ -625,19 +627,19 @@ func (cl *claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, err
 func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string, prio bool, free queue.Resources) (queue.Claimed, bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	at := cl.now().Truncate(time.Millisecond)
-	c, ok, err := cl.store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.params.Name, At: at, Free: &free, Priorities: prio})
+	at := cl.Now().Truncate(time.Millisecond)
+	c, ok, err := cl.Store.Claim(cctx, queue.ClaimRequest{Queues: ids, Sort: sort, Node: cl.params.Name, At: at, Free: &free, Priorities: prio})
 	if err != nil {
-		released, rerr := cl.store.ReleaseLost(cctx, ids, cl.params.Name, at)
+		released, rerr := cl.Store.ReleaseLost(cctx, ids, cl.params.Name, at)
 		switch {
 		case rerr != nil:
 			// It may have landed: the next rounds put it back.
 			cl.unsettled.addLost(ids, at)
-			if cl.notes.set("unsettled", "") {
-				cl.log.Warn("a claim failed and may have landed; putting its task back each claim round until MongoDB answers", zap.Error(err))
+			if cl.Notes.Set("unsettled", "") {
+				cl.Log.Warn("a claim failed and may have landed; putting its task back each claim round until MongoDB answers", zap.Error(err))
 			}
 		case released > 0:
-			cl.log.Warn("a claim failed after it landed; task put back", zap.Error(err))
+			cl.Log.Warn("a claim failed after it landed; task put back", zap.Error(err))
 		}
 	}
 	return c, ok, err
@@ -657,26 +659,26 @@ func (cl *claimer) release(id bson.ObjectID, why string) {
 // next passes to put back.
 func (cl *claimer) putBackLater(id bson.ObjectID, why string) {
 	cl.unsettled.addBack(id, why)
-	if cl.notes.set("unsettled", "") {
-		cl.log.Warn("cannot put a claimed task back; trying again each claim round until MongoDB answers", zap.String("task_id", id.Hex()), zap.String("why", why))
+	if cl.Notes.Set("unsettled", "") {
+		cl.Log.Warn("cannot put a claimed task back; trying again each claim round until MongoDB answers", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
 }
 
 // putBack puts a claimed task back in its queue, and lets it go; false
 // when MongoDB did not answer.
 func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bool {
-	ok, err := cl.store.Release(ctx, id, cl.params.Name, cl.now())
+	ok, err := cl.Store.Release(ctx, id, cl.params.Name, cl.Now())
 	if err != nil {
 		return false
 	}
-	cl.held.done(id, cl.now())
+	cl.held.done(id, cl.Now())
 	switch {
 	case ok && why == rateLimited:
 		// The normal course of a rate-limited queue, up to once a
 		// window on each node: not an operator's event.
-		cl.log.Debug("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
+		cl.Log.Debug("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
 	case ok:
-		cl.log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
+		cl.Log.Info("claimed task put back in its queue", zap.String("task_id", id.Hex()), zap.String("why", why))
 	}
 	return true
 }
@@ -705,8 +707,8 @@ func queueFits(q queue.Queue, free queue.Resources) bool {
 func (cl *claimer) clearUnfit(ctx context.Context, id bson.ObjectID, was string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := cl.store.SetUnfit(cctx, id, was, ""); err != nil {
-		cl.log.Debug("could not remove the unfit note of a claimed task; the sweep will", zap.String("task_id", id.Hex()), zap.Error(err))
+	if _, err := cl.Store.SetUnfit(cctx, id, was, ""); err != nil {
+		cl.Log.Debug("could not remove the unfit note of a claimed task; the sweep will", zap.String("task_id", id.Hex()), zap.Error(err))
 	}
 }
 
@@ -728,7 +730,7 @@ func (cl *claimer) globalInPlay(serve []queue.Queue) bool {
 // need the other nodes' counts fresh.
 func (cl *claimer) countRunning(ctx context.Context, serve []queue.Queue, now time.Time) error {
 	if cl.pass.running == nil || now.Sub(cl.pass.runningAt) >= cl.params.RefreshEvery || cl.globalInPlay(serve) {
-		running, err := cl.store.RunningAll(ctx)
+		running, err := cl.Store.RunningAll(ctx)
 		if err != nil {
 			return err
 		}
@@ -810,7 +812,7 @@ func (cl *claimer) wakeUp() {
 // letGo frees the slot of a task whose runner is done with it, or whose
 // claim was put back, and claims again at once.
 func (cl *claimer) letGo(id bson.ObjectID) {
-	cl.held.done(id, cl.now())
+	cl.held.done(id, cl.Now())
 	cl.wakeUp()
 }
 
@@ -818,8 +820,8 @@ func (cl *claimer) letGo(id bson.ObjectID) {
 // task.
 func (cl *claimer) runnerStarted() {
 	cl.pause.failures.Store(0)
-	if cl.notes.clear("runner-start") {
-		cl.log.Info("task runners start tasks again")
+	if cl.Notes.Clear("runner-start") {
+		cl.Log.Info("task runners start tasks again")
 	}
 }
 
@@ -831,8 +833,8 @@ func (cl *claimer) runnerStartFailed(taskID bson.ObjectID, exit string) {
 	failures := cl.pause.failures.Add(1)
 	pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
 	cl.pauseClaims(pause)
-	if cl.notes.set("runner-start", "") {
-		cl.log.Error("a task runner exited before starting its task; task put back, claiming paused with backoff (see the runner log)",
+	if cl.Notes.Set("runner-start", "") {
+		cl.Log.Error("a task runner exited before starting its task; task put back, claiming paused with backoff (see the runner log)",
 			zap.String("task_id", taskID.Hex()), zap.String("exit", exit))
 	}
 }
@@ -840,7 +842,7 @@ func (cl *claimer) runnerStartFailed(taskID bson.ObjectID, exit string) {
 func (cl *claimer) pauseClaims(d time.Duration) {
 	cl.pause.mu.Lock()
 	defer cl.pause.mu.Unlock()
-	if until := cl.now().Add(d); until.After(cl.pause.until) {
+	if until := cl.Now().Add(d); until.After(cl.pause.until) {
 		cl.pause.until = until
 	}
 }
@@ -849,5 +851,5 @@ func (cl *claimer) pauseClaims(d time.Duration) {
 func (cl *claimer) paused() bool {
 	cl.pause.mu.Lock()
 	defer cl.pause.mu.Unlock()
-	return cl.now().Before(cl.pause.until)
+	return cl.Now().Before(cl.pause.until)
 }

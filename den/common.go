@@ -4,35 +4,21 @@ import (
 	"encoding/json"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.uber.org/zap"
+	"github.com/den-project/den/den/internal/base"
 
-	"github.com/den-project/den/den/metrics"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/den-project/den/queue"
 )
 
-// env is what every component of a node works with: its store, its log,
-// its clock, its metrics, and the conditions it has logged as started and
-// not yet as cleared. New makes one, and each component holds a pointer
-// to it. What each component reads of the node's configuration is in its
-// own params struct (below), which New fills from Config.
-type env struct {
-	store queue.NodeStore
-	// rates are the queues' rate limits, on the same database.
-	rates *queue.RateLimits
-	log   *zap.Logger
-	// clock is the database server's time, as this host estimates it
-	// (synced by the passes every ClockEvery).
-	clock   *queue.Clock
-	metrics *metrics.Metrics
-	notes   *notices
-	// signals tell a test what the node does (Config.Signals; nil in
-	// production).
-	signals *TestSignals
-}
+// TestSignals tell a test what a node did as it does it (base.Signals).
+// A test sets Config.Signals and calls Init before the node starts;
+// production leaves Config.Signals nil, and signalling then costs a nil
+// check.
+type TestSignals = base.Signals
 
-// now is the database server's time, as this host estimates it.
-func (e *env) now() time.Time { return e.clock.Now() }
+// TaskEnd is a task's end as its runner reported it (base.TaskEnd).
+type TaskEnd = base.TaskEnd
 
 // passesParams is what the loop's passes read of the configuration.
 type passesParams struct {

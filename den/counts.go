@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -23,7 +25,7 @@ import (
 // done, with the queues whose counts were not numbers (someone wrote them:
 // worth a look). Only the housekeeping's goroutine uses it.
 type countFiller struct {
-	*env
+	*base.Env
 	interval time.Duration
 	// batch is how many queues' counts the next round fills in, next
 	// when, and filled the queues whose counts it filled in since the read
@@ -70,17 +72,17 @@ func (f *countFiller) fill(ctx context.Context, queues []queue.Queue, read time.
 		}
 	}
 	if todo == 0 {
-		if f.notes.clear("fill-counts") {
-			f.log.Info("every queue's counts are filled in")
+		if f.Notes.Clear("fill-counts") {
+			f.Log.Info("every queue's counts are filled in")
 		}
 		return nil
 	}
-	if f.notes.set("fill-counts", "") {
-		f.log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
+	if f.Notes.Set("fill-counts", "") {
+		f.Log.Warn("queues without counts (or with counts that are not numbers): counting their tasks, a batch a pass",
 			zap.Int("queues", todo), zap.String("batch", fmt.Sprintf("%d to %d queues a round, as fast as the server takes them", fillBatchMin, queue.FillCountsBatch)), zap.Strings("not_numbers", bad))
 	}
 	start := time.Now()
-	_, err := f.store.FillCounts(ctx, batch)
+	_, err := f.Store.FillCounts(ctx, batch)
 	if err == nil {
 		for _, q := range batch {
 			f.filled[q.ID] = true

@@ -27,7 +27,7 @@ const maxBlocked = 1000
 // and the way for tasks that end elsewhere (a Perl node, a rescue, a cancel).
 // With no such task it costs one find.
 func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, now time.Time) error {
-	blocked, err := sw.store.BlockedTasks(ctx, queueIDs, maxBlocked)
+	blocked, err := sw.Store.BlockedTasks(ctx, queueIDs, maxBlocked)
 	if err != nil || len(blocked) == 0 {
 		return err
 	}
@@ -35,7 +35,7 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 	for _, b := range blocked {
 		ids = append(ids, b.After...)
 	}
-	statuses, err := sw.store.Statuses(ctx, ids)
+	statuses, err := sw.Store.Statuses(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -45,12 +45,12 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 			return err
 		}
 	}
-	released, cancelled, err := sw.store.SettleDependents(ctx, d.ended, now)
+	released, cancelled, err := sw.Store.SettleDependents(ctx, d.ended, now)
 	if len(cancelled) > 0 {
-		sw.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)))
+		sw.Log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)))
 	}
 	if released > 0 {
-		sw.log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
+		sw.Log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
 		sw.claims.wakeUp()
 	}
 	if err != nil {
@@ -78,13 +78,13 @@ type depSweep struct {
 
 // fail fails blocked task b with reason in its stderr.
 func (d *depSweep) fail(ctx context.Context, b queue.Blocked, reason string) error {
-	ok, err := d.sw.store.FailBlocked(ctx, b, reason, d.now)
+	ok, err := d.sw.Store.FailBlocked(ctx, b, reason, d.now)
 	if err != nil || !ok {
 		return err
 	}
-	d.sw.log.Warn("failed a task whose dependencies cannot be (reason in its stderr)", zap.String("task_id", b.ID.Hex()), zap.String("reason", reason))
+	d.sw.Log.Warn("failed a task whose dependencies cannot be (reason in its stderr)", zap.String("task_id", b.ID.Hex()), zap.String("reason", reason))
 	d.failed[b.ID] = reason
-	return d.sw.store.DecrementTodo(ctx, b.Queue)
+	return d.sw.Store.DecrementTodo(ctx, b.Queue)
 }
 
 // check deals with blocked task b, given the statuses of the tasks the
@@ -113,11 +113,11 @@ func (d *depSweep) check(ctx context.Context, b queue.Blocked, statuses map[bson
 				waiting = append(waiting, id)
 			}
 		}
-		ok, err := d.sw.store.MarkWaiting(ctx, b, waiting)
+		ok, err := d.sw.Store.MarkWaiting(ctx, b, waiting)
 		if err != nil || !ok {
 			return err
 		}
-		if err := d.sw.store.MarkDependents(ctx, waiting); err != nil {
+		if err := d.sw.Store.MarkDependents(ctx, waiting); err != nil {
 			return err
 		}
 		b.Waiting = waiting
@@ -205,9 +205,9 @@ func sortAfter(after []bson.ObjectID, statuses map[bson.ObjectID]int) afterState
 
 // cancelDependents cancels what comes after ids, transitively, and logs it.
 func (sw *sweeper) cancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
-	cancelled, err := sw.store.CancelDependents(ctx, ids, why, now)
+	cancelled, err := sw.Store.CancelDependents(ctx, ids, why, now)
 	if len(cancelled) > 0 {
-		sw.log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)), zap.String("why", why))
+		sw.Log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)), zap.String("why", why))
 	}
 	return cancelled, err
 }

@@ -5,7 +5,7 @@
 // tasks, sweeps and keeps the counts.
 //
 // A Node is an orchestrator of components, each a type with its own
-// state; they share an env (store, log, clock, metrics, notices), each
+// state; they share a base.Env (store, log, clock, metrics, notices), each
 // gets a params struct of what it reads of the configuration, and they
 // call each other through narrow methods and small interfaces, never
 // through function-valued fields. The node's pool is the set of task
@@ -16,7 +16,7 @@
 //     node.go: New (defaults and bounds, config.go) and wire (which
 //     makes the components, each with its params, and shows who calls
 //     whom), Run (start-up, the loop, shutdown) and Ready; common.go:
-//     env, the params structs, and Config's test hooks.
+//     the params structs, and Config's test hooks.
 //   - pass.go: passes, the loop's full pass and claim-only pass, with
 //     their deadline, the budget of housekeeping writes (chores), and how
 //     a failed pass is reported (an outage, or a document den cannot
@@ -72,8 +72,6 @@
 //   - retention.go: retention, the removal of ended tasks past their
 //     queue's retention (or the node's default), in batches within the
 //     pass's chores budget, by the node that holds the retention lease.
-//   - notice.go: logging a condition once when it starts and once when it
-//     clears.
 //
 // A node counts what it does in its metrics (package metrics), says of
 // itself in its node document (version, pid, start time, the host's
@@ -82,7 +80,8 @@
 // runs. Ready (and ReadyNote) is what /readyz answers: it is read from the
 // loop's own progress, never from a command of its own.
 //
-// Subpackages: cli (the den command line), runner (the task runner), config (configuration files),
+// Subpackages: internal/base (what every component is built on: its Env,
+// Notices, the test Signals), cli (the den command line), runner (the task runner), config (configuration files),
 // devdb (the embedded development database), dentest (the test harness;
 // dentest/nodetest starts nodes in tests),
 // backoff (retries), metrics (Prometheus collectors), httpserve (the HTTP

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -35,7 +37,7 @@ type othersCounter interface {
 // queues it serves or holds tasks of. It knows the queues it last listed
 // and when, how many it left out, and when the document was last written.
 type heartbeat struct {
-	*env
+	*base.Env
 	params heartbeatParams
 	// held and capacity are the claimer's: what the node holds, and what
 	// it has for tasks that request resources.
@@ -75,7 +77,7 @@ func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now 
 	if slices.Equal(entries, h.queues) && now.Sub(h.at) < h.params.RefreshEvery {
 		write = nil // unchanged: the timestamp only
 	}
-	limit, problem, err := h.store.WriteNodeDocument(ctx, h.params.Name, write, h.self(ctx, now), now)
+	limit, problem, err := h.Store.WriteNodeDocument(ctx, h.params.Name, write, h.self(ctx, now), now)
 	if err != nil {
 		return nil, "", err
 	}
@@ -189,7 +191,7 @@ func (h *nameHeap) keep(queues []queue.Queue, i, n int) {
 // server), so that other nodes do not take this one for dead. Normally it
 // writes nothing. The returned func stops it.
 func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
-	h.last.Store(h.now().UnixNano())
+	h.last.Store(h.Now().UnixNano())
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -202,12 +204,12 @@ func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
 				return
 			case <-t.C:
 			}
-			now := h.now()
+			now := h.Now()
 			if now.Sub(time.Unix(0, h.last.Load())) < max(2*h.params.Interval, 10*time.Second) {
 				continue
 			}
 			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := h.store.WriteNodeTimestamp(actx, h.params.Name, now); err == nil {
+			if err := h.Store.WriteNodeTimestamp(actx, h.params.Name, now); err == nil {
 				h.last.Store(now.UnixNano())
 			}
 			acancel()
@@ -222,11 +224,11 @@ func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
 func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	res, err := h.host.Sample(ctx, now)
 	if err != nil {
-		if h.notes.set("resources", err.Error()) {
-			h.log.Warn("cannot read all of the host's resources for the node document; writing what it could", zap.Error(err))
+		if h.Notes.Set("resources", err.Error()) {
+			h.Log.Warn("cannot read all of the host's resources for the node document; writing what it could", zap.Error(err))
 		}
-	} else if h.notes.clear("resources") {
-		h.log.Info("host resources readable again")
+	} else if h.Notes.Clear("resources") {
+		h.Log.Info("host resources readable again")
 	}
 	if res != nil {
 		// A copy: the sampler keeps res for its next calls.
@@ -245,17 +247,17 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 func (h *heartbeat) writeLast() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	now := h.now()
+	now := h.Now()
 	self := h.self(ctx, now)
 	self.Stopped = now
-	if _, _, err := h.store.WriteNodeDocument(ctx, h.params.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		h.log.Warn("could not update the node document at shutdown", zap.Error(err))
+	if _, _, err := h.Store.WriteNodeDocument(ctx, h.params.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		h.Log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 }
 
 // offer is what this node offers one task's request now, as its node
 // document says (resources.offer).
 func (h *heartbeat) offer(ctx context.Context) queue.Resources {
-	host, _ := h.host.Sample(ctx, h.now()) // nil: the limit, or the machine's total
+	host, _ := h.host.Sample(ctx, h.Now()) // nil: the limit, or the machine's total
 	return h.capacity.offer(host, h.held.reserved())
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/queue"
@@ -50,14 +52,14 @@ func (ps *passes) roundStep(ctx context.Context, s namedStep, r *round) error {
 	sctx, cancel := context.WithTimeout(ctx, passLimit)
 	defer cancel()
 	ps.chores.step(time.Now())
-	began := ps.now()
+	began := ps.Now()
 	err := s.do(sctx, r)
-	ps.metrics.PassSeconds.WithLabelValues("housekeeping").Observe(ps.now().Sub(began).Seconds())
+	ps.Metrics.PassSeconds.WithLabelValues("housekeeping").Observe(ps.Now().Sub(began).Seconds())
 	if err != nil {
 		return err
 	}
-	ps.health.house.mark(s.name, ps.now())
-	ps.signals.stepDone(s.name)
+	ps.health.house.mark(s.name, ps.Now())
+	ps.Signals.NoteStepDone(s.name)
 	return nil
 }
 
@@ -119,7 +121,7 @@ func (ps *passes) housekeep(ctx context.Context) {
 // keep the next ones from running. A round that failed is logged when
 // that starts and when a round succeeds again, and Ready notes it.
 func (ps *passes) round(ctx context.Context, v passView) {
-	started := ps.now()
+	started := ps.Now()
 	ps.health.roundStarted.Store(started.UnixNano())
 	defer ps.health.roundStarted.Store(0)
 	ps.chores.refill()
@@ -144,22 +146,22 @@ func (ps *passes) round(ctx context.Context, v passView) {
 	if failed != nil {
 		msg := failed.Error()
 		ps.health.houseProblem.Store(&msg)
-		if ps.notes.set("housekeeping", "") {
+		if ps.Notes.Set("housekeeping", "") {
 			what := "MongoDB failed a housekeeping step"
 			if queue.IsDocumentError(failed) {
 				what = "a document den cannot read stopped a housekeeping step (MongoDB answered)"
 			} else if errors.Is(failed, context.DeadlineExceeded) {
 				what = "a housekeeping step took longer than its 1-minute limit"
 			}
-			ps.log.Warn(what+"; claims go on, and the housekeeping tries again after the next pass", zap.Error(failed))
+			ps.Log.Warn(what+"; claims go on, and the housekeeping tries again after the next pass", zap.Error(failed))
 		}
 		return
 	}
 	ps.health.houseProblem.Store(nil)
-	if ps.notes.clear("housekeeping") {
-		ps.log.Info("housekeeping completes its rounds again")
+	if ps.Notes.Clear("housekeeping") {
+		ps.Log.Info("housekeeping completes its rounds again")
 	}
-	ps.beat.lastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.now()})
+	ps.beat.lastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.Now()})
 }
 
 // houseSteps are the steps of a round of housekeeping, in the order it
@@ -168,9 +170,9 @@ func (ps *passes) round(ctx context.Context, v passView) {
 // the component that does the work, which the passes do not hold.
 func houseSteps(ps *passes, rescuer *rescuer, sweeper *sweeper, stats *statsRecorder, schedules *scheduler, retention *retention) []namedStep {
 	return []namedStep{
-		{"counts", &countFiller{env: ps.env, interval: ps.params.Interval}},
-		{"oldest", &oldestMeter{env: ps.env, every: ps.params.RefreshEvery}},
-		{"rescue", rescue{ps.env, ps.params.Name, ps.held, rescuer, sweeper}},
+		{"counts", &countFiller{Env: ps.Env, interval: ps.params.Interval}},
+		{"oldest", &oldestMeter{Env: ps.Env, every: ps.params.RefreshEvery}},
+		{"rescue", rescue{ps.Env, ps.params.Name, ps.held, rescuer, sweeper}},
 		{"sweep", sweep{sweeper}},
 		{"stats", flushStats{ps.held, stats}},
 		{"schedules", fireSchedules{schedules}},
@@ -181,7 +183,7 @@ func houseSteps(ps *passes, rescuer *rescuer, sweeper *sweeper, stats *statsReco
 // rescue reads what this node (name) holds and rescues what needs it
 // (the rescuer), then hands the sweeper the node documents it read.
 type rescue struct {
-	*env
+	*base.Env
 	name    string
 	held    *heldTasks
 	rescuer *rescuer
@@ -191,8 +193,8 @@ type rescue struct {
 func (s rescue) due(r *round) bool { return s.rescuer.due(r.at) }
 
 func (s rescue) do(ctx context.Context, r *round) error {
-	sent := s.now()
-	held, err := s.store.Held(ctx, s.name, false)
+	sent := s.Now()
+	held, err := s.Store.Held(ctx, s.name, false)
 	if err != nil {
 		return err
 	}

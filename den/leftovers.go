@@ -108,11 +108,11 @@ func (rs *pool) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.Run
 		}
 		contain.KillCgroup(dir)
 		if err := contain.RemoveCgroup(dir, 10*time.Second); err != nil {
-			rs.log.Warn("cannot remove a dead run's cgroup", zap.String("task_id", id.Hex()), zap.Error(err))
+			rs.Log.Warn("cannot remove a dead run's cgroup", zap.String("task_id", id.Hex()), zap.Error(err))
 		}
 	}
 	if stopped > 0 {
-		rs.log.Warn("stopped processes a dead runner's task left running", zap.String("task_id", id.Hex()), zap.Int("processes", stopped))
+		rs.Log.Warn("stopped processes a dead runner's task left running", zap.String("task_id", id.Hex()), zap.Int("processes", stopped))
 	}
 	return stopped, false
 }

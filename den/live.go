@@ -34,7 +34,7 @@ func (rs *pool) askLive(held []queue.Task, now time.Time) {
 		}
 		rs.liveAsked[r.Token] = now
 		if !rs.act(task.ID, *r, actLive) {
-			rs.log.Debug("cannot ask a runner for live output", zap.String("task_id", task.ID.Hex()))
+			rs.Log.Debug("cannot ask a runner for live output", zap.String("task_id", task.ID.Hex()))
 		}
 	}
 	for token := range rs.liveAsked {

@@ -43,9 +43,9 @@ func (cl *claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, ta
 	if cl.malformedSince.IsZero() {
 		cl.malformedSince = time.Now()
 	}
-	ok, err := cl.store.FailClaimed(cctx, m, cl.params.Name, cl.now())
+	ok, err := cl.Store.FailClaimed(cctx, m, cl.params.Name, cl.Now())
 	if err == nil && ok && !m.Queue.IsZero() {
-		err = cl.store.DecrementTodo(cctx, m.Queue)
+		err = cl.Store.DecrementTodo(cctx, m.Queue)
 	}
 	action := "failed"
 	if err != nil || !ok {
@@ -54,7 +54,7 @@ func (cl *claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, ta
 	} else {
 		tally.failed++
 	}
-	cl.metrics.Malformed.WithLabelValues("tasks", action).Inc()
+	cl.Metrics.Malformed.WithLabelValues("tasks", action).Inc()
 	if tally.failed+tally.skipped > malformedLogged {
 		return
 	}
@@ -64,11 +64,11 @@ func (cl *claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, ta
 	}
 	switch {
 	case err != nil:
-		cl.log.Warn("claimed a document that cannot be a task and cannot fail it; skipped (it stays claimed by this node)", append(fields, zap.Error(err))...)
+		cl.Log.Warn("claimed a document that cannot be a task and cannot fail it; skipped (it stays claimed by this node)", append(fields, zap.Error(err))...)
 	case !ok:
-		cl.log.Warn("claimed a document that cannot be a task; it changed before it could be failed, skipped", fields...)
+		cl.Log.Warn("claimed a document that cannot be a task; it changed before it could be failed, skipped", fields...)
 	default:
-		cl.log.Warn("claimed a document that cannot be a task; failed it (reason in its stderr)", fields...)
+		cl.Log.Warn("claimed a document that cannot be a task; failed it (reason in its stderr)", fields...)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
@@ -28,7 +30,7 @@ import (
 // rescuer, the scheduler, the stats and the retention; the pool, which
 // runs the tasks the claimer claims. Run starts and stops them.
 type Node struct {
-	*env
+	*base.Env
 	// cfg is the node's configuration, defaults filled in; each component
 	// gets what it reads of it in a params struct of its own (wire).
 	cfg     Config
@@ -94,8 +96,8 @@ func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Log
 		rel = relay.New(db.Client(), log.With(zap.String("component", "relay")))
 	}
 	clock := queue.NewClock(now)
-	e := &env{store: queue.NewStore(db), rates: queue.NewRateLimits(db), log: log, clock: clock, metrics: cfg.Metrics, notes: &notices{}, signals: cfg.Signals}
-	n := &Node{env: e, cfg: cfg, plugins: reg}
+	e := &base.Env{Store: queue.NewStore(db), Rates: queue.NewRateLimits(db), Log: log, Clock: clock, Metrics: cfg.Metrics, Notes: &base.Notices{}, Signals: cfg.Signals}
+	n := &Node{Env: e, cfg: cfg, plugins: reg}
 	pid, started := thisProcess(now)
 	n.wire(rel, cgroup, pids, pid, started)
 	return n, nil
@@ -119,7 +121,7 @@ func thisProcess(now func() time.Time) (pid int, started time.Time) {
 // rescuer rescue a task whose runner died (runRescuer), both small
 // interfaces set here once.
 func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time.Time) {
-	cfg, e := &n.cfg, n.env
+	cfg, e := &n.cfg, n.Env
 	hooks := testHooks{cfg: cfg}
 	read := &queuesRead{}
 	n.pool = newPool(e, poolParams{
@@ -129,40 +131,40 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
 		n.pool, cfg.Resources, &progress{})
 	n.beat = &heartbeat{
-		env: e, params: heartbeatParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
+		Env: e, params: heartbeatParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
 		held: n.claimer.held, capacity: n.claimer.capacity, others: n.claimer,
 		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(n.plugins, cfg.PluginConfig),
 	}
-	n.stats = &statsRecorder{env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
+	n.stats = &statsRecorder{Env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
 	n.pool.stats = n.stats
 	chores := &chores{}
 	n.sweeper = &sweeper{
-		env: e, params: sweeperParams{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
+		Env: e, params: sweeperParams{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
 		chores: chores, pool: n.pool, self: n.beat, claims: n.claimer,
 	}
 	n.rescuer = &rescuer{
-		env: e, params: rescuerParams{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
+		Env: e, params: rescuerParams{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
 		chores: chores, pool: n.pool, held: n.claimer.held, queued: n.claimer,
 	}
-	schedules := &scheduler{env: e, params: schedulerParams{RefreshEvery: cfg.RefreshEvery}}
+	schedules := &scheduler{Env: e, params: schedulerParams{RefreshEvery: cfg.RefreshEvery}}
 	n.retention = &retention{
-		env: e, params: retentionParams{Name: cfg.Name, Retention: cfg.Retention, RetentionEvery: cfg.RetentionEvery, hooks: hooks},
+		Env: e, params: retentionParams{Name: cfg.Name, Retention: cfg.Retention, RetentionEvery: cfg.RetentionEvery, hooks: hooks},
 		chores: chores,
 	}
 	n.passes = &passes{
-		env: e, params: passesParams{
+		Env: e, params: passesParams{
 			Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, ClockEvery: cfg.ClockEvery, ProbeEvery: cfg.ProbeEvery,
 			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
 		},
 		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
 		views: make(chan passView, 1), lastQueues: read, probed: probeState{pace: pace{share: probeShare}},
 	}
-	n.passes.health = &health{interval: cfg.Interval, clock: e.clock, loop: n.claimer.progress, house: &progress{}}
+	n.passes.health = &health{interval: cfg.Interval, clock: e.Clock, loop: n.claimer.progress, house: &progress{}}
 	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
 	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)
 	n.pool.slots = n.claimer
 	n.pool.rescuer = n.rescuer
-	n.metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
+	n.Metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
 }
 
 // Name is the node's name.
@@ -184,11 +186,11 @@ func (n *Node) Run(ctx context.Context) error {
 		go func() {
 			defer close(served)
 			err := httpserve.Serve(hctx, n.cfg.HTTP, httpserve.Config{
-				Gatherer: n.metrics.Registry(), Ready: n.Ready, ReadyNote: n.ReadyNote, Mounts: n.cfg.HTTPMounts,
-				Log: n.log.With(zap.String("component", "http")),
+				Gatherer: n.Metrics.Registry(), Ready: n.Ready, ReadyNote: n.ReadyNote, Mounts: n.cfg.HTTPMounts,
+				Log: n.Log.With(zap.String("component", "http")),
 			})
 			if err != nil {
-				n.log.Error("HTTP endpoint stopped; the node goes on without it", zap.Error(err))
+				n.Log.Error("HTTP endpoint stopped; the node goes on without it", zap.Error(err))
 			}
 		}()
 		defer func() { stopHTTP(); <-served }()
@@ -197,7 +199,7 @@ func (n *Node) Run(ctx context.Context) error {
 	// The plugins it runs tasks with, and apart those its configuration
 	// keeps off (the command plugin unless enabled): not listed as on.
 	on := servedPlugins(n.plugins, n.cfg.PluginConfig)
-	n.log.Info("node starting", zap.Strings("plugins", on), zap.Strings("plugins_off", offPlugins(n.plugins, on)),
+	n.Log.Info("node starting", zap.Strings("plugins", on), zap.Strings("plugins_off", offPlugins(n.plugins, on)),
 		zap.String("database", n.cfg.Database), zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)))
 	if err := n.start(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -205,9 +207,9 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	n.passes.health.runningSince.Store(n.now().UnixNano())
+	n.passes.health.runningSince.Store(n.Now().UnixNano())
 	n.running.Store(true)
-	n.log.Info("node running", zap.Duration("interval", n.cfg.Interval))
+	n.Log.Info("node running", zap.Duration("interval", n.cfg.Interval))
 	stopAlive := n.beat.keepAlive(ctx)
 	defer stopAlive()
 	// The housekeeping runs beside the loop, and stops before the node's
@@ -249,10 +251,10 @@ func (n *Node) Run(ctx context.Context) error {
 // long for its index.
 func (n *Node) logIndexes(r queue.IndexReport) {
 	for _, c := range r.Conflicts {
-		n.log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
+		n.Log.Warn("an index exists with other options; leaving it as is", zap.String("index", c))
 	}
 	for _, f := range r.Failed {
-		n.log.Error("could not create an index; running without it", zap.String("index", f.Index),
+		n.Log.Error("could not create an index; running without it", zap.String("index", f.Index),
 			zap.String("without_it", f.Without), zap.Error(f.Err))
 	}
 	if k := r.Keys; k.Any() {
@@ -260,7 +262,7 @@ func (n *Node) logIndexes(r queue.IndexReport) {
 		for _, id := range k.Failed[:min(10, len(k.Failed))] {
 			ids = append(ids, id.Hex())
 		}
-		n.log.Warn("tasks had a unique_key longer than its index holds: those not yet claimed failed (reason in their stderr), the others' keys moved to unique_key_freed",
+		n.Log.Warn("tasks had a unique_key longer than its index holds: those not yet claimed failed (reason in their stderr), the others' keys moved to unique_key_freed",
 			zap.Int("max_bytes", queue.MaxUniqueKey), zap.Int("failed", len(k.Failed)), zap.Int("moved", len(k.Moved)), zap.Strings("failed_first", ids))
 	}
 }
@@ -272,7 +274,7 @@ func (n *Node) start(ctx context.Context) error {
 	err := n.cfg.Retry.Retry(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		report, err := n.store.EnsureIndexes(cctx)
+		report, err := n.Store.EnsureIndexes(cctx)
 		if err != nil && (mongo.IsNetworkError(err) || mongo.IsTimeout(err)) {
 			return err // tried again: what this attempt found is logged by the last
 		}
@@ -281,13 +283,13 @@ func (n *Node) start(ctx context.Context) error {
 			// MongoDB answered, but refused to list the indexes (no
 			// privilege): the node can work without them, so say so
 			// and go on.
-			n.log.Error("could not create the protocol's indexes; running without them", zap.Error(err))
+			n.Log.Error("could not create the protocol's indexes; running without them", zap.Error(err))
 		}
 		return nil
 	}, func(attempt int, err error) {
 		if attempt == 1 {
 			waited = true
-			n.log.Warn("MongoDB unreachable; retrying with backoff until it answers", zap.Error(err))
+			n.Log.Warn("MongoDB unreachable; retrying with backoff until it answers", zap.Error(err))
 		}
 	})
 	if err == nil && ctx.Err() != nil {
@@ -297,7 +299,7 @@ func (n *Node) start(ctx context.Context) error {
 		return fmt.Errorf("wait for MongoDB: %w", err)
 	}
 	if waited {
-		n.log.Info("MongoDB reachable")
+		n.Log.Info("MongoDB reachable")
 	}
 	// Claims of this node's earlier life were never handed to a runner
 	// that still exists (a runner moves its claim to 0 before anything
@@ -307,15 +309,15 @@ func (n *Node) start(ctx context.Context) error {
 	defer cancel()
 	// The server's time, before anything is written or decided by time
 	// (the passes keep it synced).
-	if err := n.store.SyncClock(cctx, n.clock); err != nil {
-		n.log.Warn("cannot read the database server's time; using this host's until a pass can", zap.Error(err))
+	if err := n.Store.SyncClock(cctx, n.Clock); err != nil {
+		n.Log.Warn("cannot read the database server's time; using this host's until a pass can", zap.Error(err))
 	}
-	released, err := n.store.ReleaseClaims(cctx, n.cfg.Name, n.now())
+	released, err := n.Store.ReleaseClaims(cctx, n.cfg.Name, n.Now())
 	switch {
 	case err != nil:
-		n.log.Warn("could not put back the claims of this node's earlier run; they are rescued after orphan_age", zap.Error(err))
+		n.Log.Warn("could not put back the claims of this node's earlier run; they are rescued after orphan_age", zap.Error(err))
 	case released > 0:
-		n.log.Warn("put back tasks this node had claimed before it restarted, never started", zap.Int64("count", released))
+		n.Log.Warn("put back tasks this node had claimed before it restarted, never started", zap.Int64("count", released))
 	}
 	return nil
 }
@@ -327,7 +329,7 @@ func (n *Node) shutdown() {
 	n.beat.writeLast()
 	n.stats.flushLast()
 	n.retention.stop()
-	n.log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
+	n.Log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }
 
 // Ready reports whether the node is ready, for /readyz: nil when it is

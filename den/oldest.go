@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"github.com/den-project/den/queue"
 )
 
@@ -28,7 +30,7 @@ const (
 // ready (or not measured) has no series. Only the housekeeping's
 // goroutine uses it.
 type oldestMeter struct {
-	*env
+	*base.Env
 	every time.Duration
 	at    time.Time // when it last measured
 	pace  pace
@@ -57,18 +59,18 @@ func (m *oldestMeter) measure(ctx context.Context, withWork []queue.Queue, now t
 		if time.Now().After(until) {
 			break // the rest go without a series until the next time
 		}
-		ready, ok, err := m.store.OldestReady(ctx, q.ID, now)
+		ready, ok, err := m.Store.OldestReady(ctx, q.ID, now)
 		if err != nil {
 			return err
 		}
 		if ok {
-			name := m.metrics.Queue(q.Name)
+			name := m.Metrics.Queue(q.Name)
 			ages[name] = max(ages[name], now.Sub(ready).Seconds(), 0)
 		}
 	}
-	m.metrics.OldestReady.Reset()
+	m.Metrics.OldestReady.Reset()
 	for name, age := range ages {
-		m.metrics.OldestReady.WithLabelValues(name).Set(age)
+		m.Metrics.OldestReady.WithLabelValues(name).Set(age)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
@@ -27,7 +29,7 @@ import (
 // behind it: its queries can take minutes on a database full of large or
 // hostile documents.
 type passes struct {
-	*env
+	*base.Env
 	params  passesParams
 	plugins *plugins.Registry
 	// claimer claims (the claim-only pass, and a full pass's claims
@@ -92,32 +94,32 @@ type probeState struct {
 // succeeds ends it.
 func (ps *passes) full(ctx context.Context) {
 	ps.pool.retireIdle(false)
-	started := ps.now()
+	started := ps.Now()
 	ps.health.passStarted.Store(started.UnixNano())
 	stopped, slow, err := ps.timed(ctx, "full", ps.read)
 	ps.health.passStarted.Store(0)
 	if stopped || slow {
 		return
 	}
-	if ps.notes.clear("slow") {
-		ps.log.Info("passes finish in time again")
+	if ps.Notes.Clear("slow") {
+		ps.Log.Info("passes finish in time again")
 	}
 	if err != nil {
 		ps.setOutage(err)
 		return
 	}
-	now := ps.now()
+	now := ps.Now()
 	ps.health.lastPassOK.Store(now.UnixNano())
 	ps.health.lastPassTook.Store(int64(now.Sub(started)))
 	ps.health.loop.mark("full pass", now)
-	ps.signals.passDone(started)
+	ps.Signals.NotePassDone(started)
 	ps.health.outage.Store(nil)
-	ps.metrics.Outage.Set(0)
-	if ps.notes.clear("outage") {
-		ps.log.Info("MongoDB reachable again")
+	ps.Metrics.Outage.Set(0)
+	if ps.Notes.Clear("outage") {
+		ps.Log.Info("MongoDB reachable again")
 	}
-	if ps.notes.clear("document-fault") {
-		ps.log.Info("passes read every document again")
+	if ps.Notes.Clear("document-fault") {
+		ps.Log.Info("passes read every document again")
 	}
 }
 
@@ -150,19 +152,19 @@ const passLimit = time.Minute
 func (ps *passes) timed(ctx context.Context, kind string, pass func(context.Context) error) (stopped, slow bool, err error) {
 	pctx, cancel := context.WithTimeout(ctx, passLimit)
 	defer cancel()
-	started := ps.now()
+	started := ps.Now()
 	err = pass(pctx)
 	if ctx.Err() != nil {
 		return true, false, err
 	}
-	ps.metrics.PassSeconds.WithLabelValues(kind).Observe(ps.now().Sub(started).Seconds())
+	ps.Metrics.PassSeconds.WithLabelValues(kind).Observe(ps.Now().Sub(started).Seconds())
 	if err != nil {
-		ps.metrics.DBErrors.Inc()
+		ps.Metrics.DBErrors.Inc()
 	}
 	if err != nil && outOfTime(pctx, err, time.Now()) {
-		if ps.notes.set("slow", "") {
-			ps.log.Warn("a pass took longer than its 1-minute limit; the node stays alive and goes on (large documents or a slow server?)",
-				zap.Duration("took", ps.now().Sub(started)), zap.Error(err))
+		if ps.Notes.Set("slow", "") {
+			ps.Log.Warn("a pass took longer than its 1-minute limit; the node stays alive and goes on (large documents or a slow server?)",
+				zap.Duration("took", ps.Now().Sub(started)), zap.Error(err))
 		}
 		return false, true, err
 	}
@@ -191,16 +193,16 @@ func (ps *passes) setOutage(err error) {
 	if queue.IsDocumentError(err) {
 		msg := "a document den cannot read stopped a pass (MongoDB answered): " + err.Error()
 		ps.health.outage.Store(&msg)
-		if ps.notes.set("document-fault", "") {
-			ps.log.Warn("a document den cannot read stopped a pass; retrying every interval", zap.Error(err))
+		if ps.Notes.Set("document-fault", "") {
+			ps.Log.Warn("a document den cannot read stopped a pass; retrying every interval", zap.Error(err))
 		}
 		return
 	}
 	msg := "MongoDB unreachable or failing: " + err.Error()
 	ps.health.outage.Store(&msg)
-	ps.metrics.Outage.Set(1)
-	if ps.notes.set("outage", "") {
-		ps.log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
+	ps.Metrics.Outage.Set(1)
+	if ps.Notes.Set("outage", "") {
+		ps.Log.Warn("MongoDB unreachable or failing; keeping runners and retrying every interval", zap.Error(err))
 	}
 }
 
@@ -225,7 +227,7 @@ func (ps *passes) setOutage(err error) {
 //     free slot and within the probe's share of the database's time: one
 //     query for work no count tells of (probe.go).
 func (ps *passes) read(ctx context.Context) error {
-	p := &fullPass{at: ps.now(), first: !ps.heldRead}
+	p := &fullPass{at: ps.Now(), first: !ps.heldRead}
 	for _, s := range ps.passSteps {
 		if !s.due(p) {
 			continue

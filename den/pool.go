@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -97,7 +99,7 @@ const (
 // task channel closed with that process, so they take no other task, and
 // act signals them after proving them (isRunnerOf).
 type pool struct {
-	*env
+	*base.Env
 	params poolParams
 	// procs holds the runner processes this process started and has not
 	// reaped; running counts them.
@@ -161,9 +163,9 @@ type runnerEvents interface {
 	runnerStartFailed(task bson.ObjectID, exit string)
 }
 
-func newPool(e *env, params poolParams, relay *relay.Relay, cgroup, pids string, queues *queuesRead) *pool {
+func newPool(e *base.Env, params poolParams, relay *relay.Relay, cgroup, pids string, queues *queuesRead) *pool {
 	return &pool{
-		env: e, params: params, procs: newProcTable(), relay: relay, cgroup: cgroup, pids: pids, queues: queues,
+		Env: e, params: params, procs: newProcTable(), relay: relay, cgroup: cgroup, pids: pids, queues: queues,
 		cancelling: map[bson.ObjectID]time.Time{},
 		liveAsked:  map[bson.ObjectID]time.Time{},
 		stopping:   map[bson.ObjectID]bool{},
@@ -262,7 +264,7 @@ func (rs *pool) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) tim
 // which is what cancellation signals.
 func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	spec := rs.spec(q, taskID, gfs)
-	rs.stats.handed(taskID, rs.now())
+	rs.stats.handed(taskID, rs.Now())
 	if rs.handOver(q.ID, taskID, spec) {
 		return nil
 	}
@@ -273,10 +275,10 @@ func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	defer files.closeTheirs() // the child has its own copies
 	if err := cmd.Start(); err != nil {
 		files.closeOurs()
-		rs.metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
+		rs.Metrics.RunnerStartFailures.WithLabelValues("exec").Inc()
 		return fmt.Errorf("start %s: %w", rs.params.Runner.Path, err)
 	}
-	rs.metrics.RunnerStarts.Inc()
+	rs.Metrics.RunnerStarts.Inc()
 	rs.track(cmd, q, taskID, spec.Reuse, files)
 	return nil
 }
@@ -293,7 +295,7 @@ func (rs *pool) spec(q queue.Queue, taskID bson.ObjectID, gfs string) runner.Spe
 		Cgroup: rs.cgroup, MaxOutput: p.MaxOutput, DeadNodeAfter: p.DeadNodeAfter.Seconds(),
 		Pids: rs.pids, MaxProcesses: p.Runner.MaxProcesses, Reuse: p.Runner.MaxTasks > 1,
 	}
-	if server, mono := rs.clock.Anchor(); !server.IsZero() {
+	if server, mono := rs.Clock.Anchor(); !server.IsZero() {
 		spec.ClockServer, spec.ClockMono = server, int64(mono)
 	}
 	if len(q.Raw) <= maxSpecQueue {
@@ -386,8 +388,8 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 	if files.relayCtl != nil {
 		// Served until the runner exits (closing its end) or the node
 		// stops; then the runner connects directly.
-		if err := rs.relay.ServeControl(files.relayCtl, rs.log.With(zap.Int("runner_pid", pid))); err != nil {
-			rs.log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
+		if err := rs.relay.ServeControl(files.relayCtl, rs.Log.With(zap.Int("runner_pid", pid))); err != nil {
+			rs.Log.Warn("cannot serve a runner's relay; it connects to MongoDB directly", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		}
 	}
 	// The queue's name as the last pass read it: a reused runner may
@@ -395,9 +397,9 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 	report := func(r runner.Report) {
 		name := rs.queues.name(q.ID, q.Name)
 		rs.receiveReport(name, r)
-		rs.stats.ended(q.ID, name, r, rs.now())
+		rs.stats.ended(q.ID, name, r, rs.Now())
 		if id, err := bson.ObjectIDFromHex(r.Task); err == nil {
-			rs.signals.taskEnded(TaskEnd{Task: id, Status: r.Status, Retry: r.Retry})
+			rs.Signals.NoteTaskEnded(base.TaskEnd{Task: id, Status: r.Status, Retry: r.Retry})
 		}
 	}
 	rs.running.Add(1)
@@ -417,7 +419,7 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 		p.retireLocked()
 	}
 	rs.procs.mu.Unlock()
-	rs.log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), queueField(q.Name), zap.Int("pid", pid))
+	rs.Log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), queueField(q.Name), zap.Int("pid", pid))
 	if p.ch != nil {
 		go rs.listen(p, report)
 	}
@@ -460,7 +462,7 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 	if taskID.IsZero() {
 		if err != nil {
-			rs.log.Debug("an idle task runner exited", zap.Int("pid", pid), zap.Error(err))
+			rs.Log.Debug("an idle task runner exited", zap.Int("pid", pid), zap.Error(err))
 		}
 		return
 	}
@@ -470,12 +472,12 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 		if p.ch != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			ok, err := rs.store.Release(ctx, taskID, rs.params.Name, rs.now())
+			ok, err := rs.Store.Release(ctx, taskID, rs.params.Name, rs.Now())
 			switch {
 			case err != nil:
 				rs.slots.putBackLater(taskID, "its runner stopped before starting it")
 			case ok:
-				rs.log.Warn("a task runner stopped before starting the task it was handed; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid))
+				rs.Log.Warn("a task runner stopped before starting the task it was handed; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid))
 			}
 		}
 		rs.slots.runnerStarted()
@@ -483,12 +485,12 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	}
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) {
-		rs.log.Warn("lost track of a task runner", zap.String("task_id", taskID.Hex()), zap.Error(err))
+		rs.Log.Warn("lost track of a task runner", zap.String("task_id", taskID.Hex()), zap.Error(err))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ok, rerr := rs.store.Release(ctx, taskID, rs.params.Name, rs.now())
+	ok, rerr := rs.Store.Release(ctx, taskID, rs.params.Name, rs.Now())
 	if rerr != nil {
 		// Claimed or running, it cannot be told now: put back if it is
 		// still claimed when MongoDB answers; if it was running, the
@@ -499,14 +501,14 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	if ok && reused {
 		// A runner that served tasks before: not a broken setup, and the
 		// next task gets a new runner.
-		rs.log.Warn("a task runner died before starting the task handed to it; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid), zap.String("exit", exit.String()))
+		rs.Log.Warn("a task runner died before starting the task handed to it; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid), zap.String("exit", exit.String()))
 		return
 	} else if ok {
-		rs.metrics.RunnerStartFailures.WithLabelValues("exited").Inc()
+		rs.Metrics.RunnerStartFailures.WithLabelValues("exited").Inc()
 		rs.slots.runnerStartFailed(taskID, exit.String())
 		return
 	}
-	task, err := rs.store.Task(ctx, taskID)
+	task, err := rs.Store.Task(ctx, taskID)
 	if err != nil || task == nil {
 		return
 	}
@@ -540,17 +542,17 @@ func (rs *pool) drain(wait time.Duration) {
 	if len(pids) == 0 {
 		return
 	}
-	rs.log.Info("waiting for running tasks to finish before the database stops", zap.Int("runners", len(pids)), zap.Duration("at_most", wait))
+	rs.Log.Info("waiting for running tasks to finish before the database stops", zap.Int("runners", len(pids)), zap.Duration("at_most", wait))
 	if until(wait) {
 		return
 	}
 	pids = left()
-	rs.log.Warn("stopping the tasks still running (SIGTERM to their runners)", zap.Int("runners", len(pids)))
+	rs.Log.Warn("stopping the tasks still running (SIGTERM to their runners)", zap.Int("runners", len(pids)))
 	for _, pid := range pids {
 		syscall.Kill(-pid, syscall.SIGTERM)
 	}
 	if !until(rs.params.MaxTermination + 15*time.Second) {
-		rs.log.Warn("task runners did not stop in time", zap.Int("runners", len(left())))
+		rs.Log.Warn("task runners did not stop in time", zap.Int("runners", len(left())))
 	}
 }
 func (rs *pool) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
@@ -565,14 +567,14 @@ func (rs *pool) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
 		p := list[len(list)-1] // the warmest
 		pool.removeIdleLocked(p)
 		if err := runner.Send(p.ch, runner.RunTask{Spec: spec}); err != nil {
-			rs.log.Debug("an idle task runner cannot take a task; retiring it", zap.Int("pid", p.pid), zap.Error(err))
+			rs.Log.Debug("an idle task runner cannot take a task; retiring it", zap.Int("pid", p.pid), zap.Error(err))
 			p.retireLocked()
 			continue
 		}
 		p.task = task
 		p.served++
-		rs.metrics.RunnerReuses.Inc()
-		rs.log.Debug("task handed to an idle runner", zap.String("task_id", task.Hex()), zap.Int("pid", p.pid), zap.Int("served", p.served))
+		rs.Metrics.RunnerReuses.Inc()
+		rs.Log.Debug("task handed to an idle runner", zap.String("task_id", task.Hex()), zap.Int("pid", p.pid), zap.Int("served", p.served))
 		return true
 	}
 	return false
@@ -601,7 +603,7 @@ func (rs *pool) listen(p *runnerProc, report func(runner.Report)) {
 		if p.served >= rs.params.Runner.MaxTasks || rs.procs.stopped || p.closed {
 			p.retireLocked()
 		} else {
-			p.idleAt = rs.now()
+			p.idleAt = rs.Now()
 			rs.procs.idle[p.queue] = append(rs.procs.idle[p.queue], p)
 		}
 		rs.procs.mu.Unlock()
@@ -613,18 +615,18 @@ func (rs *pool) listen(p *runnerProc, report func(runner.Report)) {
 // receiveReport counts what a runner of a task of queue q reported at its
 // end, on its task channel: its completion or retry, and its output bytes.
 func (rs *pool) receiveReport(q string, r runner.Report) {
-	q = rs.metrics.Queue(q)
+	q = rs.Metrics.Queue(q)
 	switch {
 	case r.Retry:
-		rs.metrics.Retries.WithLabelValues(q).Inc()
+		rs.Metrics.Retries.WithLabelValues(q).Inc()
 	case r.Status != 0:
-		rs.metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status), queue.StatusName(r.Status)).Inc()
+		rs.Metrics.Completions.WithLabelValues(q, strconv.Itoa(r.Status), queue.StatusName(r.Status)).Inc()
 	}
-	rs.metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
-	rs.metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))
+	rs.Metrics.OutputBytes.WithLabelValues(q, "stdout").Add(float64(max(r.Stdout, 0)))
+	rs.Metrics.OutputBytes.WithLabelValues(q, "stderr").Add(float64(max(r.Stderr, 0)))
 	if r.Outcome != "" && r.Status != 0 {
-		rs.metrics.RunSeconds.WithLabelValues(q, runOutcome(r)).Observe(max(r.Run, 0))
-		rs.metrics.WaitSeconds.WithLabelValues(q).Observe(max(r.Wait, 0))
+		rs.Metrics.RunSeconds.WithLabelValues(q, runOutcome(r)).Observe(max(r.Run, 0))
+		rs.Metrics.WaitSeconds.WithLabelValues(q).Observe(max(r.Wait, 0))
 	}
 }
 
@@ -649,7 +651,7 @@ func (rs *pool) retireIdle(stopping bool) {
 	if stopping {
 		pool.stopped = true
 	}
-	now := rs.now()
+	now := rs.Now()
 	for _, list := range pool.idle {
 		for _, p := range list {
 			if stopping || now.Sub(p.idleAt) >= rs.params.Runner.Idle {

@@ -72,7 +72,7 @@ func (cl *claimer) probe(ctx context.Context, free queue.Resources, others []que
 	for id := range skip {
 		elsewhere = append(elsewhere, id)
 	}
-	r := queue.ProbeRequest{At: cl.now(), Free: &free}
+	r := queue.ProbeRequest{At: cl.Now(), Free: &free}
 	if len(idle) <= len(elsewhere) {
 		r.In = idle
 	} else {
@@ -83,7 +83,7 @@ func (cl *claimer) probe(ctx context.Context, free queue.Resources, others []que
 		if r.In != nil && len(r.In) == 0 {
 			break
 		}
-		id, ok, err := cl.store.Probe(ctx, r)
+		id, ok, err := cl.Store.Probe(ctx, r)
 		if err != nil || !ok {
 			return found, err
 		}

@@ -85,7 +85,7 @@ func (b *queueBook) fullDue(now time.Time, every time.Duration, filter queueFilt
 func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFilter) (queues, serve []queue.Queue, byID queueIndex, full bool, err error) {
 	b := &ps.book
 	if b.fullDue(now, fullReadEvery(ps.params.RefreshEvery), filter) {
-		all, malformed, err := ps.store.Queues(ctx)
+		all, malformed, err := ps.Store.Queues(ctx)
 		if err != nil {
 			return nil, nil, nil, false, err
 		}
@@ -103,7 +103,7 @@ func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFil
 			had = append(had, q.ID)
 		}
 	}
-	fresh, err := ps.store.QueuesWithWork(ctx, queue.WorkRead{IDs: had, Since: b.fullAt.Add(-newQueueLookback)})
+	fresh, err := ps.Store.QueuesWithWork(ctx, queue.WorkRead{IDs: had, Since: b.fullAt.Add(-newQueueLookback)})
 	if err != nil {
 		return nil, nil, nil, false, err
 	}
@@ -211,7 +211,7 @@ func (b *queueBook) rebuild(queues, changed []queue.Queue, gone []bson.ObjectID,
 // book and of later probes until the next read of every queue
 // (probeState.skip). It updates p's queues.
 func (ps *passes) refreshQueues(ctx context.Context, ids []bson.ObjectID, p *fullPass) error {
-	fresh, err := ps.store.QueuesByID(ctx, ids)
+	fresh, err := ps.Store.QueuesByID(ctx, ids)
 	if err != nil {
 		return err
 	}

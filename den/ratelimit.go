@@ -51,7 +51,7 @@ func (cl *claimer) rateWaiting(q queue.Queue) bool {
 	if !ok {
 		return false
 	}
-	if !cl.now().Before(until) {
+	if !cl.Now().Before(until) {
 		delete(cl.rateWait, q.ID)
 		return false
 	}
@@ -67,9 +67,9 @@ func (cl *claimer) rateWaiting(q queue.Queue) bool {
 func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	g, err := cl.rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.now())
+	g, err := cl.Rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.Now())
 	for _, r := range g.Repaired {
-		cl.log.Warn("rate_limits: a document den did not write as it is was put right", queueField(q.Name),
+		cl.Log.Warn("rate_limits: a document den did not write as it is was put right", queueField(q.Name),
 			zap.String("repair", r))
 	}
 	if err != nil {
@@ -77,7 +77,7 @@ func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectI
 	}
 	if !g.OK {
 		cl.rateWait[q.ID] = g.Next
-		cl.log.Debug("queue at its rate limit; its tasks wait", queueField(q.Name),
+		cl.Log.Debug("queue at its rate limit; its tasks wait", queueField(q.Name),
 			zap.Stringer("rate_limit", q.RateLimit), zap.Time("until", g.Next))
 	}
 	return g.OK, nil
@@ -110,7 +110,7 @@ func (cl *claimer) recheckRates(ctx context.Context, at time.Time) error {
 	if len(limits) == 0 {
 		return nil
 	}
-	next, err := cl.rates.NextStarts(ctx, limits, cl.now())
+	next, err := cl.Rates.NextStarts(ctx, limits, cl.Now())
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -19,7 +21,7 @@ import (
 // pass's budget of housekeeping writes, and for one task whenever a
 // runner of this process dies running it.
 type rescuer struct {
-	*env
+	*base.Env
 	params rescuerParams
 	chores *chores
 	// pool tells whose a recorded runner is and stops what a dead run
@@ -81,9 +83,9 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex
 		return nodesSeen{}, err
 	}
 	rc.next = time.Time{}
-	seen := nodesSeen{at: rc.now()}
+	seen := nodesSeen{at: rc.Now()}
 	var err error
-	if seen.beats, seen.offers, err = rc.store.NodesSeenOffers(ctx); err != nil {
+	if seen.beats, seen.offers, err = rc.Store.NodesSeenOffers(ctx); err != nil {
 		return nodesSeen{}, err
 	}
 	if err := rc.deadNodes(ctx, queues, seen); err != nil {
@@ -105,7 +107,7 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
 func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues queueIndex) error {
-	now := rc.now()
+	now := rc.Now()
 	for _, task := range held {
 		if task.Status != queue.StatusRunning {
 			continue
@@ -161,7 +163,7 @@ func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues qu
 // conditional, so it happens once.
 func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodesSeen) error {
 	now, seen := nodes.at, nodes.beats
-	holders, err := rc.store.ClaimingNodes(ctx)
+	holders, err := rc.Store.ClaimingNodes(ctx)
 	if err != nil {
 		return err
 	}
@@ -192,7 +194,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 		if !isName || !known {
 			why = fmt.Sprintf("claimed under node %s, which has no node document", label)
 		}
-		tasks, err := rc.store.NodeTasks(ctx, holder)
+		tasks, err := rc.Store.NodeTasks(ctx, holder)
 		if err != nil {
 			return err
 		}
@@ -220,7 +222,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 			counts[st]++
 		}
 		if done := counts[queue.StatusOrphaned] + counts[queue.StatusQueued] + counts[queue.StatusCancelled]; done > 0 {
-			rc.log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
+			rc.Log.Warn("rescued the tasks of a dead or unknown node", zap.String("dead_node", label), zap.String("why", why),
 				zap.Int("orphaned", counts[queue.StatusOrphaned]), zap.Int("retried", counts[queue.StatusQueued]), zap.Int("cancelled", counts[queue.StatusCancelled]))
 		}
 		if rescueErr != nil {
@@ -243,14 +245,14 @@ const (
 
 // rescue rescues one task whose runner died, reading its queue's settings.
 func (rc *rescuer) rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
-	q, err := rc.store.QueueDoc(ctx, task.Queue)
+	q, err := rc.Store.QueueDoc(ctx, task.Queue)
 	if err != nil {
-		rc.log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
+		rc.Log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
 		return 0
 	}
 	st, err := rc.rescueWith(ctx, task, q, rescueDeadRunner, why)
 	if err != nil && ctx.Err() == nil {
-		rc.log.Warn("could not rescue a task; the periodic check will", zap.String("task_id", task.ID.Hex()), zap.Error(err))
+		rc.Log.Warn("could not rescue a task; the periodic check will", zap.String("task_id", task.ID.Hex()), zap.Error(err))
 	}
 	return st
 }
@@ -269,8 +271,8 @@ func (rc *rescuer) stopRescues(ctx context.Context, task queue.Task, err error) 
 	if ctx.Err() != nil || mongoclient.Unreachable(err) {
 		return true
 	}
-	if rc.notes.set("rescue:"+task.ID.Hex(), err.Error()) {
-		rc.log.Warn("could not rescue a task; the server refused its write (tried again every rescue, logged once)", zap.String("task_id", task.ID.Hex()), zap.Error(err))
+	if rc.Notes.Set("rescue:"+task.ID.Hex(), err.Error()) {
+		rc.Log.Warn("could not rescue a task; the server refused its write (tried again every rescue, logged once)", zap.String("task_id", task.ID.Hex()), zap.Error(err))
 	}
 	return false
 }
@@ -295,24 +297,24 @@ func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Que
 	if busy {
 		return 0, nil // another pass is stopping this run, and rescues it after
 	}
-	st, err := rc.store.Rescue(ctx, task, q, why, leftovers, rc.now())
+	st, err := rc.Store.Rescue(ctx, task, q, why, leftovers, rc.Now())
 	if err != nil {
 		return 0, fmt.Errorf("rescue task %s: %w", id.Hex(), err)
 	}
-	rc.notes.clear("rescue:" + id.Hex())
+	rc.Notes.Clear("rescue:" + id.Hex())
 	if st != 0 {
-		rc.metrics.Rescues.WithLabelValues(kind).Inc()
+		rc.Metrics.Rescues.WithLabelValues(kind).Inc()
 	}
 	switch {
 	case st == queue.StatusOrphaned:
-		rc.log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
+		rc.Log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
 	case st == queue.StatusQueued:
-		rc.log.Warn("task put back for a retry", zap.String("task_id", id.Hex()), zap.String("reason", reason))
+		rc.Log.Warn("task put back for a retry", zap.String("task_id", id.Hex()), zap.String("reason", reason))
 		if rc.queued != nil {
 			rc.queued.workIn(task.Queue)
 		}
 	case st == queue.StatusCancelled:
-		rc.log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
+		rc.Log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))
 	}
 	return st, nil
 }

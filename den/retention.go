@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -38,7 +40,7 @@ const (
 // idle one costs a lease update and one find per queue and class every
 // RetentionEvery.
 type retention struct {
-	*env
+	*base.Env
 	params retentionParams
 	chores *chores
 	// looked is when it last went through every queue; busy, that it
@@ -75,8 +77,8 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 		if q.RetentionProblem != "" {
 			key := "retention " + q.ID.Hex()
 			seen[key] = true
-			if r.notes.set(key, q.RetentionProblem) {
-				r.log.Warn("a queue's retention cannot be read; its tasks are kept until it is fixed (den queue set Q retention.succeeded=7d ...)",
+			if r.Notes.Set(key, q.RetentionProblem) {
+				r.Log.Warn("a queue's retention cannot be read; its tasks are kept until it is fixed (den queue set Q retention.succeeded=7d ...)",
 					zap.String("queue", metrics.Label(q.Name)), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.RetentionProblem))
 			}
 			continue
@@ -85,26 +87,26 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 			plans = append(plans, plan{q, ret})
 		}
 	}
-	for _, key := range r.notes.keep("retention ", seen) {
-		r.log.Info("a queue's retention can be read again, or the queue is gone", zap.String("queue_id", key[len("retention "):]))
+	for _, key := range r.Notes.Keep("retention ", seen) {
+		r.Log.Info("a queue's retention can be read again, or the queue is gone", zap.String("queue_id", key[len("retention "):]))
 	}
 	if len(plans) == 0 {
 		r.looked, r.busy = now, false
 		return r.release(ctx, now)
 	}
-	until, held, err := r.store.TakeLease(ctx, retentionLease, r.params.Name, now, max(retentionLeaseFor, 2*r.params.RetentionEvery))
+	until, held, err := r.Store.TakeLease(ctx, retentionLease, r.params.Name, now, max(retentionLeaseFor, 2*r.params.RetentionEvery))
 	if err != nil {
 		return err
 	}
 	if !held {
 		if !r.until.IsZero() {
-			r.log.Info("another node holds the retention lease now")
+			r.Log.Info("another node holds the retention lease now")
 		}
 		r.until, r.looked, r.busy, r.after = time.Time{}, now, false, nil
 		return nil
 	}
 	if r.until.IsZero() {
-		r.log.Info("this node holds the retention lease: it removes ended tasks past their retention")
+		r.Log.Info("this node holds the retention lease: it removes ended tasks past their retention")
 	}
 	r.until = until
 	bctx, cancel := context.WithDeadline(ctx, until.Add(-retentionMargin))
@@ -145,7 +147,7 @@ func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret 
 	f := queue.ClassFilter(q.ID, class, cutoff)
 	f.AfterID = r.after[key]
 	f.Limit = int64(min(retentionPerPass, r.chores.left))
-	tasks, read, last, err := r.store.RetirePage(ctx, f)
+	tasks, read, last, err := r.Store.RetirePage(ctx, f)
 	if err != nil {
 		return false, err
 	}
@@ -167,16 +169,16 @@ func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret 
 	}
 	r.params.hooks.retentionBatch(true)
 	defer r.params.hooks.retentionBatch(false)
-	done, err := r.store.RetireTasks(ctx, tasks, action)
+	done, err := r.Store.RetireTasks(ctx, tasks, action)
 	var reports int64
 	if err == nil && ret.Reports == queue.ReportsDelete {
 		ids := make([]bson.ObjectID, len(tasks))
 		for i, t := range tasks {
 			ids[i] = t.ID
 		}
-		reports, err = r.store.DeleteReports(ctx, ids)
+		reports, err = r.Store.DeleteReports(ctx, ids)
 	}
-	r.log.Info("retention removed ended tasks", zap.String("queue", metrics.Label(q.Name)), zap.String("class", class),
+	r.Log.Info("retention removed ended tasks", zap.String("queue", metrics.Label(q.Name)), zap.String("class", class),
 		zap.String("action", string(action)), zap.Duration("kept_for", ret.Keep[class]), zap.Int64("tasks", done.Tasks),
 		zap.Int64("files", done.Files), zap.Int64("reports", reports), zap.Int("protected", read-len(tasks)))
 	return more, err
@@ -189,10 +191,10 @@ func (r *retention) release(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	r.until, r.after = time.Time{}, nil
-	if err := r.store.ReleaseLease(ctx, retentionLease, r.params.Name, now); err != nil {
+	if err := r.Store.ReleaseLease(ctx, retentionLease, r.params.Name, now); err != nil {
 		return err
 	}
-	r.log.Info("this node released the retention lease")
+	r.Log.Info("this node released the retention lease")
 	return nil
 }
 
@@ -201,7 +203,7 @@ func (r *retention) release(ctx context.Context, now time.Time) error {
 func (r *retention) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := r.release(ctx, r.now()); err != nil {
-		r.log.Warn("could not release the retention lease at stop; another node takes it when it runs out", zap.Error(err))
+	if err := r.release(ctx, r.Now()); err != nil {
+		r.Log.Warn("could not release the retention lease at stop; another node takes it when it runs out", zap.Error(err))
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/metrics"
@@ -17,7 +19,7 @@ import (
 // added meanwhile is seen within RefreshEvery and a known one fires on
 // the pass its time comes.
 type scheduler struct {
-	*env
+	*base.Env
 	params schedulerParams
 	// looked is when it last read the schedules; next, the earliest next
 	// time they had (zero: none).
@@ -32,26 +34,26 @@ func (sc *scheduler) due(now time.Time) bool {
 // fire inserts the tasks whose time has come. A schedule that cannot
 // fire is logged when that starts and when it clears.
 func (sc *scheduler) fire(ctx context.Context, now time.Time) error {
-	f, err := sc.store.FireDue(ctx, now)
+	f, err := sc.Store.FireDue(ctx, now)
 	if err != nil {
 		return err
 	}
 	sc.looked, sc.next = now, f.Next
 	for _, id := range f.Inserted {
-		sc.log.Debug("scheduled task inserted", zap.String("task_id", id.Hex()))
+		sc.Log.Debug("scheduled task inserted", zap.String("task_id", id.Hex()))
 	}
 	if f.Skipped > 0 {
-		sc.log.Info("scheduled times skipped (missed while no node fired them, or the last task has not ended)", zap.Int("skipped", f.Skipped))
+		sc.Log.Info("scheduled times skipped (missed while no node fired them, or the last task has not ended)", zap.Int("skipped", f.Skipped))
 	}
 	seen := map[string]bool{}
 	for name, problem := range f.Problems {
 		seen["schedule "+name] = true
-		if sc.notes.set("schedule "+name, problem) {
-			sc.log.Warn("a schedule cannot fire; fix or delete it (den schedule show)", zap.String("schedule", metrics.Label(name)), zap.String("problem", problem))
+		if sc.Notes.Set("schedule "+name, problem) {
+			sc.Log.Warn("a schedule cannot fire; fix or delete it (den schedule show)", zap.String("schedule", metrics.Label(name)), zap.String("problem", problem))
 		}
 	}
-	for _, key := range sc.notes.keep("schedule ", seen) {
-		sc.log.Info("a schedule can fire again, or is gone", zap.String("schedule", metrics.Label(key[len("schedule "):])))
+	for _, key := range sc.Notes.Keep("schedule ", seen) {
+		sc.Log.Info("a schedule can fire again, or is gone", zap.String("schedule", metrics.Label(key[len("schedule "):])))
 	}
 	return nil
 }

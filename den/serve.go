@@ -45,7 +45,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 			return
 		}
 		logged++
-		ps.log.Warn(msg, fields...)
+		ps.Log.Warn(msg, fields...)
 	}
 	for i, q := range queues {
 		if !filter.allows(q) {
@@ -54,7 +54,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 		if q.MaxThreadsProblem != "" {
 			key := "queue-limit:" + q.ID.Hex()
 			seen[key] = true
-			if ps.notes.set(key, q.MaxThreadsProblem) {
+			if ps.Notes.Set(key, q.MaxThreadsProblem) {
 				warn("queue has a bad maxthreads", queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
 			}
 		}
@@ -62,7 +62,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 		if g, gated := p.(plugins.Gated); ok && gated && !g.Enabled(ps.params.PluginConfig[q.Plugin]) {
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
-			if ps.notes.set(key, "disabled") {
+			if ps.Notes.Set(key, "disabled") {
 				warn("queue skipped: its plugin is off unless this node's configuration enables it",
 					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
@@ -71,7 +71,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 		if !ok {
 			key := "queue-plugin:" + q.ID.Hex()
 			seen[key] = true
-			if ps.notes.set(key, q.Plugin) {
+			if ps.Notes.Set(key, q.Plugin) {
 				warn("queue skipped: no plugin of that name is registered in this den binary",
 					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
@@ -80,10 +80,10 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 		served[i] = true
 	}
 	if more > 0 {
-		ps.log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
+		ps.Log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
 	}
-	if cleared := ps.notes.keep("queue-", seen); len(cleared) > 0 {
-		ps.log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+	if cleared := ps.Notes.Keep("queue-", seen); len(cleared) > 0 {
+		ps.Log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
 	return servedFirst(queues, served)
 }
@@ -126,19 +126,19 @@ func (ps *passes) noteMalformedQueues(malformed []queue.MalformedQueue) {
 	for _, b := range malformed {
 		key := "malformed-queue:" + fmt.Sprint(b.ID)
 		seen[key] = true
-		if ps.notes.set(key, b.Reason.Error()) {
+		if ps.Notes.Set(key, b.Reason.Error()) {
 			fresh++
-			ps.metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
+			ps.Metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
 			if fresh <= malformedLogged {
-				ps.log.Warn("queue document skipped", zap.String("queue_id", metrics.Label(fmt.Sprint(b.ID))), zap.Error(b.Reason))
+				ps.Log.Warn("queue document skipped", zap.String("queue_id", metrics.Label(fmt.Sprint(b.ID))), zap.Error(b.Reason))
 			}
 		}
 	}
 	if fresh > malformedLogged {
-		ps.log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
+		ps.Log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
 	}
-	if cleared := ps.notes.keep("malformed-queue:", seen); len(cleared) > 0 {
-		ps.log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+	if cleared := ps.Notes.Keep("malformed-queue:", seen); len(cleared) > 0 {
+		ps.Log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
 	}
 }
 

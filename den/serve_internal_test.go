@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -41,7 +43,7 @@ func TestServeableWarnsOnlyAboutQueuesTheFilterAllows(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			core, logs := observer.New(zapcore.WarnLevel)
-			ps := &passes{env: &env{log: zap.New(core), notes: &notices{}, metrics: metrics.New(nil)}, plugins: reg}
+			ps := &passes{Env: &base.Env{Log: zap.New(core), Notes: &base.Notices{}, Metrics: metrics.New(nil)}, plugins: reg}
 			var served []string
 			for _, s := range ps.serveable(all, newQueueFilter(tc.active, tc.ignore)) {
 				served = append(served, s.Name)

@@ -52,7 +52,7 @@ func (rs *pool) act(id bson.ObjectID, r queue.RunnerInfo, what runnerAct) bool {
 			}
 			// A runner that does not read its channel serves no other
 			// task; signals can reach only this one.
-			rs.log.Warn("a task runner does not read its task channel; retiring it and signalling it instead", zap.Int("pid", p.pid), zap.Error(err))
+			rs.Log.Warn("a task runner does not read its task channel; retiring it and signalling it instead", zap.Int("pid", p.pid), zap.Error(err))
 			p.retireLocked()
 		}
 		return signal(p.pid, what)
@@ -83,7 +83,7 @@ func signal(pid int, what runnerAct) bool {
 // to be this task's runner is signalled.
 func (rs *pool) stopCancelled(ctx context.Context, task queue.Task, q *queue.Queue, now time.Time) error {
 	id, r := task.ID, *task.Runner
-	log := rs.log.With(zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
+	log := rs.Log.With(zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	rs.cancelMu.Lock()
 	deadline, signalled := rs.cancelling[r.Token]
 	rs.cancelMu.Unlock()
@@ -96,7 +96,7 @@ func (rs *pool) stopCancelled(ctx context.Context, task queue.Task, q *queue.Que
 		rs.cancelling[r.Token] = deadline
 		rs.cancelMu.Unlock()
 		if rs.act(id, r, actCancel) {
-			rs.metrics.Cancellations.WithLabelValues("running").Inc()
+			rs.Metrics.Cancellations.WithLabelValues("running").Inc()
 			log.Info("task cancelled: stopping its run", zap.Duration("grace", grace))
 		}
 		return nil
@@ -104,7 +104,7 @@ func (rs *pool) stopCancelled(ctx context.Context, task queue.Task, q *queue.Que
 	if now.Before(deadline) {
 		return nil
 	}
-	ok, err := rs.store.CancelRunning(ctx, id, rs.params.Name, r.Token, now)
+	ok, err := rs.Store.CancelRunning(ctx, id, rs.params.Name, r.Token, now)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (rs *pool) grace(task queue.Task, q *queue.Queue) time.Duration {
 // this task's runner is signalled.
 func (rs *pool) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
 	if rs.onThisHost(r) && rs.act(id, r, actKill) {
-		rs.log.Warn("killed a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
+		rs.Log.Warn("killed a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	}
 }
 

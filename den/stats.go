@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -45,7 +47,7 @@ const statsPending = 24 * 60
 // node's own sample: one bulkWrite a minute, and, every trimStatsEvery,
 // the deletion of documents past queue.StatsRetention (two commands).
 type statsRecorder struct {
-	*env
+	*base.Env
 	params statsParams
 	// host reads the host's 1-minute load average (the heartbeat's
 	// sampler, cached).
@@ -171,13 +173,13 @@ func (sr *statsRecorder) flush(ctx context.Context, now time.Time, queues []queu
 	defer stop()
 	ctx = wctx
 	if err := sr.write(ctx, now, queues, running, held); err != nil {
-		if sr.notes.set("stats", err.Error()) {
-			sr.log.Warn("cannot write the stats collection (the status page's charts); trying again every minute", zap.Error(err))
+		if sr.Notes.Set("stats", err.Error()) {
+			sr.Log.Warn("cannot write the stats collection (the status page's charts); trying again every minute", zap.Error(err))
 		}
 		return
 	}
-	if sr.notes.clear("stats") {
-		sr.log.Info("the stats collection is written again")
+	if sr.Notes.Clear("stats") {
+		sr.Log.Info("the stats collection is written again")
 	}
 }
 
@@ -200,7 +202,7 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 	if held >= 0 { // not the last flush
 		nodes = append(nodes, queue.NodeStat{Node: sr.params.Name, At: now, Running: int64(held), Load: sr.host.load1(ctx, now)})
 	}
-	if err := sr.store.AddStats(ctx, pending, nodes); err != nil {
+	if err := sr.Store.AddStats(ctx, pending, nodes); err != nil {
 		return err
 	}
 	if held >= 0 {
@@ -209,7 +211,7 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 	sr.written(keys, pending, nodes[:nodesDone])
 
 	if held >= 0 && now.Sub(sr.trimmed) >= trimStatsEvery {
-		n, err := sr.store.TrimStats(ctx, now.Add(-queue.StatsRetention), trimStatsBatch)
+		n, err := sr.Store.TrimStats(ctx, now.Add(-queue.StatsRetention), trimStatsBatch)
 		if err != nil {
 			return err
 		}
@@ -217,7 +219,7 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 			sr.trimmed = now
 		}
 		if n > 0 {
-			sr.log.Debug("old stats deleted", zap.Int64("deleted", n))
+			sr.Log.Debug("old stats deleted", zap.Int64("deleted", n))
 		}
 	}
 	return nil
@@ -312,7 +314,7 @@ func (h *heartbeat) load1(ctx context.Context, now time.Time) float64 {
 func (sr *statsRecorder) flushLast() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := sr.write(ctx, sr.now(), nil, nil, -1); err != nil {
-		sr.log.Warn("could not write the last completions to the stats collection at shutdown", zap.Error(err))
+	if err := sr.write(ctx, sr.Now(), nil, nil, -1); err != nil {
+		sr.Log.Warn("could not write the last completions to the stats collection at shutdown", zap.Error(err))
 	}
 }

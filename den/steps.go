@@ -87,7 +87,7 @@ type syncClock struct{ ps *passes }
 func (s syncClock) due(p *fullPass) bool { return p.at.Sub(s.ps.clockAt) >= s.ps.params.ClockEvery }
 
 func (s syncClock) do(ctx context.Context, p *fullPass) error {
-	if err := s.ps.store.SyncClock(ctx, s.ps.clock); err != nil {
+	if err := s.ps.Store.SyncClock(ctx, s.ps.Clock); err != nil {
 		return err
 	}
 	s.ps.clockAt = p.at
@@ -104,17 +104,17 @@ func (s readSharedConfig) due(p *fullPass) bool {
 
 func (s readSharedConfig) do(ctx context.Context, p *fullPass) error {
 	ps := s.ps
-	shared, err := ps.store.ActiveConfig(ctx)
+	shared, err := ps.Store.ActiveConfig(ctx)
 	if err != nil {
 		return err // never fall back to serving every queue
 	}
 	ps.shared, ps.sharedAt = &shared, p.at
 	if len(shared.Problems) > 0 {
-		if ps.notes.set("config", strings.Join(shared.Problems, "; ")) {
-			ps.log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
+		if ps.Notes.Set("config", strings.Join(shared.Problems, "; ")) {
+			ps.Log.Warn("config collection: bad fields in the active document", zap.Strings("problems", shared.Problems))
 		}
-	} else if ps.notes.clear("config") {
-		ps.log.Info("config collection: active document is valid again")
+	} else if ps.Notes.Clear("config") {
+		ps.Log.Info("config collection: active document is valid again")
 	}
 	return nil
 }
@@ -133,7 +133,7 @@ func (s readQueues) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.queues, p.serve, p.byID = queues, serve, byID
-	ps.health.loop.mark("queues", ps.now())
+	ps.health.loop.mark("queues", ps.Now())
 	if full {
 		ps.lastQueues.Store(&byID)
 	}
@@ -157,15 +157,15 @@ func (s readHeld) due(p *fullPass) bool {
 
 func (s readHeld) do(ctx context.Context, p *fullPass) error {
 	ps := s.ps
-	sent := ps.now()
-	held, err := ps.store.Held(ctx, ps.params.Name, false)
+	sent := ps.Now()
+	held, err := ps.Store.Held(ctx, ps.params.Name, false)
 	if err != nil {
 		return err
 	}
 	p.held = held
 	ps.held.read(held, sent, p.byID.request)
 	ps.heldRead = true
-	ps.health.loop.mark("held tasks", ps.now())
+	ps.health.loop.mark("held tasks", ps.Now())
 	return nil
 }
 
@@ -202,13 +202,13 @@ func (s writeNodeDocument) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.limit = limit
-	ps.health.loop.mark("node document", ps.now())
+	ps.health.loop.mark("node document", ps.Now())
 	if problem != "" {
-		if ps.notes.set("node-maxthreads", problem) {
-			ps.log.Warn("node document: " + problem)
+		if ps.Notes.Set("node-maxthreads", problem) {
+			ps.Log.Warn("node document: " + problem)
 		}
-	} else if ps.notes.clear("node-maxthreads") {
-		ps.log.Info("node document: maxthreads is valid again")
+	} else if ps.Notes.Clear("node-maxthreads") {
+		ps.Log.Info("node document: maxthreads is valid again")
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/queue"
@@ -140,10 +142,10 @@ func TestFullPassStepsOrder(t *testing.T) {
 // stepsNode is the passes of a node at now, with the default intervals,
 // that has read nothing yet.
 func stepsNode(now time.Time) *passes {
-	e := &env{clock: queue.NewClock(func() time.Time { return now })}
-	cl := &claimer{env: e, held: newHeldTasks()}
+	e := &base.Env{Clock: queue.NewClock(func() time.Time { return now })}
+	cl := &claimer{Env: e, held: newHeldTasks()}
 	return &passes{
-		env:     e,
+		Env:     e,
 		params:  passesParams{ClockEvery: DefaultClockEvery, RefreshEvery: DefaultRefreshEvery, ProbeEvery: DefaultProbeEvery},
 		claimer: cl, held: cl.held, probed: probeState{pace: pace{share: probeShare}},
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -31,7 +33,7 @@ type waker interface {
 // (sweepDependencies). Its writes count against the pass's budget of housekeeping
 // writes.
 type sweeper struct {
-	*env
+	*base.Env
 	params sweeperParams
 	chores *chores
 	// pool stops the runs of cancelled tasks.
@@ -67,7 +69,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	began := time.Now()
 	defer sw.pace.ran(began)
 	unfit := sw.unfitQuery(ctx, queues)
-	tasks, err := sw.store.Irregular(ctx, queueIDs(queues), unfit)
+	tasks, err := sw.Store.Irregular(ctx, queueIDs(queues), unfit)
 	if err != nil {
 		return err
 	}
@@ -77,19 +79,19 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	// After normalize, so that a cancel it has just rewritten (1, "yes")
 	// is acted on in this sweep, not the next, which pace may put minutes
 	// away on a slow server.
-	if c, err := sw.store.CancelQueued(ctx, now); err != nil {
+	if c, err := sw.Store.CancelQueued(ctx, now); err != nil {
 		return err
 	} else if c > 0 {
-		sw.metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
-		sw.log.Info("cancelled queued tasks", zap.Int64("count", c))
+		sw.Metrics.Cancellations.WithLabelValues("queued").Add(float64(c))
+		sw.Log.Info("cancelled queued tasks", zap.Int64("count", c))
 	}
 	// After the cancels, so that the keys of the tasks just cancelled are
 	// free in this sweep: the unique keys of every task that ended
 	// without a den node's result (a Perl node's, a cancel, a rescue).
-	if _, err := sw.store.FreeEnded(ctx, bson.ObjectID{}, "", now); err != nil {
+	if _, err := sw.Store.FreeEnded(ctx, bson.ObjectID{}, "", now); err != nil {
 		return err
 	}
-	malformed, err := sw.store.Malformed(ctx, queueIDs(queues))
+	malformed, err := sw.Store.Malformed(ctx, queueIDs(queues))
 	if err != nil {
 		return err
 	}
@@ -98,31 +100,31 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 		if !sw.chores.take() {
 			break
 		}
-		ok, err := sw.store.FailMalformed(ctx, m, sw.params.Name, now)
+		ok, err := sw.Store.FailMalformed(ctx, m, sw.params.Name, now)
 		if err != nil {
 			return err
 		}
 		if ok {
 			failed[m.Queue]++
-			sw.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
-			if err := sw.store.DecrementTodo(ctx, m.Queue); err != nil {
+			sw.Metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
+			if err := sw.Store.DecrementTodo(ctx, m.Queue); err != nil {
 				return err
 			}
 		}
 	}
 	for _, q := range queues {
 		if c := failed[q.ID]; c > 0 {
-			sw.log.Warn("failed malformed tasks (reason in their stderr)", queueField(q.Name), zap.Int("count", c))
+			sw.Log.Warn("failed malformed tasks (reason in their stderr)", queueField(q.Name), zap.Int("count", c))
 		}
 	}
 	// A note is for people to read: failing to write one must not keep
 	// the dependencies below from moving on.
 	if err := sw.noteUnfit(ctx, queues, unfit, tasks); err != nil {
-		if sw.notes.set("unfit-notes", err.Error()) {
-			sw.log.Warn("cannot write why tasks wait (unfit); trying again each sweep", zap.Error(err))
+		if sw.Notes.Set("unfit-notes", err.Error()) {
+			sw.Log.Warn("cannot write why tasks wait (unfit); trying again each sweep", zap.Error(err))
 		}
-	} else if sw.notes.clear("unfit-notes") {
-		sw.log.Info("writing why tasks wait (unfit) again")
+	} else if sw.Notes.Clear("unfit-notes") {
+		sw.Log.Info("writing why tasks wait (unfit) again")
 	}
 	if err := sw.sweepDependencies(ctx, queueIDs(queues), now); err != nil {
 		return err
@@ -147,7 +149,7 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 		}
 		problems := t.Malformed()
 		if len(problems) == 0 {
-			ok, err := sw.store.Normalize(ctx, t)
+			ok, err := sw.Store.Normalize(ctx, t)
 			if err != nil {
 				return err
 			}
@@ -158,25 +160,25 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 		}
 		reason := strings.Join(problems, "; ")
 		if t.Status != queue.StatusQueued {
-			if sw.notes.set("malformed-task:"+t.ID.Hex(), reason) {
-				sw.log.Warn("a claimed or running task has a field den cannot read; leaving it as it is", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
+			if sw.Notes.Set("malformed-task:"+t.ID.Hex(), reason) {
+				sw.Log.Warn("a claimed or running task has a field den cannot read; leaving it as it is", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
 			}
 			continue
 		}
-		ok, err := sw.store.FailQueued(ctx, t, sw.params.Name, reason, now)
+		ok, err := sw.Store.FailQueued(ctx, t, sw.params.Name, reason, now)
 		if err != nil {
 			return err
 		}
 		if ok {
-			sw.metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
-			sw.log.Warn("failed a task that cannot be run as written (reason in its stderr)", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
-			if err := sw.store.DecrementTodo(ctx, t.Queue); err != nil {
+			sw.Metrics.Malformed.WithLabelValues("tasks", "failed").Inc()
+			sw.Log.Warn("failed a task that cannot be run as written (reason in its stderr)", zap.String("task_id", t.ID.Hex()), zap.String("problem", reason))
+			if err := sw.Store.DecrementTodo(ctx, t.Queue); err != nil {
 				return err
 			}
 		}
 	}
 	if fixed > 0 {
-		sw.log.Info("rewrote start_after, cancel, requested_resources or priority values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
+		sw.Log.Info("rewrote start_after, cancel, requested_resources or priority values as the ISODate, boolean or number they mean", zap.Int("tasks", fixed))
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.
 			reason = queue.UnfitReason(requestOf(c.Requested, q), u.Largest)
 		}
 		if (reason == "") != (c.Unfit == "") {
-			if _, err := sw.store.SetUnfit(ctx, c.ID, c.Unfit, reason); err != nil {
+			if _, err := sw.Store.SetUnfit(ctx, c.ID, c.Unfit, reason); err != nil {
 				return err
 			}
 		}
@@ -82,17 +82,17 @@ func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.
 	for id, count := range waiting {
 		key := "unfit:" + id.Hex()
 		seen[key] = true
-		if sw.notes.set(key, "") {
-			sw.log.Warn("queued tasks request more than any live den node offers; they wait, with the reason in their unfit field",
+		if sw.Notes.Set(key, "") {
+			sw.Log.Warn("queued tasks request more than any live den node offers; they wait, with the reason in their unfit field",
 				queueField(byID[id].Name), zap.String("queue_id", id.Hex()), zap.Int("tasks", count), zap.String("example", example[id]))
 		}
 	}
 	if len(tasks) >= queue.IrregularLimit {
 		return nil // some were left for the next sweep: nothing to say of the others yet
 	}
-	for _, key := range sw.notes.keep("unfit:", seen) {
+	for _, key := range sw.Notes.Keep("unfit:", seen) {
 		id, _ := bson.ObjectIDFromHex(key[len("unfit:"):])
-		sw.log.Info("no queued task of the queue requests more than the live den nodes offer any more",
+		sw.Log.Info("no queued task of the queue requests more than the live den nodes offer any more",
 			queueField(byID[id].Name), zap.String("queue_id", id.Hex()))
 	}
 	return nil

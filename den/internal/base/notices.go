@@ -1,18 +1,18 @@
-package den
+package base
 
 import "sync"
 
-// notices remembers which conditions are currently reported, so that a
+// Notices remembers which conditions are currently reported, so that a
 // condition seen every second is logged once when it starts and once when it
 // clears, never every second.
-type notices struct {
+type Notices struct {
 	mu     sync.Mutex
 	active map[string]string
 }
 
-// set marks key as active with detail; it reports true when the condition
+// Set marks key as active with detail; it reports true when the condition
 // is new or its detail changed (the caller then logs it).
-func (n *notices) set(key, detail string) bool {
+func (n *Notices) Set(key, detail string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.active == nil {
@@ -23,9 +23,9 @@ func (n *notices) set(key, detail string) bool {
 	return !ok || old != detail
 }
 
-// clear marks key as inactive; it reports true when it was active (the
+// Clear marks key as inactive; it reports true when it was active (the
 // caller then logs that it cleared).
-func (n *notices) clear(key string) bool {
+func (n *Notices) Clear(key string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	_, ok := n.active[key]
@@ -33,9 +33,9 @@ func (n *notices) clear(key string) bool {
 	return ok
 }
 
-// keep clears every key with the given prefix that is not in seen, and
+// Keep clears every key with the given prefix that is not in seen, and
 // returns the keys it cleared.
-func (n *notices) keep(prefix string, seen map[string]bool) []string {
+func (n *Notices) Keep(prefix string, seen map[string]bool) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var cleared []string

@@ -1,4 +1,4 @@
-package den
+package base
 
 import (
 	"time"
@@ -8,17 +8,17 @@ import (
 	"github.com/den-project/den/den/internal/testsignal"
 )
 
-// TestSignals tell a test what a node did as it does it, so that the test
+// Signals tell a test what a node did as it does it, so that the test
 // waits for that instead of polling the database (package testsignal, in
 // the manner of River's): each task it claimed (before the hand-over),
 // each full pass that succeeded (when it began), each step of the
 // housekeeping that did its work (its name, as Ready and the node's
 // progress name it: counts, oldest, rescue, sweep, stats, schedules,
 // retention), and each end of a task that its runners reported (by then
-// the task's document holds the result). A test sets Config.Signals and calls Init before the node
-// starts; production leaves Config.Signals nil, and signalling then costs
+// the task's document holds the result). A test sets den.Config.Signals and calls Init before the node
+// starts; production leaves den.Config.Signals nil, and signalling then costs
 // a nil check.
-type TestSignals struct {
+type Signals struct {
 	Claimed   testsignal.Signal[bson.ObjectID]
 	PassDone  testsignal.Signal[time.Time]
 	StepDone  testsignal.Signal[string]
@@ -35,32 +35,32 @@ type TaskEnd struct {
 }
 
 // Init turns every signal on.
-func (s *TestSignals) Init() {
+func (s *Signals) Init() {
 	s.Claimed.Init()
 	s.PassDone.Init()
 	s.StepDone.Init()
 	s.TaskEnded.Init()
 }
 
-func (s *TestSignals) claimed(id bson.ObjectID) {
+func (s *Signals) NoteClaimed(id bson.ObjectID) {
 	if s != nil {
 		s.Claimed.Signal(id)
 	}
 }
 
-func (s *TestSignals) passDone(began time.Time) {
+func (s *Signals) NotePassDone(began time.Time) {
 	if s != nil {
 		s.PassDone.Signal(began)
 	}
 }
 
-func (s *TestSignals) stepDone(name string) {
+func (s *Signals) NoteStepDone(name string) {
 	if s != nil {
 		s.StepDone.Signal(name)
 	}
 }
 
-func (s *TestSignals) taskEnded(e TaskEnd) {
+func (s *Signals) NoteTaskEnded(e TaskEnd) {
 	if s != nil {
 		s.TaskEnded.Signal(e)
 	}
