@@ -36,15 +36,15 @@ func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queueIn
 			continue
 		}
 		r := task.Runner
-		if r == nil || !sw.pool.onThisHost(*r) {
+		if r == nil || !sw.pool.OnThisHost(*r) {
 			continue
 		}
 		live[r.Token] = true
-		if err := sw.pool.stopCancelled(ctx, task, queueOf(task, queues), now); err != nil {
+		if err := sw.pool.StopCancelled(ctx, task, queueOf(task, queues), now); err != nil {
 			return err
 		}
 	}
 	// Forget runs that are over.
-	sw.pool.forgetCancelled(live)
+	sw.pool.ForgetCancelled(live)
 	return nil
 }

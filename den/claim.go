@@ -189,7 +189,7 @@ func (cl *claimer) settle(ctx context.Context) {
 
 // taskStarter starts the task a claim took in a runner (the pool).
 type taskStarter interface {
-	start(q queue.Queue, taskID bson.ObjectID, gfs string) error
+	Start(q queue.Queue, taskID bson.ObjectID, gfs string) error
 }
 
 func newClaimer(e *base.Env, params claimerParams, pool taskStarter, limits ResourceLimits, p *progress) *claimer {
@@ -572,7 +572,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 		if q.GFS != "" {
 			mode = q.GFS
 		}
-		if err := cl.pool.start(q, c.ID, mode); err != nil {
+		if err := cl.pool.Start(q, c.ID, mode); err != nil {
 			cl.Log.Error("cannot start a task runner; putting the task back", zap.String("task_id", c.ID.Hex()), zap.Error(err))
 			cl.release(c.ID, "runner did not start")
 			return false, nil
@@ -651,13 +651,13 @@ func (cl *claimer) release(id bson.ObjectID, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !cl.putBack(ctx, id, why) {
-		cl.putBackLater(id, why)
+		cl.PutBackLater(id, why)
 	}
 }
 
 // putBackLater keeps a claimed task that could not be put back for the
 // next passes to put back.
-func (cl *claimer) putBackLater(id bson.ObjectID, why string) {
+func (cl *claimer) PutBackLater(id bson.ObjectID, why string) {
 	cl.unsettled.addBack(id, why)
 	if cl.Notes.Set("unsettled", "") {
 		cl.Log.Warn("cannot put a claimed task back; trying again each claim round until MongoDB answers", zap.String("task_id", id.Hex()), zap.String("why", why))
@@ -811,14 +811,14 @@ func (cl *claimer) wakeUp() {
 
 // letGo frees the slot of a task whose runner is done with it, or whose
 // claim was put back, and claims again at once.
-func (cl *claimer) letGo(id bson.ObjectID) {
+func (cl *claimer) LetGo(id bson.ObjectID) {
 	cl.held.done(id, cl.Now())
 	cl.wakeUp()
 }
 
 // runnerStarted ends the pause after runners that failed to start their
 // task.
-func (cl *claimer) runnerStarted() {
+func (cl *claimer) RunnerStarted() {
 	cl.pause.failures.Store(0)
 	if cl.Notes.Clear("runner-start") {
 		cl.Log.Info("task runners start tasks again")
@@ -829,7 +829,7 @@ func (cl *claimer) runnerStarted() {
 // its task, with a backoff that grows with each such runner in a row, so
 // that a broken runner setup (bad credentials, a missing binary) does not
 // spin.
-func (cl *claimer) runnerStartFailed(taskID bson.ObjectID, exit string) {
+func (cl *claimer) RunnerStartFailed(taskID bson.ObjectID, exit string) {
 	failures := cl.pause.failures.Add(1)
 	pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
 	cl.pauseClaims(pause)

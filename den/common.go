@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/runners"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -48,17 +49,6 @@ type heartbeatParams struct {
 	Interval     time.Duration
 	RefreshEvery time.Duration
 	Version      string
-}
-
-// poolParams is what the pool reads of the configuration: what it hands
-// each runner in its spec, and how it starts and keeps them.
-type poolParams struct {
-	Name, URI, Database string
-	DeadNodeAfter       time.Duration
-	MaxTermination      time.Duration
-	MaxOutput           int64
-	PluginConfig        map[string]json.RawMessage
-	Runner              RunnerCommand
 }
 
 // rescuerParams is what the rescuer reads of the configuration.
@@ -116,3 +106,6 @@ func (h testHooks) retentionBatch(start bool) {
 		h.cfg.OnRetentionBatch(start)
 	}
 }
+
+// RunnerCommand is how a node starts a task runner (runners.Command).
+type RunnerCommand = runners.Command

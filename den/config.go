@@ -430,7 +430,7 @@ func (c Config) forNode(db *mongo.Database) (Config, error) {
 	if err := c.validate(); err != nil {
 		return c, err
 	}
-	return c, c.Runner.check()
+	return c, c.Runner.Check()
 }
 
 // moduleVersion is the version of den's module in this binary's build
@@ -452,3 +452,11 @@ func moduleVersion() string {
 }
 
 const denModule = "github.com/den-project/den"
+
+// DefaultRunnerMaxTasks, DefaultRunnerIdle and DefaultRunnerMaxProcesses
+// are the defaults of RunnerCommand's MaxTasks, Idle and MaxProcesses.
+const (
+	DefaultRunnerMaxTasks     = 100
+	DefaultRunnerIdle         = 10 * time.Second
+	DefaultRunnerMaxProcesses = 1024
+)

@@ -50,12 +50,9 @@
 //     claim takes that cannot be a task; arrivals.go: claiming at once
 //     when a task is inserted (change streams); ratelimit.go: a queue's
 //     rate limit, a start taken after each claim of its tasks.
-//   - pool.go: pool, the only code that deals with runner processes
-//     (procTable: those this process started): starting them, handing
-//     them tasks, listening to them and reaping them; signal.go: signalling them (cancel, kill);
-//     live.go: asking them for live output; runnerid.go: whose a recorded
-//     runner is, and whether it still runs its task; leftovers.go:
-//     stopping what a dead run left.
+//   - the pool of task runner processes is package internal/runners:
+//     the claimer hands it tasks, and it tells the claimer (Slots), the
+//     rescuer and the stats what its runners did.
 //   - sweep.go: sweeper, the periodic sweep (cancel flags of queued
 //     tasks, malformed tasks, values rewritten); cancel.go: the cancel
 //     flags of held tasks; deps.go: dependencies; unfit.go: notes on tasks
@@ -80,7 +77,8 @@
 // runs. Ready (and ReadyNote) is what /readyz answers: it is read from the
 // loop's own progress, never from a command of its own.
 //
-// Subpackages: internal/base (what every component is built on: its Env,
+// Subpackages: internal/runners (the pool of task runner processes),
+// internal/base (what every component is built on: its Env,
 // Notices, the test Signals), cli (the den command line), runner (the task runner), config (configuration files),
 // devdb (the embedded development database), dentest (the test harness;
 // dentest/nodetest starts nodes in tests),

@@ -6,7 +6,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/queue"
 )
 
@@ -79,8 +78,3 @@ func (t malformedTally) report(log *zap.Logger) {
 		log.Warn("claimed documents that cannot be tasks this pass", zap.Int("failed", t.failed), zap.Int("skipped", t.skipped), zap.Int("named_above", malformedLogged))
 	}
 }
-
-// queueField is a queue's name as a log field: whatever its writer put
-// there, so made valid UTF-8 and cut to a few hundred bytes (a name can be
-// megabytes).
-func queueField(name string) zap.Field { return zap.String("queue", metrics.Label(name)) }

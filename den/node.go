@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/runners"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -41,7 +43,7 @@ type Node struct {
 	claimer *claimer
 	sweeper *sweeper
 	rescuer *rescuer
-	pool    *pool
+	pool    *runners.Pool
 	// stats and retention have last words when the node stops.
 	stats     *statsRecorder
 	retention *retention
@@ -76,11 +78,11 @@ func New(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger,
 // components (wire).
 func newNode(cfg Config, db *mongo.Database, reg *plugins.Registry, log *zap.Logger, now func() time.Time) (*Node, error) {
 	log = log.With(zap.String("node", cfg.Name))
-	cgroup, err := detectCgroup(cfg.Cgroups, log)
+	cgroup, err := runners.DetectCgroup(cfg.Cgroups, log)
 	if err != nil {
 		return nil, err
 	}
-	pids := detectPids(cfg.Cgroups, log)
+	pids := runners.DetectPids(cfg.Cgroups, log)
 	if cfg.Runner.MaxTasks > 1 {
 		// A runner serves several tasks only where it can prove which one
 		// it serves now (den/internal/contain/proof.go).
@@ -124,7 +126,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	cfg, e := &n.cfg, n.Env
 	hooks := testHooks{cfg: cfg}
 	read := &queuesRead{}
-	n.pool = newPool(e, poolParams{
+	n.pool = runners.New(e, runners.Params{
 		Name: cfg.Name, URI: cfg.URI, Database: cfg.Database, DeadNodeAfter: cfg.DeadNodeAfter,
 		MaxTermination: cfg.MaxTermination, MaxOutput: cfg.MaxOutput, PluginConfig: cfg.PluginConfig, Runner: cfg.Runner,
 	}, rel, cgroup, pids, read)
@@ -136,7 +138,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(n.plugins, cfg.PluginConfig),
 	}
 	n.stats = &statsRecorder{Env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
-	n.pool.stats = n.stats
+	n.pool.Stats = n.stats
 	chores := &chores{}
 	n.sweeper = &sweeper{
 		Env: e, params: sweeperParams{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
@@ -162,8 +164,8 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	n.passes.health = &health{interval: cfg.Interval, clock: e.Clock, loop: n.claimer.progress, house: &progress{}}
 	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
 	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)
-	n.pool.slots = n.claimer
-	n.pool.rescuer = n.rescuer
+	n.pool.Slots = n.claimer
+	n.pool.Rescuer = n.rescuer
 	n.Metrics.SetState(n.passes.runningByQueue, n.passes.todoByQueue, n.Ready)
 }
 
@@ -177,7 +179,7 @@ func (n *Node) Name() string { return n.cfg.Name }
 // their runners are separate processes and finish on their own.
 func (n *Node) Run(ctx context.Context) error {
 	// Runners still running switch to their own connections.
-	defer n.pool.closeRelay()
+	defer n.pool.CloseRelay()
 	if n.cfg.HTTP != nil {
 		// Served from the start, so that /healthz answers and /readyz says
 		// why not while the node waits for MongoDB.
@@ -229,12 +231,12 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			stopHouse()
 			<-housed
-			n.pool.retireIdle(true)
+			n.pool.RetireIdle(true)
 			if n.cfg.DrainOnStop > 0 {
-				n.pool.drain(n.cfg.DrainOnStop)
+				n.pool.Drain(n.cfg.DrainOnStop)
 			}
 			n.shutdown()
-			n.pool.release()
+			n.pool.Release()
 			return nil
 		case <-t.C:
 			n.passes.full(ctx)
@@ -325,7 +327,7 @@ func (n *Node) start(ctx context.Context) error {
 // shutdown writes the node document one last time, and the completions
 // the stats collection has not had, and releases the retention lease.
 func (n *Node) shutdown() {
-	running := n.pool.count()
+	running := n.pool.Count()
 	n.beat.writeLast()
 	n.stats.flushLast()
 	n.retention.stop()

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/runners"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -38,7 +40,7 @@ type passes struct {
 	// that need them (fullPassSteps, houseSteps), not by the passes.
 	claimer *claimer
 	beat    *heartbeat
-	pool    *pool
+	pool    *runners.Pool
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
 	held *heldTasks
@@ -93,7 +95,7 @@ type probeState struct {
 // logged when the outage starts and when it ends, and a full pass that
 // succeeds ends it.
 func (ps *passes) full(ctx context.Context) {
-	ps.pool.retireIdle(false)
+	ps.pool.RetireIdle(false)
 	started := ps.Now()
 	ps.health.passStarted.Store(started.UnixNano())
 	stopped, slow, err := ps.timed(ctx, "full", ps.read)

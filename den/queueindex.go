@@ -42,7 +42,7 @@ type queuesRead struct {
 
 // name is the name of queue id as the last full pass read it, else
 // fallback.
-func (r *queuesRead) name(id bson.ObjectID, fallback string) string {
+func (r *queuesRead) Name(id bson.ObjectID, fallback string) string {
 	if p := r.Load(); p != nil {
 		if q, ok := (*p)[id]; ok {
 			return q.Name

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -69,7 +71,7 @@ func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectI
 	defer cancel()
 	g, err := cl.Rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.Now())
 	for _, r := range g.Repaired {
-		cl.Log.Warn("rate_limits: a document den did not write as it is was put right", queueField(q.Name),
+		cl.Log.Warn("rate_limits: a document den did not write as it is was put right", base.QueueField(q.Name),
 			zap.String("repair", r))
 	}
 	if err != nil {
@@ -77,7 +79,7 @@ func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectI
 	}
 	if !g.OK {
 		cl.rateWait[q.ID] = g.Next
-		cl.Log.Debug("queue at its rate limit; its tasks wait", queueField(q.Name),
+		cl.Log.Debug("queue at its rate limit; its tasks wait", base.QueueField(q.Name),
 			zap.Stringer("rate_limit", q.RateLimit), zap.Time("until", g.Next))
 	}
 	return g.OK, nil

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/den-project/den/den/internal/runners"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -26,7 +28,7 @@ type rescuer struct {
 	chores *chores
 	// pool tells whose a recorded runner is and stops what a dead run
 	// left; held is what this node holds (the claimer's).
-	pool *pool
+	pool *runners.Pool
 	held *heldTasks
 	// last is when the rescues last ran to the end, and next the soonest
 	// time a task they left alone may need them: when a node that holds
@@ -119,11 +121,11 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 				continue
 			}
 			reason = fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.params.Name, rc.params.DeadNodeAfter)
-		case rc.pool.onThisHost(*r) && !rc.pool.startedHere(r.PID) && !alive(*r):
+		case rc.pool.OnThisHost(*r) && !rc.pool.StartedHere(r.PID) && !runners.Alive(*r):
 			reason = fmt.Sprintf("task runner (pid %d) is gone", r.PID)
-		case rc.pool.onThisHost(*r) && !rc.pool.runGoing(task.ID, *r) && !rc.held.finished(task.ID):
+		case rc.pool.OnThisHost(*r) && !rc.pool.RunGoing(task.ID, *r) && !rc.held.finished(task.ID):
 			reason = fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)
-		case !rc.pool.onThisHost(*r) && staleSign(*r, now, rc.pool.heldFor(task, queueOf(task, queues), *r)):
+		case !rc.pool.OnThisHost(*r) && runners.StaleSign(*r, now, rc.pool.HeldFor(task, queueOf(task, queues), *r)):
 			reason = fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))
 		default:
 			continue // its runner is at work
@@ -202,7 +204,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 		var rescueErr error
 		for _, task := range tasks {
 			if r := task.Runner; r != nil {
-				if heldFor := rc.pool.heldFor(task, queueOf(task, queues), *r); !staleSign(*r, now, heldFor) {
+				if heldFor := rc.pool.HeldFor(task, queueOf(task, queues), *r); !runners.StaleSign(*r, now, heldFor) {
 					rc.soonest(r.LastSign().Add(heldFor + time.Millisecond))
 					continue // its runner is still at work, or may still be stopping it
 				}
@@ -244,7 +246,7 @@ const (
 )
 
 // rescue rescues one task whose runner died, reading its queue's settings.
-func (rc *rescuer) rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
+func (rc *rescuer) Rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
 	q, err := rc.Store.QueueDoc(ctx, task.Queue)
 	if err != nil {
 		rc.Log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
@@ -293,7 +295,7 @@ func queueOf(task queue.Task, queues queueIndex) *queue.Queue { return queues.of
 func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) (int, error) {
 	reason := why.Reason
 	id := task.ID
-	leftovers, busy := rc.pool.endDeadRun(ctx, task, q)
+	leftovers, busy := rc.pool.EndDeadRun(ctx, task, q)
 	if busy {
 		return 0, nil // another pass is stopping this run, and rescues it after
 	}

@@ -3,6 +3,8 @@ package den
 import (
 	"fmt"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/den/metrics"
@@ -55,7 +57,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 			key := "queue-limit:" + q.ID.Hex()
 			seen[key] = true
 			if ps.Notes.Set(key, q.MaxThreadsProblem) {
-				warn("queue has a bad maxthreads", queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
+				warn("queue has a bad maxthreads", base.QueueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("problem", q.MaxThreadsProblem))
 			}
 		}
 		p, ok := ps.plugins.Lookup(q.Plugin)
@@ -64,7 +66,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 			seen[key] = true
 			if ps.Notes.Set(key, "disabled") {
 				warn("queue skipped: its plugin is off unless this node's configuration enables it",
-					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+					base.QueueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
 			continue
 		}
@@ -73,7 +75,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 			seen[key] = true
 			if ps.Notes.Set(key, q.Plugin) {
 				warn("queue skipped: no plugin of that name is registered in this den binary",
-					queueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
+					base.QueueField(q.Name), zap.String("queue_id", q.ID.Hex()), zap.String("plugin", q.Plugin))
 			}
 			continue
 		}

@@ -74,7 +74,7 @@ type endedKey struct {
 }
 
 // handed notes that task was handed to a runner at at.
-func (sr *statsRecorder) handed(task bson.ObjectID, at time.Time) {
+func (sr *statsRecorder) Handed(task bson.ObjectID, at time.Time) {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	if sr.started == nil {
@@ -89,7 +89,7 @@ func (sr *statsRecorder) handed(task bson.ObjectID, at time.Time) {
 // with a recorded end, a retried one too, is counted by how long it ran
 // and its task waited to start (as the runner measured them; the run from
 // its hand-over when the runner did not say).
-func (sr *statsRecorder) ended(q bson.ObjectID, name string, r runner.Report, at time.Time) {
+func (sr *statsRecorder) Ended(q bson.ObjectID, name string, r runner.Report, at time.Time) {
 	if r.Status == 0 {
 		return
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/den-project/den/den/internal/runners"
+
 	"go.uber.org/zap"
 
 	"github.com/den-project/den/queue"
@@ -246,12 +248,12 @@ func (s cancelHeld) do(ctx context.Context, p *fullPass) error {
 
 // askLive asks the runners of the held tasks a reader watches for their
 // live output, when the pass read what the node holds.
-type askLive struct{ pool *pool }
+type askLive struct{ pool *runners.Pool }
 
 func (askLive) due(p *fullPass) bool { return p.held != nil }
 
 func (s askLive) do(_ context.Context, p *fullPass) error {
-	s.pool.askLive(p.held, p.at)
+	s.pool.AskLive(p.held, p.at)
 	return nil
 }
 

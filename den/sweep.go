@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/den-project/den/den/internal/runners"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -37,7 +39,7 @@ type sweeper struct {
 	params sweeperParams
 	chores *chores
 	// pool stops the runs of cancelled tasks.
-	pool *pool
+	pool *runners.Pool
 	// self tells what this node offers one task's request now (the
 	// heartbeat); claims is woken to claim at once (dependencies
 	// released: the claimer).
@@ -114,7 +116,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	}
 	for _, q := range queues {
 		if c := failed[q.ID]; c > 0 {
-			sw.Log.Warn("failed malformed tasks (reason in their stderr)", queueField(q.Name), zap.Int("count", c))
+			sw.Log.Warn("failed malformed tasks (reason in their stderr)", base.QueueField(q.Name), zap.Int("count", c))
 		}
 	}
 	// A note is for people to read: failing to write one must not keep

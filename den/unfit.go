@@ -3,6 +3,8 @@ package den
 import (
 	"context"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
@@ -84,7 +86,7 @@ func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.
 		seen[key] = true
 		if sw.Notes.Set(key, "") {
 			sw.Log.Warn("queued tasks request more than any live den node offers; they wait, with the reason in their unfit field",
-				queueField(byID[id].Name), zap.String("queue_id", id.Hex()), zap.Int("tasks", count), zap.String("example", example[id]))
+				base.QueueField(byID[id].Name), zap.String("queue_id", id.Hex()), zap.Int("tasks", count), zap.String("example", example[id]))
 		}
 	}
 	if len(tasks) >= queue.IrregularLimit {
@@ -93,7 +95,7 @@ func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.
 	for _, key := range sw.Notes.Keep("unfit:", seen) {
 		id, _ := bson.ObjectIDFromHex(key[len("unfit:"):])
 		sw.Log.Info("no queued task of the queue requests more than the live den nodes offer any more",
-			queueField(byID[id].Name), zap.String("queue_id", id.Hex()))
+			base.QueueField(byID[id].Name), zap.String("queue_id", id.Hex()))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package den
+package runners
 
 import (
 	"encoding/json"
@@ -22,7 +22,7 @@ import (
 
 // onThisHost reports whether a runner runs on this machine: only then can
 // the node signal it or tell whether it is alive.
-func (rs *pool) onThisHost(r queue.RunnerInfo) bool {
+func (rs *Pool) OnThisHost(r queue.RunnerInfo) bool {
 	host, _ := os.Hostname()
 	return r.Host == host
 }
@@ -32,7 +32,7 @@ func (rs *pool) onThisHost(r queue.RunnerInfo) bool {
 // reused by another process does not count). When the start time could not
 // be recorded, an existing process counts as alive: a false "dead" would
 // run the task twice.
-func alive(r queue.RunnerInfo) bool {
+func Alive(r queue.RunnerInfo) bool {
 	if r.PID <= 1 || r.PID > math.MaxInt32 {
 		return false
 	}
@@ -59,7 +59,7 @@ func alive(r queue.RunnerInfo) bool {
 // recorded start time need not be compared (a process's apparent start
 // time can move by a second or more with the boot time the kernel reports
 // or a clock step, and a reused runner lives for many tasks).
-func (rs *pool) startedHere(pid int) bool {
+func (rs *Pool) StartedHere(pid int) bool {
 	rs.procs.mu.Lock()
 	defer rs.procs.mu.Unlock()
 	return rs.procs.byPID[pid] != nil
@@ -73,7 +73,7 @@ func (rs *pool) startedHere(pid int) bool {
 // runner what its proof says (one without a proof, its one task).
 // (Rescues are conditional on the run's token: a run that has just
 // recorded its result is left as it is.)
-func (rs *pool) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
+func (rs *Pool) RunGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
 	rs.procs.mu.Lock()
 	p := rs.procs.byPID[r.PID]
 	at := p != nil && p.task == id
@@ -93,7 +93,7 @@ func (rs *pool) runGoing(id bson.ObjectID, r queue.RunnerInfo) bool {
 // by its spec. Anyone who can write to tasks can write a runner field;
 // only a process that passes this check is ever signalled.
 func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
-	if !alive(r) || r.Started == 0 {
+	if !Alive(r) || r.Started == 0 {
 		return false
 	}
 	if pgid, err := syscall.Getpgid(r.PID); err != nil || pgid != r.PID {
@@ -131,7 +131,7 @@ func isRunnerOf(r queue.RunnerInfo, id bson.ObjectID) bool {
 // else its start) for longer than after. A sign further in the future than
 // after is no sign: no runner wrote it (a writer put a far date there), and
 // taking it at its word would let one document hold a slot for ever.
-func staleSign(r queue.RunnerInfo, now time.Time, after time.Duration) bool {
+func StaleSign(r queue.RunnerInfo, now time.Time, after time.Duration) bool {
 	age := now.Sub(r.LastSign())
 	return age > after || age < -after
 }

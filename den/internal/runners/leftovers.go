@@ -1,4 +1,4 @@
-package den
+package runners
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 
 // detectCgroup decides, once at start, whether runs get cgroups of their
 // own, and logs what containment holds on this machine.
-func detectCgroup(mode string, log *zap.Logger) (string, error) {
+func DetectCgroup(mode string, log *zap.Logger) (string, error) {
 	switch mode {
 	case "", "auto", "on":
 	case "off":
@@ -52,7 +52,7 @@ func detectCgroup(mode string, log *zap.Logger) (string, error) {
 // RunnerCommand.MaxProcesses); "" when not, and then the program's
 // RLIMIT_NPROC holds the limit (den/sandbox). cgroups: off turns it off
 // too.
-func detectPids(mode string, log *zap.Logger) string {
+func DetectPids(mode string, log *zap.Logger) string {
 	if mode == "off" {
 		return ""
 	}
@@ -70,7 +70,7 @@ func detectPids(mode string, log *zap.Logger) string {
 // for them to end on SIGTERM before SIGKILL. It reports busy, and does
 // nothing, when another goroutine is stopping the same run: the caller
 // must then leave the task to it.
-func (rs *pool) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.RunnerInfo, grace time.Duration) (stopped int, busy bool) {
+func (rs *Pool) stopLeftovers(ctx context.Context, id bson.ObjectID, r queue.RunnerInfo, grace time.Duration) (stopped int, busy bool) {
 	rs.stopMu.Lock()
 	if rs.stopping[r.Token] {
 		rs.stopMu.Unlock()

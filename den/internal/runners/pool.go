@@ -1,7 +1,8 @@
-package den
+package runners
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,7 @@ import (
 // RunnerCommand is how a node starts a task runner: Path with Args, with
 // the node's environment plus Env plus the runner's spec (runner.SpecEnv).
 // The default is this very binary with the hidden subcommand "task-runner".
-type RunnerCommand struct {
+type Command struct {
 	Path string
 	Args []string
 	Env  []string
@@ -56,7 +57,7 @@ type RunnerCommand struct {
 	Direct bool
 }
 
-func (c *RunnerCommand) check() error {
+func (c *Command) Check() error {
 	if c.Path != "" {
 		return nil
 	}
@@ -73,15 +74,18 @@ func (c *RunnerCommand) check() error {
 // runner reads itself.
 const maxSpecQueue = 32 << 10
 
-// DefaultRunnerMaxTasks, DefaultRunnerIdle and DefaultRunnerMaxProcesses
-// are the defaults of RunnerCommand's MaxTasks, Idle and MaxProcesses.
-const (
-	DefaultRunnerMaxTasks     = 100
-	DefaultRunnerIdle         = 10 * time.Second
-	DefaultRunnerMaxProcesses = 1024
-)
+// Params is what the pool reads of the configuration: what it hands
+// each runner in its spec, and how it starts and keeps them.
+type Params struct {
+	Name, URI, Database string
+	DeadNodeAfter       time.Duration
+	MaxTermination      time.Duration
+	MaxOutput           int64
+	PluginConfig        map[string]json.RawMessage
+	Runner              Command
+}
 
-// pool is the only part of a node that deals with task runner
+// Pool is the only part of a node that deals with task runner
 // processes. It starts them, each in a session of its own, and hands each
 // a claimed task, or hands the task to an idle runner of its queue over
 // that runner's task channel, so that a busy queue does not start two
@@ -98,9 +102,9 @@ const (
 // runner. Runners of an earlier node process are not in the table: their
 // task channel closed with that process, so they take no other task, and
 // act signals them after proving them (isRunnerOf).
-type pool struct {
+type Pool struct {
 	*base.Env
-	params poolParams
+	params Params
 	// procs holds the runner processes this process started and has not
 	// reaped; running counts them.
 	procs   *procTable
@@ -122,49 +126,63 @@ type pool struct {
 	// liveAsked maps the run token of each running task a reader wants live
 	// output of to when its runner was last asked (passes only).
 	liveAsked map[bson.ObjectID]time.Time
-	// stats counts completions for the status page's charts.
-	stats *statsRecorder
 	// stopping holds the run tokens whose leftovers are being stopped, so
 	// that two rescue passes do not do it at once.
 	stopMu   sync.Mutex
 	stopping map[bson.ObjectID]bool
 
-	// slots is told when a runner is done with its task, and whether
-	// runners start their tasks (the claimer).
-	slots runnerEvents
-	// rescuer rescues a task whose runner died while running it, and
-	// returns the task's new status.
-	rescuer runRescuer
+	// Slots, Rescuer and Stats are the components the pool tells what its
+	// runners did; the node sets them once, before it runs (they are made
+	// after the pool, since they call on it). Slots is told when a runner
+	// is done with its task, and whether runners start their tasks (the
+	// claimer); Rescuer rescues a task whose runner died while running
+	// it; Stats counts completions for the status page's charts.
+	Slots   Slots
+	Rescuer Rescuer
+	Stats   Stats
 	// queues are the queues of the last full pass's read of every queue:
 	// a runner's reports are counted under its queue's name there.
-	queues *queuesRead
+	queues Queues
 }
 
-// runRescuer rescues a task whose runner died while running it (the
+// Stats counts completions for the status page's charts: each task
+// handed to a runner, and each end a runner reports.
+type Stats interface {
+	Handed(task bson.ObjectID, at time.Time)
+	Ended(queue bson.ObjectID, name string, r runner.Report, at time.Time)
+}
+
+// Queues names a queue by its _id, as the last read of every queue has
+// it (fallback when that read had no such queue).
+type Queues interface {
+	Name(id bson.ObjectID, fallback string) string
+}
+
+// Rescuer rescues a task whose runner died while running it (the
 // rescuer), and returns the task's new status.
-type runRescuer interface {
-	rescue(ctx context.Context, task queue.Task, why queue.Outcome) int
+type Rescuer interface {
+	Rescue(ctx context.Context, task queue.Task, why queue.Outcome) int
 }
 
-// runnerEvents is what the pool tells the part of the node that claims.
-type runnerEvents interface {
-	// letGo frees the slot of a task whose runner is done with it (its
+// Slots is what the pool tells the part of the node that claims.
+type Slots interface {
+	// LetGo frees the slot of a task whose runner is done with it (its
 	// result recorded and its processes stopped, or the task put back),
 	// and claims again at once.
-	letGo(task bson.ObjectID)
-	// putBackLater says that a claimed task could not be put back (MongoDB
+	LetGo(task bson.ObjectID)
+	// PutBackLater says that a claimed task could not be put back (MongoDB
 	// did not answer): the claimer tries again each pass.
-	putBackLater(task bson.ObjectID, why string)
-	// runnerStarted says that a runner started its task, or ended
+	PutBackLater(task bson.ObjectID, why string)
+	// RunnerStarted says that a runner started its task, or ended
 	// cleanly: claims go on at full pace.
-	runnerStarted()
-	// runnerStartFailed says that a runner exited before starting task
+	RunnerStarted()
+	// RunnerStartFailed says that a runner exited before starting task
 	// (exit: how it exited): claims pause, with a growing backoff.
-	runnerStartFailed(task bson.ObjectID, exit string)
+	RunnerStartFailed(task bson.ObjectID, exit string)
 }
 
-func newPool(e *base.Env, params poolParams, relay *relay.Relay, cgroup, pids string, queues *queuesRead) *pool {
-	return &pool{
+func New(e *base.Env, params Params, relay *relay.Relay, cgroup, pids string, queues Queues) *Pool {
+	return &Pool{
 		Env: e, params: params, procs: newProcTable(), relay: relay, cgroup: cgroup, pids: pids, queues: queues,
 		cancelling: map[bson.ObjectID]time.Time{},
 		liveAsked:  map[bson.ObjectID]time.Time{},
@@ -228,7 +246,7 @@ func (pool *procTable) removeIdleLocked(p *runnerProc) {
 
 // release lets go of the runners still running, as the node's Run
 // returns: their watchers reap them and do nothing else.
-func (rs *pool) release() {
+func (rs *Pool) Release() {
 	rs.procs.mu.Lock()
 	defer rs.procs.mu.Unlock()
 	rs.procs.released = true
@@ -250,8 +268,8 @@ func (pool *procTable) pids() []int {
 // rescue here kills a hung runner and what its run left first; on
 // another host, where nothing can be signalled, as long as its runner
 // may take to stop them.
-func (rs *pool) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) time.Duration {
-	if rs.onThisHost(r) {
+func (rs *Pool) HeldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) time.Duration {
+	if rs.OnThisHost(r) {
 		return rs.params.DeadNodeAfter
 	}
 	return runner.HeldFor(rs.params.DeadNodeAfter, queue.BeatEvery(rs.params.DeadNodeAfter), rs.grace(task, q))
@@ -262,10 +280,10 @@ func (rs *pool) heldFor(task queue.Task, q *queue.Queue, r queue.RunnerInfo) tim
 // (Ctrl-C, systemctl stop) do not reach it and the node can stop, restart
 // or be upgraded while it runs. The runner leads its own process group,
 // which is what cancellation signals.
-func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
+func (rs *Pool) Start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 	spec := rs.spec(q, taskID, gfs)
-	rs.stats.handed(taskID, rs.Now())
-	if rs.handOver(q.ID, taskID, spec) {
+	rs.Stats.Handed(taskID, rs.Now())
+	if rs.HandOver(q.ID, taskID, spec) {
 		return nil
 	}
 	cmd, files, err := rs.command(spec)
@@ -285,7 +303,7 @@ func (rs *pool) start(q queue.Queue, taskID bson.ObjectID, gfs string) error {
 
 // spec is the spec of the run of task taskID of queue q, with gfs its
 // output's place (runner.Spec), as its runner gets it.
-func (rs *pool) spec(q queue.Queue, taskID bson.ObjectID, gfs string) runner.Spec {
+func (rs *Pool) spec(q queue.Queue, taskID bson.ObjectID, gfs string) runner.Spec {
 	p := &rs.params
 	spec := runner.Spec{
 		URI: p.URI, Database: p.Database, Node: p.Name,
@@ -332,7 +350,7 @@ func (f *runnerFiles) closeOurs() {
 // command is the command that starts a runner for spec, in a session of
 // its own, with its log, its relay control (fd 3, unless runners connect
 // directly) and its task channel; and the files it is started with.
-func (rs *pool) command(spec runner.Spec) (*exec.Cmd, *runnerFiles, error) {
+func (rs *Pool) command(spec runner.Spec) (*exec.Cmd, *runnerFiles, error) {
 	env, err := spec.Env()
 	if err != nil {
 		return nil, nil, err
@@ -383,7 +401,7 @@ func (rs *pool) command(spec runner.Spec) (*exec.Cmd, *runnerFiles, error) {
 // track takes a runner just started for task taskID of queue q into the
 // pool: its relay served, what it says listened to (over its task
 // channel, which reuse hands tasks over), and its exit watched.
-func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse bool, files *runnerFiles) {
+func (rs *Pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse bool, files *runnerFiles) {
 	pid := cmd.Process.Pid
 	if files.relayCtl != nil {
 		// Served until the runner exits (closing its end) or the node
@@ -395,9 +413,9 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 	// The queue's name as the last pass read it: a reused runner may
 	// serve a queue renamed since it started.
 	report := func(r runner.Report) {
-		name := rs.queues.name(q.ID, q.Name)
+		name := rs.queues.Name(q.ID, q.Name)
 		rs.receiveReport(name, r)
-		rs.stats.ended(q.ID, name, r, rs.Now())
+		rs.Stats.Ended(q.ID, name, r, rs.Now())
 		if id, err := bson.ObjectIDFromHex(r.Task); err == nil {
 			rs.Signals.NoteTaskEnded(base.TaskEnd{Task: id, Status: r.Status, Retry: r.Retry})
 		}
@@ -419,7 +437,7 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 		p.retireLocked()
 	}
 	rs.procs.mu.Unlock()
-	rs.Log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), queueField(q.Name), zap.Int("pid", pid))
+	rs.Log.Debug("task handed to a new runner", zap.String("task_id", taskID.Hex()), base.QueueField(q.Name), zap.Int("pid", pid))
 	if p.ch != nil {
 		go rs.listen(p, report)
 	}
@@ -442,7 +460,7 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 // of that one. One that exits cleanly without having said so (it was
 // stopped) may have been handed a task it never started: that task is put
 // back.
-func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
+func (rs *Pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
 	rs.procs.mu.Lock()
@@ -467,7 +485,7 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 		return
 	}
 	// Once the task is dealt with, its slot is free: claim at once.
-	defer rs.slots.letGo(taskID)
+	defer rs.Slots.LetGo(taskID)
 	if err == nil {
 		if p.ch != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -475,12 +493,12 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 			ok, err := rs.Store.Release(ctx, taskID, rs.params.Name, rs.Now())
 			switch {
 			case err != nil:
-				rs.slots.putBackLater(taskID, "its runner stopped before starting it")
+				rs.Slots.PutBackLater(taskID, "its runner stopped before starting it")
 			case ok:
 				rs.Log.Warn("a task runner stopped before starting the task it was handed; task put back", zap.String("task_id", taskID.Hex()), zap.Int("pid", pid))
 			}
 		}
-		rs.slots.runnerStarted()
+		rs.Slots.RunnerStarted()
 		return
 	}
 	var exit *exec.ExitError
@@ -495,7 +513,7 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 		// Claimed or running, it cannot be told now: put back if it is
 		// still claimed when MongoDB answers; if it was running, the
 		// rescue of dead runners finds it.
-		rs.slots.putBackLater(taskID, "its runner died ("+exit.String()+")")
+		rs.Slots.PutBackLater(taskID, "its runner died ("+exit.String()+")")
 		return
 	}
 	if ok && reused {
@@ -505,7 +523,7 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 		return
 	} else if ok {
 		rs.Metrics.RunnerStartFailures.WithLabelValues("exited").Inc()
-		rs.slots.runnerStartFailed(taskID, exit.String())
+		rs.Slots.RunnerStartFailed(taskID, exit.String())
 		return
 	}
 	task, err := rs.Store.Task(ctx, taskID)
@@ -520,7 +538,7 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	if r := task.Runner; r != nil && r.PID == pid && (task.Status == queue.StatusClaimed || task.Status == queue.StatusRunning) {
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer rcancel()
-		rs.rescuer.rescue(rctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
+		rs.Rescuer.Rescue(rctx, *task, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: fmt.Sprintf("task runner (pid %d) died: %s", pid, exit)})
 	}
 }
 
@@ -528,7 +546,7 @@ func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 // then sends SIGTERM to the groups of those still running and waits for
 // them to record their tasks (their grace, max_termination_time, plus
 // slack). See Config.DrainOnStop.
-func (rs *pool) drain(wait time.Duration) {
+func (rs *Pool) Drain(wait time.Duration) {
 	left := rs.procs.pids
 	until := func(d time.Duration) bool {
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
@@ -555,7 +573,7 @@ func (rs *pool) drain(wait time.Duration) {
 		rs.Log.Warn("task runners did not stop in time", zap.Int("runners", len(left())))
 	}
 }
-func (rs *pool) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
+func (rs *Pool) HandOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
 	pool := rs.procs
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
@@ -584,7 +602,7 @@ func (rs *pool) handOver(queueID, task bson.ObjectID, spec runner.Spec) bool {
 // closes: each report goes to report, and each "done" frees its task's
 // slot and makes p idle (or retires it, after MaxTasks tasks or once the
 // node stops).
-func (rs *pool) listen(p *runnerProc, report func(runner.Report)) {
+func (rs *Pool) listen(p *runnerProc, report func(runner.Report)) {
 	runner.Listen(p.ch, runner.Listener{Report: report, Ready: func() {
 		rs.procs.mu.Lock()
 		p.ready = true
@@ -607,14 +625,14 @@ func (rs *pool) listen(p *runnerProc, report func(runner.Report)) {
 			rs.procs.idle[p.queue] = append(rs.procs.idle[p.queue], p)
 		}
 		rs.procs.mu.Unlock()
-		rs.slots.runnerStarted()
-		rs.slots.letGo(id)
+		rs.Slots.RunnerStarted()
+		rs.Slots.LetGo(id)
 	}})
 }
 
 // receiveReport counts what a runner of a task of queue q reported at its
 // end, on its task channel: its completion or retry, and its output bytes.
-func (rs *pool) receiveReport(q string, r runner.Report) {
+func (rs *Pool) receiveReport(q string, r runner.Report) {
 	q = rs.Metrics.Queue(q)
 	switch {
 	case r.Retry:
@@ -644,7 +662,7 @@ func runOutcome(r runner.Report) string {
 
 // retireIdle retires the runners idle for longer than Runner.Idle, or all
 // idle ones (and stops hand-overs) once the node stops.
-func (rs *pool) retireIdle(stopping bool) {
+func (rs *Pool) RetireIdle(stopping bool) {
 	pool := rs.procs
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
@@ -664,11 +682,11 @@ func (rs *pool) retireIdle(stopping bool) {
 
 // count is how many runner processes this process started are still
 // running.
-func (rs *pool) count() int64 { return rs.running.Load() }
+func (rs *Pool) Count() int64 { return rs.running.Load() }
 
 // closeRelay stops serving runners their MongoDB connections, as the node
 // stops: runners still running switch to their own.
-func (rs *pool) closeRelay() {
+func (rs *Pool) CloseRelay() {
 	if rs.relay != nil {
 		rs.relay.Close()
 	}

@@ -1,4 +1,4 @@
-package den
+package runners
 
 import (
 	"time"
@@ -21,11 +21,11 @@ const liveAskEvery = 5 * time.Second
 // message on its task channel). Only a process proven to be
 // the task's runner is signalled, and never its process group: SIGUSR1
 // would end a plugin's program.
-func (rs *pool) askLive(held []queue.Task, now time.Time) {
+func (rs *Pool) AskLive(held []queue.Task, now time.Time) {
 	seen := map[bson.ObjectID]bool{}
 	for _, task := range held {
 		r := task.Runner
-		if task.Status != queue.StatusRunning || r == nil || !task.LiveUntil.After(now) || !rs.onThisHost(*r) {
+		if task.Status != queue.StatusRunning || r == nil || !task.LiveUntil.After(now) || !rs.OnThisHost(*r) {
 			continue
 		}
 		seen[r.Token] = true

@@ -1,4 +1,4 @@
-package den
+package runners
 
 import (
 	"syscall"
@@ -24,7 +24,7 @@ func TestActReachesOnlyTheTaskARunnerRunsNow(t *testing.T) {
 	}
 	defer runnerEnd.Close()
 	old, cur := bson.NewObjectID(), bson.NewObjectID()
-	n := &pool{procs: newProcTable()}
+	n := &Pool{procs: newProcTable()}
 	proc := &runnerProc{pid: victim.Process.Pid, queue: bson.NewObjectID(), ch: nodeEnd, ready: true, task: cur, served: 2}
 	n.procs.byPID[proc.pid] = proc
 	// The runner field the old task recorded: the same runner, its token.

@@ -1,4 +1,4 @@
-package den
+package runners
 
 import (
 	"context"
@@ -29,7 +29,7 @@ const (
 // node process is told over its task channel (cancel, live) or signalled
 // while the pool's lock holds it to id; any other runner is signalled only
 // after isRunnerOf proves it.
-func (rs *pool) act(id bson.ObjectID, r queue.RunnerInfo, what runnerAct) bool {
+func (rs *Pool) act(id bson.ObjectID, r queue.RunnerInfo, what runnerAct) bool {
 	pool := rs.procs
 	pool.mu.Lock()
 	if p := pool.byPID[r.PID]; p != nil {
@@ -81,7 +81,7 @@ func signal(pid int, what runnerAct) bool {
 // is told over its task channel), then SIGKILL once its grace time is
 // over, recording -5 itself if the runner could not. Only a process proven
 // to be this task's runner is signalled.
-func (rs *pool) stopCancelled(ctx context.Context, task queue.Task, q *queue.Queue, now time.Time) error {
+func (rs *Pool) StopCancelled(ctx context.Context, task queue.Task, q *queue.Queue, now time.Time) error {
 	id, r := task.ID, *task.Runner
 	log := rs.Log.With(zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	rs.cancelMu.Lock()
@@ -120,7 +120,7 @@ func (rs *pool) stopCancelled(ctx context.Context, task queue.Task, q *queue.Que
 }
 
 // grace is how long a task's run gets between SIGTERM and SIGKILL.
-func (rs *pool) grace(task queue.Task, q *queue.Queue) time.Duration {
+func (rs *Pool) grace(task queue.Task, q *queue.Queue) time.Duration {
 	if g := task.Options(q).MaxTermination; g > 0 {
 		return g
 	}
@@ -130,15 +130,15 @@ func (rs *pool) grace(task queue.Task, q *queue.Queue) time.Duration {
 // killHungRunner kills a runner that is alive but has stopped beating, with
 // its whole group, before its task is rescued. Only a process proven to be
 // this task's runner is signalled.
-func (rs *pool) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
-	if rs.onThisHost(r) && rs.act(id, r, actKill) {
+func (rs *Pool) killHungRunner(id bson.ObjectID, r queue.RunnerInfo) {
+	if rs.OnThisHost(r) && rs.act(id, r, actKill) {
 		rs.Log.Warn("killed a task runner that stopped beating", zap.String("task_id", id.Hex()), zap.Int("pid", r.PID))
 	}
 }
 
 // forgetCancelled forgets the cancelled runs whose tokens are not in live:
 // they are over.
-func (rs *pool) forgetCancelled(live map[bson.ObjectID]bool) {
+func (rs *Pool) ForgetCancelled(live map[bson.ObjectID]bool) {
 	rs.cancelMu.Lock()
 	for token := range rs.cancelling {
 		if !live[token] {
@@ -154,8 +154,8 @@ func (rs *pool) forgetCancelled(live map[bson.ObjectID]bool) {
 // it. It returns how many processes it stopped (the task's history keeps
 // it as leftover_processes), and busy when another goroutine is stopping
 // the same run: the task must then be left to it.
-func (rs *pool) endDeadRun(ctx context.Context, task queue.Task, q *queue.Queue) (leftovers int, busy bool) {
-	if r := task.Runner; r != nil && rs.onThisHost(*r) {
+func (rs *Pool) EndDeadRun(ctx context.Context, task queue.Task, q *queue.Queue) (leftovers int, busy bool) {
+	if r := task.Runner; r != nil && rs.OnThisHost(*r) {
 		rs.killHungRunner(task.ID, *r)
 		return rs.stopLeftovers(ctx, task.ID, *r, rs.grace(task, q))
 	}
