@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/held"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -43,7 +45,7 @@ type claimer struct {
 	pool taskStarter
 	// held is what this node holds (its claimed and running tasks), and
 	// capacity what it has for tasks that request resources.
-	held     *heldTasks
+	held     *held.Tasks
 	capacity *capacity
 
 	// pass is what the last full pass read that claims go by (readPass).
@@ -194,7 +196,7 @@ type taskStarter interface {
 
 func newClaimer(e *base.Env, params claimerParams, pool taskStarter, limits ResourceLimits, p *progress) *claimer {
 	return &claimer{
-		Env: e, params: params, pool: pool, held: newHeldTasks(), capacity: &capacity{limits: limits},
+		Env: e, params: params, pool: pool, held: held.New(), capacity: &capacity{limits: limits},
 		empty: map[bson.ObjectID]counts{}, seen: map[bson.ObjectID]bool{}, aside: map[bson.ObjectID]bool{},
 		rateWait: map[bson.ObjectID]time.Time{}, wake: make(chan struct{}, 1), progress: p,
 	}
@@ -258,7 +260,7 @@ func (cl *claimer) claim(ctx context.Context) error {
 	// whose own request does not fit waits this pass. The probe asks the
 	// same (probe.go), so that a task that does not fit does not make its
 	// queue look claimable again and again.
-	holds, total := cl.held.counts()
+	holds, total := cl.held.Counts()
 	r := &claimRound{holds: holds, total: total, limit: cl.pass.limit, fit: cl.freeToFit()}
 	defer func() { r.malformed.report(cl.Log) }()
 	// work are the queues to claim from; later those set aside, claimed
@@ -544,7 +546,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 		}
 		delete(cl.aside, q.ID)
 		req := requestOf(c.Requested, q)
-		cl.held.claimed(c.ID, q.ID, req)
+		cl.held.Claimed(c.ID, q.ID, req)
 		if c.Unfit != "" {
 			cl.clearUnfit(ctx, c.ID, c.Unfit)
 		}
@@ -671,7 +673,7 @@ func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bo
 	if err != nil {
 		return false
 	}
-	cl.held.done(id, cl.Now())
+	cl.held.Done(id, cl.Now())
 	switch {
 	case ok && why == rateLimited:
 		// The normal course of a rate-limited queue, up to once a
@@ -812,7 +814,7 @@ func (cl *claimer) wakeUp() {
 // letGo frees the slot of a task whose runner is done with it, or whose
 // claim was put back, and claims again at once.
 func (cl *claimer) LetGo(id bson.ObjectID) {
-	cl.held.done(id, cl.Now())
+	cl.held.Done(id, cl.Now())
 	cl.wakeUp()
 }
 

@@ -44,8 +44,7 @@
 //     the node says of itself, and the queues it lists; nodeplugins.go:
 //     the plugins it says it serves.
 //   - claim.go: claimer, claiming within the queues' and the node's
-//     limits, and pausing after runners fail to start; held.go: what the
-//     node holds (its claimed and running tasks); capacity.go: the
+//     limits, and pausing after runners fail to start; capacity.go: the
 //     resources it offers tasks that request some; malformed.go: what a
 //     claim takes that cannot be a task; arrivals.go: claiming at once
 //     when a task is inserted (change streams); ratelimit.go: a queue's
@@ -78,6 +77,8 @@
 // loop's own progress, never from a command of its own.
 //
 // Subpackages: internal/runners (the pool of task runner processes),
+// internal/held (the tasks the node holds), internal/chore (the
+// housekeeping's budget of writes and pace),
 // internal/base (what every component is built on: its Env,
 // Notices, the test Signals), cli (the den command line), runner (the task runner), config (configuration files),
 // devdb (the embedded development database), dentest (the test harness;

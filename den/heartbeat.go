@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/held"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -41,7 +43,7 @@ type heartbeat struct {
 	params heartbeatParams
 	// held and capacity are the claimer's: what the node holds, and what
 	// it has for tasks that request resources.
-	held     *heldTasks
+	held     *held.Tasks
 	capacity *capacity
 	// others tells how many tasks of a queue the other nodes held at the
 	// last count (the claimer).
@@ -96,7 +98,7 @@ func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now 
 // it picks the idle ones to list by name among them (the first by name
 // of those it may still list) without sorting them all, every pass.
 func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
-	holds, _ := h.held.counts()
+	holds, _ := h.held.Counts()
 	// serve is the start of queues (serveable); a queue after it is
 	// listed only when the node holds tasks of it.
 	type candidate struct {
@@ -232,7 +234,7 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	}
 	if res != nil {
 		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, h.capacity.offer(res, h.held.reserved())
+		withOffer, offer := *res, h.capacity.offer(res, h.held.Reserved())
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
@@ -259,5 +261,5 @@ func (h *heartbeat) writeLast() {
 // document says (resources.offer).
 func (h *heartbeat) offer(ctx context.Context) queue.Resources {
 	host, _ := h.host.Sample(ctx, h.Now()) // nil: the limit, or the machine's total
-	return h.capacity.offer(host, h.held.reserved())
+	return h.capacity.offer(host, h.held.Reserved())
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/held"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.uber.org/zap"
@@ -51,7 +53,7 @@ func (ps *passes) roundStep(ctx context.Context, s namedStep, r *round) error {
 	ps.health.houseStep.Store(&s.name)
 	sctx, cancel := context.WithTimeout(ctx, passLimit)
 	defer cancel()
-	ps.chores.step(time.Now())
+	ps.chores.Step(time.Now())
 	began := ps.Now()
 	err := s.do(sctx, r)
 	ps.Metrics.PassSeconds.WithLabelValues("housekeeping").Observe(ps.Now().Sub(began).Seconds())
@@ -124,7 +126,7 @@ func (ps *passes) round(ctx context.Context, v passView) {
 	started := ps.Now()
 	ps.health.roundStarted.Store(started.UnixNano())
 	defer ps.health.roundStarted.Store(0)
-	ps.chores.refill()
+	ps.chores.Refill()
 	// Every step goes by the round's start: a step due every d runs in
 	// rounds that start at least d apart.
 	r := &round{view: v, at: started}
@@ -185,7 +187,7 @@ func houseSteps(ps *passes, rescuer *rescuer, sweeper *sweeper, stats *statsReco
 type rescue struct {
 	*base.Env
 	name    string
-	held    *heldTasks
+	held    *held.Tasks
 	rescuer *rescuer
 	sweeper *sweeper
 }
@@ -198,7 +200,7 @@ func (s rescue) do(ctx context.Context, r *round) error {
 	if err != nil {
 		return err
 	}
-	s.held.read(held, sent, r.view.byID.request)
+	s.held.Read(held, sent, r.view.byID.request)
 	nodes, err := s.rescuer.run(ctx, held, r.view.byID, r.at)
 	if !nodes.at.IsZero() {
 		s.sweeper.noteOffers(nodes)
@@ -218,14 +220,14 @@ func (s sweep) do(ctx context.Context, r *round) error {
 // flushStats writes the status page's time series, with what the node
 // holds.
 type flushStats struct {
-	held  *heldTasks
+	held  *held.Tasks
 	stats *statsRecorder
 }
 
 func (s flushStats) due(r *round) bool { return s.stats.due(r.at) }
 
 func (s flushStats) do(ctx context.Context, r *round) error {
-	_, total := s.held.counts()
+	_, total := s.held.Counts()
 	s.stats.flush(ctx, r.at, r.view.queues, r.view.running.Queue, total)
 	return nil
 }

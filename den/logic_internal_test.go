@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/held"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/den-project/den/queue"
@@ -90,25 +92,25 @@ func TestClaimGroups(t *testing.T) {
 // done with it, with what it requested reserved meanwhile.
 func TestHeldTasks(t *testing.T) {
 	t.Parallel()
-	o := newHeldTasks()
+	o := held.New()
 	q1, q2 := bson.NewObjectID(), bson.NewObjectID()
 	a, b, c := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
-	o.claimed(a, q1, queue.Resources{MemoryMB: 100})
-	o.claimed(b, q1, queue.Resources{})
-	o.claimed(c, q2, queue.Resources{MemoryMB: 50, CPUs: 1})
-	by, total := o.counts()
-	if total != 3 || by[q1] != 2 || by[q2] != 1 || !o.any() {
+	o.Claimed(a, q1, queue.Resources{MemoryMB: 100})
+	o.Claimed(b, q1, queue.Resources{})
+	o.Claimed(c, q2, queue.Resources{MemoryMB: 50, CPUs: 1})
+	by, total := o.Counts()
+	if total != 3 || by[q1] != 2 || by[q2] != 1 || !o.Any() {
 		t.Fatalf("counts %v, %d; want q1 2, q2 1, 3 in all", by, total)
 	}
-	if r := o.reserved(); r != (queue.Resources{MemoryMB: 150, CPUs: 1}) {
+	if r := o.Reserved(); r != (queue.Resources{MemoryMB: 150, CPUs: 1}) {
 		t.Errorf("reserved %+v, want 150 MiB and 1 core", r)
 	}
-	o.done(a, time.Now())
-	by, total = o.counts()
+	o.Done(a, time.Now())
+	by, total = o.Counts()
 	if total != 2 || by[q1] != 1 {
 		t.Errorf("after a's runner is done: %v, %d; want q1 1, 2 in all", by, total)
 	}
-	if r := o.reserved(); r != (queue.Resources{MemoryMB: 50, CPUs: 1}) {
+	if r := o.Reserved(); r != (queue.Resources{MemoryMB: 50, CPUs: 1}) {
 		t.Errorf("reserved after a is done %+v, want 50 MiB and 1 core", r)
 	}
 }
@@ -144,7 +146,7 @@ func TestNodeDocumentEntries(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{10, NodeQueuesMax, NodeQueuesMax + 1, 3000} {
 		queues := make([]queue.Queue, n+20)
-		held := newHeldTasks()
+		held := held.New()
 		for i := range queues {
 			todo := int64(0)
 			if i%97 == 0 {
@@ -153,15 +155,15 @@ func TestNodeDocumentEntries(t *testing.T) {
 			// Names in no order, some the same.
 			queues[i] = queue.Queue{ID: bson.NewObjectID(), Name: fmt.Sprintf("q-%05d", (i*7919)%(n/2+1)), CountTodo: &todo}
 			if i%211 == 0 {
-				held.claimed(bson.NewObjectID(), queues[i].ID, queue.Resources{})
+				held.Claimed(bson.NewObjectID(), queues[i].ID, queue.Resources{})
 			}
 		}
 		// The first n are served; the 20 after them are held or not.
-		held.claimed(bson.NewObjectID(), queues[n+3].ID, queue.Resources{})
+		held.Claimed(bson.NewObjectID(), queues[n+3].ID, queue.Resources{})
 		h := &heartbeat{held: held, others: noOthers{}}
 		got := h.entries(queues, queues[:n])
 
-		holds, _ := held.counts()
+		holds, _ := held.Counts()
 		type ranked struct {
 			e    queue.NodeQueue
 			rank int

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/chore"
+
 	"github.com/den-project/den/den/internal/runners"
 
 	"github.com/den-project/den/den/internal/base"
@@ -139,7 +141,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	}
 	n.stats = &statsRecorder{Env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
 	n.pool.Stats = n.stats
-	chores := &chores{}
+	chores := &chore.Budget{StepTime: choresTime}
 	n.sweeper = &sweeper{
 		Env: e, params: sweeperParams{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
 		chores: chores, pool: n.pool, self: n.beat, claims: n.claimer,
@@ -159,7 +161,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
 		},
 		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
-		views: make(chan passView, 1), lastQueues: read, probed: probeState{pace: pace{share: probeShare}},
+		views: make(chan passView, 1), lastQueues: read, probed: probeState{pace: chore.Pace{Share: probeShare}},
 	}
 	n.passes.health = &health{interval: cfg.Interval, clock: e.Clock, loop: n.claimer.progress, house: &progress{}}
 	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/den-project/den/den/internal/chore"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"github.com/den-project/den/queue"
@@ -33,11 +35,11 @@ type oldestMeter struct {
 	*base.Env
 	every time.Duration
 	at    time.Time // when it last measured
-	pace  pace
+	pace  chore.Pace
 }
 
 func (m *oldestMeter) due(r *round) bool {
-	return r.at.Sub(m.at) >= m.every && m.pace.ready()
+	return r.at.Sub(m.at) >= m.every && m.pace.Ready()
 }
 
 func (m *oldestMeter) do(ctx context.Context, r *round) error {
@@ -48,7 +50,7 @@ func (m *oldestMeter) do(ctx context.Context, r *round) error {
 // measure measures the queues of withWork at now.
 func (m *oldestMeter) measure(ctx context.Context, withWork []queue.Queue, now time.Time) error {
 	began := time.Now()
-	defer m.pace.ran(began)
+	defer m.pace.Ran(began)
 	todo := slices.Clone(withWork)
 	slices.SortStableFunc(todo, func(a, b queue.Queue) int {
 		return cmp.Compare(*b.CountTodo, *a.CountTodo)

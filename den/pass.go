@@ -5,6 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/chore"
+	"github.com/den-project/den/den/internal/held"
+
 	"github.com/den-project/den/den/internal/runners"
 
 	"github.com/den-project/den/den/internal/base"
@@ -43,9 +46,9 @@ type passes struct {
 	pool    *runners.Pool
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.
-	held *heldTasks
+	held *held.Tasks
 	// chores is the budget of housekeeping writes each round refills.
-	chores *chores
+	chores *chore.Budget
 
 	// shared is the config collection's active document as last read, at
 	// sharedAt.
@@ -85,7 +88,7 @@ type passes struct {
 // every queue (skip).
 type probeState struct {
 	last time.Time
-	pace pace
+	pace chore.Pace
 	skip map[bson.ObjectID]bool
 }
 
@@ -241,51 +244,9 @@ func (ps *passes) read(ctx context.Context) error {
 	return nil
 }
 
-// choresPerPass is the most housekeeping writes (rescues, sweeps'
-// rewrites and fails) one round of housekeeping makes: the rest wait for
-// the next round. 10,000 forged tasks of a dead node are rescued in 50
-// rounds instead of one that never ends. A step also stops taking them
-// half way through its time (choresTime), so that a server that takes
-// seconds a write (the development server scanning 16 MiB documents)
-// makes the step end early, with what it did, rather than run out of time.
-const choresPerPass = 200
-
-// choresTime is how long one step of a round may go on taking chores.
+// choresTime is how long one step of a housekeeping round may go on
+// taking chores (chore.Budget.StepTime).
 const choresTime = passLimit / 2
-
-// chores is a housekeeping round's budget of writes (choresPerPass),
-// which the rescuer, the sweeper and the retention take from, and the
-// time its current step may take them until. Only the housekeeping's
-// goroutine uses it.
-type chores struct {
-	left    int
-	until   time.Time
-	overdue bool
-}
-
-// refill starts a round's budget.
-func (c *chores) refill() { c.left = choresPerPass }
-
-// step starts a step of the round, at now.
-func (c *chores) step(now time.Time) { c.until, c.overdue = now.Add(choresTime), false }
-
-// take reports whether this round's step may make one more housekeeping
-// write, and counts it.
-func (c *chores) take() bool {
-	if c.left <= 0 || c.overdue {
-		return false
-	}
-	if !c.until.IsZero() && time.Now().After(c.until) {
-		c.overdue = true // the rest next round
-		return false
-	}
-	c.left--
-	return true
-}
-
-// spent reports whether this round's budget, or its step's time, is used
-// up: what is left waits for the next round.
-func (c *chores) spent() bool { return c.left <= 0 || c.overdue }
 
 // todoByQueue is each queue's count_todo as the last full pass read it, by
 // queue name, for den_queue_count_todo (made when /metrics is read, not every
@@ -308,7 +269,7 @@ func (ps *passes) todoByQueue() map[string]int64 {
 // queue name, for den_tasks_running. Every queue of the last full pass is
 // listed, at 0 when it holds nothing there, so that a gauge goes back to 0.
 func (ps *passes) runningByQueue() map[string]int {
-	counts, _ := ps.held.counts()
+	counts, _ := ps.held.Counts()
 	out := map[string]int{}
 	var queues queueIndex
 	if p := ps.lastQueues.Load(); p != nil {

@@ -33,7 +33,7 @@ const probeFinds = 20
 // freeToFit is what the node has free now for tasks that request
 // resources.
 func (cl *claimer) freeToFit() queue.Resources {
-	return cl.capacity.free(cl.held.reserved())
+	return cl.capacity.free(cl.held.Reserved())
 }
 
 // nodeFree reports whether the node may take one more task by its
@@ -42,7 +42,7 @@ func (cl *claimer) nodeFree() bool {
 	if cl.pass.limit == nil {
 		return true
 	}
-	_, total := cl.held.counts()
+	_, total := cl.held.Counts()
 	return total < *cl.pass.limit
 }
 
@@ -115,14 +115,14 @@ type probe struct{ ps *passes }
 
 func (s probe) due(p *fullPass) bool {
 	ps, cl := s.ps, s.ps.claimer
-	return p.at.Sub(ps.probed.last) >= ps.params.ProbeEvery && cl.pass.ready && !cl.paused() && cl.nodeFree() && ps.probed.pace.ready()
+	return p.at.Sub(ps.probed.last) >= ps.params.ProbeEvery && cl.pass.ready && !cl.paused() && cl.nodeFree() && ps.probed.pace.Ready()
 }
 
 func (s probe) do(ctx context.Context, p *fullPass) error {
 	ps, cl := s.ps, s.ps.claimer
 	began := time.Now()
 	found, err := cl.probe(ctx, cl.freeToFit(), p.queues[len(p.serve):], ps.probed.skip)
-	ps.probed.pace.ran(began)
+	ps.probed.pace.Ran(began)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/den-project/den/den/internal/chore"
+	"github.com/den-project/den/den/internal/held"
+
 	"github.com/den-project/den/den/internal/runners"
 
 	"github.com/den-project/den/den/internal/base"
@@ -25,11 +28,11 @@ import (
 type rescuer struct {
 	*base.Env
 	params rescuerParams
-	chores *chores
+	chores *chore.Budget
 	// pool tells whose a recorded runner is and stops what a dead run
 	// left; held is what this node holds (the claimer's).
 	pool *runners.Pool
-	held *heldTasks
+	held *held.Tasks
 	// last is when the rescues last ran to the end, and next the soonest
 	// time a task they left alone may need them: when a node that holds
 	// tasks will have been silent for dead_node_after, or a runner that
@@ -93,7 +96,7 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex
 	if err := rc.deadNodes(ctx, queues, seen); err != nil {
 		return seen, err
 	}
-	if !rc.chores.spent() {
+	if !rc.chores.Spent() {
 		rc.last = now // else the rest next pass, after its claims
 	}
 	return seen, nil
@@ -123,14 +126,14 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 			reason = fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.params.Name, rc.params.DeadNodeAfter)
 		case rc.pool.OnThisHost(*r) && !rc.pool.StartedHere(r.PID) && !runners.Alive(*r):
 			reason = fmt.Sprintf("task runner (pid %d) is gone", r.PID)
-		case rc.pool.OnThisHost(*r) && !rc.pool.RunGoing(task.ID, *r) && !rc.held.finished(task.ID):
+		case rc.pool.OnThisHost(*r) && !rc.pool.RunGoing(task.ID, *r) && !rc.held.Finished(task.ID):
 			reason = fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)
 		case !rc.pool.OnThisHost(*r) && runners.StaleSign(*r, now, rc.pool.HeldFor(task, queueOf(task, queues), *r)):
 			reason = fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))
 		default:
 			continue // its runner is at work
 		}
-		if !rc.chores.take() {
+		if !rc.chores.Take() {
 			return nil
 		}
 		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: reason}); rc.stopRescues(ctx, task, err) {
@@ -145,7 +148,7 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 // (-6).
 func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
 	for _, task := range queue.StaleClaims(held, now.Add(-rc.params.OrphanAge)) {
-		if !rc.chores.take() {
+		if !rc.chores.Take() {
 			return nil
 		}
 		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.params.Name, rc.params.OrphanAge)}); rc.stopRescues(ctx, task, err) {
@@ -213,7 +216,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 				rc.soonest(task.Mtime.Add(rc.params.DeadNodeAfter + time.Millisecond))
 				continue // give a node that has just started time to write its document
 			}
-			if !rc.chores.take() {
+			if !rc.chores.Take() {
 				break
 			}
 			st, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})
@@ -230,7 +233,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 		if rescueErr != nil {
 			return rescueErr
 		}
-		if rc.chores.spent() {
+		if rc.chores.Spent() {
 			return nil // the rest next round
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/den-project/den/den/internal/chore"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -19,7 +21,7 @@ const retentionLease = "retention"
 
 // retentionPerPass is the most tasks one pass removes: with the sweeps'
 // and rescues' writes, no more than the pass's chores budget.
-const retentionPerPass = choresPerPass
+const retentionPerPass = chore.PerRound
 
 // retentionLeaseFor is how long the retention lease lasts unless renewed
 // (at least; twice RetentionEvery when that is longer); a batch ends
@@ -42,7 +44,7 @@ const (
 type retention struct {
 	*base.Env
 	params retentionParams
-	chores *chores
+	chores *chore.Budget
 	// looked is when it last went through every queue; busy, that it
 	// stopped before the end (the budget ran out) and goes on next pass.
 	looked time.Time
@@ -121,7 +123,7 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 			if keep <= 0 {
 				continue
 			}
-			if r.chores.spent() {
+			if r.chores.Spent() {
 				stopped = true
 				break
 			}
@@ -146,7 +148,7 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret queue.Retention, cutoff time.Time, key retentionKey) (bool, error) {
 	f := queue.ClassFilter(q.ID, class, cutoff)
 	f.AfterID = r.after[key]
-	f.Limit = int64(min(retentionPerPass, r.chores.left))
+	f.Limit = int64(min(retentionPerPass, r.chores.Left()))
 	tasks, read, last, err := r.Store.RetirePage(ctx, f)
 	if err != nil {
 		return false, err
@@ -158,7 +160,7 @@ func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret 
 		delete(r.after, key)
 	}
 	for range max(len(tasks), 1) {
-		r.chores.take()
+		r.chores.Take()
 	}
 	if len(tasks) == 0 {
 		return more, nil

@@ -154,7 +154,7 @@ func (s readHeld) due(p *fullPass) bool {
 	if s.beforeClaims {
 		return p.first
 	}
-	return !p.first && s.ps.held.any()
+	return !p.first && s.ps.held.Any()
 }
 
 func (s readHeld) do(ctx context.Context, p *fullPass) error {
@@ -165,7 +165,7 @@ func (s readHeld) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.held = held
-	ps.held.read(held, sent, p.byID.request)
+	ps.held.Read(held, sent, p.byID.request)
 	ps.heldRead = true
 	ps.health.loop.mark("held tasks", ps.Now())
 	return nil

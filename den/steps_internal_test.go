@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/chore"
+	"github.com/den-project/den/den/internal/held"
+
 	"github.com/den-project/den/den/internal/base"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -47,12 +50,12 @@ func TestFullPassStepsAreDueWhenTheirTimeHasCome(t *testing.T) {
 		{"held after the claims: the first pass read it before", func(ps *passes) step[fullPass] { return readHeld{ps, false} },
 			func(ps *passes, p *fullPass) {
 				p.first = true
-				ps.held.claimed(bson.NewObjectID(), global.ID, queue.Resources{})
+				ps.held.Claimed(bson.NewObjectID(), global.ID, queue.Resources{})
 			}, false},
 		{"held after the claims: the node holds nothing", func(ps *passes) step[fullPass] { return readHeld{ps, false} },
 			func(*passes, *fullPass) {}, false},
 		{"held after the claims: the node holds a task", func(ps *passes) step[fullPass] { return readHeld{ps, false} },
-			func(ps *passes, _ *fullPass) { ps.held.claimed(bson.NewObjectID(), global.ID, queue.Resources{}) }, true},
+			func(ps *passes, _ *fullPass) { ps.held.Claimed(bson.NewObjectID(), global.ID, queue.Resources{}) }, true},
 		{"counts before the claims: never counted", func(ps *passes) step[fullPass] { return countRunning{ps, true} },
 			func(*passes, *fullPass) {}, true},
 		{"counts before the claims: no queue-wide limit", func(ps *passes) step[fullPass] { return countRunning{ps, true} },
@@ -86,7 +89,7 @@ func TestFullPassStepsAreDueWhenTheirTimeHasCome(t *testing.T) {
 		{"probe put off by its share of the database's time", func(ps *passes) step[fullPass] { return probe{ps} },
 			func(ps *passes, _ *fullPass) {
 				ps.claimer.pass.ready = true
-				ps.probed.pace.ran(time.Now().Add(-time.Second)) // a probe that took 1 s
+				ps.probed.pace.Ran(time.Now().Add(-time.Second)) // a probe that took 1 s
 			}, false},
 		{"live output: held not read", func(ps *passes) step[fullPass] { return askLive{ps.pool} },
 			func(*passes, *fullPass) {}, false},
@@ -143,10 +146,10 @@ func TestFullPassStepsOrder(t *testing.T) {
 // that has read nothing yet.
 func stepsNode(now time.Time) *passes {
 	e := &base.Env{Clock: queue.NewClock(func() time.Time { return now })}
-	cl := &claimer{Env: e, held: newHeldTasks()}
+	cl := &claimer{Env: e, held: held.New()}
 	return &passes{
 		Env:     e,
 		params:  passesParams{ClockEvery: DefaultClockEvery, RefreshEvery: DefaultRefreshEvery, ProbeEvery: DefaultProbeEvery},
-		claimer: cl, held: cl.held, probed: probeState{pace: pace{share: probeShare}},
+		claimer: cl, held: cl.held, probed: probeState{pace: chore.Pace{Share: probeShare}},
 	}
 }

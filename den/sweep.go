@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/den-project/den/den/internal/chore"
+
 	"github.com/den-project/den/den/internal/runners"
 
 	"github.com/den-project/den/den/internal/base"
@@ -37,7 +39,7 @@ type waker interface {
 type sweeper struct {
 	*base.Env
 	params sweeperParams
-	chores *chores
+	chores *chore.Budget
 	// pool stops the runs of cancelled tasks.
 	pool *runners.Pool
 	// self tells what this node offers one task's request now (the
@@ -52,12 +54,12 @@ type sweeper struct {
 	// last is when the sweep last ran to the end; pace keeps it to its
 	// share of the database's time.
 	last time.Time
-	pace pace
+	pace chore.Pace
 }
 
 // due reports whether the sweep is due in a pass at now.
 func (sw *sweeper) due(now time.Time) bool {
-	return now.Sub(sw.last) >= sw.params.SweepEvery && sw.pace.ready()
+	return now.Sub(sw.last) >= sw.params.SweepEvery && sw.pace.Ready()
 }
 
 // sweep cancels the queued tasks whose cancel is set (-5: the claim never
@@ -69,7 +71,7 @@ func (sw *sweeper) due(now time.Time) bool {
 // nothing.
 func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
 	began := time.Now()
-	defer sw.pace.ran(began)
+	defer sw.pace.Ran(began)
 	unfit := sw.unfitQuery(ctx, queues)
 	tasks, err := sw.Store.Irregular(ctx, queueIDs(queues), unfit)
 	if err != nil {
@@ -99,7 +101,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	}
 	failed := map[bson.ObjectID]int{}
 	for _, m := range malformed {
-		if !sw.chores.take() {
+		if !sw.chores.Take() {
 			break
 		}
 		ok, err := sw.Store.FailMalformed(ctx, m, sw.params.Name, now)
@@ -131,7 +133,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	if err := sw.sweepDependencies(ctx, queueIDs(queues), now); err != nil {
 		return err
 	}
-	if !sw.chores.spent() {
+	if !sw.chores.Spent() {
 		sw.last = now // else the rest next pass, after its claims
 	}
 	return nil
@@ -146,7 +148,7 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 		if !t.IsIrregular() {
 			continue // there for the unfit step
 		}
-		if !sw.chores.take() {
+		if !sw.chores.Take() {
 			break
 		}
 		problems := t.Malformed()

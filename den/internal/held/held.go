@@ -1,4 +1,4 @@
-package den
+package held
 
 import (
 	"sync"
@@ -9,8 +9,8 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// heldTasks is what this node holds: the tasks under its name that are
-// claimed or running, by queue. It decides how many more tasks the node
+// Tasks is what this node holds: the tasks under its name that are
+// Claimed or running, by queue. It decides how many more tasks the node
 // may claim, between the passes that read them from the database, so that
 // a slot freed by a finished runner is claimed again at once without
 // asking the database what runs.
@@ -23,7 +23,7 @@ import (
 // the database is held until a later read no longer shows it. Only a
 // runner this process started lets a task go between reads; a task its
 // runner is done with is not taken back by a read that started before.
-type heldTasks struct {
+type Tasks struct {
 	mu sync.Mutex
 	// held maps each held task to its queue.
 	held map[bson.ObjectID]bson.ObjectID
@@ -37,14 +37,15 @@ type heldTasks struct {
 	req map[bson.ObjectID]queue.Resources
 }
 
-func newHeldTasks() *heldTasks {
-	return &heldTasks{held: map[bson.ObjectID]bson.ObjectID{}, local: map[bson.ObjectID]bool{}, gone: map[bson.ObjectID]time.Time{},
+// New returns an empty Tasks.
+func New() *Tasks {
+	return &Tasks{held: map[bson.ObjectID]bson.ObjectID{}, local: map[bson.ObjectID]bool{}, gone: map[bson.ObjectID]time.Time{},
 		req: map[bson.ObjectID]queue.Resources{}}
 }
 
-// claimed holds a task this node has just claimed, with what it requests
+// Claimed holds a task this node has just claimed, with what it requests
 // (zero: nothing).
-func (o *heldTasks) claimed(id, q bson.ObjectID, req queue.Resources) {
+func (o *Tasks) Claimed(id, q bson.ObjectID, req queue.Resources) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.held[id], o.local[id] = q, true
@@ -54,8 +55,8 @@ func (o *heldTasks) claimed(id, q bson.ObjectID, req queue.Resources) {
 	delete(o.gone, id)
 }
 
-// reserved is what the held tasks requested, together.
-func (o *heldTasks) reserved() queue.Resources {
+// Reserved is what the held tasks requested, together.
+func (o *Tasks) Reserved() queue.Resources {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var r queue.Resources
@@ -65,9 +66,9 @@ func (o *heldTasks) reserved() queue.Resources {
 	return r
 }
 
-// done lets go of a task whose runner exited, or whose claim was put back
+// Done lets go of a task whose runner exited, or whose claim was put back
 // or failed, at time at.
-func (o *heldTasks) done(id bson.ObjectID, at time.Time) {
+func (o *Tasks) Done(id bson.ObjectID, at time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	delete(o.held, id)
@@ -76,11 +77,11 @@ func (o *heldTasks) done(id bson.ObjectID, at time.Time) {
 	o.gone[id] = at
 }
 
-// read replaces what the database says this node holds with tasks, read
+// Read replaces what the database says this node holds with tasks, read
 // by a query sent at sent. Tasks of runners this process still runs stay
 // held whatever the read says; tasks whose runner exited after sent are
 // not held again.
-func (o *heldTasks) read(tasks []queue.Task, sent time.Time, reqOf func(queue.Task) queue.Resources) {
+func (o *Tasks) Read(tasks []queue.Task, sent time.Time, reqOf func(queue.Task) queue.Resources) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	held := make(map[bson.ObjectID]bson.ObjectID, len(tasks)+len(o.local))
@@ -109,17 +110,17 @@ func (o *heldTasks) read(tasks []queue.Task, sent time.Time, reqOf func(queue.Ta
 	}
 }
 
-// finished reports whether a task's runner said it was done with it (or
+// Finished reports whether a task's runner said it was done with it (or
 // exited) within the last minute or so: a read may still show it running.
-func (o *heldTasks) finished(id bson.ObjectID) bool {
+func (o *Tasks) Finished(id bson.ObjectID) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	_, ok := o.gone[id]
 	return ok
 }
 
-// counts returns how many tasks this node holds, by queue and in all.
-func (o *heldTasks) counts() (map[bson.ObjectID]int, int) {
+// Counts returns how many tasks this node holds, by queue and in all.
+func (o *Tasks) Counts() (map[bson.ObjectID]int, int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := make(map[bson.ObjectID]int, len(o.held))
@@ -129,8 +130,8 @@ func (o *heldTasks) counts() (map[bson.ObjectID]int, int) {
 	return out, len(o.held)
 }
 
-// any reports whether this node holds any task.
-func (o *heldTasks) any() bool {
+// Any reports whether this node holds any task.
+func (o *Tasks) Any() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.held) > 0
