@@ -19,7 +19,7 @@ import (
 // runner's group gets SIGKILL after the task's max_termination_time if it
 // has not recorded a result by then. (Queued
 // tasks with cancel set are never claimed; the sweep records their -5.)
-func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queueIndex) error {
+func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queue.ByID) error {
 	now := sw.Now()
 	live := map[bson.ObjectID]bool{}
 	for _, task := range held {
@@ -40,7 +40,7 @@ func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queueIn
 			continue
 		}
 		live[r.Token] = true
-		if err := sw.pool.StopCancelled(ctx, task, queueOf(task, queues), now); err != nil {
+		if err := sw.pool.StopCancelled(ctx, task, queues.Of(task), now); err != nil {
 			return err
 		}
 	}

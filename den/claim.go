@@ -20,14 +20,6 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-func queueIDs(qs []queue.Queue) []bson.ObjectID {
-	ids := make([]bson.ObjectID, len(qs))
-	for i, q := range qs {
-		ids[i] = q.ID
-	}
-	return ids
-}
-
 // claimer claims queued tasks for the node, within the queues' and the
 // node's limits and what the node has free for tasks that request
 // resources, and hands each to the pool. It keeps what the node holds
@@ -545,7 +537,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 			return false, nil
 		}
 		delete(cl.aside, q.ID)
-		req := requestOf(c.Requested, q)
+		req := queue.Requested(c.Requested, q)
 		cl.held.Claimed(c.ID, q.ID, req)
 		if c.Unfit != "" {
 			cl.clearUnfit(ctx, c.ID, c.Unfit)
@@ -685,18 +677,6 @@ func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bo
 	return true
 }
 
-// requestOf is what a claimed task requests: its own requested_resources,
-// else its queue's, else nothing.
-func requestOf(task *queue.Resources, q queue.Queue) queue.Resources {
-	switch {
-	case task != nil:
-		return *task
-	case q.Control.Requested != nil:
-		return *q.Control.Requested
-	}
-	return queue.Resources{}
-}
-
 // queueFits reports whether a queue's own requested_resources (which its
 // tasks without one inherit) fit in free.
 func queueFits(q queue.Queue, free queue.Resources) bool {
@@ -758,7 +738,7 @@ func (cl *claimer) othersRunning(q bson.ObjectID) int {
 // rest (tasks inserted without raising the counts, start_after times that
 // came) with one query: thousands of idle queues cost no claims. Queues
 // that are gone (byID holds those read) are forgotten.
-func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queueIndex) {
+func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queue.ByID) {
 	cl.pass.ready, cl.pass.serve, cl.pass.limit, cl.pass.gfs = true, serve, limit, gfs
 	for _, q := range serve {
 		c := countsOf(q)

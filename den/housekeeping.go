@@ -22,7 +22,7 @@ type passView struct {
 	// read, at most RefreshEvery before the pass: queueBook), serve those
 	// this node serves, byID the queues by _id. Nothing changes them.
 	queues, serve []queue.Queue
-	byID          queueIndex
+	byID          queue.ByID
 	read          time.Time
 	// running are the claimed and running counts of all nodes, as last
 	// counted (the claimer replaces the map, never changes it).
@@ -200,7 +200,7 @@ func (s rescue) do(ctx context.Context, r *round) error {
 	if err != nil {
 		return err
 	}
-	s.held.Read(held, sent, r.view.byID.request)
+	s.held.Read(held, sent, r.view.byID.Request)
 	nodes, err := s.rescuer.run(ctx, held, r.view.byID, r.at)
 	if !nodes.at.IsZero() {
 		s.sweeper.noteOffers(nodes)

@@ -120,13 +120,13 @@ func TestRequestOfAndQueueFits(t *testing.T) {
 	queueReq := &queue.Resources{MemoryMB: 200}
 	withReq := queue.Queue{Control: queue.Control{Requested: queueReq}}
 	own := &queue.Resources{CPUs: 2}
-	if got := requestOf(own, withReq); got != *own {
+	if got := queue.Requested(own, withReq); got != *own {
 		t.Errorf("a task's own request goes first: %+v", got)
 	}
-	if got := requestOf(nil, withReq); got != *queueReq {
+	if got := queue.Requested(nil, withReq); got != *queueReq {
 		t.Errorf("a task without one inherits its queue's: %+v", got)
 	}
-	if got := requestOf(nil, queue.Queue{}); got != (queue.Resources{}) {
+	if got := queue.Requested(nil, queue.Queue{}); got != (queue.Resources{}) {
 		t.Errorf("no request anywhere is nothing: %+v", got)
 	}
 	if !queueFits(queue.Queue{}, queue.Resources{}) {

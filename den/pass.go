@@ -271,7 +271,7 @@ func (ps *passes) todoByQueue() map[string]int64 {
 func (ps *passes) runningByQueue() map[string]int {
 	counts, _ := ps.held.Counts()
 	out := map[string]int{}
-	var queues queueIndex
+	var queues queue.ByID
 	if p := ps.lastQueues.Load(); p != nil {
 		queues = *p
 	}

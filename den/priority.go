@@ -36,7 +36,7 @@ func (p *priorityBook) learn(ctx context.Context, store queue.NodeStore, groups 
 	}
 	var ids []bson.ObjectID
 	for _, g := range groups {
-		ids = append(ids, queueIDs(g)...)
+		ids = append(ids, queue.IDs(g)...)
 	}
 	if len(ids) == 0 {
 		return nil

@@ -37,7 +37,7 @@ type queueBook struct {
 	// works with them while the loop goes on.
 	full      []queue.Queue
 	served    int
-	fullIndex queueIndex
+	fullIndex queue.ByID
 	fullAt    time.Time
 	// filter is the queue filter of the last read of every queue.
 	filter queueFilter
@@ -46,7 +46,7 @@ type queueBook struct {
 	// copy, made at the first change after a full read.
 	own       []queue.Queue
 	ownServed int
-	ownIndex  queueIndex
+	ownIndex  queue.ByID
 	// stale asks for a full read at the next pass.
 	stale bool
 }
@@ -62,7 +62,7 @@ const newQueueLookback = 30 * time.Second
 
 // current returns the queues as the loop knows them now, served first,
 // the served ones, and the queues by _id.
-func (b *queueBook) current() (queues, serve []queue.Queue, byID queueIndex) {
+func (b *queueBook) current() (queues, serve []queue.Queue, byID queue.ByID) {
 	if b.own != nil {
 		return b.own, b.own[:b.ownServed:b.ownServed], b.ownIndex
 	}
@@ -82,7 +82,7 @@ func (b *queueBook) fullDue(now time.Time, every time.Duration, filter queueFilt
 // full read is due, else the queues with work and the new ones, put in
 // place. It returns the queues, served first, the served ones, the queues
 // by _id, and whether it read every queue.
-func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFilter) (queues, serve []queue.Queue, byID queueIndex, full bool, err error) {
+func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFilter) (queues, serve []queue.Queue, byID queue.ByID, full bool, err error) {
 	b := &ps.book
 	if b.fullDue(now, fullReadEvery(ps.params.RefreshEvery), filter) {
 		all, malformed, err := ps.Store.Queues(ctx)
@@ -91,7 +91,7 @@ func (ps *passes) readQueues(ctx context.Context, now time.Time, filter queueFil
 		}
 		ps.noteMalformedQueues(malformed)
 		serve := ps.serveable(all, filter)
-		*b = queueBook{full: all, served: len(serve), fullIndex: indexQueues(all), fullAt: now, filter: filter}
+		*b = queueBook{full: all, served: len(serve), fullIndex: queue.NewByID(all), fullAt: now, filter: filter}
 		ps.probed.skip = nil
 		queues, serve, byID = b.current()
 		return queues, serve, byID, true, nil
@@ -155,7 +155,7 @@ func (b *queueBook) update(fresh []queue.Queue, gone []bson.ObjectID, serves fun
 	}
 	if b.own == nil {
 		b.own, b.ownServed = slices.Clone(b.full), b.served
-		b.ownIndex = indexQueues(b.own)
+		b.ownIndex = queue.NewByID(b.own)
 	}
 	for _, f := range changed {
 		*b.ownIndex[f.ID] = f
@@ -201,7 +201,7 @@ func (b *queueBook) rebuild(queues, changed []queue.Queue, gone []bson.ObjectID,
 	}
 	b.ownServed = len(served)
 	b.own = append(served, others...)
-	b.ownIndex = indexQueues(b.own)
+	b.ownIndex = queue.NewByID(b.own)
 }
 
 // refreshQueues reads the queues ids names again and puts them in place

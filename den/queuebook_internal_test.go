@@ -44,7 +44,7 @@ func TestQueueBookPutsQueuesInPlace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			full := []queue.Queue{a, b, c}
-			book := queueBook{full: full, served: 2, fullIndex: indexQueues(full)}
+			book := queueBook{full: full, served: 2, fullIndex: queue.NewByID(full)}
 			book.update(tc.fresh, tc.gone, serves)
 			queues, serve, byID := book.current()
 			names := func(qs []queue.Queue) []string {

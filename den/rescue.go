@@ -80,7 +80,7 @@ type nodesSeen struct {
 // the queues it read. What the pass's budget leaves undone waits for the
 // next pass. It returns the node documents it read (at zero when it
 // did not get that far), with an error or not.
-func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) (nodesSeen, error) {
+func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queue.ByID, now time.Time) (nodesSeen, error) {
 	if err := rc.staleClaims(ctx, held, queues, now); err != nil {
 		return nodesSeen{}, err
 	}
@@ -111,7 +111,7 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queueIndex
 // hand, or a node of another kind shares the name); it is rescued once
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
-func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues queueIndex) error {
+func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues queue.ByID) error {
 	now := rc.Now()
 	for _, task := range held {
 		if task.Status != queue.StatusRunning {
@@ -128,7 +128,7 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 			reason = fmt.Sprintf("task runner (pid %d) is gone", r.PID)
 		case rc.pool.OnThisHost(*r) && !rc.pool.RunGoing(task.ID, *r) && !rc.held.Finished(task.ID):
 			reason = fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)
-		case !rc.pool.OnThisHost(*r) && runners.StaleSign(*r, now, rc.pool.HeldFor(task, queueOf(task, queues), *r)):
+		case !rc.pool.OnThisHost(*r) && runners.StaleSign(*r, now, rc.pool.HeldFor(task, queues.Of(task), *r)):
 			reason = fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))
 		default:
 			continue // its runner is at work
@@ -136,7 +136,7 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 		if !rc.chores.Take() {
 			return nil
 		}
-		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: reason}); rc.stopRescues(ctx, task, err) {
+		if _, err := rc.rescueWith(ctx, task, queues.Of(task), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: reason}); rc.stopRescues(ctx, task, err) {
 			return err
 		}
 	}
@@ -146,12 +146,12 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 // staleClaims rescues this node's claims (among those it holds) that no runner
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
-func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queueIndex, now time.Time) error {
+func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queue.ByID, now time.Time) error {
 	for _, task := range queue.StaleClaims(held, now.Add(-rc.params.OrphanAge)) {
 		if !rc.chores.Take() {
 			return nil
 		}
-		if _, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.params.Name, rc.params.OrphanAge)}); rc.stopRescues(ctx, task, err) {
+		if _, err := rc.rescueWith(ctx, task, queues.Of(task), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.params.Name, rc.params.OrphanAge)}); rc.stopRescues(ctx, task, err) {
 			return err
 		}
 	}
@@ -166,7 +166,7 @@ func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues qu
 // is rescued only when its runner has not beaten for DeadNodeAfter either.
 // Several live nodes may do this at once: each task's rescue is
 // conditional, so it happens once.
-func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodesSeen) error {
+func (rc *rescuer) deadNodes(ctx context.Context, queues queue.ByID, nodes nodesSeen) error {
 	now, seen := nodes.at, nodes.beats
 	holders, err := rc.Store.ClaimingNodes(ctx)
 	if err != nil {
@@ -207,7 +207,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 		var rescueErr error
 		for _, task := range tasks {
 			if r := task.Runner; r != nil {
-				if heldFor := rc.pool.HeldFor(task, queueOf(task, queues), *r); !runners.StaleSign(*r, now, heldFor) {
+				if heldFor := rc.pool.HeldFor(task, queues.Of(task), *r); !runners.StaleSign(*r, now, heldFor) {
 					rc.soonest(r.LastSign().Add(heldFor + time.Millisecond))
 					continue // its runner is still at work, or may still be stopping it
 				}
@@ -219,7 +219,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queueIndex, nodes nodes
 			if !rc.chores.Take() {
 				break
 			}
-			st, err := rc.rescueWith(ctx, task, queueOf(task, queues), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})
+			st, err := rc.rescueWith(ctx, task, queues.Of(task), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})
 			if rc.stopRescues(ctx, task, err) {
 				rescueErr = err
 				break
@@ -281,9 +281,6 @@ func (rc *rescuer) stopRescues(ctx context.Context, task queue.Task, err error) 
 	}
 	return false
 }
-
-// queueOf returns a task's queue from the queues read this pass, or nil.
-func queueOf(task queue.Task, queues queueIndex) *queue.Queue { return queues.of(task) }
 
 // rescueWith rescues one task with its queue's settings (q may be nil)
 // and returns the task's new status, or 0 when someone else got there

@@ -49,7 +49,7 @@ type fullPass struct {
 	// queues, serve and byID are the queues of the loop's last read of
 	// every queue (queueBook), those this node serves, and all by _id.
 	queues, serve []queue.Queue
-	byID          queueIndex
+	byID          queue.ByID
 	// held is what this node holds, when this pass read it (nil: not).
 	held []queue.Task
 	// counted is set once every node's running counts were read before
@@ -165,7 +165,7 @@ func (s readHeld) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.held = held
-	ps.held.Read(held, sent, p.byID.request)
+	ps.held.Read(held, sent, p.byID.Request)
 	ps.heldRead = true
 	ps.health.loop.mark("held tasks", ps.Now())
 	return nil

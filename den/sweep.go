@@ -73,7 +73,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	began := time.Now()
 	defer sw.pace.Ran(began)
 	unfit := sw.unfitQuery(ctx, queues)
-	tasks, err := sw.Store.Irregular(ctx, queueIDs(queues), unfit)
+	tasks, err := sw.Store.Irregular(ctx, queue.IDs(queues), unfit)
 	if err != nil {
 		return err
 	}
@@ -95,7 +95,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	if _, err := sw.Store.FreeEnded(ctx, bson.ObjectID{}, "", now); err != nil {
 		return err
 	}
-	malformed, err := sw.Store.Malformed(ctx, queueIDs(queues))
+	malformed, err := sw.Store.Malformed(ctx, queue.IDs(queues))
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	} else if sw.Notes.Clear("unfit-notes") {
 		sw.Log.Info("writing why tasks wait (unfit) again")
 	}
-	if err := sw.sweepDependencies(ctx, queueIDs(queues), now); err != nil {
+	if err := sw.sweepDependencies(ctx, queue.IDs(queues), now); err != nil {
 		return err
 	}
 	if !sw.chores.Spent() {

@@ -68,7 +68,7 @@ func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.
 			if p := byID[c.Queue]; p != nil {
 				q = *p
 			}
-			reason = queue.UnfitReason(requestOf(c.Requested, q), u.Largest)
+			reason = queue.UnfitReason(queue.Requested(c.Requested, q), u.Largest)
 		}
 		if (reason == "") != (c.Unfit == "") {
 			if _, err := sw.Store.SetUnfit(ctx, c.ID, c.Unfit, reason); err != nil {
