@@ -79,9 +79,9 @@ func (a *arrivals) take() map[bson.ObjectID]bool {
 
 // workIn makes queue q claimable at once and wakes the claims: a task was
 // put back in it (a rescue's retry) that no count tells of.
-func (cl *claimer) workIn(q bson.ObjectID) {
+func (cl *claimer) WorkIn(q bson.ObjectID) {
 	cl.arrived.add(q)
-	cl.wakeUp()
+	cl.WakeUp()
 }
 
 // watchArrivals runs the node's ArrivalSource until ctx is done, and
@@ -101,7 +101,7 @@ func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {
 					cl.Log.Info("watching task inserts again")
 				}
 				cl.arrived.add(q)
-				cl.wakeUp()
+				cl.WakeUp()
 			})
 			var refused mongo.ServerError
 			if errors.As(err, &refused) {

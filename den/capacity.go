@@ -121,7 +121,7 @@ func (c *capacity) total() queue.Resources {
 // total, so a request the size of the total would otherwise be offered
 // and never fit. Cores are offered as the limit: how busy they are
 // changes from one second to the next.
-func (c *capacity) offer(host *queue.NodeResources, reserved queue.Resources) queue.Resources {
+func (c *capacity) Offer(host *queue.NodeResources, reserved queue.Resources) queue.Resources {
 	o := queue.Resources{MemoryMB: c.limits.MemoryMB, CPUs: c.limits.CPUs}
 	if o.MemoryMB <= 0 && host != nil && host.MemoryTotalMB > 0 {
 		o.MemoryMB = float64(host.MemoryTotalMB)

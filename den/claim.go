@@ -221,7 +221,7 @@ func (cl *claimer) claimable(q queue.Queue) bool {
 // threads also the other nodes' as the last count saw them.
 func (cl *claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 	if q.Global {
-		return q.MaxThreads - cl.othersRunning(q.ID) - holds[q.ID]
+		return q.MaxThreads - cl.OthersRunning(q.ID) - holds[q.ID]
 	}
 	return q.MaxThreads - holds[q.ID]
 }
@@ -723,7 +723,7 @@ func (cl *claimer) countRunning(ctx context.Context, serve []queue.Queue, now ti
 
 // othersRunning is how many tasks of queue q the other nodes held when
 // they were last counted.
-func (cl *claimer) othersRunning(q bson.ObjectID) int {
+func (cl *claimer) OthersRunning(q bson.ObjectID) int {
 	return max(cl.pass.running.Queue(q)-cl.pass.running.Node(q, cl.params.Name), 0)
 }
 
@@ -784,7 +784,7 @@ func (cl *claimer) withWork() []queue.Queue {
 // woken is signalled when the claimer should claim at once.
 func (cl *claimer) woken() <-chan struct{} { return cl.wake }
 
-func (cl *claimer) wakeUp() {
+func (cl *claimer) WakeUp() {
 	select {
 	case cl.wake <- struct{}{}:
 	default:
@@ -795,7 +795,7 @@ func (cl *claimer) wakeUp() {
 // claim was put back, and claims again at once.
 func (cl *claimer) LetGo(id bson.ObjectID) {
 	cl.held.Done(id, cl.Now())
-	cl.wakeUp()
+	cl.WakeUp()
 }
 
 // runnerStarted ends the pause after runners that failed to start their

@@ -5,11 +5,10 @@ import (
 	"time"
 
 	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/heartbeat"
 	"github.com/den-project/den/den/internal/runners"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-
-	"github.com/den-project/den/queue"
 )
 
 // TestSignals tell a test what a node did as it does it (base.Signals).
@@ -43,50 +42,8 @@ type claimerParams struct {
 	hooks testHooks
 }
 
-// heartbeatParams is what the heartbeat reads of the configuration.
-type heartbeatParams struct {
-	Name         string
-	Interval     time.Duration
-	RefreshEvery time.Duration
-	Version      string
-}
-
-// rescuerParams is what the rescuer reads of the configuration.
-type rescuerParams struct {
-	Name          string
-	DeadNodeAfter time.Duration
-	OrphanAge     time.Duration
-	RescueEvery   time.Duration
-}
-
-// sweeperParams is what the sweeper reads of the configuration.
-type sweeperParams struct {
-	Name          string
-	SweepEvery    time.Duration
-	DeadNodeAfter time.Duration
-}
-
-// retentionParams is what the retention reads of the configuration.
-type retentionParams struct {
-	Name           string
-	Retention      queue.Retention
-	RetentionEvery time.Duration
-	// hooks calls Config.OnRetentionBatch.
-	hooks testHooks
-}
-
-// schedulerParams is what the scheduler reads of the configuration.
-type schedulerParams struct {
-	RefreshEvery time.Duration
-}
-
-// statsParams is what the stats recorder reads of the configuration.
-type statsParams struct {
-	Name string
-}
-
-// testHooks calls the hooks a test set in Config (BeforeHandOver,
-// OnRetentionBatch); production sets none, and each call does nothing.
+// testHooks calls the hook a test set in Config (BeforeHandOver);
+// production sets none, and each call does nothing.
 // The hooks stay Config's: the components reach them through it.
 type testHooks struct {
 	cfg *Config
@@ -100,12 +57,9 @@ func (h testHooks) beforeHandOver(task bson.ObjectID) {
 	}
 }
 
-// retentionBatch calls Config.OnRetentionBatch, if set.
-func (h testHooks) retentionBatch(start bool) {
-	if h.cfg != nil && h.cfg.OnRetentionBatch != nil {
-		h.cfg.OnRetentionBatch(start)
-	}
-}
-
 // RunnerCommand is how a node starts a task runner (runners.Command).
 type RunnerCommand = runners.Command
+
+// NodeQueuesMax is the most queues a node lists in its node document
+// (heartbeat.NodeQueuesMax).
+const NodeQueuesMax = heartbeat.NodeQueuesMax

@@ -40,8 +40,7 @@
 //     filter.go, the queue filter; counts.go: filling in the counts of
 //     queues inserted without them; oldest.go: how long each served
 //     queue's oldest ready task has waited (a metric).
-//   - heartbeat.go: heartbeat, the node document: when it is written, what
-//     the node says of itself, and the queues it lists; nodeplugins.go:
+//   - the node document is package internal/heartbeat; nodeplugins.go:
 //     the plugins it says it serves.
 //   - claim.go: claimer, claiming within the queues' and the node's
 //     limits, and pausing after runners fail to start; capacity.go: the
@@ -52,22 +51,10 @@
 //   - the pool of task runner processes is package internal/runners:
 //     the claimer hands it tasks, and it tells the claimer (Slots), the
 //     rescuer and the stats what its runners did.
-//   - sweep.go: sweeper, the periodic sweep (cancel flags of queued
-//     tasks, malformed tasks, values rewritten); cancel.go: the cancel
-//     flags of held tasks; deps.go: dependencies; unfit.go: notes on tasks
-//     no node can run.
-//   - rescue.go: rescuer, the rescue of tasks whose runner or node died,
-//     and of claims no runner took up.
-//   - schedules.go: scheduler, the firing of the schedules whose time
-//     has come (queue.NodeStore.FireDue: one task per scheduled time).
-//   - stats.go: statsRecorder, the time series of the status page's
-//     charts (queue.StatsCollection): completions counted as runners
-//     report them, per queue and for the node, with the runs' run and
-//     wait times in buckets, written once a minute with each queue's
-//     backlog and the node's own sample, and trimmed to its retention.
-//   - retention.go: retention, the removal of ended tasks past their
-//     queue's retention (or the node's default), in batches within the
-//     pass's chores budget, by the node that holds the retention lease.
+//   - the housekeeping's components are packages of their own, beside
+//     the node: internal/rescue, internal/sweep, internal/schedule,
+//     internal/stats and internal/retention; housekeeping.go calls on
+//     them, a step each.
 //
 // A node counts what it does in its metrics (package metrics), says of
 // itself in its node document (version, pid, start time, the host's

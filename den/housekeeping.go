@@ -5,6 +5,12 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/rescue"
+	"github.com/den-project/den/den/internal/retention"
+	"github.com/den-project/den/den/internal/schedule"
+	"github.com/den-project/den/den/internal/stats"
+	"github.com/den-project/den/den/internal/sweep"
+
 	"github.com/den-project/den/den/internal/held"
 
 	"github.com/den-project/den/den/internal/base"
@@ -163,89 +169,89 @@ func (ps *passes) round(ctx context.Context, v passView) {
 	if ps.Notes.Clear("housekeeping") {
 		ps.Log.Info("housekeeping completes its rounds again")
 	}
-	ps.beat.lastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.Now()})
+	ps.beat.LastRound.Store(&queue.Housekeeping{Pass: v.at, Started: started, Ended: ps.Now()})
 }
 
 // houseSteps are the steps of a round of housekeeping, in the order it
 // takes them (see housekeep for how often each is due). The counts and
 // the oldest ready tasks are the passes' own; the other steps call on
 // the component that does the work, which the passes do not hold.
-func houseSteps(ps *passes, rescuer *rescuer, sweeper *sweeper, stats *statsRecorder, schedules *scheduler, retention *retention) []namedStep {
+func houseSteps(ps *passes, rescuer *rescue.Rescuer, sweeper *sweep.Sweeper, stats *stats.Recorder, schedules *schedule.Scheduler, retention *retention.Retention) []namedStep {
 	return []namedStep{
 		{"counts", &countFiller{Env: ps.Env, interval: ps.params.Interval}},
 		{"oldest", &oldestMeter{Env: ps.Env, every: ps.params.RefreshEvery}},
-		{"rescue", rescue{ps.Env, ps.params.Name, ps.held, rescuer, sweeper}},
-		{"sweep", sweep{sweeper}},
+		{"rescue", rescueStep{ps.Env, ps.params.Name, ps.held, rescuer, sweeper}},
+		{"sweep", sweepStep{sweeper}},
 		{"stats", flushStats{ps.held, stats}},
 		{"schedules", fireSchedules{schedules}},
 		{"retention", retire{retention}},
 	}
 }
 
-// rescue reads what this node (name) holds and rescues what needs it
+// rescueStep reads what this node (name) holds and rescues what needs it
 // (the rescuer), then hands the sweeper the node documents it read.
-type rescue struct {
+type rescueStep struct {
 	*base.Env
 	name    string
 	held    *held.Tasks
-	rescuer *rescuer
-	sweeper *sweeper
+	rescuer *rescue.Rescuer
+	sweeper *sweep.Sweeper
 }
 
-func (s rescue) due(r *round) bool { return s.rescuer.due(r.at) }
+func (s rescueStep) due(r *round) bool { return s.rescuer.Due(r.at) }
 
-func (s rescue) do(ctx context.Context, r *round) error {
+func (s rescueStep) do(ctx context.Context, r *round) error {
 	sent := s.Now()
 	held, err := s.Store.Held(ctx, s.name, false)
 	if err != nil {
 		return err
 	}
 	s.held.Read(held, sent, r.view.byID.Request)
-	nodes, err := s.rescuer.run(ctx, held, r.view.byID, r.at)
-	if !nodes.at.IsZero() {
-		s.sweeper.noteOffers(nodes)
+	nodes, err := s.rescuer.Run(ctx, held, r.view.byID, r.at)
+	if !nodes.At.IsZero() {
+		s.sweeper.NoteOffers(nodes)
 	}
 	return err
 }
 
-// sweep is the sweeper's sweep of the served queues.
-type sweep struct{ sweeper *sweeper }
+// sweepStep is the sweeper's sweep of the served queues.
+type sweepStep struct{ sweeper *sweep.Sweeper }
 
-func (s sweep) due(r *round) bool { return s.sweeper.due(r.at) }
+func (s sweepStep) due(r *round) bool { return s.sweeper.Due(r.at) }
 
-func (s sweep) do(ctx context.Context, r *round) error {
-	return s.sweeper.sweep(ctx, r.view.serve, r.at)
+func (s sweepStep) do(ctx context.Context, r *round) error {
+	return s.sweeper.Sweep(ctx, r.view.serve, r.at)
 }
 
 // flushStats writes the status page's time series, with what the node
 // holds.
 type flushStats struct {
 	held  *held.Tasks
-	stats *statsRecorder
+	stats *stats.Recorder
 }
 
-func (s flushStats) due(r *round) bool { return s.stats.due(r.at) }
+func (s flushStats) due(r *round) bool { return s.stats.Due(r.at) }
 
 func (s flushStats) do(ctx context.Context, r *round) error {
 	_, total := s.held.Counts()
-	s.stats.flush(ctx, r.at, r.view.queues, r.view.running.Queue, total)
+	s.stats.Flush(ctx, r.at, r.view.queues, r.view.running.Queue, total)
 	return nil
 }
 
 // fireSchedules fires the schedules whose time has come.
-type fireSchedules struct{ schedules *scheduler }
+type fireSchedules struct{ schedules *schedule.Scheduler }
 
-func (s fireSchedules) due(r *round) bool { return s.schedules.due(r.at) }
+func (s fireSchedules) due(r *round) bool { return s.schedules.Due(r.at) }
 
 func (s fireSchedules) do(ctx context.Context, r *round) error {
-	return s.schedules.fire(ctx, r.at)
+	return s.schedules.Fire(ctx, r.at)
 }
 
 // retire removes ended tasks past their retention.
-type retire struct{ retention *retention }
+type retire struct{ retention *retention.Retention }
 
-func (s retire) due(r *round) bool { return s.retention.due(r.at) }
+func (s retire) due(r *round) bool { return s.retention.Due(r.at) }
 
 func (s retire) do(ctx context.Context, r *round) error {
-	return s.retention.run(ctx, r.view.queues, r.at)
+	return s.retention.Run(ctx, r.view.queues, r.at)
 }

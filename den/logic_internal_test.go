@@ -1,9 +1,7 @@
 package den
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,38 +15,6 @@ import (
 // The pure logic of the node's components, without a database or a
 // process: the end-to-end tests show them at work, these say exactly what
 // each decides.
-
-func TestCycles(t *testing.T) {
-	t.Parallel()
-	a, b, c, d := bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID(), bson.NewObjectID()
-	for _, tc := range []struct {
-		name  string
-		edges map[bson.ObjectID][]bson.ObjectID
-		want  int // cycles
-		sizes []int
-	}{
-		{"none", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {c}}, 0, nil},
-		{"diamond, no cycle", map[bson.ObjectID][]bson.ObjectID{a: {b, c}, b: {d}, c: {d}}, 0, nil},
-		{"two tasks after each other", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {a}}, 1, []int{3}},
-		{"three in a ring", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {c}, c: {a}}, 1, []int{4}},
-		{"two rings", map[bson.ObjectID][]bson.ObjectID{a: {b}, b: {a}, c: {d}, d: {c}}, 2, []int{3, 3}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := cycles(tc.edges)
-			if len(got) != tc.want {
-				t.Fatalf("%d cycles, want %d: %v", len(got), tc.want, got)
-			}
-			for i, cyc := range got {
-				if cyc[0] != cyc[len(cyc)-1] {
-					t.Errorf("cycle %d does not close: %v", i, cyc)
-				}
-				if !slices.Contains(tc.sizes, len(cyc)) {
-					t.Errorf("cycle %d has %d ids (first repeated last), want one of %v", i, len(cyc), tc.sizes)
-				}
-			}
-		})
-	}
-}
 
 func TestClaimGroups(t *testing.T) {
 	t.Parallel()
@@ -134,82 +100,6 @@ func TestRequestOfAndQueueFits(t *testing.T) {
 	}
 	if queueFits(withReq, queue.Resources{MemoryMB: 100, CPUs: 8}) || !queueFits(withReq, queue.Resources{MemoryMB: 200}) {
 		t.Error("a queue's request fits exactly what is free, no less")
-	}
-}
-
-// The node document lists, past NodeQueuesMax queues, those the node holds
-// tasks of, then those with work, then the first by name, each group by
-// name; below it, every served queue and every queue held, in the order
-// read; and it counts what it left out. Its pick (a heap, not a sort of
-// every queue) is checked against sorting them all.
-func TestNodeDocumentEntries(t *testing.T) {
-	t.Parallel()
-	for _, n := range []int{10, NodeQueuesMax, NodeQueuesMax + 1, 3000} {
-		queues := make([]queue.Queue, n+20)
-		held := held.New()
-		for i := range queues {
-			todo := int64(0)
-			if i%97 == 0 {
-				todo = 3
-			}
-			// Names in no order, some the same.
-			queues[i] = queue.Queue{ID: bson.NewObjectID(), Name: fmt.Sprintf("q-%05d", (i*7919)%(n/2+1)), CountTodo: &todo}
-			if i%211 == 0 {
-				held.Claimed(bson.NewObjectID(), queues[i].ID, queue.Resources{})
-			}
-		}
-		// The first n are served; the 20 after them are held or not.
-		held.Claimed(bson.NewObjectID(), queues[n+3].ID, queue.Resources{})
-		h := &heartbeat{held: held, others: noOthers{}}
-		got := h.entries(queues, queues[:n])
-
-		holds, _ := held.Counts()
-		type ranked struct {
-			e    queue.NodeQueue
-			rank int
-		}
-		var all []ranked
-		for i, q := range queues {
-			if i >= n && holds[q.ID] == 0 {
-				continue
-			}
-			e := queue.NewNodeQueue(q, holds[q.ID])
-			r := 2
-			switch {
-			case holds[q.ID] > 0:
-				r = 0
-			case e.TasksTodo > 0 || e.TasksDoing > 0:
-				r = 1
-			}
-			all = append(all, ranked{e, r})
-		}
-		want := make([]queue.NodeQueue, 0, len(all))
-		left := 0
-		if len(all) > NodeQueuesMax {
-			slices.SortStableFunc(all, func(a, b ranked) int {
-				if c := a.rank - b.rank; c != 0 {
-					return c
-				}
-				return strings.Compare(a.e.Name, b.e.Name)
-			})
-			left = len(all) - NodeQueuesMax
-			all = all[:NodeQueuesMax]
-		}
-		for _, r := range all {
-			want = append(want, r.e)
-		}
-		// Among equal names the order may differ: compare names, and the
-		// set of queues.
-		names := func(es []queue.NodeQueue) []string {
-			out := make([]string, len(es))
-			for i, e := range es {
-				out[i] = e.Name
-			}
-			return out
-		}
-		if !slices.Equal(names(got), names(want)) || h.leftOut != left {
-			t.Errorf("%d queues: listed %d (%d left out), want %d (%d left out)\n got %v\nwant %v", n, len(got), h.leftOut, len(want), left, names(got), names(want))
-		}
 	}
 }
 

@@ -9,6 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/heartbeat"
+	"github.com/den-project/den/den/internal/rescue"
+	"github.com/den-project/den/den/internal/retention"
+	"github.com/den-project/den/den/internal/schedule"
+	"github.com/den-project/den/den/internal/stats"
+	"github.com/den-project/den/den/internal/sweep"
+
 	"github.com/den-project/den/den/internal/chore"
 
 	"github.com/den-project/den/den/internal/runners"
@@ -41,14 +48,14 @@ type Node struct {
 	plugins *plugins.Registry
 
 	passes  *passes
-	beat    *heartbeat
+	beat    *heartbeat.Beat
 	claimer *claimer
-	sweeper *sweeper
-	rescuer *rescuer
+	sweeper *sweep.Sweeper
+	rescuer *rescue.Rescuer
 	pool    *runners.Pool
 	// stats and retention have last words when the node stops.
-	stats     *statsRecorder
-	retention *retention
+	stats     *stats.Recorder
+	retention *retention.Retention
 
 	// running is true from the end of start (MongoDB answered) until Run
 	// returns; with the passes' results, it makes Ready.
@@ -134,26 +141,26 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	}, rel, cgroup, pids, read)
 	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
 		n.pool, cfg.Resources, &progress{})
-	n.beat = &heartbeat{
-		Env: e, params: heartbeatParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
-		held: n.claimer.held, capacity: n.claimer.capacity, others: n.claimer,
-		host: &resources.Sampler{Every: cfg.ResourcesEvery}, pid: pid, started: started, plugins: servedPlugins(n.plugins, cfg.PluginConfig),
+	n.beat = &heartbeat.Beat{
+		Env: e, Params: heartbeat.Params{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
+		Held: n.claimer.held, Capacity: n.claimer.capacity, Others: n.claimer,
+		Host: &resources.Sampler{Every: cfg.ResourcesEvery}, PID: pid, Started: started, Plugins: servedPlugins(n.plugins, cfg.PluginConfig),
 	}
-	n.stats = &statsRecorder{Env: e, params: statsParams{Name: cfg.Name}, host: n.beat}
+	n.stats = &stats.Recorder{Env: e, Params: stats.Params{Name: cfg.Name}, Host: n.beat}
 	n.pool.Stats = n.stats
 	chores := &chore.Budget{StepTime: choresTime}
-	n.sweeper = &sweeper{
-		Env: e, params: sweeperParams{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
-		chores: chores, pool: n.pool, self: n.beat, claims: n.claimer,
+	n.sweeper = &sweep.Sweeper{
+		Env: e, Params: sweep.Params{Name: cfg.Name, SweepEvery: cfg.SweepEvery, DeadNodeAfter: cfg.DeadNodeAfter},
+		Chores: chores, Pool: n.pool, Self: n.beat, Claims: n.claimer,
 	}
-	n.rescuer = &rescuer{
-		Env: e, params: rescuerParams{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
-		chores: chores, pool: n.pool, held: n.claimer.held, queued: n.claimer,
+	n.rescuer = &rescue.Rescuer{
+		Env: e, Params: rescue.Params{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
+		Chores: chores, Pool: n.pool, Held: n.claimer.held, Queued: n.claimer,
 	}
-	schedules := &scheduler{Env: e, params: schedulerParams{RefreshEvery: cfg.RefreshEvery}}
-	n.retention = &retention{
-		Env: e, params: retentionParams{Name: cfg.Name, Retention: cfg.Retention, RetentionEvery: cfg.RetentionEvery, hooks: hooks},
-		chores: chores,
+	schedules := &schedule.Scheduler{Env: e, Params: schedule.Params{RefreshEvery: cfg.RefreshEvery}}
+	n.retention = &retention.Retention{
+		Env: e, Params: retention.Params{Name: cfg.Name, Retention: cfg.Retention, RetentionEvery: cfg.RetentionEvery, OnBatch: cfg.OnRetentionBatch},
+		Chores: chores,
 	}
 	n.passes = &passes{
 		Env: e, params: passesParams{
@@ -214,7 +221,7 @@ func (n *Node) Run(ctx context.Context) error {
 	n.passes.health.runningSince.Store(n.Now().UnixNano())
 	n.running.Store(true)
 	n.Log.Info("node running", zap.Duration("interval", n.cfg.Interval))
-	stopAlive := n.beat.keepAlive(ctx)
+	stopAlive := n.beat.KeepAlive(ctx)
 	defer stopAlive()
 	// The housekeeping runs beside the loop, and stops before the node's
 	// last words (shutdown).
@@ -330,9 +337,9 @@ func (n *Node) start(ctx context.Context) error {
 // the stats collection has not had, and releases the retention lease.
 func (n *Node) shutdown() {
 	running := n.pool.Count()
-	n.beat.writeLast()
-	n.stats.flushLast()
-	n.retention.stop()
+	n.beat.WriteLast()
+	n.stats.FlushLast()
+	n.retention.Stop()
 	n.Log.Info("node stopped; running tasks continue in their runners", zap.Int64("runners", running))
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/heartbeat"
+
 	"github.com/den-project/den/den/internal/chore"
 	"github.com/den-project/den/den/internal/held"
 
@@ -42,7 +44,7 @@ type passes struct {
 	// at each full pass. The other components are called on by the steps
 	// that need them (fullPassSteps, houseSteps), not by the passes.
 	claimer *claimer
-	beat    *heartbeat
+	beat    *heartbeat.Beat
 	pool    *runners.Pool
 	// held is what this node holds (the claimer's): a pass reads it from
 	// the database, and metrics count it.

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/den-project/den/den/internal/sweep"
+
 	"github.com/den-project/den/den/internal/runners"
 
 	"go.uber.org/zap"
@@ -64,7 +66,7 @@ type fullPass struct {
 // (on a server that scans, each read costs a claim seconds), the
 // cancellations, and the hand-over to the housekeeping. passes.read
 // walks them.
-func fullPassSteps(ps *passes, sweeper *sweeper) []step[fullPass] {
+func fullPassSteps(ps *passes, sweeper *sweep.Sweeper) []step[fullPass] {
 	return []step[fullPass]{
 		syncClock{ps},
 		readSharedConfig{ps},
@@ -199,7 +201,7 @@ func (writeNodeDocument) due(*fullPass) bool { return true }
 
 func (s writeNodeDocument) do(ctx context.Context, p *fullPass) error {
 	ps := s.ps
-	limit, problem, err := ps.beat.write(ctx, p.queues, p.serve, p.at)
+	limit, problem, err := ps.beat.Write(ctx, p.queues, p.serve, p.at)
 	if err != nil {
 		return err
 	}
@@ -238,12 +240,12 @@ func (s claims) do(ctx context.Context, p *fullPass) error {
 
 // cancelHeld carries out the cancellations of the tasks this node holds
 // (the sweeper).
-type cancelHeld struct{ sweeper *sweeper }
+type cancelHeld struct{ sweeper *sweep.Sweeper }
 
 func (cancelHeld) due(*fullPass) bool { return true }
 
 func (s cancelHeld) do(ctx context.Context, p *fullPass) error {
-	return s.sweeper.cancel(ctx, p.held, p.byID)
+	return s.sweeper.Cancel(ctx, p.held, p.byID)
 }
 
 // askLive asks the runners of the held tasks a reader watches for their

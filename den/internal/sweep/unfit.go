@@ -1,7 +1,9 @@
-package den
+package sweep
 
 import (
 	"context"
+
+	"github.com/den-project/den/den/internal/rescue"
 
 	"github.com/den-project/den/den/internal/base"
 
@@ -22,16 +24,16 @@ import (
 
 // noteOffers keeps, from the node documents the dead-node rescue read, the
 // offers of the nodes alive now.
-func (sw *sweeper) noteOffers(nodes nodesSeen) {
-	sw.offers = queue.LiveOffers(nodes.beats, nodes.offers, nodes.at.Add(-sw.params.DeadNodeAfter))
+func (sw *Sweeper) NoteOffers(nodes rescue.NodesSeen) {
+	sw.offers = queue.LiveOffers(nodes.Beats, nodes.Offers, nodes.At.Add(-sw.Params.DeadNodeAfter))
 }
 
 // largestOffer is the most memory and the most cores any live den node
 // offers, this node's own as it is now (what its node document says).
-func (sw *sweeper) largestOffer(ctx context.Context) queue.Resources {
-	all := []queue.Resources{sw.self.offer(ctx)}
+func (sw *Sweeper) largestOffer(ctx context.Context) queue.Resources {
+	all := []queue.Resources{sw.Self.Offer(ctx)}
 	for name, o := range sw.offers {
-		if name != sw.params.Name {
+		if name != sw.Params.Name {
 			all = append(all, o)
 		}
 	}
@@ -39,7 +41,7 @@ func (sw *sweeper) largestOffer(ctx context.Context) queue.Resources {
 }
 
 // unfitQuery is what the sweep's query also asks for, for unfit notes.
-func (sw *sweeper) unfitQuery(ctx context.Context, serve []queue.Queue) *queue.UnfitQuery {
+func (sw *Sweeper) unfitQuery(ctx context.Context, serve []queue.Queue) *queue.UnfitQuery {
 	u := &queue.UnfitQuery{Largest: sw.largestOffer(ctx)}
 	for _, q := range serve {
 		if r := q.Control.Requested; r != nil && !r.Fits(u.Largest) {
@@ -53,7 +55,7 @@ func (sw *sweeper) unfitQuery(ctx context.Context, serve []queue.Queue) *queue.U
 // returned: a conditional write for each task that starts or stops
 // waiting for a node that can run it. It logs once per queue when tasks
 // start waiting so, and once when none does any more.
-func (sw *sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.UnfitQuery, tasks []queue.Task) error {
+func (sw *Sweeper) noteUnfit(ctx context.Context, serve []queue.Queue, u *queue.UnfitQuery, tasks []queue.Task) error {
 	byID := make(map[bson.ObjectID]*queue.Queue, len(serve))
 	for i := range serve {
 		byID[serve[i].ID] = &serve[i]

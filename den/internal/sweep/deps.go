@@ -1,4 +1,4 @@
-package den
+package sweep
 
 import (
 	"context"
@@ -26,7 +26,7 @@ const maxBlocked = 1000
 // dependents releases them at once (den/runner); this is the net under it,
 // and the way for tasks that end elsewhere (a Perl node, a rescue, a cancel).
 // With no such task it costs one find.
-func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, now time.Time) error {
+func (sw *Sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.ObjectID, now time.Time) error {
 	blocked, err := sw.Store.BlockedTasks(ctx, queueIDs, maxBlocked)
 	if err != nil || len(blocked) == 0 {
 		return err
@@ -51,7 +51,7 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 	}
 	if released > 0 {
 		sw.Log.Info("queued tasks whose dependencies succeeded", zap.Int64("count", released))
-		sw.claims.wakeUp()
+		sw.Claims.WakeUp()
 	}
 	if err != nil {
 		return err
@@ -61,7 +61,7 @@ func (sw *sweeper) sweepDependencies(ctx context.Context, queueIDs []bson.Object
 
 // depSweep is one sweep of dependencies (sweepDependencies) under way.
 type depSweep struct {
-	sw  *sweeper
+	sw  *Sweeper
 	now time.Time
 	// failed are the tasks this sweep failed, with why: what comes after
 	// a task failed here can never run either; it is cancelled once all
@@ -204,7 +204,7 @@ func sortAfter(after []bson.ObjectID, statuses map[bson.ObjectID]int) afterState
 }
 
 // cancelDependents cancels what comes after ids, transitively, and logs it.
-func (sw *sweeper) cancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
+func (sw *Sweeper) cancelDependents(ctx context.Context, ids []bson.ObjectID, why string, now time.Time) ([]bson.ObjectID, error) {
 	cancelled, err := sw.Store.CancelDependents(ctx, ids, why, now)
 	if len(cancelled) > 0 {
 		sw.Log.Info("cancelled tasks that come after one that cannot succeed", zap.Int("count", len(cancelled)), zap.String("why", why))

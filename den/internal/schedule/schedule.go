@@ -1,4 +1,4 @@
-package den
+package schedule
 
 import (
 	"context"
@@ -11,6 +11,11 @@ import (
 	"github.com/den-project/den/den/metrics"
 )
 
+// Params is what the scheduler reads of the configuration.
+type Params struct {
+	RefreshEvery time.Duration
+}
+
 // scheduler fires the schedules in the schedules collection (package
 // queue: exactly one task per scheduled time, whichever nodes fire).
 // It costs the database one query every RefreshEvery, and, when a
@@ -18,22 +23,22 @@ import (
 // earliest next time from the last time it looked, so that a schedule
 // added meanwhile is seen within RefreshEvery and a known one fires on
 // the pass its time comes.
-type scheduler struct {
+type Scheduler struct {
 	*base.Env
-	params schedulerParams
+	Params Params
 	// looked is when it last read the schedules; next, the earliest next
 	// time they had (zero: none).
 	looked, next time.Time
 }
 
 // due reports whether a pass should fire schedules now.
-func (sc *scheduler) due(now time.Time) bool {
-	return now.Sub(sc.looked) >= sc.params.RefreshEvery || (!sc.next.IsZero() && !now.Before(sc.next))
+func (sc *Scheduler) Due(now time.Time) bool {
+	return now.Sub(sc.looked) >= sc.Params.RefreshEvery || (!sc.next.IsZero() && !now.Before(sc.next))
 }
 
 // fire inserts the tasks whose time has come. A schedule that cannot
 // fire is logged when that starts and when it clears.
-func (sc *scheduler) fire(ctx context.Context, now time.Time) error {
+func (sc *Scheduler) Fire(ctx context.Context, now time.Time) error {
 	f, err := sc.Store.FireDue(ctx, now)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package den
+package sweep
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // runner's group gets SIGKILL after the task's max_termination_time if it
 // has not recorded a result by then. (Queued
 // tasks with cancel set are never claimed; the sweep records their -5.)
-func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queue.ByID) error {
+func (sw *Sweeper) Cancel(ctx context.Context, held []queue.Task, queues queue.ByID) error {
 	now := sw.Now()
 	live := map[bson.ObjectID]bool{}
 	for _, task := range held {
@@ -27,7 +27,7 @@ func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queue.B
 			continue
 		}
 		if task.Status == queue.StatusClaimed {
-			if ok, err := sw.Store.CancelUnstarted(ctx, task.ID, sw.params.Name, now); err != nil {
+			if ok, err := sw.Store.CancelUnstarted(ctx, task.ID, sw.Params.Name, now); err != nil {
 				return err
 			} else if ok {
 				sw.Metrics.Cancellations.WithLabelValues("claimed").Inc()
@@ -36,15 +36,15 @@ func (sw *sweeper) cancel(ctx context.Context, held []queue.Task, queues queue.B
 			continue
 		}
 		r := task.Runner
-		if r == nil || !sw.pool.OnThisHost(*r) {
+		if r == nil || !sw.Pool.OnThisHost(*r) {
 			continue
 		}
 		live[r.Token] = true
-		if err := sw.pool.StopCancelled(ctx, task, queues.Of(task), now); err != nil {
+		if err := sw.Pool.StopCancelled(ctx, task, queues.Of(task), now); err != nil {
 			return err
 		}
 	}
 	// Forget runs that are over.
-	sw.pool.ForgetCancelled(live)
+	sw.Pool.ForgetCancelled(live)
 	return nil
 }

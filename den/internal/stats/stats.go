@@ -1,4 +1,4 @@
-package den
+package stats
 
 import (
 	"context"
@@ -15,6 +15,11 @@ import (
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"
 )
+
+// Params is what the stats recorder reads of the configuration.
+type Params struct {
+	Name string
+}
 
 // statsEvery is how often a node writes its samples and completions to
 // the stats collection: once a minute, on the first full pass of each
@@ -46,12 +51,12 @@ const statsPending = 24 * 60
 // flushes them once a minute with the backlog of every queue and the
 // node's own sample: one bulkWrite a minute, and, every trimStatsEvery,
 // the deletion of documents past queue.StatsRetention (two commands).
-type statsRecorder struct {
+type Recorder struct {
 	*base.Env
-	params statsParams
+	Params Params
 	// host reads the host's 1-minute load average (the heartbeat's
 	// sampler, cached).
-	host loadMeter
+	Host LoadMeter
 
 	mu sync.Mutex
 	// started maps each task handed to a runner to when.
@@ -74,7 +79,7 @@ type endedKey struct {
 }
 
 // handed notes that task was handed to a runner at at.
-func (sr *statsRecorder) Handed(task bson.ObjectID, at time.Time) {
+func (sr *Recorder) Handed(task bson.ObjectID, at time.Time) {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	if sr.started == nil {
@@ -89,7 +94,7 @@ func (sr *statsRecorder) Handed(task bson.ObjectID, at time.Time) {
 // with a recorded end, a retried one too, is counted by how long it ran
 // and its task waited to start (as the runner measured them; the run from
 // its hand-over when the runner did not say).
-func (sr *statsRecorder) Ended(q bson.ObjectID, name string, r runner.Report, at time.Time) {
+func (sr *Recorder) Ended(q bson.ObjectID, name string, r runner.Report, at time.Time) {
 	if r.Status == 0 {
 		return
 	}
@@ -128,7 +133,7 @@ func (sr *statsRecorder) Ended(q bson.ObjectID, name string, r runner.Report, at
 	}
 	nd := sr.nodeDone[key.minute]
 	if nd == nil {
-		nd = &queue.NodeStat{Node: sr.params.Name, At: key.minute, NoSample: true}
+		nd = &queue.NodeStat{Node: sr.Params.Name, At: key.minute, NoSample: true}
 		sr.nodeDone[key.minute] = nd
 	}
 	if r.Status == queue.StatusSucceeded {
@@ -142,7 +147,7 @@ func (sr *statsRecorder) Ended(q bson.ObjectID, name string, r runner.Report, at
 
 // due reports whether a full pass should flush now: none has in this
 // minute.
-func (sr *statsRecorder) due(now time.Time) bool {
+func (sr *Recorder) Due(now time.Time) bool {
 	return now.Truncate(statsEvery).After(sr.flushed)
 }
 
@@ -162,7 +167,7 @@ func (sr *statsRecorder) due(now time.Time) bool {
 // flushLast would then add the same completions again (seen: a node
 // stopped under load counted its runs twice). It gets statsStopGrace
 // more, and statsWriteTimeout in all.
-func (sr *statsRecorder) flush(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) {
+func (sr *Recorder) Flush(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) {
 	sr.flushed = now.Truncate(statsEvery)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statsWriteTimeout)
 	defer cancel()
@@ -183,7 +188,7 @@ func (sr *statsRecorder) flush(ctx context.Context, now time.Time, queues []queu
 	}
 }
 
-func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) error {
+func (sr *Recorder) write(ctx context.Context, now time.Time, queues []queue.Queue, running func(bson.ObjectID) int, held int) error {
 	pending, keys, nodes := sr.pending(now)
 	nodesDone := len(nodes)
 	busy := map[bson.ObjectID]bool{}
@@ -200,7 +205,7 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 		pending = append(pending, st)
 	}
 	if held >= 0 { // not the last flush
-		nodes = append(nodes, queue.NodeStat{Node: sr.params.Name, At: now, Running: int64(held), Load: sr.host.load1(ctx, now)})
+		nodes = append(nodes, queue.NodeStat{Node: sr.Params.Name, At: now, Running: int64(held), Load: sr.Host.Load1(ctx, now)})
 	}
 	if err := sr.Store.AddStats(ctx, pending, nodes); err != nil {
 		return err
@@ -228,7 +233,7 @@ func (sr *statsRecorder) write(ctx context.Context, now time.Time, queues []queu
 // pending copies the completions not written yet (and their keys), the
 // queues' and this node's, dropping those older than statsPending and the
 // hand-overs of runners that never reported.
-func (sr *statsRecorder) pending(now time.Time) ([]queue.QueueStat, []endedKey, []queue.NodeStat) {
+func (sr *Recorder) pending(now time.Time) ([]queue.QueueStat, []endedKey, []queue.NodeStat) {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	pending := make([]queue.QueueStat, 0, len(sr.done))
@@ -261,7 +266,7 @@ func (sr *statsRecorder) pending(now time.Time) ([]queue.QueueStat, []endedKey, 
 
 // written forgets what was written (pending[i] of keys[i], and nodes);
 // what ended meanwhile stays for the next flush.
-func (sr *statsRecorder) written(keys []endedKey, pending []queue.QueueStat, nodes []queue.NodeStat) {
+func (sr *Recorder) written(keys []endedKey, pending []queue.QueueStat, nodes []queue.NodeStat) {
 	sr.mu.Lock()
 	defer sr.mu.Unlock()
 	for i, k := range keys {
@@ -294,24 +299,14 @@ func (sr *statsRecorder) written(keys []endedKey, pending []queue.QueueStat, nod
 	}
 }
 
-// loadMeter reads the host's 1-minute load average (the heartbeat).
-type loadMeter interface {
-	load1(ctx context.Context, now time.Time) float64
-}
-
-// load1 is the host's 1-minute load average as the heartbeat's sampler
-// last read it (0 when it cannot).
-func (h *heartbeat) load1(ctx context.Context, now time.Time) float64 {
-	res, _ := h.host.Sample(ctx, now)
-	if res == nil || len(res.Load) == 0 {
-		return 0
-	}
-	return res.Load[0]
+// LoadMeter reads the host's 1-minute load average (the heartbeat).
+type LoadMeter interface {
+	Load1(ctx context.Context, now time.Time) float64
 }
 
 // flushLast writes the completions not yet written, as the node stops,
 // within a few seconds.
-func (sr *statsRecorder) flushLast() {
+func (sr *Recorder) FlushLast() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := sr.write(ctx, sr.Now(), nil, nil, -1); err != nil {

@@ -1,4 +1,4 @@
-package den
+package sweep
 
 import (
 	"context"
@@ -17,15 +17,22 @@ import (
 	"github.com/den-project/den/queue"
 )
 
+// Params is what the sweeper reads of the configuration.
+type Params struct {
+	Name          string
+	SweepEvery    time.Duration
+	DeadNodeAfter time.Duration
+}
+
 // offerer tells what this node offers one task's request now, as its
 // node document says (the heartbeat).
-type offerer interface {
-	offer(ctx context.Context) queue.Resources
+type Offerer interface {
+	Offer(ctx context.Context) queue.Resources
 }
 
 // waker makes the claimer claim at once.
-type waker interface {
-	wakeUp()
+type Waker interface {
+	WakeUp()
 }
 
 // sweeper carries out what tasks' own fields ask of the node, apart from
@@ -36,17 +43,17 @@ type waker interface {
 // on tasks no node can run (noteUnfit), and dependencies between tasks
 // (sweepDependencies). Its writes count against the pass's budget of housekeeping
 // writes.
-type sweeper struct {
+type Sweeper struct {
 	*base.Env
-	params sweeperParams
-	chores *chore.Budget
+	Params Params
+	Chores *chore.Budget
 	// pool stops the runs of cancelled tasks.
-	pool *runners.Pool
+	Pool *runners.Pool
 	// self tells what this node offers one task's request now (the
 	// heartbeat); claims is woken to claim at once (dependencies
 	// released: the claimer).
-	self   offerer
-	claims waker
+	Self   Offerer
+	Claims Waker
 	// offers are the offers of the nodes alive at the last dead-node
 	// check (every RescueEvery), by node name, for unfit notes. Only the
 	// loop's goroutine uses it.
@@ -58,8 +65,8 @@ type sweeper struct {
 }
 
 // due reports whether the sweep is due in a pass at now.
-func (sw *sweeper) due(now time.Time) bool {
-	return now.Sub(sw.last) >= sw.params.SweepEvery && sw.pace.Ready()
+func (sw *Sweeper) Due(now time.Time) bool {
+	return now.Sub(sw.last) >= sw.Params.SweepEvery && sw.pace.Ready()
 }
 
 // sweep cancels the queued tasks whose cancel is set (-5: the claim never
@@ -69,7 +76,7 @@ func (sw *sweeper) due(now time.Time) bool {
 // date strings, 1, "yes") as the ISODate or boolean the claim and
 // cancellation queries match, failing the queued tasks whose value means
 // nothing.
-func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
+func (sw *Sweeper) Sweep(ctx context.Context, queues []queue.Queue, now time.Time) error {
 	began := time.Now()
 	defer sw.pace.Ran(began)
 	unfit := sw.unfitQuery(ctx, queues)
@@ -101,10 +108,10 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	}
 	failed := map[bson.ObjectID]int{}
 	for _, m := range malformed {
-		if !sw.chores.Take() {
+		if !sw.Chores.Take() {
 			break
 		}
-		ok, err := sw.Store.FailMalformed(ctx, m, sw.params.Name, now)
+		ok, err := sw.Store.FailMalformed(ctx, m, sw.Params.Name, now)
 		if err != nil {
 			return err
 		}
@@ -133,7 +140,7 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 	if err := sw.sweepDependencies(ctx, queue.IDs(queues), now); err != nil {
 		return err
 	}
-	if !sw.chores.Spent() {
+	if !sw.Chores.Spent() {
 		sw.last = now // else the rest next pass, after its claims
 	}
 	return nil
@@ -142,13 +149,13 @@ func (sw *sweeper) sweep(ctx context.Context, queues []queue.Queue, now time.Tim
 // normalize handles the tasks of the served queues (of those the sweep's
 // query returned) whose start_after, cancel or request the claim and
 // cancel queries cannot match as they are.
-func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.Time) error {
+func (sw *Sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.Time) error {
 	fixed := 0
 	for _, t := range tasks {
 		if !t.IsIrregular() {
 			continue // there for the unfit step
 		}
-		if !sw.chores.Take() {
+		if !sw.Chores.Take() {
 			break
 		}
 		problems := t.Malformed()
@@ -169,7 +176,7 @@ func (sw *sweeper) normalize(ctx context.Context, tasks []queue.Task, now time.T
 			}
 			continue
 		}
-		ok, err := sw.Store.FailQueued(ctx, t, sw.params.Name, reason, now)
+		ok, err := sw.Store.FailQueued(ctx, t, sw.Params.Name, reason, now)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package den
+package rescue
 
 import (
 	"context"
@@ -19,20 +19,28 @@ import (
 	"github.com/den-project/den/queue"
 )
 
+// Params is what the rescuer reads of the configuration.
+type Params struct {
+	Name          string
+	DeadNodeAfter time.Duration
+	OrphanAge     time.Duration
+	RescueEvery   time.Duration
+}
+
 // rescuer rescues tasks whose runner or node died, and claims no runner
 // took up: a retry when retries are left, else orphaned (-6), as the
 // protocol's reaping does. None of it acts on a task that a live runner
 // still runs. It runs every RescueEvery (and once at start), within the
 // pass's budget of housekeeping writes, and for one task whenever a
 // runner of this process dies running it.
-type rescuer struct {
+type Rescuer struct {
 	*base.Env
-	params rescuerParams
-	chores *chore.Budget
+	Params Params
+	Chores *chore.Budget
 	// pool tells whose a recorded runner is and stops what a dead run
 	// left; held is what this node holds (the claimer's).
-	pool *runners.Pool
-	held *held.Tasks
+	Pool *runners.Pool
+	Held *held.Tasks
 	// last is when the rescues last ran to the end, and next the soonest
 	// time a task they left alone may need them: when a node that holds
 	// tasks will have been silent for dead_node_after, or a runner that
@@ -41,7 +49,7 @@ type rescuer struct {
 	last, next time.Time
 	// queued hears of the tasks a rescue put back in their queue, for
 	// this node's claims to take them at once.
-	queued workNotice
+	Queued WorkNotice
 	// nextHolder is where the next rescue of dead nodes starts among the
 	// node names that hold tasks: one that ran out of its budget or time
 	// goes on from where it stopped, instead of starting over with the
@@ -51,28 +59,28 @@ type rescuer struct {
 
 // workNotice hears of a task put back in its queue (the claimer): no
 // count tells of it.
-type workNotice interface{ workIn(queueID bson.ObjectID) }
+type WorkNotice interface{ WorkIn(queueID bson.ObjectID) }
 
 // due reports whether the rescues are due in a pass at now: every
 // RescueEvery, and as soon as a task they left alone may need them.
-func (rc *rescuer) due(now time.Time) bool {
-	return now.Sub(rc.last) >= rc.params.RescueEvery || (!rc.next.IsZero() && !now.Before(rc.next))
+func (rc *Rescuer) Due(now time.Time) bool {
+	return now.Sub(rc.last) >= rc.Params.RescueEvery || (!rc.next.IsZero() && !now.Before(rc.next))
 }
 
 // soonest notes a time a task the rescues left alone may need them.
-func (rc *rescuer) soonest(at time.Time) {
+func (rc *Rescuer) soonest(at time.Time) {
 	if rc.next.IsZero() || at.Before(rc.next) {
 		rc.next = at
 	}
 }
 
-// nodesSeen are the node documents' last beats and offers, as the rescue
+// NodesSeen are the node documents' last beats and offers, as the rescue
 // of dead nodes read them at at. The rescuer returns them, and the
 // housekeeping hands them to the sweeper, which notes unfit tasks by them.
-type nodesSeen struct {
-	beats  map[string]time.Time
-	offers map[string]queue.Resources
-	at     time.Time
+type NodesSeen struct {
+	Beats  map[string]time.Time
+	Offers map[string]queue.Resources
+	At     time.Time
 }
 
 // run rescues this node's stale claims and the tasks of dead runners and
@@ -80,23 +88,23 @@ type nodesSeen struct {
 // the queues it read. What the pass's budget leaves undone waits for the
 // next pass. It returns the node documents it read (at zero when it
 // did not get that far), with an error or not.
-func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queue.ByID, now time.Time) (nodesSeen, error) {
+func (rc *Rescuer) Run(ctx context.Context, held []queue.Task, queues queue.ByID, now time.Time) (NodesSeen, error) {
 	if err := rc.staleClaims(ctx, held, queues, now); err != nil {
-		return nodesSeen{}, err
+		return NodesSeen{}, err
 	}
 	if err := rc.deadRunners(ctx, held, queues); err != nil {
-		return nodesSeen{}, err
+		return NodesSeen{}, err
 	}
 	rc.next = time.Time{}
-	seen := nodesSeen{at: rc.Now()}
+	seen := NodesSeen{At: rc.Now()}
 	var err error
-	if seen.beats, seen.offers, err = rc.Store.NodesSeenOffers(ctx); err != nil {
-		return nodesSeen{}, err
+	if seen.Beats, seen.Offers, err = rc.Store.NodesSeenOffers(ctx); err != nil {
+		return NodesSeen{}, err
 	}
 	if err := rc.deadNodes(ctx, queues, seen); err != nil {
 		return seen, err
 	}
-	if !rc.chores.Spent() {
+	if !rc.Chores.Spent() {
 		rc.last = now // else the rest next pass, after its claims
 	}
 	return seen, nil
@@ -111,7 +119,7 @@ func (rc *rescuer) run(ctx context.Context, held []queue.Task, queues queue.ByID
 // hand, or a node of another kind shares the name); it is rescued once
 // its mtime is dead_node_after old, so that it cannot hold its queue's
 // slot for ever.
-func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues queue.ByID) error {
+func (rc *Rescuer) deadRunners(ctx context.Context, held []queue.Task, queues queue.ByID) error {
 	now := rc.Now()
 	for _, task := range held {
 		if task.Status != queue.StatusRunning {
@@ -120,20 +128,20 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 		var reason string
 		switch r := task.Runner; {
 		case r == nil:
-			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.params.DeadNodeAfter {
+			if !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.Params.DeadNodeAfter {
 				continue
 			}
-			reason = fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.params.Name, rc.params.DeadNodeAfter)
-		case rc.pool.OnThisHost(*r) && !rc.pool.StartedHere(r.PID) && !runners.Alive(*r):
+			reason = fmt.Sprintf("running (0) under node %s with no runner recorded for %s", rc.Params.Name, rc.Params.DeadNodeAfter)
+		case rc.Pool.OnThisHost(*r) && !rc.Pool.StartedHere(r.PID) && !runners.Alive(*r):
 			reason = fmt.Sprintf("task runner (pid %d) is gone", r.PID)
-		case rc.pool.OnThisHost(*r) && !rc.pool.RunGoing(task.ID, *r) && !rc.held.Finished(task.ID):
+		case rc.Pool.OnThisHost(*r) && !rc.Pool.RunGoing(task.ID, *r) && !rc.Held.Finished(task.ID):
 			reason = fmt.Sprintf("task runner (pid %d) is alive but no longer runs the task", r.PID)
-		case !rc.pool.OnThisHost(*r) && runners.StaleSign(*r, now, rc.pool.HeldFor(task, queues.Of(task), *r)):
+		case !rc.Pool.OnThisHost(*r) && runners.StaleSign(*r, now, rc.Pool.HeldFor(task, queues.Of(task), *r)):
 			reason = fmt.Sprintf("task runner on host %s has not beaten since %s", r.Host, r.LastSign().Format(time.RFC3339))
 		default:
 			continue // its runner is at work
 		}
-		if !rc.chores.Take() {
+		if !rc.Chores.Take() {
 			return nil
 		}
 		if _, err := rc.rescueWith(ctx, task, queues.Of(task), rescueDeadRunner, queue.Outcome{Kind: queue.OutcomeRunnerDied, Reason: reason}); rc.stopRescues(ctx, task, err) {
@@ -146,12 +154,12 @@ func (rc *rescuer) deadRunners(ctx context.Context, held []queue.Task, queues qu
 // staleClaims rescues this node's claims (among those it holds) that no runner
 // took up within orphan_age: a retry when retries are left, else orphaned
 // (-6).
-func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queue.ByID, now time.Time) error {
-	for _, task := range queue.StaleClaims(held, now.Add(-rc.params.OrphanAge)) {
-		if !rc.chores.Take() {
+func (rc *Rescuer) staleClaims(ctx context.Context, held []queue.Task, queues queue.ByID, now time.Time) error {
+	for _, task := range queue.StaleClaims(held, now.Add(-rc.Params.OrphanAge)) {
+		if !rc.Chores.Take() {
 			return nil
 		}
-		if _, err := rc.rescueWith(ctx, task, queues.Of(task), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.params.Name, rc.params.OrphanAge)}); rc.stopRescues(ctx, task, err) {
+		if _, err := rc.rescueWith(ctx, task, queues.Of(task), rescueStaleClaim, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: fmt.Sprintf("claimed by node %s but never started by a runner within orphan_age (%s)", rc.Params.Name, rc.Params.OrphanAge)}); rc.stopRescues(ctx, task, err) {
 			return err
 		}
 	}
@@ -166,8 +174,8 @@ func (rc *rescuer) staleClaims(ctx context.Context, held []queue.Task, queues qu
 // is rescued only when its runner has not beaten for DeadNodeAfter either.
 // Several live nodes may do this at once: each task's rescue is
 // conditional, so it happens once.
-func (rc *rescuer) deadNodes(ctx context.Context, queues queue.ByID, nodes nodesSeen) error {
-	now, seen := nodes.at, nodes.beats
+func (rc *Rescuer) deadNodes(ctx context.Context, queues queue.ByID, nodes NodesSeen) error {
+	now, seen := nodes.At, nodes.Beats
 	holders, err := rc.Store.ClaimingNodes(ctx)
 	if err != nil {
 		return err
@@ -181,21 +189,21 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queue.ByID, nodes nodes
 		holder := holders[i]
 		rc.nextHolder = i // where the next round starts if this one stops here
 		name, isName := holder.StringValueOK()
-		if isName && name == rc.params.Name {
+		if isName && name == rc.Params.Name {
 			continue
 		}
 		last, known := seen[name]
-		if isName && known && now.Sub(last) <= rc.params.DeadNodeAfter {
+		if isName && known && now.Sub(last) <= rc.Params.DeadNodeAfter {
 			// Alive: dead once silent for dead_node_after (a little after,
 			// for the time in milliseconds the beat is stored in).
-			rc.soonest(last.Add(rc.params.DeadNodeAfter + time.Millisecond))
+			rc.soonest(last.Add(rc.Params.DeadNodeAfter + time.Millisecond))
 			continue
 		}
 		label := name
 		if !isName {
 			label = holder.String()
 		}
-		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, rc.params.DeadNodeAfter)
+		why := fmt.Sprintf("node %s stopped updating its node document (dead for %s)", label, rc.Params.DeadNodeAfter)
 		if !isName || !known {
 			why = fmt.Sprintf("claimed under node %s, which has no node document", label)
 		}
@@ -207,16 +215,16 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queue.ByID, nodes nodes
 		var rescueErr error
 		for _, task := range tasks {
 			if r := task.Runner; r != nil {
-				if heldFor := rc.pool.HeldFor(task, queues.Of(task), *r); !runners.StaleSign(*r, now, heldFor) {
+				if heldFor := rc.Pool.HeldFor(task, queues.Of(task), *r); !runners.StaleSign(*r, now, heldFor) {
 					rc.soonest(r.LastSign().Add(heldFor + time.Millisecond))
 					continue // its runner is still at work, or may still be stopping it
 				}
 			}
-			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.params.DeadNodeAfter {
-				rc.soonest(task.Mtime.Add(rc.params.DeadNodeAfter + time.Millisecond))
+			if (!isName || !known) && !task.Mtime.IsZero() && now.Sub(task.Mtime) <= rc.Params.DeadNodeAfter {
+				rc.soonest(task.Mtime.Add(rc.Params.DeadNodeAfter + time.Millisecond))
 				continue // give a node that has just started time to write its document
 			}
-			if !rc.chores.Take() {
+			if !rc.Chores.Take() {
 				break
 			}
 			st, err := rc.rescueWith(ctx, task, queues.Of(task), rescueDeadNode, queue.Outcome{Kind: queue.OutcomeNodeDied, Reason: why})
@@ -233,7 +241,7 @@ func (rc *rescuer) deadNodes(ctx context.Context, queues queue.ByID, nodes nodes
 		if rescueErr != nil {
 			return rescueErr
 		}
-		if rc.chores.Spent() {
+		if rc.Chores.Spent() {
 			return nil // the rest next round
 		}
 	}
@@ -249,7 +257,7 @@ const (
 )
 
 // rescue rescues one task whose runner died, reading its queue's settings.
-func (rc *rescuer) Rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
+func (rc *Rescuer) Rescue(ctx context.Context, task queue.Task, why queue.Outcome) int {
 	q, err := rc.Store.QueueDoc(ctx, task.Queue)
 	if err != nil {
 		rc.Log.Warn("could not read a task's queue to rescue it; the periodic check will", zap.Error(err))
@@ -269,7 +277,7 @@ func (rc *rescuer) Rescue(ctx context.Context, task queue.Task, why queue.Outcom
 // document at the size limit cannot take its history) is warned about
 // once, and the rescues go on with the other tasks: one bad document
 // does not hold up the rest.
-func (rc *rescuer) stopRescues(ctx context.Context, task queue.Task, err error) bool {
+func (rc *Rescuer) stopRescues(ctx context.Context, task queue.Task, err error) bool {
 	if err == nil {
 		return false
 	}
@@ -292,10 +300,10 @@ func (rc *rescuer) stopRescues(ctx context.Context, task queue.Task, err error) 
 // is alive but hung is killed with its group, then whatever the run left
 // is stopped, so that a retry never overlaps it. The count goes into
 // the task's history (leftover_processes).
-func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) (int, error) {
+func (rc *Rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Queue, kind string, why queue.Outcome) (int, error) {
 	reason := why.Reason
 	id := task.ID
-	leftovers, busy := rc.pool.EndDeadRun(ctx, task, q)
+	leftovers, busy := rc.Pool.EndDeadRun(ctx, task, q)
 	if busy {
 		return 0, nil // another pass is stopping this run, and rescues it after
 	}
@@ -312,8 +320,8 @@ func (rc *rescuer) rescueWith(ctx context.Context, task queue.Task, q *queue.Que
 		rc.Log.Warn("task orphaned", zap.String("task_id", id.Hex()), zap.String("reason", reason))
 	case st == queue.StatusQueued:
 		rc.Log.Warn("task put back for a retry", zap.String("task_id", id.Hex()), zap.String("reason", reason))
-		if rc.queued != nil {
-			rc.queued.workIn(task.Queue)
+		if rc.Queued != nil {
+			rc.Queued.WorkIn(task.Queue)
 		}
 	case st == queue.StatusCancelled:
 		rc.Log.Info("cancelled task's runner is gone; recorded -5", zap.String("task_id", id.Hex()))

@@ -1,4 +1,4 @@
-package den
+package retention
 
 import (
 	"context"
@@ -14,6 +14,16 @@ import (
 	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/queue"
 )
+
+// Params is what the retention reads of the configuration.
+type Params struct {
+	Name           string
+	Retention      queue.Retention
+	RetentionEvery time.Duration
+	// OnBatch, when set, is called before (true) and after (false) each
+	// batch (den.Config.OnRetentionBatch; tests only).
+	OnBatch func(start bool)
+}
 
 // retentionLease is the lease (package queue, the leases collection)
 // that lets one node at a time remove ended tasks past their retention.
@@ -41,10 +51,10 @@ const (
 // goes on the next pass. With no retention anywhere it costs nothing; an
 // idle one costs a lease update and one find per queue and class every
 // RetentionEvery.
-type retention struct {
+type Retention struct {
 	*base.Env
-	params retentionParams
-	chores *chore.Budget
+	Params Params
+	Chores *chore.Budget
 	// looked is when it last went through every queue; busy, that it
 	// stopped before the end (the budget ran out) and goes on next pass.
 	looked time.Time
@@ -62,13 +72,13 @@ type retentionKey struct {
 }
 
 // due reports whether a pass should look for tasks to remove.
-func (r *retention) due(now time.Time) bool {
-	return r.busy || now.Sub(r.looked) >= r.params.RetentionEvery
+func (r *Retention) Due(now time.Time) bool {
+	return r.busy || now.Sub(r.looked) >= r.Params.RetentionEvery
 }
 
 // run removes what this pass may of the ended tasks past their retention
 // in queues, if this node holds (or takes) the lease.
-func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time) error {
+func (r *Retention) Run(ctx context.Context, queues []queue.Queue, now time.Time) error {
 	type plan struct {
 		q   queue.Queue
 		ret queue.Retention
@@ -85,7 +95,7 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 			}
 			continue
 		}
-		if ret := q.Retention.Over(r.params.Retention); ret.Removes() {
+		if ret := q.Retention.Over(r.Params.Retention); ret.Removes() {
 			plans = append(plans, plan{q, ret})
 		}
 	}
@@ -96,7 +106,7 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 		r.looked, r.busy = now, false
 		return r.release(ctx, now)
 	}
-	until, held, err := r.Store.TakeLease(ctx, retentionLease, r.params.Name, now, max(retentionLeaseFor, 2*r.params.RetentionEvery))
+	until, held, err := r.Store.TakeLease(ctx, retentionLease, r.Params.Name, now, max(retentionLeaseFor, 2*r.Params.RetentionEvery))
 	if err != nil {
 		return err
 	}
@@ -123,7 +133,7 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 			if keep <= 0 {
 				continue
 			}
-			if r.chores.Spent() {
+			if r.Chores.Spent() {
 				stopped = true
 				break
 			}
@@ -145,10 +155,10 @@ func (r *retention) run(ctx context.Context, queues []queue.Queue, now time.Time
 // batch removes one batch of q's tasks of class that ended before
 // cutoff, as many as the chores budget leaves, after the last task the
 // previous batch read. It reports whether more may follow.
-func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret queue.Retention, cutoff time.Time, key retentionKey) (bool, error) {
+func (r *Retention) batch(ctx context.Context, q queue.Queue, class string, ret queue.Retention, cutoff time.Time, key retentionKey) (bool, error) {
 	f := queue.ClassFilter(q.ID, class, cutoff)
 	f.AfterID = r.after[key]
-	f.Limit = int64(min(retentionPerPass, r.chores.Left()))
+	f.Limit = int64(min(retentionPerPass, r.Chores.Left()))
 	tasks, read, last, err := r.Store.RetirePage(ctx, f)
 	if err != nil {
 		return false, err
@@ -160,7 +170,7 @@ func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret 
 		delete(r.after, key)
 	}
 	for range max(len(tasks), 1) {
-		r.chores.Take()
+		r.Chores.Take()
 	}
 	if len(tasks) == 0 {
 		return more, nil
@@ -169,8 +179,10 @@ func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret 
 	if action == "" {
 		action = queue.RetireDelete
 	}
-	r.params.hooks.retentionBatch(true)
-	defer r.params.hooks.retentionBatch(false)
+	if r.Params.OnBatch != nil {
+		r.Params.OnBatch(true)
+		defer r.Params.OnBatch(false)
+	}
 	done, err := r.Store.RetireTasks(ctx, tasks, action)
 	var reports int64
 	if err == nil && ret.Reports == queue.ReportsDelete {
@@ -188,12 +200,12 @@ func (r *retention) batch(ctx context.Context, q queue.Queue, class string, ret 
 
 // release gives the lease up if this node holds it: at stop, and when no
 // queue has a retention any more.
-func (r *retention) release(ctx context.Context, now time.Time) error {
+func (r *Retention) release(ctx context.Context, now time.Time) error {
 	if r.until.IsZero() {
 		return nil
 	}
 	r.until, r.after = time.Time{}, nil
-	if err := r.Store.ReleaseLease(ctx, retentionLease, r.params.Name, now); err != nil {
+	if err := r.Store.ReleaseLease(ctx, retentionLease, r.Params.Name, now); err != nil {
 		return err
 	}
 	r.Log.Info("this node released the retention lease")
@@ -202,7 +214,7 @@ func (r *retention) release(ctx context.Context, now time.Time) error {
 
 // stop releases the lease as the node stops, so that another node may
 // take it at once rather than when it runs out.
-func (r *retention) stop() {
+func (r *Retention) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := r.release(ctx, r.Now()); err != nil {

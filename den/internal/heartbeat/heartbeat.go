@@ -1,4 +1,4 @@
-package den
+package heartbeat
 
 import (
 	"container/heap"
@@ -20,6 +20,14 @@ import (
 	"github.com/den-project/den/queue"
 )
 
+// Params is what the heartbeat reads of the configuration.
+type Params struct {
+	Name         string
+	Interval     time.Duration
+	RefreshEvery time.Duration
+	Version      string
+}
+
 // NodeQueuesMax is the most queues a node lists in its node document.
 // Past it, the node lists the queues it holds tasks of first, then those
 // with tasks to do, then the rest by name, and counts what it left out in
@@ -27,39 +35,46 @@ import (
 // instead of growing to megabytes rewritten every pass.
 const NodeQueuesMax = 256
 
-// othersCounter tells how many tasks of queue q the other nodes held at
-// the last count (the claimer does).
-type othersCounter interface {
-	othersRunning(q bson.ObjectID) int
+// Offerer is what the node offers tasks that request resources
+// (den's capacity): what it has free beside what its held tasks
+// reserved, on a host that has host.
+type Offerer interface {
+	Offer(host *queue.NodeResources, reserved queue.Resources) queue.Resources
 }
 
-// heartbeat writes the node document: its timestamp every pass (and, when
+// OthersCounter tells how many tasks of queue q the other nodes held at
+// the last count (the claimer does).
+type OthersCounter interface {
+	OthersRunning(q bson.ObjectID) int
+}
+
+// Beat writes the node document: its timestamp every pass (and, when
 // passes are slow, from keepAlive), what the node says of itself (version,
 // pid, start time, the host's resources and what it offers tasks), and the
 // queues it serves or holds tasks of. It knows the queues it last listed
 // and when, how many it left out, and when the document was last written.
-type heartbeat struct {
+type Beat struct {
 	*base.Env
-	params heartbeatParams
+	Params Params
 	// held and capacity are the claimer's: what the node holds, and what
 	// it has for tasks that request resources.
-	held     *held.Tasks
-	capacity *capacity
+	Held     *held.Tasks
+	Capacity Offerer
 	// others tells how many tasks of a queue the other nodes held at the
 	// last count (the claimer).
-	others othersCounter
+	Others OthersCounter
 	// lastRound is the node's last completed round of housekeeping (nil:
 	// none yet), which the node document carries; the housekeeping sets
 	// it at the end of each round that succeeds.
-	lastRound atomic.Pointer[queue.Housekeeping]
+	LastRound atomic.Pointer[queue.Housekeeping]
 
 	// host samples the host's resources for the node document; pid and
 	// started describe this process.
-	host    *resources.Sampler
-	pid     int
-	started time.Time
+	Host    *resources.Sampler
+	PID     int
+	Started time.Time
 	// plugins are the plugins this node serves, written in its document.
-	plugins []string
+	Plugins []string
 
 	queues  []queue.NodeQueue
 	at      time.Time
@@ -73,13 +88,13 @@ type heartbeat struct {
 // protocol's heartbeat): its timestamp, what the node says of itself, and
 // its queues array, only when an entry changed or RefreshEvery has
 // passed. It returns the node-wide limit the operator set in it.
-func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now time.Time) (queue.NodeLimit, string, error) {
+func (h *Beat) Write(ctx context.Context, queues, serve []queue.Queue, now time.Time) (queue.NodeLimit, string, error) {
 	entries := h.entries(queues, serve)
 	write := entries
-	if slices.Equal(entries, h.queues) && now.Sub(h.at) < h.params.RefreshEvery {
+	if slices.Equal(entries, h.queues) && now.Sub(h.at) < h.Params.RefreshEvery {
 		write = nil // unchanged: the timestamp only
 	}
-	limit, problem, err := h.Store.WriteNodeDocument(ctx, h.params.Name, write, h.self(ctx, now), now)
+	limit, problem, err := h.Store.WriteNodeDocument(ctx, h.Params.Name, write, h.Self(ctx, now), now)
 	if err != nil {
 		return nil, "", err
 	}
@@ -97,8 +112,8 @@ func (h *heartbeat) write(ctx context.Context, queues, serve []queue.Queue, now 
 // It makes an entry for those it lists only: with 80,000 served queues,
 // it picks the idle ones to list by name among them (the first by name
 // of those it may still list) without sorting them all, every pass.
-func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
-	holds, _ := h.held.Counts()
+func (h *Beat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
+	holds, _ := h.Held.Counts()
 	// serve is the start of queues (serveable); a queue after it is
 	// listed only when the node holds tasks of it.
 	type candidate struct {
@@ -113,7 +128,7 @@ func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
 		if i >= len(serve) && holds[q.ID] == 0 {
 			continue
 		}
-		doing := h.others.othersRunning(q.ID) + holds[q.ID]
+		doing := h.Others.OthersRunning(q.ID) + holds[q.ID]
 		switch {
 		case holds[q.ID] > 0:
 			busy = append(busy, candidate{i, 0})
@@ -150,7 +165,7 @@ func (h *heartbeat) entries(queues, serve []queue.Queue) []queue.NodeQueue {
 	entries := make([]queue.NodeQueue, 0, len(listed))
 	for _, c := range listed {
 		q := queues[c.i]
-		entries = append(entries, queue.NewNodeQueue(q, h.others.othersRunning(q.ID)+holds[q.ID]))
+		entries = append(entries, queue.NewNodeQueue(q, h.Others.OthersRunning(q.ID)+holds[q.ID]))
 	}
 	return entries
 }
@@ -192,13 +207,13 @@ func (h *nameHeap) keep(queues []queue.Queue, i, n int) {
 // it for two intervals, and at least 10 seconds, (a pass slowed by a large document or a slow
 // server), so that other nodes do not take this one for dead. Normally it
 // writes nothing. The returned func stops it.
-func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
+func (h *Beat) KeepAlive(ctx context.Context) (stop func()) {
 	h.last.Store(h.Now().UnixNano())
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(h.params.Interval)
+		t := time.NewTicker(h.Params.Interval)
 		defer t.Stop()
 		for {
 			select {
@@ -207,11 +222,11 @@ func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
 			case <-t.C:
 			}
 			now := h.Now()
-			if now.Sub(time.Unix(0, h.last.Load())) < max(2*h.params.Interval, 10*time.Second) {
+			if now.Sub(time.Unix(0, h.last.Load())) < max(2*h.Params.Interval, 10*time.Second) {
 				continue
 			}
 			actx, acancel := context.WithTimeout(ctx, 5*time.Second)
-			if err := h.Store.WriteNodeTimestamp(actx, h.params.Name, now); err == nil {
+			if err := h.Store.WriteNodeTimestamp(actx, h.Params.Name, now); err == nil {
 				h.last.Store(now.UnixNano())
 			}
 			acancel()
@@ -223,8 +238,8 @@ func (h *heartbeat) keepAlive(ctx context.Context) (stop func()) {
 // self is what the node writes of itself with its heartbeat: version, pid,
 // start time and the host's resources (sampled at most every
 // ResourcesEvery; a part gopsutil cannot read is left zero, logged once).
-func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
-	res, err := h.host.Sample(ctx, now)
+func (h *Beat) Self(ctx context.Context, now time.Time) *queue.NodeSelf {
+	res, err := h.Host.Sample(ctx, now)
 	if err != nil {
 		if h.Notes.Set("resources", err.Error()) {
 			h.Log.Warn("cannot read all of the host's resources for the node document; writing what it could", zap.Error(err))
@@ -234,32 +249,42 @@ func (h *heartbeat) self(ctx context.Context, now time.Time) *queue.NodeSelf {
 	}
 	if res != nil {
 		// A copy: the sampler keeps res for its next calls.
-		withOffer, offer := *res, h.capacity.offer(res, h.held.Reserved())
+		withOffer, offer := *res, h.Capacity.Offer(res, h.Held.Reserved())
 		withOffer.Offer = &offer
 		res = &withOffer
 	}
-	self := &queue.NodeSelf{Version: h.params.Version, PID: h.pid, Started: h.started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.plugins}
-	self.Housekeeping = h.lastRound.Load()
+	self := &queue.NodeSelf{Version: h.Params.Version, PID: h.PID, Started: h.Started, Resources: res, QueuesLeftOut: h.leftOut, Plugins: h.Plugins}
+	self.Housekeeping = h.LastRound.Load()
 	return self
 }
 
 // writeLast writes the node document one last time, as the node stops,
 // with stopped: the node stopped cleanly (den node list tells it from a
 // dead one).
-func (h *heartbeat) writeLast() {
+func (h *Beat) WriteLast() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	now := h.Now()
-	self := h.self(ctx, now)
+	self := h.Self(ctx, now)
 	self.Stopped = now
-	if _, _, err := h.Store.WriteNodeDocument(ctx, h.params.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := h.Store.WriteNodeDocument(ctx, h.Params.Name, h.queues, self, now); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		h.Log.Warn("could not update the node document at shutdown", zap.Error(err))
 	}
 }
 
 // offer is what this node offers one task's request now, as its node
 // document says (resources.offer).
-func (h *heartbeat) offer(ctx context.Context) queue.Resources {
-	host, _ := h.host.Sample(ctx, h.Now()) // nil: the limit, or the machine's total
-	return h.capacity.offer(host, h.held.Reserved())
+func (h *Beat) Offer(ctx context.Context) queue.Resources {
+	host, _ := h.Host.Sample(ctx, h.Now()) // nil: the limit, or the machine's total
+	return h.Capacity.Offer(host, h.Held.Reserved())
+}
+
+// Load1 is the host's 1-minute load average as the heartbeat's sampler
+// last read it (0 when it cannot).
+func (h *Beat) Load1(ctx context.Context, now time.Time) float64 {
+	res, _ := h.Host.Sample(ctx, now)
+	if res == nil || len(res.Load) == 0 {
+		return 0
+	}
+	return res.Load[0]
 }
