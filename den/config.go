@@ -10,6 +10,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/claim"
+	"github.com/den-project/den/den/internal/heartbeat"
+	"github.com/den-project/den/den/internal/runners"
+
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -79,7 +84,7 @@ type Config struct {
 	Retry backoff.Policy
 	// Resources limits what the node gives tasks that carry
 	// requested_resources (zero: what the machine has).
-	Resources ResourceLimits
+	Resources claim.ResourceLimits
 	// DrainOnStop, when positive, makes a stopping node wait up to that
 	// long for the runners it started to finish, then stop the rest
 	// (SIGTERM to their groups; each records its task as stopped) and wait
@@ -114,7 +119,7 @@ type Config struct {
 	// free slot takes them at once. Default: a change stream on tasks,
 	// where the server has them; polling otherwise (the queues' counts
 	// every pass, and a probe every ProbeEvery).
-	Arrivals ArrivalSource
+	Arrivals claim.ArrivalSource
 	// Metrics are the node's Prometheus collectors; the caller makes them
 	// on a registry of its own and may set their CommandMonitor on the
 	// client of db. Default: collectors on a registry of their own, which
@@ -283,7 +288,7 @@ var settings = []Setting{
 	// 0: what the machine has (memory, cpus) or the default 60 (busy).
 	numberSetting("resources.memory_mb", "Resources.MemoryMB", func(c *Config) *float64 { return &c.Resources.MemoryMB }, 0, 1<<24, "MiB"), // 16 TiB
 	numberSetting("resources.cpus", "Resources.CPUs", func(c *Config) *float64 { return &c.Resources.CPUs }, 0, 8192, "cores"),             // Linux's largest NR_CPUS
-	numberSetting("resources.busy_core_percent", "Resources.BusyCorePercent", func(c *Config) *float64 { return &c.Resources.BusyCorePercent }, DefaultBusyCorePercent, 100, "percent"),
+	numberSetting("resources.busy_core_percent", "Resources.BusyCorePercent", func(c *Config) *float64 { return &c.Resources.BusyCorePercent }, claim.DefaultBusyCorePercent, 100, "percent"),
 	// 0 keeps everything (the default); anything else is at least
 	// queue.MinRetention and at most a century.
 	retentionSetting(queue.RetainSucceeded),
@@ -460,3 +465,30 @@ const (
 	DefaultRunnerIdle         = 10 * time.Second
 	DefaultRunnerMaxProcesses = 1024
 )
+
+// TestSignals tell a test what a node did as it does it (base.Signals).
+// A test sets Config.Signals and calls Init before the node starts;
+// production leaves Config.Signals nil, and signalling then costs a nil
+// check.
+type TestSignals = base.Signals
+
+// TaskEnd is a task's end as its runner reported it (base.TaskEnd).
+type TaskEnd = base.TaskEnd
+
+// RunnerCommand is how a node starts a task runner (runners.Command).
+type RunnerCommand = runners.Command
+
+// NodeQueuesMax is the most queues a node lists in its node document
+// (heartbeat.NodeQueuesMax).
+const NodeQueuesMax = heartbeat.NodeQueuesMax
+
+// ArrivalSource tells the node when a task is inserted, so that it
+// claims at once (claim.ArrivalSource).
+type ArrivalSource = claim.ArrivalSource
+
+// ResourceLimits bound what a node offers tasks that request resources
+// (claim.ResourceLimits).
+type ResourceLimits = claim.ResourceLimits
+
+// DefaultBusyCorePercent is ResourceLimits.BusyCorePercent's default.
+const DefaultBusyCorePercent = claim.DefaultBusyCorePercent

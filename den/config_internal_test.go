@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/claim"
+
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -32,7 +34,7 @@ func TestWithDefaults(t *testing.T) {
 		{"Runner.MaxTasks", got.Runner.MaxTasks, DefaultRunnerMaxTasks},
 		{"Runner.MaxProcesses", got.Runner.MaxProcesses, DefaultRunnerMaxProcesses},
 		{"MaxOutput", got.MaxOutput, int64(runner.DefaultMaxOutput)},
-		{"Resources.BusyCorePercent", got.Resources.BusyCorePercent, float64(DefaultBusyCorePercent)},
+		{"Resources.BusyCorePercent", got.Resources.BusyCorePercent, float64(claim.DefaultBusyCorePercent)},
 		{"Resources.MemoryMB", got.Resources.MemoryMB, 0.0}, // 0: the machine's
 		{"Retention.Keep", len(got.Retention.Keep), 0},      // 0: keep everything
 		{"SweepEvery", got.SweepEvery, DefaultSweepEvery},

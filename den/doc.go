@@ -16,7 +16,8 @@
 //     node.go: New (defaults and bounds, config.go) and wire (which
 //     makes the components, each with its params, and shows who calls
 //     whom), Run (start-up, the loop, shutdown) and Ready; common.go:
-//     the params structs, and Config's test hooks.
+//     the params of the loop's passes, and the aliases of the types
+//     Config takes from the packages beside it.
 //   - pass.go: passes, the loop's full pass and claim-only pass, with
 //     their deadline, the budget of housekeeping writes (chores), and how
 //     a failed pass is reported (an outage, or a document den cannot
@@ -42,12 +43,9 @@
 //     queue's oldest ready task has waited (a metric).
 //   - the node document is package internal/heartbeat; nodeplugins.go:
 //     the plugins it says it serves.
-//   - claim.go: claimer, claiming within the queues' and the node's
-//     limits, and pausing after runners fail to start; capacity.go: the
-//     resources it offers tasks that request some; malformed.go: what a
-//     claim takes that cannot be a task; arrivals.go: claiming at once
-//     when a task is inserted (change streams); ratelimit.go: a queue's
-//     rate limit, a start taken after each claim of its tasks.
+//   - the claimer is package internal/claim: the claims step
+//     (steps.go) hands it each pass's read, and probe.go's step asks it
+//     to probe for work no count tells of.
 //   - the pool of task runner processes is package internal/runners:
 //     the claimer hands it tasks, and it tells the claimer (Slots), the
 //     rescuer and the stats what its runners did.
@@ -63,7 +61,7 @@
 // runs. Ready (and ReadyNote) is what /readyz answers: it is read from the
 // loop's own progress, never from a command of its own.
 //
-// Subpackages: internal/runners (the pool of task runner processes),
+// Subpackages: internal/claim (the claimer), internal/runners (the pool of task runner processes),
 // internal/held (the tasks the node holds), internal/chore (the
 // housekeeping's budget of writes and pace),
 // internal/base (what every component is built on: its Env,

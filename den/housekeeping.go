@@ -66,7 +66,7 @@ func (ps *passes) roundStep(ctx context.Context, s namedStep, r *round) error {
 	if err != nil {
 		return err
 	}
-	ps.health.house.mark(s.name, ps.Now())
+	ps.health.house.Mark(s.name, ps.Now())
 	ps.Signals.NoteStepDone(s.name)
 	return nil
 }

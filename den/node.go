@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/claim"
+
 	"github.com/den-project/den/den/internal/heartbeat"
 	"github.com/den-project/den/den/internal/rescue"
 	"github.com/den-project/den/den/internal/retention"
@@ -49,7 +51,7 @@ type Node struct {
 
 	passes  *passes
 	beat    *heartbeat.Beat
-	claimer *claimer
+	claimer *claim.Claimer
 	sweeper *sweep.Sweeper
 	rescuer *rescue.Rescuer
 	pool    *runners.Pool
@@ -133,17 +135,16 @@ func thisProcess(now func() time.Time) (pid int, started time.Time) {
 // interfaces set here once.
 func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time.Time) {
 	cfg, e := &n.cfg, n.Env
-	hooks := testHooks{cfg: cfg}
 	read := &queuesRead{}
 	n.pool = runners.New(e, runners.Params{
 		Name: cfg.Name, URI: cfg.URI, Database: cfg.Database, DeadNodeAfter: cfg.DeadNodeAfter,
 		MaxTermination: cfg.MaxTermination, MaxOutput: cfg.MaxOutput, PluginConfig: cfg.PluginConfig, Runner: cfg.Runner,
 	}, rel, cgroup, pids, read)
-	n.claimer = newClaimer(e, claimerParams{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, hooks: hooks},
-		n.pool, cfg.Resources, &progress{})
+	n.claimer = claim.New(e, claim.Params{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Arrivals: cfg.Arrivals, BeforeHandOver: cfg.BeforeHandOver},
+		n.pool, cfg.Resources, &base.Progress{})
 	n.beat = &heartbeat.Beat{
 		Env: e, Params: heartbeat.Params{Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, Version: cfg.Version},
-		Held: n.claimer.held, Capacity: n.claimer.capacity, Others: n.claimer,
+		Held: n.claimer.Held, Capacity: n.claimer.Capacity, Others: n.claimer,
 		Host: &resources.Sampler{Every: cfg.ResourcesEvery}, PID: pid, Started: started, Plugins: servedPlugins(n.plugins, cfg.PluginConfig),
 	}
 	n.stats = &stats.Recorder{Env: e, Params: stats.Params{Name: cfg.Name}, Host: n.beat}
@@ -155,7 +156,7 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 	}
 	n.rescuer = &rescue.Rescuer{
 		Env: e, Params: rescue.Params{Name: cfg.Name, DeadNodeAfter: cfg.DeadNodeAfter, OrphanAge: cfg.OrphanAge, RescueEvery: cfg.RescueEvery},
-		Chores: chores, Pool: n.pool, Held: n.claimer.held, Queued: n.claimer,
+		Chores: chores, Pool: n.pool, Held: n.claimer.Held, Queued: n.claimer,
 	}
 	schedules := &schedule.Scheduler{Env: e, Params: schedule.Params{RefreshEvery: cfg.RefreshEvery}}
 	n.retention = &retention.Retention{
@@ -167,10 +168,10 @@ func (n *Node) wire(rel *relay.Relay, cgroup, pids string, pid int, started time
 			Name: cfg.Name, Interval: cfg.Interval, RefreshEvery: cfg.RefreshEvery, ClockEvery: cfg.ClockEvery, ProbeEvery: cfg.ProbeEvery,
 			ActiveQueues: cfg.ActiveQueues, IgnoreQueues: cfg.IgnoreQueues, GFS: cfg.GFS, PluginConfig: cfg.PluginConfig,
 		},
-		plugins: n.plugins, chores: chores, held: n.claimer.held, claimer: n.claimer, beat: n.beat, pool: n.pool,
+		plugins: n.plugins, chores: chores, held: n.claimer.Held, claimer: n.claimer, beat: n.beat, pool: n.pool,
 		views: make(chan passView, 1), lastQueues: read, probed: probeState{pace: chore.Pace{Share: probeShare}},
 	}
-	n.passes.health = &health{interval: cfg.Interval, clock: e.Clock, loop: n.claimer.progress, house: &progress{}}
+	n.passes.health = &health{interval: cfg.Interval, clock: e.Clock, loop: n.claimer.Progress, house: &base.Progress{}}
 	n.passes.passSteps = fullPassSteps(n.passes, n.sweeper)
 	n.passes.roundSteps = houseSteps(n.passes, n.rescuer, n.sweeper, n.stats, schedules, n.retention)
 	n.pool.Slots = n.claimer
@@ -231,7 +232,7 @@ func (n *Node) Run(ctx context.Context) error {
 	defer func() { stopHouse(); <-housed }()
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	waitWatch := n.claimer.watchArrivals(wctx)
+	waitWatch := n.claimer.WatchArrivals(wctx)
 	defer func() { stopWatch(); waitWatch() }()
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -250,7 +251,7 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-t.C:
 			n.passes.full(ctx)
 			t.Reset(n.cfg.Interval)
-		case <-n.claimer.woken():
+		case <-n.claimer.Woken():
 			n.passes.claimOnly(ctx) // a slot is free: claim now
 		}
 	}

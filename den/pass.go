@@ -2,8 +2,11 @@ package den
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/den-project/den/den/internal/claim"
 
 	"github.com/den-project/den/den/internal/heartbeat"
 
@@ -21,6 +24,18 @@ import (
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )
+
+// passesParams is what the loop's passes read of the configuration.
+type passesParams struct {
+	Name                     string
+	Interval                 time.Duration
+	RefreshEvery, ClockEvery time.Duration
+	ProbeEvery               time.Duration
+	ActiveQueues             []string
+	IgnoreQueues             []string
+	GFS                      string
+	PluginConfig             map[string]json.RawMessage
+}
 
 // passes are the loop's passes, and its housekeeping. A full pass, every
 // interval, reads the queues (and which of them this node serves), writes
@@ -43,7 +58,7 @@ type passes struct {
 	// step); beat writes the node document; pool's idle runners retire
 	// at each full pass. The other components are called on by the steps
 	// that need them (fullPassSteps, houseSteps), not by the passes.
-	claimer *claimer
+	claimer *claim.Claimer
 	beat    *heartbeat.Beat
 	pool    *runners.Pool
 	// held is what this node holds (the claimer's): a pass reads it from
@@ -118,7 +133,7 @@ func (ps *passes) full(ctx context.Context) {
 	now := ps.Now()
 	ps.health.lastPassOK.Store(now.UnixNano())
 	ps.health.lastPassTook.Store(int64(now.Sub(started)))
-	ps.health.loop.mark("full pass", now)
+	ps.health.loop.Mark("full pass", now)
 	ps.Signals.NotePassDone(started)
 	ps.health.outage.Store(nil)
 	ps.Metrics.Outage.Set(0)
@@ -136,10 +151,10 @@ func (ps *passes) full(ctx context.Context) {
 // pass can.
 func (ps *passes) claimOnly(ctx context.Context) {
 	stopped, slow, err := ps.timed(ctx, "claim", func(ctx context.Context) error {
-		if ps.claimer.paused() {
+		if ps.claimer.Paused() {
 			return nil
 		}
-		return ps.claimer.claim(ctx)
+		return ps.claimer.Claim(ctx)
 	})
 	if !stopped && !slow && err != nil {
 		ps.setOutage(err)

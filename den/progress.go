@@ -5,36 +5,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/den-project/den/den/internal/base"
+
 	"github.com/den-project/den/queue"
 )
-
-// progress is when a loop (the claims' or the housekeeping's) last
-// completed a step, and which: what /readyz goes by to tell a loop that
-// works, however slowly, from one that is stuck. Any goroutine may read
-// it; its loop marks it.
-type progress struct {
-	last atomic.Pointer[progressMark]
-}
-
-type progressMark struct {
-	at   time.Time
-	step string
-}
-
-// mark notes that step was completed at now.
-func (p *progress) mark(step string, now time.Time) {
-	p.last.Store(&progressMark{at: now, step: step})
-}
-
-// since is how long ago the last step was completed, and which; ok false
-// before the first mark.
-func (p *progress) since(now time.Time) (age time.Duration, step string, ok bool) {
-	m := p.last.Load()
-	if m == nil {
-		return 0, "", false
-	}
-	return now.Sub(m.at), m.step, true
-}
 
 // stuckAfter is how long the loop may go without completing a step
 // before /readyz calls it stuck: 30 intervals, and at least the pass's
@@ -83,7 +57,7 @@ type health struct {
 	// last round failed (nil: it did not). The times of its last completed
 	// round go to the heartbeat (heartbeat.lastRound), which the node
 	// document carries.
-	loop, house  *progress
+	loop, house  *base.Progress
 	roundStarted atomic.Int64
 	houseStep    atomic.Pointer[string]
 	houseProblem atomic.Pointer[string]
@@ -105,7 +79,7 @@ func (h *health) report() (string, error) {
 	} else {
 		lastPass = "no full pass has completed yet"
 	}
-	age, step, ok := h.loop.since(now)
+	age, step, ok := h.loop.Since(now)
 	if !ok {
 		age, step = now.Sub(time.Unix(0, h.runningSince.Load())), "start"
 	}
@@ -144,7 +118,7 @@ func (h *health) report() (string, error) {
 // when nothing is.
 func (h *health) houseNote(now time.Time, bound time.Duration) string {
 	if started := h.roundStarted.Load(); started != 0 {
-		age, _, ok := h.house.since(now)
+		age, _, ok := h.house.Since(now)
 		if round := now.Sub(time.Unix(0, started)); !ok || round < age {
 			age = round
 		}

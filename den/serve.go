@@ -40,9 +40,9 @@ func (ps *passes) effective(shared queue.SharedConfig) (queueFilter, string) {
 func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Queue {
 	served := make([]bool, len(queues))
 	seen := map[string]bool{}
-	logged, more := 0, 0 // new problems logged this pass, and past malformedLogged
+	logged, more := 0, 0 // new problems logged this pass, and past malformedQueuesLogged
 	warn := func(msg string, fields ...zap.Field) {
-		if logged >= malformedLogged {
+		if logged >= malformedQueuesLogged {
 			more++
 			return
 		}
@@ -85,7 +85,7 @@ func (ps *passes) serveable(queues []queue.Queue, filter queueFilter) []queue.Qu
 		ps.Log.Warn("more queues with a bad maxthreads or a plugin this node does not run (each logged once; den queue list shows them)", zap.Int("queues", more))
 	}
 	if cleared := ps.Notes.Keep("queue-", seen); len(cleared) > 0 {
-		ps.Log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+		ps.Log.Info("queue problems cleared", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedQueuesLogged)))
 	}
 	return servedFirst(queues, served)
 }
@@ -131,16 +131,16 @@ func (ps *passes) noteMalformedQueues(malformed []queue.MalformedQueue) {
 		if ps.Notes.Set(key, b.Reason.Error()) {
 			fresh++
 			ps.Metrics.Malformed.WithLabelValues("queues", "skipped").Inc()
-			if fresh <= malformedLogged {
+			if fresh <= malformedQueuesLogged {
 				ps.Log.Warn("queue document skipped", zap.String("queue_id", metrics.Label(fmt.Sprint(b.ID))), zap.Error(b.Reason))
 			}
 		}
 	}
-	if fresh > malformedLogged {
-		ps.Log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedLogged))
+	if fresh > malformedQueuesLogged {
+		ps.Log.Warn("queue documents skipped", zap.Int("count", fresh), zap.Int("named_above", malformedQueuesLogged))
 	}
 	if cleared := ps.Notes.Keep("malformed-queue:", seen); len(cleared) > 0 {
-		ps.Log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedLogged)))
+		ps.Log.Info("queue documents no longer malformed or gone", zap.Int("count", len(cleared)), zap.Strings("first", firstLabels(cleared, malformedQueuesLogged)))
 	}
 }
 
@@ -152,3 +152,7 @@ func firstLabels(keys []string, max int) []string {
 	}
 	return out
 }
+
+// malformedQueuesLogged is how many malformed queues a pass names, one
+// warning each; the rest are counted in one line.
+const malformedQueuesLogged = 10

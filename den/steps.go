@@ -137,7 +137,7 @@ func (s readQueues) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.queues, p.serve, p.byID = queues, serve, byID
-	ps.health.loop.mark("queues", ps.Now())
+	ps.health.loop.Mark("queues", ps.Now())
 	if full {
 		ps.lastQueues.Store(&byID)
 	}
@@ -169,7 +169,7 @@ func (s readHeld) do(ctx context.Context, p *fullPass) error {
 	p.held = held
 	ps.held.Read(held, sent, p.byID.Request)
 	ps.heldRead = true
-	ps.health.loop.mark("held tasks", ps.Now())
+	ps.health.loop.Mark("held tasks", ps.Now())
 	return nil
 }
 
@@ -183,14 +183,14 @@ type countRunning struct {
 
 func (s countRunning) due(p *fullPass) bool {
 	if s.beforeClaims {
-		return s.ps.claimer.pass.running == nil || s.ps.claimer.globalInPlay(p.serve)
+		return s.ps.claimer.NeedsCount(p.serve)
 	}
 	return !p.counted
 }
 
 func (s countRunning) do(ctx context.Context, p *fullPass) error {
 	p.counted = true
-	return s.ps.claimer.countRunning(ctx, p.serve, p.at)
+	return s.ps.claimer.CountRunning(ctx, p.serve, p.at)
 }
 
 // writeNodeDocument writes the node document (the heartbeat), every
@@ -206,7 +206,7 @@ func (s writeNodeDocument) do(ctx context.Context, p *fullPass) error {
 		return err
 	}
 	p.limit = limit
-	ps.health.loop.mark("node document", ps.Now())
+	ps.health.loop.Mark("node document", ps.Now())
 	if problem != "" {
 		if ps.Notes.Set("node-maxthreads", problem) {
 			ps.Log.Warn("node document: " + problem)
@@ -224,18 +224,7 @@ type claims struct{ ps *passes }
 func (claims) due(*fullPass) bool { return true }
 
 func (s claims) do(ctx context.Context, p *fullPass) error {
-	cl := s.ps.claimer
-	cl.settle(ctx)
-	cl.newPass()
-	cl.readPass(p.serve, p.limit, p.gfs, p.byID)
-	if err := cl.recheckRates(ctx, p.at); err != nil {
-		return err
-	}
-	cl.prio.due = true
-	if cl.paused() {
-		return nil
-	}
-	return cl.claim(ctx)
+	return s.ps.claimer.ClaimPass(ctx, p.serve, p.limit, p.gfs, p.byID, p.at)
 }
 
 // cancelHeld carries out the cancellations of the tasks this node holds
@@ -267,6 +256,6 @@ func (handOver) due(*fullPass) bool { return true }
 func (s handOver) do(_ context.Context, p *fullPass) error {
 	ps := s.ps
 	b := &ps.book
-	ps.handOver(passView{at: p.at, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.pass.running, measure: ps.claimer.withWork()})
+	ps.handOver(passView{at: p.at, queues: b.full, serve: b.full[:b.served:b.served], byID: b.fullIndex, read: b.fullAt, running: ps.claimer.Running(), measure: ps.claimer.WithWork()})
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/den/internal/claim"
+
 	"github.com/den-project/den/den/internal/chore"
 	"github.com/den-project/den/den/internal/held"
 
@@ -58,37 +60,27 @@ func TestFullPassStepsAreDueWhenTheirTimeHasCome(t *testing.T) {
 			func(ps *passes, _ *fullPass) { ps.held.Claimed(bson.NewObjectID(), global.ID, queue.Resources{}) }, true},
 		{"counts before the claims: never counted", func(ps *passes) step[fullPass] { return countRunning{ps, true} },
 			func(*passes, *fullPass) {}, true},
-		{"counts before the claims: no queue-wide limit", func(ps *passes) step[fullPass] { return countRunning{ps, true} },
-			func(ps *passes, p *fullPass) {
-				ps.claimer.pass.running = queue.Running{}
-				p.serve = []queue.Queue{{ID: bson.NewObjectID()}}
-			}, false},
-		{"counts before the claims: a queue-wide limit in play", func(ps *passes) step[fullPass] { return countRunning{ps, true} },
-			func(ps *passes, p *fullPass) {
-				ps.claimer.pass.running = queue.Running{}
-				p.serve = []queue.Queue{global}
-			}, true},
 		{"counts after the claims: counted before", func(ps *passes) step[fullPass] { return countRunning{ps, false} },
 			func(_ *passes, p *fullPass) { p.counted = true }, false},
 		{"counts after the claims: not counted before", func(ps *passes) step[fullPass] { return countRunning{ps, false} },
 			func(*passes, *fullPass) {}, true},
 		{"probe 0.9s after the last", func(ps *passes) step[fullPass] { return probe{ps} },
 			func(ps *passes, _ *fullPass) {
-				ps.claimer.pass.ready, ps.probed.last = true, now.Add(-900*time.Millisecond)
+				ps.claimer.ReadPass(nil, nil, "", nil)
+				ps.probed.last = now.Add(-900 * time.Millisecond)
 			}, false},
 		{"probe a pass after the last", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { ps.claimer.pass.ready, ps.probed.last = true, now.Add(-time.Second) }, true},
+			func(ps *passes, _ *fullPass) {
+				ps.claimer.ReadPass(nil, nil, "", nil)
+				ps.probed.last = now.Add(-time.Second)
+			}, true},
 		{"probe before the claims have read the queues", func(ps *passes) step[fullPass] { return probe{ps} },
 			func(ps *passes, _ *fullPass) {}, false},
-		{"probe while claims are paused", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) {
-				ps.claimer.pass.ready, ps.claimer.pause.until = true, now.Add(time.Second)
-			}, false},
 		{"probe while the node is full", func(ps *passes) step[fullPass] { return probe{ps} },
-			func(ps *passes, _ *fullPass) { zero := 0; ps.claimer.pass.ready, ps.claimer.pass.limit = true, &zero }, false},
+			func(ps *passes, _ *fullPass) { zero := 0; ps.claimer.ReadPass(nil, &zero, "", nil) }, false},
 		{"probe put off by its share of the database's time", func(ps *passes) step[fullPass] { return probe{ps} },
 			func(ps *passes, _ *fullPass) {
-				ps.claimer.pass.ready = true
+				ps.claimer.ReadPass(nil, nil, "", nil)
 				ps.probed.pace.Ran(time.Now().Add(-time.Second)) // a probe that took 1 s
 			}, false},
 		{"live output: held not read", func(ps *passes) step[fullPass] { return askLive{ps.pool} },
@@ -146,10 +138,10 @@ func TestFullPassStepsOrder(t *testing.T) {
 // that has read nothing yet.
 func stepsNode(now time.Time) *passes {
 	e := &base.Env{Clock: queue.NewClock(func() time.Time { return now })}
-	cl := &claimer{Env: e, held: held.New()}
+	cl := &claim.Claimer{Env: e, Held: held.New()}
 	return &passes{
 		Env:     e,
 		params:  passesParams{ClockEvery: DefaultClockEvery, RefreshEvery: DefaultRefreshEvery, ProbeEvery: DefaultProbeEvery},
-		claimer: cl, held: cl.held, probed: probeState{pace: chore.Pace{Share: probeShare}},
+		claimer: cl, held: cl.Held, probed: probeState{pace: chore.Pace{Share: probeShare}},
 	}
 }

@@ -1,4 +1,4 @@
-package den
+package claim
 
 import (
 	"context"

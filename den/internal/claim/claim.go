@@ -1,4 +1,4 @@
-package den
+package claim
 
 import (
 	"cmp"
@@ -20,6 +20,17 @@ import (
 	"github.com/den-project/den/queue"
 )
 
+// Params is what the claimer reads of the configuration.
+type Params struct {
+	Name         string
+	Interval     time.Duration
+	RefreshEvery time.Duration
+	Arrivals     ArrivalSource
+	// BeforeHandOver, when set, is called with each task claimed, before
+	// it is handed to a runner (den.Config.BeforeHandOver; tests only).
+	BeforeHandOver func(task bson.ObjectID)
+}
+
 // claimer claims queued tasks for the node, within the queues' and the
 // node's limits and what the node has free for tasks that request
 // resources, and hands each to the pool. It keeps what the node holds
@@ -30,15 +41,15 @@ import (
 // What it knows of the queues is what the last full pass read: the queues
 // this node serves, its node-wide limit and output mode, and the claimed
 // and running counts of all nodes. Only the loop's goroutine claims.
-type claimer struct {
+type Claimer struct {
 	*base.Env
-	params claimerParams
+	params Params
 	// pool start the tasks it claims.
-	pool taskStarter
+	pool Starter
 	// held is what this node holds (its claimed and running tasks), and
 	// capacity what it has for tasks that request resources.
-	held     *held.Tasks
-	capacity *capacity
+	Held     *held.Tasks
+	Capacity *Capacity
 
 	// pass is what the last full pass read that claims go by (readPass).
 	pass passRead
@@ -81,7 +92,7 @@ type claimer struct {
 	unsettled unsettled
 
 	// progress is marked as each claim is answered (Ready).
-	progress *progress
+	Progress *base.Progress
 }
 
 // passRead is what the last full pass read that claims go by: ready is
@@ -153,7 +164,7 @@ func (u *unsettled) take() ([]lostClaim, map[bson.ObjectID]string) {
 // settle tries again to put right the claims that are unsettled: a claim
 // that may have landed is put back by its mtime, a claimed task by its id.
 // What fails again stays for the next round.
-func (cl *claimer) settle(ctx context.Context) {
+func (cl *Claimer) settle(ctx context.Context) {
 	lost, back := cl.unsettled.take()
 	if len(lost) == 0 && len(back) == 0 {
 		return
@@ -182,15 +193,15 @@ func (cl *claimer) settle(ctx context.Context) {
 }
 
 // taskStarter starts the task a claim took in a runner (the pool).
-type taskStarter interface {
+type Starter interface {
 	Start(q queue.Queue, taskID bson.ObjectID, gfs string) error
 }
 
-func newClaimer(e *base.Env, params claimerParams, pool taskStarter, limits ResourceLimits, p *progress) *claimer {
-	return &claimer{
-		Env: e, params: params, pool: pool, held: held.New(), capacity: &capacity{limits: limits},
+func New(e *base.Env, params Params, pool Starter, limits ResourceLimits, p *base.Progress) *Claimer {
+	return &Claimer{
+		Env: e, params: params, pool: pool, Held: held.New(), Capacity: &Capacity{limits: limits},
 		empty: map[bson.ObjectID]counts{}, seen: map[bson.ObjectID]bool{}, aside: map[bson.ObjectID]bool{},
-		rateWait: map[bson.ObjectID]time.Time{}, wake: make(chan struct{}, 1), progress: p,
+		rateWait: map[bson.ObjectID]time.Time{}, wake: make(chan struct{}, 1), Progress: p,
 	}
 }
 
@@ -210,7 +221,7 @@ func countsOf(q queue.Queue) counts {
 
 // claimable reports whether a claim in q may find something: it was not
 // found empty since its counts last changed.
-func (cl *claimer) claimable(q queue.Queue) bool {
+func (cl *Claimer) claimable(q queue.Queue) bool {
 	c, marked := cl.empty[q.ID]
 	return !marked || c != countsOf(q)
 }
@@ -219,7 +230,7 @@ func (cl *claimer) claimable(q queue.Queue) bool {
 // limit (per node for maxthreads, across nodes for threads) minus what runs:
 // this node's own tasks as it holds them (exact between passes), and for
 // threads also the other nodes' as the last count saw them.
-func (cl *claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
+func (cl *Claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 	if q.Global {
 		return q.MaxThreads - cl.OthersRunning(q.ID) - holds[q.ID]
 	}
@@ -241,7 +252,7 @@ func (cl *claimer) free(q queue.Queue, holds map[bson.ObjectID]int) int {
 // Under a node limit that leaves fewer free slots than queues with work,
 // it claims queue by queue, the first queue rotating from pass to pass, so
 // that no queue starves the others.
-func (cl *claimer) claim(ctx context.Context) error {
+func (cl *Claimer) Claim(ctx context.Context) error {
 	if !cl.pass.ready || len(cl.pass.serve) == 0 {
 		return nil
 	}
@@ -252,8 +263,8 @@ func (cl *claimer) claim(ctx context.Context) error {
 	// whose own request does not fit waits this pass. The probe asks the
 	// same (probe.go), so that a task that does not fit does not make its
 	// queue look claimable again and again.
-	holds, total := cl.held.Counts()
-	r := &claimRound{holds: holds, total: total, limit: cl.pass.limit, fit: cl.freeToFit()}
+	holds, total := cl.Held.Counts()
+	r := &claimRound{holds: holds, total: total, limit: cl.pass.limit, fit: cl.FreeToFit()}
 	defer func() { r.malformed.report(cl.Log) }()
 	// work are the queues to claim from; later those set aside, claimed
 	// from after them.
@@ -353,7 +364,7 @@ func claimWay(nodeFree, queues int) int {
 
 // claimAlone claims from each of qs on its own, the first rotating from
 // round to round; it reports whether the node may claim more.
-func (cl *claimer) claimAlone(ctx context.Context, r *claimRound, qs []queue.Queue) (bool, error) {
+func (cl *Claimer) claimAlone(ctx context.Context, r *claimRound, qs []queue.Queue) (bool, error) {
 	if len(qs) == 0 {
 		return true, nil
 	}
@@ -374,7 +385,7 @@ func (cl *claimer) claimAlone(ctx context.Context, r *claimRound, qs []queue.Que
 // claimGrouped claims from the queues of work a group at a time
 // (claimGroups), up to queue.MaxClaimQueues queues a claim; it reports
 // whether the node may claim more.
-func (cl *claimer) claimGrouped(ctx context.Context, r *claimRound, work []queue.Queue) (bool, error) {
+func (cl *Claimer) claimGrouped(ctx context.Context, r *claimRound, work []queue.Queue) (bool, error) {
 	for _, group := range cl.claimGroups(work) {
 		for len(group) > 0 {
 			chunk := group[:min(len(group), queue.MaxClaimQueues)]
@@ -400,14 +411,14 @@ func (cl *claimer) claimGrouped(ctx context.Context, r *claimRound, work []queue
 // malformedSpent reports whether claim round r has taken as many
 // documents that cannot be tasks out of the way as a round may, or this
 // pass spent as long on them.
-func (cl *claimer) malformedSpent(r *claimRound) bool {
+func (cl *Claimer) malformedSpent(r *claimRound) bool {
 	m := r.malformed
 	return m.failed+m.skipped >= malformedPerPass || (!cl.malformedSince.IsZero() && time.Since(cl.malformedSince) > malformedTime)
 }
 
 // newPass starts a full pass: the time its claims may spend on documents
 // that cannot be tasks starts again.
-func (cl *claimer) newPass() { cl.malformedSince = time.Time{} }
+func (cl *Claimer) newPass() { cl.malformedSince = time.Time{} }
 
 // sortIndex orders the claim's sort orders as claims take them among
 // queues of one request size: fifo, lifo, default.
@@ -430,7 +441,7 @@ func sortIndex(q queue.Queue) int {
 // Queues without a request come last, so with no requests this is one
 // group per sort order, the claims as before. A task's own request cannot
 // be ordered by: the claim's index does not hold it.
-func (cl *claimer) claimGroups(work []queue.Queue) [][]queue.Queue {
+func (cl *Claimer) claimGroups(work []queue.Queue) [][]queue.Queue {
 	type key struct {
 		req  queue.Resources
 		sort int
@@ -449,7 +460,7 @@ func (cl *claimer) claimGroups(work []queue.Queue) [][]queue.Queue {
 		groups[k] = append(groups[k], q)
 	}
 	if requests {
-		total := cl.capacity.total()
+		total := cl.Capacity.total()
 		size := func(r queue.Resources) float64 {
 			return max(share(r.MemoryMB, total.MemoryMB), share(r.CPUs, total.CPUs))
 		}
@@ -485,7 +496,7 @@ func share(part, whole float64) float64 {
 // claimFrom claims from the given queues (one sort order) within round r
 // until they are empty or full, and reports whether the node may claim
 // more.
-func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queue) (bool, error) {
+func (cl *Claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queue) (bool, error) {
 	byID := make(map[bson.ObjectID]queue.Queue, len(qs))
 	ids := make([]bson.ObjectID, 0, len(qs))
 	for _, q := range qs {
@@ -502,7 +513,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 		if err != nil {
 			return false, err
 		}
-		cl.progress.mark("claims", cl.Now())
+		cl.Progress.Mark("claims", cl.Now())
 		if !ok {
 			for _, id := range ids {
 				if q := byID[id]; cl.claimable(q) {
@@ -538,7 +549,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 		}
 		delete(cl.aside, q.ID)
 		req := queue.Requested(c.Requested, q)
-		cl.held.Claimed(c.ID, q.ID, req)
+		cl.Held.Claimed(c.ID, q.ID, req)
 		if c.Unfit != "" {
 			cl.clearUnfit(ctx, c.ID, c.Unfit)
 		}
@@ -556,7 +567,9 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 			continue
 		}
 		cl.Signals.NoteClaimed(c.ID)
-		cl.params.hooks.beforeHandOver(c.ID)
+		if cl.params.BeforeHandOver != nil {
+			cl.params.BeforeHandOver(c.ID)
+		}
 		if ctx.Err() != nil {
 			// Shutting down between claim and hand-over: put it back.
 			cl.release(c.ID, "node stopping")
@@ -583,7 +596,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 // limit, then the queue's rate limit, whose start it takes. A task that
 // may not start is put back, and false returned: its queue is not claimed
 // from again this round.
-func (cl *claimer) mayStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
+func (cl *Claimer) mayStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
 	if q.Global {
 		over, err := cl.overQueueLimit(ctx, q)
 		if err != nil || over {
@@ -606,7 +619,7 @@ func (cl *claimer) mayStart(ctx context.Context, q queue.Queue, id bson.ObjectID
 // so two nodes can both claim the last slot; but the later of two checks
 // sees both claims, so at least one of them gives its claim back and the
 // limit holds among den nodes.
-func (cl *claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) {
+func (cl *Claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	count, err := cl.Store.RunningInQueue(cctx, q.ID)
@@ -618,7 +631,7 @@ func (cl *claimer) overQueueLimit(ctx context.Context, q queue.Queue) (bool, err
 // claimed that nobody knows about. If the claim's reply is lost, the claim
 // may still have landed: the task is then put back, recognised by the
 // claim's own mtime.
-func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string, prio bool, free queue.Resources) (queue.Claimed, bool, error) {
+func (cl *Claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort string, prio bool, free queue.Resources) (queue.Claimed, bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	at := cl.Now().Truncate(time.Millisecond)
@@ -641,7 +654,7 @@ func (cl *claimer) claimOne(ctx context.Context, ids []bson.ObjectID, sort strin
 
 // release puts a claimed task back in its queue. If MongoDB does not
 // answer, the task stays held and the next claim rounds try again.
-func (cl *claimer) release(id bson.ObjectID, why string) {
+func (cl *Claimer) release(id bson.ObjectID, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !cl.putBack(ctx, id, why) {
@@ -651,7 +664,7 @@ func (cl *claimer) release(id bson.ObjectID, why string) {
 
 // putBackLater keeps a claimed task that could not be put back for the
 // next passes to put back.
-func (cl *claimer) PutBackLater(id bson.ObjectID, why string) {
+func (cl *Claimer) PutBackLater(id bson.ObjectID, why string) {
 	cl.unsettled.addBack(id, why)
 	if cl.Notes.Set("unsettled", "") {
 		cl.Log.Warn("cannot put a claimed task back; trying again each claim round until MongoDB answers", zap.String("task_id", id.Hex()), zap.String("why", why))
@@ -660,12 +673,12 @@ func (cl *claimer) PutBackLater(id bson.ObjectID, why string) {
 
 // putBack puts a claimed task back in its queue, and lets it go; false
 // when MongoDB did not answer.
-func (cl *claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bool {
+func (cl *Claimer) putBack(ctx context.Context, id bson.ObjectID, why string) bool {
 	ok, err := cl.Store.Release(ctx, id, cl.params.Name, cl.Now())
 	if err != nil {
 		return false
 	}
-	cl.held.Done(id, cl.Now())
+	cl.Held.Done(id, cl.Now())
 	switch {
 	case ok && why == rateLimited:
 		// The normal course of a rate-limited queue, up to once a
@@ -686,7 +699,7 @@ func queueFits(q queue.Queue, free queue.Resources) bool {
 // clearUnfit removes the unfit note of a task this node has just claimed:
 // it fits here after all. A failure is left to the sweep, which removes
 // the notes of claimed and running tasks.
-func (cl *claimer) clearUnfit(ctx context.Context, id bson.ObjectID, was string) {
+func (cl *Claimer) clearUnfit(ctx context.Context, id bson.ObjectID, was string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if _, err := cl.Store.SetUnfit(cctx, id, was, ""); err != nil {
@@ -697,7 +710,7 @@ func (cl *claimer) clearUnfit(ctx context.Context, id bson.ObjectID, was string)
 // globalInPlay reports whether a served queue with a queue-wide threads
 // limit may have work: claims in it then need every node's running count
 // fresh each pass.
-func (cl *claimer) globalInPlay(serve []queue.Queue) bool {
+func (cl *Claimer) globalInPlay(serve []queue.Queue) bool {
 	for _, q := range serve {
 		if q.Global && cl.claimable(q) {
 			return true
@@ -710,7 +723,7 @@ func (cl *claimer) globalInPlay(serve []queue.Queue) bool {
 // every queue (tasks_doing in the node document), every RefreshEvery, and every
 // pass while a queue-wide threads limit is in play: claims in such a queue
 // need the other nodes' counts fresh.
-func (cl *claimer) countRunning(ctx context.Context, serve []queue.Queue, now time.Time) error {
+func (cl *Claimer) CountRunning(ctx context.Context, serve []queue.Queue, now time.Time) error {
 	if cl.pass.running == nil || now.Sub(cl.pass.runningAt) >= cl.params.RefreshEvery || cl.globalInPlay(serve) {
 		running, err := cl.Store.RunningAll(ctx)
 		if err != nil {
@@ -723,7 +736,7 @@ func (cl *claimer) countRunning(ctx context.Context, serve []queue.Queue, now ti
 
 // othersRunning is how many tasks of queue q the other nodes held when
 // they were last counted.
-func (cl *claimer) OthersRunning(q bson.ObjectID) int {
+func (cl *Claimer) OthersRunning(q bson.ObjectID) int {
 	return max(cl.pass.running.Queue(q)-cl.pass.running.Node(q, cl.params.Name), 0)
 }
 
@@ -738,7 +751,7 @@ func (cl *claimer) OthersRunning(q bson.ObjectID) int {
 // rest (tasks inserted without raising the counts, start_after times that
 // came) with one query: thousands of idle queues cost no claims. Queues
 // that are gone (byID holds those read) are forgotten.
-func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queue.ByID) {
+func (cl *Claimer) ReadPass(serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queue.ByID) {
 	cl.pass.ready, cl.pass.serve, cl.pass.limit, cl.pass.gfs = true, serve, limit, gfs
 	for _, q := range serve {
 		c := countsOf(q)
@@ -771,7 +784,7 @@ func (cl *claimer) readPass(serve []queue.Queue, limit queue.NodeLimit, gfs stri
 // withWork are the served queues with tasks to do by their counts that
 // claims did not find empty: those whose oldest ready task the
 // housekeeping measures (oldestMeter).
-func (cl *claimer) withWork() []queue.Queue {
+func (cl *Claimer) WithWork() []queue.Queue {
 	var out []queue.Queue
 	for _, q := range cl.pass.serve {
 		if q.CountTodo != nil && *q.CountTodo > 0 && cl.claimable(q) {
@@ -782,9 +795,9 @@ func (cl *claimer) withWork() []queue.Queue {
 }
 
 // woken is signalled when the claimer should claim at once.
-func (cl *claimer) woken() <-chan struct{} { return cl.wake }
+func (cl *Claimer) Woken() <-chan struct{} { return cl.wake }
 
-func (cl *claimer) WakeUp() {
+func (cl *Claimer) WakeUp() {
 	select {
 	case cl.wake <- struct{}{}:
 	default:
@@ -793,14 +806,14 @@ func (cl *claimer) WakeUp() {
 
 // letGo frees the slot of a task whose runner is done with it, or whose
 // claim was put back, and claims again at once.
-func (cl *claimer) LetGo(id bson.ObjectID) {
-	cl.held.Done(id, cl.Now())
+func (cl *Claimer) LetGo(id bson.ObjectID) {
+	cl.Held.Done(id, cl.Now())
 	cl.WakeUp()
 }
 
 // runnerStarted ends the pause after runners that failed to start their
 // task.
-func (cl *claimer) RunnerStarted() {
+func (cl *Claimer) RunnerStarted() {
 	cl.pause.failures.Store(0)
 	if cl.Notes.Clear("runner-start") {
 		cl.Log.Info("task runners start tasks again")
@@ -811,7 +824,7 @@ func (cl *claimer) RunnerStarted() {
 // its task, with a backoff that grows with each such runner in a row, so
 // that a broken runner setup (bad credentials, a missing binary) does not
 // spin.
-func (cl *claimer) RunnerStartFailed(taskID bson.ObjectID, exit string) {
+func (cl *Claimer) RunnerStartFailed(taskID bson.ObjectID, exit string) {
 	failures := cl.pause.failures.Add(1)
 	pause := min(time.Duration(1<<min(failures, 10))*100*time.Millisecond, time.Minute)
 	cl.pauseClaims(pause)
@@ -821,7 +834,7 @@ func (cl *claimer) RunnerStartFailed(taskID bson.ObjectID, exit string) {
 	}
 }
 
-func (cl *claimer) pauseClaims(d time.Duration) {
+func (cl *Claimer) pauseClaims(d time.Duration) {
 	cl.pause.mu.Lock()
 	defer cl.pause.mu.Unlock()
 	if until := cl.Now().Add(d); until.After(cl.pause.until) {
@@ -830,8 +843,43 @@ func (cl *claimer) pauseClaims(d time.Duration) {
 }
 
 // paused reports whether claiming is paused after runners failed to start.
-func (cl *claimer) paused() bool {
+func (cl *Claimer) Paused() bool {
 	cl.pause.mu.Lock()
 	defer cl.pause.mu.Unlock()
 	return cl.Now().Before(cl.pause.until)
+}
+
+// ClaimPass gives the claimer what a full pass read (the served queues,
+// the node's limit, the GridFS mode, every queue by _id, at at) and
+// claims, unless claims are paused: it first settles the claims it could
+// not put right before, and rechecks the queues' rate limits.
+func (cl *Claimer) ClaimPass(ctx context.Context, serve []queue.Queue, limit queue.NodeLimit, gfs string, byID queue.ByID, at time.Time) error {
+	cl.settle(ctx)
+	cl.newPass()
+	cl.ReadPass(serve, limit, gfs, byID)
+	if err := cl.recheckRates(ctx, at); err != nil {
+		return err
+	}
+	cl.prio.due = true
+	if cl.Paused() {
+		return nil
+	}
+	return cl.Claim(ctx)
+}
+
+// NeedsCount reports whether every node's claimed and running tasks must
+// be counted before the claims of a pass that serves serve: when no count
+// was made yet, or a queue-wide threads limit is in play.
+func (cl *Claimer) NeedsCount(serve []queue.Queue) bool {
+	return cl.pass.running == nil || cl.globalInPlay(serve)
+}
+
+// Running is every node's claimed and running tasks as last counted (nil
+// before the first count).
+func (cl *Claimer) Running() queue.Running { return cl.pass.running }
+
+// MayProbe reports whether the probe may look for work now: the claims
+// have read a pass's queues, are not paused, and the node has a free slot.
+func (cl *Claimer) MayProbe() bool {
+	return cl.pass.ready && !cl.Paused() && cl.nodeFree()
 }

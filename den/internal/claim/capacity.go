@@ -1,4 +1,4 @@
-package den
+package claim
 
 import (
 	"cmp"
@@ -32,7 +32,7 @@ const DefaultBusyCorePercent = 60
 // has free now (available memory, cores under the busy threshold). A task
 // using more than it requested thus shows in what the machine has free; a
 // task using less keeps its request reserved.
-type capacity struct {
+type Capacity struct {
 	limits ResourceLimits
 	mu     sync.Mutex
 	last   []cpu.TimesStat
@@ -73,7 +73,7 @@ type machineLook struct {
 
 // look returns the machine's figures, read again when the last look is
 // older than machineEvery.
-func (c *capacity) look() machineLook {
+func (c *Capacity) look() machineLook {
 	c.mu.Lock()
 	if c.machineSet && time.Since(c.machineAt) < machineEvery {
 		defer c.mu.Unlock()
@@ -93,7 +93,7 @@ func (c *capacity) look() machineLook {
 	return m
 }
 
-func (c *capacity) busyThreshold() float64 {
+func (c *Capacity) busyThreshold() float64 {
 	if c.limits.BusyCorePercent <= 0 {
 		return DefaultBusyCorePercent
 	}
@@ -101,7 +101,7 @@ func (c *capacity) busyThreshold() float64 {
 }
 
 // total is the node's limit: configured, else the machine's.
-func (c *capacity) total() queue.Resources {
+func (c *Capacity) total() queue.Resources {
 	t := queue.Resources{MemoryMB: c.limits.MemoryMB, CPUs: c.limits.CPUs}
 	if t.MemoryMB <= 0 {
 		t.MemoryMB = c.look().totalMB
@@ -121,7 +121,7 @@ func (c *capacity) total() queue.Resources {
 // total, so a request the size of the total would otherwise be offered
 // and never fit. Cores are offered as the limit: how busy they are
 // changes from one second to the next.
-func (c *capacity) Offer(host *queue.NodeResources, reserved queue.Resources) queue.Resources {
+func (c *Capacity) Offer(host *queue.NodeResources, reserved queue.Resources) queue.Resources {
 	o := queue.Resources{MemoryMB: c.limits.MemoryMB, CPUs: c.limits.CPUs}
 	if o.MemoryMB <= 0 && host != nil && host.MemoryTotalMB > 0 {
 		o.MemoryMB = float64(host.MemoryTotalMB)
@@ -138,7 +138,7 @@ func (c *capacity) Offer(host *queue.NodeResources, reserved queue.Resources) qu
 
 // free is what is left for new tasks when reserved is requested by the
 // node's tasks already.
-func (c *capacity) free(reserved queue.Resources) queue.Resources {
+func (c *Capacity) free(reserved queue.Resources) queue.Resources {
 	free := c.total().Sub(reserved)
 	m := c.look()
 	if m.availableMB > 0 {
@@ -162,7 +162,7 @@ func readMemory() (totalMB, availableMB float64) {
 
 // idleCores counts the cores less busy than the threshold since the last
 // look (the first look sees none busy). Called by look only.
-func (c *capacity) idleCores() (float64, bool) {
+func (c *Capacity) idleCores() (float64, bool) {
 	if c.busyThreshold() >= 100 {
 		return 0, false
 	}

@@ -1,4 +1,4 @@
-package den
+package claim
 
 import (
 	"context"
@@ -45,7 +45,7 @@ const rateLimited = "the queue's rate limit is reached"
 
 // rateWaiting reports whether queue q waits for its rate limit: a start
 // was refused and the time the refusal named has not come.
-func (cl *claimer) rateWaiting(q queue.Queue) bool {
+func (cl *Claimer) rateWaiting(q queue.Queue) bool {
 	if q.RateLimit == nil {
 		return false
 	}
@@ -66,7 +66,7 @@ func (cl *claimer) rateWaiting(q queue.Queue) bool {
 // says whether a start was taken. An error leaves it unknown whether the
 // start was taken: the caller puts the task back (a start lost, never one
 // too many).
-func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
+func (cl *Claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectID) (bool, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	g, err := cl.Rates.Take(cctx, q.ID, *q.RateLimit, id, cl.params.Name, cl.Now())
@@ -92,7 +92,7 @@ func (cl *claimer) takeStart(ctx context.Context, q queue.Queue, id bson.ObjectI
 // wait that moved is kept as the slots now say. A queue no longer served,
 // or no longer limited, waits no more. It costs nothing while no queue
 // waits that long.
-func (cl *claimer) recheckRates(ctx context.Context, at time.Time) error {
+func (cl *Claimer) recheckRates(ctx context.Context, at time.Time) error {
 	if len(cl.rateWait) == 0 {
 		return nil
 	}

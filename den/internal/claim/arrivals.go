@@ -1,4 +1,4 @@
-package den
+package claim
 
 import (
 	"context"
@@ -79,14 +79,14 @@ func (a *arrivals) take() map[bson.ObjectID]bool {
 
 // workIn makes queue q claimable at once and wakes the claims: a task was
 // put back in it (a rescue's retry) that no count tells of.
-func (cl *claimer) WorkIn(q bson.ObjectID) {
+func (cl *Claimer) WorkIn(q bson.ObjectID) {
 	cl.arrived.add(q)
 	cl.WakeUp()
 }
 
 // watchArrivals runs the node's ArrivalSource until ctx is done, and
 // returns a func that waits for it to end.
-func (cl *claimer) watchArrivals(ctx context.Context) (wait func()) {
+func (cl *Claimer) WatchArrivals(ctx context.Context) (wait func()) {
 	src := cl.params.Arrivals
 	if src == nil {
 		src = changeStream{cl.Store}

@@ -1,4 +1,4 @@
-package den
+package claim
 
 import (
 	"context"
@@ -36,7 +36,7 @@ type malformedTally struct {
 // the document cannot be written, it stays claimed by this node (status
 // -1), which no claim matches, until the orphan reaper of a restarted
 // node puts it back. Either way claiming goes on.
-func (cl *claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally *malformedTally) {
+func (cl *Claimer) takeMalformed(ctx context.Context, m queue.MalformedClaim, tally *malformedTally) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if cl.malformedSince.IsZero() {

@@ -1,4 +1,4 @@
-package den
+package claim
 
 import (
 	"slices"
@@ -21,7 +21,7 @@ func TestClaimGroups(t *testing.T) {
 	q := func(name, sort string, req *queue.Resources) queue.Queue {
 		return queue.Queue{ID: bson.NewObjectID(), Name: name, Sort: sort, Control: queue.Control{Requested: req}}
 	}
-	n := &claimer{capacity: &capacity{limits: ResourceLimits{MemoryMB: 1000, CPUs: 4}}}
+	n := &Claimer{Capacity: &Capacity{limits: ResourceLimits{MemoryMB: 1000, CPUs: 4}}}
 	names := func(groups [][]queue.Queue) [][]string {
 		var out [][]string
 		for _, g := range groups {
@@ -109,7 +109,7 @@ func TestRequestOfAndQueueFits(t *testing.T) {
 func TestCapacityLooksAtTheMachineOncePerSecond(t *testing.T) {
 	t.Parallel()
 	meter := &countedMemory{total: 8000, available: 3000}
-	c := &capacity{limits: ResourceLimits{CPUs: 2, BusyCorePercent: 100}, meter: meter}
+	c := &Capacity{limits: ResourceLimits{CPUs: 2, BusyCorePercent: 100}, meter: meter}
 	for range 50 {
 		free := c.free(queue.Resources{MemoryMB: 1000})
 		if free.MemoryMB != 3000 || free.CPUs != 2 {
