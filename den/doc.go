@@ -38,9 +38,9 @@
 //     so that no claim waits behind it; progress.go: what Ready says (working, slow,
 //     stuck); serve.go: which queues the node serves (plugins,
 //     activequeues and ignorequeues, malformed queue documents), with
-//     filter.go, the queue filter; counts.go: filling in the counts of
-//     queues inserted without them; oldest.go: how long each served
-//     queue's oldest ready task has waited (a metric).
+//     filter.go, the queue filter; the counts of queues inserted
+//     without them (internal/countfill) and the oldest ready task's wait
+//     (internal/oldest) are steps of the housekeeping too.
 //   - the node document is package internal/heartbeat; nodeplugins.go:
 //     the plugins it says it serves.
 //   - the claimer is package internal/claim: the claims step

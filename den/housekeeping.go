@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/den-project/den/den/internal/countfill"
+	"github.com/den-project/den/den/internal/oldest"
 	"github.com/den-project/den/den/internal/rescue"
 	"github.com/den-project/den/den/internal/retention"
 	"github.com/den-project/den/den/internal/schedule"
@@ -97,9 +99,9 @@ func (ps *passes) handOver(v passView) {
 // What a round does (its steps: houseSteps), and how often (see
 // docs/performance.md):
 //   - every round: the counts of queues inserted without them, a batch
-//     at a time (countFiller);
+//     at a time (countfill.Filler);
 //   - every RefreshEvery: the oldest ready task of each served queue with
-//     tasks to do (at most oldestQueues queues, one query each);
+//     tasks to do (at most oldest.Queues queues, one query each);
 //   - every RescueEvery (and the first round): the rescues, which read
 //     this node's claimed and running tasks, and the node documents;
 //   - every SweepEvery: the sweep;
@@ -178,14 +180,34 @@ func (ps *passes) round(ctx context.Context, v passView) {
 // the component that does the work, which the passes do not hold.
 func houseSteps(ps *passes, rescuer *rescue.Rescuer, sweeper *sweep.Sweeper, stats *stats.Recorder, schedules *schedule.Scheduler, retention *retention.Retention) []namedStep {
 	return []namedStep{
-		{"counts", &countFiller{Env: ps.Env, interval: ps.params.Interval}},
-		{"oldest", &oldestMeter{Env: ps.Env, every: ps.params.RefreshEvery}},
+		{"counts", fillCounts{&countfill.Filler{Env: ps.Env, Interval: ps.params.Interval}}},
+		{"oldest", measureOldest{&oldest.Meter{Env: ps.Env, Every: ps.params.RefreshEvery}}},
 		{"rescue", rescueStep{ps.Env, ps.params.Name, ps.held, rescuer, sweeper}},
 		{"sweep", sweepStep{sweeper}},
 		{"stats", flushStats{ps.held, stats}},
 		{"schedules", fireSchedules{schedules}},
 		{"retention", retire{retention}},
 	}
+}
+
+// fillCounts fills in the counts of queues inserted without them, every
+// round.
+type fillCounts struct{ filler *countfill.Filler }
+
+func (fillCounts) due(*round) bool { return true }
+
+func (s fillCounts) do(ctx context.Context, r *round) error {
+	return s.filler.Fill(ctx, r.view.queues, r.view.read)
+}
+
+// measureOldest measures how long each served queue's oldest ready task
+// has waited (a metric).
+type measureOldest struct{ meter *oldest.Meter }
+
+func (s measureOldest) due(r *round) bool { return s.meter.Due(r.at) }
+
+func (s measureOldest) do(ctx context.Context, r *round) error {
+	return s.meter.Measure(ctx, r.view.measure, r.at)
 }
 
 // rescueStep reads what this node (name) holds and rescues what needs it

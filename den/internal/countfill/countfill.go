@@ -1,4 +1,4 @@
-package den
+package countfill
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// countFiller fills in the counts of queues inserted without them (or
+// Filler fills in the counts of queues inserted without them (or
 // with counts that are not numbers) from their tasks, a step of the
 // housekeeping (due every round): a batch of them a round (1 to
 // queue.FillCountsBatch, as fast as the server takes them), in one
@@ -24,9 +24,11 @@ import (
 // is left to the probe. It logs when there is such work and when it is
 // done, with the queues whose counts were not numbers (someone wrote them:
 // worth a look). Only the housekeeping's goroutine uses it.
-type countFiller struct {
+type Filler struct {
 	*base.Env
-	interval time.Duration
+	// Interval is the node's pass interval: a batch that takes more than
+	// a tenth of it halves the next.
+	Interval time.Duration
 	// batch is how many queues' counts the next round fills in, next
 	// when, and filled the queues whose counts it filled in since the read
 	// of every queue at filledOf.
@@ -36,16 +38,10 @@ type countFiller struct {
 	filledOf time.Time
 }
 
-func (*countFiller) due(*round) bool { return true }
-
-func (f *countFiller) do(ctx context.Context, r *round) error {
-	return f.fill(ctx, r.view.queues, r.view.read)
-}
-
 // fill fills in a batch. queues are those of the loop's last read of
 // every queue, at read: the queues it filled since are left out until the
 // next.
-func (f *countFiller) fill(ctx context.Context, queues []queue.Queue, read time.Time) error {
+func (f *Filler) Fill(ctx context.Context, queues []queue.Queue, read time.Time) error {
 	if !read.Equal(f.filledOf) {
 		f.filled, f.filledOf = map[bson.ObjectID]bool{}, read
 	}
@@ -101,9 +97,9 @@ func (f *countFiller) fill(ctx context.Context, queues []queue.Queue, read time.
 	// one-command-at-a-time proxy holds every claim behind them).
 	took := time.Since(start)
 	switch {
-	case took > f.interval/10:
+	case took > f.Interval/10:
 		f.batch = max(f.batch/2, fillBatchMin)
-	case took < f.interval/100:
+	case took < f.Interval/100:
 		f.batch = min(f.batch*2, queue.FillCountsBatch)
 	}
 	f.next = time.Now().Add(9 * took)

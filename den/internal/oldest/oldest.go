@@ -1,4 +1,4 @@
-package den
+package oldest
 
 import (
 	"cmp"
@@ -13,42 +13,39 @@ import (
 	"github.com/den-project/den/queue"
 )
 
-// oldestQueues is the most queues oldestMeter looks at: those with the
-// most tasks to do first; and oldestTime how long it may take at most (on
+// Queues is the most queues a Meter looks at: those with the
+// most tasks to do first; and MaxTime how long it may take at most (on
 // MongoDB, 100 indexed queries take milliseconds; on a server that scans
 // a large collection for each, a minute: a metric is not worth that).
 const (
-	oldestQueues = 100
-	oldestTime   = 5 * time.Second
+	Queues  = 100
+	MaxTime = 5 * time.Second
 )
 
-// oldestMeter sets den_queue_oldest_ready_seconds, a step of the
-// housekeeping every RefreshEvery (every), within its share of the
+// Meter sets den_queue_oldest_ready_seconds, a step of the
+// housekeeping every RefreshEvery (Every), within its share of the
 // database's time (pace): for each queue the pass found with work
 // (served, with tasks to do by count_todo, and not found empty by its
 // last claim), how long the oldest task that a claim could take now has
 // been ready (queue.NodeStore.OldestReady). One indexed query per queue,
-// for at most oldestQueues queues and oldestTime; a queue with nothing
+// for at most Queues queues and MaxTime; a queue with nothing
 // ready (or not measured) has no series. Only the housekeeping's
 // goroutine uses it.
-type oldestMeter struct {
+type Meter struct {
 	*base.Env
-	every time.Duration
+	// Every is how often it measures (den's RefreshEvery).
+	Every time.Duration
 	at    time.Time // when it last measured
 	pace  chore.Pace
 }
 
-func (m *oldestMeter) due(r *round) bool {
-	return r.at.Sub(m.at) >= m.every && m.pace.Ready()
-}
-
-func (m *oldestMeter) do(ctx context.Context, r *round) error {
-	m.at = r.at // tried: a metric is not worth a step every round
-	return m.measure(ctx, r.view.measure, r.at)
+func (m *Meter) Due(at time.Time) bool {
+	return at.Sub(m.at) >= m.Every && m.pace.Ready()
 }
 
 // measure measures the queues of withWork at now.
-func (m *oldestMeter) measure(ctx context.Context, withWork []queue.Queue, now time.Time) error {
+func (m *Meter) Measure(ctx context.Context, withWork []queue.Queue, now time.Time) error {
+	m.at = now // tried: a metric is not worth a step every round
 	began := time.Now()
 	defer m.pace.Ran(began)
 	todo := slices.Clone(withWork)
@@ -56,8 +53,8 @@ func (m *oldestMeter) measure(ctx context.Context, withWork []queue.Queue, now t
 		return cmp.Compare(*b.CountTodo, *a.CountTodo)
 	})
 	ages := map[string]float64{}
-	until := time.Now().Add(oldestTime)
-	for _, q := range todo[:min(len(todo), oldestQueues)] {
+	until := time.Now().Add(MaxTime)
+	for _, q := range todo[:min(len(todo), Queues)] {
 		if time.Now().After(until) {
 			break // the rest go without a series until the next time
 		}
