@@ -28,7 +28,7 @@ func (b *Bucket) DeleteTaskFiles(ctx context.Context, tasks []bson.ObjectID, als
 	}
 	var ids []any
 	for cur.Next(ctx) {
-		ids = append(ids, cur.Current.Lookup("_id"))
+		ids = append(ids, decodeFileID(cur.Current))
 	}
 	err = cur.Err()
 	cur.Close(ctx)

@@ -44,11 +44,8 @@ func (b *Bucket) Open(ctx context.Context, id bson.ObjectID) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gridfs: read files document %s: %w", id.Hex(), err)
 	}
-	f := File{ID: id}
-	f.Filename, _ = raw.Lookup("filename").StringValueOK()
-	f.Length, _ = raw.Lookup("length").AsInt64OK()
-	f.MD5, _ = raw.Lookup("md5").StringValueOK()
-	f.Metadata, _ = raw.Lookup("metadata").DocumentOK()
+	f := decodeFile(raw)
+	f.ID = id
 	// Small batches: a reader holds a few chunks at a time, whatever the
 	// file's size (and FerretDB does not cap its batches by bytes).
 	cur, err := b.chunks.Find(ctx, bson.D{{Key: "files_id", Value: id}},
@@ -84,12 +81,13 @@ func (r *Reader) nextChunk() error {
 		}
 		return io.EOF
 	}
-	n, ok := r.cur.Current.Lookup("n").AsInt64OK()
+	c := decodeChunk(r.cur.Current)
+	n, ok := c.N.AsInt64OK()
 	if !ok || n != int64(r.next) {
-		return fmt.Errorf("gridfs: file %s: chunk %d missing (found n=%v)", r.ID.Hex(), r.next, r.cur.Current.Lookup("n"))
+		return fmt.Errorf("gridfs: file %s: chunk %d missing (found n=%v)", r.ID.Hex(), r.next, c.N)
 	}
 	r.next++
-	data := r.cur.Current.Lookup("data")
+	data := c.Data
 	switch data.Type {
 	case bson.TypeString:
 		r.buf = []byte(data.StringValue())
@@ -132,13 +130,7 @@ func (b *Bucket) Find(ctx context.Context, taskID bson.ObjectID) ([]File, error)
 	defer cur.Close(ctx)
 	var out []File
 	for cur.Next(ctx) {
-		f := File{}
-		f.ID, _ = cur.Current.Lookup("_id").ObjectIDOK()
-		f.Filename, _ = cur.Current.Lookup("filename").StringValueOK()
-		f.Length, _ = cur.Current.Lookup("length").AsInt64OK()
-		f.MD5, _ = cur.Current.Lookup("md5").StringValueOK()
-		f.Metadata, _ = cur.Current.Lookup("metadata").DocumentOK()
-		out = append(out, f)
+		out = append(out, decodeFile(cur.Current))
 	}
 	return out, cur.Err()
 }

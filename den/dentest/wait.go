@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/den-project/den/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
@@ -24,8 +25,8 @@ func WaitStatus(t testing.TB, db *mongo.Database, id bson.ObjectID, want int64) 
 		return fmt.Sprintf("task %s to have status %d; it is %s", id.Hex(), want, last)
 	}, func() bool {
 		last = Task(t, db, id)
-		st, ok := last.Lookup("status").AsInt64OK()
-		return ok && st == want
+		task, err := queue.DecodeTask(last)
+		return err == nil && task.StatusOK && int64(task.Status) == want
 	})
 	return last
 }
@@ -40,8 +41,8 @@ func WaitEnded(t testing.TB, db *mongo.Database, id bson.ObjectID) bson.Raw {
 		return fmt.Sprintf("task %s to end; it is %s", id.Hex(), last)
 	}, func() bool {
 		last = Task(t, db, id)
-		st, _ := last.Lookup("status").AsInt64OK()
-		return st >= 1 || st <= -3
+		task, err := queue.DecodeTask(last)
+		return err == nil && task.StatusOK && (task.Status >= 1 || task.Status <= -3)
 	})
 	return last
 }
