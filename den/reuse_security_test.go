@@ -23,7 +23,7 @@ import (
 )
 
 // These tests attack runner reuse (a runner serving tasks of one queue one
-// after another, den/pool.go and den/runner/worker/tasks.go): nothing of a task
+// after another, den/internal/runners/pool.go and den/runner/worker/tasks.go): nothing of a task
 // may reach the next task of the same runner, and nothing meant for a task
 // (a cancel, a SIGKILL, a forged runner field) may reach the next. Each
 // forces reuse (maxthreads 1, tasks inserted together) and checks that it

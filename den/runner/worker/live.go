@@ -12,7 +12,7 @@ import (
 const (
 	// LiveFor is how long one request of the node keeps live output going.
 	// The node repeats its request every few seconds while a reader wants
-	// it (den/live.go), so publishing stops soon after the last reader
+	// it (den/internal/runners/live.go), so publishing stops soon after the last reader
 	// leaves.
 	LiveFor = 15 * time.Second
 	// liveEvery is how often live output is published while it grows.
