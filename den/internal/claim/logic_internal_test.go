@@ -141,8 +141,3 @@ func (m *countedMemory) memory() (float64, float64) {
 	m.reads++
 	return m.total, m.available
 }
-
-// noOthers is a count in which no other node holds anything.
-type noOthers struct{}
-
-func (noOthers) othersRunning(bson.ObjectID) int { return 0 }
