@@ -20,6 +20,9 @@ const (
 	maxFunctionLines   = 100 // lines of one function, outside den/cli's command builders
 	maxDenFuncFields   = 2   // function-typed struct fields in package den
 	minExamples        = 15  // Example functions
+	maxDenMutual       = 10  // pairs of files of package den that use each other's top-level names
+	maxDenUses         = 80  // (file, file) pairs of package den where one uses the other's names
+	maxDenStructFields = 20  // fields of one struct of package den, Config aside
 	commandBuildersDir = "den/cli"
 )
 
@@ -295,4 +298,100 @@ func TestEnoughExamples(t *testing.T) {
 	if n < minExamples {
 		t.Errorf("%d Example functions, want at least %d", n, minExamples)
 	}
+}
+
+// den's root package stays as untangled as River's and asynq's roots
+// (../shared/shape counts them the same way): its components are
+// packages of their own (den/internal/...), and what stays (the node,
+// its configuration, the loop's passes and the housekeeping's steps) uses
+// few of its own files' names. A file uses another when it names one of
+// the other's top-level declarations, or calls a method only the other
+// declares; a pair that uses each other both ways is mutual.
+func TestDenRootUntangled(t *testing.T) {
+	fset := token.NewFileSet()
+	paths, err := filepath.Glob("../den/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*ast.File{}
+	for _, p := range paths {
+		if strings.HasSuffix(p, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, p, nil, 0) // with object resolution: locals are not uses
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[filepath.Base(p)] = f
+	}
+	owner := map[string]string{}            // top-level name: its file
+	methods := map[string]map[string]bool{} // method name: the files declaring one
+	for name, f := range files {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil {
+					owner[d.Name.Name] = name
+					continue
+				}
+				if methods[d.Name.Name] == nil {
+					methods[d.Name.Name] = map[string]bool{}
+				}
+				methods[d.Name.Name][name] = true
+			case *ast.GenDecl:
+				for _, sp := range d.Specs {
+					switch sp := sp.(type) {
+					case *ast.TypeSpec:
+						owner[sp.Name.Name] = name
+						if st, ok := sp.Type.(*ast.StructType); ok && sp.Name.Name != "Config" {
+							n := 0
+							for _, fl := range st.Fields.List {
+								n += max(len(fl.Names), 1)
+							}
+							if n > maxDenStructFields {
+								t.Errorf("den.%s has %d fields, over %d", sp.Name.Name, n, maxDenStructFields)
+							}
+						}
+					case *ast.ValueSpec:
+						for _, id := range sp.Names {
+							owner[id.Name] = name
+						}
+					}
+				}
+			}
+		}
+	}
+	uses := map[[2]string]bool{}
+	for name, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				if fs := methods[n.Sel.Name]; len(fs) == 1 {
+					for o := range fs {
+						if o != name {
+							uses[[2]string{name, o}] = true
+						}
+					}
+				}
+			case *ast.Ident:
+				if o, ok := owner[n.Name]; ok && o != name && n.Obj == nil {
+					uses[[2]string{name, o}] = true
+				}
+			}
+			return true
+		})
+	}
+	var mutual []string
+	for k := range uses {
+		if k[0] < k[1] && uses[[2]string{k[1], k[0]}] {
+			mutual = append(mutual, k[0]+" <-> "+k[1])
+		}
+	}
+	if len(uses) > maxDenUses {
+		t.Errorf("den's %d files use each other's names %d times (file pairs), over %d", len(files), len(uses), maxDenUses)
+	}
+	if len(mutual) > maxDenMutual {
+		t.Errorf("%d pairs of den's files use each other, over %d: %s", len(mutual), maxDenMutual, strings.Join(mutual, ", "))
+	}
+	t.Logf("den: %d files, %d one-way file uses, %d mutual pairs", len(files), len(uses), len(mutual))
 }
