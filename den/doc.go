@@ -9,7 +9,8 @@
 // (store, log, clock, metrics, notices), each takes what it reads of the
 // configuration as its Params, and they call each other through narrow
 // methods and small interfaces each declares, never through
-// function-valued fields. The components:
+// function-valued fields (but Config's two test hooks, which the claimer
+// and the retention take in their Params). The components:
 //   - internal/claim: the claimer, claiming within the queues' and the
 //     node's limits (with internal/held, what the node holds);
 //   - internal/runners: the pool of task runner processes ("runner" is
