@@ -443,6 +443,7 @@ func (rs *pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 func (rs *pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
+	defer rs.signals.runnerExited(pid) // once all below is done
 	rs.procs.mu.Lock()
 	taskID, reused := p.task, p.served > 1
 	p.task = bson.ObjectID{}
