@@ -560,7 +560,7 @@ func (cl *claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 			continue
 		}
 		cl.signals.claimed(c.ID)
-		cl.params.hooks.beforeHandOver(c.ID)
+		cl.params.hooks.beforeHandOver(ctx, c.ID)
 		if ctx.Err() != nil {
 			// Shutting down between claim and hand-over: put it back.
 			cl.release(c.ID, "node stopping")

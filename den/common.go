@@ -1,6 +1,7 @@
 package den
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
@@ -116,11 +117,11 @@ type testHooks struct {
 	cfg *Config
 }
 
-// beforeHandOver calls Config.BeforeHandOver, if set, with the task just
-// claimed.
-func (h testHooks) beforeHandOver(task bson.ObjectID) {
+// beforeHandOver calls Config.BeforeHandOver, if set, with the claim's
+// context and the task just claimed.
+func (h testHooks) beforeHandOver(ctx context.Context, task bson.ObjectID) {
 	if h.cfg != nil && h.cfg.BeforeHandOver != nil {
-		h.cfg.BeforeHandOver(task)
+		h.cfg.BeforeHandOver(ctx, task)
 	}
 }
 

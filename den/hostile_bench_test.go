@@ -78,7 +78,7 @@ func benchHostileStart(b *testing.B, corpus, large bool) {
 	nodetest.Start(b, db, "n", tweak, func(c *den.Config) {
 		c.URI = srv.uri
 		c.Interval, c.SweepEvery, c.RescueEvery, c.RefreshEvery, c.ProbeEvery = 0, 0, 0, 0, 0
-		c.BeforeHandOver = func(id bson.ObjectID) { claims <- id }
+		c.BeforeHandOver = func(_ context.Context, id bson.ObjectID) { claims <- id }
 	})
 	var readyz []string
 	// claimOf waits for the claim of id, asking /readyz every 5 s.
