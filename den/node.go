@@ -288,7 +288,9 @@ func (n *Node) start(ctx context.Context) error {
 		if attempt == 1 {
 			waited = true
 			n.log.Warn("MongoDB unreachable; retrying with backoff until it answers", zap.Error(err))
+			return
 		}
+		n.log.Debug("MongoDB still unreachable; retrying", zap.Int("attempt", attempt), zap.Error(err))
 	})
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err() // stopped while waiting: MongoDB's answer was the cancellation
