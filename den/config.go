@@ -1,6 +1,7 @@
 package den
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -151,9 +152,11 @@ type Config struct {
 	// production leaves it nil.
 	OnRetentionBatch func(start bool)
 	// BeforeHandOver, when set, is called after each claim and before the
-	// task's runner starts. It exists so tests can stop a node in exactly
-	// that window; production leaves it nil.
-	BeforeHandOver func(taskID bson.ObjectID)
+	// task's runner starts, with the claim's context, which ends when the
+	// node is told to stop. It exists so tests can stop a node in exactly
+	// that window (a hook may hold it until ctx ends); production leaves
+	// it nil.
+	BeforeHandOver func(ctx context.Context, taskID bson.ObjectID)
 	// Signals, when set, tells a test what the node does (TestSignals);
 	// production leaves it nil.
 	Signals *TestSignals

@@ -103,10 +103,10 @@ func benchCost(b *testing.B, queues int) {
 	}
 
 	node := benchNode(b, srv.uri, srv.database, "bench")
-	time.Sleep(5 * time.Second) // start-up: indexes, first passes, counts
+	waitStartUp(b, db, "bench")
 	before := srv.stats()
 	// Two rescue periods (30s), so that every periodic read is counted at
-	// its share.
+	// its share. A window of time, measured: nothing to wait for.
 	const idleWindow = 60 * time.Second
 	time.Sleep(idleWindow)
 	idle := srv.stats().Sub(before)
@@ -283,6 +283,7 @@ func startLatency(b *testing.B, db *mongo.Database, qid bson.ObjectID) (p50, p99
 		// At a random moment of the node's pass interval, as users
 		// insert: right after a task is seen done would be in phase
 		// with the pass that started it, and measure a whole interval.
+		// (A pace, not a wait: nothing is to happen meanwhile.)
 		time.Sleep(rand.N(time.Second))
 		insertTasks(b, db, qid, 1)
 		var raw bson.Raw

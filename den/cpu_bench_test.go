@@ -84,7 +84,7 @@ func benchCPU(b *testing.B) {
 		n, err := db.Collection("nodes").CountDocuments(ctx, bson.D{{Key: "node", Value: "cpu-bench"}})
 		return err == nil && n == 1
 	})
-	time.Sleep(5 * time.Second) // start-up: indexes, first passes, counts
+	waitStartUp(b, db, "cpu-bench")
 	var perf *exec.Cmd
 	if os.Getenv("DEN_BENCH_PERF") != "" {
 		perf = startPerf(b, cg)
@@ -92,7 +92,7 @@ func benchCPU(b *testing.B) {
 
 	const idleWindow = 20 * time.Second
 	idle0 := cg.usage(b)
-	time.Sleep(idleWindow)
+	time.Sleep(idleWindow) // a window of idle CPU, measured: nothing to wait for
 	idle := cg.usage(b).sub(idle0)
 
 	u0 := cg.usage(b)
@@ -333,14 +333,16 @@ func (c *cpuCgroup) killAll() {
 	}
 }
 
+// remove removes the cgroup once its processes, killed, have left it
+// (within 5 s; else it is left).
 func (c *cpuCgroup) remove() {
-	for range 50 {
+	dentest.UntilBy(time.Now().Add(5*time.Second), 100*time.Millisecond, func() bool {
 		if err := os.Remove(c.dir); err == nil || os.IsNotExist(err) {
-			return
+			return true
 		}
 		c.killAll()
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	})
 }
 
 // byRole sums the CPU time and context switches of the cgroup's processes

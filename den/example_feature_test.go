@@ -134,27 +134,27 @@ outer:
 }
 
 // waitTask waits until the task matching filter is as done says, and
-// returns it; the deadline catches a hang, it does not measure speed.
+// returns it; the test binary's deadline catches a hang, it does not
+// measure speed.
 func waitTask(db *mongo.Database, filter bson.D, done func(queue.Task) bool) queue.Task {
 	ctx := context.Background()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	var t queue.Task
+	if !dentest.Until(50*time.Millisecond, func() bool {
 		raw, err := db.Collection("tasks").FindOne(ctx, filter).Raw()
-		if err != nil && err != mongo.ErrNoDocuments {
+		if err == mongo.ErrNoDocuments {
+			return false
+		}
+		if err != nil {
 			log.Fatal(err)
 		}
-		if err == nil {
-			t, err := queue.DecodeTask(raw)
-			if err != nil {
-				log.Fatal(err)
-			}
-			if done(t) {
-				return t
-			}
+		if t, err = queue.DecodeTask(raw); err != nil {
+			log.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			log.Fatalf("no task %v as waited for after 2 minutes", filter)
-		}
+		return done(t)
+	}) {
+		log.Fatalf("no task %v as waited for at the test binary's deadline", filter)
 	}
+	return t
 }
 
 // ended says a task has ended: finished, cancelled or orphaned.
@@ -365,17 +365,14 @@ func Example_retention() {
 	stop := exampleNode(db, "example-node")
 	ctx := context.Background()
 	tasks := db.Collection("tasks")
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	if !dentest.Until(50*time.Millisecond, func() bool {
 		n, err := tasks.CountDocuments(ctx, byID(old))
 		if err != nil {
 			log.Fatal(err)
 		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			log.Fatal("the old task is still there after 2 minutes")
-		}
+		return n == 0
+	}) {
+		log.Fatal("the old task is still there at the test binary's deadline")
 	}
 	stop()
 	n, err := tasks.CountDocuments(ctx, byID(recent))

@@ -87,19 +87,16 @@ func Example() {
 	done := make(chan error, 1)
 	go func() { done <- node.Run(runCtx) }()
 
-	// Wait for the task to finish; the deadline catches a hang, it does
-	// not measure speed.
+	// Wait for the task to finish; the test binary's deadline catches a
+	// hang, it does not measure speed.
 	var task *queue.Task
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+	if !dentest.Until(50*time.Millisecond, func() bool {
 		if task, err = store.Task(ctx, ids[0]); err != nil {
 			log.Fatal(err)
 		}
-		if task.StatusOK && queue.Finished(task.Status) {
-			break
-		}
-		if time.Now().After(deadline) {
-			log.Fatalf("task still %d after 2 minutes", task.Status)
-		}
+		return task.StatusOK && queue.Finished(task.Status)
+	}) {
+		log.Fatalf("task still %d at the test binary's deadline", task.Status)
 	}
 	stop()
 	if err := <-done; err != nil {

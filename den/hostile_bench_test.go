@@ -72,13 +72,16 @@ func benchHostileStart(b *testing.B, corpus, large bool) {
 	good := dentest.Tasks(b, direct, goodQ, sleepTasks(1, 1)...)[0]
 	_, ep, tweak := withEndpoint(b, srv.uri)
 	claims := make(chan bson.ObjectID, 100)
+	var sig den.TestSignals
+	sig.Init()
 	before := srv.stats()
 	b.ResetTimer()
 	started := time.Now()
 	nodetest.Start(b, db, "n", tweak, func(c *den.Config) {
 		c.URI = srv.uri
 		c.Interval, c.SweepEvery, c.RescueEvery, c.RefreshEvery, c.ProbeEvery = 0, 0, 0, 0, 0
-		c.BeforeHandOver = func(id bson.ObjectID) { claims <- id }
+		c.BeforeHandOver = func(_ context.Context, id bson.ObjectID) { claims <- id }
+		c.Signals = &sig
 	})
 	var readyz []string
 	// claimOf waits for the claim of id, asking /readyz every 5 s.
@@ -97,11 +100,13 @@ func benchHostileStart(b *testing.B, corpus, large bool) {
 			}
 		}
 	}
-	wait := claimOf(good).Sub(started)
+	claimed := claimOf(good)
+	wait := claimed.Sub(started)
 	atStart := srv.stats().Sub(before)
-	// Another good task, once the node runs: it waits for the next pass
-	// to read its queue's counts, whatever the housekeeping is at.
-	time.Sleep(3 * time.Second)
+	// Another good task, once the node runs (a full pass after that
+	// claim has succeeded): it waits for the next pass to read its
+	// queue's counts, whatever the housekeeping is at.
+	sig.PassDone.WaitFor(b, "a full pass after the first claim", func(began time.Time) bool { return began.After(claimed) })
 	inserted := time.Now()
 	second := dentest.Tasks(b, direct, goodQ, sleepTasks(1, 1)...)[0]
 	latency := claimOf(second).Sub(inserted)

@@ -239,7 +239,7 @@ func TestFirstClaimsComeBeforeHousekeeping(t *testing.T) {
 	started := time.Now()
 	startNode(t, db, "n", tweak, func(c *den.Config) {
 		c.URI = uri
-		c.BeforeHandOver = func(id bson.ObjectID) {
+		c.BeforeHandOver = func(_ context.Context, id bson.ObjectID) {
 			if id == good {
 				close(claimed)
 				<-release
@@ -297,7 +297,7 @@ func TestMalformedDocumentsDoNotHoldUpOtherQueues(t *testing.T) {
 
 	claimed, release := make(chan struct{}), make(chan struct{})
 	startNode(t, db, "n", func(c *den.Config) {
-		c.BeforeHandOver = func(id bson.ObjectID) {
+		c.BeforeHandOver = func(_ context.Context, id bson.ObjectID) {
 			if id == good {
 				close(claimed)
 				<-release

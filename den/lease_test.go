@@ -12,7 +12,9 @@ import (
 	"github.com/den-project/den/den"
 	"github.com/den-project/den/den/dentest"
 	"github.com/den-project/den/den/dentest/nodetest"
+	"github.com/den-project/den/gridfs"
 	"github.com/den-project/den/plugins/command"
+	"github.com/den-project/den/queue"
 )
 
 // leaseNode starts a node whose runners beat every 1.25 s (dead_node_after
@@ -49,10 +51,23 @@ func TestLeaseLostStopsTheRun(t *testing.T) {
 	dentest.Update(t, db.Collection("tasks"), bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "node", Value: "other"}, {Key: "runner.token", Value: other}}}})
 	dentest.Eventually(t, 30*time.Second, "the program stopped", func() bool { return !prog.alive() })
-	// Its runner records nothing over the other node's attempt.
-	time.Sleep(3 * time.Second) // two heartbeats; the runner's record would land by now
-	raw := dentest.Task(t, db, id)
-	if raw.Lookup("node").StringValue() != "other" || raw.Lookup("runner", "token").ObjectID() != other || raw.Lookup("status").AsInt64() != 0 {
+	// Its runner records nothing over the other node's attempt: its
+	// record, fenced by its token, finds the task no longer its own, and
+	// it keeps the run's output in GridFS instead (keepOrphanedOutput).
+	// That output, or a write over the task, says it is done.
+	var raw bson.Raw
+	overwritten := func() bool {
+		raw = dentest.Task(t, db, id)
+		node, _ := raw.Lookup("node").StringValueOK()
+		token, _ := raw.Lookup("runner", "token").ObjectIDOK()
+		status, _ := raw.Lookup("status").AsInt64OK()
+		return node != "other" || token != other || status != 0
+	}
+	dentest.Eventually(t, 30*time.Second, "the runner's record of the stopped run", func() bool {
+		files, err := gridfs.NewBucket(db, queue.GridFSPrefix).Find(dentest.Context(t), id)
+		return (err == nil && len(files) > 0) || overwritten()
+	})
+	if overwritten() {
 		t.Errorf("the stopped run wrote over the task another node holds: %s", raw)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ const (
 	envNodeDB       = "DEN_TEST_NODE_DB"
 	envNodeName     = "DEN_TEST_NODE_NAME"
 	envNodeRunLog   = "DEN_TEST_NODE_RUNNER_LOG"
-	envHandOverWait = "DEN_TEST_HANDOVER_WAIT" // milliseconds
+	envHandOverHold = "DEN_TEST_HANDOVER_HOLD" // hold each hand-over until the node is told to stop
 	// envNodeDefaults makes the node role use the production intervals
 	// (loop, sweeps, rescue) instead of the tests' fast ones.
 	envNodeDefaults = "DEN_TEST_NODE_DEFAULTS"
@@ -100,10 +99,10 @@ func nodeRole() int {
 	if off, err := time.ParseDuration(os.Getenv(envNodeClock)); err == nil {
 		now = func() time.Time { return time.Now().Add(off) }
 	}
-	if ms, _ := strconv.Atoi(os.Getenv(envHandOverWait)); ms > 0 {
-		cfg.BeforeHandOver = func(bson.ObjectID) {
+	if os.Getenv(envHandOverHold) != "" {
+		cfg.BeforeHandOver = func(ctx context.Context, _ bson.ObjectID) {
 			fmt.Println("claimed") // the test waits for this line
-			time.Sleep(time.Duration(ms) * time.Millisecond)
+			<-ctx.Done()           // held until the node is told to stop
 		}
 	}
 	if addr := os.Getenv(envNodeHTTP); addr != "" {

@@ -89,6 +89,7 @@ func benchManyQueues(b *testing.B, queues int) {
 		}
 		filled = time.Since(started)
 	} else {
+		// A point in time to measure at, not an event: nothing to wait for.
 		time.Sleep(time.Until(started.Add(30 * time.Second)))
 	}
 	unfilled := dentest.Count(b, db.Collection("queues"), unfilledQuery)
@@ -195,6 +196,7 @@ func watchWindow(b *testing.B, ep endpoint, window time.Duration) (readyz []stri
 			saveProfile(b, ep, "heap", filepath.Join(dir, "manyqueues.heap"))
 		}
 	}()
+	// A sampler's pace over a measured window: nothing to wait for.
 	for end := time.Now().Add(window); time.Now().Before(end); time.Sleep(5 * time.Second) {
 		code, body := ep.get(b, "/readyz")
 		readyz = append(readyz, fmt.Sprintf("%d %s", code, strings.TrimSpace(body)))

@@ -130,7 +130,8 @@ func TestNewWorkSeenAtOnce(t *testing.T) {
 	})
 	t.Run("idle queue", func(t *testing.T) {
 		// Inserted at different times within a pass: before, the probe
-		// every 5 s let most of them wait past 3 passes.
+		// every 5 s let most of them wait past 3 passes. (A pace, not a
+		// wait: the insert's phase within a pass is what varies.)
 		for i := range 5 {
 			time.Sleep(time.Duration(i) * 190 * time.Millisecond)
 			check(t, fmt.Sprintf("task %d in a queue idle since the node started", i), driverTask(t, db, old, i))

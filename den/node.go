@@ -302,7 +302,9 @@ func (n *Node) start(ctx context.Context) error {
 		if attempt == 1 {
 			waited = true
 			n.Log.Warn("MongoDB unreachable; retrying with backoff until it answers", zap.Error(err))
+			return
 		}
+		n.Log.Debug("MongoDB still unreachable; retrying", zap.Int("attempt", attempt), zap.Error(err))
 	})
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err() // stopped while waiting: MongoDB's answer was the cancellation

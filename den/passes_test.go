@@ -12,7 +12,7 @@ import (
 )
 
 // heartbeat returns the timestamp of node's document, or the zero time.
-func heartbeat(t *testing.T, db *mongo.Database, node string) time.Time {
+func heartbeat(t testing.TB, db *mongo.Database, node string) time.Time {
 	t.Helper()
 	raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: node}}).Raw()
 	if err != nil {
@@ -24,7 +24,7 @@ func heartbeat(t *testing.T, db *mongo.Database, node string) time.Time {
 
 // housekeeping returns node's last completed round of housekeeping as
 // its node document says, or zero times.
-func housekeeping(t *testing.T, db *mongo.Database, node string) (pass, started time.Time) {
+func housekeeping(t testing.TB, db *mongo.Database, node string) (pass, started time.Time) {
 	t.Helper()
 	raw, err := db.Collection("nodes").FindOne(dentest.Context(t), bson.D{{Key: "node", Value: node}}).Raw()
 	if err != nil {
@@ -49,7 +49,7 @@ func housekeeping(t *testing.T, db *mongo.Database, node string) (pass, started 
 // round left it. Rounds run one after the other, each after a full pass,
 // and every step of a round goes by the round's start: a round whose
 // pass started at least T+every after one that started at T rescued.
-func waitPasses(t *testing.T, db *mongo.Database, nodes []string, n int, every time.Duration) {
+func waitPasses(t testing.TB, db *mongo.Database, nodes []string, n int, every time.Duration) {
 	t.Helper()
 	for _, node := range nodes {
 		since := time.Now()
@@ -68,4 +68,13 @@ func waitPasses(t *testing.T, db *mongo.Database, nodes []string, n int, every t
 			})
 		}
 	}
+}
+
+// waitStartUp returns once node, just started, has done what a node does
+// once at its start (its indexes, its first read of every queue, the
+// queues' counts): two rounds of its housekeeping, as its node document
+// says. A benchmark measures from there, not the start-up.
+func waitStartUp(t testing.TB, db *mongo.Database, node string) {
+	t.Helper()
+	waitPasses(t, db, []string{node}, 2, 0)
 }

@@ -108,7 +108,7 @@ func TestSIGTERMPutsClaimedTaskBack(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 1, "fifo")
 	ids := dentest.Tasks(t, db, qid, sleepTasks(1, 0)...)
-	node, out := nodeProcess(t, db, "stopper", envHandOverWait+"=3000")
+	node, out := nodeProcess(t, db, "stopper", envHandOverHold+"=1")
 	if !out.Scan() || out.Text() != "claimed" {
 		t.Fatalf("node did not claim: %q", out.Text())
 	}

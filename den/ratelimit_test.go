@@ -56,15 +56,17 @@ func TestRateLimitHoldsAcrossNodes(t *testing.T) {
 		return n
 	}
 	grants := watchGrants(t, db, qid)
-	for time.Since(opened) < 8*time.Second {
-		if n := started(); n > 2 {
-			t.Fatalf("%d tasks started %s after the queue opened; rate limit 2 per 10 s", n, time.Since(opened).Round(time.Millisecond))
+	// The wait for all 6 to end covers the first 8 s (6 tasks at 2 per
+	// 10 s take 20 s at least), in which at most 2 may start.
+	at8 := int64(-1)
+	dentest.Eventually(t, time.Minute, "all 6 tasks ended", func() bool {
+		if since := time.Since(opened); since < 8*time.Second {
+			if n := started(); n > 2 {
+				t.Fatalf("%d tasks started %s after the queue opened; rate limit 2 per 10 s", n, since.Round(time.Millisecond))
+			}
+		} else if at8 < 0 {
+			at8 = started()
 		}
-		grants.read()
-		time.Sleep(100 * time.Millisecond)
-	}
-	at8 := started()
-	dentest.Eventually(t, 45*time.Second, "all 6 tasks ended", func() bool {
 		grants.read()
 		return countDone(t, db)() == 6
 	})
@@ -287,11 +289,8 @@ func TestForgedRateLimitDocumentsDoNotStopAQueue(t *testing.T) {
 	startNode(t, db, "n")
 	dentest.Eventually(t, time.Minute, "the node lists the queue", func() bool { return countNodesServing(t, db, qid) == 1 })
 	opened := time.Now()
-	for countDone(t, db)() < 2 {
-		if time.Since(opened) > 20*time.Second {
-			t.Fatalf("%d of 2 tasks ended 20 s after the node listed its queue (rate limit 1 per 5 s): forged rate_limits documents stopped it", countDone(t, db)())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !dentest.UntilBy(opened.Add(20*time.Second), 100*time.Millisecond, func() bool { return countDone(t, db)() >= 2 }) {
+		t.Fatalf("%d of 2 tasks ended 20 s after the node listed its queue (rate limit 1 per 5 s): forged rate_limits documents stopped it", countDone(t, db)())
 	}
 	// That the limit still holds (no more starts than it grants) is
 	// TestRateLimitForgedSlots's to show: the runs' own starts follow the
@@ -329,11 +328,8 @@ func TestDeletedRateLimitDocumentStopsMatteringWithinAPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	for countDone(t, db)() < 1 {
-		if time.Since(deleted) > 10*time.Second {
-			t.Fatalf("the task has not ended 10 s after the slot holding it back was deleted")
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !dentest.UntilBy(deleted.Add(10*time.Second), 100*time.Millisecond, func() bool { return countDone(t, db)() >= 1 }) {
+		t.Fatalf("the task has not ended 10 s after the slot holding it back was deleted")
 	}
 	t.Logf("the task ended %s after the slot was deleted", time.Since(deleted).Round(100*time.Millisecond))
 }

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,17 +69,21 @@ func benchRecovery(b *testing.B, dead time.Duration) {
 	qid := dentest.Queue(b, db, "cmd", command.Name, running, "fifo")
 
 	a := recoveryNode(b, srv.uri, srv.database, "a", dead)
-	time.Sleep(5 * time.Second) // start-up: indexes, first passes, counts
+	waitStartUp(b, db, "a")
 	// A whole rescue period (30 s) and four beats at least, so that every
-	// periodic command counts at its share.
+	// periodic command counts at its share. Windows of time, measured:
+	// nothing to wait for.
 	window := max(60*time.Second, 4*queue.BeatEvery(dead))
 	before := srv.stats()
 	time.Sleep(window)
 	idle := srv.stats().Sub(before)
 
+	// Each program says it runs (a file of its own) before it sleeps: its
+	// runner's start, and the commands of it, are done by then.
+	ran := b.TempDir()
 	params := make([]bson.D, running)
 	for i := range params {
-		params[i] = bson.D{{Key: "shell", Value: "exec sleep 3600"}}
+		params[i] = bson.D{{Key: "shell", Value: fmt.Sprintf("touch %s; exec sleep 3600", filepath.Join(ran, strconv.Itoa(i)))}}
 	}
 	ids := dentest.Tasks(b, db, qid, params...)
 	if _, err := db.Collection("tasks").UpdateMany(ctx, bson.D{{Key: "queue", Value: qid}},
@@ -87,9 +92,14 @@ func benchRecovery(b *testing.B, dead time.Duration) {
 	}
 	started := bson.D{{Key: "status", Value: queue.StatusRunning}, {Key: "runner.at", Value: bson.D{{Key: "$exists", Value: true}}}}
 	waitCount(b, db, started, running, 5*time.Minute)
-	time.Sleep(2 * time.Second) // the last starts' own commands
+	if !dentest.UntilBy(time.Now().Add(5*time.Minute), time.Second, func() bool {
+		files, err := os.ReadDir(ran)
+		return err == nil && len(files) == running
+	}) {
+		b.Fatalf("not all %d programs ran in 5 minutes", running)
+	}
 	before = srv.stats()
-	time.Sleep(window)
+	time.Sleep(window) // a window of commands, measured: nothing to wait for
 	busy := srv.stats().Sub(before)
 	idleRate := float64(idle.Total()) / window.Seconds()
 	busyRate := float64(busy.Total()) / window.Seconds()
@@ -99,21 +109,24 @@ func benchRecovery(b *testing.B, dead time.Duration) {
 
 	// The second node, then the first frozen.
 	recoveryNode(b, srv.uri, srv.database, "b", dead)
-	time.Sleep(5 * time.Second)
+	waitStartUp(b, db, "b")
 	if err := a.Process.Signal(syscall.SIGSTOP); err != nil {
 		b.Fatal(err)
 	}
 	frozen := time.Now()
 	b.Cleanup(func() { a.Process.Signal(syscall.SIGCONT) })
-	time.Sleep(2 * time.Second) // a write in flight lands
+	// Node a holds every task (the queue's maxthreads), so what runs
+	// under node b is an attempt 2.
+	again := bson.D{{Key: "node", Value: "b"}, {Key: "status", Value: queue.StatusRunning}, {Key: "runner.at", Value: bson.D{{Key: "$exists", Value: true}}}}
+	waitCount(b, db, again, running, dead+10*time.Minute)
+	// Node a's last heartbeat: a write it had in flight at the freeze has
+	// landed long since.
 	var nodeDoc struct {
 		Timestamp time.Time `bson:"timestamp"`
 	}
 	if err := db.Collection("nodes").FindOne(ctx, bson.D{{Key: "node", Value: "a"}}).Decode(&nodeDoc); err != nil {
 		b.Fatalf("node a's document: %v", err)
 	}
-	again := bson.D{{Key: "node", Value: "b"}, {Key: "status", Value: queue.StatusRunning}, {Key: "runner.at", Value: bson.D{{Key: "$gt", Value: nodeDoc.Timestamp}}}}
-	waitCount(b, db, again, running, dead+10*time.Minute)
 	var waits []time.Duration
 	cur, err := db.Collection("tasks").Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 	if err != nil {

@@ -82,6 +82,9 @@ func relayConnections(b *testing.B, relay bool, sleepMS int) {
 	cfg := runnerConfig("relaybench", srv.URI(), db.Name(), filepath.Join(b.TempDir(), "runners.log"))
 	cfg.Runner.Direct = !relay
 	cfg.Runner.MaxTasks = 1
+	var sig den.TestSignals
+	sig.Init()
+	cfg.Signals = &sig
 	node, err := den.New(cfg, db, plugins.Default(), zap.NewNop(), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -93,7 +96,7 @@ func relayConnections(b *testing.B, relay bool, sleepMS int) {
 	}()
 	defer func() { cancel(); <-done }()
 	// The node's first pass (indexes, its node document) is not the tasks'.
-	time.Sleep(3 * time.Second)
+	sig.PassDone.Wait(b, "the node's first full pass")
 
 	var peak atomic.Int64
 	stopSampling := make(chan struct{})

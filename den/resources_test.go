@@ -1,6 +1,7 @@
 package den_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"sync"
@@ -88,7 +89,7 @@ func TestLargestRequestFirst(t *testing.T) {
 			var order []bson.ObjectID
 			startNode(t, db, "n", func(c *den.Config) {
 				c.Resources = den.ResourceLimits{MemoryMB: 1000, CPUs: 4, BusyCorePercent: 100}
-				c.BeforeHandOver = func(id bson.ObjectID) {
+				c.BeforeHandOver = func(_ context.Context, id bson.ObjectID) {
 					mu.Lock()
 					defer mu.Unlock()
 					order = append(order, id)

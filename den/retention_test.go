@@ -202,7 +202,10 @@ func TestRetentionOneNodeAtATime(t *testing.T) {
 				mu.Lock()
 				batches[name]++
 				mu.Unlock()
-				time.Sleep(20 * time.Millisecond) // a window for another holder to show
+				// A batch held open, a window for another holder to
+				// show: the test widens the race it checks, it waits for
+				// nothing.
+				time.Sleep(20 * time.Millisecond)
 			}
 		}
 	}

@@ -254,7 +254,9 @@ func TestStoppedNodeLetsGoOfItsRunners(t *testing.T) {
 	db := dentest.DB(t)
 	qid := dentest.Queue(t, db, "q", sleepPlugin, 1, "fifo")
 	id := dentest.Tasks(t, db, qid, sleepTasks(1, 120_000)...)[0]
-	node := startNode(t, db, "n")
+	var sig den.TestSignals
+	sig.Init()
+	node := startNode(t, db, "n", func(c *den.Config) { c.Signals = &sig })
 	dentest.WaitStatus(t, db, id, 0)
 	procs := runnerOf(t, db, id)
 	node.Stop()
@@ -263,15 +265,12 @@ func TestStoppedNodeLetsGoOfItsRunners(t *testing.T) {
 	for _, p := range procs {
 		syscall.Kill(p.pid, syscall.SIGKILL)
 	}
-	// Reaped, not only dead: the supervisor is the node's child, and
-	// its pid leaves /proc once the watcher's Wait has returned.
-	dentest.Eventually(t, time.Minute, "the runner reaped", func() bool {
-		f := statFields(procs[0].pid)
-		return allGone(procs) && (len(f) <= 19 || f[19] != procs[0].start)
-	})
-	// The watcher runs once the runner is reaped; what it would have
-	// done (a write, a log line) takes well under this.
-	time.Sleep(2 * time.Second)
+	// The supervisor is the node's child: its watcher reaps it, does what
+	// it would do (a write, a log line), and then says so.
+	sig.RunnerExited.WaitFor(t, "the runner's watcher done", func(pid int) bool { return pid == procs[0].pid })
+	if f := statFields(procs[0].pid); len(f) > 19 && f[19] == procs[0].start {
+		t.Errorf("the runner's watcher was done before the runner was reaped: %v", f)
+	}
 	if n := node.Logs.Len(); n != logged {
 		t.Errorf("the stopped node logged %d lines after its Run returned: %v", n-logged, node.Logs.All()[logged:])
 	}

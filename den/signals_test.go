@@ -11,10 +11,10 @@ import (
 )
 
 // A node's test signals say what it did as it does it: the claim of each
-// task, each full pass, each step of the housekeeping, and each task's
-// end, which its document holds by
-// the time the signal comes (read once, not polled). Tests wait on them
-// instead of polling the database.
+// task, each full pass, each step of the housekeeping, each task's end,
+// which its document holds by the time the signal comes (read once, not
+// polled), and each runner's exit (here a runner per task, which exits
+// after it). Tests wait on them instead of polling the database.
 func TestSignalsTellClaimsPassesAndEnds(t *testing.T) {
 	t.Parallel()
 	db := dentest.DB(t)
@@ -23,7 +23,10 @@ func TestSignalsTellClaimsPassesAndEnds(t *testing.T) {
 	var sig den.TestSignals
 	sig.Init()
 	began := time.Now()
-	startNode(t, db, "n", func(cfg *den.Config) { cfg.Signals = &sig })
+	startNode(t, db, "n", func(cfg *den.Config) {
+		cfg.Signals = &sig
+		cfg.Runner.MaxTasks = 1
+	})
 
 	if at := sig.PassDone.Wait(t, "a full pass"); at.Before(began.Add(-time.Minute)) {
 		t.Errorf("a full pass began at %s, before the node started (%s)", at, began)
@@ -48,5 +51,17 @@ func TestSignalsTellClaimsPassesAndEnds(t *testing.T) {
 		if st, _ := dentest.Task(t, db, end.Task).Lookup("status").AsInt64OK(); st != 1 {
 			t.Errorf("task %s was signalled as ended while its document says status %d", end.Task.Hex(), st)
 		}
+	}
+	runners := map[int]bool{}
+	for _, id := range ids {
+		pid, _ := dentest.Task(t, db, id).Lookup("runner", "pid").AsInt64OK()
+		runners[int(pid)] = true
+	}
+	for range ids {
+		pid := sig.RunnerExited.Wait(t, "a runner's exit")
+		if !runners[pid] {
+			t.Errorf("runner %d was signalled as exited; the tasks' runners are %v", pid, runners)
+		}
+		delete(runners, pid)
 	}
 }

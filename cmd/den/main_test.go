@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,10 +309,14 @@ func TestWaitsForMongoDB(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	_, _, stderr := start(t, "run", "--mongo-uri", "mongodb://"+addr+"/?serverSelectionTimeoutMS=300", "--database", "d", "--node", "waiter", "--log-format", "json")
-	time.Sleep(3 * time.Second)
+	_, _, stderr := start(t, "run", "--mongo-uri", "mongodb://"+addr+"/?serverSelectionTimeoutMS=300", "--database", "d", "--node", "waiter",
+		"--log-format", "json", "--log-level", "debug")
+	// Each attempt after the first is a line at debug level.
+	dentest.Eventually(t, time.Minute, "three attempts to reach MongoDB", func() bool {
+		return strings.Count(stderr.String(), "MongoDB still unreachable") >= 2
+	})
 	if c := strings.Count(stderr.String(), "MongoDB unreachable"); c != 1 {
-		t.Fatalf("outage logged %d times in 3s, want once:\n%s", c, stderr)
+		t.Fatalf("outage logged %d times in three attempts or more, want once:\n%s", c, stderr)
 	}
 	start(t, "devdb", "--data", t.TempDir(), "--listen", addr)
 	dentest.Eventually(t, 2*time.Minute, "node running", func() bool { return strings.Contains(stderr.String(), "node running") })
@@ -332,11 +338,15 @@ func TestMongoDBOutageMidRun(t *testing.T) {
 	l.Close()
 	data := t.TempDir()
 	dbProc, _, _ := start(t, "devdb", "--data", data, "--listen", addr)
-	_, _, stderr := start(t, "run", "--mongo-uri", "mongodb://"+addr+"/?serverSelectionTimeoutMS=500", "--database", "d", "--node", "survivor", "--log-format", "json")
+	httpAddr := freeAddr(t)
+	_, _, stderr := start(t, "run", "--mongo-uri", "mongodb://"+addr+"/?serverSelectionTimeoutMS=500", "--database", "d", "--node", "survivor", "--log-format", "json",
+		"--http-listen", httpAddr)
 	dentest.Eventually(t, time.Minute, "node running", func() bool { return strings.Contains(stderr.String(), "node running") })
+	failed := func() float64 { return metric(t, httpAddr, "den_database_errors_total") }
+	before := failed()
 	dbProc.Process.Signal(syscall.SIGKILL)
 	dbProc.Wait()
-	time.Sleep(4 * time.Second) // several passes fail
+	dentest.Eventually(t, time.Minute, "three passes failed", func() bool { return failed() >= before+3 })
 	if c := strings.Count(stderr.String(), "MongoDB unreachable or failing"); c != 1 {
 		t.Fatalf("outage logged %d times, want once:\n%s", c, stderr)
 	}
@@ -350,4 +360,29 @@ func TestMongoDBOutageMidRun(t *testing.T) {
 	db := client.Database("d")
 	qid := dentest.Queue(t, db, "demo", demo.Name, 1, "fifo")
 	dentest.WaitStatus(t, db, demoTask(t, db, qid, "a"), 1)
+}
+
+// metric is the value of an unlabelled metric on the /metrics of the
+// node whose endpoint is addr (-1 when it has none).
+func metric(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("the node's /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the node's /metrics: %v", err)
+	}
+	for _, l := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s: %q", name, l)
+			}
+			return f
+		}
+	}
+	return -1
 }

@@ -74,10 +74,12 @@ func newWorkOnce(b *testing.B, queues, rounds int, idle time.Duration) {
 	r.idleQueues(queues)
 	fmt.Printf("%d idle queues inserted in %.1fs\n", queues, time.Since(began).Seconds())
 	// A minute and a bit: the node has read every queue again since, so
-	// that the idle queues are old ones, and not new.
+	// that the idle queues are old ones, and not new. Time must pass: the
+	// queues age by the time in their _id against den dev's clock, in
+	// another process, which says nothing of its reads of every queue.
 	time.Sleep(70 * time.Second)
 	before := devdbCommands(b, httpAddr)
-	time.Sleep(idle)
+	time.Sleep(idle) // a window of idle commands, measured: nothing to wait for
 	after := devdbCommands(b, httpAddr)
 	fmt.Printf("idle, %d queues: %s\n\n", queues+1, perSecond(after, before, idle))
 
@@ -101,7 +103,8 @@ func newWorkOnce(b *testing.B, queues, rounds int, idle time.Duration) {
 			ids[j] = r.task(id.(bson.ObjectID))
 		}
 		r.measure(fmt.Sprintf("20 new queues at once, the last %d", i), ids...)
-		time.Sleep(time.Duration(300+i*370) * time.Millisecond) // another phase of the pass
+		// Another phase of the pass for the next round: a pace, not a wait.
+		time.Sleep(time.Duration(300+i*370) * time.Millisecond)
 	}
 	b.StopTimer()
 	fmt.Printf("\nworst start: %s\n", r.worst.Round(time.Millisecond))

@@ -184,10 +184,10 @@ func denCLI(b *testing.B, uri string, args ...string) {
 	}
 }
 
-func freeAddr(b *testing.B) string {
+func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()

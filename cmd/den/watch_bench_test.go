@@ -259,7 +259,7 @@ func (w *watchRun) idleFor(what string) {
 	srv, cmds := devdbSeconds(w.b, w.nodeHTTP), devdbCommands(w.b, w.nodeHTTP)
 	before := w.cpuUse()
 	procsBefore := w.pgTicks()
-	time.Sleep(w.idle)
+	time.Sleep(w.idle) // a window of idle CPU, measured: nothing to wait for
 	u := w.cpuUse()
 	type proc struct {
 		title string

@@ -489,9 +489,20 @@ func TestTwinUpkeepDoesNotWaitOnTableLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
-	// The next sweep takes the database's proxy lock and tries the twins.
-	// A command of another collection goes through the proxy meanwhile.
-	time.Sleep(2 * twinInterval)
+	// The next sweep takes the database's proxy lock and tries the twins:
+	// its statement waits on the table's lock (seen from a connection of
+	// its own: pg_stat_activity holds still within a transaction). A
+	// command of another collection goes through the proxy meanwhile.
+	watch, err := pgx.Connect(ctx, srv.pg.url(pgDatabase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	testdeadline.Wait(t, 10*time.Millisecond, "the twins' upkeep waiting on the table's lock", func() bool {
+		var n int
+		err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()`).Scan(&n)
+		return err == nil && n > 0
+	})
 	done := make(chan error, 1)
 	go func() {
 		_, err := proxied.Collection("other").InsertOne(ctx, bson.D{{Key: "n", Value: 1}})

@@ -113,7 +113,9 @@ func TestBrowserLiveUpdates(t *testing.T) {
 	// A hidden tab asks nothing; shown again, it asks at once.
 	eval(`Object.defineProperty(document, "hidden", {configurable: true, get: () => true}), document.dispatchEvent(new Event("visibilitychange"))`)
 	before := eval(liveRequests)
-	time.Sleep(4 * time.Second) // four intervals in which nothing must be asked
+	// Four intervals in which nothing must be asked: a request that does
+	// not come has no event to wait for.
+	time.Sleep(4 * time.Second)
 	if after := eval(liveRequests); after != before {
 		t.Errorf("a hidden tab asked /live %d times more", atoi(t, after)-atoi(t, before))
 	}

@@ -54,7 +54,7 @@ func soak(tb testing.TB, tasks, nodes int, rate float64, refusal time.Duration) 
 	// count_todo says every task ended (it may be off by a fault's double
 	// decrement), and every 30 s in case it drifted the other way.
 	var exactAt time.Time
-	for {
+	dentest.UntilBy(deadline, time.Second, func() bool {
 		todo := soakTodo(tb, db, qid)
 		if !refused && refusal > 0 && int64(tasks)-todo >= int64(tasks/3) {
 			p.Refuse(refusal)
@@ -62,15 +62,10 @@ func soak(tb testing.TB, tasks, nodes int, rate float64, refusal time.Duration) 
 		}
 		if since := time.Since(exactAt); (todo <= 0 && since >= 5*time.Second) || since >= 30*time.Second {
 			exactAt = time.Now()
-			if dentest.CountTasks(tb, db, ended) == int64(tasks) {
-				break
-			}
+			return dentest.CountTasks(tb, db, ended) == int64(tasks)
 		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
+		return false
+	})
 	r := soakResult{Tasks: tasks, Took: time.Since(started), Faults: len(p.Injected())}
 	r.Finished = int(dentest.CountTasks(tb, db, bson.D{{Key: "status", Value: 1}}))
 	r.Stuck = tasks - int(dentest.CountTasks(tb, db, ended))

@@ -14,15 +14,19 @@ import (
 // each full pass that succeeded (when it began), each step of the
 // housekeeping that did its work (its name, as Ready and the node's
 // progress name it: counts, oldest, rescue, sweep, stats, schedules,
-// retention), and each end of a task that its runners reported (by then
-// the task's document holds the result). A test sets den.Config.Signals and calls Init before the node
-// starts; production leaves den.Config.Signals nil, and signalling then costs
-// a nil check.
+// retention), each end of a task that its runners reported (by then
+// the task's document holds the result), and each runner process that
+// exited (its pid), once the node has reaped it and done what its exit
+// asks (put its task back, rescue it; nothing once the node's Run has
+// returned). A test sets den.Config.Signals and calls Init before the node
+// starts; production leaves den.Config.Signals nil, and signalling then
+// costs a nil check.
 type Signals struct {
-	Claimed   testsignal.Signal[bson.ObjectID]
-	PassDone  testsignal.Signal[time.Time]
-	StepDone  testsignal.Signal[string]
-	TaskEnded testsignal.Signal[TaskEnd]
+	Claimed      testsignal.Signal[bson.ObjectID]
+	PassDone     testsignal.Signal[time.Time]
+	StepDone     testsignal.Signal[string]
+	TaskEnded    testsignal.Signal[TaskEnd]
+	RunnerExited testsignal.Signal[int]
 }
 
 // TaskEnd is a task's end as its runner reported it: its status (0 when
@@ -40,6 +44,7 @@ func (s *Signals) Init() {
 	s.PassDone.Init()
 	s.StepDone.Init()
 	s.TaskEnded.Init()
+	s.RunnerExited.Init()
 }
 
 func (s *Signals) NoteClaimed(id bson.ObjectID) {
@@ -63,5 +68,11 @@ func (s *Signals) NoteStepDone(name string) {
 func (s *Signals) NoteTaskEnded(e TaskEnd) {
 	if s != nil {
 		s.TaskEnded.Signal(e)
+	}
+}
+
+func (s *Signals) NoteRunnerExited(pid int) {
+	if s != nil {
+		s.RunnerExited.Signal(pid)
 	}
 }

@@ -28,7 +28,7 @@ type Params struct {
 	Arrivals     ArrivalSource
 	// BeforeHandOver, when set, is called with each task claimed, before
 	// it is handed to a runner (den.Config.BeforeHandOver; tests only).
-	BeforeHandOver func(task bson.ObjectID)
+	BeforeHandOver func(ctx context.Context, task bson.ObjectID)
 }
 
 // claimer claims queued tasks for the node, within the queues' and the
@@ -568,7 +568,7 @@ func (cl *Claimer) claimFrom(ctx context.Context, r *claimRound, qs []queue.Queu
 		}
 		cl.Signals.NoteClaimed(c.ID)
 		if cl.params.BeforeHandOver != nil {
-			cl.params.BeforeHandOver(c.ID)
+			cl.params.BeforeHandOver(ctx, c.ID)
 		}
 		if ctx.Err() != nil {
 			// Shutting down between claim and hand-over: put it back.

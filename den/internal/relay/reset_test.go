@@ -10,6 +10,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
+
+	"github.com/den-project/den/den/internal/testdeadline"
 )
 
 // A runner that exits with a reply still unread resets its connection:
@@ -39,13 +42,35 @@ func TestResetConnectionIsNoWarning(t *testing.T) {
 	if _, err := runner.Write(buildMsg(t, 0, bson.D{{Key: "ping", Value: 1}, {Key: "$db", Value: "admin"}}, "")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the reply is written, and not read
+	// The reply is written, and not read: it waits in the runner's socket.
+	testdeadline.Wait(t, time.Millisecond, "the reply in the runner's socket", func() bool { return unread(t, runner) > 0 })
 	runner.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && logs.Len() == 0 {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The relay's read gets the reset and the connection ends: what it
+	// logs of it, it has logged by then.
+	testdeadline.Wait(t, time.Millisecond, "the relay to end the reset connection", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.conns) == 0
+	})
 	for _, e := range logs.All() {
 		t.Errorf("logged %s: %s %v", e.Level, e.Message, e.ContextMap())
 	}
+}
+
+// unread is how many bytes wait in conn's socket to be read (SIOCINQ).
+func unread(t *testing.T, conn net.Conn) int {
+	t.Helper()
+	raw, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var ioctlErr error
+	if err := raw.Control(func(fd uintptr) { n, ioctlErr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		t.Fatal(err)
+	}
+	if ioctlErr != nil {
+		t.Fatalf("SIOCINQ: %v", ioctlErr)
+	}
+	return n
 }

@@ -463,6 +463,7 @@ func (rs *Pool) track(cmd *exec.Cmd, q queue.Queue, taskID bson.ObjectID, reuse 
 func (rs *Pool) watch(cmd *exec.Cmd, p *runnerProc) {
 	err := cmd.Wait()
 	pid := cmd.Process.Pid
+	defer rs.Signals.NoteRunnerExited(pid) // once all below is done
 	rs.procs.mu.Lock()
 	taskID, reused := p.task, p.served > 1
 	p.task = bson.ObjectID{}

@@ -27,7 +27,7 @@ func TestUntil(t *testing.T) {
 		if !last.IsZero() {
 			gaps = append(gaps, time.Since(last))
 		}
-		time.Sleep(30 * time.Millisecond) // a slow cond: slower than the interval
+		time.Sleep(30 * time.Millisecond) // a slow cond, slower than the interval: the subject, not a wait
 		last = time.Now()
 		return false
 	})
