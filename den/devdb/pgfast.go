@@ -146,11 +146,45 @@ var tallyTriggers = []string{"den_tally_ins", "den_tally_upd", "den_tally_del", 
 
 // tallySetup makes the tally's table and functions, or brings the
 // functions up to date, in the schema den$devdb: no MongoDB database's
-// (FerretDB keeps a database in the schema of its name, which has no $). The table holds, per FerretDB table (tbl, its
-// oid) and combination of the three fields' values (q, s, nd) and types
-// (qt, st, ndt: FerretDB's type of the value; "" for a missing field; the
-// type and "!" for a value the tally does not keep, an array, a document,
-// a long string, kept as null), how many rows hold it (n).
+// (FerretDB keeps a database in the schema of its name, which has no $).
+// The table holds, per FerretDB table (tbl, its oid) and combination of
+// the three fields' values (q, s, nd) and types (qt, st, ndt: FerretDB's
+// type of the value; "" for a missing field; the type and "!" for a value
+// the tally does not keep, an array, a document, a long string, kept as
+// null), how many rows hold it (n): one row per combination, updated in
+// place in the writer's transaction, so that a reader reads as many rows
+// as there are combinations, however many writes there were, and counts
+// stay exact whatever rolls back (a rolled-back write's change of n goes
+// with it) and whoever writes at once (each change of n holds its row's
+// lock to the end of its transaction; rows are changed in key order, so
+// two writers cannot deadlock on them).
+//
+// What a write pays for it (docs/performance.md, "10,000-task drain"),
+// measured as the trigger's time in EXPLAIN ANALYZE of an UPDATE of one
+// task:
+//
+//   - The trigger functions plan their statements once (plan_cache_mode
+//     force_generic_plan, set on each function): den dev's PostgreSQL
+//     runs with force_custom_plan for FerretDB's statements
+//     (postgres.go), under which PL/pgSQL plans a statement that names a
+//     variable (TG_RELID) again at every call: 0.8 to 1.3 ms a trigger
+//     call, most of what the tally cost a claim. Planned once: about 0.1
+//     ms.
+//   - A row's key (tallyKeyOf) reads its document once: each read of a
+//     jsonb value stored out of line (TOAST: a task with a large output)
+//     fetches and decompresses it whole, and the key computed as one
+//     expression per column read it some 50 times a row (100 to 200 ms
+//     for an update of a task of 1 MB; 0.5 ms now).
+//
+// The counts kept instead as appended deltas (a row per change, summed by
+// the reader, folded by a compaction) measured about the same per write
+// once planned (0.06 to 0.1 ms, against 0.07 to 0.15): rows updated in
+// place are not what made the writes slow. Writers do not wait on one
+// another's rows either (den dev's proxy forwards one write at a time per
+// database, and each database's tables have rows of their own); only the
+// old versions of a row updated many times while a long read holds its
+// snapshot make each update walk further (0.05 to 0.1 ms more after 1,500
+// updates under one snapshot), until the read ends.
 var tallySetup = []string{
 	`CREATE SCHEMA IF NOT EXISTS "den$devdb"`,
 	`CREATE TABLE IF NOT EXISTS "den$devdb".tally (
@@ -160,65 +194,77 @@ var tallySetup = []string{
 		nd jsonb NOT NULL, ndt text NOT NULL,
 		n bigint NOT NULL,
 		UNIQUE (tbl, q, qt, s, st, nd, ndt))`,
-	// The type of field f of document doc as the tally keeps it.
-	`CREATE OR REPLACE FUNCTION "den$devdb".tally_t(doc jsonb, f text) RETURNS text
-		LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-		SELECT CASE
-			WHEN NOT (doc ? f) THEN ''
-			WHEN doc #>> ARRAY['$s', 'p', f, 't'] IN ('objectId', 'int', 'long', 'double', 'bool', 'date', 'null')
-				THEN doc #>> ARRAY['$s', 'p', f, 't']
-			WHEN doc #>> ARRAY['$s', 'p', f, 't'] = 'string' AND octet_length(doc ->> f) <= 256 THEN 'string'
-			ELSE coalesce(doc #>> ARRAY['$s', 'p', f, 't'], '?') || '!'
-		END $$`,
-	// The value of field f of document doc as the tally keeps it.
-	`CREATE OR REPLACE FUNCTION "den$devdb".tally_v(doc jsonb, f text) RETURNS jsonb
-		LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-		SELECT CASE WHEN "den$devdb".tally_t(doc, f) = '' OR "den$devdb".tally_t(doc, f) LIKE '%!' THEN 'null'::jsonb
-			ELSE doc -> f END $$`,
-	`CREATE OR REPLACE FUNCTION "den$devdb".tally_ins() RETURNS trigger LANGUAGE plpgsql AS $$
+	`CREATE OR REPLACE FUNCTION "den$devdb".tally_ins() RETURNS trigger LANGUAGE plpgsql
+	SET plan_cache_mode = force_generic_plan AS $$
 	BEGIN
 		INSERT INTO "den$devdb".tally AS t (tbl, q, qt, s, st, nd, ndt, n)
-		SELECT TG_RELID, ` + tallyKey("r") + `, count(*) FROM new_rows r
+		SELECT TG_RELID, ` + tallyCols + `, count(*) FROM new_rows r CROSS JOIN ` + tallyKeyOf("r") + `
 		GROUP BY 2, 3, 4, 5, 6, 7 ORDER BY 2, 3, 4, 5, 6, 7
 		ON CONFLICT (tbl, q, qt, s, st, nd, ndt) DO UPDATE SET n = t.n + EXCLUDED.n;
 		RETURN NULL;
 	END $$`,
-	`CREATE OR REPLACE FUNCTION "den$devdb".tally_del() RETURNS trigger LANGUAGE plpgsql AS $$
+	`CREATE OR REPLACE FUNCTION "den$devdb".tally_del() RETURNS trigger LANGUAGE plpgsql
+	SET plan_cache_mode = force_generic_plan AS $$
 	BEGIN
 		INSERT INTO "den$devdb".tally AS t (tbl, q, qt, s, st, nd, ndt, n)
-		SELECT TG_RELID, ` + tallyKey("r") + `, -count(*) FROM old_rows r
+		SELECT TG_RELID, ` + tallyCols + `, -count(*) FROM old_rows r CROSS JOIN ` + tallyKeyOf("r") + `
 		GROUP BY 2, 3, 4, 5, 6, 7 ORDER BY 2, 3, 4, 5, 6, 7
 		ON CONFLICT (tbl, q, qt, s, st, nd, ndt) DO UPDATE SET n = t.n + EXCLUDED.n;
 		RETURN NULL;
 	END $$`,
-	`CREATE OR REPLACE FUNCTION "den$devdb".tally_upd() RETURNS trigger LANGUAGE plpgsql AS $$
+	`CREATE OR REPLACE FUNCTION "den$devdb".tally_upd() RETURNS trigger LANGUAGE plpgsql
+	SET plan_cache_mode = force_generic_plan AS $$
 	BEGIN
 		INSERT INTO "den$devdb".tally AS t (tbl, q, qt, s, st, nd, ndt, n)
 		SELECT TG_RELID, q, qt, s, st, nd, ndt, sum(d) FROM (
-			SELECT ` + tallyKey("r") + `, -1 AS d FROM old_rows r
+			SELECT ` + tallyCols + `, -1 AS d FROM old_rows r CROSS JOIN ` + tallyKeyOf("r") + `
 			UNION ALL
-			SELECT ` + tallyKey("r") + `, 1 AS d FROM new_rows r
+			SELECT ` + tallyCols + `, 1 AS d FROM new_rows r CROSS JOIN ` + tallyKeyOf("r") + `
 		) AS x (q, qt, s, st, nd, ndt, d)
 		GROUP BY q, qt, s, st, nd, ndt HAVING sum(d) <> 0 ORDER BY q, qt, s, st, nd, ndt
 		ON CONFLICT (tbl, q, qt, s, st, nd, ndt) DO UPDATE SET n = t.n + EXCLUDED.n;
 		RETURN NULL;
 	END $$`,
-	`CREATE OR REPLACE FUNCTION "den$devdb".tally_trunc() RETURNS trigger LANGUAGE plpgsql AS $$
+	`CREATE OR REPLACE FUNCTION "den$devdb".tally_trunc() RETURNS trigger LANGUAGE plpgsql
+	SET plan_cache_mode = force_generic_plan AS $$
 	BEGIN
 		DELETE FROM "den$devdb".tally WHERE tbl = TG_RELID;
 		RETURN NULL;
 	END $$`,
+	// The key's functions of earlier dens, which tallyKeyOf replaced.
+	`DROP FUNCTION IF EXISTS "den$devdb".tally_v(jsonb, text)`,
+	`DROP FUNCTION IF EXISTS "den$devdb".tally_t(jsonb, text)`,
 }
 
-// tallyKey is the tally's key columns of the row r, for a SELECT list.
-func tallyKey(r string) string {
-	var parts []string
-	for _, f := range fastSpecs["tasks"].fields {
-		parts = append(parts,
-			fmt.Sprintf(`"den$devdb".tally_v(%s._jsonb, %s)`, r, quoteLiteral(f)),
-			fmt.Sprintf(`"den$devdb".tally_t(%s._jsonb, %s)`, r, quoteLiteral(f)))
+// tallyCols are the key columns tallyKeyOf gives, for a SELECT list.
+const tallyCols = "k.q, k.qt, k.s, k.st, k.nd, k.ndt"
+
+// tallyKeyOf is a LATERAL subquery, k, giving the tally's key columns of
+// the row r (tallyCols). Each level is evaluated once per row (OFFSET 0
+// keeps the planner from folding it into the next, which would copy its
+// expressions into every use): the document, read once (|| with an empty
+// object gives back the object itself, read out of its TOAST storage
+// once; a FerretDB document is always an object); the properties of its
+// schema ($s.p, FerretDB's types of its fields); each field's type as the
+// tally keeps it; then each field's value, or null for a missing field or
+// a value the tally does not keep.
+func tallyKeyOf(r string) string {
+	var types, cols []string
+	for i, f := range fastSpecs["tasks"].fields {
+		lf := quoteLiteral(f)
+		types = append(types, fmt.Sprintf(`CASE
+			WHEN NOT (d ? %[1]s) THEN ''
+			WHEN p -> %[1]s ->> 't' IN ('objectId', 'int', 'long', 'double', 'bool', 'date', 'null') THEN p -> %[1]s ->> 't'
+			WHEN p -> %[1]s ->> 't' = 'string' AND octet_length(d ->> %[1]s) <= 256 THEN 'string'
+			ELSE coalesce(p -> %[1]s ->> 't', '?') || '!'
+		END AS t%[2]d`, lf, i))
+		cols = append(cols, fmt.Sprintf(`CASE WHEN t%[2]d = '' OR t%[2]d LIKE '%%!' THEN 'null'::jsonb ELSE d -> %[1]s END, t%[2]d`, lf, i))
 	}
-	return strings.Join(parts, ", ")
+	return `LATERAL (SELECT ` + strings.Join(cols, ", ") + ` FROM (
+		SELECT d, ` + strings.Join(types, ", ") + ` FROM (
+			SELECT d, d -> '$s' -> 'p' AS p FROM (
+				SELECT ` + r + `._jsonb || '{}'::jsonb AS d OFFSET 0) AS doc OFFSET 0) AS schema OFFSET 0) AS typed
+	) AS k (q, qt, s, st, nd, ndt)`
 }
 
 // setupTally makes the tally's table and functions.
@@ -246,7 +292,7 @@ func makeTally(ctx context.Context, conn *pgx.Conn, schema, table string) error 
 		`LOCK TABLE ` + ident + ` IN SHARE ROW EXCLUSIVE MODE`,
 		`DELETE FROM "den$devdb".tally WHERE tbl = '` + strings.ReplaceAll(ident, "'", "''") + `'::regclass`,
 		`INSERT INTO "den$devdb".tally (tbl, q, qt, s, st, nd, ndt, n)
-			SELECT '` + strings.ReplaceAll(ident, "'", "''") + `'::regclass, ` + tallyKey("r") + `, count(*) FROM ` + ident + ` r
+			SELECT '` + strings.ReplaceAll(ident, "'", "''") + `'::regclass, ` + tallyCols + `, count(*) FROM ` + ident + ` r CROSS JOIN ` + tallyKeyOf("r") + `
 			GROUP BY 2, 3, 4, 5, 6, 7`,
 		`CREATE TRIGGER den_tally_ins AFTER INSERT ON ` + ident + ` REFERENCING NEW TABLE AS new_rows
 			FOR EACH STATEMENT EXECUTE FUNCTION "den$devdb".tally_ins()`,

@@ -330,6 +330,13 @@ func startTwins(ctx context.Context, url string, p *proxy, logOut io.Writer) (*t
 	if err != nil {
 		return nil, fmt.Errorf("devdb: connect to PostgreSQL for its indexes: %w", err)
 	}
+	// The tally's functions as this den has them, before any table's
+	// tally is looked at: a data directory of an earlier den keeps its
+	// tallies, and their triggers call these.
+	if err := setupTally(ctx, conn); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("devdb: PostgreSQL indexes: %w", err)
+	}
 	if _, _, err := ensureTwins(ctx, conn, "", logOut); err != nil {
 		conn.Close(context.Background())
 		return nil, fmt.Errorf("devdb: PostgreSQL indexes: %w", err)
