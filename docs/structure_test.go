@@ -23,6 +23,7 @@ const (
 	maxDenMutual       = 10  // pairs of files of package den that use each other's top-level names
 	maxDenUses         = 80  // (file, file) pairs of package den where one uses the other's names
 	maxDenStructFields = 20  // fields of one struct of package den, Config aside
+	maxTestSleeps      = 20  // time.Sleep calls in tests (each commented: why no signal serves)
 	commandBuildersDir = "den/cli"
 )
 
@@ -394,4 +395,29 @@ func TestDenRootUntangled(t *testing.T) {
 		t.Errorf("%d pairs of den's files use each other, over %d: %s", len(mutual), maxDenMutual, strings.Join(mutual, ", "))
 	}
 	t.Logf("den: %d files, %d one-way file uses, %d mutual pairs", len(files), len(uses), len(mutual))
+}
+
+
+// Tests wait on what they wait for (test signals, dentest.Until and
+// WaitStatus), not on the clock: at most maxTestSleeps time.Sleep calls
+// stay in test files, where time itself is the point.
+func TestFewSleepsInTests(t *testing.T) {
+	_, files := moduleFiles(t)
+	var at []string
+	for _, f := range files {
+		if !strings.HasSuffix(f.rel, "_test.go") {
+			continue
+		}
+		ast.Inspect(f.file, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "Sleep" {
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "time" {
+					at = append(at, f.rel)
+				}
+			}
+			return true
+		})
+	}
+	if len(at) > maxTestSleeps {
+		t.Errorf("%d time.Sleep calls in tests, over %d: %s", len(at), maxTestSleeps, strings.Join(at, ", "))
+	}
 }
