@@ -397,7 +397,6 @@ func TestDenRootUntangled(t *testing.T) {
 	t.Logf("den: %d files, %d one-way file uses, %d mutual pairs", len(files), len(uses), len(mutual))
 }
 
-
 // Tests wait on what they wait for (test signals, dentest.Until and
 // WaitStatus), not on the clock: at most maxTestSleeps time.Sleep calls
 // stay in test files, where time itself is the point.
