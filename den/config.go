@@ -11,17 +11,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/den-project/den/den/internal/base"
-	"github.com/den-project/den/den/internal/claim"
-	"github.com/den-project/den/den/internal/heartbeat"
-	"github.com/den-project/den/den/internal/runners"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/den-project/den/den/httpserve"
 	"github.com/den-project/den/den/internal/backoff"
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/claim"
+	"github.com/den-project/den/den/internal/heartbeat"
 	"github.com/den-project/den/den/internal/resources"
+	"github.com/den-project/den/den/internal/runners"
 	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"

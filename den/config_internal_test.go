@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/den-project/den/den/internal/claim"
-
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/den-project/den/den/internal/claim"
 	"github.com/den-project/den/den/internal/resources"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"

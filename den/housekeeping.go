@@ -5,20 +5,17 @@ import (
 	"errors"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/den-project/den/den/internal/base"
 	"github.com/den-project/den/den/internal/countfill"
+	"github.com/den-project/den/den/internal/held"
 	"github.com/den-project/den/den/internal/oldest"
 	"github.com/den-project/den/den/internal/rescue"
 	"github.com/den-project/den/den/internal/retention"
 	"github.com/den-project/den/den/internal/schedule"
 	"github.com/den-project/den/den/internal/stats"
 	"github.com/den-project/den/den/internal/sweep"
-
-	"github.com/den-project/den/den/internal/held"
-
-	"github.com/den-project/den/den/internal/base"
-
-	"go.uber.org/zap"
-
 	"github.com/den-project/den/queue"
 )
 

@@ -9,30 +9,24 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/den-project/den/den/internal/claim"
-
-	"github.com/den-project/den/den/internal/heartbeat"
-	"github.com/den-project/den/den/internal/rescue"
-	"github.com/den-project/den/den/internal/retention"
-	"github.com/den-project/den/den/internal/schedule"
-	"github.com/den-project/den/den/internal/stats"
-	"github.com/den-project/den/den/internal/sweep"
-
-	"github.com/den-project/den/den/internal/chore"
-
-	"github.com/den-project/den/den/internal/runners"
-
-	"github.com/den-project/den/den/internal/base"
-
+	"github.com/shirou/gopsutil/v4/process"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
-	"github.com/shirou/gopsutil/v4/process"
-
 	"github.com/den-project/den/den/httpserve"
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/chore"
+	"github.com/den-project/den/den/internal/claim"
 	"github.com/den-project/den/den/internal/contain"
+	"github.com/den-project/den/den/internal/heartbeat"
 	"github.com/den-project/den/den/internal/relay"
+	"github.com/den-project/den/den/internal/rescue"
 	"github.com/den-project/den/den/internal/resources"
+	"github.com/den-project/den/den/internal/retention"
+	"github.com/den-project/den/den/internal/runners"
+	"github.com/den-project/den/den/internal/schedule"
+	"github.com/den-project/den/den/internal/stats"
+	"github.com/den-project/den/den/internal/sweep"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )

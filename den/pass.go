@@ -6,21 +6,16 @@ import (
 	"errors"
 	"time"
 
-	"github.com/den-project/den/den/internal/claim"
-
-	"github.com/den-project/den/den/internal/heartbeat"
-
-	"github.com/den-project/den/den/internal/chore"
-	"github.com/den-project/den/den/internal/held"
-
-	"github.com/den-project/den/den/internal/runners"
-
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/chore"
+	"github.com/den-project/den/den/internal/claim"
+	"github.com/den-project/den/den/internal/heartbeat"
+	"github.com/den-project/den/den/internal/held"
+	"github.com/den-project/den/den/internal/runners"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"
 )

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/den-project/den/den/internal/base"
-
 	"github.com/den-project/den/queue"
 )
 

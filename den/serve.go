@@ -3,10 +3,9 @@ package den
 import (
 	"fmt"
 
-	"github.com/den-project/den/den/internal/base"
-
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
 	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"

@@ -5,13 +5,12 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/den-project/den/den/internal/base"
 	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/plugins"
 	"github.com/den-project/den/queue"

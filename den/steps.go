@@ -5,12 +5,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/den-project/den/den/internal/sweep"
-
-	"github.com/den-project/den/den/internal/runners"
-
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/runners"
+	"github.com/den-project/den/den/internal/sweep"
 	"github.com/den-project/den/queue"
 )
 

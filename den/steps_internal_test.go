@@ -6,15 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/den-project/den/den/internal/claim"
-
-	"github.com/den-project/den/den/internal/chore"
-	"github.com/den-project/den/den/internal/held"
-
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/chore"
+	"github.com/den-project/den/den/internal/claim"
+	"github.com/den-project/den/den/internal/held"
 	"github.com/den-project/den/queue"
 )
 

@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/den-project/den/queue"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/den-project/den/queue"
 )
 
 // taskWait is how long a task takes to reach a status on a quiet machine,

@@ -15,13 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/den-project/den/den/internal/testdeadline"
-
 	"github.com/jackc/pgx/v5"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/den-project/den/den/internal/testdeadline"
 	"github.com/den-project/den/queue"
 )
 

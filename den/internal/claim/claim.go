@@ -10,13 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/den-project/den/den/internal/held"
-
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/held"
 	"github.com/den-project/den/queue"
 )
 

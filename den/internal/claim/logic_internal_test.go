@@ -5,10 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/den-project/den/den/internal/held"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/den-project/den/den/internal/held"
 	"github.com/den-project/den/queue"
 )
 

@@ -6,10 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/den-project/den/den/internal/chore"
-
 	"github.com/den-project/den/den/internal/base"
-
+	"github.com/den-project/den/den/internal/chore"
 	"github.com/den-project/den/queue"
 )
 

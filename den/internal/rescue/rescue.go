@@ -5,17 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/den-project/den/den/internal/chore"
-	"github.com/den-project/den/den/internal/held"
-
-	"github.com/den-project/den/den/internal/runners"
-
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/chore"
+	"github.com/den-project/den/den/internal/held"
 	"github.com/den-project/den/den/internal/mongoclient"
+	"github.com/den-project/den/den/internal/runners"
 	"github.com/den-project/den/queue"
 )
 

@@ -14,11 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
 	"github.com/den-project/den/den/internal/relay"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"

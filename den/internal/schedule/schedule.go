@@ -4,10 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/den-project/den/den/internal/base"
-
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
 	"github.com/den-project/den/den/metrics"
 )
 

@@ -6,11 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
 	"github.com/den-project/den/den/metrics"
 	"github.com/den-project/den/den/runner"
 	"github.com/den-project/den/queue"

@@ -3,13 +3,11 @@ package sweep
 import (
 	"context"
 
-	"github.com/den-project/den/den/internal/rescue"
-
-	"github.com/den-project/den/den/internal/base"
-
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.uber.org/zap"
 
+	"github.com/den-project/den/den/internal/base"
+	"github.com/den-project/den/den/internal/rescue"
 	"github.com/den-project/den/queue"
 )
 
