@@ -513,6 +513,61 @@ func TestPostgresRestartedAfterKill(t *testing.T) {
 	}
 }
 
+// A database and collection made just before PostgreSQL crashed can be
+// lost with the crash (commits do not wait for the disk) while FerretDB
+// still believes in them: after the restart, commands on them work, the
+// collection made again. Here the loss is made sure of: the database's
+// schema (its tables and FerretDB's record of them) is dropped behind
+// FerretDB's back, then PostgreSQL killed. Red on main: every command on
+// the collection failed with "relation does not exist" until den was
+// restarted (what TestPostgresDownLooksUnreachableUntilBack hung on in
+// CI, its first insert lost with the kill).
+func TestCollectionLostInACrashMadeAgain(t *testing.T) {
+	t.Parallel()
+	log := &lockedLog{}
+	dir := t.TempDir()
+	srv, _ := startPG(t, Config{Dir: dir, Log: log})
+	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
+	defer cancel()
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Disconnect(context.Background())
+	c := client.Database("lost").Collection("c")
+	if _, err := c.InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, srv.pg.url(pgDatabase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `DROP SCHEMA lost CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+	waitFlushed(t, srv)
+	if err := syscall.Kill(postmasterPID(t, dir), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "den's log saying PostgreSQL is back", func() bool { return strings.Contains(log.String(), "PostgreSQL restarted (pid ") })
+	var last error
+	took := waitFor(t, "an insert into the lost collection", func() bool {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		_, last = c.InsertOne(cctx, bson.D{{Key: "n", Value: 2}})
+		return last == nil
+	})
+	t.Logf("the lost collection took an insert %s after PostgreSQL was back", took.Round(time.Millisecond))
+	docs, err := c.CountDocuments(ctx, bson.D{})
+	if err != nil || docs != 1 {
+		t.Errorf("%d documents (%v) in the collection made again; want the one insert after the restart", docs, err)
+	}
+	if _, err := client.Database("other").Collection("c").InsertOne(ctx, bson.D{{Key: "n", Value: 3}}); err != nil {
+		t.Errorf("an insert into a new database after the restart: %v", err)
+	}
+}
+
 // waitFlushed waits until PostgreSQL has flushed its log up to what has
 // been written so far.
 func waitFlushed(t *testing.T, srv *Server) {

@@ -44,7 +44,13 @@ func (c *cluster) supervise() {
 		c.down.Store(true)
 		died := time.Now()
 		fmt.Fprintf(c.log, "devdb: PostgreSQL (pid %d) exited (%v); restarting it. Its log: %s\n", p.pid, p.err, lastLines(readFile(c.logf), 3))
-		if err := c.restart(died); err != nil {
+		err := c.restart(died)
+		if err == nil && c.restarted != nil {
+			if err = c.restarted(); err != nil {
+				err = fmt.Errorf("devdb: PostgreSQL restarted, but what serves it could not start again: %w", err)
+			}
+		}
+		if err != nil {
 			if c.life.Err() == nil {
 				c.err = err
 				fmt.Fprintln(c.log, err)

@@ -108,6 +108,7 @@ type clusterOptions struct {
 	taskUsers  []string      // users tasks may run as: never the cluster's
 	log        io.Writer     // where restarts and migrations are told
 	restartFor time.Duration // how long a dead server is restarted before giving up
+	restarted  func() error  // called after each restart, before commands pass (nil: none)
 }
 
 // cluster is the PostgreSQL server of a data directory, kept running
@@ -124,6 +125,7 @@ type cluster struct {
 	dirFile    *os.File // the cluster's directory, open, when user.other(): its fd 3
 	log        io.Writer
 	restartFor time.Duration
+	restarted  func() error // clusterOptions.restarted
 
 	mu   sync.Mutex
 	proc *pgProcess // the server process; under mu
@@ -178,7 +180,7 @@ func startCluster(ctx context.Context, dir, bin string, o clusterOptions) (*clus
 		return nil, err
 	}
 	c := &cluster{dir: filepath.Join(dir, pgSubdir), data: dir, logf: filepath.Join(dir, "postgresql.log"), bin: bin,
-		settings: o.settings, user: u, log: o.log, restartFor: cmp.Or(o.restartFor, pgRestartFor), failed: make(chan struct{})}
+		settings: o.settings, user: u, log: o.log, restartFor: cmp.Or(o.restartFor, pgRestartFor), restarted: o.restarted, failed: make(chan struct{})}
 	c.life, c.end = context.WithCancel(context.Background())
 	needAuth, err := c.prepare()
 	if err != nil {

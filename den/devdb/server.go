@@ -169,24 +169,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		Handler:  engine,
 		Logger:   slog.New(newServerLog(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelError}))),
 	}
-	pg, err := startBackend(ctx, engine, dir, bin, cfg, logOut, fcfg)
+	ferret := newFerret(fcfg)
+	pg, err := startBackend(ctx, engine, dir, bin, cfg, logOut, fcfg, ferret.renew)
 	if err != nil {
 		return fail(err)
 	}
 	if pg != nil {
 		undo = append(undo, func() { pg.stop() })
 	}
-	f, err := newFerretDB(fcfg)
-	if err != nil {
-		return fail(fmt.Errorf("devdb: start FerretDB: %w", err))
-	}
 	ctx, cancel := context.WithCancel(ctx)
-	ferretDone := make(chan struct{})
-	go func() {
-		defer close(ferretDone)
-		f.Run(ctx)
-	}()
-	undo = append(undo, func() { cancel(); <-ferretDone })
+	if err := ferret.start(ctx); err != nil {
+		cancel()
+		return fail(err)
+	}
+	undo = append(undo, func() { cancel(); ferret.stop() })
 	s.uri = "mongodb://" + ln.Addr().String() + "/"
 	s.direct = "mongodb://" + url.PathEscape(fcfg.Listener.Unix) + "/"
 	p := newProxy(ln, "unix", fcfg.Listener.Unix)
@@ -205,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			undo = append(undo, p.fast.close)
 		}
 	}
-	go s.serve(ctx, cancel, p, twins, ferretDone, func() {
+	go s.serve(ctx, cancel, p, twins, ferret, func() {
 		if pg != nil {
 			pg.stop()
 		}
@@ -217,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 // serve runs the proxy until ctx is done, or the engine fails for good
 // (then Err says why), and then stops the rest, release last.
-func (s *Server) serve(ctx context.Context, cancel context.CancelFunc, p *proxy, twins *twinKeeper, ferretDone <-chan struct{}, release func()) {
+func (s *Server) serve(ctx context.Context, cancel context.CancelFunc, p *proxy, twins *twinKeeper, ferret *ferret, release func()) {
 	defer close(s.done)
 	defer func() {
 		release()
@@ -246,7 +242,7 @@ func (s *Server) serve(ctx context.Context, cancel context.CancelFunc, p *proxy,
 	if p.fast != nil {
 		p.fast.close()
 	}
-	<-ferretDone
+	ferret.stop()
 }
 
 // openDir creates the data directory dir when it is missing and locks
@@ -289,12 +285,14 @@ func sqliteURL(dir string) string {
 
 // startBackend points fcfg at the engine's storage: a PostgreSQL cluster
 // it starts in dir (returned, for stopping), or SQLite files in dir.
-func startBackend(ctx context.Context, engine, dir, bin string, cfg Config, log io.Writer, fcfg *ferretdb.Config) (*cluster, error) {
+// restarted is called each time the cluster's server has been started
+// again, before commands reach it (ferret.go).
+func startBackend(ctx context.Context, engine, dir, bin string, cfg Config, log io.Writer, fcfg *ferretdb.Config, restarted func() error) (*cluster, error) {
 	if engine != EnginePostgreSQL {
 		fcfg.SQLiteURL = sqliteURL(dir)
 		return nil, nil
 	}
-	pg, err := startCluster(ctx, dir, bin, clusterOptions{settings: cfg.pgSettings, taskUsers: cfg.TaskUsers, log: log, restartFor: cfg.pgRestartFor})
+	pg, err := startCluster(ctx, dir, bin, clusterOptions{settings: cfg.pgSettings, taskUsers: cfg.TaskUsers, log: log, restartFor: cfg.pgRestartFor, restarted: restarted})
 	if err != nil {
 		return nil, err
 	}
