@@ -467,11 +467,7 @@ func TestPostgresRestartedAfterKill(t *testing.T) {
 	srv, _ := startPG(t, Config{Dir: dir, Log: log})
 	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(context.Background())
+	client := connect(t, srv)
 	c := client.Database("restart").Collection("c")
 	if _, err := c.InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
 		t.Fatal(err)
@@ -529,11 +525,7 @@ func TestCollectionLostInACrashMadeAgain(t *testing.T) {
 	srv, _ := startPG(t, Config{Dir: dir, Log: log})
 	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(context.Background())
+	client := connect(t, srv)
 	c := client.Database("lost").Collection("c")
 	if _, err := c.InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
 		t.Fatal(err)
@@ -566,6 +558,17 @@ func TestCollectionLostInACrashMadeAgain(t *testing.T) {
 	if _, err := client.Database("other").Collection("c").InsertOne(ctx, bson.D{{Key: "n", Value: 3}}); err != nil {
 		t.Errorf("an insert into a new database after the restart: %v", err)
 	}
+}
+
+// connect is a client of srv, disconnected when the test ends.
+func connect(t *testing.T, srv *Server) *mongo.Client {
+	t.Helper()
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Disconnect(context.Background()) })
+	return client
 }
 
 // waitFlushed waits until PostgreSQL has flushed its log up to what has
@@ -637,11 +640,7 @@ func TestPostgresDownLooksUnreachableUntilBack(t *testing.T) {
 	srv, _ := startPG(t, Config{Dir: dir, Log: log, PostgresBin: bin})
 	ctx, cancel := context.WithDeadline(context.Background(), testdeadline.Deadline())
 	defer cancel()
-	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Disconnect(context.Background())
+	client := connect(t, srv)
 	c := client.Database("down").Collection("c")
 	if _, err := c.InsertOne(ctx, bson.D{{Key: "n", Value: 1}}); err != nil {
 		t.Fatal(err)
