@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -552,6 +554,88 @@ func TestTallyFollowsEveryWrite(t *testing.T) {
 			t.Errorf("not answered by the fast path")
 		}
 	})
+}
+
+// The tally stays exact under writers that run at once: four clients
+// around the proxy (which would forward one write at a time), straight to
+// FerretDB, each claiming, finishing, inserting (some of them refused as
+// duplicates) and deleting tasks of the same queues, so that their
+// statements change the same rows of the tally in the same moments. Every
+// count through the proxy is then FerretDB's own, answered from the
+// tally. Red with an update trigger that adds to the row as its
+// statement's snapshot saw it (n = (SELECT n ...) + EXCLUDED.n, a lost
+// update under PostgreSQL's read committed): the counts drifted.
+func TestTallyExactUnderConcurrentWrites(t *testing.T) {
+	f := newFastFixture(t, false)
+	ctx := dentest.Context(t)
+	tasks := f.direct.Database("good").Collection("tasks")
+	const writers, rounds = 4, 40
+	var wg sync.WaitGroup
+	var done, failed atomic.Int64
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			node := fmt.Sprintf("w%d", w)
+			write := func(err error) {
+				if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+					failed.Add(1)
+					return
+				}
+				done.Add(1)
+			}
+			for i := range rounds {
+				q := f.queues[(w+i)%3]
+				var claimed bson.M
+				write(tasks.FindOneAndUpdate(ctx, bson.D{{Key: "queue", Value: q}, {Key: "status", Value: int32(-2)}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: int32(-1)}, {Key: "node", Value: node}}}}).Decode(&claimed))
+				_, err := tasks.UpdateMany(ctx, bson.D{{Key: "node", Value: node}, {Key: "status", Value: int32(-1)}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: int32(i % 3)}}}})
+				write(err)
+				id := bson.NewObjectID()
+				newTask := bson.D{{Key: "_id", Value: id}, {Key: "queue", Value: q}, {Key: "status", Value: int32(-2)}, {Key: "node", Value: int32(-1)}}
+				_, err = tasks.InsertMany(ctx, []any{newTask, newTask, bson.D{{Key: "queue", Value: q}, {Key: "status", Value: int32(1)}, {Key: "node", Value: node}}},
+					options.InsertMany().SetOrdered(false))
+				var bwe mongo.BulkWriteException
+				if errors.As(err, &bwe) && len(bwe.WriteErrors) == 1 {
+					err = nil // the duplicate, refused
+				}
+				write(err)
+				if i%4 == 3 {
+					_, err = tasks.DeleteMany(ctx, bson.D{{Key: "node", Value: node}, {Key: "status", Value: int32(1)}})
+					write(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d writes done, %d failed", done.Load(), failed.Load())
+	if failed.Load() > done.Load()/10 {
+		t.Fatalf("%d of %d writes failed: the writers did not run", failed.Load(), done.Load()+failed.Load())
+	}
+	agg := func(stages ...bson.D) bson.D {
+		all := make(bson.A, len(stages))
+		for i, s := range stages {
+			all[i] = s
+		}
+		return bson.D{{Key: "aggregate", Value: "tasks"}, {Key: "pipeline", Value: all}, {Key: "cursor", Value: bson.D{}}}
+	}
+	for _, c := range []struct {
+		name string
+		cmd  bson.D
+	}{
+		{"by queue, status and node", agg(bson.D{{Key: "$group", Value: bson.D{
+			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "status", Value: "$status"}, {Key: "node", Value: "$node"}}},
+			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}})},
+		{"count all", bson.D{{Key: "count", Value: "tasks"}, {Key: "query", Value: bson.D{}}}},
+		{"count queued", bson.D{{Key: "count", Value: "tasks"}, {Key: "query", Value: bson.D{{Key: "status", Value: int32(-2)}}}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if !f.compare(t, "good", c.cmd) {
+				t.Errorf("not answered from the tally")
+			}
+		})
+	}
 }
 
 // pgConn connects to the server's PostgreSQL.

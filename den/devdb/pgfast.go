@@ -157,7 +157,7 @@ var tallyTriggers = []string{"den_tally_ins", "den_tally_upd", "den_tally_del", 
 // stay exact whatever rolls back (a rolled-back write's change of n goes
 // with it) and whoever writes at once (each change of n holds its row's
 // lock to the end of its transaction; rows are changed in key order, so
-// two writers cannot deadlock on them).
+// two writers cannot deadlock on them; TestTallyExactUnderConcurrentWrites).
 //
 // What a write pays for it (docs/performance.md, "10,000-task drain"),
 // measured as the trigger's time in EXPLAIN ANALYZE of an UPDATE of one
