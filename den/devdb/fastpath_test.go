@@ -171,8 +171,11 @@ func run(t *testing.T, c *mongo.Client, db string, cmd bson.D) (bson.Raw, int32)
 }
 
 // answered counts the commands the fast paths answered.
-func (f *fastFixture) answered() int64 {
-	a, _ := f.srv.proxy.fast.counts()
+func (f *fastFixture) answered() int64 { return fastAnswered(f.srv) }
+
+// fastAnswered counts the commands srv's fast paths answered.
+func fastAnswered(srv *Server) int64 {
+	a, _ := srv.proxy.fast.counts()
 	var n int64
 	for _, v := range a {
 		n += v
@@ -635,6 +638,99 @@ func TestTallyExactUnderConcurrentWrites(t *testing.T) {
 				t.Errorf("not answered from the tally")
 			}
 		})
+	}
+}
+
+// A data directory of an earlier den keeps its tallies, whose triggers
+// call the tally's functions as that den made them: a start brings the
+// functions up to date before any write reaches them. Here they are made
+// as an earlier den had them (planned at every call, no plan_cache_mode
+// of their own; the key's old function tally_v beside them), and the
+// server started again: the functions are this den's, the old one is
+// gone, and counts after more writes are still FerretDB's own. Red with
+// the setup left out of the start (the functions stayed as they were).
+func TestTallyFunctionsUpToDateAfterRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv, stop := startPG(t, Config{Dir: dir})
+	ctx := dentest.Context(t)
+	tasks := connect(t, srv).Database("old").Collection("tasks")
+	if _, err := queue.NewStore(tasks.Database()).EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q := bson.NewObjectID()
+	for i := range 20 {
+		if _, err := tasks.InsertOne(ctx, bson.D{{Key: "queue", Value: q}, {Key: "status", Value: int32(-2 + i%4)}, {Key: "node", Value: int32(-1)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn := pgConn(t, srv)
+	for _, stmt := range []string{
+		`ALTER FUNCTION "den$devdb".tally_ins() RESET plan_cache_mode`,
+		`ALTER FUNCTION "den$devdb".tally_upd() RESET plan_cache_mode`,
+		`ALTER FUNCTION "den$devdb".tally_del() RESET plan_cache_mode`,
+		`CREATE FUNCTION "den$devdb".tally_v(jsonb, text) RETURNS jsonb LANGUAGE sql AS 'SELECT $1'`,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	conn.Close(ctx)
+	stop()
+
+	srv, _ = startPG(t, Config{Dir: dir})
+	rows, err := pgConn(t, srv).Query(ctx, `SELECT proname, coalesce(array_to_string(proconfig, ','), '')
+		FROM pg_proc WHERE pronamespace = 'den$devdb'::regnamespace ORDER BY proname`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var name, config string
+		if err := rows.Scan(&name, &config); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, name+" "+config)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"tally_del plan_cache_mode=force_generic_plan", "tally_ins plan_cache_mode=force_generic_plan",
+		"tally_trunc plan_cache_mode=force_generic_plan", "tally_upd plan_cache_mode=force_generic_plan",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the tally's functions after the start: %q; want %q", got, want)
+	}
+	directClient, err := mongo.Connect(options.Client().ApplyURI(srv.DirectURI()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer directClient.Disconnect(context.Background())
+	proxied, direct := connect(t, srv).Database("old").Collection("tasks"), directClient.Database("old").Collection("tasks")
+	if _, err := proxied.UpdateMany(ctx, bson.D{{Key: "status", Value: int32(-2)}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: int32(1)}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxied.DeleteMany(ctx, bson.D{{Key: "status", Value: int32(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	before := fastAnswered(srv)
+	for _, st := range []int32{-2, -1, 0, 1} {
+		filter := bson.D{{Key: "queue", Value: q}, {Key: "status", Value: st}}
+		n, err := proxied.CountDocuments(ctx, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := direct.CountDocuments(ctx, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != m {
+			t.Errorf("status %d: %d tasks by the tally, %d by FerretDB", st, n, m)
+		}
+	}
+	if fastAnswered(srv) == before {
+		t.Errorf("the counts were not answered from the tally")
 	}
 }
 
