@@ -201,9 +201,14 @@ func TestSlowReadDoesNotDelayAClaim(t *testing.T) {
 	}
 	held := make(chan error, 1)
 	go func() { held <- f.db.Collection("slow").FindOne(ctx, bson.D{{Key: "x", Value: 1}}).Err() }()
+	// Watched from a connection of its own: pg_stat_activity holds still
+	// within a transaction, so polled from pg's (in tx) it showed forever
+	// what its first poll saw, before the find had reached the lock (a
+	// hang to the test binary's deadline in CI).
+	watch := pgConn(t, f.srv)
 	dentest.Eventually(t, 10*time.Second, "the find on slow waits for its table", func() bool {
 		var waiting bool
-		err := pg.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%')`, table).Scan(&waiting)
+		err := watch.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%')`, table).Scan(&waiting)
 		return err == nil && waiting
 	})
 	if _, ok := f.claim(t, "first"); !ok {
