@@ -69,7 +69,9 @@
 // directory (pgauth.go); FerretDB listens only on a unix socket of den's,
 // so the proxy's port is the only one. A cluster that dies is started
 // again, and while it is down the proxy drops its clients' connections,
-// so that they see an unreachable database (pgsupervise.go).
+// so that they see an unreachable database (pgsupervise.go); before
+// commands pass again, FerretDB is run anew, so that it forgets the
+// collections a crash may have lost with its last commits (ferret.go).
 //
 // A PostgreSQL string cannot hold the character U+0000, so on the
 // PostgreSQL engine a write of a string with one is refused
