@@ -616,20 +616,13 @@ func TestTallyExactUnderConcurrentWrites(t *testing.T) {
 	if failed.Load() > done.Load()/10 {
 		t.Fatalf("%d of %d writes failed: the writers did not run", failed.Load(), done.Load()+failed.Load())
 	}
-	agg := func(stages ...bson.D) bson.D {
-		all := make(bson.A, len(stages))
-		for i, s := range stages {
-			all[i] = s
-		}
-		return bson.D{{Key: "aggregate", Value: "tasks"}, {Key: "pipeline", Value: all}, {Key: "cursor", Value: bson.D{}}}
-	}
 	for _, c := range []struct {
 		name string
 		cmd  bson.D
 	}{
-		{"by queue, status and node", agg(bson.D{{Key: "$group", Value: bson.D{
+		{"by queue, status and node", bson.D{{Key: "aggregate", Value: "tasks"}, {Key: "pipeline", Value: bson.A{bson.D{{Key: "$group", Value: bson.D{
 			{Key: "_id", Value: bson.D{{Key: "queue", Value: "$queue"}, {Key: "status", Value: "$status"}, {Key: "node", Value: "$node"}}},
-			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}})},
+			{Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}}}}, {Key: "cursor", Value: bson.D{}}}},
 		{"count all", bson.D{{Key: "count", Value: "tasks"}, {Key: "query", Value: bson.D{}}}},
 		{"count queued", bson.D{{Key: "count", Value: "tasks"}, {Key: "query", Value: bson.D{{Key: "status", Value: int32(-2)}}}}},
 	} {
