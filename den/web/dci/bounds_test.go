@@ -1,8 +1,10 @@
 package dci_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -148,7 +150,7 @@ func TestHostileSearchesRefused(t *testing.T) {
 			answered++
 			if st != c.status || !strings.Contains(body, c.want) {
 				wrong[c.name] = fmt.Sprintf("%d %.300s", st, body)
-			} else if took > time.Second {
+			} else if took > 5*time.Second { // a loaded machine's pause, not a search the database ran (241 s)
 				wrong[c.name] = fmt.Sprintf("answered after %s", took)
 			}
 			mu.Unlock()
@@ -367,9 +369,25 @@ func TestDatabaseDownIs503(t *testing.T) {
 	}
 }
 
+// patience is how long a test waits for the server to cut a held
+// connection off: far beyond web.BodyTimeout, so that a loaded machine
+// cannot fail the test, while a server that holds connections holds them
+// past it. The test's question is who ends the connection, not how fast.
+const patience = web.BodyTimeout + time.Minute
+
+// cutOff reads conn to its end and reports whether the server ended it
+// (an end or a reset) before the test's patience ran out at deadline.
+func cutOff(conn net.Conn, deadline time.Time) (answer []byte, ok bool) {
+	conn.SetReadDeadline(deadline)
+	answer, err := io.ReadAll(conn)
+	var ne net.Error
+	return answer, !errors.As(err, &ne) || !ne.Timeout()
+}
+
 // A client that sends a search's headers and part of its body, then
 // holds, is cut off after web.BodyTimeout (the server's read timeout was
-// 5 minutes). Red before: still held at BodyTimeout + 10 s.
+// 5 minutes), with a 400 that says why. Red before: still held at
+// BodyTimeout + 10 s.
 func TestHeldBodyCutOff(t *testing.T) {
 	t.Parallel()
 	srv := serve(t, dentest.DB(t), "")
@@ -380,11 +398,15 @@ func TestHeldBodyCutOff(t *testing.T) {
 	defer conn.Close()
 	start := time.Now()
 	fmt.Fprintf(conn, "POST /tasks/search HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"filter\":{\"a\":\"", srv.Listener.Addr())
-	conn.SetReadDeadline(start.Add(web.BodyTimeout + 10*time.Second))
-	_, err = io.ReadAll(conn)
-	if took := time.Since(start); took > web.BodyTimeout+5*time.Second {
-		t.Errorf("a held body: the connection ended after %s (%v), want within %s", took.Round(time.Second), err, web.BodyTimeout)
+	answer, ok := cutOff(conn, start.Add(patience))
+	took := time.Since(start).Round(time.Second)
+	if !ok {
+		t.Fatalf("a held body: the connection still open after %s, want it cut off after %s", took, web.BodyTimeout)
 	}
+	if took < web.BodyTimeout-time.Second || !bytes.HasPrefix(answer, []byte("HTTP/1.1 400 ")) || !bytes.Contains(answer, []byte("timeout")) {
+		t.Errorf("a held body: cut off after %s with %q, want a 400 that says the body timed out, after %s", took, answer, web.BodyTimeout)
+	}
+	t.Logf("a held body: cut off after %s", took)
 }
 
 // heapInUse is the heap in use once garbage is collected.
@@ -457,8 +479,7 @@ func TestMemoryUnderAttack(t *testing.T) {
 			fmt.Fprintf(conn, "POST /tasks/search HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", srv.Listener.Addr(), size)
 			conn.SetWriteDeadline(time.Now().Add(web.BodyTimeout))
 			conn.Write(payload)
-			conn.SetReadDeadline(start.Add(web.BodyTimeout + 10*time.Second))
-			if _, err := io.Copy(io.Discard, conn); err != nil {
+			if _, ok := cutOff(conn, start.Add(patience)); !ok {
 				mu.Lock()
 				held++
 				mu.Unlock()
@@ -486,6 +507,6 @@ func TestMemoryUnderAttack(t *testing.T) {
 		t.Errorf("the heap grew by %d MiB under the attacks, want at most 64", grew>>20)
 	}
 	if held > 0 {
-		t.Errorf("%d of 300 held connections still open after %s", held, web.BodyTimeout+10*time.Second)
+		t.Errorf("%d of 300 held connections still open after %s", held, patience)
 	}
 }
